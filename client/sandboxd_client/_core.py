@@ -1,0 +1,289 @@
+"""Targets, channel options, retry policy and the batch state machine (no I/O).
+
+The sync and async clients differ only in how they wait; every decision (where
+to connect, how long to wait, what to retry, when to give up) is made here.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import random
+import socket
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ._proto.sandboxd.v1 import sandboxd_pb2 as pb
+from ._requests import Result, failure_result, to_result
+from .errors import InvalidRequest, PermissionDenied, SandboxdError, Unavailable, Unimplemented
+
+DEFAULT_ADDRESS = "unix:///run/sandboxd/sandboxd.sock"
+ADDRESS_ENV = "SANDBOXD_ADDRESS"
+
+# round_robin spreads calls over every ready daemon; healthCheckConfig makes gRPC
+# watch grpc.health.v1 on each and skip those that report NOT_SERVING (draining).
+# A daemon without the health service is treated as healthy by gRPC.
+JOBS_SERVICE_CONFIG: dict[str, Any] = {
+    "loadBalancingConfig": [{"round_robin": {}}],
+    "healthCheckConfig": {"serviceName": ""},
+}
+# A session lives on one daemon, so its calls must not be balanced: pick_first
+# sticks to one connection, and shuffling spreads sessions over daemons.
+SESSION_SERVICE_CONFIG: dict[str, Any] = {
+    "loadBalancingConfig": [{"pick_first": {"shuffleAddressList": True}}],
+    "healthCheckConfig": {"serviceName": ""},
+}
+# Results carry truncated outputs and collected files; 64 MiB leaves room for
+# large collect_files without letting one answer exhaust memory.
+MAX_MESSAGE_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where to connect: one gRPC target string for the channel, and its known addresses."""
+
+    #: What grpc.*_channel() gets, e.g. "unix:///a.sock,/b.sock" or "ipv4:10.0.0.1:50051,10.0.0.2:50051".
+    grpc_target: str
+    #: Each daemon as its own target (for per-daemon calls such as the batch hint).
+    addresses: tuple[str, ...]
+
+
+def _split_env(value: str) -> list[str]:
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+def resolve_target(address: str | Sequence[str] | None) -> Target:
+    """Turn the user's address (or ``$SANDBOXD_ADDRESS``, or the default socket) into a Target.
+
+    One address is passed to gRPC as is. Several are joined into one
+    multi-address target (all ``unix:`` paths, all IPv4 or all IPv6; host names
+    are resolved once here) so gRPC's round_robin balances over them.
+    """
+    if address is None:
+        address = os.environ.get(ADDRESS_ENV) or DEFAULT_ADDRESS
+    if isinstance(address, str):
+        # "unix:///a,/b" and "ipv4:a,b" are already gRPC multi-address targets.
+        if "," in address and not address.startswith(("unix:", "ipv4:", "ipv6:")):
+            address = _split_env(address)
+        else:
+            return Target(address.strip(), _expand_multi(address.strip()))
+    addresses = [a.strip() for a in address if isinstance(a, str) and a.strip()]
+    if len(addresses) != len(list(address)) or not addresses:
+        raise InvalidRequest(f"address list must hold non-empty strings, got {address!r}")
+    if len(addresses) == 1:
+        return resolve_target(addresses[0])
+    if any(a.startswith(("dns:", "xds:")) for a in addresses):
+        raise InvalidRequest("a dns:/xds: target balances by itself; pass it alone, not in a list")
+    kinds = [_classify(a) for a in addresses]
+    families = {family for family, _ in kinds}
+    if len(families) != 1:
+        raise InvalidRequest(f"cannot mix unix sockets, IPv4 and IPv6 in one address list: {addresses}")
+    family = families.pop()
+    parts = [part for _, part in kinds]
+    prefix = "unix://" if family == "unix" else f"{family}:"
+    singles = tuple(f"unix://{p}" if family == "unix" else f"{family}:{p}" for p in parts)
+    return Target(prefix + ",".join(parts), singles)
+
+
+def _expand_multi(target: str) -> tuple[str, ...]:
+    for scheme in ("unix://", "unix:", "ipv4:", "ipv6:"):
+        if target.startswith(scheme) and "," in target:
+            parts = target[len(scheme) :].split(",")
+            return tuple(scheme + p for p in parts if p)
+    return (target,)
+
+
+def _classify(address: str) -> tuple[str, str]:
+    """(family, address part) for one address of a list."""
+    if address.startswith("unix://"):
+        return "unix", address[len("unix://") :]
+    if address.startswith("unix:"):
+        return "unix", address[len("unix:") :]
+    if address.startswith("/"):
+        return "unix", address
+    for family in ("ipv4", "ipv6"):
+        if address.startswith(f"{family}:"):
+            return family, address[len(family) + 1 :]
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise InvalidRequest(f"address {address!r} is not host:port, a unix: path or an ipv4:/ipv6: target")
+    host = host.strip("[]")
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        ip = _lookup(host, int(port))
+    if ip.version == 6:
+        return "ipv6", f"[{ip}]:{port}"
+    return "ipv4", f"{ip}:{port}"
+
+
+def _lookup(host: str, port: int) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    # Resolved once, at construction: a list of names is a fixed set of daemons.
+    # Use a single "dns:///name:port" target to follow DNS changes instead.
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as e:
+        raise InvalidRequest(f"cannot resolve {host!r}: {e}") from e
+    ips = [ipaddress.ip_address(info[4][0]) for info in infos]
+    # Prefer IPv4 so "localhost" mixes with IPv4 literals.
+    return next((ip for ip in ips if ip.version == 4), ips[0])
+
+
+def channel_options(service_config: Mapping[str, Any], extra: Sequence[tuple[str, Any]] = ()) -> list[tuple[str, Any]]:
+    """Channel arguments for a client channel with the given service config."""
+    return [
+        ("grpc.service_config", json.dumps(service_config)),
+        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        *extra,
+    ]
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Exponential backoff with jitter for infrastructure failures only.
+
+    Attempt ``n`` (1 = first retry) waits between half and all of
+    ``min(max_backoff, initial_backoff * multiplier ** (n - 1))``; a daemon's
+    retry hint is a floor, plus up to 10% so clients told the same hint do not
+    come back in step, capped at ``max_retry_after``.
+    """
+
+    max_retries: int = 3
+    initial_backoff: float = 0.1
+    max_backoff: float = 5.0
+    multiplier: float = 2.0
+    max_retry_after: float = 30.0
+
+    def delay(self, attempt: int, retry_after: float | None = None, rng: random.Random | None = None) -> float:
+        """Seconds to wait before retry number ``attempt``."""
+        rng = rng or random
+        cap = min(self.max_backoff, self.initial_backoff * self.multiplier ** max(0, attempt - 1))
+        wait = cap / 2 + rng.uniform(0, cap / 2)
+        if retry_after:
+            wait = max(wait, retry_after + rng.uniform(0, 0.1 * retry_after))
+        return min(wait, self.max_retry_after)
+
+
+def plan_chunks(jobs: Sequence[pb.Job], *, max_jobs: int, max_bytes: int) -> list[list[int]]:
+    """Split a batch into RunBatch requests of at most ``max_jobs`` jobs and about ``max_bytes``.
+
+    Several requests rather than one let round_robin spread a batch over every
+    daemon (it balances per RPC) and keep each under the daemon's message limit.
+    """
+    chunks: list[list[int]] = []
+    current: list[int] = []
+    size = 0
+    for i, job in enumerate(jobs):
+        job_size = job.ByteSize() + 16  # index and framing
+        if current and (len(current) >= max_jobs or size + job_size > max_bytes):
+            chunks.append(current)
+            current, size = [], 0
+        current.append(i)
+        size += job_size
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+# RPC errors that condemn the request itself rather than the daemon serving it.
+_CALLER_ERRORS = (InvalidRequest, PermissionDenied, Unimplemented)
+
+
+def failure_value_of(job: pb.Job) -> float:
+    """The reward a failed job gets: its own failure value or the contract's -1.0."""
+    return job.failure_value if job.HasField("failure_value") else -1.0
+
+
+class ChunkState:
+    """The jobs of one RPC (a RunBatch chunk or a single Run) through their attempts.
+
+    Drivers call :meth:`request`, feed every answer to :meth:`on_message`
+    (emitting what it returns at once), then :meth:`on_end` with the RPC's
+    error if any; while :attr:`pending` is non-empty they sleep
+    :meth:`next_delay` and go again.
+    """
+
+    def __init__(self, jobs: Mapping[int, pb.Job], policy: RetryPolicy) -> None:
+        self._jobs = jobs
+        self._policy = policy
+        self.pending: list[int] = list(jobs)
+        self.attempt = 0
+        self._answered: set[int] = set()
+        self._retry: list[int] = []
+        self._hint: float | None = None
+
+    def jobs(self) -> list[pb.Job]:
+        """The pending jobs for the next attempt, each stamped with its index."""
+        self.attempt += 1
+        self._answered = set()
+        self._retry = []
+        self._hint = None
+        out = []
+        for i in self.pending:
+            job = pb.Job()
+            job.CopyFrom(self._jobs[i])
+            job.index = i
+            out.append(job)
+        return out
+
+    def request(self) -> pb.RunBatchRequest:
+        """The RunBatch request for the next attempt."""
+        return pb.RunBatchRequest(jobs=self.jobs())
+
+    @property
+    def can_retry(self) -> bool:
+        """Whether another attempt is allowed after this one."""
+        return self.attempt <= self._policy.max_retries
+
+    def on_message(self, msg: pb.JobResult) -> Result | None:
+        """A result from the daemon: final (returned) or kept for a retry (None)."""
+        i = msg.index
+        if i not in self._jobs or i in self._answered or i not in self.pending:
+            return None  # unknown or duplicate index: the contract promises one per job
+        self._answered.add(i)
+        result = to_result(msg)
+        if result.is_infrastructure_failure and self.can_retry:
+            self._retry.append(i)
+            if result.retry_after_seconds > 0:
+                self._hint = max(self._hint or 0.0, result.retry_after_seconds)
+            return None
+        if result.attempts == 0:
+            result = _with_attempts(result, self.attempt)
+        return result
+
+    def on_end(self, error: SandboxdError | None) -> list[Result]:
+        """The RPC ended: returns results made for jobs that will not be retried.
+
+        Raises the error when it condemns the request itself (INVALID_ARGUMENT,
+        permissions): retrying cannot help, and the caller must fix it.
+        """
+        unanswered = [i for i in self.pending if i not in self._answered]
+        finals: list[Result] = []
+        if unanswered and error is None:
+            error = Unavailable("the daemon closed the stream without answering every job")
+        if unanswered and error is not None:
+            if isinstance(error, _CALLER_ERRORS):
+                raise error
+            if error.retryable and self.can_retry:
+                self._retry.extend(unanswered)
+                hint = getattr(error, "retry_after", None)
+                if hint:
+                    self._hint = max(self._hint or 0.0, hint)
+            else:
+                finals = [
+                    failure_result(i, error, failure_value=failure_value_of(self._jobs[i]), attempts=self.attempt)
+                    for i in unanswered
+                ]
+        self.pending = sorted(self._retry)
+        return finals
+
+    def next_delay(self) -> float:
+        """Seconds to wait before retrying :attr:`pending`."""
+        return self._policy.delay(self.attempt, self._hint)
+
+
+def _with_attempts(result: Result, attempts: int) -> Result:
+    return replace(result, attempts=attempts)

@@ -1,0 +1,710 @@
+"""Request builders, validation and result types shared by the sync and async clients (no I/O).
+
+Everything here turns plain Python values into ``sandboxd.v1`` messages and back,
+and raises :class:`InvalidRequest` for anything the daemon would refuse, so a
+bad request never costs a round trip.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+from ._proto.sandboxd.v1 import sandboxd_pb2 as pb
+from .errors import DeadlineExceeded, InvalidRequest, Overloaded, SandboxdError
+
+
+class Status(enum.IntEnum):
+    """Outcome of a job: the proto ``Status`` without its ``STATUS_`` prefix.
+
+    1..99 are verdicts about the model's output, 100 and up infrastructure
+    failures. Values from 1000 are made by the client when no daemon answered
+    and never travel on the wire.
+    """
+
+    UNSPECIFIED = 0
+    OK = 1
+    WRONG_ANSWER = 2
+    RUNTIME_ERROR = 3
+    TIMEOUT = 4
+    MEMORY_LIMIT = 5
+    OUTPUT_LIMIT = 6
+    COMPILE_ERROR = 7
+    REJECTED = 8
+    NO_ANSWER = 9
+    SANDBOX_LOST = 100
+    OVERLOADED = 101
+    INTERNAL = 102
+    # Client-side: the RPC itself failed after every retry.
+    UNAVAILABLE = 1000
+    DEADLINE_EXCEEDED = 1001
+
+    @property
+    def is_infrastructure_failure(self) -> bool:
+        """True for failures that are not the model's fault (and UNSPECIFIED, which is a daemon bug)."""
+        return self >= 100 or self == Status.UNSPECIFIED
+
+    @classmethod
+    def from_proto(cls, value: int) -> Status:
+        """The member for a wire value; unknown (newer) values count as INTERNAL or a model failure."""
+        try:
+            return cls(value)
+        except ValueError:
+            # A newer daemon may add verdicts; keep the infra/model split it encodes.
+            return cls.INTERNAL if value >= 100 else cls.WRONG_ANSWER
+
+
+class Limit(enum.IntEnum):
+    """Which enforced limit ended a run: the proto ``Limit`` without its ``LIMIT_`` prefix."""
+
+    NONE = 0
+    WALL_TIME = 1
+    CPU_TIME = 2
+    MEMORY = 3
+    OUTPUT = 4
+    PROCESSES = 5
+    FILE_SIZE = 6
+
+    @classmethod
+    def from_proto(cls, value: int) -> Limit:
+        """The member for a wire value; NONE for values this client does not know."""
+        try:
+            return cls(value)
+        except ValueError:
+            return cls.NONE
+
+
+@dataclass(frozen=True)
+class StdioCase:
+    """A test that feeds ``stdin`` to the program and compares its stdout."""
+
+    stdin: str
+    expected_stdout: str
+
+
+@dataclass(frozen=True)
+class FunctionCase:
+    """A test that calls ``fn_name(*args)`` and compares the return value (JSON-comparable)."""
+
+    args: Sequence[Any]
+    expected: Any
+
+
+@dataclass(frozen=True)
+class Timings:
+    """Where a job's time went, in seconds."""
+
+    queued_seconds: float = 0.0
+    run_seconds: float = 0.0
+    total_seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class TestResult:
+    """One test case of a code job."""
+
+    __test__ = False  # not a pytest class, despite the name
+
+    index: int
+    status: Status
+    limit_hit: Limit
+    time_seconds: float
+    stdout: str
+    stderr: str
+    message: str
+
+
+@dataclass(frozen=True)
+class CodeDetail:
+    """What the code verifier saw."""
+
+    extracted_code: str
+    language: str
+    tests_passed: int
+    tests_total: int
+    compile_output: str
+
+
+@dataclass(frozen=True)
+class MathDetail:
+    """What the math verifier extracted and compared."""
+
+    extracted_answer: str
+    extraction: str
+    parsed_answer: str
+    parsed_ground_truth: str
+
+
+@dataclass(frozen=True)
+class ExecuteOutput:
+    """Output of an execute job."""
+
+    exit_code: int
+    stdout: bytes
+    stderr: bytes
+    stdout_truncated: bool
+    stderr_truncated: bool
+    files: dict[str, bytes]
+
+
+@dataclass(frozen=True)
+class RewardModelDetail:
+    """How a reward model scored."""
+
+    raw_score: float
+    model: str
+    device: str
+
+
+Detail = Union[CodeDetail, MathDetail, ExecuteOutput, RewardModelDetail, None]
+
+
+@dataclass(frozen=True)
+class Result:
+    """The answer to one job, mirroring ``JobResult``.
+
+    ``reward`` is never NaN. For an infrastructure failure it is the job's
+    failure value; look at ``is_infrastructure_failure`` to score it otherwise.
+    """
+
+    index: int
+    reward: float
+    status: Status
+    message: str = ""
+    limit_hit: Limit = Limit.NONE
+    timings: Timings = field(default_factory=Timings)
+    tests: tuple[TestResult, ...] = ()
+    attempts: int = 0
+    retry_after_seconds: float = 0.0
+    details: Detail = None
+    #: Set when the client made this result because the RPC failed for good.
+    error: SandboxdError | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when the job fully succeeded (status OK)."""
+        return self.status == Status.OK
+
+    @property
+    def is_infrastructure_failure(self) -> bool:
+        """True when no verdict about the model could be reached (status >= 100)."""
+        return self.status.is_infrastructure_failure
+
+    @property
+    def pass_rate(self) -> float:
+        """Fraction of tests passed for code jobs; 1.0/0.0 from the status for other kinds."""
+        if isinstance(self.details, CodeDetail) and self.details.tests_total:
+            return self.details.tests_passed / self.details.tests_total
+        if self.tests:
+            return sum(t.status == Status.OK for t in self.tests) / len(self.tests)
+        return 1.0 if self.ok else 0.0
+
+    def raise_for_status(self) -> Result:
+        """Raise the error behind an infrastructure failure; return self otherwise."""
+        if not self.is_infrastructure_failure:
+            return self
+        if self.error is not None:
+            raise self.error
+        raise SandboxdError(f"{self.status.name}: {self.message or 'infrastructure failure'}")
+
+
+CodeTestsLike = Union[
+    "pb.CodeTests",
+    Mapping[str, Any],
+    str,
+    Sequence[StdioCase],
+    Sequence[FunctionCase],
+    Sequence[Mapping[str, Any]],
+    Sequence[str],
+    Sequence[tuple[Any, Any]],
+]
+
+# Keys that identify a dataset's test shape; the daemon parses these from dataset_json.
+DATASET_KEYS: dict[str, tuple[str, ...]] = {
+    "verl/APPS/TACO": ("inputs", "outputs"),
+    "HumanEval": ("test",),
+    "MBPP": ("test_list",),
+    "CodeContests": ("public_tests", "private_tests", "generated_tests"),
+    "LiveCodeBench": ("public_test_cases", "private_test_cases"),
+    "PrimeIntellect": ("test_cases",),
+}
+
+_CODE_EXTRACTION = {"last_block", "first_block", "whole", "tag"}
+_CHECKERS = {"whitespace", "exact", "float"}
+_REWARD_MODES = {"binary", "fraction"}
+_MATH_EXTRACTION = {"auto", "boxed", "answer_tag", "phrase", "last_expression"}
+
+
+def _json_default(obj: Any) -> Any:
+    # verl hands parquet columns over as numpy arrays and scalars; both have tolist().
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    if isinstance(obj, (bytes, bytearray)):
+        return obj.decode("utf-8", errors="replace")
+    raise TypeError(f"{type(obj).__name__} is not JSON serialisable")
+
+
+def to_json(value: Any) -> str:
+    """JSON for dataset values, which may hold numpy arrays (verl) or tuples."""
+    try:
+        return json.dumps(value, default=_json_default)
+    except (TypeError, ValueError) as e:
+        raise InvalidRequest(f"tests are not JSON serialisable: {e}") from e
+
+
+def _enum(proto_enum: Any, prefix: str, value: str | int, allowed: set[str], what: str) -> int:
+    if isinstance(value, int):
+        return value
+    if not isinstance(value, str) or value.lower() not in allowed:
+        raise InvalidRequest(f"{what} must be one of {sorted(allowed)}, got {value!r}")
+    return int(proto_enum.Value(f"{prefix}{value.upper()}"))
+
+
+def _check_finite(value: float | None, what: str, *, positive: bool = False) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidRequest(f"{what} must be a number, got {type(value).__name__}")
+    if not math.isfinite(value):
+        raise InvalidRequest(f"{what} must be finite, got {value!r}")
+    if positive and value <= 0:
+        raise InvalidRequest(f"{what} must be > 0, got {value!r}")
+    return float(value)
+
+
+def _check_str(value: Any, what: str, *, allow_empty: bool = True) -> str:
+    if not isinstance(value, str):
+        raise InvalidRequest(f"{what} must be a str, got {type(value).__name__}")
+    if not allow_empty and not value:
+        raise InvalidRequest(f"{what} must not be empty")
+    return value
+
+
+def _limits(timeout: float | None, memory_bytes: int | None, output_bytes: int | None) -> pb.Limits:
+    limits = pb.Limits(timeout_seconds=_check_finite(timeout, "timeout", positive=True) or 0.0)
+    for name, value in (("memory_bytes", memory_bytes), ("output_bytes", output_bytes)):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise InvalidRequest(f"{name} must be a positive int, got {value!r}")
+        setattr(limits, name, value)
+    return limits
+
+
+def _job(
+    *,
+    timeout: float | None,
+    memory_bytes: int | None,
+    output_bytes: int | None,
+    failure_value: float | None,
+) -> pb.Job:
+    job = pb.Job(limits=_limits(timeout, memory_bytes, output_bytes))
+    failure = _check_finite(failure_value, "failure_value")
+    if failure is not None:
+        job.failure_value = failure
+    return job
+
+
+def _dataset_dict(tests: Mapping[str, Any]) -> str:
+    keys = set(tests)
+    if not any(keys & set(required) for required in DATASET_KEYS.values()):
+        shapes = ", ".join(f"{name} {list(k)}" for name, k in DATASET_KEYS.items())
+        raise InvalidRequest(f"tests dict has keys {sorted(keys)}; expected one of the dataset shapes: {shapes}")
+    if "inputs" in keys and "outputs" not in keys:
+        raise InvalidRequest("tests dict has 'inputs' but no 'outputs'")
+    if "outputs" in keys and len(tests["inputs"]) != len(tests["outputs"]):
+        raise InvalidRequest(
+            f"tests have {len(tests['inputs'])} inputs but {len(tests['outputs'])} outputs"
+        )
+    return to_json(dict(tests))
+
+
+def code_tests(tests: CodeTestsLike, *, fn_name: str | None = None, entry_point: str | None = None) -> pb.CodeTests:
+    """Normalise the test shapes found in the wild into ``CodeTests``.
+
+    Accepts a ``CodeTests`` message; a dataset dict (verl/APPS ``{"inputs",
+    "outputs","fn_name"}``, HumanEval ``{"test","entry_point"}``, MBPP
+    ``{"test_list"}``, CodeContests ``{"public_tests",...}``, LiveCodeBench,
+    PrimeIntellect ``{"test_cases"}``) or the same as a JSON string, passed
+    verbatim as ``dataset_json``; a string that is not JSON, taken as assert
+    code; a list of :class:`StdioCase`, ``(stdin, expected_stdout)`` pairs or
+    ``{"stdin","expected_stdout"}`` dicts; a list of :class:`FunctionCase` or
+    ``{"args","expected"}`` dicts (needs ``fn_name``); a list of assert strings
+    (MBPP ``test_list``); a list of ``{"input","output"}`` dicts (LiveCodeBench).
+    """
+    if isinstance(tests, pb.CodeTests):
+        out = pb.CodeTests()
+        out.CopyFrom(tests)
+    elif isinstance(tests, Mapping):
+        out = pb.CodeTests(dataset_json=_dataset_dict(tests))
+    elif isinstance(tests, str):
+        out = _tests_from_str(tests)
+    elif isinstance(tests, Iterable) and not isinstance(tests, (bytes, bytearray)):
+        out = _tests_from_list(list(tests))
+    else:
+        raise InvalidRequest(f"tests of type {type(tests).__name__} are not supported")
+    if fn_name is not None:
+        out.fn_name = _check_str(fn_name, "fn_name", allow_empty=False)
+    if entry_point is not None:
+        out.entry_point = _check_str(entry_point, "entry_point", allow_empty=False)
+    if out.function and not out.fn_name:
+        raise InvalidRequest("function test cases need fn_name")
+    return out
+
+
+def _tests_from_str(tests: str) -> pb.CodeTests:
+    if not tests.strip():
+        raise InvalidRequest("tests must not be empty")
+    try:
+        parsed = json.loads(tests)
+    except ValueError:
+        # Not JSON: assert code, as in HumanEval's `test` or a hand-written check.
+        return pb.CodeTests(assert_code=tests)
+    if isinstance(parsed, Mapping):
+        _dataset_dict(parsed)
+        # Verbatim: re-serialising could change numbers or key order the daemon's parser relies on.
+        return pb.CodeTests(dataset_json=tests)
+    if isinstance(parsed, list):
+        return _tests_from_list(parsed, raw_json=tests)
+    raise InvalidRequest(f"tests JSON must be an object or a list, got {type(parsed).__name__}")
+
+
+def _tests_from_list(items: list[Any], raw_json: str | None = None) -> pb.CodeTests:
+    if not items:
+        raise InvalidRequest("tests must not be empty")
+    first = items[0]
+    if all(isinstance(t, StdioCase) for t in items):
+        return pb.CodeTests(stdio=[pb.StdioCase(stdin=t.stdin, expected_stdout=t.expected_stdout) for t in items])
+    if all(isinstance(t, FunctionCase) for t in items):
+        return pb.CodeTests(
+            function=[pb.FunctionCase(args_json=to_json(list(t.args)), expected_json=to_json(t.expected)) for t in items]
+        )
+    if all(isinstance(t, str) for t in items):
+        return pb.CodeTests(dataset_json=raw_json or to_json({"test_list": items}))
+    if all(isinstance(t, (tuple, list)) and len(t) == 2 for t in items):
+        return pb.CodeTests(stdio=[pb.StdioCase(stdin=_text(i), expected_stdout=_text(o)) for i, o in items])
+    if all(isinstance(t, Mapping) for t in items):
+        keys = set(first)
+        if all(set(t) >= {"stdin", "expected_stdout"} for t in items):
+            return pb.CodeTests(
+                stdio=[pb.StdioCase(stdin=_text(t["stdin"]), expected_stdout=_text(t["expected_stdout"])) for t in items]
+            )
+        if all(set(t) >= {"args", "expected"} for t in items):
+            return pb.CodeTests(
+                function=[
+                    pb.FunctionCase(args_json=to_json(list(t["args"])), expected_json=to_json(t["expected"]))
+                    for t in items
+                ]
+            )
+        if all(set(t) >= {"input", "output"} for t in items):
+            # LiveCodeBench: {"input","output","testtype"}; the daemon knows stdin vs functional.
+            return pb.CodeTests(dataset_json=raw_json or to_json(items))
+        raise InvalidRequest(f"test case dicts with keys {sorted(keys)} are not a known shape")
+    raise InvalidRequest("tests list mixes shapes or holds an unsupported type")
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (bytes, bytearray)):
+        return value.decode("utf-8", errors="replace")
+    raise InvalidRequest(f"stdio test values must be str, got {type(value).__name__}")
+
+
+def code_job(
+    completion: str,
+    tests: CodeTestsLike,
+    *,
+    language: str = "python",
+    fn_name: str | None = None,
+    entry_point: str | None = None,
+    extraction: str = "last_block",
+    tag: str | None = None,
+    checker: str = "whitespace",
+    float_tolerance: float | None = None,
+    reward_mode: str = "binary",
+    stop_on_first_failure: bool = False,
+    timeout: float | None = None,
+    memory_bytes: int | None = None,
+    output_bytes: int | None = None,
+    failure_value: float | None = None,
+) -> pb.Job:
+    """A job that extracts a program from ``completion`` and runs it against ``tests``.
+
+    ``tests`` takes any shape :func:`code_tests` accepts. ``timeout`` is per test
+    case; ``failure_value`` is the reward for a model failure (daemon default -1.0).
+    """
+    extraction_value = _enum(pb.CodeExtraction, "CODE_EXTRACTION_", extraction, _CODE_EXTRACTION, "extraction")
+    if extraction_value == pb.CODE_EXTRACTION_TAG and not tag:
+        raise InvalidRequest("extraction='tag' needs tag")
+    job = _job(timeout=timeout, memory_bytes=memory_bytes, output_bytes=output_bytes, failure_value=failure_value)
+    job.code.CopyFrom(
+        pb.CodeJob(
+            completion=_check_str(completion, "completion"),
+            language=_check_str(language, "language", allow_empty=False),
+            tests=code_tests(tests, fn_name=fn_name, entry_point=entry_point),
+            extraction=extraction_value,
+            tag=tag or "",
+            checker=_enum(pb.Checker, "CHECKER_", checker, _CHECKERS, "checker"),
+            float_tolerance=_check_finite(float_tolerance, "float_tolerance") or 0.0,
+            reward_mode=_enum(pb.RewardMode, "REWARD_MODE_", reward_mode, _REWARD_MODES, "reward_mode"),
+            stop_on_first_failure=bool(stop_on_first_failure),
+        )
+    )
+    return job
+
+
+def math_job(
+    completion: str,
+    ground_truth: str | int | float,
+    *,
+    extraction: str = "auto",
+    float_tolerance: float | None = None,
+    timeout: float | None = None,
+    memory_bytes: int | None = None,
+    failure_value: float | None = None,
+) -> pb.Job:
+    """A job that extracts the answer from ``completion`` and checks it against ``ground_truth``."""
+    if isinstance(ground_truth, bool) or not isinstance(ground_truth, (str, int, float)):
+        raise InvalidRequest(f"ground_truth must be a str or number, got {type(ground_truth).__name__}")
+    if isinstance(ground_truth, float) and not math.isfinite(ground_truth):
+        raise InvalidRequest(f"ground_truth must be finite, got {ground_truth!r}")
+    truth = str(ground_truth)
+    if not truth.strip():
+        raise InvalidRequest("ground_truth must not be empty")
+    job = _job(timeout=timeout, memory_bytes=memory_bytes, output_bytes=None, failure_value=failure_value)
+    job.math.CopyFrom(
+        pb.MathJob(
+            completion=_check_str(completion, "completion"),
+            ground_truth=truth,
+            extraction=_enum(pb.MathExtraction, "MATH_EXTRACTION_", extraction, _MATH_EXTRACTION, "extraction"),
+            float_tolerance=_check_finite(float_tolerance, "float_tolerance") or 0.0,
+        )
+    )
+    return job
+
+
+def _files(files: Mapping[str, str | bytes] | None) -> list[pb.File]:
+    out = []
+    for path, content in (files or {}).items():
+        _check_str(path, "file path", allow_empty=False)
+        if isinstance(content, str):
+            content = content.encode()
+        if not isinstance(content, (bytes, bytearray)):
+            raise InvalidRequest(f"file {path!r} content must be str or bytes")
+        out.append(pb.File(path=path, content=bytes(content)))
+    return out
+
+
+def execute_job(
+    code: str,
+    language: str = "python",
+    stdin: str | bytes = b"",
+    *,
+    args: Sequence[str] = (),
+    files: Mapping[str, str | bytes] | None = None,
+    collect_files: Sequence[str] = (),
+    timeout: float | None = None,
+    memory_bytes: int | None = None,
+    output_bytes: int | None = None,
+    failure_value: float | None = None,
+) -> pb.Job:
+    """A job that runs ``code`` as-is; reward 1.0 when it exits 0."""
+    if isinstance(stdin, str):
+        stdin = stdin.encode()
+    if not isinstance(stdin, (bytes, bytearray)):
+        raise InvalidRequest("stdin must be str or bytes")
+    if isinstance(args, str) or isinstance(collect_files, str):
+        raise InvalidRequest("args and collect_files must be sequences of str, not a str")
+    job = _job(timeout=timeout, memory_bytes=memory_bytes, output_bytes=output_bytes, failure_value=failure_value)
+    job.execute.CopyFrom(
+        pb.ExecuteJob(
+            language=_check_str(language, "language", allow_empty=False),
+            code=_check_str(code, "code"),
+            stdin=bytes(stdin),
+            args=[_check_str(a, "args item") for a in args],
+            files=_files(files),
+            collect_files=[_check_str(p, "collect_files item") for p in collect_files],
+        )
+    )
+    return job
+
+
+def reward_model_job(
+    prompt: str,
+    completion: str,
+    *,
+    model: str,
+    timeout: float | None = None,
+    failure_value: float | None = None,
+) -> pb.Job:
+    """A job that asks the configured reward model ``model`` to score (prompt, completion)."""
+    job = _job(timeout=timeout, memory_bytes=None, output_bytes=None, failure_value=failure_value)
+    job.reward_model.CopyFrom(
+        pb.RewardModelJob(
+            model=_check_str(model, "model", allow_empty=False),
+            prompt=_check_str(prompt, "prompt"),
+            completion=_check_str(completion, "completion"),
+        )
+    )
+    return job
+
+
+def validate_job(job: Any) -> pb.Job:
+    """Check a job built by hand before it is sent."""
+    if not isinstance(job, pb.Job):
+        raise InvalidRequest(f"expected a sandboxd.v1.Job (see code_job/math_job), got {type(job).__name__}")
+    if job.WhichOneof("kind") is None:
+        raise InvalidRequest("job has no kind (execute, code, math or reward_model)")
+    if job.HasField("failure_value"):
+        _check_finite(job.failure_value, "failure_value")
+    if not math.isfinite(job.limits.timeout_seconds) or job.limits.timeout_seconds < 0:
+        raise InvalidRequest(f"limits.timeout_seconds must be finite and >= 0, got {job.limits.timeout_seconds}")
+    return job
+
+
+def validate_batch(jobs: Iterable[Any]) -> list[pb.Job]:
+    """Check every job of a batch; an empty batch is an error (it is always a caller bug)."""
+    if isinstance(jobs, pb.Job):
+        raise InvalidRequest("expected a sequence of jobs, got a single Job (use run())")
+    out = [validate_job(j) for j in jobs]
+    if not out:
+        raise InvalidRequest("empty batch")
+    return out
+
+
+def count_cases(job: pb.Job) -> int:
+    """How many runs a job will make, as far as the client can tell (for its deadline)."""
+    if job.WhichOneof("kind") != "code":
+        return 1
+    tests = job.code.tests
+    explicit = len(tests.stdio) + len(tests.function)
+    if explicit:
+        return explicit
+    if tests.dataset_json:
+        try:
+            data = json.loads(tests.dataset_json)
+        except ValueError:
+            return 1
+        if isinstance(data, list):
+            return max(1, len(data))
+        if isinstance(data, Mapping):
+            n = len(data.get("inputs") or ()) + len(data.get("test_list") or ())
+            for key in DATASET_KEYS["CodeContests"]:
+                n += len((data.get(key) or {}).get("input") or ()) if isinstance(data.get(key), Mapping) else 0
+            return max(1, n)
+    return 1
+
+
+def job_deadline(job: pb.Job, *, default_timeout: float, margin: float) -> float:
+    """Seconds to give one job's RPC: its per-run limit times its runs, plus a margin for queueing."""
+    per_run = job.limits.timeout_seconds or default_timeout
+    return per_run * count_cases(job) + margin
+
+
+def to_result(msg: pb.JobResult, *, index: int | None = None) -> Result:
+    """Turn a ``JobResult`` into a :class:`Result` (``index`` overrides the wire index)."""
+    reward = msg.reward if math.isfinite(msg.reward) else -1.0  # the contract says never NaN; hold to it
+    return Result(
+        index=msg.index if index is None else index,
+        reward=reward,
+        status=Status.from_proto(msg.status),
+        message=msg.message,
+        limit_hit=Limit.from_proto(msg.limit_hit),
+        timings=Timings(msg.timings.queued_seconds, msg.timings.run_seconds, msg.timings.total_seconds),
+        tests=tuple(
+            TestResult(
+                index=t.index,
+                status=Status.from_proto(t.status),
+                limit_hit=Limit.from_proto(t.limit_hit),
+                time_seconds=t.time_seconds,
+                stdout=t.stdout,
+                stderr=t.stderr,
+                message=t.message,
+            )
+            for t in msg.tests
+        ),
+        attempts=msg.attempts,
+        retry_after_seconds=msg.retry_after_seconds,
+        details=_detail(msg),
+    )
+
+
+def _detail(msg: pb.JobResult) -> Detail:
+    kind = msg.WhichOneof("detail")
+    if kind == "code":
+        d = msg.code
+        return CodeDetail(d.extracted_code, d.language, d.tests_passed, d.tests_total, d.compile_output)
+    if kind == "math":
+        m = msg.math
+        return MathDetail(m.extracted_answer, m.extraction, m.parsed_answer, m.parsed_ground_truth)
+    if kind == "execute":
+        e = msg.execute
+        return ExecuteOutput(
+            e.exit_code, e.stdout, e.stderr, e.stdout_truncated, e.stderr_truncated, {f.path: f.content for f in e.files}
+        )
+    if kind == "reward_model":
+        r = msg.reward_model
+        return RewardModelDetail(r.raw_score, r.model, r.device)
+    return None
+
+
+def failure_result(index: int, error: SandboxdError, *, failure_value: float, attempts: int) -> Result:
+    """The result the client makes for a job whose RPC failed for good."""
+    if isinstance(error, DeadlineExceeded):
+        status = Status.DEADLINE_EXCEEDED
+    elif isinstance(error, Overloaded):
+        status = Status.OVERLOADED
+    elif error.retryable:
+        status = Status.UNAVAILABLE
+    else:
+        status = Status.INTERNAL
+    retry_after = getattr(error, "retry_after", None) or 0.0
+    return Result(
+        index=index,
+        reward=failure_value,
+        status=status,
+        message=error.message,
+        attempts=attempts,
+        retry_after_seconds=retry_after,
+        error=error,
+    )
+
+
+@dataclass(frozen=True)
+class CellResult:
+    """The outcome of one session cell."""
+
+    status: Status
+    stdout: str
+    stderr: str
+    value: str
+    session_alive: bool
+    limit_hit: Limit = Limit.NONE
+    files_changed: tuple[str, ...] = ()
+    time_seconds: float = 0.0
+    message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """True when the cell ran without error."""
+        return self.status == Status.OK
+
+
+def to_cell_result(msg: pb.CellResult) -> CellResult:
+    """Turn a ``CellResult`` message into a :class:`CellResult`."""
+    return CellResult(
+        status=Status.from_proto(msg.status),
+        stdout=msg.stdout,
+        stderr=msg.stderr,
+        value=msg.value,
+        session_alive=msg.session_alive,
+        limit_hit=Limit.from_proto(msg.limit_hit),
+        files_changed=tuple(msg.files_changed),
+        time_seconds=msg.time_seconds,
+        message=msg.message,
+    )

@@ -1,0 +1,724 @@
+"""``SandboxClient`` and ``AsyncSandboxClient``: twins with the same methods, arguments and semantics.
+
+Everything that is not waiting on the network (targets, request building,
+deadlines, what to retry) lives in ``_core`` and ``_requests`` and is shared;
+each twin only drives the RPCs with blocking or ``grpc.aio`` calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import queue
+import threading
+import time
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import grpc
+
+from ._core import (
+    JOBS_SERVICE_CONFIG,
+    SESSION_SERVICE_CONFIG,
+    ChunkState,
+    RetryPolicy,
+    Target,
+    channel_options,
+    plan_chunks,
+    resolve_target,
+)
+from ._proto.sandboxd.v1 import sandboxd_pb2 as pb
+from ._proto.sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
+from ._requests import (
+    CellResult,
+    CodeTestsLike,
+    Result,
+    _files,
+    _limits,
+    code_job,
+    execute_job,
+    job_deadline,
+    math_job,
+    reward_model_job,
+    to_cell_result,
+    validate_batch,
+    validate_job,
+)
+from .errors import InvalidRequest, SandboxdError, SessionNotFound, from_rpc_error
+
+__all__ = ["AsyncSandboxClient", "AsyncSession", "SandboxClient", "Session"]
+
+_Metadata = Sequence[tuple[str, str]]
+
+
+class _ClientBase:
+    """Configuration and every non-I/O decision shared by the twins."""
+
+    def __init__(
+        self,
+        address: str | Sequence[str] | None = None,
+        *,
+        timeout: float | None = None,
+        job_timeout: float = 10.0,
+        deadline_margin: float = 60.0,
+        rpc_timeout: float = 30.0,
+        max_retries: int = 3,
+        retry_policy: RetryPolicy | None = None,
+        batch_size: int = 64,
+        max_batch_bytes: int = 3 << 20,
+        max_concurrent_batches: int = 16,
+        token: str | None = None,
+        credentials: grpc.ChannelCredentials | None = None,
+        metadata: _Metadata = (),
+        options: Sequence[tuple[str, Any]] = (),
+    ) -> None:
+        for name, value in (("job_timeout", job_timeout), ("deadline_margin", deadline_margin),
+                            ("rpc_timeout", rpc_timeout)):
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise InvalidRequest(f"{name} must be a positive number, got {value!r}")
+        if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
+            raise InvalidRequest(f"timeout must be a positive number, got {timeout!r}")
+        if max_retries < 0 or batch_size < 1 or max_concurrent_batches < 1:
+            raise InvalidRequest("max_retries must be >= 0, batch_size and max_concurrent_batches >= 1")
+        self.target: Target = resolve_target(address)
+        self._timeout = timeout
+        self._job_timeout = float(job_timeout)
+        self._margin = float(deadline_margin)
+        self._rpc_timeout = float(rpc_timeout)
+        self._policy = retry_policy or RetryPolicy(max_retries=max_retries)
+        self._batch_size = batch_size
+        self._max_batch_bytes = max_batch_bytes
+        self._max_concurrent = max_concurrent_batches
+        self._credentials = credentials
+        self._metadata: tuple[tuple[str, str], ...] = tuple(metadata) + (
+            (("authorization", f"Bearer {token}"),) if token else ()
+        )
+        self._extra_options = tuple(options)
+        self._closed = False
+
+    @property
+    def address(self) -> str:
+        """The gRPC target this client's job channel connects to."""
+        return self.target.grpc_target
+
+    def _options(self, service_config: Mapping[str, Any]) -> list[tuple[str, Any]]:
+        return channel_options(service_config, self._extra_options)
+
+    def _deadline(self, jobs: Iterable[pb.Job], timeout: float | None) -> float:
+        """RPC deadline: the caller's, the client's, or derived from the jobs' own limits."""
+        timeout = timeout if timeout is not None else self._timeout
+        if timeout is not None:
+            if not (math.isfinite(timeout) and timeout > 0):
+                raise InvalidRequest(f"timeout must be a positive number, got {timeout!r}")
+            return float(timeout)
+        return max(job_deadline(j, default_timeout=self._job_timeout, margin=self._margin) for j in jobs)
+
+    def _chunks(self, jobs: Sequence[pb.Job]) -> list[dict[int, pb.Job]]:
+        plan = plan_chunks(jobs, max_jobs=self._batch_size, max_bytes=self._max_batch_bytes)
+        return [{i: jobs[i] for i in chunk} for chunk in plan]
+
+    def _open_request(
+        self,
+        language: str,
+        timeout: float | None,
+        memory_bytes: int | None,
+        output_bytes: int | None,
+        files: Mapping[str, str | bytes] | None,
+        idle_timeout: float | None,
+    ) -> pb.OpenSessionRequest:
+        if not isinstance(language, str) or not language:
+            raise InvalidRequest("language must be a non-empty str")
+        if idle_timeout is not None and not (math.isfinite(idle_timeout) and idle_timeout > 0):
+            raise InvalidRequest(f"idle_timeout must be a positive number, got {idle_timeout!r}")
+        return pb.OpenSessionRequest(
+            language=language,
+            limits=_limits(timeout, memory_bytes, output_bytes),
+            files=_files(files),
+            idle_timeout_seconds=idle_timeout or 0.0,
+        )
+
+    def _hint_shares(self, batch_size: int, sessions: int) -> list[tuple[str, pb.BatchHint]]:
+        if batch_size < 0 or sessions < 0:
+            raise InvalidRequest("batch_size and sessions must be >= 0")
+        # round_robin gives each daemon about 1/k of the work, so each sizes for its share.
+        k = len(self.target.addresses)
+        hint = pb.BatchHint(batch_size=math.ceil(batch_size / k), sessions=math.ceil(sessions / k))
+        return [(address, hint) for address in self.target.addresses]
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SandboxdError("the client is closed")
+
+
+# ---------------------------------------------------------------------------
+# Blocking twin.
+# ---------------------------------------------------------------------------
+
+
+class SandboxClient(_ClientBase):
+    """Blocking client for sandboxd. Thread-safe; one per process is enough.
+
+    ``address`` is a gRPC target (``"unix:///run/sandboxd/sandboxd.sock"``,
+    ``"host:port"``, ``"dns:///name:port"``) or a list of them, defaulting to
+    ``$SANDBOXD_ADDRESS`` then the local socket. Several daemons share one
+    channel balanced by gRPC (round_robin with health checking).
+
+    Scoring calls return a :class:`Result` for every job, even when the
+    infrastructure failed after ``max_retries`` retries (``result.error`` then
+    says why); they raise only :class:`InvalidRequest` (and permission errors).
+    Deadlines default to each job's limits times its test cases plus
+    ``deadline_margin``; ``timeout`` overrides that for every call.
+    """
+
+    def __init__(self, address: str | Sequence[str] | None = None, **kwargs: Any) -> None:
+        super().__init__(address, **kwargs)
+        self._channel = self._make_channel(self.target.grpc_target, JOBS_SERVICE_CONFIG)
+        self._jobs = pb_grpc.JobsStub(self._channel)
+        self._lock = threading.Lock()
+        self._executor: ThreadPoolExecutor | None = None
+        self._address_channels: dict[str, grpc.Channel] = {}
+
+    def _make_channel(self, target: str, service_config: Mapping[str, Any]) -> grpc.Channel:
+        options = self._options(service_config)
+        if self._credentials is not None:
+            return grpc.secure_channel(target, self._credentials, options=options)
+        return grpc.insecure_channel(target, options=options)
+
+    def _channel_for(self, address: str) -> grpc.Channel:
+        if len(self.target.addresses) == 1:
+            return self._channel
+        with self._lock:
+            if address not in self._address_channels:
+                self._address_channels[address] = self._make_channel(address, JOBS_SERVICE_CONFIG)
+            return self._address_channels[address]
+
+    def _unary(self, method: Any, request: Any, timeout: float | None = None) -> Any:
+        """An idempotent call, retried on UNAVAILABLE / RESOURCE_EXHAUSTED."""
+        self._check_open()
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return method(request, timeout=timeout or self._rpc_timeout, metadata=self._metadata)
+            except grpc.RpcError as e:
+                error = from_rpc_error(e)
+                if not error.retryable or attempt > self._policy.max_retries:
+                    raise error from None
+                time.sleep(self._policy.delay(attempt, getattr(error, "retry_after", None)))
+
+    # -- jobs -------------------------------------------------------------
+
+    def run(self, job: pb.Job, *, timeout: float | None = None) -> Result:
+        """Run one job (built with ``code_job``, ``math_job``, ...) and return its result."""
+        self._check_open()
+        job = validate_job(job)
+        deadline = self._deadline([job], timeout)
+        state = ChunkState({job.index: job}, self._policy)
+        while True:
+            (request,) = state.jobs()
+            final: Result | None = None
+            error: SandboxdError | None = None
+            try:
+                msg = self._jobs.Run(request, timeout=deadline, metadata=self._metadata)
+                msg.index = request.index  # a unary answer is ours whatever index it carries
+                final = state.on_message(msg)
+            except grpc.RpcError as e:
+                error = from_rpc_error(e)
+            finals = state.on_end(error)
+            if final is not None or finals:
+                return final if final is not None else finals[0]
+            time.sleep(state.next_delay())
+
+    def score_code(self, completion: str, tests: CodeTestsLike, *, timeout: float | None = None,
+                   **job_options: Any) -> Result:
+        """Score a code completion against tests; ``job_options`` are those of :func:`code_job`."""
+        return self.run(code_job(completion, tests, **job_options), timeout=timeout)
+
+    def score_math(self, completion: str, ground_truth: str | int | float, *, timeout: float | None = None,
+                   **job_options: Any) -> Result:
+        """Check a math completion against its ground truth; ``job_options`` as :func:`math_job`."""
+        return self.run(math_job(completion, ground_truth, **job_options), timeout=timeout)
+
+    def execute(self, code: str, language: str = "python", stdin: str | bytes = b"", *,
+                timeout: float | None = None, **job_options: Any) -> Result:
+        """Run a program as-is; ``result.details`` is an :class:`ExecuteOutput`."""
+        return self.run(execute_job(code, language, stdin, **job_options), timeout=timeout)
+
+    def score_reward_model(self, prompt: str, completion: str, *, model: str, timeout: float | None = None,
+                           **job_options: Any) -> Result:
+        """Score (prompt, completion) with the daemon's reward model ``model``."""
+        return self.run(reward_model_job(prompt, completion, model=model, **job_options), timeout=timeout)
+
+    def run_batch(self, jobs: Iterable[pb.Job], *, timeout: float | None = None) -> Iterator[Result]:
+        """Run jobs, yielding each :class:`Result` as it finishes; ``result.index`` is its position.
+
+        The batch goes out as several RunBatch streams at once (so round_robin
+        spreads it); only the jobs that failed for infrastructure reasons are
+        retried. Validation happens before the first RPC.
+        """
+        self._check_open()
+        jobs = validate_batch(jobs)
+        deadline = self._deadline(jobs, timeout)
+        return self._stream(jobs, deadline)
+
+    def _stream(self, jobs: list[pb.Job], deadline: float) -> Iterator[Result]:
+        out: queue.Queue[Result | BaseException] = queue.Queue()
+        stop = threading.Event()
+        calls: set[Any] = set()
+        executor = self._get_executor()
+        for chunk in self._chunks(jobs):
+            executor.submit(self._run_chunk, chunk, deadline, out, stop, calls)
+        try:
+            for _ in range(len(jobs)):
+                item = out.get()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            stop.set()
+            with self._lock:
+                pending = list(calls)
+            for call in pending:
+                call.cancel()
+
+    def _run_chunk(
+        self,
+        chunk: dict[int, pb.Job],
+        deadline: float,
+        out: queue.Queue[Result | BaseException],
+        stop: threading.Event,
+        calls: set[Any],
+    ) -> None:
+        state = ChunkState(chunk, self._policy)
+        try:
+            while state.pending and not stop.is_set():
+                error: SandboxdError | None = None
+                call = self._jobs.RunBatch(state.request(), timeout=deadline, metadata=self._metadata)
+                with self._lock:
+                    calls.add(call)
+                try:
+                    for msg in call:
+                        result = state.on_message(msg)
+                        if result is not None:
+                            out.put(result)
+                except grpc.RpcError as e:
+                    error = from_rpc_error(e)
+                finally:
+                    with self._lock:
+                        calls.discard(call)
+                if stop.is_set():
+                    return
+                for result in state.on_end(error):
+                    out.put(result)
+                if state.pending:
+                    stop.wait(state.next_delay())
+        except BaseException as e:  # handed to the consumer, which re-raises it
+            out.put(e)
+
+    def _get_executor(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(self._max_concurrent, thread_name_prefix="sandboxd-batch")
+            return self._executor
+
+    def score_batch(self, jobs: Iterable[pb.Job], *, timeout: float | None = None) -> list[Result]:
+        """Run jobs and return their results in input order."""
+        jobs = validate_batch(jobs)
+        results: list[Result | None] = [None] * len(jobs)
+        for result in self.run_batch(jobs, timeout=timeout):
+            results[result.index] = result
+        return [r for r in results if r is not None]
+
+    # -- sessions ---------------------------------------------------------
+
+    def open_session(
+        self,
+        language: str = "python",
+        *,
+        timeout: float | None = None,
+        memory_bytes: int | None = None,
+        output_bytes: int | None = None,
+        files: Mapping[str, str | bytes] | None = None,
+        idle_timeout: float | None = None,
+    ) -> Session:
+        """Hold a sandbox for a multi-turn episode; ``timeout`` etc. are per-cell limits.
+
+        Use it as a context manager, or call ``close()``: an open session keeps
+        a sandbox busy until its idle timeout.
+        """
+        self._check_open()
+        request = self._open_request(language, timeout, memory_bytes, output_bytes, files, idle_timeout)
+        # A channel of its own: pick_first keeps every cell on the daemon holding the session.
+        channel = self._make_channel(self.target.grpc_target, SESSION_SERVICE_CONFIG)
+        stub = pb_grpc.SessionsStub(channel)
+        try:
+            info = self._unary(stub.Open, request)
+        except BaseException:
+            channel.close()
+            raise
+        return Session(self, channel, stub, info, request.limits.timeout_seconds or self._job_timeout)
+
+    # -- pool and daemon --------------------------------------------------
+
+    def set_batch_hint(self, batch_size: int, sessions: int = 0) -> dict[str, pb.PoolStatus]:
+        """Tell the daemons how many completions (and sessions) each step brings.
+
+        Each known daemon is told its round_robin share; returns each one's pool status.
+        """
+        return {
+            address: self._unary(pb_grpc.PoolStub(self._channel_for(address)).SetBatchHint, hint)
+            for address, hint in self._hint_shares(batch_size, sessions)
+        }
+
+    def pool_status(self) -> dict[str, pb.PoolStatus]:
+        """Pool status of each known daemon, keyed by address."""
+        return {
+            address: self._unary(pb_grpc.PoolStub(self._channel_for(address)).GetStatus, pb.GetPoolStatusRequest())
+            for address in self.target.addresses
+        }
+
+    def info(self) -> pb.Info:
+        """Version, languages, job kinds and limits of (one of) the daemons."""
+        return self._unary(pb_grpc.DaemonStub(self._channel).GetInfo, pb.GetInfoRequest())
+
+    def close(self) -> None:
+        """Close the channels and stop the batch threads. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            channels = list(self._address_channels.values())
+            executor, self._executor = self._executor, None
+        for channel in (self._channel, *channels):
+            channel.close()
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=True)
+
+    def __enter__(self) -> SandboxClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Session:
+    """A sandbox held for one episode; cells share interpreter state."""
+
+    def __init__(self, client: SandboxClient, channel: grpc.Channel, stub: pb_grpc.SessionsStub,
+                 info: pb.SessionInfo, cell_timeout: float) -> None:
+        self._client = client
+        self._channel = channel
+        self._stub = stub
+        self.info = info
+        self._cell_timeout = cell_timeout
+        self._closed = False
+
+    @property
+    def id(self) -> str:
+        """The daemon's session id."""
+        return self.info.session_id
+
+    def run(self, code: str, *, timeout: float | None = None) -> CellResult:
+        """Run one cell. Never retried: a cell is not idempotent.
+
+        Raises :class:`SessionNotFound` when the session is gone (expired,
+        closed, or lost with its sandbox).
+        """
+        if self._closed:
+            raise SessionNotFound(f"session {self.id} is closed")
+        if not isinstance(code, str):
+            raise InvalidRequest(f"code must be a str, got {type(code).__name__}")
+        request = pb.RunCellRequest(session_id=self.id, code=code, timeout_seconds=timeout or 0.0)
+        deadline = (timeout or self._cell_timeout) + self._client._margin
+        try:
+            msg = self._stub.RunCell(request, timeout=deadline, metadata=self._client._metadata)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+        return to_cell_result(msg)
+
+    def close(self) -> None:
+        """Give the sandbox back. Idempotent; a session the daemon already dropped is fine."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._stub.Close(pb.CloseSessionRequest(session_id=self.id), timeout=self._client._rpc_timeout,
+                             metadata=self._client._metadata)
+        except grpc.RpcError as e:
+            error = from_rpc_error(e)
+            if not isinstance(error, SessionNotFound):
+                raise error from None
+        finally:
+            self._channel.close()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# ---------------------------------------------------------------------------
+# asyncio twin.
+# ---------------------------------------------------------------------------
+
+
+class AsyncSandboxClient(_ClientBase):
+    """The asyncio twin of :class:`SandboxClient`: same methods, awaited.
+
+    A ``grpc.aio`` channel belongs to the event loop it was first used on, so
+    create one client per event loop (the TRL and verl helpers do this).
+    """
+
+    def __init__(self, address: str | Sequence[str] | None = None, **kwargs: Any) -> None:
+        super().__init__(address, **kwargs)
+        self._channel = self._make_channel(self.target.grpc_target, JOBS_SERVICE_CONFIG)
+        self._jobs = pb_grpc.JobsStub(self._channel)
+        self._address_channels: dict[str, grpc.aio.Channel] = {}
+        self._semaphore: asyncio.Semaphore | None = None
+
+    def _make_channel(self, target: str, service_config: Mapping[str, Any]) -> grpc.aio.Channel:
+        options = self._options(service_config)
+        if self._credentials is not None:
+            return grpc.aio.secure_channel(target, self._credentials, options=options)
+        return grpc.aio.insecure_channel(target, options=options)
+
+    def _channel_for(self, address: str) -> grpc.aio.Channel:
+        if len(self.target.addresses) == 1:
+            return self._channel
+        if address not in self._address_channels:
+            self._address_channels[address] = self._make_channel(address, JOBS_SERVICE_CONFIG)
+        return self._address_channels[address]
+
+    async def _unary(self, method: Any, request: Any, timeout: float | None = None) -> Any:
+        """An idempotent call, retried on UNAVAILABLE / RESOURCE_EXHAUSTED."""
+        self._check_open()
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return await method(request, timeout=timeout or self._rpc_timeout, metadata=self._metadata)
+            except grpc.RpcError as e:
+                error = from_rpc_error(e)
+                if not error.retryable or attempt > self._policy.max_retries:
+                    raise error from None
+                await asyncio.sleep(self._policy.delay(attempt, getattr(error, "retry_after", None)))
+
+    # -- jobs -------------------------------------------------------------
+
+    async def run(self, job: pb.Job, *, timeout: float | None = None) -> Result:
+        """Run one job (built with ``code_job``, ``math_job``, ...) and return its result."""
+        self._check_open()
+        job = validate_job(job)
+        deadline = self._deadline([job], timeout)
+        state = ChunkState({job.index: job}, self._policy)
+        while True:
+            (request,) = state.jobs()
+            final: Result | None = None
+            error: SandboxdError | None = None
+            try:
+                msg = await self._jobs.Run(request, timeout=deadline, metadata=self._metadata)
+                msg.index = request.index  # a unary answer is ours whatever index it carries
+                final = state.on_message(msg)
+            except grpc.RpcError as e:
+                error = from_rpc_error(e)
+            finals = state.on_end(error)
+            if final is not None or finals:
+                return final if final is not None else finals[0]
+            await asyncio.sleep(state.next_delay())
+
+    async def score_code(self, completion: str, tests: CodeTestsLike, *, timeout: float | None = None,
+                         **job_options: Any) -> Result:
+        """Score a code completion against tests; ``job_options`` are those of :func:`code_job`."""
+        return await self.run(code_job(completion, tests, **job_options), timeout=timeout)
+
+    async def score_math(self, completion: str, ground_truth: str | int | float, *,
+                         timeout: float | None = None, **job_options: Any) -> Result:
+        """Check a math completion against its ground truth; ``job_options`` as :func:`math_job`."""
+        return await self.run(math_job(completion, ground_truth, **job_options), timeout=timeout)
+
+    async def execute(self, code: str, language: str = "python", stdin: str | bytes = b"", *,
+                      timeout: float | None = None, **job_options: Any) -> Result:
+        """Run a program as-is; ``result.details`` is an :class:`ExecuteOutput`."""
+        return await self.run(execute_job(code, language, stdin, **job_options), timeout=timeout)
+
+    async def score_reward_model(self, prompt: str, completion: str, *, model: str,
+                                 timeout: float | None = None, **job_options: Any) -> Result:
+        """Score (prompt, completion) with the daemon's reward model ``model``."""
+        return await self.run(reward_model_job(prompt, completion, model=model, **job_options), timeout=timeout)
+
+    def run_batch(self, jobs: Iterable[pb.Job], *, timeout: float | None = None) -> AsyncIterator[Result]:
+        """Run jobs, yielding each :class:`Result` as it finishes; ``result.index`` is its position.
+
+        Validation happens here, before the first RPC (and before iteration).
+        """
+        self._check_open()
+        jobs = validate_batch(jobs)
+        deadline = self._deadline(jobs, timeout)
+        return self._stream(jobs, deadline)
+
+    async def _stream(self, jobs: list[pb.Job], deadline: float) -> AsyncIterator[Result]:
+        out: asyncio.Queue[Result | BaseException] = asyncio.Queue()
+        if self._semaphore is None:
+            self._semaphore = asyncio.Semaphore(self._max_concurrent)
+        tasks = [asyncio.ensure_future(self._run_chunk(chunk, deadline, out)) for chunk in self._chunks(jobs)]
+        try:
+            for _ in range(len(jobs)):
+                item = await out.get()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            for task in tasks:
+                task.cancel()
+
+    async def _run_chunk(self, chunk: dict[int, pb.Job], deadline: float,
+                         out: asyncio.Queue[Result | BaseException]) -> None:
+        assert self._semaphore is not None
+        state = ChunkState(chunk, self._policy)
+        try:
+            while state.pending:
+                error: SandboxdError | None = None
+                async with self._semaphore:
+                    call = self._jobs.RunBatch(state.request(), timeout=deadline, metadata=self._metadata)
+                    try:
+                        async for msg in call:
+                            result = state.on_message(msg)
+                            if result is not None:
+                                out.put_nowait(result)
+                    except grpc.RpcError as e:
+                        error = from_rpc_error(e)
+                    except asyncio.CancelledError:
+                        call.cancel()
+                        raise
+                for result in state.on_end(error):
+                    out.put_nowait(result)
+                if state.pending:
+                    await asyncio.sleep(state.next_delay())
+        except asyncio.CancelledError:
+            raise
+        except BaseException as e:  # handed to the consumer, which re-raises it
+            out.put_nowait(e)
+
+    async def score_batch(self, jobs: Iterable[pb.Job], *, timeout: float | None = None) -> list[Result]:
+        """Run jobs and return their results in input order."""
+        jobs = validate_batch(jobs)
+        results: list[Result | None] = [None] * len(jobs)
+        async for result in self.run_batch(jobs, timeout=timeout):
+            results[result.index] = result
+        return [r for r in results if r is not None]
+
+    # -- sessions ---------------------------------------------------------
+
+    async def open_session(
+        self,
+        language: str = "python",
+        *,
+        timeout: float | None = None,
+        memory_bytes: int | None = None,
+        output_bytes: int | None = None,
+        files: Mapping[str, str | bytes] | None = None,
+        idle_timeout: float | None = None,
+    ) -> AsyncSession:
+        """Hold a sandbox for a multi-turn episode; ``timeout`` etc. are per-cell limits."""
+        self._check_open()
+        request = self._open_request(language, timeout, memory_bytes, output_bytes, files, idle_timeout)
+        channel = self._make_channel(self.target.grpc_target, SESSION_SERVICE_CONFIG)
+        stub = pb_grpc.SessionsStub(channel)
+        try:
+            info = await self._unary(stub.Open, request)
+        except BaseException:
+            await channel.close()
+            raise
+        return AsyncSession(self, channel, stub, info, request.limits.timeout_seconds or self._job_timeout)
+
+    # -- pool and daemon --------------------------------------------------
+
+    async def set_batch_hint(self, batch_size: int, sessions: int = 0) -> dict[str, pb.PoolStatus]:
+        """Tell the daemons how many completions (and sessions) each step brings."""
+        shares = self._hint_shares(batch_size, sessions)
+        answers = await asyncio.gather(
+            *(self._unary(pb_grpc.PoolStub(self._channel_for(a)).SetBatchHint, hint) for a, hint in shares)
+        )
+        return {address: answer for (address, _), answer in zip(shares, answers)}
+
+    async def pool_status(self) -> dict[str, pb.PoolStatus]:
+        """Pool status of each known daemon, keyed by address."""
+        addresses = self.target.addresses
+        answers = await asyncio.gather(
+            *(self._unary(pb_grpc.PoolStub(self._channel_for(a)).GetStatus, pb.GetPoolStatusRequest())
+              for a in addresses)
+        )
+        return dict(zip(addresses, answers))
+
+    async def info(self) -> pb.Info:
+        """Version, languages, job kinds and limits of (one of) the daemons."""
+        return await self._unary(pb_grpc.DaemonStub(self._channel).GetInfo, pb.GetInfoRequest())
+
+    async def close(self) -> None:
+        """Close the channels. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for channel in (self._channel, *self._address_channels.values()):
+            await channel.close()
+
+    async def __aenter__(self) -> AsyncSandboxClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class AsyncSession:
+    """The asyncio twin of :class:`Session`."""
+
+    def __init__(self, client: AsyncSandboxClient, channel: grpc.aio.Channel, stub: pb_grpc.SessionsStub,
+                 info: pb.SessionInfo, cell_timeout: float) -> None:
+        self._client = client
+        self._channel = channel
+        self._stub = stub
+        self.info = info
+        self._cell_timeout = cell_timeout
+        self._closed = False
+
+    @property
+    def id(self) -> str:
+        """The daemon's session id."""
+        return self.info.session_id
+
+    async def run(self, code: str, *, timeout: float | None = None) -> CellResult:
+        """Run one cell. Never retried: a cell is not idempotent."""
+        if self._closed:
+            raise SessionNotFound(f"session {self.id} is closed")
+        if not isinstance(code, str):
+            raise InvalidRequest(f"code must be a str, got {type(code).__name__}")
+        request = pb.RunCellRequest(session_id=self.id, code=code, timeout_seconds=timeout or 0.0)
+        deadline = (timeout or self._cell_timeout) + self._client._margin
+        try:
+            msg = await self._stub.RunCell(request, timeout=deadline, metadata=self._client._metadata)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+        return to_cell_result(msg)
+
+    async def close(self) -> None:
+        """Give the sandbox back. Idempotent; a session the daemon already dropped is fine."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await self._stub.Close(pb.CloseSessionRequest(session_id=self.id), timeout=self._client._rpc_timeout,
+                                   metadata=self._client._metadata)
+        except grpc.RpcError as e:
+            error = from_rpc_error(e)
+            if not isinstance(error, SessionNotFound):
+                raise error from None
+        finally:
+            await self._channel.close()
+
+    async def __aenter__(self) -> AsyncSession:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

@@ -1,0 +1,367 @@
+"""Reward functions for TRL's ``GRPOTrainer`` (and any trainer with the same calling convention).
+
+TRL calls ``reward(prompts=..., completions=..., completion_ids=..., trainer_state=...,
+log_extra=..., log_metric=..., **columns)`` where every dataset column comes
+repeated once per generation. This module maps those columns to verifier
+inputs, scores the whole batch in one go, and never hands the trainer a NaN.
+Nothing from TRL is imported: the functions only follow its convention.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import threading
+import weakref
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from typing import Any
+
+from ._proto.sandboxd.v1 import sandboxd_pb2 as pb
+from ._requests import Result, code_job, math_job
+from .client import AsyncSandboxClient, SandboxClient
+from .errors import InvalidRequest, SandboxdError
+
+__all__ = ["completion_text", "make_async_reward_func", "make_reward_func"]
+
+log = logging.getLogger(__name__)
+
+RewardFunc = Callable[..., list[float | None]]
+AsyncRewardFunc = Callable[..., Coroutine[Any, Any, list[float | None]]]
+
+# Verifier input -> dataset columns tried in order, most explicit name first.
+MATH_COLUMNS: dict[str, tuple[str, ...]] = {"ground_truth": ("ground_truth", "answer", "solution")}
+CODE_TEST_COLUMNS: tuple[str, ...] = (
+    "test_cases", "tests", "input_output", "verification_info", "test", "test_list", "public_tests",
+    "public_test_cases",
+)
+# Columns that complete a dataset's test shape when its main column is present.
+_COMPANIONS: dict[str, tuple[str, ...]] = {
+    "test": ("entry_point",),
+    "test_list": ("test_setup_code", "challenge_test_list"),
+    "public_tests": ("private_tests", "generated_tests"),
+    "public_test_cases": ("private_test_cases",),
+}
+_TRL_ARGS = ("prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric")
+_KINDS = ("code", "math", "auto")
+
+
+def completion_text(completion: Any) -> str:
+    """The text to score: a plain string, or the last assistant message of a conversation."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, Mapping):
+        return _content_text(completion.get("content"))
+    if isinstance(completion, Sequence):
+        messages = [m for m in completion if isinstance(m, Mapping)]
+        assistant = [m for m in messages if m.get("role", "assistant") == "assistant"]
+        if assistant:
+            return _content_text(assistant[-1].get("content"))
+        if messages:
+            return _content_text(messages[-1].get("content"))
+    raise InvalidRequest(f"cannot read a completion of type {type(completion).__name__}")
+
+
+def _content_text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    # Multimodal chat content: [{"type": "text", "text": ...}, ...]
+    if isinstance(content, Sequence):
+        return "".join(p.get("text", "") for p in content if isinstance(p, Mapping) and p.get("type") == "text")
+    raise InvalidRequest(f"cannot read message content of type {type(content).__name__}")
+
+
+class _RewardSpec:
+    """Everything about a reward function except how it waits for the daemon."""
+
+    def __init__(
+        self,
+        kind: str,
+        failure_value: float,
+        infra_failure_value: float | None,
+        column_map: Mapping[str, str] | None,
+        raise_on_error: bool,
+        code_options: Mapping[str, Any] | None,
+        math_options: Mapping[str, Any] | None,
+        name: str | None,
+    ) -> None:
+        if kind not in _KINDS:
+            raise ValueError(f"kind must be one of {_KINDS}, got {kind!r}")
+        if not isinstance(failure_value, (int, float)) or not math.isfinite(failure_value):
+            raise ValueError(f"failure_value must be a finite number, got {failure_value!r}")
+        if infra_failure_value is not None and not math.isfinite(infra_failure_value):
+            raise ValueError(f"infra_failure_value must be finite or None, got {infra_failure_value!r}")
+        unknown = set(column_map or {}) - {"ground_truth", "tests", "fn_name", "language", "entry_point"}
+        if unknown:
+            raise ValueError(f"column_map keys must be verifier inputs (ground_truth, tests, fn_name, language, "
+                             f"entry_point), got {sorted(unknown)}")
+        self.kind = kind
+        self.failure_value = float(failure_value)
+        self.infra_failure_value = infra_failure_value
+        self.column_map = dict(column_map or {})
+        self.raise_on_error = raise_on_error
+        self.code_options = dict(code_options or {})
+        self.math_options = dict(math_options or {})
+        self.name = name or f"sandboxd_{kind}"
+
+    # -- columns ----------------------------------------------------------
+
+    def _math_column(self, columns: Mapping[str, Any]) -> str | None:
+        if "ground_truth" in self.column_map:
+            return self.column_map["ground_truth"]
+        return next((c for c in MATH_COLUMNS["ground_truth"] if c in columns), None)
+
+    def _tests_column(self, columns: Mapping[str, Any]) -> str | None:
+        if "tests" in self.column_map:
+            return self.column_map["tests"]
+        return next((c for c in CODE_TEST_COLUMNS if c in columns), None)
+
+    def _missing(self, columns: Mapping[str, Any]) -> str | None:
+        """Why the dataset cannot be scored at all, or None."""
+        available = sorted(columns)
+        for verifier_input, column in self.column_map.items():
+            if column not in columns:
+                return (f"{self.name}: column_map[{verifier_input!r}] = {column!r}, but the dataset has no such "
+                        f"column; available columns: {available}")
+        math_col, tests_col = self._math_column(columns), self._tests_column(columns)
+        if self.kind == "math" and math_col is None:
+            return (f"{self.name}: math scoring needs a ground-truth column, one of "
+                    f"{list(MATH_COLUMNS['ground_truth'])} (or column_map={{'ground_truth': ...}}); "
+                    f"available columns: {available}")
+        if self.kind == "code" and tests_col is None:
+            return (f"{self.name}: code scoring needs a tests column, one of {list(CODE_TEST_COLUMNS)} "
+                    f"(or column_map={{'tests': ...}}); available columns: {available}")
+        if self.kind == "auto" and math_col is None and tests_col is None:
+            return (f"{self.name}: needs a tests column {list(CODE_TEST_COLUMNS)} or a ground-truth column "
+                    f"{list(MATH_COLUMNS['ground_truth'])}; available columns: {available}")
+        return None
+
+    def _value(self, columns: Mapping[str, Sequence[Any]], verifier_input: str, default: str, row: int) -> Any:
+        column = self.column_map.get(verifier_input, default)
+        values = columns.get(column)
+        return None if values is None else values[row]
+
+    def _code_job(self, text: str, columns: Mapping[str, Sequence[Any]], tests_col: str, row: int) -> pb.Job:
+        tests = columns[tests_col][row]
+        main = tests_col if "tests" not in self.column_map else None
+        if main in _COMPANIONS:
+            # Rebuild the dataset's own dict so the daemon sees the shape it knows.
+            tests = {main: tests}
+            for companion in _COMPANIONS[main]:
+                if columns.get(companion) is not None and columns[companion][row] is not None:
+                    tests[companion] = columns[companion][row]
+        options = dict(self.code_options)
+        fn_name = self._value(columns, "fn_name", "fn_name", row)
+        if fn_name:
+            options["fn_name"] = fn_name
+        language = self._value(columns, "language", "language", row)
+        if language:
+            options["language"] = language
+        entry_point = self._value(columns, "entry_point", "entry_point", row)
+        if entry_point and not isinstance(tests, Mapping):
+            options["entry_point"] = entry_point
+        options.setdefault("failure_value", self.failure_value)
+        return code_job(text, tests, **options)
+
+    def _math_job(self, text: str, columns: Mapping[str, Sequence[Any]], math_col: str, row: int) -> pb.Job:
+        options = dict(self.math_options)
+        options.setdefault("failure_value", self.failure_value)
+        return math_job(text, columns[math_col][row], **options)
+
+    def prepare(self, completions: Sequence[Any] | None, columns: dict[str, Any]) -> list[pb.Job | InvalidRequest]:
+        """One job per completion, or the reason a row cannot be scored.
+
+        Raises ValueError when the dataset lacks the columns the verifier needs:
+        a configuration error is worth stopping the run for, a bad row is not.
+        """
+        if completions is None:
+            raise ValueError(f"{self.name}: called without completions")
+        reason = self._missing(columns)
+        if reason:
+            raise ValueError(reason)
+        n = len(completions)
+        for column, values in columns.items():
+            if isinstance(values, Sequence) and not isinstance(values, str) and len(values) != n:
+                raise ValueError(f"{self.name}: column {column!r} has {len(values)} values for {n} completions")
+        math_col, tests_col = self._math_column(columns), self._tests_column(columns)
+        jobs: list[pb.Job | InvalidRequest] = []
+        for row, completion in enumerate(completions):
+            try:
+                text = completion_text(completion)
+                kind = self.kind
+                if kind == "auto":
+                    # Mixed datasets leave the other kind's column empty (None) on each row.
+                    has_tests = tests_col is not None and columns[tests_col][row] is not None
+                    kind = "code" if has_tests else "math"
+                if kind == "code":
+                    assert tests_col is not None
+                    jobs.append(self._code_job(text, columns, tests_col, row))
+                else:
+                    if math_col is None or columns[math_col][row] is None:
+                        raise InvalidRequest(f"row {row} has neither tests nor a ground truth")
+                    jobs.append(self._math_job(text, columns, math_col, row))
+            except InvalidRequest as e:
+                if self.raise_on_error:
+                    raise
+                jobs.append(e)
+        return jobs
+
+    # -- results ----------------------------------------------------------
+
+    def rewards(
+        self,
+        prepared: list[pb.Job | InvalidRequest],
+        results: list[Result] | SandboxdError,
+        log_metric: Callable[[str, float], Any] | None,
+    ) -> list[float | None]:
+        """Rewards in input order, with metrics sent to ``log_metric``."""
+        if isinstance(results, SandboxdError):
+            if self.raise_on_error:
+                raise results
+            log.error("%s: scoring failed, every completion gets %r: %s", self.name, self.infra_failure_value,
+                      results)
+            results = []
+        scored = iter(results)
+        out: list[float | None] = []
+        verdicts: list[Result] = []
+        infra = 0
+        for item in prepared:
+            if isinstance(item, InvalidRequest):
+                log.warning("%s: unscorable row, reward %r: %s", self.name, self.infra_failure_value, item)
+                infra += 1
+                out.append(self.infra_failure_value)
+                continue
+            result = next(scored, None)
+            if result is None or result.is_infrastructure_failure:
+                infra += 1
+                out.append(self.infra_failure_value)
+                continue
+            verdicts.append(result)
+            out.append(result.reward if math.isfinite(result.reward) else self.failure_value)
+        if infra and self.raise_on_error:
+            raise SandboxdError(f"{self.name}: {infra} of {len(prepared)} completions could not be scored")
+        self._log(log_metric, verdicts, infra, len(prepared))
+        return out
+
+    def _log(self, log_metric: Callable[[str, float], Any] | None, verdicts: list[Result], infra: int,
+             total: int) -> None:
+        if log_metric is None or not total:
+            return
+        metrics = {"infra_failure_rate": infra / total}
+        if verdicts:
+            metrics["ok_rate"] = sum(r.ok for r in verdicts) / len(verdicts)
+            metrics["pass_rate"] = sum(r.pass_rate for r in verdicts) / len(verdicts)
+        for key, value in metrics.items():
+            try:
+                log_metric(f"{self.name}/{key}", value)
+            except Exception:  # a logging hook must never cost the trainer its rewards
+                log.debug("log_metric(%s) failed", key, exc_info=True)
+
+
+def _split_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    for name in _TRL_ARGS:
+        kwargs.pop(name, None)
+    return kwargs
+
+
+def make_reward_func(
+    kind: str = "auto",
+    *,
+    address: str | Sequence[str] | None = None,
+    failure_value: float = -1.0,
+    infra_failure_value: float | None = -1.0,
+    column_map: Mapping[str, str] | None = None,
+    raise_on_error: bool = False,
+    code_options: Mapping[str, Any] | None = None,
+    math_options: Mapping[str, Any] | None = None,
+    client_options: Mapping[str, Any] | None = None,
+    name: str | None = None,
+) -> RewardFunc:
+    """A synchronous TRL reward function scoring with sandboxd.
+
+    ``kind`` is ``"code"``, ``"math"`` or ``"auto"`` (per row: code when its tests
+    column is set, else math). ``column_map`` maps verifier inputs
+    (``ground_truth``, ``tests``, ``fn_name``, ``language``, ``entry_point``) to
+    dataset columns when the defaults do not fit. Model failures score
+    ``failure_value``; completions that could not be scored (infrastructure
+    failure, malformed row) score ``infra_failure_value`` (None: TRL ignores
+    them). Missing columns raise ValueError before any RPC; nothing else
+    raises unless ``raise_on_error``. ``code_options`` / ``math_options`` go to
+    :func:`code_job` / :func:`math_job`; ``client_options`` to the client.
+    The client is created on first call, so the function can be built before
+    worker processes fork.
+    """
+    spec = _RewardSpec(kind, failure_value, infra_failure_value, column_map, raise_on_error, code_options,
+                       math_options, name)
+    lock = threading.Lock()
+    holder: list[SandboxClient] = []
+
+    def get_client() -> SandboxClient:
+        with lock:
+            if not holder:
+                holder.append(SandboxClient(address, **dict(client_options or {})))
+            return holder[0]
+
+    def reward(prompts: Any = None, completions: Any = None, **kwargs: Any) -> list[float | None]:
+        log_metric = kwargs.get("log_metric")
+        prepared = spec.prepare(completions, _split_kwargs(kwargs))
+        jobs = [j for j in prepared if isinstance(j, pb.Job)]
+        results: list[Result] | SandboxdError = []
+        if jobs:
+            try:
+                results = get_client().score_batch(jobs)
+            except SandboxdError as e:
+                results = e
+        return spec.rewards(prepared, results, log_metric)
+
+    reward.__name__ = reward.__qualname__ = spec.name
+    return reward
+
+
+def make_async_reward_func(
+    kind: str = "auto",
+    *,
+    address: str | Sequence[str] | None = None,
+    failure_value: float = -1.0,
+    infra_failure_value: float | None = -1.0,
+    column_map: Mapping[str, str] | None = None,
+    raise_on_error: bool = False,
+    code_options: Mapping[str, Any] | None = None,
+    math_options: Mapping[str, Any] | None = None,
+    client_options: Mapping[str, Any] | None = None,
+    name: str | None = None,
+) -> AsyncRewardFunc:
+    """The ``async def`` twin of :func:`make_reward_func`, with the same arguments.
+
+    TRL runs async reward functions on its own event loop thread; a
+    ``grpc.aio`` channel belongs to one loop, so a client is created lazily
+    for each loop the function is awaited on.
+    """
+    spec = _RewardSpec(kind, failure_value, infra_failure_value, column_map, raise_on_error, code_options,
+                       math_options, name)
+    clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncSandboxClient] = weakref.WeakKeyDictionary()
+
+    def get_client() -> AsyncSandboxClient:
+        loop = asyncio.get_running_loop()
+        client = clients.get(loop)
+        if client is None:
+            # No await between get and set: one loop cannot race itself here.
+            client = clients[loop] = AsyncSandboxClient(address, **dict(client_options or {}))
+        return client
+
+    async def reward(prompts: Any = None, completions: Any = None, **kwargs: Any) -> list[float | None]:
+        log_metric = kwargs.get("log_metric")
+        prepared = spec.prepare(completions, _split_kwargs(kwargs))
+        jobs = [j for j in prepared if isinstance(j, pb.Job)]
+        results: list[Result] | SandboxdError = []
+        if jobs:
+            try:
+                results = await get_client().score_batch(jobs)
+            except SandboxdError as e:
+                results = e
+        return spec.rewards(prepared, results, log_metric)
+
+    reward.__name__ = reward.__qualname__ = spec.name
+    return reward

@@ -1,0 +1,478 @@
+"""The controller: PID 1 of a sandbox, the daemon's peer on the control socket.
+
+Requests are frames (see protocol.py) on a Unix socket in a folder the
+daemon bind-mounts from the host; only root in the sandbox can reach it
+(folder 0700), so jobs, which run under other uids, cannot talk to it.
+
+Ops: `hello` (after a start or a restore: reseed, learn the sandbox's id),
+`ping`, and `run` (one job: execute, code or math).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import ctypes
+import os
+import random
+import shutil
+import signal
+import socket
+import sys
+import time
+from typing import Any
+
+from sandboxd.agent import zygote as zygote_module
+from sandboxd.agent.protocol import ProtocolError, encode_frame, read_frame
+from sandboxd.agent.runner import (
+    Runner,
+    RunOutcome,
+    RunSpec,
+    SandboxDamaged,
+    Zygote,
+    classify,
+    kill_uid,
+    remove_files_of,
+)
+
+PR_SET_CHILD_SUBREAPER = 36
+# Each run gets a uid of its own from this range; 4096 concurrent runs per
+# sandbox is far beyond what its CPU quota can serve.
+FIRST_JOB_UID = 20000
+JOB_UIDS = 4096
+WORK_ROOT = "/tmp/sandboxd"
+# Writable folders every uid shares; scrubbed of a run's files after it.
+SHARED_WRITABLE = ("/dev/shm", "/dev/mqueue")
+TEXT_PREVIEW_BYTES = 4096
+DEFAULT_RLIMITS = {"fsize": 64 << 20, "nproc": 256, "nofile": 512, "core": 0}
+FILE_COLLECT_BYTES = 16 << 20
+
+
+class UidPool:
+    def __init__(self) -> None:
+        self._free = list(range(FIRST_JOB_UID + JOB_UIDS - 1, FIRST_JOB_UID - 1, -1))
+
+    def take(self) -> int:
+        if not self._free:
+            raise SandboxDamaged("no free job uid")
+        return self._free.pop()
+
+    def give_back(self, uid: int) -> None:
+        self._free.insert(0, uid)
+
+
+def _preview(data: bytes, limit: int = TEXT_PREVIEW_BYTES) -> str:
+    return data[:limit].decode("utf-8", errors="replace")
+
+
+class Controller:
+    def __init__(self, zygote: Zygote, languages: list[str]) -> None:
+        self.zygote = zygote
+        self.runner = Runner(zygote, self.reap)
+        self.uids = UidPool()
+        self.languages = languages
+        self.sandbox_id = ""
+
+    # ---- process housekeeping ------------------------------------------
+    def reap(self) -> None:
+        """Collect orphans re-parented to us; the zygote's death is fatal."""
+        while True:
+            try:
+                pid, _status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if pid == self.zygote.pid:
+                print("sandboxd-agent: zygote exited; sandbox is damaged", file=sys.stderr, flush=True)
+                os._exit(70)
+
+    # ---- work dirs ------------------------------------------------------
+    def _make_workdir(self, uid: int) -> str:
+        path = f"{WORK_ROOT}/{uid}"
+        shutil.rmtree(path, ignore_errors=True)
+        os.mkdir(path, 0o700)
+        os.chown(path, uid, uid)
+        return path
+
+    def _release(self, uid: int) -> None:
+        kill_uid(uid, self.reap)
+        shutil.rmtree(f"{WORK_ROOT}/{uid}", ignore_errors=True)
+        for folder in SHARED_WRITABLE:
+            remove_files_of(uid, folder)
+        self.uids.give_back(uid)
+
+    @staticmethod
+    def _write_file(workdir: str, uid: int, relpath: str, content: bytes, mode: int = 0o600) -> None:
+        parts = [p for p in relpath.split("/") if p]
+        if not parts or any(p in (".", "..") for p in parts):
+            raise ValueError(f"bad file path {relpath!r}")
+        folder = workdir
+        for part in parts[:-1]:
+            folder = os.path.join(folder, part)
+            if not os.path.isdir(folder):
+                os.mkdir(folder, 0o700)
+                os.chown(folder, uid, uid)
+        fd = os.open(os.path.join(folder, parts[-1]), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+        try:
+            os.write(fd, content)
+            os.fchown(fd, uid, uid)
+        finally:
+            os.close(fd)
+
+    @staticmethod
+    def _collect_file(workdir: str, relpath: str) -> bytes | None:
+        path = os.path.realpath(os.path.join(workdir, relpath))
+        if not path.startswith(workdir + "/"):
+            return None
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            return None
+        try:
+            if not os.path.isfile(f"/proc/self/fd/{fd}"):
+                return None
+            return os.read(fd, FILE_COLLECT_BYTES)
+        finally:
+            os.close(fd)
+
+    # ---- building runs -----------------------------------------------------
+    @staticmethod
+    def _rlimits(limits: dict[str, Any], *, address_space: bool) -> dict[str, int]:
+        rlimits = dict(DEFAULT_RLIMITS)
+        rlimits["cpu"] = max(1, int(limits["timeout"] + 0.999))
+        if address_space and limits.get("memory"):
+            rlimits["as_extra"] = int(limits["memory"])
+        return rlimits
+
+    @staticmethod
+    def _env(workdir: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+        env = {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "HOME": workdir,
+            "TMPDIR": workdir,
+            "LANG": "C.UTF-8",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONHASHSEED": "0",
+        }
+        env.update(extra or {})
+        return env
+
+    def _program_spec(self, program: dict[str, Any], limits: dict[str, Any], uid: int, workdir: str,
+                      stdin: bytes, args: list[str]) -> RunSpec:
+        """A run of the candidate's program: in-process Python or an exec'd binary."""
+        common = {
+            "uid": uid,
+            "cwd": workdir,
+            "timeout": limits["timeout"],
+            "output_limit": limits["output"],
+            "stdin": stdin,
+            "env": self._env(workdir, program.get("env")),
+        }
+        if program["language"] == "python":
+            return RunSpec(mode="python", code=program["code"], argv=[program.get("source", "main.py"), *args],
+                           rlimits=self._rlimits(limits, address_space=True), **common)
+        return RunSpec(mode="exec", argv=[*program["run"], *args],
+                       rlimits=self._rlimits(limits, address_space=program.get("address_space_limit", True)),
+                       **common)
+
+    async def _compile(self, program: dict[str, Any], limits: dict[str, Any], uid: int,
+                       workdir: str) -> tuple[bool, str, float]:
+        """Write the source and compile it once; (ok, compiler output, seconds)."""
+        self._write_file(workdir, uid, program.get("source", "main.py"), program["code"].encode())
+        if not program.get("compile"):
+            return True, "", 0.0
+        spec = RunSpec(
+            mode="exec", uid=uid, cwd=workdir, argv=program["compile"],
+            timeout=program.get("compile_timeout", 30.0), output_limit=64 << 10,
+            rlimits=dict(DEFAULT_RLIMITS, nproc=512), env=self._env(workdir, program.get("env")),
+        )
+        outcome = await self.runner.run(spec)
+        output = _preview(outcome.stderr + outcome.stdout, 8192)
+        if outcome.killed_for == "wall_time":
+            return False, f"compilation timed out after {spec.timeout:g} s\n{output}", outcome.wall_seconds
+        return outcome.exit_code == 0, output, outcome.wall_seconds
+
+    # ---- jobs ------------------------------------------------------------
+    async def run_job(self, job: dict[str, Any]) -> dict[str, Any]:
+        kind = job["kind"]
+        started = time.monotonic()
+        if kind == "execute":
+            result = await self._execute(job)
+        elif kind == "code":
+            result = await self._code(job)
+        elif kind == "math":
+            result = await self._math(job)
+        else:
+            raise ValueError(f"unknown job kind {kind!r}")
+        result["run_seconds"] = time.monotonic() - started
+        return result
+
+    async def _execute(self, job: dict[str, Any]) -> dict[str, Any]:
+        program, limits = job["program"], job["limits"]
+        uid = self.uids.take()
+        try:
+            workdir = self._make_workdir(uid)
+            for item in job.get("files", []):
+                self._write_file(workdir, uid, item["path"], base64.b64decode(item["content"]))
+            ok, compile_output, _ = await self._compile(program, limits, uid, workdir)
+            if not ok:
+                return {"status": "compile_error", "message": "compilation failed",
+                        "execute": {"exit_code": 1, "stdout": "", "stderr": base64.b64encode(
+                            compile_output.encode()).decode()}}
+            spec = self._program_spec(program, limits, uid, workdir,
+                                      base64.b64decode(job.get("stdin", "")), job.get("args", []))
+            outcome = await self.runner.run(spec)
+            status, limit, message = classify(outcome, spec)
+            files = []
+            for relpath in job.get("collect_files", []):
+                content = self._collect_file(workdir, relpath)
+                if content is not None:
+                    files.append({"path": relpath, "content": base64.b64encode(content).decode()})
+            return {
+                "status": status,
+                "limit": limit,
+                "message": message,
+                "execute": {
+                    "exit_code": outcome.exit_code,
+                    "stdout": base64.b64encode(outcome.stdout).decode(),
+                    "stderr": base64.b64encode(outcome.stderr).decode(),
+                    "stdout_truncated": outcome.stdout_truncated,
+                    "stderr_truncated": outcome.stderr_truncated,
+                    "files": files,
+                    "cpu_seconds": outcome.cpu_seconds,
+                    "max_rss_bytes": outcome.max_rss_bytes,
+                },
+            }
+        finally:
+            self._release(uid)
+
+    async def _code(self, job: dict[str, Any]) -> dict[str, Any]:
+        from sandboxd.verifiers.code import compare_stdout
+
+        program, limits, plan = job["program"], job["limits"], job["plan"]
+        uid = self.uids.take()
+        try:
+            workdir = self._make_workdir(uid)
+            ok, compile_output, _ = await self._compile(program, limits, uid, workdir)
+            if not ok:
+                return {"status": "compile_error", "message": "compilation failed",
+                        "code": {"compile_output": compile_output, "tests_total": _case_count(plan)}}
+            if plan["kind"] == "stdio":
+                tests = []
+                for index, case in enumerate(plan["stdio"]):
+                    spec = self._program_spec(program, limits, uid, workdir, case["stdin"].encode(), [])
+                    outcome = await self.runner.run(spec)
+                    status, limit, message = classify(outcome, spec)
+                    actual = outcome.stdout.decode("utf-8", errors="replace")
+                    if status == "ok" and not compare_stdout(actual, case["expected_stdout"],
+                                                             job.get("checker", "whitespace"),
+                                                             job.get("tolerance", 1e-6)):
+                        status, message = "wrong_answer", "output differs from the expected output"
+                    tests.append(_test_entry(index, status, limit, message, outcome))
+                    if status != "ok" and job.get("stop_on_first_failure"):
+                        break
+                return _code_result(tests, _case_count(plan))
+            return await self._python_harness(job, uid, workdir)
+        finally:
+            self._release(uid)
+
+    async def _python_harness(self, job: dict[str, Any], uid: int, workdir: str) -> dict[str, Any]:
+        """Function-call and assert tests: candidate and judge in two processes, two uids."""
+        plan, limits = job["plan"], job["limits"]
+        judge_uid = self.uids.take()
+        candidate_end, judge_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        cases = max(1, _case_count(plan))
+        # The judge calls the candidate once per case: the deadline covers them all.
+        timeout = min(limits["timeout"] * cases, job.get("max_job_seconds", 300.0))
+        run_limits = dict(limits, timeout=timeout)
+        try:
+            judge_dir = self._make_workdir(judge_uid)
+            candidate = RunSpec(
+                mode="py_callee", uid=uid, cwd=workdir, code=job["program"]["code"], timeout=timeout,
+                output_limit=limits["output"], rlimits=self._rlimits(run_limits, address_space=True),
+                env=self._env(workdir), peer=candidate_end,
+            )
+            judge = RunSpec(
+                mode="py_tests", uid=judge_uid, cwd=judge_dir, timeout=timeout,
+                output_limit=limits["output"], rlimits=self._rlimits(run_limits, address_space=False),
+                env=self._env(judge_dir), peer=judge_end,
+                extra={"plan_kind": plan["kind"], "harness": job["harness"]},
+            )
+            candidate_task = asyncio.ensure_future(self.runner.run(candidate))
+            judge_outcome = await self.runner.run(judge)
+            # The judge is done: whatever the candidate still does is moot.
+            kill_uid(uid, self.reap)
+            candidate_outcome = await candidate_task
+        finally:
+            candidate_end.close()
+            judge_end.close()
+            self._release(judge_uid)
+        judge_status, limit, message = classify(judge_outcome, judge)
+        verdict = judge_outcome.verdict
+        if judge_status == "timeout":
+            return _code_result([], _case_count(plan), status="timeout", limit=limit, message=message)
+        if judge_status != "ok" or not isinstance(verdict, dict):
+            return {"status": "internal", "message": judge_outcome.harness_error or message or "no verdict",
+                    "code": {"tests_total": _case_count(plan)}}
+        candidate_status, candidate_limit, candidate_message = classify(candidate_outcome, candidate)
+        if plan["kind"] == "function":
+            tests = []
+            for entry in verdict.get("tests", []):
+                status = "ok" if entry.get("passed") else "wrong_answer"
+                message = entry.get("message", "")
+                if not entry.get("passed") and candidate_status in ("memory_limit", "output_limit"):
+                    status, message = candidate_status, candidate_message
+                tests.append({"index": entry.get("index", len(tests)), "status": status,
+                              "limit": candidate_limit if status != "ok" and status != "wrong_answer" else "",
+                              "message": message[:2000], "time_seconds": entry.get("time_seconds", 0.0)})
+            return _code_result(tests, _case_count(plan), stderr=candidate_outcome.stderr)
+        passed = bool(verdict.get("passed"))
+        status = "ok" if passed else "wrong_answer"
+        message = verdict.get("message", "")
+        if not passed and candidate_status in ("memory_limit", "output_limit", "runtime_error") \
+                and candidate_outcome.stderr:
+            status = candidate_status if candidate_status != "runtime_error" else "wrong_answer"
+            message = f"{message}\n{_preview(candidate_outcome.stderr, 1000)}".strip()
+        test = {"index": 0, "status": status, "limit": candidate_limit if status not in ("ok", "wrong_answer")
+                else "", "message": message[:2000], "time_seconds": judge_outcome.wall_seconds,
+                "stderr": _preview(candidate_outcome.stderr)}
+        return _code_result([test], 1)
+
+    async def _math(self, job: dict[str, Any]) -> dict[str, Any]:
+        limits = job["limits"]
+        uid = self.uids.take()
+        try:
+            workdir = self._make_workdir(uid)
+            spec = RunSpec(
+                mode="math", uid=uid, cwd=workdir, timeout=limits["timeout"], output_limit=limits["output"],
+                rlimits=self._rlimits(limits, address_space=True), env=self._env(workdir),
+                extra={"completion": job["completion"], "ground_truth": job["ground_truth"],
+                       "extraction": job.get("extraction", "auto"), "tolerance": job.get("tolerance", 1e-6)},
+            )
+            outcome = await self.runner.run(spec)
+        finally:
+            self._release(uid)
+        status, limit, message = classify(outcome, spec)
+        verdict = outcome.verdict if isinstance(outcome.verdict, dict) else {}
+        if status == "ok" and verdict:
+            status = verdict.get("status", "internal")
+            message = verdict.get("message", "")
+        elif status == "ok":
+            status, message = "internal", outcome.harness_error or "math worker gave no verdict"
+        elif status == "runtime_error":
+            # The parser, not a model's program, crashed: a hostile answer.
+            status = "wrong_answer"
+        return {"status": status, "limit": limit, "message": message, "math": verdict}
+
+    # ---- the control socket ----------------------------------------------
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                try:
+                    request = await read_frame(reader)
+                except (EOFError, ProtocolError, ConnectionError):
+                    return
+                try:
+                    reply = await self._dispatch(request)
+                except SandboxDamaged as exc:
+                    reply = {"error": str(exc), "damaged": True}
+                except (KeyError, TypeError, ValueError) as exc:
+                    reply = {"error": f"bad request: {type(exc).__name__}: {exc}"}
+                writer.write(encode_frame(reply))
+                await writer.drain()
+                if reply.get("damaged"):
+                    os._exit(71)
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
+
+    async def _dispatch(self, request: dict[str, Any]) -> dict[str, Any]:
+        op = request.get("op")
+        if op == "ping":
+            return {"ok": True}
+        if op == "hello":
+            self.sandbox_id = request.get("sandbox_id", "")
+            random.seed()
+            self.zygote.send({"op": "reseed"})
+            return {"ok": True, "languages": self.languages, "pid": os.getpid()}
+        if op == "run":
+            return {"result": await self.run_job(request["job"])}
+        raise ValueError(f"unknown op {op!r}")
+
+
+def _case_count(plan: dict[str, Any]) -> int:
+    if plan["kind"] == "stdio":
+        return len(plan["stdio"])
+    if plan["kind"] == "function":
+        return len(plan.get("function", []))
+    return 1
+
+
+def _test_entry(index: int, status: str, limit: str, message: str, outcome: RunOutcome) -> dict[str, Any]:
+    return {
+        "index": index,
+        "status": status,
+        "limit": limit,
+        "message": message,
+        "time_seconds": outcome.wall_seconds,
+        "stdout": _preview(outcome.stdout),
+        "stderr": _preview(outcome.stderr),
+    }
+
+
+def _code_result(tests: list[dict[str, Any]], total: int, *, status: str = "", limit: str = "",
+                 message: str = "", stderr: bytes = b"") -> dict[str, Any]:
+    passed = sum(1 for t in tests if t["status"] == "ok")
+    if not status:
+        failures = [t for t in tests if t["status"] != "ok"]
+        if not failures and passed == total:
+            status = "ok"
+        elif failures:
+            first = failures[0]
+            status, limit, message = first["status"], first.get("limit", ""), first.get("message", "")
+        else:
+            status = "wrong_answer"
+    result = {"status": status, "limit": limit, "message": message, "tests": tests,
+              "code": {"tests_passed": passed, "tests_total": total}}
+    if stderr:
+        result["stderr"] = _preview(stderr)
+    return result
+
+
+def available_languages(toolchains: dict[str, str]) -> list[str]:
+    return sorted(lang for lang, binary in toolchains.items() if shutil.which(binary))
+
+
+async def serve(socket_path: str, warm_modules: list[str], toolchains: dict[str, str]) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    os.makedirs(WORK_ROOT, mode=0o711, exist_ok=True)
+    os.chmod(WORK_ROOT, 0o711)
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        ours.close()
+        zygote_module.main(theirs, warm_modules)
+    theirs.close()
+    zygote = Zygote(ours, pid)
+    controller = Controller(zygote, available_languages(toolchains))
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGCHLD, controller.reap)
+    await zygote.ready
+    folder = os.path.dirname(socket_path)
+    os.makedirs(folder, exist_ok=True)
+    os.chmod(folder, 0o700)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(socket_path)
+    server = await asyncio.start_unix_server(controller.handle, path=socket_path)
+    os.chmod(socket_path, 0o600)
+    print(f"sandboxd-agent: ready on {socket_path}", flush=True)
+    stop = loop.create_future()
+    loop.add_signal_handler(signal.SIGTERM, lambda: stop.done() or stop.set_result(None))
+    async with server:
+        await stop

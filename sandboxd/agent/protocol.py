@@ -1,0 +1,79 @@
+"""Framing shared by the daemon, the agent's controller and its workers.
+
+A frame is a 4-byte big-endian length followed by that many bytes of UTF-8
+JSON. Lengths are capped so that a hostile or broken peer cannot make the
+reader allocate without bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import struct
+from typing import Any
+
+HEADER = struct.Struct(">I")
+# 64 MiB: the largest request (a program with many big test inputs) fits,
+# and nothing a job prints can make a reader allocate more.
+MAX_FRAME_BYTES = 64 << 20
+
+
+class ProtocolError(Exception):
+    """The peer sent something that is not a well-formed frame."""
+
+
+def encode_frame(message: Any) -> bytes:
+    body = json.dumps(message, separators=(",", ":")).encode()
+    if len(body) > MAX_FRAME_BYTES:
+        raise ProtocolError(f"frame of {len(body)} bytes exceeds {MAX_FRAME_BYTES}")
+    return HEADER.pack(len(body)) + body
+
+
+def _decode_body(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except ValueError as exc:
+        raise ProtocolError(f"frame is not JSON: {exc}") from None
+
+
+async def read_frame(reader: asyncio.StreamReader, max_bytes: int = MAX_FRAME_BYTES) -> Any:
+    """Read one frame; raises EOFError on a clean end of stream."""
+    try:
+        header = await reader.readexactly(HEADER.size)
+    except asyncio.IncompleteReadError as exc:
+        if not exc.partial:
+            raise EOFError from None
+        raise ProtocolError("truncated frame header") from None
+    (length,) = HEADER.unpack(header)
+    if length > max_bytes:
+        raise ProtocolError(f"frame of {length} bytes exceeds {max_bytes}")
+    try:
+        body = await reader.readexactly(length)
+    except asyncio.IncompleteReadError:
+        raise ProtocolError("truncated frame body") from None
+    return _decode_body(body)
+
+
+def _recv_exactly(sock: socket.socket, size: int) -> bytes:
+    chunks = []
+    remaining = size
+    while remaining:
+        chunk = sock.recv(min(remaining, 1 << 20))
+        if not chunk:
+            raise EOFError
+        chunks.append(chunk)
+        remaining -= len(chunk)
+    return b"".join(chunks)
+
+
+def recv_frame(sock: socket.socket, max_bytes: int = MAX_FRAME_BYTES) -> Any:
+    """Blocking twin of read_frame for worker processes."""
+    (length,) = HEADER.unpack(_recv_exactly(sock, HEADER.size))
+    if length > max_bytes:
+        raise ProtocolError(f"frame of {length} bytes exceeds {max_bytes}")
+    return _decode_body(_recv_exactly(sock, length))
+
+
+def send_frame(sock: socket.socket, message: Any) -> None:
+    sock.sendall(encode_frame(message))

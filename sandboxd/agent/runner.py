@@ -1,0 +1,383 @@
+"""Running one worker to completion from the controller's side.
+
+This module owns the mechanics every kind of job shares: asking the zygote
+for a worker, handing it its job and descriptors, collecting capped output,
+enforcing the wall-clock deadline, killing everything the run left behind,
+and turning the exit status into a verdict. It knows nothing about tests or
+answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import shutil
+import signal
+import socket
+import stat
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sandboxd.agent.protocol import HEADER, MAX_FRAME_BYTES, ProtocolError, read_frame
+from sandboxd.agent.worker import HARNESS_FAILURE_EXIT
+
+# Markers that a program died of its memory limit rather than of a bug; the
+# address-space rlimit makes allocation fail instead of summoning the OOM killer.
+MEMORY_MARKERS = (
+    b"MemoryError",
+    b"std::bad_alloc",
+    b"Cannot allocate memory",
+    b"out of memory",
+    b"OutOfMemoryError",
+    b"JavaScript heap out of memory",
+)
+# After SIGKILL the kernel needs a moment to tear processes down; past this
+# the sandbox is considered damaged.
+KILL_GRACE_SECONDS = 5.0
+# Output still buffered in a pipe when the run's processes are gone is read
+# for at most this long.
+DRAIN_SECONDS = 1.0
+
+
+class SandboxDamaged(Exception):
+    """The sandbox can no longer run jobs safely (zygote gone, unkillable process)."""
+
+
+@dataclass
+class RunSpec:
+    mode: str  # python | exec | py_callee | py_tests | math
+    uid: int
+    cwd: str
+    timeout: float
+    output_limit: int
+    rlimits: dict[str, int]
+    argv: list[str] = field(default_factory=list)
+    code: str = ""
+    stdin: bytes = b""
+    env: dict[str, str] = field(default_factory=dict)
+    peer: socket.socket | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RunOutcome:
+    wait_status: int
+    stdout: bytes
+    stderr: bytes
+    stdout_truncated: bool
+    stderr_truncated: bool
+    killed_for: str  # "", "wall_time" or "output"
+    wall_seconds: float
+    cpu_seconds: float
+    max_rss_bytes: int
+    verdict: Any = None
+    harness_error: str = ""
+
+    @property
+    def exit_code(self) -> int:
+        if os.WIFSIGNALED(self.wait_status):
+            return -os.WTERMSIG(self.wait_status)
+        return os.WEXITSTATUS(self.wait_status)
+
+
+def classify(outcome: RunOutcome, spec: RunSpec) -> tuple[str, str, str]:
+    """(status, limit, message) for how a run ended, judged from outside it."""
+    if outcome.killed_for == "wall_time":
+        return "timeout", "wall_time", f"killed after {spec.timeout:g} s wall clock"
+    if outcome.killed_for == "output":
+        return "output_limit", "output", f"more than {spec.output_limit} bytes of output"
+    tail = outcome.stderr[-4096:]
+    if os.WIFSIGNALED(outcome.wait_status):
+        sig = os.WTERMSIG(outcome.wait_status)
+        cpu_limit = spec.rlimits.get("cpu", 0)
+        if sig == signal.SIGXCPU or (sig == signal.SIGKILL and cpu_limit and outcome.cpu_seconds >= cpu_limit):
+            return "timeout", "cpu_time", f"used {outcome.cpu_seconds:.2f} s of CPU"
+        if sig == signal.SIGXFSZ:
+            return "runtime_error", "file_size", "wrote a file larger than the limit"
+        if sig == signal.SIGKILL:
+            # Nobody in the sandbox but us sends SIGKILL: the OOM killer did.
+            return "memory_limit", "memory", "killed by the out-of-memory killer"
+        if any(marker in tail for marker in MEMORY_MARKERS):
+            return "memory_limit", "memory", "allocation failed at the memory limit"
+        return "runtime_error", "", f"killed by signal {signal.Signals(sig).name}"
+    code = os.WEXITSTATUS(outcome.wait_status)
+    if code == 0:
+        return "ok", "", ""
+    if spec.mode in ("py_tests", "math") and code == HARNESS_FAILURE_EXIT:
+        return "internal", "", outcome.harness_error or "harness failed"
+    if any(marker in tail for marker in MEMORY_MARKERS):
+        return "memory_limit", "memory", "allocation failed at the memory limit"
+    return "runtime_error", "", f"exit status {code}"
+
+
+class _OutputBudget:
+    """stdout and stderr together may not exceed the run's output limit."""
+
+    def __init__(self, limit: int, on_overflow: Callable[[], None]) -> None:
+        self.remaining = limit
+        self.overflowed = False
+        self._on_overflow = on_overflow
+
+    def take(self, size: int) -> int:
+        granted = min(size, self.remaining)
+        self.remaining -= granted
+        if granted < size and not self.overflowed:
+            self.overflowed = True
+            self._on_overflow()
+        return granted
+
+
+class _PipeReader:
+    def __init__(self, fd: int, budget: _OutputBudget) -> None:
+        self.fd = fd
+        self.data = bytearray()
+        self.truncated = False
+        self._budget = budget
+        self._loop = asyncio.get_running_loop()
+        self.eof = self._loop.create_future()
+        os.set_blocking(fd, False)
+        self._loop.add_reader(fd, self._on_readable)
+
+    def _on_readable(self) -> None:
+        try:
+            chunk = os.read(self.fd, 1 << 16)
+        except BlockingIOError:
+            return
+        if not chunk:
+            self.close()
+            return
+        granted = self._budget.take(len(chunk))
+        self.data += chunk[:granted]
+        if granted < len(chunk):
+            self.truncated = True
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            self._loop.remove_reader(self.fd)
+            os.close(self.fd)
+            self.fd = -1
+        if not self.eof.done():
+            self.eof.set_result(None)
+
+
+class Zygote:
+    """The controller's handle on the zygote process."""
+
+    def __init__(self, sock: socket.socket, pid: int) -> None:
+        self.pid = pid
+        self._sock = sock
+        self._tags = itertools.count()
+        self._forks: dict[int, asyncio.Future[tuple[int, int]]] = {}
+        self._exits: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.alive = True
+        sock.setblocking(False)
+        asyncio.get_running_loop().add_reader(sock, self._on_readable)
+
+    def _exit_future(self, pid: int) -> asyncio.Future[dict[str, Any]]:
+        if pid not in self._exits:
+            self._exits[pid] = asyncio.get_running_loop().create_future()
+        return self._exits[pid]
+
+    def _on_readable(self) -> None:
+        while True:
+            try:
+                data, fds, _flags, _addr = socket.recv_fds(self._sock, 65536, 1)
+            except BlockingIOError:
+                return
+            if not data:
+                self._died()
+                return
+            message = json.loads(data)
+            if message["op"] == "forked":
+                self._forks.pop(message["tag"]).set_result((message["pid"], fds[0]))
+            elif message["op"] == "exit":
+                self._exit_future(message["pid"]).set_result(message)
+            elif message["op"] == "ready" and not self.ready.done():
+                self.ready.set_result(None)
+
+    def _died(self) -> None:
+        self.alive = False
+        asyncio.get_running_loop().remove_reader(self._sock)
+        error = SandboxDamaged("zygote exited")
+        for future in [*self._forks.values(), *self._exits.values(), self.ready]:
+            if not future.done():
+                future.set_exception(error)
+        self._forks.clear()
+
+    def send(self, message: dict[str, Any]) -> None:
+        self._sock.send(json.dumps(message).encode())
+
+    async def fork(self, uid: int) -> tuple[int, socket.socket, asyncio.Future[dict[str, Any]]]:
+        if not self.alive:
+            raise SandboxDamaged("zygote exited")
+        tag = next(self._tags)
+        future: asyncio.Future[tuple[int, int]] = asyncio.get_running_loop().create_future()
+        self._forks[tag] = future
+        self.send({"op": "fork", "tag": tag, "uid": uid})
+        pid, fd = await future
+        return pid, socket.socket(fileno=fd), self._exit_future(pid)
+
+    def forget(self, pid: int) -> None:
+        self._exits.pop(pid, None)
+
+
+def kill_uid(uid: int, reap: Callable[[], None]) -> None:
+    """SIGKILL every process of `uid`, wherever it moved, until none is left.
+
+    Process groups are not enough: a job can setsid() a daemon out of its
+    group. Each run has a uid of its own, so the uid names exactly the run's
+    processes, and without capabilities they cannot change it.
+    """
+    deadline = time.monotonic() + KILL_GRACE_SECONDS
+    while True:
+        alive = False
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            try:
+                if os.stat(f"/proc/{name}").st_uid != uid:
+                    continue
+                with open(f"/proc/{name}/stat", "rb") as stat_file:
+                    state = stat_file.read().rsplit(b")", 1)[1].split()[0]
+            except (FileNotFoundError, ProcessLookupError, IndexError):
+                continue
+            if state in (b"Z", b"X"):
+                continue
+            alive = True
+            try:
+                os.kill(int(name), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        reap()
+        if not alive:
+            return
+        if time.monotonic() > deadline:
+            raise SandboxDamaged(f"processes of uid {uid} survive SIGKILL")
+        time.sleep(0.001)
+
+
+def remove_files_of(uid: int, folder: str) -> None:
+    """Delete what a run left in a shared writable folder such as /dev/shm."""
+    try:
+        entries = list(os.scandir(folder))
+    except FileNotFoundError:
+        return
+    for entry in entries:
+        try:
+            info = entry.stat(follow_symlinks=False)
+            if info.st_uid != uid:
+                continue
+            if stat.S_ISDIR(info.st_mode):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                os.unlink(entry.path)
+        except FileNotFoundError:
+            continue
+
+
+class Runner:
+    """Runs workers; one instance per controller."""
+
+    def __init__(self, zygote: Zygote, reap: Callable[[], None]) -> None:
+        self.zygote = zygote
+        self._reap = reap
+
+    async def run(self, spec: RunSpec) -> RunOutcome:
+        loop = asyncio.get_running_loop()
+        pid, channel, exited = await self.zygote.fork(spec.uid)
+        stdin_fd = os.memfd_create("stdin", os.MFD_CLOEXEC)
+        os.write(stdin_fd, spec.stdin)
+        os.lseek(stdin_fd, 0, os.SEEK_SET)
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        fds = [stdin_fd, out_w, err_w]
+        if spec.peer is not None:
+            fds.append(spec.peer.fileno())
+        job = {
+            "mode": spec.mode,
+            "cwd": spec.cwd,
+            "env": spec.env,
+            "argv": spec.argv,
+            "code": spec.code,
+            "rlimits": spec.rlimits,
+            **spec.extra,
+        }
+        body = json.dumps(job).encode()
+        if len(body) > MAX_FRAME_BYTES:
+            raise ProtocolError("job too large")
+        started = time.monotonic()
+        killed_for = ""
+
+        def kill(reason: str) -> None:
+            nonlocal killed_for
+            if not killed_for:
+                killed_for = reason
+                kill_uid(spec.uid, self._reap)
+
+        budget = _OutputBudget(spec.output_limit, lambda: kill("output"))
+        stdout = _PipeReader(out_r, budget)
+        stderr = _PipeReader(err_r, budget)
+        verdict_task = None
+        try:
+            socket.send_fds(channel, [HEADER.pack(len(body))], fds)
+            channel.setblocking(False)
+            await loop.sock_sendall(channel, body)
+            if spec.mode in ("py_tests", "math"):
+                verdict_task = asyncio.ensure_future(self._read_verdict(channel))
+        except OSError:
+            # The worker died before taking its job: its exit status says why.
+            pass
+        finally:
+            for fd in (stdin_fd, out_w, err_w):
+                os.close(fd)
+        try:
+            exit_message = await asyncio.wait_for(asyncio.shield(exited), spec.timeout)
+        except TimeoutError:
+            kill("wall_time")
+            try:
+                exit_message = await asyncio.wait_for(exited, KILL_GRACE_SECONDS)
+            except TimeoutError:
+                raise SandboxDamaged(f"worker {pid} did not exit after SIGKILL") from None
+        finally:
+            self.zygote.forget(pid)
+        wall = time.monotonic() - started
+        # Anything the run started (a daemon, a sleeping grandchild) dies with it.
+        kill_uid(spec.uid, self._reap)
+        await asyncio.wait([stdout.eof, stderr.eof], timeout=DRAIN_SECONDS)
+        stdout.close()
+        stderr.close()
+        verdict, harness_error = None, ""
+        if verdict_task is not None:
+            try:
+                message = await asyncio.wait_for(verdict_task, DRAIN_SECONDS)
+                verdict = message.get("result")
+                harness_error = message.get("error", "")
+            except (TimeoutError, EOFError, ProtocolError, OSError):
+                verdict_task.cancel()
+        channel.close()
+        return RunOutcome(
+            wait_status=exit_message["status"],
+            stdout=bytes(stdout.data),
+            stderr=bytes(stderr.data),
+            stdout_truncated=stdout.truncated,
+            stderr_truncated=stderr.truncated,
+            killed_for=killed_for,
+            wall_seconds=wall,
+            cpu_seconds=exit_message["cpu_seconds"],
+            max_rss_bytes=exit_message["max_rss_bytes"],
+            verdict=verdict,
+            harness_error=harness_error,
+        )
+
+    @staticmethod
+    async def _read_verdict(channel: socket.socket) -> dict[str, Any]:
+        reader, writer = await asyncio.open_unix_connection(sock=channel)
+        try:
+            return await read_frame(reader, max_bytes=16 << 20)
+        finally:
+            writer.transport.abort()

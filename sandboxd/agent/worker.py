@@ -1,0 +1,213 @@
+"""What a worker process does between its fork from the zygote and its exit.
+
+A worker drops to its own uid before it reads a byte of the job, so nothing
+the job does runs with the zygote's privileges. The job arrives over the
+worker's control channel together with the file descriptors it should use
+(stdin as a memfd, stdout and stderr as pipes the controller reads, and for
+the two-process Python harness the socket to the other side).
+
+Modes that run candidate code close the control channel first: the only
+things a candidate can influence are its exit status and what it writes to
+its pipes, and the controller judges both from outside.
+"""
+
+from __future__ import annotations
+
+import builtins
+import ctypes
+import json
+import os
+import random
+import resource
+import signal
+import socket
+import sys
+import traceback
+from typing import Any, NoReturn
+
+from sandboxd.agent.protocol import HEADER, recv_frame, send_frame
+
+# Exit status a worker uses when the harness itself failed (not the job):
+# the controller reports it as an internal error, never as the model's fault.
+HARNESS_FAILURE_EXIT = 121
+PR_SET_PDEATHSIG = 1
+MAX_FDS_PER_JOB = 8
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def main(channel: socket.socket, uid: int) -> NoReturn:
+    """Entry point in the freshly forked child of the zygote."""
+    try:
+        os.setsid()
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+        # Set after the uid change: the kernel clears it on credential changes.
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        job, fds = _receive_job(channel)
+        _reseed()
+        _apply_limits(job.get("rlimits", {}))
+        os.umask(0o077)
+        os.chdir(job["cwd"])
+        os.environ.clear()
+        os.environ.update(job.get("env", {}))
+        _install_stdio(fds)
+    except BaseException:
+        traceback.print_exc()
+        os._exit(HARNESS_FAILURE_EXIT)
+    mode = job["mode"]
+    if mode == "python":
+        channel.close()
+        _run_python(job["code"], job.get("argv", ["main.py"]))
+    elif mode == "exec":
+        channel.close()
+        _run_exec(job["argv"])
+    elif mode == "py_callee":
+        channel.close()
+        from sandboxd.verifiers import pyharness
+
+        pyharness.serve_candidate(job["code"], socket.socket(fileno=fds[3]))
+    elif mode in ("py_tests", "math"):
+        _run_trusted(mode, job, channel, fds)
+    os._exit(HARNESS_FAILURE_EXIT)
+
+
+def _receive_job(channel: socket.socket) -> tuple[dict[str, Any], list[int]]:
+    # The descriptors ride on the 4-byte frame header; the body follows as
+    # plain stream data.
+    header, fds, _flags, _addr = socket.recv_fds(channel, HEADER.size, MAX_FDS_PER_JOB)
+    while len(header) < HEADER.size:
+        more = channel.recv(HEADER.size - len(header))
+        if not more:
+            raise EOFError("controller closed the channel")
+        header += more
+    (length,) = HEADER.unpack(header)
+    body = b""
+    while len(body) < length:
+        chunk = channel.recv(min(length - len(body), 1 << 20))
+        if not chunk:
+            raise EOFError("controller closed the channel")
+        body += chunk
+
+    return json.loads(body), fds
+
+
+def _reseed() -> None:
+    # Every clone restored from one snapshot, and every worker forked from one
+    # zygote, starts with the same generator state; a job must not be able to
+    # predict another's random numbers.
+    random.seed()
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed(int.from_bytes(os.urandom(4), "little"))
+
+
+def _apply_limits(rlimits: dict[str, int]) -> None:
+    names = {
+        "cpu": resource.RLIMIT_CPU,
+        "as": resource.RLIMIT_AS,
+        "fsize": resource.RLIMIT_FSIZE,
+        "nproc": resource.RLIMIT_NPROC,
+        "nofile": resource.RLIMIT_NOFILE,
+        "core": resource.RLIMIT_CORE,
+        "stack": resource.RLIMIT_STACK,
+    }
+    for name, value in rlimits.items():
+        if name == "as_extra":
+            # Address space is the memory limit on top of what the warm
+            # interpreter already maps (sympy and numpy map hundreds of MB).
+            with open("/proc/self/statm") as statm:
+                mapped = int(statm.read().split()[0]) * resource.getpagesize()
+            resource.setrlimit(resource.RLIMIT_AS, (mapped + value, mapped + value))
+            continue
+        soft = hard = value
+        if name == "cpu":
+            # SIGXCPU at the soft limit, SIGKILL one second later.
+            hard = value + 1
+        resource.setrlimit(names[name], (soft, hard))
+
+
+def _install_stdio(fds: list[int]) -> None:
+    for target, fd in enumerate(fds[:3]):
+        os.dup2(fd, target, inheritable=True)
+    for fd in fds[:3]:
+        if fd > 2:
+            os.close(fd)
+    sys.stdin = open(0, encoding="utf-8", errors="surrogateescape", closefd=False)  # noqa: SIM115
+    sys.stdout = open(1, "w", encoding="utf-8", errors="surrogateescape", closefd=False)  # noqa: SIM115
+    sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", closefd=False)  # noqa: SIM115
+
+
+def _flush_and_exit(status: int) -> NoReturn:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:
+            pass
+    os._exit(status)
+
+
+def _run_python(code: str, argv: list[str]) -> NoReturn:
+    """Run candidate Python in this (warm) interpreter with `python main.py` semantics."""
+    sys.argv = list(argv)
+    sys.path[0:0] = [os.getcwd()]
+    namespace = {"__name__": "__main__", "__file__": argv[0], "__builtins__": builtins}
+    status = 0
+    try:
+        exec(compile(code, argv[0], "exec"), namespace)
+    except SystemExit as exc:
+        if exc.code is None:
+            status = 0
+        elif isinstance(exc.code, int):
+            status = exc.code & 0xFF
+        else:
+            print(exc.code, file=sys.stderr)
+            status = 1
+    except BaseException:
+        traceback.print_exc()
+        status = 1
+    _flush_and_exit(status)
+
+
+def _run_exec(argv: list[str]) -> NoReturn:
+    try:
+        os.execvpe(argv[0], argv, dict(os.environ))
+    except OSError as exc:
+        print(f"cannot execute {argv[0]}: {exc}", file=sys.stderr)
+        _flush_and_exit(127)
+
+
+def _run_trusted(mode: str, job: dict[str, Any], channel: socket.socket, fds: list[int]) -> NoReturn:
+    """Modes whose code is ours: they report a verdict over the control channel."""
+    try:
+        if mode == "math":
+            from sandboxd.verifiers import math as math_verifier
+
+            result = math_verifier.verify(
+                job["completion"],
+                job["ground_truth"],
+                extraction=job.get("extraction", "auto"),
+                float_tolerance=job.get("tolerance", 1e-6),
+            )
+        else:
+            from sandboxd.verifiers import pyharness
+
+            peer = socket.socket(fileno=fds[3])
+            result = pyharness.run_tests(job["plan_kind"], peer, **job["harness"])
+        send_frame(channel, {"result": result})
+    except BaseException as exc:
+        traceback.print_exc()
+        try:
+            send_frame(channel, {"error": f"{type(exc).__name__}: {exc}"[:2000]})
+        except OSError:
+            pass
+        _flush_and_exit(HARNESS_FAILURE_EXIT)
+    _flush_and_exit(0)
+
+
+def read_result(channel: socket.socket) -> Any:
+    """Controller-side helper for tests: one verdict frame from a trusted worker."""
+    return recv_frame(channel)

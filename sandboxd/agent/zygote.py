@@ -1,0 +1,104 @@
+"""The zygote: a warm, pristine process whose only job is to fork workers.
+
+It is forked from the controller before any job exists, imports and warms
+the verifier libraries (this is the state the CRIU snapshot captures), and
+then serves two requests over a SOCK_SEQPACKET pair: fork a worker for a
+uid, and reseed after a restore. It reaps its workers and reports each exit
+status with the worker's resource usage, which is how the controller learns
+how a run ended without trusting anything the run said.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import random
+import select
+import signal
+import socket
+import sys
+import traceback
+from typing import NoReturn
+
+from sandboxd.agent import worker
+
+MESSAGE_BYTES = 65536
+
+
+def main(control: socket.socket, warm_modules: list[str]) -> NoReturn:
+    try:
+        _warm(warm_modules)
+        wake_read, wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(wake_write)
+        # A Python-level handler is needed for the wakeup fd to be written.
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        control.send(json.dumps({"op": "ready"}).encode())
+        _serve(control, wake_read)
+    except BaseException:
+        traceback.print_exc()
+    os._exit(1)
+
+
+def _warm(module_names: list[str]) -> None:
+    for name in module_names:
+        module = importlib.import_module(name)
+        warm = getattr(module, "warm", None)
+        if callable(warm):
+            warm()
+
+
+def _serve(control: socket.socket, wake_read: int) -> None:
+    while True:
+        readable, _, _ = select.select([control, wake_read], [], [])
+        if wake_read in readable:
+            try:
+                os.read(wake_read, 4096)
+            except BlockingIOError:
+                pass
+            _reap(control)
+        if control in readable:
+            data = control.recv(MESSAGE_BYTES)
+            if not data:
+                return
+            request = json.loads(data)
+            if request["op"] == "fork":
+                _fork_worker(control, request, wake_read)
+            elif request["op"] == "reseed":
+                random.seed()
+
+
+def _fork_worker(control: socket.socket, request: dict, wake_read: int) -> None:
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    pid = os.fork()
+    if pid == 0:
+        signal.set_wakeup_fd(-1)
+        control.close()
+        ours.close()
+        os.close(wake_read)
+
+        worker.main(theirs, request["uid"])
+    theirs.close()
+    reply = json.dumps({"op": "forked", "tag": request["tag"], "pid": pid}).encode()
+    socket.send_fds(control, [reply], [ours.fileno()])
+    ours.close()
+
+
+def _reap(control: socket.socket) -> None:
+    while True:
+        try:
+            pid, status, usage = os.wait4(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        message = {
+            "op": "exit",
+            "pid": pid,
+            "status": status,
+            "cpu_seconds": usage.ru_utime + usage.ru_stime,
+            "max_rss_bytes": usage.ru_maxrss * 1024,
+        }
+        control.send(json.dumps(message).encode())

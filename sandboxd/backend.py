@@ -1,0 +1,184 @@
+"""Docker, and nothing else: containers, labels, checkpoints.
+
+docker-py's friendly layer covers create/start/remove; checkpoint/restore is
+only in the Engine API, so the two raw endpoints are called through
+docker-py's low-level client. Every call here is blocking: callers run them
+in a thread (asyncio.to_thread) so the event loop never waits on Docker.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+import requests.exceptions
+from docker.types import DeviceRequest, Mount, Ulimit
+
+from sandboxd.errors import BackendUnavailable, SandboxLost
+
+LABEL_MANAGED = "io.sandboxd.managed"
+LABEL_INSTANCE = "io.sandboxd.instance"
+LABEL_POOL = "io.sandboxd.pool"
+LABEL_IMAGE = "io.sandboxd.image"
+
+# The agent runs as root inside the sandbox, stripped of every capability
+# but these: dropping each job to a uid of its own (SETUID, SETGID), killing
+# what a job leaves behind (KILL), and giving the job a work dir and
+# removing it afterwards whatever the job did to its permissions (CHOWN,
+# DAC_OVERRIDE, FOWNER). Jobs themselves run with none: a uid change away
+# from 0 clears the capability sets, and no-new-privileges keeps them clear.
+AGENT_CAPABILITIES = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "SETUID", "SETGID", "KILL"]
+
+
+@dataclass
+class SandboxSpec:
+    """Everything Docker needs to create one sandbox container."""
+
+    name: str
+    image: str
+    command: list[str]
+    control_dir: str  # host folder bind-mounted at CONTROL_MOUNT
+    code_dir: str  # host folder with the agent's code, mounted read-only
+    labels: dict[str, str]
+    memory_bytes: int
+    nano_cpus: int
+    pids: int
+    tmpfs_bytes: int
+    gpu_count: int = 0
+    gpu_device_ids: list[str] = field(default_factory=list)
+    environment: dict[str, str] = field(default_factory=dict)
+
+
+CONTROL_MOUNT = "/run/sandboxd-agent"
+CODE_MOUNT = "/opt/sandboxd"
+
+
+def container_config(spec: SandboxSpec) -> dict[str, Any]:
+    """The create-container arguments for a sandbox: the hardening profile lives here."""
+    device_requests = []
+    if spec.gpu_device_ids:
+        device_requests.append(DeviceRequest(device_ids=spec.gpu_device_ids, capabilities=[["gpu"]]))
+    elif spec.gpu_count:
+        device_requests.append(DeviceRequest(count=spec.gpu_count, capabilities=[["gpu"]]))
+    return {
+        "image": spec.image,
+        "command": spec.command,
+        "name": spec.name,
+        "labels": spec.labels,
+        "environment": {"PYTHONPATH": CODE_MOUNT, "PYTHONDONTWRITEBYTECODE": "1", **spec.environment},
+        "network_mode": "none",
+        "cap_drop": ["ALL"],
+        "cap_add": AGENT_CAPABILITIES,
+        "security_opt": ["no-new-privileges"],
+        "read_only": True,
+        # mode=755: only the agent creates folders here, one per run, so a
+        # job has no shared place to leave files for the next one.
+        "tmpfs": {"/tmp": f"rw,exec,nosuid,nodev,size={spec.tmpfs_bytes},mode=755"},
+        "mem_limit": spec.memory_bytes,
+        "memswap_limit": spec.memory_bytes,
+        "nano_cpus": spec.nano_cpus,
+        "pids_limit": spec.pids,
+        "ulimits": [Ulimit(name="nofile", soft=4096, hard=4096), Ulimit(name="core", soft=0, hard=0)],
+        "mounts": [
+            Mount(target=CONTROL_MOUNT, source=spec.control_dir, type="bind"),
+            Mount(target=CODE_MOUNT, source=spec.code_dir, type="bind", read_only=True),
+        ],
+        "device_requests": device_requests or None,
+        "shm_size": 64 << 20,
+        "detach": True,
+    }
+
+
+class DockerBackend:
+    """A thin, blocking wrapper over one Docker engine."""
+
+    def __init__(self, url: str, timeout_seconds: float = 60.0) -> None:
+        try:
+            self.client = docker.DockerClient(base_url=url, timeout=int(timeout_seconds))
+            self.client.ping()
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            raise BackendUnavailable(f"Docker engine at {url} does not answer: {exc}") from None
+        self.api = self.client.api
+        info = self.client.info()
+        self.root_dir = Path(info.get("DockerRootDir", "/var/lib/docker"))
+        self.experimental = bool(info.get("ExperimentalBuild"))
+        self.runtimes = sorted(info.get("Runtimes", {}))
+
+    def image_exists(self, name: str) -> bool:
+        try:
+            self.client.images.get(name)
+        except docker.errors.ImageNotFound:
+            return False
+        return True
+
+    def create(self, spec: SandboxSpec) -> str:
+        config = container_config(spec)
+        config.pop("detach")
+        container = self.client.containers.create(**config)
+        return container.id
+
+    def start(self, container_id: str, checkpoint: str = "") -> None:
+        try:
+            if checkpoint:
+                url = self.api._url("/containers/{0}/start", container_id)
+                self.api._raise_for_status(self.api._post(url, params={"checkpoint": checkpoint}))
+            else:
+                self.api.start(container_id)
+        except docker.errors.NotFound:
+            raise SandboxLost(f"container {container_id[:12]} vanished") from None
+
+    def checkpoint(self, container_id: str, name: str, directory: str, *, exit_after: bool) -> None:
+        """`docker checkpoint create [--leave-running] --checkpoint-dir DIR`."""
+        url = self.api._url("/containers/{0}/checkpoints", container_id)
+        body = {"CheckpointID": name, "CheckpointDir": directory, "Exit": exit_after}
+        self.api._raise_for_status(self.api._post_json(url, data=body))
+
+    def install_checkpoint(self, container_id: str, source: Path, name: str) -> None:
+        """Copy a checkpoint into a container's own checkpoint folder.
+
+        The engine refuses a custom checkpoint dir on restore ("custom
+        checkpointdir is not supported"), so each clone gets a copy where
+        the engine looks by default.
+        """
+        target = self.root_dir / "containers" / container_id / "checkpoints" / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(source, target, dirs_exist_ok=True)
+
+    def remove(self, container_id: str) -> None:
+        try:
+            self.api.remove_container(container_id, force=True, v=True)
+        except docker.errors.NotFound:
+            pass
+
+    def is_running(self, container_id: str) -> bool:
+        try:
+            state = self.api.inspect_container(container_id)["State"]
+        except docker.errors.NotFound:
+            return False
+        return bool(state.get("Running"))
+
+    def logs(self, container_id: str, tail: int = 20) -> str:
+        try:
+            return self.api.logs(container_id, tail=tail).decode(errors="replace")
+        except docker.errors.APIError:
+            return ""
+
+    def list_ours(self, instance: str | None = None) -> list[dict[str, Any]]:
+        filters = {"label": [f"{LABEL_MANAGED}=1"]}
+        if instance:
+            filters["label"].append(f"{LABEL_INSTANCE}={instance}")
+        return self.api.containers(all=True, filters=filters)
+
+    def memory_usage(self, container_id: str) -> int:
+        stats = self.api.stats(container_id, stream=False)
+        memory = stats.get("memory_stats", {})
+        # cgroup v1 counts page cache in usage; subtract it as `docker stats` does.
+        cache = memory.get("stats", {}).get("total_inactive_file", memory.get("stats", {}).get("cache", 0))
+        return int(memory.get("usage", 0)) - int(cache)
+
+    def gpu_runtime_available(self) -> bool:
+        return "nvidia" in self.runtimes

@@ -1,0 +1,215 @@
+"""Configuration: defaults, then a TOML file, then SANDBOXD_* variables, then flags.
+
+No file is needed; every value has a default that works on a single rollout
+node. Unknown keys and bad values are errors at start-up, each reported in
+one line naming the key and where it came from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sandboxd.errors import ConfigError
+
+MIB = 1 << 20
+GIB = 1 << 30
+
+
+@dataclass
+class ServerConfig:
+    socket: str = "/run/sandboxd/sandboxd.sock"
+    # "" disables TCP; "127.0.0.1:50051" or "[::]:50051" enables it.
+    tcp: str = ""
+    # "" disables the Prometheus endpoint.
+    metrics: str = "127.0.0.1:9464"
+    grace_seconds: float = 10.0
+    log_format: str = "json"  # json | text
+    log_level: str = "info"
+
+
+@dataclass
+class DockerConfig:
+    url: str = "unix:///var/run/docker.sock"
+    timeout_seconds: float = 60.0
+
+
+@dataclass
+class PoolConfig:
+    # Sandboxes kept warm per image even with no batch hint.
+    min_size: int = 2
+    max_size: int = 16
+    # Jobs one sandbox runs at once; each runs under its own uid.
+    jobs_per_sandbox: int = 2
+    # Recycle a sandbox after this many jobs, however healthy it looks.
+    recycle_after_jobs: int = 1000
+    # Shrink back towards min_size after this long without work.
+    idle_seconds: float = 300.0
+    scale_to_zero: bool = False
+    snapshots: bool = True
+    # Sandboxes started at once while filling the pool (Docker serialises
+    # much of the work; more only adds contention on 2 cores).
+    start_concurrency: int = 2
+    images: list[str] = field(default_factory=lambda: ["python", "langs"])
+
+
+@dataclass
+class SandboxConfig:
+    memory_bytes: int = 2 * GIB
+    cpus: float = 1.0
+    pids: int = 1024
+    tmpfs_bytes: int = 512 * MIB
+    state_dir: str = "/var/lib/sandboxd"
+    run_dir: str = "/run/sandboxd/sandboxes"
+
+
+@dataclass
+class LimitsConfig:
+    default_timeout_seconds: float = 10.0
+    max_timeout_seconds: float = 120.0
+    default_memory_bytes: int = 512 * MIB
+    max_memory_bytes: int = 2 * GIB
+    default_output_bytes: int = 1 * MIB
+    max_output_bytes: int = 16 * MIB
+    compile_timeout_seconds: float = 30.0
+
+
+@dataclass
+class SchedulerConfig:
+    # Jobs admitted but not yet on a sandbox; past it: RESOURCE_EXHAUSTED.
+    max_queued: int = 8192
+    # Attempts on distinct sandboxes when a sandbox dies under a job.
+    attempts: int = 3
+    max_batch: int = 16384
+
+
+@dataclass
+class Config:
+    server: ServerConfig = field(default_factory=ServerConfig)
+    docker: DockerConfig = field(default_factory=DockerConfig)
+    pool: PoolConfig = field(default_factory=PoolConfig)
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+
+    def validate(self) -> None:
+        checks = [
+            (self.server.log_format in ("json", "text"), "server.log_format must be json or text"),
+            (self.server.log_level in ("debug", "info", "warning", "error"),
+             "server.log_level must be debug, info, warning or error"),
+            (bool(self.server.socket) or bool(self.server.tcp), "server.socket and server.tcp are both empty"),
+            (self.server.grace_seconds >= 0, "server.grace_seconds must be >= 0"),
+            (self.pool.min_size >= 0, "pool.min_size must be >= 0"),
+            (self.pool.max_size >= max(1, self.pool.min_size), "pool.max_size must be >= max(1, pool.min_size)"),
+            (self.pool.jobs_per_sandbox >= 1, "pool.jobs_per_sandbox must be >= 1"),
+            (self.pool.recycle_after_jobs >= 1, "pool.recycle_after_jobs must be >= 1"),
+            (self.pool.start_concurrency >= 1, "pool.start_concurrency must be >= 1"),
+            (set(self.pool.images) <= {"python", "langs"}, "pool.images may hold python and langs"),
+            (self.sandbox.memory_bytes >= 64 * MIB, "sandbox.memory_bytes must be >= 64 MiB"),
+            (self.sandbox.cpus > 0, "sandbox.cpus must be > 0"),
+            (self.sandbox.pids >= 16, "sandbox.pids must be >= 16"),
+            (0 < self.limits.default_timeout_seconds <= self.limits.max_timeout_seconds,
+             "limits: 0 < default_timeout_seconds <= max_timeout_seconds"),
+            (0 < self.limits.default_memory_bytes <= self.limits.max_memory_bytes,
+             "limits: 0 < default_memory_bytes <= max_memory_bytes"),
+            (self.limits.max_memory_bytes <= self.sandbox.memory_bytes,
+             "limits.max_memory_bytes must be <= sandbox.memory_bytes"),
+            (0 < self.limits.default_output_bytes <= self.limits.max_output_bytes,
+             "limits: 0 < default_output_bytes <= max_output_bytes"),
+            (self.scheduler.attempts >= 1, "scheduler.attempts must be >= 1"),
+            (self.scheduler.max_queued >= 1, "scheduler.max_queued must be >= 1"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ConfigError(message)
+
+
+SECTIONS = [f.name for f in dataclasses.fields(Config)]
+
+
+def _coerce(value: Any, target: Any, where: str) -> Any:
+    """Convert a TOML or environment value to the field's declared type."""
+    kind = target
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+            return value.lower() in ("1", "true", "yes", "on")
+        raise ConfigError(f"{where}: expected true or false, got {value!r}")
+    if kind in (int, float):
+        if isinstance(value, bool):
+            raise ConfigError(f"{where}: expected a number, got {value!r}")
+        try:
+            number = kind(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{where}: expected {'an integer' if kind is int else 'a number'}, "
+                              f"got {value!r}") from None
+        if kind is int and isinstance(value, float) and value != int(value):
+            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        return number
+    if kind is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected a string, got {value!r}")
+        return value
+    if getattr(kind, "__origin__", None) is list:
+        if isinstance(value, str):
+            value = [item.strip() for item in value.split(",") if item.strip()]
+        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+            raise ConfigError(f"{where}: expected a list of strings, got {value!r}")
+        return value
+    raise ConfigError(f"{where}: unsupported type")
+
+
+def _apply(config: Config, section: str, key: str, value: Any, where: str) -> None:
+    if section not in SECTIONS:
+        raise ConfigError(f"{where}: unknown section {section!r} (known: {', '.join(SECTIONS)})")
+    part = getattr(config, section)
+    fields = typing.get_type_hints(type(part))
+    if key not in fields:
+        raise ConfigError(f"{where}: unknown key {section}.{key} (known: {', '.join(fields)})")
+    setattr(part, key, _coerce(value, fields[key], where))
+
+
+def load(path: str | os.PathLike[str] | None = None, *, environ: dict[str, str] | None = None,
+         overrides: dict[str, Any] | None = None) -> Config:
+    """Build the effective configuration; raises ConfigError on anything invalid.
+
+    `overrides` maps "section.key" to a value (from command-line flags).
+    Environment variables are SANDBOXD_<SECTION>_<KEY>, e.g.
+    SANDBOXD_POOL_MIN_SIZE=4; SANDBOXD_CONFIG names the file.
+    """
+    environ = dict(os.environ if environ is None else environ)
+    config = Config()
+    path = path or environ.get("SANDBOXD_CONFIG") or None
+    if path:
+        file = Path(path)
+        try:
+            data = tomllib.loads(file.read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"config file {file} does not exist") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{file}: not valid TOML: {exc}") from None
+        for section, values in data.items():
+            if not isinstance(values, dict):
+                raise ConfigError(f"{file}: {section!r} must be a [section]")
+            for key, value in values.items():
+                _apply(config, section, key, value, f"{file}: {section}.{key}")
+    for name, value in sorted(environ.items()):
+        if not name.startswith("SANDBOXD_") or name in ("SANDBOXD_CONFIG", "SANDBOXD_ADDRESS"):
+            continue
+        rest = name[len("SANDBOXD_"):].lower()
+        section = next((s for s in SECTIONS if rest.startswith(s + "_")), None)
+        if section is None:
+            # Other tools share the prefix (setup flags); only section names are ours.
+            continue
+        _apply(config, section, rest[len(section) + 1:], value, f"environment {name}")
+    for dotted, value in (overrides or {}).items():
+        section, _, key = dotted.partition(".")
+        _apply(config, section, key, value, f"flag --{key.replace('_', '-')}")
+    config.validate()
+    return config

@@ -1,0 +1,58 @@
+"""Every error sandboxd raises on purpose, and the gRPC status each maps to.
+
+One place for the mapping, so that a client in any language can rely on it:
+INVALID_ARGUMENT for a malformed request, RESOURCE_EXHAUSTED (with a retry
+hint) when admission control refuses work, UNAVAILABLE while the daemon is
+not ready, FAILED_PRECONDITION for a request the daemon cannot serve in its
+configuration (a language whose image is missing, a GPU pool without GPUs).
+"""
+
+from __future__ import annotations
+
+import grpc
+
+
+class SandboxdError(Exception):
+    """Base class; `code` is the gRPC status it is reported with."""
+
+    code = grpc.StatusCode.INTERNAL
+
+
+class ConfigError(SandboxdError):
+    """The configuration is invalid; raised at start-up, never later."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class InvalidRequest(SandboxdError):
+    code = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class Unsupported(SandboxdError):
+    """Well-formed, but this daemon cannot serve it (missing image, no GPU)."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class Overloaded(SandboxdError):
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+    def __init__(self, message: str, retry_after_seconds: float) -> None:
+        super().__init__(message)
+        self.retry_after_seconds = retry_after_seconds
+
+
+class NotReady(SandboxdError):
+    code = grpc.StatusCode.UNAVAILABLE
+
+
+class BackendUnavailable(SandboxdError):
+    """The Docker engine does not answer."""
+
+    code = grpc.StatusCode.UNAVAILABLE
+
+
+class SandboxLost(SandboxdError):
+    """A sandbox died or stopped answering under a job: retried elsewhere."""
+
+    code = grpc.StatusCode.UNAVAILABLE

@@ -1,0 +1,455 @@
+"""Sandbox images: content-hash tags, local builds without a registry, and a small CLI.
+
+Every image is tagged ``sandboxd/<name>:<content hash>``; the hash covers the image's
+build context (``images/<name>/``), its parent's tag and the build arguments that change
+what ends up inside, so a tag names one content and a build is skipped when its tag
+already exists. ``:latest`` moves to the last build.
+
+The chain is ``base -> python -> langs`` (``reward-model`` also derives from ``python``
+and is built only on request). ``base`` is a Debian bookworm root filesystem made with
+debootstrap and ``docker import``: no registry is reachable on the build machines, and
+bookworm's Python 3.11 matches the CPU torch wheel the reward-model image installs.
+Users with a registry set ``SANDBOXD_BASE_IMAGE`` (e.g. ``python:3.12-slim``) instead.
+
+Environment:
+    SANDBOXD_BASE_IMAGE     use this image as ``base`` instead of the debootstrap rootfs
+    SANDBOXD_CA_BUNDLE      CA bundle for pip/apt inside builds (default: PIP_CERT, then
+                            /etc/ssl/certs/ca-certificates.crt); for TLS-intercepting proxies
+    SANDBOXD_PIP_INDEX_URL  PyPI mirror for pip inside builds (default: PIP_INDEX_URL if it
+                            is an http(s) URL, else pip's default)
+    SANDBOXD_DEBIAN_MIRROR  mirror for debootstrap (default: read from the host's apt sources)
+    SANDBOXD_WHEELS_DIR     where to look for the torch CPU wheel (default /opt/wheels)
+    SANDBOXD_IMAGES_DIR     the images/ folder (default: next to this package)
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+
+REPOSITORY = "sandboxd"
+BASE_REPOSITORY = f"{REPOSITORY}/base-rootfs"
+# Bumped when the way images are built changes in a way the files do not show.
+HASH_VERSION = "1"
+HASH_LENGTH = 16
+
+DEBIAN_SUITE = "bookworm"
+DEFAULT_DEBIAN_MIRROR = "http://deb.debian.org/debian"
+DEFAULT_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+TORCH_WHEEL_GLOB = "torch-2.13.0+cpu-cp311-*.whl"
+# Name of the CA bundle inside every build context; the Dockerfiles remove it again.
+CA_FILE = ".sandboxd-ca.crt"
+LABEL_NAME = "org.sandboxd.image"
+LABEL_HASH = "org.sandboxd.content-hash"
+# Builds stream output, but a quiet pip download can stay silent for minutes.
+BUILD_TIMEOUT_S = 3600
+ROOTFS_ENV = [
+    "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "ENV LANG=C.UTF-8",
+    'CMD ["python3"]',
+]
+
+
+@dataclass(frozen=True)
+class ImageSpec:
+    """One image of the chain: its parent and whether a plain ``build`` makes it."""
+
+    name: str
+    parent: str | None
+    default: bool
+
+
+SPECS: dict[str, ImageSpec] = {
+    spec.name: spec
+    for spec in (
+        ImageSpec("base", None, True),
+        ImageSpec("python", "base", True),
+        ImageSpec("langs", "python", True),
+        ImageSpec("reward-model", "python", False),
+    )
+}
+DEFAULT_IMAGES = tuple(name for name, spec in SPECS.items() if spec.default and spec.parent)
+
+
+class ImageError(RuntimeError):
+    """An image could not be resolved or built."""
+
+
+def images_dir() -> Path:
+    """The folder holding one build context per image (``images/<name>/``)."""
+    env = os.environ.get("SANDBOXD_IMAGES_DIR")
+    return Path(env) if env else Path(__file__).resolve().parent.parent / "images"
+
+
+def context_files(folder: Path) -> dict[str, bytes]:
+    """Files of a build context by relative POSIX path; hidden files and caches are skipped."""
+    files: dict[str, bytes] = {}
+    for path in sorted(folder.rglob("*")):
+        rel = path.relative_to(folder)
+        if not path.is_file() or any(p.startswith(".") or p == "__pycache__" for p in rel.parts):
+            continue
+        files[rel.as_posix()] = path.read_bytes()
+    return files
+
+
+def content_hash(name: str, files: Mapping[str, bytes], build_args: Mapping[str, str]) -> str:
+    """Hash of an image's name, context files and content-relevant build arguments.
+
+    The parent image enters through ``build_args`` (``BASE_IMAGE`` carries the parent's
+    content-hash tag), so a change anywhere up the chain changes every tag below it.
+    """
+    digest = hashlib.sha256()
+    digest.update(f"sandboxd-image\0{HASH_VERSION}\0{name}\0".encode())
+    for rel in sorted(files):
+        data = files[rel]
+        digest.update(f"{rel}\0{len(data)}\0".encode())
+        digest.update(data)
+    digest.update(json.dumps(dict(sorted(build_args.items()))).encode())
+    return digest.hexdigest()[:HASH_LENGTH]
+
+
+def _spec(name: str) -> ImageSpec:
+    try:
+        return SPECS[name]
+    except KeyError:
+        raise ImageError(f"unknown image {name!r}; known: {', '.join(SPECS)}") from None
+
+
+def _base_override() -> str | None:
+    return os.environ.get("SANDBOXD_BASE_IMAGE") or None
+
+
+def torch_wheel() -> Path | None:
+    """The local CPU torch wheel for the reward-model image, if one is on disk."""
+    folder = Path(os.environ.get("SANDBOXD_WHEELS_DIR", "/opt/wheels"))
+    wheels = sorted(folder.glob(TORCH_WHEEL_GLOB)) if folder.is_dir() else []
+    return wheels[-1] if wheels else None
+
+
+def _hash_args(name: str) -> dict[str, str]:
+    """Build arguments that decide the image's content (and so belong in its hash)."""
+    spec = _spec(name)
+    if spec.parent is None:
+        return {"suite": DEBIAN_SUITE, "variant": "minbase"}
+    args = {"BASE_IMAGE": image_tag(spec.parent)}
+    if name == "reward-model":
+        # Where torch comes from: the same version either way, but not byte-identical files.
+        wheel = torch_wheel()
+        args["torch"] = f"{wheel.name}:{wheel.stat().st_size}" if wheel else "pypi"
+    return args
+
+
+def image_tag(name: str) -> str:
+    """The full reference (``repo:tag``) the current tree's ``name`` image has.
+
+    ``base`` resolves to ``SANDBOXD_BASE_IMAGE`` when it is set.
+    """
+    spec = _spec(name)
+    if spec.parent is None and _base_override():
+        return _base_override()  # type: ignore[return-value]
+    folder = images_dir() / name
+    if not folder.is_dir():
+        raise ImageError(f"build context {folder} is missing")
+    repo = BASE_REPOSITORY if spec.parent is None else f"{REPOSITORY}/{name}"
+    return f"{repo}:{content_hash(name, context_files(folder), _hash_args(name))}"
+
+
+def build_order(names: Iterable[str]) -> list[str]:
+    """``names`` plus their ancestors, parents first, each once."""
+    order: list[str] = []
+
+    def visit(name: str) -> None:
+        spec = _spec(name)
+        if spec.parent:
+            visit(spec.parent)
+        if name not in order:
+            order.append(name)
+
+    for name in names:
+        visit(name)
+    return order
+
+
+def _client() -> docker.APIClient:
+    try:
+        client = docker.APIClient(
+            base_url=os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock"),
+            version="auto",
+            timeout=BUILD_TIMEOUT_S,
+        )
+        client.ping()
+    except docker.errors.DockerException as exc:
+        raise ImageError(f"Docker engine not reachable: {exc}") from exc
+    return client
+
+
+def _exists(client: docker.APIClient, ref: str) -> bool:
+    try:
+        client.inspect_image(ref)
+    except docker.errors.ImageNotFound:
+        return False
+    return True
+
+
+def available_images() -> dict[str, str]:
+    """Images of the current tree that exist in the engine, by name (``{"python": ref}``)."""
+    client = _client()
+    return {name: ref for name in SPECS if _exists(client, ref := image_tag(name))}
+
+
+def debian_mirror(suite: str = DEBIAN_SUITE) -> str:
+    """The Debian mirror the host's apt uses for ``suite`` (or any Debian archive), else the CDN."""
+    if env := os.environ.get("SANDBOXD_DEBIAN_MIRROR"):
+        return env
+    candidates: list[tuple[list[str], list[str], list[str]]] = []  # (types, uris, suites)
+    for path in sorted(Path("/etc/apt/sources.list.d").glob("*.sources")):
+        for stanza in re.split(r"\n\s*\n", path.read_text(errors="replace")):
+            fields: dict[str, list[str]] = {}
+            for line in stanza.splitlines():
+                if line and ":" in line and not line.startswith(("#", " ", "\t")):
+                    key, _, value = line.partition(":")
+                    fields[key.strip().lower()] = value.split()
+            candidates.append((fields.get("types", []), fields.get("uris", []), fields.get("suites", [])))
+    for path in [Path("/etc/apt/sources.list"), *sorted(Path("/etc/apt/sources.list.d").glob("*.list"))]:
+        if not path.is_file():
+            continue
+        for line in path.read_text(errors="replace").splitlines():
+            words = re.sub(r"\[[^]]*\]", "", line.split("#", 1)[0]).split()
+            if len(words) >= 3:
+                candidates.append(([words[0]], [words[1]], [words[2]]))
+    debs = [(uris, suites) for types, uris, suites in candidates if "deb" in types]
+    for uris, suites in debs:
+        if suite in suites and uris:
+            return uris[0].rstrip("/")
+    for uris, _ in debs:
+        for uri in uris:
+            if uri.rstrip("/").endswith("/debian"):
+                return uri.rstrip("/")
+    return DEFAULT_DEBIAN_MIRROR
+
+
+def ca_bundle() -> Path | None:
+    """The CA bundle given to pip and apt inside builds, if any."""
+    for candidate in (os.environ.get("SANDBOXD_CA_BUNDLE"), os.environ.get("PIP_CERT"), DEFAULT_CA_BUNDLE):
+        if candidate and Path(candidate).is_file():
+            return Path(candidate)
+    return None
+
+
+def _runtime_build_args() -> dict[str, str]:
+    """Build arguments that only say where packages come from, not what is installed."""
+    args: dict[str, str] = {}
+    index = os.environ.get("SANDBOXD_PIP_INDEX_URL") or os.environ.get("PIP_INDEX_URL", "")
+    if index.startswith(("http://", "https://")):
+        args["SANDBOXD_PIP_INDEX_URL"] = index
+    for key in ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy"):
+        if key in os.environ:
+            args[key] = os.environ[key]
+    return args
+
+
+class _Progress:
+    def __init__(self, name: str, enabled: bool) -> None:
+        self.name = name
+        self.enabled = enabled
+        self.tail: list[str] = []
+
+    def line(self, text: str) -> None:
+        text = text.rstrip()
+        if not text:
+            return
+        self.tail = [*self.tail[-19:], text]
+        if self.enabled:
+            print(f"[{self.name}] {text}", flush=True)
+
+
+def _build_rootfs(client: docker.APIClient, ref: str, progress: _Progress) -> None:
+    if os.geteuid() != 0:
+        raise ImageError("building the base rootfs needs root (debootstrap)")
+    if not shutil.which("debootstrap"):
+        raise ImageError("debootstrap is not installed (apt-get install debootstrap)")
+    packages = [
+        line.split("#", 1)[0].strip()
+        for line in (images_dir() / "base" / "packages.txt").read_text().splitlines()
+    ]
+    mirror = debian_mirror()
+    cmd = ["debootstrap", "--variant=minbase", f"--include={','.join(p for p in packages if p)}"]
+    keyring = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
+    if keyring.is_file():
+        cmd.append(f"--keyring={keyring}")
+    workdir = Path(tempfile.mkdtemp(prefix="sandboxd-rootfs-", dir="/var/tmp"))
+    rootfs = workdir / "root"
+    try:
+        progress.line(f"debootstrap {DEBIAN_SUITE} from {mirror}")
+        _stream_process([*cmd, DEBIAN_SUITE, str(rootfs), mirror], progress)
+        # Package caches are dead weight in a read-only sandbox; images that install
+        # more run `apt-get update` themselves.
+        for folder in ("var/cache/apt/archives", "var/lib/apt/lists"):
+            for entry in (rootfs / folder).glob("*.deb" if "archives" in folder else "*_*"):
+                entry.unlink()
+        progress.line(f"docker import -> {ref}")
+        tar = subprocess.Popen(
+            ["tar", "-C", str(rootfs), "--numeric-owner", "-c", "."], stdout=subprocess.PIPE
+        )
+        assert tar.stdout is not None
+        repo, tag = ref.rsplit(":", 1)
+        try:
+            result = client.import_image_from_data(
+                _chunks(tar.stdout), repository=repo, tag=tag,
+                changes=[*ROOTFS_ENV, f"LABEL {LABEL_NAME}=base {LABEL_HASH}={tag}"],
+            )
+        finally:
+            tar.stdout.close()
+            if tar.wait() != 0:
+                raise ImageError(f"tar of {rootfs} failed with exit status {tar.returncode}")
+        progress.line(str(result).strip())
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _chunks(stream: Any, size: int = 1 << 20) -> Iterator[bytes]:
+    while chunk := stream.read(size):
+        yield chunk
+
+
+def _stream_process(cmd: list[str], progress: _Progress) -> None:
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        progress.line(line)
+    if proc.wait() != 0:
+        tail = "\n".join(progress.tail[-10:])
+        raise ImageError(f"{cmd[0]} failed with exit status {proc.returncode}:\n{tail}")
+
+
+def _prepare_context(name: str, dest: Path) -> None:
+    shutil.copytree(images_dir() / name, dest, dirs_exist_ok=True)
+    ca = ca_bundle()
+    if ca:
+        shutil.copyfile(ca, dest / CA_FILE)
+    else:
+        (dest / CA_FILE).write_bytes(b"")
+    if name == "reward-model":
+        wheels = dest / "wheels"
+        wheels.mkdir(exist_ok=True)
+        if wheel := torch_wheel():
+            try:
+                os.link(wheel, wheels / wheel.name)
+            except OSError:
+                shutil.copyfile(wheel, wheels / wheel.name)
+
+
+def _build_dockerfile(client: docker.APIClient, name: str, ref: str, progress: _Progress) -> None:
+    spec = _spec(name)
+    assert spec.parent is not None
+    parent = image_tag(spec.parent)
+    # Squashing drops the layers that held the CA bundle or the torch wheel before the
+    # RUN that removed them (200 MB for the wheel); it needs an experimental engine.
+    squash = bool(client.version().get("Experimental"))
+    with tempfile.TemporaryDirectory(prefix=f"sandboxd-ctx-{name}-") as ctx:
+        _prepare_context(name, Path(ctx))
+        stream = client.build(
+            path=ctx,
+            tag=ref,
+            rm=True,
+            forcerm=True,
+            decode=True,
+            buildargs={"BASE_IMAGE": parent, **_runtime_build_args()},
+            labels={LABEL_NAME: name, LABEL_HASH: ref.rsplit(":", 1)[1]},
+            squash=squash,
+        )
+        for chunk in stream:
+            if "error" in chunk:
+                tail = "\n".join(progress.tail[-10:])
+                raise ImageError(f"building {ref} failed: {chunk['error'].strip()}\n{tail}")
+            for key in ("stream", "status"):
+                if key in chunk:
+                    for line in str(chunk[key]).splitlines():
+                        progress.line(line)
+    if not _exists(client, ref):
+        raise ImageError(f"build of {ref} finished but the image is missing")
+
+
+def ensure_images(names: Iterable[str] = DEFAULT_IMAGES, *, progress: bool = True,
+                  force: bool = False) -> dict[str, str]:
+    """Build the images ``names`` (and their parents) that are missing; return name -> reference.
+
+    An image whose content-hash tag already exists is skipped; ``force`` rebuilds the
+    requested images (not their parents). ``:latest`` is moved to each image's tag.
+    """
+    client = _client()
+    requested = set(names)
+    refs: dict[str, str] = {}
+    for name in build_order(requested):
+        ref = image_tag(name)
+        refs[name] = ref
+        spec = _spec(name)
+        if spec.parent is None and _base_override():
+            if not _exists(client, ref):
+                raise ImageError(f"SANDBOXD_BASE_IMAGE={ref} not found; docker pull it first")
+            continue
+        out = _Progress(name, progress)
+        if _exists(client, ref) and not (force and name in requested):
+            out.line(f"{ref} is up to date")
+        else:
+            started = time.monotonic()
+            out.line(f"building {ref}")
+            if spec.parent is None:
+                _build_rootfs(client, ref, out)
+            else:
+                _build_dockerfile(client, name, ref, out)
+            out.line(f"built {ref} in {time.monotonic() - started:.0f} s")
+        repo, _ = ref.rsplit(":", 1)
+        client.tag(ref, repo, "latest")
+    return refs
+
+
+def _main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sandboxd.images", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    build = sub.add_parser("build", help=f"build missing images (default: {' '.join(DEFAULT_IMAGES)})")
+    build.add_argument("names", nargs="*", metavar="NAME", help=f"one of {', '.join(SPECS)}")
+    build.add_argument("--all", action="store_true", help="every image, reward-model included")
+    build.add_argument("--force", action="store_true", help="rebuild the named images even if present")
+    build.add_argument("--quiet", action="store_true", help="no build output")
+    sub.add_parser("list", help="every image's tag and whether it exists")
+    tag = sub.add_parser("tag", help="print the reference an image has in the current tree")
+    tag.add_argument("name", metavar="NAME")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "tag":
+            print(image_tag(args.name))
+        elif args.command == "list":
+            present = available_images()
+            for name in SPECS:
+                print(f"{name:14} {image_tag(name):45} {'present' if name in present else 'missing'}")
+        else:
+            names = list(SPECS) if args.all else args.names or list(DEFAULT_IMAGES)
+            started = time.monotonic()
+            refs = ensure_images(names, progress=not args.quiet, force=args.force)
+            for name, ref in refs.items():
+                print(f"{name:14} {ref}")
+            print(f"images ready in {time.monotonic() - started:.1f} s")
+    except ImageError as exc:
+        print(f"sandboxd.images: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main())

@@ -1,0 +1,880 @@
+"""Code verifier: the pure parts, shared by the daemon and the sandbox agent.
+
+Everything here is stdlib-only and side-effect free, because it is imported both
+by the daemon (request validation) and inside the sandbox image (Debian
+bookworm, Python 3.11, no third-party packages):
+
+- :func:`extract_code` pulls the program out of a completion;
+- :data:`LANGUAGES` / :func:`resolve_language` say how to build and run it;
+- :func:`normalize_tests` turns the API's ``CodeTests`` or a dataset row given
+  verbatim into one :class:`TestPlan`;
+- :func:`compare_stdout` / :func:`compare_values` are the checkers, run in a
+  trusted process, never in the candidate's;
+- :func:`score` turns a pass count into a reward.
+"""
+
+from __future__ import annotations
+
+import ast
+import cmath
+import dataclasses
+import json
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "LANGUAGES",
+    "FunctionCase",
+    "Language",
+    "StdioCase",
+    "TestPlan",
+    "assemble_program",
+    "compare_stdout",
+    "compare_values",
+    "extract_code",
+    "normalize_tests",
+    "resolve_language",
+    "score",
+]
+
+# ---------------------------------------------------------------------------
+# Languages
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Language:
+    """How to build and run a program in one language inside a job's work dir.
+
+    All paths are relative to the job's private work dir, which is also the
+    working directory of both commands. ``env`` values may contain the
+    placeholder ``{workdir}`` (see :meth:`environ`); they are added to the
+    worker's environment for the compile step and the runs.
+    """
+
+    name: str
+    source_file: str
+    compile_argv: tuple[str, ...] | None
+    run_argv: tuple[str, ...]
+    compile_timeout: float = 30.0
+    aliases: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+
+    def environ(self, workdir: str) -> dict[str, str]:
+        """The extra environment variables, with ``{workdir}`` substituted."""
+        return {key: value.replace("{workdir}", workdir) for key, value in self.env}
+
+
+LANGUAGES: dict[str, Language] = {
+    lang.name: lang
+    for lang in (
+        # -B: the work dir is private and thrown away, writing .pyc is wasted I/O.
+        Language("python", "main.py", None, ("python3", "-B", "main.py"), 0.0, ("py", "python3", "py3")),
+        Language(
+            "cpp",
+            "main.cpp",
+            ("g++", "-O2", "-std=c++17", "-o", "main", "main.cpp"),
+            ("./main",),
+            30.0,
+            ("c++", "cxx", "cc"),
+        ),
+        # -lm after the source: the linker resolves libraries left to right.
+        Language("c", "main.c", ("gcc", "-O2", "-std=c11", "-o", "main", "main.c", "-lm"), ("./main",), 30.0),
+        # Xss: competitive-programming Java recurses deep; the default 512k-1M
+        # stack overflows on a DFS over 1e5 nodes. SerialGC: one job, few cores,
+        # the parallel collectors only add threads that count against pids limits.
+        Language(
+            "java",
+            "Main.java",
+            ("javac", "-encoding", "UTF-8", "Main.java"),
+            ("java", "-XX:+UseSerialGC", "-Xss64m", "-cp", ".", "Main"),
+            30.0,
+        ),
+        Language("javascript", "main.js", None, ("node", "main.js"), 0.0, ("js", "node", "nodejs")),
+        # go build writes a build cache and wants a HOME: both must be writable
+        # by the worker's uid, and a cache shared between uids is not (each
+        # worker has its own uid), so they live in the job's own work dir. A cold
+        # cache recompiles the used stdlib packages (a few seconds for fmt);
+        # hence the longer compile timeout. GOTOOLCHAIN=local: never try to
+        # download a toolchain (there is no network anyway, fail fast).
+        Language(
+            "go",
+            "main.go",
+            ("go", "build", "-o", "main", "main.go"),
+            ("./main",),
+            60.0,
+            ("golang",),
+            (
+                ("GOCACHE", "{workdir}/.cache/go-build"),
+                ("GOPATH", "{workdir}/.gopath"),
+                ("HOME", "{workdir}"),
+                ("GO111MODULE", "off"),
+                ("GOTOOLCHAIN", "local"),
+                ("CGO_ENABLED", "0"),
+            ),
+        ),
+        Language(
+            "rust",
+            "main.rs",
+            ("rustc", "--edition", "2021", "-O", "-o", "main", "main.rs"),
+            ("./main",),
+            60.0,
+            ("rs",),
+        ),
+        Language("bash", "main.sh", None, ("bash", "main.sh"), 0.0, ("sh", "shell")),
+    )
+}
+
+_ALIASES: dict[str, str] = {}
+for _lang in LANGUAGES.values():
+    _ALIASES[_lang.name] = _lang.name
+    for _alias in _lang.aliases:
+        _ALIASES[_alias] = _lang.name
+
+
+def _canonical_language(language: str) -> str:
+    key = (language or "python").strip().lower()
+    try:
+        return _ALIASES[key]
+    except KeyError:
+        raise ValueError(
+            f"unsupported language {language!r}; supported: {', '.join(sorted(LANGUAGES))}"
+        ) from None
+
+
+# Java: comments and literals are blanked before looking for classes, so that a
+# "class Foo" inside a string or comment is not taken for a declaration.
+_JAVA_BLANK = re.compile(
+    r'//[^\n]*|/\*.*?\*/|"""(?:.|\n)*?"""|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.DOTALL
+)
+_JAVA_CLASS = re.compile(r"\b(class|interface|enum|record)\s+([A-Za-z_$][\w$]*)")
+_JAVA_PUBLIC = re.compile(r"\bpublic\b[\w\s]*$")
+_JAVA_MAIN = re.compile(r"\bstatic\s+(?:final\s+)?void\s+main\s*\(")
+
+
+def _java_classes(code: str) -> tuple[str | None, str | None]:
+    """(public top-level class, top-level class holding ``main``) in Java source."""
+    text = _JAVA_BLANK.sub(lambda m: " " * len(m.group()), code)
+    depth = 0
+    depth_at: list[int] = []
+    for ch in text:
+        depth_at.append(depth)
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+    public_name: str | None = None
+    main_name: str | None = None
+    for match in _JAVA_CLASS.finditer(text):
+        if depth_at[match.start()] != 0:
+            continue
+        name = match.group(2)
+        line_start = text.rfind(";", 0, match.start())
+        line_start = max(line_start, text.rfind("}", 0, match.start()))
+        modifiers = text[line_start + 1 : match.start()]
+        if public_name is None and _JAVA_PUBLIC.search(modifiers):
+            public_name = name
+        open_at = text.find("{", match.end())
+        if open_at < 0:
+            continue
+        close_at = open_at
+        while close_at < len(text) and not (depth_at[close_at] == 1 and text[close_at] == "}"):
+            close_at += 1
+        if main_name is None and _JAVA_MAIN.search(text, open_at, close_at):
+            main_name = name
+    return public_name, main_name
+
+
+def resolve_language(language: str, code: str = "") -> Language:
+    """The :class:`Language` for a name or alias, adapted to ``code`` when needed.
+
+    Java is the one language whose file name depends on the program: a public
+    top-level class must live in a file of its name, so the source file is
+    named after it (``Main.java`` when there is none), and the class run is the
+    top-level class that declares ``main`` (else the public one, else ``Main``).
+    Raises ``ValueError`` for an unknown language.
+    """
+    lang = LANGUAGES[_canonical_language(language)]
+    if lang.name != "java" or not code:
+        return lang
+    public_name, main_name = _java_classes(code)
+    file_class = public_name or "Main"
+    run_class = main_name or public_name or "Main"
+    source = f"{file_class}.java"
+    return dataclasses.replace(
+        lang,
+        source_file=source,
+        compile_argv=("javac", "-encoding", "UTF-8", source),
+        run_argv=(*lang.run_argv[:-1], run_class),
+    )
+
+
+# ---------------------------------------------------------------------------
+# Extraction
+# ---------------------------------------------------------------------------
+
+_FENCE_OPEN = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^`\n]*?)[ \t]*$")
+
+
+def _fenced_blocks(text: str) -> list[tuple[str, str]]:
+    """(info word, body) of every fenced block, in order.
+
+    Follows CommonMark where it matters for model output: ``` or ~~~ fences of
+    three or more, closed by the same character at least as long, the opening
+    indentation removed from the body. An unclosed last block runs to the end:
+    models often stop at EOS without writing the closing fence.
+    """
+    blocks: list[tuple[str, str]] = []
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        opening = _FENCE_OPEN.match(lines[i])
+        if opening is None:
+            i += 1
+            continue
+        fence = opening.group("fence")
+        indent = len(opening.group("indent"))
+        info = opening.group("info").split()
+        word = info[0].strip("{}.").lower() if info else ""
+        closing = re.compile(rf"^[ \t]*{re.escape(fence[0])}{{{len(fence)},}}[ \t]*$")
+        body: list[str] = []
+        i += 1
+        while i < len(lines) and not closing.match(lines[i]):
+            line = lines[i]
+            strip = len(line) - len(line.lstrip(" \t"))
+            body.append(line[min(indent, strip) :])
+            i += 1
+        i += 1  # past the closing fence (or the end)
+        blocks.append((word, "\n".join(body) + ("\n" if body else "")))
+    return blocks
+
+
+def _pick_block(text: str, language: str, last: bool) -> str | None:
+    canonical = _canonical_language(language)
+    blocks = _fenced_blocks(text)
+    if last:
+        blocks.reverse()
+    for word, body in blocks:
+        if word and _ALIASES.get(word) == canonical:
+            return body
+    for word, body in blocks:
+        if not word:
+            return body
+    return None
+
+
+def extract_code(completion: str, language: str, mode: str = "last_block", tag: str = "") -> str | None:
+    """Extract the program from a model completion, or ``None`` if there is none.
+
+    Modes (``CodeExtraction`` in the API, lower-cased without the prefix):
+
+    - ``"last_block"`` (default, also ``""``/``"unspecified"``): the last fenced
+      block whose info string names ``language`` or one of its aliases; if
+      there is none, the last block with no info string. Blocks tagged with
+      another language are never taken.
+    - ``"first_block"``: the same rule, first instead of last.
+    - ``"whole"``: the completion itself.
+    - ``"tag"``: the body of the last complete ``<tag>...</tag>``; if that body
+      holds fenced blocks, the ``last_block`` rule is applied inside it.
+
+    Whitespace-only results count as nothing found. Raises ``ValueError`` for an
+    unknown mode or language, or ``mode="tag"`` without a tag.
+    """
+    normalized = (mode or "last_block").strip().lower()
+    normalized = normalized.removeprefix("code_extraction_")
+    if normalized in ("", "unspecified"):
+        normalized = "last_block"
+    _canonical_language(language)  # validate even when the mode ignores it
+    if normalized == "last_block":
+        code = _pick_block(completion, language, last=True)
+    elif normalized == "first_block":
+        code = _pick_block(completion, language, last=False)
+    elif normalized == "whole":
+        code = completion
+    elif normalized == "tag":
+        if not tag or not re.fullmatch(r"[A-Za-z_][\w.:-]*", tag):
+            raise ValueError(f"extraction mode 'tag' needs a tag name, got {tag!r}")
+        found = re.findall(
+            rf"<{re.escape(tag)}(?:\s[^>]*)?>(.*?)</{re.escape(tag)}\s*>", completion, re.DOTALL
+        )
+        if not found:
+            return None
+        body = found[-1]
+        code = _pick_block(body, language, last=True) if _fenced_blocks(body) else body.strip("\n")
+    else:
+        raise ValueError(f"unknown extraction mode {mode!r}")
+    if code is None or not code.strip():
+        return None
+    return code
+
+
+# ---------------------------------------------------------------------------
+# Tests
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StdioCase:
+    """One run of the program: what goes to stdin, what stdout must match."""
+
+    stdin: str
+    expected_stdout: str
+
+
+@dataclass(frozen=True)
+class FunctionCase:
+    """One call of the function under test.
+
+    ``unwrap_single``: APPS/TACO store call-based outputs wrapped in a list
+    (``[[1, 2]]`` for a return value of ``[1, 2]``) but not always; when set, a
+    1-element list ``expected`` also accepts its single element (see
+    :meth:`matches`).
+    """
+
+    args: tuple[Any, ...]
+    expected: Any
+    unwrap_single: bool = False
+
+    def matches(self, actual: Any, tolerance: float = 1e-6) -> bool:
+        """Whether a decoded return value passes this case."""
+        if compare_values(actual, self.expected, tolerance):
+            return True
+        return (
+            self.unwrap_single
+            and type(self.expected) is list
+            and len(self.expected) == 1
+            and compare_values(actual, self.expected[0], tolerance)
+        )
+
+
+@dataclass(frozen=True)
+class TestPlan:
+    """Tests of one code job, in one of three kinds.
+
+    - ``"stdio"``: run the program once per case in ``stdio``.
+    - ``"function"``: call ``fn_name`` (``"Solution.method"`` for LeetCode) once
+      per case in ``function``; an unqualified name that is not a top-level
+      callable falls back to a method of ``Solution``.
+    - ``"assert"``: run ``assert_code`` against the program's top-level names;
+      if it defines ``check``, call ``check(<entry_point>)`` (HumanEval).
+
+    ``prompt`` is trusted dataset code (HumanEval's prompt): the agent runs it
+    in the test process before ``assert_code`` so that the helpers the tests
+    use (HumanEval/32's ``poly``, /38's ``encode_cyclic``) are the dataset's,
+    not the candidate's; and :func:`assemble_program` prepends it to a
+    body-only completion. ``prelude`` (MBPP's ``test_imports``) is prepended
+    to every program, as the reference harness executes it in the program's
+    namespace.
+    """
+
+    __test__ = False  # not a pytest test class, despite the name
+
+    kind: str
+    stdio: tuple[StdioCase, ...] = ()
+    fn_name: str = ""
+    function: tuple[FunctionCase, ...] = ()
+    assert_code: str = ""
+    entry_point: str = ""
+    prompt: str = ""
+    prelude: str = ""
+
+    @property
+    def total(self) -> int:
+        """Number of tests counted by the reward (an assert block counts as one)."""
+        if self.kind == "stdio":
+            return len(self.stdio)
+        if self.kind == "function":
+            return len(self.function)
+        return 1
+
+
+_IMPORT_LINE = re.compile(r"^(?:import\s+\S|from\s+\S+\s+import\s)")
+
+
+def _defines(code: str, name: str) -> bool:
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return False
+    return any(
+        isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name
+        for node in tree.body
+    )
+
+
+def assemble_program(code: str, plan: TestPlan) -> str:
+    """The Python program to run for ``plan``: ``code`` plus what the dataset implies.
+
+    A completion that does not define ``plan.entry_point`` at top level (a
+    HumanEval body-only completion, which does not even parse alone) is
+    appended to ``plan.prompt``, as in HumanEval's own harness. One that does
+    (a chat model's full function) gets only the prompt's top-level import
+    lines, which it often omits (``from typing import List``). ``plan.prelude``
+    goes first in every case.
+    """
+    parts: list[str] = []
+    if plan.prelude:
+        parts.append(plan.prelude)
+    if plan.prompt and plan.entry_point:
+        if _defines(code, plan.entry_point):
+            imports = [line for line in plan.prompt.splitlines() if _IMPORT_LINE.match(line)]
+            if imports:
+                parts.append("\n".join(imports) + "\n")
+        else:
+            parts.append(plan.prompt)
+    if not parts:
+        return code
+    joined = "".join(part if part.endswith("\n") else part + "\n" for part in parts)
+    # A body-only completion continues the prompt's last line, so no newline in between.
+    return joined + code if parts[-1] is plan.prompt else joined + "\n" + code
+
+
+def _get(tests: Mapping[str, Any], key: str) -> Any:
+    """A CodeTests field by its proto name or its JSON (camelCase) name."""
+    if key in tests:
+        return tests[key]
+    head, *rest = key.split("_")
+    return tests.get(head + "".join(word.title() for word in rest))
+
+
+def _load_json(text: str, what: str) -> Any:
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f"{what} is not valid JSON: {exc}") from None
+
+
+def _stdio_text(value: Any, what: str) -> str:
+    # APPS sometimes stores a case as a list of lines; its harness joins them.
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(line, str) for line in value):
+        return "\n".join(value)
+    raise ValueError(f"{what} must be a string or a list of strings, got {type(value).__name__}")
+
+
+def _check_assert_code(code: str, entry_point: str, what: str) -> None:
+    if not code.strip():
+        raise ValueError(f"{what} is empty")
+    try:
+        tree = ast.parse(code)
+    except SyntaxError as exc:
+        raise ValueError(f"{what} does not parse: {exc.msg} (line {exc.lineno})") from None
+    defines_check = any(isinstance(node, ast.FunctionDef) and node.name == "check" for node in tree.body)
+    if defines_check and not entry_point:
+        raise ValueError(f"{what} defines check(candidate) but no entry_point names the candidate")
+
+
+def _identifier_path(name: str, what: str) -> str:
+    parts = name.split(".")
+    if not 1 <= len(parts) <= 2 or not all(part.isidentifier() for part in parts):
+        raise ValueError(f"{what} must be a function name or 'Class.method', got {name!r}")
+    return name
+
+
+def _explicit_plan(tests: Mapping[str, Any], fn_name: str, entry_point: str) -> TestPlan:
+    stdio = _get(tests, "stdio") or []
+    function = _get(tests, "function") or []
+    assert_code = _get(tests, "assert_code") or ""
+    given = [
+        name
+        for name, value in (("stdio", stdio), ("function", function), ("assert_code", assert_code))
+        if value
+    ]
+    if len(given) > 1:
+        raise ValueError(f"tests give both {given[0]} and {given[1]}; a job has one kind of test")
+    if stdio:
+        cases = []
+        for i, case in enumerate(stdio):
+            if not isinstance(case, Mapping):
+                raise ValueError(f"stdio[{i}] must be an object with stdin and expected_stdout")
+            cases.append(
+                StdioCase(
+                    _stdio_text(_get(case, "stdin") or "", f"stdio[{i}].stdin"),
+                    _stdio_text(_get(case, "expected_stdout") or "", f"stdio[{i}].expected_stdout"),
+                )
+            )
+        return TestPlan("stdio", stdio=tuple(cases))
+    if function:
+        if not fn_name:
+            raise ValueError("function tests need fn_name")
+        calls = []
+        for i, case in enumerate(function):
+            if not isinstance(case, Mapping):
+                raise ValueError(f"function[{i}] must be an object with args_json and expected_json")
+            args = _load_json(_get(case, "args_json") or "[]", f"function[{i}].args_json")
+            if not isinstance(args, list):
+                raise ValueError(f"function[{i}].args_json must be a JSON array of positional arguments")
+            expected_json = _get(case, "expected_json") or ""
+            if not expected_json.strip():
+                raise ValueError(f"function[{i}].expected_json is empty (use 'null' for None)")
+            calls.append(FunctionCase(tuple(args), _load_json(expected_json, f"function[{i}].expected_json")))
+        return TestPlan("function", fn_name=_identifier_path(fn_name, "fn_name"), function=tuple(calls))
+    if assert_code:
+        _check_assert_code(assert_code, entry_point, "assert_code")
+        return TestPlan("assert", assert_code=assert_code, entry_point=entry_point)
+    raise ValueError("no tests: give stdio, function (with fn_name), assert_code or dataset_json")
+
+
+def _io_plan(data: Mapping[str, Any], fn_name: str) -> TestPlan:
+    """verl / APPS / TACO ``{"inputs", "outputs", "fn_name"?}``."""
+    inputs, outputs = data.get("inputs"), data.get("outputs")
+    if not isinstance(inputs, list) or not isinstance(outputs, list):
+        raise ValueError("dataset_json: 'inputs' and 'outputs' must both be lists")
+    if len(inputs) != len(outputs):
+        raise ValueError(f"dataset_json: {len(inputs)} inputs but {len(outputs)} outputs")
+    if not inputs:
+        raise ValueError("dataset_json: no test cases in 'inputs'")
+    name = fn_name or data.get("fn_name") or ""
+    if not isinstance(name, str):
+        raise ValueError("dataset_json: 'fn_name' must be a string")
+    if name:
+        cases = []
+        for i, (args, expected) in enumerate(zip(inputs, outputs, strict=True)):
+            if not isinstance(args, list):
+                raise ValueError(f"dataset_json: inputs[{i}] must be a list of arguments when fn_name is set")
+            cases.append(FunctionCase(tuple(args), expected, unwrap_single=True))
+        return TestPlan("function", fn_name=_identifier_path(name, "fn_name"), function=tuple(cases))
+    return TestPlan(
+        "stdio",
+        stdio=tuple(
+            StdioCase(
+                _stdio_text(i, f"dataset_json: inputs[{n}]"), _stdio_text(o, f"dataset_json: outputs[{n}]")
+            )
+            for n, (i, o) in enumerate(zip(inputs, outputs, strict=True))
+        ),
+    )
+
+
+def _code_contests_plan(data: Mapping[str, Any]) -> TestPlan:
+    """CodeContests: every one of public, private and generated tests, in that order."""
+    cases: list[StdioCase] = []
+    for group in ("public_tests", "private_tests", "generated_tests"):
+        tests = data.get(group)
+        if tests is None:
+            continue
+        if not isinstance(tests, Mapping):
+            raise ValueError(f"dataset_json: {group} must be an object with 'input' and 'output' lists")
+        inputs, outputs = tests.get("input") or [], tests.get("output") or []
+        if not isinstance(inputs, list) or not isinstance(outputs, list) or len(inputs) != len(outputs):
+            raise ValueError(f"dataset_json: {group}.input and {group}.output must be lists of equal length")
+        for n, (i, o) in enumerate(zip(inputs, outputs, strict=True)):
+            cases.append(
+                StdioCase(
+                    _stdio_text(i, f"dataset_json: {group}.input[{n}]"),
+                    _stdio_text(o, f"dataset_json: {group}.output[{n}]"),
+                )
+            )
+    if not cases:
+        raise ValueError("dataset_json: no test cases in public_tests/private_tests/generated_tests")
+    return TestPlan("stdio", stdio=tuple(cases))
+
+
+def _lcb_args(text: Any, what: str) -> tuple[Any, ...]:
+    # LiveCodeBench functional input: one JSON value per line, one line per argument.
+    if not isinstance(text, str):
+        raise ValueError(f"{what} must be a string of JSON values, one per line")
+    return tuple(_load_json(line, what) for line in text.splitlines() if line.strip())
+
+
+def _case_list_plan(cases: list[Any], fn_name: str) -> TestPlan:
+    """LiveCodeBench-style ``[{"input", "output", "testtype"}]``."""
+    if not cases:
+        raise ValueError("dataset_json: empty list of test cases")
+    kinds = set()
+    for i, case in enumerate(cases):
+        if not isinstance(case, Mapping) or "input" not in case or "output" not in case:
+            raise ValueError(f"dataset_json[{i}] must be an object with 'input' and 'output'")
+        kinds.add(case.get("testtype") or "stdin")
+    if len(kinds) > 1:
+        raise ValueError(f"dataset_json mixes test types {sorted(kinds)}")
+    kind = kinds.pop()
+    if kind == "stdin":
+        return TestPlan(
+            "stdio",
+            stdio=tuple(
+                StdioCase(
+                    _stdio_text(c["input"], f"dataset_json[{i}].input"),
+                    _stdio_text(c["output"], f"dataset_json[{i}].output"),
+                )
+                for i, c in enumerate(cases)
+            ),
+        )
+    if kind != "functional":
+        raise ValueError(f"dataset_json: unknown testtype {kind!r} (expected 'stdin' or 'functional')")
+    if not fn_name:
+        raise ValueError("dataset_json: functional tests need fn_name (or metadata.func_name)")
+    calls = []
+    for i, c in enumerate(cases):
+        expected = c["output"]
+        what = f"dataset_json[{i}].output"
+        calls.append(
+            FunctionCase(
+                _lcb_args(c["input"], f"dataset_json[{i}].input"),
+                _load_json(expected, what) if isinstance(expected, str) else expected,
+            )
+        )
+    return TestPlan("function", fn_name=_identifier_path(fn_name, "fn_name"), function=tuple(calls))
+
+
+def _maybe_json(value: Any, what: str) -> Any:
+    return _load_json(value, what) if isinstance(value, str) else value
+
+
+def _dataset_plan(data: Any, fn_name: str, entry_point: str) -> TestPlan:
+    if isinstance(data, list):
+        return _case_list_plan(data, fn_name)
+    if not isinstance(data, Mapping):
+        raise ValueError(f"dataset_json must be a JSON object or array, got {type(data).__name__}")
+    if "inputs" in data or "outputs" in data:
+        return _io_plan(data, fn_name)
+    if "test" in data:
+        test = data["test"]
+        entry = entry_point or data.get("entry_point") or ""
+        prompt = data.get("prompt") or ""
+        if not isinstance(test, str) or not isinstance(entry, str) or not isinstance(prompt, str):
+            raise ValueError("dataset_json: HumanEval 'test', 'entry_point' and 'prompt' must be strings")
+        _check_assert_code(test, entry, "dataset_json.test")
+        return TestPlan("assert", assert_code=test, entry_point=entry, prompt=prompt)
+    if "test_list" in data:
+        test_list = data["test_list"]
+        imports = data.get("test_imports") or []
+        setup = data.get("test_setup_code") or ""
+        if not isinstance(test_list, list) or not all(isinstance(t, str) for t in test_list) or not test_list:
+            raise ValueError("dataset_json: MBPP 'test_list' must be a non-empty list of strings")
+        if not isinstance(imports, list) or not all(isinstance(t, str) for t in imports):
+            raise ValueError("dataset_json: MBPP 'test_imports' must be a list of strings")
+        if not isinstance(setup, str):
+            raise ValueError("dataset_json: MBPP 'test_setup_code' must be a string")
+        prelude = "".join(line + "\n" for line in imports)
+        code = prelude + (setup + "\n" if setup else "") + "".join(t + "\n" for t in test_list)
+        _check_assert_code(code, entry_point, "dataset_json.test_list")
+        return TestPlan("assert", assert_code=code, entry_point=entry_point, prelude=prelude)
+    if any(group in data for group in ("public_tests", "private_tests", "generated_tests")):
+        return _code_contests_plan(data)
+    if "public_test_cases" in data or "private_test_cases" in data:
+        cases: list[Any] = []
+        for group in ("public_test_cases", "private_test_cases"):
+            # LiveCodeBench's released private cases are base64(zlib(pickle)):
+            # unpickling is code execution, so only JSON is accepted here.
+            value = _maybe_json(data.get(group) or [], f"dataset_json.{group}")
+            if not isinstance(value, list):
+                raise ValueError(f"dataset_json.{group} must be a JSON list of test cases")
+            cases.extend(value)
+        metadata = _maybe_json(data.get("metadata") or {}, "dataset_json.metadata")
+        name = fn_name or (metadata.get("func_name") if isinstance(metadata, Mapping) else "") or ""
+        return _case_list_plan(cases, name)
+    raise ValueError(
+        "dataset_json has no known shape; expected one of: inputs/outputs[/fn_name] (verl, APPS, TACO), "
+        "test/entry_point (HumanEval), test_list (MBPP), public_tests/private_tests/generated_tests "
+        "(CodeContests), a list of {input, output, testtype} or public_test_cases (LiveCodeBench)"
+    )
+
+
+def normalize_tests(tests: Mapping[str, Any]) -> TestPlan:
+    """Turn the API's ``CodeTests`` (as a dict) into a :class:`TestPlan`.
+
+    Keys are the proto field names (``stdio``, ``fn_name``, ``function``,
+    ``assert_code``, ``entry_point``, ``dataset_json``) or their JSON
+    camelCase names; empty values mean unset, as in proto3. Tests come either
+    explicitly (exactly one of ``stdio``, ``function``, ``assert_code``) or
+    verbatim in ``dataset_json`` (a dict, a list, or a JSON string); ``fn_name``
+    and ``entry_point`` may accompany ``dataset_json`` and take precedence over
+    the dataset's own. Dataset shapes:
+
+    - verl / APPS / TACO ``{"inputs", "outputs", "fn_name"?}``: without
+      ``fn_name`` stdio cases (a list of lines is joined with newlines); with
+      it, each input is the list of positional arguments, and an output that
+      is a 1-element list also accepts its element as the return value (APPS
+      wraps return values in a list, but not always).
+    - HumanEval ``{"test", "entry_point", "prompt"?}``: assert kind; ``check``
+      is called with the entry point; the prompt is kept (see :class:`TestPlan`
+      and :func:`assemble_program`).
+    - MBPP ``{"test_list", "test_imports"?, "test_setup_code"?}``: assert kind,
+      imports + setup + the asserts as one block (``challenge_test_list`` is
+      ignored, as in the reference evaluation).
+    - CodeContests ``{"public_tests", "private_tests", "generated_tests"}``:
+      stdio, all groups present, in that order.
+    - LiveCodeBench ``[{"input", "output", "testtype"}]`` or a row with
+      ``public_test_cases``/``private_test_cases`` (JSON only) and
+      ``metadata.func_name``: ``stdin`` cases are stdio; ``functional`` cases
+      take one JSON argument per input line and a JSON output.
+
+    Raises ``ValueError`` with a precise message on malformed tests.
+    """
+    if not isinstance(tests, Mapping):
+        raise ValueError(f"tests must be an object, got {type(tests).__name__}")
+    fn_name = _get(tests, "fn_name") or ""
+    entry_point = _get(tests, "entry_point") or ""
+    if not isinstance(fn_name, str) or not isinstance(entry_point, str):
+        raise ValueError("fn_name and entry_point must be strings")
+    dataset = _get(tests, "dataset_json")
+    if dataset in (None, "", {}, []):
+        return _explicit_plan(tests, fn_name, entry_point)
+    explicit = [key for key in ("stdio", "function", "assert_code") if _get(tests, key)]
+    if explicit:
+        raise ValueError(f"tests give both dataset_json and {explicit[0]}; give one or the other")
+    return _dataset_plan(_maybe_json(dataset, "dataset_json"), fn_name, entry_point)
+
+
+# ---------------------------------------------------------------------------
+# Checkers and scoring
+# ---------------------------------------------------------------------------
+
+_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+def _check_tolerance(tolerance: float) -> None:
+    if not (tolerance >= 0 and math.isfinite(tolerance)):
+        raise ValueError(f"tolerance must be a finite number >= 0, got {tolerance!r}")
+
+
+def _close(a: float, b: float, tolerance: float) -> bool:
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)
+    return math.isclose(a, b, rel_tol=tolerance, abs_tol=tolerance)
+
+
+def _token_close(actual: str, expected: str, tolerance: float) -> bool:
+    if actual == expected:
+        return True
+    if not (_NUMBER.fullmatch(actual) and _NUMBER.fullmatch(expected)):
+        return False
+    # Integers compare exactly only when both are integers; a float checker
+    # still accepts "3" for "3.0000001".
+    try:
+        return _close(float(actual), float(expected), tolerance)
+    except OverflowError:
+        return False
+
+
+def compare_stdout(
+    actual: str | bytes, expected: str | bytes, checker: str = "whitespace", tolerance: float = 1e-6
+) -> bool:
+    """Whether a program's stdout matches the expected output.
+
+    Checkers (``Checker`` in the API, lower-cased without the prefix):
+
+    - ``"whitespace"`` (default, also ``""``/``"unspecified"``): the
+      whitespace-separated tokens are equal, so trailing spaces, blank lines,
+      ``\\r\\n`` and the final newline do not matter (Codeforces' ``wcmp``).
+    - ``"exact"``: byte-for-byte equal.
+    - ``"float"``: same tokens, except that two numbers are equal when within
+      ``tolerance``, absolute or relative.
+
+    Bytes are decoded as UTF-8 with replacement.
+    """
+    if isinstance(actual, bytes):
+        actual = actual.decode("utf-8", "replace")
+    if isinstance(expected, bytes):
+        expected = expected.decode("utf-8", "replace")
+    name = (checker or "whitespace").strip().lower().removeprefix("checker_")
+    if name in ("whitespace", "unspecified", ""):
+        return actual.split() == expected.split()
+    if name == "exact":
+        return actual == expected
+    if name == "float":
+        _check_tolerance(tolerance)
+        got, want = actual.split(), expected.split()
+        return len(got) == len(want) and all(
+            _token_close(g, w, tolerance) for g, w in zip(got, want, strict=True)
+        )
+    raise ValueError(f"unknown checker {checker!r}")
+
+
+def _json_key(key: Any) -> str | None:
+    """The string JSON turns a dict key into, or None when JSON cannot."""
+    if isinstance(key, str):
+        return key
+    if isinstance(key, bool):
+        return "true" if key else "false"
+    if key is None:
+        return "null"
+    if isinstance(key, (int, float)):
+        return json.dumps(key)
+    return None
+
+
+def _compare(actual: Any, expected: Any, tolerance: float, depth: int) -> bool:
+    if depth > 1000:
+        return False
+    ta, te = type(actual), type(expected)
+    # bool first: True must not equal 1, although Python says it does.
+    if ta is bool or te is bool:
+        return ta is te and actual == expected
+    if actual is None or expected is None:
+        return actual is None and expected is None
+    if ta in (int, float) and te in (int, float):
+        if ta is int and te is int:
+            return actual == expected
+        try:
+            return _close(float(actual), float(expected), tolerance)
+        except OverflowError:
+            return False
+    if ta is complex or te is complex:
+        if ta not in (int, float, complex) or te not in (int, float, complex):
+            return False
+        a, e = complex(actual), complex(expected)
+        if cmath.isnan(a) or cmath.isnan(e):
+            return cmath.isnan(a) and cmath.isnan(e)
+        return cmath.isclose(a, e, rel_tol=tolerance, abs_tol=tolerance)
+    if ta in (list, tuple) and te in (list, tuple):
+        return len(actual) == len(expected) and all(
+            _compare(a, e, tolerance, depth + 1) for a, e in zip(actual, expected, strict=True)
+        )
+    if ta is dict and te is dict:
+        if len(actual) != len(expected):
+            return False
+        if actual.keys() == expected.keys():
+            return all(_compare(actual[k], expected[k], tolerance, depth + 1) for k in expected)
+        # Expected values often went through JSON, which turned {1: x} into {"1": x}.
+        got = {_json_key(k): k for k in actual}
+        want = {_json_key(k): k for k in expected}
+        if None in got or None in want or len(got) != len(actual) or got.keys() != want.keys():
+            return False
+        return all(_compare(actual[got[k]], expected[want[k]], tolerance, depth + 1) for k in want)
+    if ta in (set, frozenset) and te in (set, frozenset):
+        return actual == expected
+    if ta in (str, bytes) and ta is te:
+        return actual == expected
+    return False
+
+
+def compare_values(actual: Any, expected: Any, tolerance: float = 1e-6) -> bool:
+    """Whether a decoded return value equals the expected value, on plain data only.
+
+    Rules: a list equals a tuple with equal items (JSON has no tuples); ``int``
+    and ``float`` compare within ``tolerance`` (absolute or relative) unless
+    both are ``int`` (then exactly); NaN equals NaN; ``bool`` never equals a
+    number (``True != 1`` here); dicts compare key by key, and when the key
+    sets differ they are compared as JSON would write them (``{1: x}`` equals
+    ``{"1": x}``); sets compare exactly; ``str`` and ``bytes`` never equal each
+    other. Any other type (anything that is not plain data) is never equal, so
+    objects with a lying ``__eq__`` cannot pass.
+    """
+    _check_tolerance(tolerance)
+    return _compare(actual, expected, tolerance, 0)
+
+
+def score(passed: int, total: int, mode: str = "binary", failure_value: float = -1.0) -> float:
+    """The reward for ``passed`` of ``total`` tests; never NaN.
+
+    ``"binary"`` (default, also ``""``/``"unspecified"``): 1.0 when every test
+    passed, else ``failure_value``. ``"fraction"``: ``passed / total``, or
+    ``failure_value`` when nothing passed. No tests (``total <= 0``) always
+    scores ``failure_value``. Raises ``ValueError`` for an unknown mode or a
+    non-finite failure value.
+    """
+    if not math.isfinite(failure_value):
+        raise ValueError(f"failure_value must be finite, got {failure_value!r}")
+    name = (mode or "binary").strip().lower().removeprefix("reward_mode_")
+    if name not in ("binary", "unspecified", "", "fraction"):
+        raise ValueError(f"unknown reward mode {mode!r}")
+    if total <= 0 or passed <= 0:
+        return float(failure_value)
+    if name == "fraction":
+        return min(passed, total) / total
+    return 1.0 if passed >= total else float(failure_value)

@@ -1,0 +1,200 @@
+#!/usr/bin/env bash
+# Prepares a Debian/Ubuntu host to run and test sandboxd. Idempotent: every step checks
+# first and is skipped when already satisfied, so a second run takes seconds.
+#
+#   1. apt packages: docker.io (only when no engine and no dockerd), debootstrap,
+#      python3-venv, iproute2, debian-archive-keyring (non-Debian hosts)
+#   2. Docker engine running with experimental features (checkpoint/restore needs them)
+#   3. CRIU that passes `criu check` (built from source by scripts/build-criu.sh if not)
+#   4. .venv with the client and daemon installed editable, with the test extras
+#   5. sandbox images (python -m sandboxd.images build)
+#
+# Usage: sudo scripts/setup.sh [--no-criu] [--no-images] [--images "NAME..."]
+#   --no-criu      skip step 3 (sandboxd then cold-starts every sandbox)
+#   --no-images    skip step 5 (also SANDBOXD_SKIP_IMAGES=1)
+#   --images LIST  images to build (default: python langs; add reward-model for the
+#                  heavy torch image; also SANDBOXD_IMAGES)
+# Environment: PYTHON (interpreter for the venv, default python3), and the SANDBOXD_*
+# variables of sandboxd/images.py (SANDBOXD_BASE_IMAGE, SANDBOXD_CA_BUNDLE, ...).
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PYTHON=${PYTHON:-python3}
+DOCKERD_LOG=/var/log/sandboxd-dockerd.log
+DOCKER_PIDFILE=/var/run/docker.pid
+DAEMON_JSON=/etc/docker/daemon.json
+DOCKER_WAIT_S=60
+SKIP_CRIU=${SANDBOXD_SKIP_CRIU:-0}
+SKIP_IMAGES=${SANDBOXD_SKIP_IMAGES:-0}
+IMAGES=${SANDBOXD_IMAGES:-}
+# criu and dockerd live in sbin, which a non-login root shell may lack.
+export PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:$PATH"
+export DEBIAN_FRONTEND=noninteractive
+
+step() { echo "==> $*"; }
+say() { echo "    $*"; }
+warn() { echo "setup: WARNING: $*" >&2; }
+die() { echo "setup: error: $*" >&2; exit 1; }
+
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --no-criu) SKIP_CRIU=1; shift ;;
+        --no-images) SKIP_IMAGES=1; shift ;;
+        --images) IMAGES=$2; shift 2 ;;
+        -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+        *) die "unknown argument $1 (see --help)" ;;
+    esac
+done
+
+if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || die "must run as root (Docker, debootstrap and CRIU need it)"
+    exec sudo -E PATH="$PATH" bash "$0" "$@"
+fi
+started=$SECONDS
+cd "$REPO"
+
+docker_ok() { docker info >/dev/null 2>&1; }
+docker_experimental() { [ "$(docker version -f '{{.Server.Experimental}}' 2>/dev/null)" = true ]; }
+systemd_docker() { [ -d /run/systemd/system ] && systemctl cat docker.service >/dev/null 2>&1; }
+dockerd_alive() {
+    local comm
+    for comm in /proc/[0-9]*/comm; do
+        [ "$(cat "$comm" 2>/dev/null)" = dockerd ] && return 0
+    done
+    return 1
+}
+is_debian() { grep -qs '^ID=debian' /etc/os-release; }
+json_has_experimental() {
+    [ -f "$DAEMON_JSON" ] && "$PYTHON" -c 'import json,sys; sys.exit("experimental" not in json.load(open(sys.argv[1])))' \
+        "$DAEMON_JSON" 2>/dev/null
+}
+# Sets "experimental": true in daemon.json, keeping its other keys; succeeds only if it changed the file.
+enable_experimental_json() {
+    mkdir -p "$(dirname "$DAEMON_JSON")"
+    "$PYTHON" - "$DAEMON_JSON" <<'EOF'
+import json, os, sys
+path = sys.argv[1]
+config = json.load(open(path)) if os.path.exists(path) and os.path.getsize(path) else {}
+if config.get("experimental") is True:
+    sys.exit(1)
+config["experimental"] = True
+with open(path, "w") as f:
+    json.dump(config, f, indent=2)
+    f.write("\n")
+EOF
+}
+wait_for_docker() {
+    local deadline=$((SECONDS + DOCKER_WAIT_S))
+    until docker_ok; do
+        if [ "$SECONDS" -ge "$deadline" ]; then
+            [ -f "$DOCKERD_LOG" ] && tail -n 5 "$DOCKERD_LOG" >&2
+            die "Docker engine did not answer within ${DOCKER_WAIT_S} s (log: $1)"
+        fi
+        sleep 1
+    done
+}
+
+step "apt packages"
+need=()
+docker_ok || command -v dockerd >/dev/null || need+=(docker.io)
+command -v debootstrap >/dev/null || need+=(debootstrap)
+command -v ip >/dev/null || need+=(iproute2)
+# Ubuntu's debootstrap needs Debian's archive key to verify the bookworm rootfs.
+is_debian || [ -f /usr/share/keyrings/debian-archive-keyring.gpg ] || need+=(debian-archive-keyring)
+if [ ! -x .venv/bin/python ] && ! "$PYTHON" -c 'import ensurepip, venv' 2>/dev/null; then
+    need+=(python3-venv)
+fi
+if [ "${#need[@]}" -gt 0 ]; then
+    say "installing ${need[*]}"
+    apt-get update -q >/dev/null || die "apt-get update failed"
+    apt-get install -y -q --no-install-recommends "${need[@]}" >/dev/null \
+        || die "apt-get install ${need[*]} failed"
+else
+    say "all present"
+fi
+
+step "Docker engine"
+if docker_ok; then
+    say "running ($(docker version -f '{{.Server.Version}}' 2>/dev/null))"
+else
+    if systemd_docker; then
+        enable_experimental_json && say "enabled experimental features in $DAEMON_JSON"
+        say "starting docker.service"
+        systemctl start docker || die "systemctl start docker failed (journalctl -u docker)"
+        wait_for_docker "journalctl -u docker"
+    else
+        if dockerd_alive; then
+            say "a dockerd process is alive but not answering yet; waiting"
+        else
+            # A killed dockerd leaves its pid file, and the next one refuses to start
+            # ("pid file found, ensure docker is not running").
+            if [ -f "$DOCKER_PIDFILE" ]; then
+                say "removing stale $DOCKER_PIDFILE (pid $(cat "$DOCKER_PIDFILE" 2>/dev/null), no dockerd alive)"
+                rm -f "$DOCKER_PIDFILE"
+            fi
+            # dockerd refuses a setting given both as a flag and in daemon.json.
+            flags=()
+            json_has_experimental || flags+=(--experimental)
+            say "starting dockerd ${flags[*]} in the background (log $DOCKERD_LOG)"
+            setsid nohup dockerd "${flags[@]}" >>"$DOCKERD_LOG" 2>&1 </dev/null &
+        fi
+        wait_for_docker "$DOCKERD_LOG"
+    fi
+    say "running ($(docker version -f '{{.Server.Version}}' 2>/dev/null))"
+fi
+if ! docker_experimental; then
+    warn "the Docker engine runs without experimental features: docker checkpoint (CRIU snapshots) needs them"
+    enable_experimental_json && say "set \"experimental\": true in $DAEMON_JSON"
+    if systemd_docker; then
+        say "restarting docker.service to apply it (running containers without live-restore stop)"
+        systemctl restart docker || die "systemctl restart docker failed (journalctl -u docker)"
+        wait_for_docker "journalctl -u docker"
+        docker_experimental || warn "still not experimental after the restart; check $DAEMON_JSON"
+    else
+        warn "restart this engine yourself to apply $DAEMON_JSON; until then sandboxd cold-starts sandboxes"
+    fi
+else
+    say "experimental features on (checkpoint/restore available)"
+fi
+
+step "CRIU"
+if [ "$SKIP_CRIU" = 1 ]; then
+    say "skipped (--no-criu)"
+elif command -v criu >/dev/null && criu check >/dev/null 2>&1; then
+    say "$(command -v criu): $(criu --version | head -n1), criu check passes"
+else
+    say "no working criu (criu check fails or criu is missing): building CRIU 4.1 from source"
+    if ! bash "$REPO/scripts/build-criu.sh"; then
+        warn "############################################################"
+        warn "CRIU build failed: sandboxd will run without snapshots (cold starts only)"
+        warn "############################################################"
+    fi
+fi
+
+step "Python environment (.venv)"
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c '' 2>/dev/null; then
+    say "creating .venv with $("$PYTHON" --version 2>&1)"
+    rm -rf .venv
+    "$PYTHON" -m venv .venv || die "$PYTHON -m venv .venv failed"
+fi
+stamp=.venv/.sandboxd-installed
+want=$( { find protos -name '*.proto' | LC_ALL=C sort; \
+          cat pyproject.toml client/pyproject.toml client/setup.py; \
+          find protos -name '*.proto' | LC_ALL=C sort | xargs cat; } | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] && [ -d client/sandboxd_client/_proto ]; then
+    say "up to date"
+else
+    say "pip install -e ./client -e '.[test]'"
+    .venv/bin/python -m pip install -q -e ./client -e '.[test]' || die "pip install into .venv failed"
+    echo "$want" >"$stamp"
+fi
+
+step "sandbox images"
+if [ "$SKIP_IMAGES" = 1 ]; then
+    say "skipped (--no-images / SANDBOXD_SKIP_IMAGES=1)"
+else
+    # shellcheck disable=SC2086  # IMAGES is a list of names
+    .venv/bin/python -m sandboxd.images build $IMAGES || die "building the sandbox images failed (output above)"
+fi
+
+echo "==> setup done in $((SECONDS - started)) s"
