@@ -145,7 +145,7 @@ def _hash_args(name: str) -> dict[str, str]:
     """Build arguments that decide the image's content (and so belong in its hash)."""
     spec = _spec(name)
     if spec.parent is None:
-        return {"suite": DEBIAN_SUITE, "variant": "minbase"}
+        return {"suite": DEBIAN_SUITE, "variant": "minbase", "changes": json.dumps(ROOTFS_ENV)}
     args = {"BASE_IMAGE": image_tag(spec.parent)}
     if name == "reward-model":
         # Where torch comes from: the same version either way, but not byte-identical files.
@@ -212,12 +212,12 @@ def available_images() -> dict[str, str]:
     return {name: ref for name in SPECS if _exists(client, ref := image_tag(name))}
 
 
-def debian_mirror(suite: str = DEBIAN_SUITE) -> str:
+def debian_mirror(suite: str = DEBIAN_SUITE, apt_dir: Path = Path("/etc/apt")) -> str:
     """The Debian mirror the host's apt uses for ``suite`` (or any Debian archive), else the CDN."""
     if env := os.environ.get("SANDBOXD_DEBIAN_MIRROR"):
         return env
     candidates: list[tuple[list[str], list[str], list[str]]] = []  # (types, uris, suites)
-    for path in sorted(Path("/etc/apt/sources.list.d").glob("*.sources")):
+    for path in sorted((apt_dir / "sources.list.d").glob("*.sources")):
         for stanza in re.split(r"\n\s*\n", path.read_text(errors="replace")):
             fields: dict[str, list[str]] = {}
             for line in stanza.splitlines():
@@ -225,7 +225,7 @@ def debian_mirror(suite: str = DEBIAN_SUITE) -> str:
                     key, _, value = line.partition(":")
                     fields[key.strip().lower()] = value.split()
             candidates.append((fields.get("types", []), fields.get("uris", []), fields.get("suites", [])))
-    for path in [Path("/etc/apt/sources.list"), *sorted(Path("/etc/apt/sources.list.d").glob("*.list"))]:
+    for path in [apt_dir / "sources.list", *sorted((apt_dir / "sources.list.d").glob("*.list"))]:
         if not path.is_file():
             continue
         for line in path.read_text(errors="replace").splitlines():

@@ -131,7 +131,9 @@ def _lookup(host: str, port: int) -> ipaddress.IPv4Address | ipaddress.IPv6Addre
     return next((ip for ip in ips if ip.version == 4), ips[0])
 
 
-def channel_options(service_config: Mapping[str, Any], extra: Sequence[tuple[str, Any]] = ()) -> list[tuple[str, Any]]:
+def channel_options(
+    service_config: Mapping[str, Any], extra: Sequence[tuple[str, Any]] = ()
+) -> list[tuple[str, Any]]:
     """Channel arguments for a client channel with the given service config."""
     return [
         ("grpc.service_config", json.dumps(service_config)),
@@ -157,7 +159,9 @@ class RetryPolicy:
     multiplier: float = 2.0
     max_retry_after: float = 30.0
 
-    def delay(self, attempt: int, retry_after: float | None = None, rng: random.Random | None = None) -> float:
+    def delay(
+        self, attempt: int, retry_after: float | None = None, rng: random.Random | None = None
+    ) -> float:
         """Seconds to wait before retry number ``attempt``."""
         rng = rng or random
         cap = min(self.max_backoff, self.initial_backoff * self.multiplier ** max(0, attempt - 1))
@@ -274,7 +278,9 @@ class ChunkState:
                     self._hint = max(self._hint or 0.0, hint)
             else:
                 finals = [
-                    failure_result(i, error, failure_value=failure_value_of(self._jobs[i]), attempts=self.attempt)
+                    failure_result(
+                        i, error, failure_value=failure_value_of(self._jobs[i]), attempts=self.attempt
+                    )
                     for i in unanswered
                 ]
         self.pending = sorted(self._retry)

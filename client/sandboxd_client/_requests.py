@@ -160,7 +160,7 @@ class RewardModelDetail:
     device: str
 
 
-Detail = Union[CodeDetail, MathDetail, ExecuteOutput, RewardModelDetail, None]
+Detail = CodeDetail | MathDetail | ExecuteOutput | RewardModelDetail | None
 
 
 @dataclass(frozen=True)
@@ -313,17 +313,19 @@ def _dataset_dict(tests: Mapping[str, Any]) -> str:
     keys = set(tests)
     if not any(keys & set(required) for required in DATASET_KEYS.values()):
         shapes = ", ".join(f"{name} {list(k)}" for name, k in DATASET_KEYS.items())
-        raise InvalidRequest(f"tests dict has keys {sorted(keys)}; expected one of the dataset shapes: {shapes}")
+        raise InvalidRequest(
+            f"tests dict has keys {sorted(keys)}; expected one of the dataset shapes: {shapes}"
+        )
     if "inputs" in keys and "outputs" not in keys:
         raise InvalidRequest("tests dict has 'inputs' but no 'outputs'")
     if "outputs" in keys and len(tests["inputs"]) != len(tests["outputs"]):
-        raise InvalidRequest(
-            f"tests have {len(tests['inputs'])} inputs but {len(tests['outputs'])} outputs"
-        )
+        raise InvalidRequest(f"tests have {len(tests['inputs'])} inputs but {len(tests['outputs'])} outputs")
     return to_json(dict(tests))
 
 
-def code_tests(tests: CodeTestsLike, *, fn_name: str | None = None, entry_point: str | None = None) -> pb.CodeTests:
+def code_tests(
+    tests: CodeTestsLike, *, fn_name: str | None = None, entry_point: str | None = None
+) -> pb.CodeTests:
     """Normalise the test shapes found in the wild into ``CodeTests``.
 
     Accepts a ``CodeTests`` message; a dataset dict (verl/APPS ``{"inputs",
@@ -378,10 +380,15 @@ def _tests_from_list(items: list[Any], raw_json: str | None = None) -> pb.CodeTe
         raise InvalidRequest("tests must not be empty")
     first = items[0]
     if all(isinstance(t, StdioCase) for t in items):
-        return pb.CodeTests(stdio=[pb.StdioCase(stdin=t.stdin, expected_stdout=t.expected_stdout) for t in items])
+        return pb.CodeTests(
+            stdio=[pb.StdioCase(stdin=t.stdin, expected_stdout=t.expected_stdout) for t in items]
+        )
     if all(isinstance(t, FunctionCase) for t in items):
         return pb.CodeTests(
-            function=[pb.FunctionCase(args_json=to_json(list(t.args)), expected_json=to_json(t.expected)) for t in items]
+            function=[
+                pb.FunctionCase(args_json=to_json(list(t.args)), expected_json=to_json(t.expected))
+                for t in items
+            ]
         )
     if all(isinstance(t, str) for t in items):
         return pb.CodeTests(dataset_json=raw_json or to_json({"test_list": items}))
@@ -391,7 +398,10 @@ def _tests_from_list(items: list[Any], raw_json: str | None = None) -> pb.CodeTe
         keys = set(first)
         if all(set(t) >= {"stdin", "expected_stdout"} for t in items):
             return pb.CodeTests(
-                stdio=[pb.StdioCase(stdin=_text(t["stdin"]), expected_stdout=_text(t["expected_stdout"])) for t in items]
+                stdio=[
+                    pb.StdioCase(stdin=_text(t["stdin"]), expected_stdout=_text(t["expected_stdout"]))
+                    for t in items
+                ]
             )
         if all(set(t) >= {"args", "expected"} for t in items):
             return pb.CodeTests(
@@ -438,10 +448,14 @@ def code_job(
     ``tests`` takes any shape :func:`code_tests` accepts. ``timeout`` is per test
     case; ``failure_value`` is the reward for a model failure (daemon default -1.0).
     """
-    extraction_value = _enum(pb.CodeExtraction, "CODE_EXTRACTION_", extraction, _CODE_EXTRACTION, "extraction")
+    extraction_value = _enum(
+        pb.CodeExtraction, "CODE_EXTRACTION_", extraction, _CODE_EXTRACTION, "extraction"
+    )
     if extraction_value == pb.CODE_EXTRACTION_TAG and not tag:
         raise InvalidRequest("extraction='tag' needs tag")
-    job = _job(timeout=timeout, memory_bytes=memory_bytes, output_bytes=output_bytes, failure_value=failure_value)
+    job = _job(
+        timeout=timeout, memory_bytes=memory_bytes, output_bytes=output_bytes, failure_value=failure_value
+    )
     job.code.CopyFrom(
         pb.CodeJob(
             completion=_check_str(completion, "completion"),
@@ -481,7 +495,9 @@ def math_job(
         pb.MathJob(
             completion=_check_str(completion, "completion"),
             ground_truth=truth,
-            extraction=_enum(pb.MathExtraction, "MATH_EXTRACTION_", extraction, _MATH_EXTRACTION, "extraction"),
+            extraction=_enum(
+                pb.MathExtraction, "MATH_EXTRACTION_", extraction, _MATH_EXTRACTION, "extraction"
+            ),
             float_tolerance=_check_finite(float_tolerance, "float_tolerance") or 0.0,
         )
     )
@@ -520,7 +536,9 @@ def execute_job(
         raise InvalidRequest("stdin must be str or bytes")
     if isinstance(args, str) or isinstance(collect_files, str):
         raise InvalidRequest("args and collect_files must be sequences of str, not a str")
-    job = _job(timeout=timeout, memory_bytes=memory_bytes, output_bytes=output_bytes, failure_value=failure_value)
+    job = _job(
+        timeout=timeout, memory_bytes=memory_bytes, output_bytes=output_bytes, failure_value=failure_value
+    )
     job.execute.CopyFrom(
         pb.ExecuteJob(
             language=_check_str(language, "language", allow_empty=False),
@@ -563,7 +581,9 @@ def validate_job(job: Any) -> pb.Job:
     if job.HasField("failure_value"):
         _check_finite(job.failure_value, "failure_value")
     if not math.isfinite(job.limits.timeout_seconds) or job.limits.timeout_seconds < 0:
-        raise InvalidRequest(f"limits.timeout_seconds must be finite and >= 0, got {job.limits.timeout_seconds}")
+        raise InvalidRequest(
+            f"limits.timeout_seconds must be finite and >= 0, got {job.limits.timeout_seconds}"
+        )
     return job
 
 
@@ -595,7 +615,9 @@ def count_cases(job: pb.Job) -> int:
         if isinstance(data, Mapping):
             n = len(data.get("inputs") or ()) + len(data.get("test_list") or ())
             for key in DATASET_KEYS["CodeContests"]:
-                n += len((data.get(key) or {}).get("input") or ()) if isinstance(data.get(key), Mapping) else 0
+                n += (
+                    len((data.get(key) or {}).get("input") or ()) if isinstance(data.get(key), Mapping) else 0
+                )
             return max(1, n)
     return 1
 
@@ -645,7 +667,12 @@ def _detail(msg: pb.JobResult) -> Detail:
     if kind == "execute":
         e = msg.execute
         return ExecuteOutput(
-            e.exit_code, e.stdout, e.stderr, e.stdout_truncated, e.stderr_truncated, {f.path: f.content for f in e.files}
+            e.exit_code,
+            e.stdout,
+            e.stderr,
+            e.stdout_truncated,
+            e.stderr_truncated,
+            {f.path: f.content for f in e.files},
         )
     if kind == "reward_model":
         r = msg.reward_model

@@ -73,8 +73,11 @@ class _ClientBase:
         metadata: _Metadata = (),
         options: Sequence[tuple[str, Any]] = (),
     ) -> None:
-        for name, value in (("job_timeout", job_timeout), ("deadline_margin", deadline_margin),
-                            ("rpc_timeout", rpc_timeout)):
+        for name, value in (
+            ("job_timeout", job_timeout),
+            ("deadline_margin", deadline_margin),
+            ("rpc_timeout", rpc_timeout),
+        ):
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 raise InvalidRequest(f"{name} must be a positive number, got {value!r}")
         if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
@@ -103,7 +106,12 @@ class _ClientBase:
         return self.target.grpc_target
 
     def _options(self, service_config: Mapping[str, Any]) -> list[tuple[str, Any]]:
-        return channel_options(service_config, self._extra_options)
+        extra = self._extra_options
+        if service_config is SESSION_SERVICE_CONFIG:
+            # With the shared subchannel pool pick_first reuses whichever connection
+            # is already up, so every session would land on the same daemon.
+            extra = (("grpc.use_local_subchannel_pool", 1), *extra)
+        return channel_options(service_config, extra)
 
     def _deadline(self, jobs: Iterable[pb.Job], timeout: float | None) -> float:
         """RPC deadline: the caller's, the client's, or derived from the jobs' own limits."""
@@ -230,23 +238,38 @@ class SandboxClient(_ClientBase):
                 return final if final is not None else finals[0]
             time.sleep(state.next_delay())
 
-    def score_code(self, completion: str, tests: CodeTestsLike, *, timeout: float | None = None,
-                   **job_options: Any) -> Result:
+    def score_code(
+        self, completion: str, tests: CodeTestsLike, *, timeout: float | None = None, **job_options: Any
+    ) -> Result:
         """Score a code completion against tests; ``job_options`` are those of :func:`code_job`."""
         return self.run(code_job(completion, tests, **job_options), timeout=timeout)
 
-    def score_math(self, completion: str, ground_truth: str | int | float, *, timeout: float | None = None,
-                   **job_options: Any) -> Result:
+    def score_math(
+        self,
+        completion: str,
+        ground_truth: str | int | float,
+        *,
+        timeout: float | None = None,
+        **job_options: Any,
+    ) -> Result:
         """Check a math completion against its ground truth; ``job_options`` as :func:`math_job`."""
         return self.run(math_job(completion, ground_truth, **job_options), timeout=timeout)
 
-    def execute(self, code: str, language: str = "python", stdin: str | bytes = b"", *,
-                timeout: float | None = None, **job_options: Any) -> Result:
+    def execute(
+        self,
+        code: str,
+        language: str = "python",
+        stdin: str | bytes = b"",
+        *,
+        timeout: float | None = None,
+        **job_options: Any,
+    ) -> Result:
         """Run a program as-is; ``result.details`` is an :class:`ExecuteOutput`."""
         return self.run(execute_job(code, language, stdin, **job_options), timeout=timeout)
 
-    def score_reward_model(self, prompt: str, completion: str, *, model: str, timeout: float | None = None,
-                           **job_options: Any) -> Result:
+    def score_reward_model(
+        self, prompt: str, completion: str, *, model: str, timeout: float | None = None, **job_options: Any
+    ) -> Result:
         """Score (prompt, completion) with the daemon's reward model ``model``."""
         return self.run(reward_model_job(prompt, completion, model=model, **job_options), timeout=timeout)
 
@@ -374,7 +397,9 @@ class SandboxClient(_ClientBase):
     def pool_status(self) -> dict[str, pb.PoolStatus]:
         """Pool status of each known daemon, keyed by address."""
         return {
-            address: self._unary(pb_grpc.PoolStub(self._channel_for(address)).GetStatus, pb.GetPoolStatusRequest())
+            address: self._unary(
+                pb_grpc.PoolStub(self._channel_for(address)).GetStatus, pb.GetPoolStatusRequest()
+            )
             for address in self.target.addresses
         }
 
@@ -405,8 +430,14 @@ class SandboxClient(_ClientBase):
 class Session:
     """A sandbox held for one episode; cells share interpreter state."""
 
-    def __init__(self, client: SandboxClient, channel: grpc.Channel, stub: pb_grpc.SessionsStub,
-                 info: pb.SessionInfo, cell_timeout: float) -> None:
+    def __init__(
+        self,
+        client: SandboxClient,
+        channel: grpc.Channel,
+        stub: pb_grpc.SessionsStub,
+        info: pb.SessionInfo,
+        cell_timeout: float,
+    ) -> None:
         self._client = client
         self._channel = channel
         self._stub = stub
@@ -443,8 +474,11 @@ class Session:
             return
         self._closed = True
         try:
-            self._stub.Close(pb.CloseSessionRequest(session_id=self.id), timeout=self._client._rpc_timeout,
-                             metadata=self._client._metadata)
+            self._stub.Close(
+                pb.CloseSessionRequest(session_id=self.id),
+                timeout=self._client._rpc_timeout,
+                metadata=self._client._metadata,
+            )
         except grpc.RpcError as e:
             error = from_rpc_error(e)
             if not isinstance(error, SessionNotFound):
@@ -528,25 +562,42 @@ class AsyncSandboxClient(_ClientBase):
                 return final if final is not None else finals[0]
             await asyncio.sleep(state.next_delay())
 
-    async def score_code(self, completion: str, tests: CodeTestsLike, *, timeout: float | None = None,
-                         **job_options: Any) -> Result:
+    async def score_code(
+        self, completion: str, tests: CodeTestsLike, *, timeout: float | None = None, **job_options: Any
+    ) -> Result:
         """Score a code completion against tests; ``job_options`` are those of :func:`code_job`."""
         return await self.run(code_job(completion, tests, **job_options), timeout=timeout)
 
-    async def score_math(self, completion: str, ground_truth: str | int | float, *,
-                         timeout: float | None = None, **job_options: Any) -> Result:
+    async def score_math(
+        self,
+        completion: str,
+        ground_truth: str | int | float,
+        *,
+        timeout: float | None = None,
+        **job_options: Any,
+    ) -> Result:
         """Check a math completion against its ground truth; ``job_options`` as :func:`math_job`."""
         return await self.run(math_job(completion, ground_truth, **job_options), timeout=timeout)
 
-    async def execute(self, code: str, language: str = "python", stdin: str | bytes = b"", *,
-                      timeout: float | None = None, **job_options: Any) -> Result:
+    async def execute(
+        self,
+        code: str,
+        language: str = "python",
+        stdin: str | bytes = b"",
+        *,
+        timeout: float | None = None,
+        **job_options: Any,
+    ) -> Result:
         """Run a program as-is; ``result.details`` is an :class:`ExecuteOutput`."""
         return await self.run(execute_job(code, language, stdin, **job_options), timeout=timeout)
 
-    async def score_reward_model(self, prompt: str, completion: str, *, model: str,
-                                 timeout: float | None = None, **job_options: Any) -> Result:
+    async def score_reward_model(
+        self, prompt: str, completion: str, *, model: str, timeout: float | None = None, **job_options: Any
+    ) -> Result:
         """Score (prompt, completion) with the daemon's reward model ``model``."""
-        return await self.run(reward_model_job(prompt, completion, model=model, **job_options), timeout=timeout)
+        return await self.run(
+            reward_model_job(prompt, completion, model=model, **job_options), timeout=timeout
+        )
 
     def run_batch(self, jobs: Iterable[pb.Job], *, timeout: float | None = None) -> AsyncIterator[Result]:
         """Run jobs, yielding each :class:`Result` as it finishes; ``result.index`` is its position.
@@ -573,8 +624,9 @@ class AsyncSandboxClient(_ClientBase):
             for task in tasks:
                 task.cancel()
 
-    async def _run_chunk(self, chunk: dict[int, pb.Job], deadline: float,
-                         out: asyncio.Queue[Result | BaseException]) -> None:
+    async def _run_chunk(
+        self, chunk: dict[int, pb.Job], deadline: float, out: asyncio.Queue[Result | BaseException]
+    ) -> None:
         assert self._semaphore is not None
         state = ChunkState(chunk, self._policy)
         try:
@@ -641,16 +693,18 @@ class AsyncSandboxClient(_ClientBase):
         answers = await asyncio.gather(
             *(self._unary(pb_grpc.PoolStub(self._channel_for(a)).SetBatchHint, hint) for a, hint in shares)
         )
-        return {address: answer for (address, _), answer in zip(shares, answers)}
+        return {address: answer for (address, _), answer in zip(shares, answers, strict=True)}
 
     async def pool_status(self) -> dict[str, pb.PoolStatus]:
         """Pool status of each known daemon, keyed by address."""
         addresses = self.target.addresses
         answers = await asyncio.gather(
-            *(self._unary(pb_grpc.PoolStub(self._channel_for(a)).GetStatus, pb.GetPoolStatusRequest())
-              for a in addresses)
+            *(
+                self._unary(pb_grpc.PoolStub(self._channel_for(a)).GetStatus, pb.GetPoolStatusRequest())
+                for a in addresses
+            )
         )
-        return dict(zip(addresses, answers))
+        return dict(zip(addresses, answers, strict=True))
 
     async def info(self) -> pb.Info:
         """Version, languages, job kinds and limits of (one of) the daemons."""
@@ -674,8 +728,14 @@ class AsyncSandboxClient(_ClientBase):
 class AsyncSession:
     """The asyncio twin of :class:`Session`."""
 
-    def __init__(self, client: AsyncSandboxClient, channel: grpc.aio.Channel, stub: pb_grpc.SessionsStub,
-                 info: pb.SessionInfo, cell_timeout: float) -> None:
+    def __init__(
+        self,
+        client: AsyncSandboxClient,
+        channel: grpc.aio.Channel,
+        stub: pb_grpc.SessionsStub,
+        info: pb.SessionInfo,
+        cell_timeout: float,
+    ) -> None:
         self._client = client
         self._channel = channel
         self._stub = stub
@@ -708,8 +768,11 @@ class AsyncSession:
             return
         self._closed = True
         try:
-            await self._stub.Close(pb.CloseSessionRequest(session_id=self.id), timeout=self._client._rpc_timeout,
-                                   metadata=self._client._metadata)
+            await self._stub.Close(
+                pb.CloseSessionRequest(session_id=self.id),
+                timeout=self._client._rpc_timeout,
+                metadata=self._client._metadata,
+            )
         except grpc.RpcError as e:
             error = from_rpc_error(e)
             if not isinstance(error, SessionNotFound):

@@ -128,7 +128,9 @@ def retry_after_from_metadata(metadata: Iterable[tuple[str, str | bytes]] | None
 
 
 def from_status(
-    code: grpc.StatusCode, details: str | None, trailing_metadata: Iterable[tuple[str, str | bytes]] | None = None
+    code: grpc.StatusCode,
+    details: str | None,
+    trailing_metadata: Iterable[tuple[str, str | bytes]] | None = None,
 ) -> SandboxdError:
     """Map a gRPC status to the matching :class:`SandboxdError`."""
     message = f"{code.name}: {details or 'no details'}"

@@ -32,7 +32,13 @@ AsyncRewardFunc = Callable[..., Coroutine[Any, Any, list[float | None]]]
 # Verifier input -> dataset columns tried in order, most explicit name first.
 MATH_COLUMNS: dict[str, tuple[str, ...]] = {"ground_truth": ("ground_truth", "answer", "solution")}
 CODE_TEST_COLUMNS: tuple[str, ...] = (
-    "test_cases", "tests", "input_output", "verification_info", "test", "test_list", "public_tests",
+    "test_cases",
+    "tests",
+    "input_output",
+    "verification_info",
+    "test",
+    "test_list",
+    "public_tests",
     "public_test_cases",
 )
 # Columns that complete a dataset's test shape when its main column is present.
@@ -69,7 +75,9 @@ def _content_text(content: Any) -> str:
         return content
     # Multimodal chat content: [{"type": "text", "text": ...}, ...]
     if isinstance(content, Sequence):
-        return "".join(p.get("text", "") for p in content if isinstance(p, Mapping) and p.get("type") == "text")
+        return "".join(
+            p.get("text", "") for p in content if isinstance(p, Mapping) and p.get("type") == "text"
+        )
     raise InvalidRequest(f"cannot read message content of type {type(content).__name__}")
 
 
@@ -95,8 +103,10 @@ class _RewardSpec:
             raise ValueError(f"infra_failure_value must be finite or None, got {infra_failure_value!r}")
         unknown = set(column_map or {}) - {"ground_truth", "tests", "fn_name", "language", "entry_point"}
         if unknown:
-            raise ValueError(f"column_map keys must be verifier inputs (ground_truth, tests, fn_name, language, "
-                             f"entry_point), got {sorted(unknown)}")
+            raise ValueError(
+                f"column_map keys must be verifier inputs (ground_truth, tests, fn_name, language, "
+                f"entry_point), got {sorted(unknown)}"
+            )
         self.kind = kind
         self.failure_value = float(failure_value)
         self.infra_failure_value = infra_failure_value
@@ -123,22 +133,32 @@ class _RewardSpec:
         available = sorted(columns)
         for verifier_input, column in self.column_map.items():
             if column not in columns:
-                return (f"{self.name}: column_map[{verifier_input!r}] = {column!r}, but the dataset has no such "
-                        f"column; available columns: {available}")
+                return (
+                    f"{self.name}: column_map[{verifier_input!r}] = {column!r}, but the dataset has no such "
+                    f"column; available columns: {available}"
+                )
         math_col, tests_col = self._math_column(columns), self._tests_column(columns)
         if self.kind == "math" and math_col is None:
-            return (f"{self.name}: math scoring needs a ground-truth column, one of "
-                    f"{list(MATH_COLUMNS['ground_truth'])} (or column_map={{'ground_truth': ...}}); "
-                    f"available columns: {available}")
+            return (
+                f"{self.name}: math scoring needs a ground-truth column, one of "
+                f"{list(MATH_COLUMNS['ground_truth'])} (or column_map={{'ground_truth': ...}}); "
+                f"available columns: {available}"
+            )
         if self.kind == "code" and tests_col is None:
-            return (f"{self.name}: code scoring needs a tests column, one of {list(CODE_TEST_COLUMNS)} "
-                    f"(or column_map={{'tests': ...}}); available columns: {available}")
+            return (
+                f"{self.name}: code scoring needs a tests column, one of {list(CODE_TEST_COLUMNS)} "
+                f"(or column_map={{'tests': ...}}); available columns: {available}"
+            )
         if self.kind == "auto" and math_col is None and tests_col is None:
-            return (f"{self.name}: needs a tests column {list(CODE_TEST_COLUMNS)} or a ground-truth column "
-                    f"{list(MATH_COLUMNS['ground_truth'])}; available columns: {available}")
+            return (
+                f"{self.name}: needs a tests column {list(CODE_TEST_COLUMNS)} or a ground-truth column "
+                f"{list(MATH_COLUMNS['ground_truth'])}; available columns: {available}"
+            )
         return None
 
-    def _value(self, columns: Mapping[str, Sequence[Any]], verifier_input: str, default: str, row: int) -> Any:
+    def _value(
+        self, columns: Mapping[str, Sequence[Any]], verifier_input: str, default: str, row: int
+    ) -> Any:
         column = self.column_map.get(verifier_input, default)
         values = columns.get(column)
         return None if values is None else values[row]
@@ -170,7 +190,9 @@ class _RewardSpec:
         options.setdefault("failure_value", self.failure_value)
         return math_job(text, columns[math_col][row], **options)
 
-    def prepare(self, completions: Sequence[Any] | None, columns: dict[str, Any]) -> list[pb.Job | InvalidRequest]:
+    def prepare(
+        self, completions: Sequence[Any] | None, columns: dict[str, Any]
+    ) -> list[pb.Job | InvalidRequest]:
         """One job per completion, or the reason a row cannot be scored.
 
         Raises ValueError when the dataset lacks the columns the verifier needs:
@@ -184,7 +206,9 @@ class _RewardSpec:
         n = len(completions)
         for column, values in columns.items():
             if isinstance(values, Sequence) and not isinstance(values, str) and len(values) != n:
-                raise ValueError(f"{self.name}: column {column!r} has {len(values)} values for {n} completions")
+                raise ValueError(
+                    f"{self.name}: column {column!r} has {len(values)} values for {n} completions"
+                )
         math_col, tests_col = self._math_column(columns), self._tests_column(columns)
         jobs: list[pb.Job | InvalidRequest] = []
         for row, completion in enumerate(completions):
@@ -220,8 +244,12 @@ class _RewardSpec:
         if isinstance(results, SandboxdError):
             if self.raise_on_error:
                 raise results
-            log.error("%s: scoring failed, every completion gets %r: %s", self.name, self.infra_failure_value,
-                      results)
+            log.error(
+                "%s: scoring failed, every completion gets %r: %s",
+                self.name,
+                self.infra_failure_value,
+                results,
+            )
             results = []
         scored = iter(results)
         out: list[float | None] = []
@@ -245,8 +273,9 @@ class _RewardSpec:
         self._log(log_metric, verdicts, infra, len(prepared))
         return out
 
-    def _log(self, log_metric: Callable[[str, float], Any] | None, verdicts: list[Result], infra: int,
-             total: int) -> None:
+    def _log(
+        self, log_metric: Callable[[str, float], Any] | None, verdicts: list[Result], infra: int, total: int
+    ) -> None:
         if log_metric is None or not total:
             return
         metrics = {"infra_failure_rate": infra / total}
@@ -293,8 +322,9 @@ def make_reward_func(
     The client is created on first call, so the function can be built before
     worker processes fork.
     """
-    spec = _RewardSpec(kind, failure_value, infra_failure_value, column_map, raise_on_error, code_options,
-                       math_options, name)
+    spec = _RewardSpec(
+        kind, failure_value, infra_failure_value, column_map, raise_on_error, code_options, math_options, name
+    )
     lock = threading.Lock()
     holder: list[SandboxClient] = []
 
@@ -339,9 +369,12 @@ def make_async_reward_func(
     ``grpc.aio`` channel belongs to one loop, so a client is created lazily
     for each loop the function is awaited on.
     """
-    spec = _RewardSpec(kind, failure_value, infra_failure_value, column_map, raise_on_error, code_options,
-                       math_options, name)
-    clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncSandboxClient] = weakref.WeakKeyDictionary()
+    spec = _RewardSpec(
+        kind, failure_value, infra_failure_value, column_map, raise_on_error, code_options, math_options, name
+    )
+    clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncSandboxClient] = (
+        weakref.WeakKeyDictionary()
+    )
 
     def get_client() -> AsyncSandboxClient:
         loop = asyncio.get_running_loop()

@@ -1,0 +1,259 @@
+"""verl reward functions: ``custom_reward_function`` entry points backed by sandboxd.
+
+Point verl at this file (``custom_reward_function.path=<this file>``,
+``custom_reward_function.name=compute_score``, or ``compute_score_batch`` with
+``reward_model.reward_manager=batch``). ``reward_kwargs`` from the config
+arrive as keyword arguments: ``failure_value``, ``infra_failure_value``,
+``address``, ``data_source_kinds``, ``code_options``, ``math_options``,
+``client_options``.
+
+The daemon address comes from ``$SANDBOXD_ADDRESS`` unless ``address`` is given.
+verl calls these from worker threads and forked/Ray processes: the sync client
+is created lazily, under a lock, once per process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import math
+import os
+import threading
+import weakref
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ._proto.sandboxd.v1 import sandboxd_pb2 as pb
+from ._requests import Result, code_job, math_job
+from .client import AsyncSandboxClient, SandboxClient
+from .errors import InvalidRequest, SandboxdError
+
+__all__ = [
+    "DATA_SOURCE_KINDS",
+    "compute_score",
+    "compute_score_async",
+    "compute_score_batch",
+    "kind_for",
+    "register_data_source",
+]
+
+#: (glob pattern, kind), matched case-insensitively in order; code first so that a
+#: name such as "codeforces-math" is not taken for a math set. register_data_source()
+#: puts new patterns in front.
+DATA_SOURCE_KINDS: list[tuple[str, str]] = [
+    ("*codecontests*", "code"),
+    ("*apps*", "code"),
+    ("*taco*", "code"),
+    ("*codeforces*", "code"),
+    ("*livecodebench*", "code"),
+    ("*humaneval*", "code"),
+    ("*mbpp*", "code"),
+    ("*primeintellect*", "code"),
+    ("*gsm8k*", "math"),
+    ("lighteval/math*", "math"),
+    ("digitallearninggmbh/math-lighteval", "math"),
+    ("math_dapo", "math"),
+    ("aime*", "math"),
+    ("*math*", "math"),
+]
+
+_lock = threading.Lock()
+_clients: dict[tuple[int, str | tuple[str, ...] | None], SandboxClient] = {}
+_async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Any, AsyncSandboxClient]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def register_data_source(pattern: str, kind: str) -> None:
+    """Score data sources matching ``pattern`` (a glob, case-insensitive) as ``kind`` ("code" or "math")."""
+    if kind not in ("code", "math"):
+        raise ValueError(f"kind must be 'code' or 'math', got {kind!r}")
+    with _lock:
+        DATA_SOURCE_KINDS.insert(0, (pattern.lower(), kind))
+
+
+def kind_for(data_source: str, overrides: Mapping[str, str] | None = None) -> str:
+    """ "code" or "math" for a verl ``data_source``; ValueError when nothing matches."""
+    source = str(data_source).lower()
+    for pattern, kind in [*((p.lower(), k) for p, k in (overrides or {}).items()), *DATA_SOURCE_KINDS]:
+        if fnmatch.fnmatchcase(source, pattern):
+            return kind
+    raise ValueError(
+        f"sandboxd does not know how to score data_source {data_source!r}; "
+        f"map it with register_data_source() or reward_kwargs data_source_kinds={{pattern: 'code'|'math'}}"
+    )
+
+
+def _key(address: str | Sequence[str] | None) -> str | tuple[str, ...] | None:
+    return address if address is None or isinstance(address, str) else tuple(address)
+
+
+def _client(address: str | Sequence[str] | None, options: Mapping[str, Any] | None) -> SandboxClient:
+    # Keyed by pid: a client made before a fork must not be used in the child.
+    key = (os.getpid(), _key(address))
+    with _lock:
+        client = _clients.get(key)
+        if client is None:
+            client = _clients[key] = SandboxClient(
+                address or os.environ.get("SANDBOXD_ADDRESS"), **dict(options or {})
+            )
+        return client
+
+
+def _async_client(
+    address: str | Sequence[str] | None, options: Mapping[str, Any] | None
+) -> AsyncSandboxClient:
+    loop = asyncio.get_running_loop()
+    per_loop = _async_clients.setdefault(loop, {})
+    key = _key(address)
+    if key not in per_loop:
+        per_loop[key] = AsyncSandboxClient(
+            address or os.environ.get("SANDBOXD_ADDRESS"), **dict(options or {})
+        )
+    return per_loop[key]
+
+
+def _extra(extra_info: Any) -> Mapping[str, Any]:
+    return extra_info if isinstance(extra_info, Mapping) else {}
+
+
+def _job(
+    data_source: str, solution_str: str, ground_truth: Any, extra_info: Any, kwargs: Mapping[str, Any]
+) -> pb.Job:
+    kind = kind_for(data_source, kwargs.get("data_source_kinds"))
+    failure_value = float(kwargs.get("failure_value", -1.0))
+    extra = _extra(extra_info)
+    if kind == "math":
+        options = dict(kwargs.get("math_options") or {})
+        options.setdefault("failure_value", failure_value)
+        if isinstance(ground_truth, (list, tuple)) and len(ground_truth) == 1:
+            ground_truth = ground_truth[0]
+        if hasattr(ground_truth, "item"):  # numpy scalar from a parquet column
+            ground_truth = ground_truth.item()
+        return math_job(solution_str, ground_truth, **options)
+    options = dict(kwargs.get("code_options") or {})
+    options.setdefault("failure_value", failure_value)
+    for key in ("language", "fn_name", "entry_point"):
+        if extra.get(key) and key not in options:
+            options[key] = extra[key]
+    return code_job(solution_str, ground_truth, **options)
+
+
+def _infra_value(kwargs: Mapping[str, Any]) -> float:
+    value = kwargs.get("infra_failure_value", -1.0)
+    # verl stacks scores into a tensor: a None would break it, so no "drop" here.
+    if value is None or not math.isfinite(value):
+        raise ValueError(f"infra_failure_value must be a finite number for verl, got {value!r}")
+    return float(value)
+
+
+def _score(result: Result | SandboxdError, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """verl's reward dict; every call returns the same keys (verl stacks them per key)."""
+    if isinstance(result, SandboxdError):
+        status = "INVALID_REQUEST" if isinstance(result, InvalidRequest) else "CLIENT_ERROR"
+        return {
+            "score": _infra_value(kwargs),
+            "acc": 0.0,
+            "pass_rate": 0.0,
+            "status": status,
+            "infra_failure": True,
+        }
+    if result.is_infrastructure_failure:
+        return {
+            "score": _infra_value(kwargs),
+            "acc": 0.0,
+            "pass_rate": 0.0,
+            "status": result.status.name,
+            "infra_failure": True,
+        }
+    reward = result.reward if math.isfinite(result.reward) else float(kwargs.get("failure_value", -1.0))
+    return {
+        "score": reward,
+        "acc": 1.0 if result.ok else 0.0,
+        "pass_rate": result.pass_rate,
+        "status": result.status.name,
+        "infra_failure": False,
+    }
+
+
+def _prepare(
+    data_source: str, solution_str: str, ground_truth: Any, extra_info: Any, kwargs: Mapping[str, Any]
+) -> pb.Job | InvalidRequest:
+    try:
+        return _job(data_source, solution_str, ground_truth, extra_info, kwargs)
+    except InvalidRequest as e:
+        # A malformed row scores the infrastructure value; an unknown data source (ValueError) stops the run.
+        return e
+
+
+def compute_score(
+    data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None, **kwargs: Any
+) -> dict[str, Any]:
+    """Score one completion: ``{"score", "acc", "pass_rate", "status", "infra_failure"}``.
+
+    Math data sources compare ``solution_str`` with ``ground_truth``; code data
+    sources run it against ``ground_truth`` as test cases (verl's JSON, or any
+    shape :func:`code_job` accepts). Thread-safe.
+    """
+    prepared = _prepare(data_source, solution_str, ground_truth, extra_info, kwargs)
+    if isinstance(prepared, InvalidRequest):
+        return _score(prepared, kwargs)
+    try:
+        result: Result | SandboxdError = _client(kwargs.get("address"), kwargs.get("client_options")).run(
+            prepared
+        )
+    except SandboxdError as e:
+        result = e
+    return _score(result, kwargs)
+
+
+async def compute_score_async(
+    data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None, **kwargs: Any
+) -> dict[str, Any]:
+    """The ``async def`` twin of :func:`compute_score` (one client per event loop)."""
+    prepared = _prepare(data_source, solution_str, ground_truth, extra_info, kwargs)
+    if isinstance(prepared, InvalidRequest):
+        return _score(prepared, kwargs)
+    try:
+        client = _async_client(kwargs.get("address"), kwargs.get("client_options"))
+        result: Result | SandboxdError = await client.run(prepared)
+    except SandboxdError as e:
+        result = e
+    return _score(result, kwargs)
+
+
+def compute_score_batch(
+    data_sources: Sequence[str],
+    solution_strs: Sequence[str],
+    ground_truths: Sequence[Any],
+    extra_infos: Sequence[Any] | None = None,
+    **kwargs: Any,
+) -> list[dict[str, Any]]:
+    """Score a whole batch in one go, for verl's batch reward manager; results in input order."""
+    n = len(solution_strs)
+    extra_infos = list(extra_infos) if extra_infos is not None else [None] * n
+    if not (len(data_sources) == len(ground_truths) == len(extra_infos) == n):
+        raise ValueError(
+            f"batch columns differ in length: {len(data_sources)} data_sources, {n} solution_strs, "
+            f"{len(ground_truths)} ground_truths, {len(extra_infos)} extra_infos"
+        )
+    prepared = [
+        _prepare(*row, kwargs)
+        for row in zip(data_sources, solution_strs, ground_truths, extra_infos, strict=True)
+    ]
+    jobs = [p for p in prepared if isinstance(p, pb.Job)]
+    results: list[Result] = []
+    error: SandboxdError | None = None
+    if jobs:
+        try:
+            results = _client(kwargs.get("address"), kwargs.get("client_options")).score_batch(jobs)
+        except SandboxdError as e:
+            error = e
+    scored = iter(results)
+    out = []
+    for item in prepared:
+        if isinstance(item, InvalidRequest):
+            out.append(_score(item, kwargs))
+        else:
+            out.append(_score(error if error is not None else next(scored), kwargs))
+    return out

@@ -1,0 +1,105 @@
+"""gRPC servicers: the API's surface, validation at the door, errors mapped once."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+import sandboxd
+from sandboxd import jobs
+from sandboxd.errors import InvalidRequest, Overloaded, SandboxdError
+from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
+from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
+
+if TYPE_CHECKING:
+    from sandboxd.daemon import Daemon
+
+RETRY_AFTER_KEY = "retry-after-seconds"
+
+
+async def _abort(context: grpc.aio.ServicerContext, error: SandboxdError) -> None:
+    if isinstance(error, Overloaded):
+        context.set_trailing_metadata(((RETRY_AFTER_KEY, f"{error.retry_after_seconds:.3f}"),))
+    await context.abort(error.code, str(error))
+
+
+class JobsServicer(pb_grpc.JobsServicer):
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
+
+    async def Run(self, request: pb.Job, context: grpc.aio.ServicerContext) -> pb.JobResult:  # noqa: N802
+        try:
+            self.daemon.check_ready()
+            prepared = jobs.prepare(request, self.daemon.config)
+            self.daemon.scheduler.pool_for(prepared)
+            self.daemon.scheduler.admit(1)
+        except SandboxdError as error:
+            await _abort(context, error)
+        return await self.daemon.scheduler.run(prepared)
+
+    async def RunBatch(self, request: pb.RunBatchRequest, context: grpc.aio.ServicerContext) -> Any:  # noqa: N802
+        scheduler = self.daemon.scheduler
+        try:
+            self.daemon.check_ready()
+            if not request.jobs:
+                raise InvalidRequest("jobs is empty")
+            if len(request.jobs) > self.daemon.config.scheduler.max_batch:
+                raise InvalidRequest(f"{len(request.jobs)} jobs exceed the batch limit of "
+                                     f"{self.daemon.config.scheduler.max_batch}")
+            # All or nothing: a malformed item rejects the batch before any runs.
+            prepared = [jobs.prepare(job, self.daemon.config) for job in request.jobs]
+            for item in prepared:
+                scheduler.pool_for(item)
+            scheduler.admit(len(prepared))
+        except SandboxdError as error:
+            await _abort(context, error)
+        tasks = [asyncio.ensure_future(scheduler.run(item)) for item in prepared]
+        try:
+            for next_done in asyncio.as_completed(tasks):
+                yield await next_done
+        finally:
+            for task in tasks:
+                task.cancel()
+
+
+class PoolServicer(pb_grpc.PoolServicer):
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
+
+    async def SetBatchHint(self, request: pb.BatchHint, context: grpc.aio.ServicerContext) -> pb.PoolStatus:  # noqa: N802
+        for pool in self.daemon.pools.values():
+            pool.set_batch_hint(request.batch_size)
+        return self.daemon.pool_status()
+
+    async def GetStatus(self, request: pb.GetPoolStatusRequest,  # noqa: N802
+                        context: grpc.aio.ServicerContext) -> pb.PoolStatus:
+        return self.daemon.pool_status()
+
+
+class DaemonServicer(pb_grpc.DaemonServicer):
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
+
+    async def GetInfo(self, request: pb.GetInfoRequest, context: grpc.aio.ServicerContext) -> pb.Info:  # noqa: N802
+        config = self.daemon.config
+        pools = self.daemon.pools.values()
+        languages = sorted({lang for pool in pools for lang in pool.languages})
+        snapshots = [pool.snapshots for pool in pools]
+        return pb.Info(
+            version=sandboxd.__version__,
+            languages=languages,
+            job_kinds=["execute", "code", "math"],
+            snapshots=bool(snapshots) and all(s.usable for s in snapshots),
+            snapshot_state="; ".join(f"{pool.name}: {pool.snapshots.state}" for pool in pools),
+            gpus=[],
+            models=[],
+            max_timeout_seconds=config.limits.max_timeout_seconds,
+            max_memory_bytes=config.limits.max_memory_bytes,
+            max_output_bytes=config.limits.max_output_bytes,
+        )
+
+
+class SessionsServicer(pb_grpc.SessionsServicer):
+    """Sessions are specified in the contract; the runtime for them is not built yet."""

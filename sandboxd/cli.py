@@ -1,0 +1,95 @@
+"""`sandboxd`: serve, status, score, bench."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from typing import Any
+
+from sandboxd.errors import SandboxdError
+
+SERVE_FLAGS = {
+    "socket": "server.socket",
+    "tcp": "server.tcp",
+    "metrics": "server.metrics",
+    "log_format": "server.log_format",
+    "log_level": "server.log_level",
+    "docker_url": "docker.url",
+    "min_size": "pool.min_size",
+    "max_size": "pool.max_size",
+    "snapshots": "pool.snapshots",
+    "state_dir": "sandbox.state_dir",
+    "run_dir": "sandbox.run_dir",
+}
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from sandboxd import config as config_module
+    from sandboxd import logs
+
+    overrides: dict[str, Any] = {}
+    for flag, dotted in SERVE_FLAGS.items():
+        value = getattr(args, flag)
+        if value is not None:
+            overrides[dotted] = value
+    try:
+        config = config_module.load(args.config, overrides=overrides)
+        logs.setup(config.server.log_format, config.server.log_level)
+        from sandboxd.daemon import Daemon
+
+        daemon = Daemon(config)
+        import uvloop
+
+        uvloop.run(daemon.run())
+    except SandboxdError as exc:
+        print(f"sandboxd: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    from sandboxd_client import SandboxClient
+    from sandboxd_client.errors import SandboxdError as ClientError
+
+    try:
+        with SandboxClient(args.address) as client:
+            info = client.info()
+            status = client.pool_status()
+    except ClientError as exc:
+        print(f"sandboxd: error: {exc}", file=sys.stderr)
+        return 1
+    print(f"sandboxd {info.version}  languages: {', '.join(info.languages) or '-'}")
+    print(f"snapshots: {'on' if info.snapshots else 'off'} ({info.snapshot_state})")
+    print(f"queue: {status.queue_depth}  in flight: {status.in_flight}  jobs: {status.jobs_total}  "
+          f"throughput: {status.jobs_per_second:.1f}/s")
+    print(f"{'pool':8} {'target':>6} {'ready':>6} {'busy':>5} {'start':>6} {'jobs':>8} {'recycled':>8}  snapshot")
+    for pool in status.pools:
+        print(f"{pool.name:8} {pool.target:6d} {pool.ready:6d} {pool.busy:5d} {pool.starting:6d} "
+              f"{pool.jobs_total:8d} {pool.recycled_total:8d}  {pool.snapshot}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="sandboxd", description="Sandboxed verifiers for RL post-training.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="run the daemon")
+    serve.add_argument("--config", help="TOML file (default: none; SANDBOXD_CONFIG)")
+    for flag in SERVE_FLAGS:
+        kind = int if flag in ("min_size", "max_size") else str
+        serve.add_argument(f"--{flag.replace('_', '-')}", dest=flag, type=kind, default=None)
+    serve.set_defaults(handler=_serve)
+    status = commands.add_parser("status", help="pools, sandboxes, snapshots, queue, throughput")
+    status.add_argument("--address", default=None, help="default: SANDBOXD_ADDRESS or the local socket")
+    status.set_defaults(handler=_status)
+    from sandboxd import score as score_command
+
+    score_command.add_parser(commands)
+    args = parser.parse_args(argv)
+    return args.handler(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

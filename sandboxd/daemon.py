@@ -1,0 +1,185 @@
+"""The daemon: wires config, Docker, pools, scheduler and the gRPC server together."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import os
+import signal
+import socket
+import stat
+import time
+import uuid
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from sandboxd import api, metrics
+from sandboxd.backend import DockerBackend
+from sandboxd.config import Config
+from sandboxd.errors import ConfigError, NotReady
+from sandboxd.images import image_tag
+from sandboxd.pool import Pool, reap_orphans, stage_agent_code
+from sandboxd.scheduler import Scheduler
+from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
+from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
+
+log = logging.getLogger("sandboxd")
+ORPHAN_SWEEP_SECONDS = 60.0
+
+
+def check_socket_path(path: str) -> None:
+    """Refuse a path that is a regular file or a live socket; remove a stale socket."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        return
+    if not stat.S_ISSOCK(mode):
+        raise ConfigError(f"server.socket {path} exists and is not a socket; refusing to replace it")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(path)
+    except OSError:
+        os.unlink(path)  # stale: nothing listens
+        return
+    finally:
+        probe.close()
+    raise ConfigError(f"server.socket {path} is in use by another process (is sandboxd already running?)")
+
+
+class Daemon:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.instance = uuid.uuid4().hex[:8]
+        listen = f"{config.server.socket}|{config.server.tcp}"
+        self.node = hashlib.sha256(listen.encode()).hexdigest()[:12]
+        self.backend = DockerBackend(config.docker.url, config.docker.timeout_seconds)
+        self.pools: dict[str, Pool] = {}
+        self.scheduler = Scheduler(self.pools, config)
+        self.health = health.aio.HealthServicer()
+        self.server: grpc.aio.Server | None = None
+        self.serving = False
+
+    def check_ready(self) -> None:
+        if not self.serving:
+            raise NotReady("sandboxd is starting: no warm sandbox yet")
+
+    def pool_status(self) -> pb.PoolStatus:
+        status = pb.PoolStatus(queue_depth=self.scheduler.queued, in_flight=self.scheduler.in_flight,
+                               jobs_total=self.scheduler.jobs_total,
+                               jobs_per_second=self.scheduler.jobs_per_second())
+        for pool in self.pools.values():
+            status.pools.add(name=pool.name, image=pool.image, target=pool.target, ready=len(pool.ready),
+                             busy=pool.busy_count(), starting=pool.starting, snapshot=pool.snapshots.state,
+                             jobs_total=pool.jobs_total, recycled_total=pool.recycled_total)
+        return status
+
+    def _on_pool_change(self) -> None:
+        for pool in self.pools.values():
+            metrics.SANDBOXES.labels(pool.name, "ready").set(len(pool.ready))
+            metrics.SANDBOXES.labels(pool.name, "busy").set(pool.busy_count())
+            metrics.SANDBOXES.labels(pool.name, "starting").set(pool.starting)
+            metrics.SNAPSHOT_READY.labels(pool.name).set(1 if pool.snapshots.usable else 0)
+            for method, count in pool.started_total.items():
+                counter = metrics.SANDBOX_STARTS.labels(pool.name, method)
+                counter.inc(count - counter._value.get())
+                metrics.SANDBOX_READY_SECONDS.labels(pool.name, method).set(pool.last_ready_seconds[method])
+        ready = any(len(pool.ready) for pool in self.pools.values())
+        if ready != self.serving:
+            self.serving = ready
+            status = health_pb2.HealthCheckResponse.SERVING if ready else health_pb2.HealthCheckResponse.NOT_SERVING
+            for service in ("", "sandboxd.v1.Jobs"):
+                asyncio.ensure_future(self.health.set(service, status))
+
+    async def _bind(self, server: grpc.aio.Server) -> list[str]:
+        addresses = []
+        if self.config.server.socket:
+            check_socket_path(self.config.server.socket)
+            address = f"unix:{self.config.server.socket}"
+            try:
+                server.add_insecure_port(address)
+            except RuntimeError as exc:
+                raise ConfigError(f"cannot listen on {address}: {exc}") from None
+            addresses.append(address)
+        if self.config.server.tcp:
+            try:
+                port = server.add_insecure_port(self.config.server.tcp)
+            except RuntimeError:
+                port = 0
+            if not port:
+                raise ConfigError(f"cannot listen on {self.config.server.tcp}: address in use or invalid")
+            addresses.append(self.config.server.tcp)
+        return addresses
+
+    async def run(self) -> None:
+        config = self.config
+        server = grpc.aio.server(options=[("grpc.max_receive_message_length", 256 << 20),
+                                          ("grpc.max_send_message_length", 256 << 20)])
+        pb_grpc.add_JobsServicer_to_server(api.JobsServicer(self), server)
+        pb_grpc.add_PoolServicer_to_server(api.PoolServicer(self), server)
+        pb_grpc.add_DaemonServicer_to_server(api.DaemonServicer(self), server)
+        pb_grpc.add_SessionsServicer_to_server(api.SessionsServicer(), server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        services = [pb.DESCRIPTOR.services_by_name[name].full_name for name in ("Jobs", "Sessions", "Pool", "Daemon")]
+        reflection.enable_server_reflection([*services, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
+        for service in ("", "sandboxd.v1.Jobs"):
+            await self.health.set(service, health_pb2.HealthCheckResponse.NOT_SERVING)
+        addresses = await self._bind(server)
+        if config.server.metrics:
+            try:
+                metrics.serve(config.server.metrics)
+            except OSError as exc:
+                raise ConfigError(f"cannot serve metrics on {config.server.metrics}: {exc}") from None
+        removed = await asyncio.to_thread(reap_orphans, self.backend, self.node, self.instance)
+        if removed:
+            log.info("removed %d sandboxes left by a previous daemon", removed)
+        code_dir, code_key = await asyncio.to_thread(stage_agent_code, config.sandbox.state_dir)
+        os.makedirs(config.sandbox.run_dir, mode=0o700, exist_ok=True)
+        for name in config.pool.images:
+            image = image_tag(name)
+            if not await asyncio.to_thread(self.backend.image_exists, image):
+                if name == "python":
+                    raise ConfigError(f"image {image} does not exist: run `python -m sandboxd.images build`")
+                log.warning("image %s is missing: languages other than python and bash are unavailable", image)
+                continue
+            self.pools[name] = Pool(name, image, self.backend, config, instance=self.instance, node=self.node,
+                                    code_dir=code_dir, code_key=code_key, on_change=self._on_pool_change)
+        await server.start()
+        self.server = server
+        for pool in self.pools.values():
+            pool.start()
+        sweeper = asyncio.ensure_future(self._sweep_orphans())
+        log.info("sandboxd %s listening on %s", self.instance, ", ".join(addresses))
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        log.info("shutting down: draining for up to %.0f s", config.server.grace_seconds)
+        self.serving = False
+        await self.health.enter_graceful_shutdown()
+        await server.stop(config.server.grace_seconds)
+        sweeper.cancel()
+        await asyncio.gather(*(pool.close() for pool in self.pools.values()))
+        with contextlib.suppress(FileNotFoundError):
+            if config.server.socket:
+                os.unlink(config.server.socket)
+        log.info("stopped")
+
+    async def _sweep_orphans(self) -> None:
+        """Remove our containers that no pool knows (a crash between create and ready)."""
+        while True:
+            await asyncio.sleep(ORPHAN_SWEEP_SECONDS)
+            known = {s.container_id for pool in self.pools.values() for s in pool.sandboxes}
+            try:
+                containers = await asyncio.to_thread(self.backend.list_ours, self.instance)
+                for container in containers:
+                    too_young = time.time() - container.get("Created", 0) < 300
+                    if container["Id"] not in known and not too_young and "template" not in container["Names"][0]:
+                        await asyncio.to_thread(self.backend.remove, container["Id"])
+            except Exception:  # noqa: BLE001 - the sweep retries next time
+                log.exception("orphan sweep failed")

@@ -1,0 +1,281 @@
+"""Between the API and the agent: validate a Job, build the agent's job, score the result.
+
+Everything about a request that can be wrong is found here, before the job
+takes a place in the queue, and reported as InvalidRequest (INVALID_ARGUMENT)
+with the field that is wrong. Results go the other way: the agent's verdict
+becomes a JobResult whose reward is never NaN and whose status says whose
+fault a failure was.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from sandboxd.config import Config
+from sandboxd.errors import InvalidRequest, Unsupported
+from sandboxd.verifiers import code as code_verifier
+from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
+
+DEFAULT_FAILURE_VALUE = -1.0
+MAX_CODE_BYTES = 1 << 20
+MAX_MATH_CHARS = 1 << 20
+MODEL_STATUSES = {
+    "ok": pb.STATUS_OK,
+    "wrong_answer": pb.STATUS_WRONG_ANSWER,
+    "runtime_error": pb.STATUS_RUNTIME_ERROR,
+    "timeout": pb.STATUS_TIMEOUT,
+    "memory_limit": pb.STATUS_MEMORY_LIMIT,
+    "output_limit": pb.STATUS_OUTPUT_LIMIT,
+    "compile_error": pb.STATUS_COMPILE_ERROR,
+    "rejected": pb.STATUS_REJECTED,
+    "no_answer": pb.STATUS_NO_ANSWER,
+    "sandbox_lost": pb.STATUS_SANDBOX_LOST,
+    "overloaded": pb.STATUS_OVERLOADED,
+    "internal": pb.STATUS_INTERNAL,
+}
+LIMITS = {
+    "": pb.LIMIT_NONE,
+    "wall_time": pb.LIMIT_WALL_TIME,
+    "cpu_time": pb.LIMIT_CPU_TIME,
+    "memory": pb.LIMIT_MEMORY,
+    "output": pb.LIMIT_OUTPUT,
+    "processes": pb.LIMIT_PROCESSES,
+    "file_size": pb.LIMIT_FILE_SIZE,
+}
+CODE_EXTRACTION = {0: "last_block", 1: "last_block", 2: "first_block", 3: "whole", 4: "tag"}
+CHECKERS = {0: "whitespace", 1: "whitespace", 2: "exact", 3: "float"}
+MATH_EXTRACTION = {0: "auto", 1: "auto", 2: "boxed", 3: "answer_tag", 4: "phrase", 5: "last_expression"}
+# Languages the light python image serves; the rest need the langs image.
+PYTHON_POOL_LANGUAGES = {"python", "bash"}
+
+
+@dataclass
+class PreparedJob:
+    """A validated job, ready for a sandbox, or already decided without one."""
+
+    index: int
+    kind: str
+    pool: str
+    failure_value: float
+    agent_job: dict[str, Any] | None
+    # Seconds the whole job may take inside the sandbox (all cases, compile).
+    budget_seconds: float
+    # Set when the verdict needs no sandbox (no code found in the completion).
+    early_result: dict[str, Any] | None = None
+
+
+def _limits(job: pb.Job, config: Config) -> dict[str, Any]:
+    limits = config.limits
+    timeout = job.limits.timeout_seconds or limits.default_timeout_seconds
+    memory = job.limits.memory_bytes or limits.default_memory_bytes
+    output = job.limits.output_bytes or limits.default_output_bytes
+    if not math.isfinite(timeout) or timeout <= 0:
+        raise InvalidRequest(f"jobs[{job.index}].limits.timeout_seconds must be positive")
+    if timeout > limits.max_timeout_seconds:
+        raise InvalidRequest(f"jobs[{job.index}].limits.timeout_seconds={timeout:g} exceeds the daemon's "
+                             f"maximum {limits.max_timeout_seconds:g}")
+    if memory > limits.max_memory_bytes:
+        raise InvalidRequest(f"jobs[{job.index}].limits.memory_bytes={memory} exceeds the daemon's "
+                             f"maximum {limits.max_memory_bytes}")
+    if output > limits.max_output_bytes:
+        raise InvalidRequest(f"jobs[{job.index}].limits.output_bytes={output} exceeds the daemon's "
+                             f"maximum {limits.max_output_bytes}")
+    return {"timeout": timeout, "memory": memory, "output": output}
+
+
+def _program(language: str, code: str, config: Config, where: str) -> dict[str, Any]:
+    try:
+        spec = code_verifier.resolve_language(language or "python", code)
+    except ValueError as exc:
+        raise InvalidRequest(f"{where}.language: {exc}") from None
+    return {
+        "language": spec.name,
+        "code": code,
+        "source": spec.source_file,
+        "compile": list(spec.compile_argv) if spec.compile_argv else None,
+        "run": list(spec.run_argv),
+        "env": dict(spec.env),
+        "compile_timeout": min(spec.compile_timeout, config.limits.compile_timeout_seconds),
+        # The JVM, Go and V8 reserve far more address space than they use.
+        "address_space_limit": spec.name not in ("java", "go", "javascript"),
+    }
+
+
+def _pool_for(language: str) -> str:
+    return "python" if language in PYTHON_POOL_LANGUAGES else "langs"
+
+
+def prepare(job: pb.Job, config: Config) -> PreparedJob:
+    """Validate one Job; raises InvalidRequest naming the offending field."""
+    where = f"jobs[{job.index}]"
+    failure_value = job.failure_value if job.HasField("failure_value") else DEFAULT_FAILURE_VALUE
+    if not math.isfinite(failure_value):
+        raise InvalidRequest(f"{where}.failure_value must be a finite number")
+    kind = job.WhichOneof("kind")
+    if kind is None:
+        raise InvalidRequest(f"{where}: set one of execute, code, math, reward_model")
+    limits = _limits(job, config)
+    if kind == "execute":
+        execute = job.execute
+        if len(execute.code.encode()) > MAX_CODE_BYTES:
+            raise InvalidRequest(f"{where}.execute.code is larger than {MAX_CODE_BYTES} bytes")
+        program = _program(execute.language, execute.code, config, f"{where}.execute")
+        for item in execute.files:
+            _check_path(item.path, f"{where}.execute.files")
+        for path in execute.collect_files:
+            _check_path(path, f"{where}.execute.collect_files")
+        agent_job = {
+            "kind": "execute", "program": program, "limits": limits,
+            "stdin": base64.b64encode(execute.stdin).decode(), "args": list(execute.args),
+            "files": [{"path": f.path, "content": base64.b64encode(f.content).decode()} for f in execute.files],
+            "collect_files": list(execute.collect_files),
+        }
+        budget = limits["timeout"] + program["compile_timeout"]
+        return PreparedJob(job.index, kind, _pool_for(program["language"]), failure_value, agent_job, budget)
+    if kind == "code":
+        return _prepare_code(job, config, limits, failure_value, where)
+    if kind == "math":
+        if len(job.math.completion) > MAX_MATH_CHARS or len(job.math.ground_truth) > MAX_MATH_CHARS:
+            raise InvalidRequest(f"{where}.math: completion and ground_truth are limited to {MAX_MATH_CHARS} "
+                                 "characters")
+        if not job.math.ground_truth.strip():
+            raise InvalidRequest(f"{where}.math.ground_truth is empty")
+        tolerance = job.math.float_tolerance or 1e-6
+        if not math.isfinite(tolerance) or tolerance < 0:
+            raise InvalidRequest(f"{where}.math.float_tolerance must be a finite number >= 0")
+        agent_job = {
+            "kind": "math", "completion": job.math.completion, "ground_truth": job.math.ground_truth,
+            "extraction": MATH_EXTRACTION.get(job.math.extraction, "auto"), "tolerance": tolerance,
+            "limits": limits,
+        }
+        return PreparedJob(job.index, kind, "python", failure_value, agent_job, limits["timeout"])
+    raise Unsupported(f"{where}: reward_model jobs need a reward-model pool, which this daemon does not have")
+
+
+def _check_path(path: str, where: str) -> None:
+    parts = path.split("/")
+    if not path or path.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\0" in path:
+        raise InvalidRequest(f"{where}: {path!r} must be a relative path without '.' or '..' parts")
+
+
+def _tests_dict(tests: pb.CodeTests) -> dict[str, Any]:
+    return {
+        "stdio": [{"stdin": c.stdin, "expected_stdout": c.expected_stdout} for c in tests.stdio],
+        "fn_name": tests.fn_name,
+        "function": [{"args_json": c.args_json, "expected_json": c.expected_json} for c in tests.function],
+        "assert_code": tests.assert_code,
+        "entry_point": tests.entry_point,
+        "dataset_json": tests.dataset_json,
+    }
+
+
+def _prepare_code(job: pb.Job, config: Config, limits: dict[str, Any], failure_value: float,
+                  where: str) -> PreparedJob:
+    request = job.code
+    if len(request.completion.encode()) > MAX_CODE_BYTES:
+        raise InvalidRequest(f"{where}.code.completion is larger than {MAX_CODE_BYTES} bytes")
+    try:
+        plan = code_verifier.normalize_tests(_tests_dict(request.tests))
+    except ValueError as exc:
+        raise InvalidRequest(f"{where}.code.tests: {exc}") from None
+    tolerance = request.float_tolerance or 1e-6
+    if not math.isfinite(tolerance) or tolerance < 0:
+        raise InvalidRequest(f"{where}.code.float_tolerance must be a finite number >= 0")
+    language = request.language or "python"
+    mode = CODE_EXTRACTION.get(request.extraction, "last_block")
+    if mode == "tag" and not request.tag:
+        raise InvalidRequest(f"{where}.code.tag is required with CODE_EXTRACTION_TAG")
+    try:
+        extracted = code_verifier.extract_code(request.completion, language, mode, request.tag)
+    except ValueError as exc:
+        raise InvalidRequest(f"{where}.code: {exc}") from None
+    program = _program(language, "", config, f"{where}.code")
+    if plan.kind != "stdio" and program["language"] != "python":
+        raise InvalidRequest(f"{where}.code.tests: {plan.kind} tests are supported for python only; "
+                             "use stdin/stdout cases for other languages")
+    cases = max(1, len(plan.stdio) or len(plan.function))
+    budget = limits["timeout"] * cases + program["compile_timeout"]
+    prepared = PreparedJob(job.index, "code", _pool_for(program["language"]), failure_value, None, budget)
+    if extracted is None or not extracted.strip():
+        prepared.early_result = {"status": "no_answer", "message": f"no {language} code found in the completion",
+                                 "code": {"tests_total": cases}}
+        return prepared
+    program["code"] = code_verifier.assemble_program(extracted, plan)
+    agent_job: dict[str, Any] = {
+        "kind": "code", "program": program, "limits": limits,
+        "plan": plan_to_agent(plan), "checker": CHECKERS.get(request.checker, "whitespace"),
+        "tolerance": tolerance, "stop_on_first_failure": request.stop_on_first_failure,
+        "reward_mode": "fraction" if request.reward_mode == pb.REWARD_MODE_FRACTION else "binary",
+        "extracted_code": extracted,
+    }
+    if plan.kind != "stdio":
+        agent_job["harness"] = code_verifier.harness_arguments(plan, program["code"], tolerance=tolerance,
+                                                               stop_on_first_failure=request.stop_on_first_failure)
+    prepared.agent_job = agent_job
+    return prepared
+
+
+def plan_to_agent(plan: code_verifier.TestPlan) -> dict[str, Any]:
+    return {
+        "kind": plan.kind,
+        "stdio": [{"stdin": c.stdin, "expected_stdout": c.expected_stdout} for c in plan.stdio],
+        "function": [None] * len(plan.function),
+    }
+
+
+def to_result(prepared: PreparedJob, outcome: dict[str, Any], attempts: int) -> pb.JobResult:
+    """The agent's verdict as a JobResult; reward from status and the failure value."""
+    status_name = outcome.get("status", "internal")
+    status = MODEL_STATUSES.get(status_name, pb.STATUS_INTERNAL)
+    result = pb.JobResult(index=prepared.index, status=status, limit_hit=LIMITS.get(outcome.get("limit", ""), 0),
+                          message=str(outcome.get("message", ""))[:4000], attempts=attempts)
+    for entry in outcome.get("tests", []):
+        result.tests.add(
+            index=int(entry.get("index", 0)), status=MODEL_STATUSES.get(entry.get("status"), pb.STATUS_INTERNAL),
+            limit_hit=LIMITS.get(entry.get("limit", ""), 0), time_seconds=float(entry.get("time_seconds", 0.0)),
+            stdout=str(entry.get("stdout", "")), stderr=str(entry.get("stderr", "")),
+            message=str(entry.get("message", ""))[:2000],
+        )
+    reward = prepared.failure_value
+    if prepared.kind == "execute" and "execute" in outcome:
+        execute = outcome["execute"]
+        result.execute.exit_code = int(execute.get("exit_code", 0))
+        result.execute.stdout = base64.b64decode(execute.get("stdout", ""))
+        result.execute.stderr = base64.b64decode(execute.get("stderr", ""))
+        result.execute.stdout_truncated = bool(execute.get("stdout_truncated"))
+        result.execute.stderr_truncated = bool(execute.get("stderr_truncated"))
+        for item in execute.get("files", []):
+            result.execute.files.add(path=item["path"], content=base64.b64decode(item["content"]))
+        if status == pb.STATUS_OK:
+            reward = 1.0
+    elif prepared.kind == "code":
+        detail = outcome.get("code", {})
+        passed, total = int(detail.get("tests_passed", 0)), int(detail.get("tests_total", 0))
+        agent_job = prepared.agent_job or {}
+        result.code.tests_passed, result.code.tests_total = passed, total
+        result.code.language = agent_job.get("program", {}).get("language", "")
+        result.code.extracted_code = agent_job.get("extracted_code", "")[:20000]
+        result.code.compile_output = str(detail.get("compile_output", ""))[:8192]
+        if status < pb.STATUS_SANDBOX_LOST:
+            mode = agent_job.get("reward_mode", "binary")
+            reward = code_verifier.score(passed, total, mode, prepared.failure_value)
+    elif prepared.kind == "math":
+        detail = outcome.get("math", {}) or {}
+        result.math.extracted_answer = str(detail.get("extracted_answer", ""))[:2000]
+        result.math.extraction = str(detail.get("extraction", ""))
+        result.math.parsed_answer = str(detail.get("parsed_answer", ""))[:2000]
+        result.math.parsed_ground_truth = str(detail.get("parsed_ground_truth", ""))[:2000]
+        if status == pb.STATUS_OK:
+            reward = 1.0
+    if not math.isfinite(reward):
+        reward = prepared.failure_value
+    result.reward = reward
+    return result
+
+
+def infrastructure_result(prepared: PreparedJob, status: int, message: str, attempts: int) -> pb.JobResult:
+    return pb.JobResult(index=prepared.index, status=status, reward=prepared.failure_value, message=message,
+                        attempts=attempts)

@@ -1,0 +1,32 @@
+"""Prometheus metrics, in base units, served over HTTP by prometheus_client."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+REGISTRY = CollectorRegistry()
+
+JOBS = Counter("sandboxd_jobs", "Jobs answered, by kind and status", ["kind", "status"], registry=REGISTRY)
+JOB_SECONDS = Histogram(
+    "sandboxd_job_duration_seconds", "Admission to answer", ["kind"], registry=REGISTRY,
+    buckets=(0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+)
+RETRIES = Counter("sandboxd_job_retries", "Jobs retried on another sandbox after a sandbox loss",
+                  registry=REGISTRY)
+REJECTED = Counter("sandboxd_admission_rejected", "Requests refused with RESOURCE_EXHAUSTED",
+                   registry=REGISTRY)
+QUEUE_DEPTH = Gauge("sandboxd_queue_depth", "Jobs admitted, waiting for a sandbox", registry=REGISTRY)
+IN_FLIGHT = Gauge("sandboxd_jobs_in_flight", "Jobs running in sandboxes", registry=REGISTRY)
+SANDBOXES = Gauge("sandboxd_sandboxes", "Sandboxes by pool and state", ["pool", "state"], registry=REGISTRY)
+SANDBOX_STARTS = Counter("sandboxd_sandbox_starts", "Sandboxes started, by method (restore or cold)",
+                         ["pool", "method"], registry=REGISTRY)
+SANDBOX_READY_SECONDS = Gauge("sandboxd_sandbox_ready_seconds", "Last start-to-ready time by method",
+                              ["pool", "method"], registry=REGISTRY)
+SNAPSHOT_READY = Gauge("sandboxd_snapshot_ready", "1 when the pool restores from a snapshot", ["pool"],
+                       registry=REGISTRY)
+
+
+def serve(address: str) -> None:
+    """Start the HTTP endpoint; `address` is host:port."""
+    host, _, port = address.rpartition(":")
+    start_http_server(int(port), addr=host.strip("[]") or "0.0.0.0", registry=REGISTRY)

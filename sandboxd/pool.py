@@ -1,0 +1,339 @@
+"""Warm pools of sandboxes, one per image.
+
+The pool speaks in sandboxes. It keeps `target` of them ready, restores
+new ones from the image's snapshot in the background (cold start when no
+snapshot is usable), retires a sandbox after `recycle_after_jobs` or at the
+first sign of damage, follows the trainer's batch hint and its own queue,
+and shrinks back when idle. Nothing here blocks a job on Docker: acquire()
+only ever waits for a sandbox that is already warm.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import math
+import os
+import shutil
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import sandboxd
+from sandboxd.backend import (
+    LABEL_IMAGE,
+    LABEL_INSTANCE,
+    LABEL_MANAGED,
+    LABEL_POOL,
+    DockerBackend,
+    SandboxSpec,
+)
+from sandboxd.config import Config
+from sandboxd.errors import SandboxLost
+from sandboxd.sandbox import Sandbox
+from sandboxd.snapshots import CHECKPOINT_NAME, SnapshotStore
+
+log = logging.getLogger("sandboxd.pool")
+LABEL_NODE = "io.sandboxd.node"
+# A cold sandbox imports sympy and friends; a restore replays pages. Both
+# finish well within this on the 2-core machine (measured: ~3 s and ~1.3 s).
+READY_TIMEOUT_SECONDS = 120.0
+MAINTAIN_INTERVAL_SECONDS = 0.5
+# Modules the agent imports before the snapshot, so every worker forks warm.
+WARM_MODULES = {
+    "python": "sandboxd.verifiers.code,sandboxd.verifiers.pyharness,sandboxd.verifiers.math",
+    "langs": "sandboxd.verifiers.code,sandboxd.verifiers.pyharness",
+}
+
+
+def stage_agent_code(state_dir: str) -> tuple[str, str]:
+    """Copy the agent and verifier modules to a folder the sandboxes mount read-only.
+
+    Only what runs inside a sandbox is exposed there (not the daemon, not
+    the host's site-packages), and its digest keys the snapshot, so a code
+    change rebuilds the snapshot instead of restoring stale code.
+    """
+    package = Path(sandboxd.__file__).parent
+    files = sorted([package / "__init__.py", *(package / "agent").glob("*.py"),
+                    *(package / "verifiers").glob("*.py")])
+    digest = hashlib.sha256()
+    for file in files:
+        digest.update(str(file.relative_to(package)).encode())
+        digest.update(file.read_bytes())
+    key = digest.hexdigest()[:16]
+    target = Path(state_dir) / "agent-code" / key
+    if not (target / "sandboxd" / "agent" / "__main__.py").exists():
+        staging = target.with_name(key + ".tmp")
+        shutil.rmtree(staging, ignore_errors=True)
+        for file in files:
+            destination = staging / "sandboxd" / file.relative_to(package)
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(file, destination)
+        shutil.rmtree(target, ignore_errors=True)
+        staging.rename(target)
+    return str(target), key
+
+
+class Pool:
+    def __init__(self, name: str, image: str, backend: DockerBackend, config: Config, *, instance: str,
+                 node: str, code_dir: str, code_key: str, on_change: Callable[[], None] = lambda: None) -> None:
+        self.name = name
+        self.image = image
+        self.backend = backend
+        self.config = config
+        self.instance = instance
+        self.node = node
+        self.code_dir = code_dir
+        self.snapshots = SnapshotStore(backend, config.sandbox.state_dir, config.pool.snapshots)
+        self.snapshot_key = SnapshotStore.key({
+            "image": image, "code": code_key, "memory": config.sandbox.memory_bytes, "cpus": config.sandbox.cpus,
+            "pids": config.sandbox.pids, "tmpfs": config.sandbox.tmpfs_bytes, "warm": WARM_MODULES[name],
+        })
+        self.sandboxes: list[Sandbox] = []
+        self.starting = 0
+        self.batch_hint = 0
+        self.waiting = 0
+        self.jobs_total = 0
+        self.recycled_total = 0
+        self.started_total = {"restore": 0, "cold": 0}
+        self.last_ready_seconds = {"restore": 0.0, "cold": 0.0}
+        self.languages: list[str] = []
+        self.last_busy = time.monotonic()
+        self._changed = asyncio.Event()
+        self._available = asyncio.Condition()
+        self._on_change = on_change
+        self._start_slots = asyncio.Semaphore(config.pool.start_concurrency)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = False
+
+    # ---- sizing --------------------------------------------------------------
+    @property
+    def target(self) -> int:
+        pool = self.config.pool
+        floor = pool.min_size
+        if pool.scale_to_zero and time.monotonic() - self.last_busy > pool.idle_seconds and not self.waiting:
+            floor = 0
+        wanted = math.ceil((self.batch_hint + self.waiting) / pool.jobs_per_sandbox)
+        idle_for = time.monotonic() - self.last_busy
+        if idle_for > pool.idle_seconds and not self.waiting:
+            wanted = 0
+        return max(floor, min(pool.max_size, wanted))
+
+    @property
+    def ready(self) -> list[Sandbox]:
+        return [s for s in self.sandboxes if not s.damaged and not s.retiring]
+
+    def busy_count(self) -> int:
+        return sum(1 for s in self.sandboxes if s.in_flight)
+
+    def set_batch_hint(self, batch_size: int) -> None:
+        self.batch_hint = batch_size
+        self.last_busy = time.monotonic()
+        self._changed.set()
+
+    # ---- acquiring ------------------------------------------------------------
+    def _pick(self) -> Sandbox | None:
+        candidates = [s for s in self.ready if s.in_flight < self.config.pool.jobs_per_sandbox]
+        if not candidates:
+            return None
+        # Least loaded first, then the longest-warm: spreads jobs over CPUs.
+        return min(candidates, key=lambda s: (s.in_flight, s.serial))
+
+    async def acquire(self, exclude: set[int] = frozenset()) -> Sandbox:  # type: ignore[assignment]
+        self.waiting += 1
+        self.last_busy = time.monotonic()
+        self._changed.set()
+        try:
+            async with self._available:
+                while True:
+                    sandbox = self._pick()
+                    if sandbox is not None and (sandbox.serial not in exclude or len(self.ready) == 1):
+                        sandbox.in_flight += 1
+                        return sandbox
+                    await self._available.wait()
+        finally:
+            self.waiting -= 1
+
+    async def release(self, sandbox: Sandbox) -> None:
+        sandbox.in_flight -= 1
+        sandbox.jobs_done += 1
+        sandbox.last_used = self.last_busy = time.monotonic()
+        self.jobs_total += 1
+        if sandbox.jobs_done >= self.config.pool.recycle_after_jobs:
+            sandbox.retiring = True
+        if sandbox.damaged or sandbox.retiring:
+            self._changed.set()
+        async with self._available:
+            self._available.notify_all()
+
+    # ---- the background loop ---------------------------------------------------
+    def start(self) -> None:
+        self._spawn(self._maintain())
+
+    def _spawn(self, coroutine) -> None:  # type: ignore[no-untyped-def]
+        task = asyncio.ensure_future(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _maintain(self) -> None:
+        await self.snapshots.prepare(self.snapshot_key, self._start_template)
+        self._on_change()
+        while not self._closed:
+            try:
+                await self._reconcile()
+            except Exception:  # noqa: BLE001 - the loop must survive a bad Docker moment
+                log.exception("pool %s: reconcile failed", self.name)
+            self._changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), MAINTAIN_INTERVAL_SECONDS)
+
+    async def _reconcile(self) -> None:
+        for sandbox in list(self.sandboxes):
+            if (sandbox.damaged or sandbox.retiring) and sandbox.in_flight == 0:
+                self.sandboxes.remove(sandbox)
+                self.recycled_total += 1
+                self._spawn(self._remove(sandbox))
+        target = self.target
+        live = len(self.ready) + self.starting
+        for _ in range(target - live):
+            self.starting += 1
+            self._spawn(self._add_one())
+        # Shrink: retire idle sandboxes beyond the target, newest first.
+        extra = len(self.ready) - target
+        for sandbox in sorted(self.ready, key=lambda s: -s.serial):
+            if extra <= 0:
+                break
+            if sandbox.in_flight == 0:
+                sandbox.retiring = True
+                extra -= 1
+        self._on_change()
+
+    def _spec(self, name: str, control_dir: str) -> SandboxSpec:
+        sandbox = self.config.sandbox
+        return SandboxSpec(
+            name=name,
+            image=self.image,
+            command=["python3", "-m", "sandboxd.agent", "--warm", WARM_MODULES[self.name]],
+            control_dir=control_dir,
+            code_dir=self.code_dir,
+            labels={LABEL_MANAGED: "1", LABEL_INSTANCE: self.instance, LABEL_NODE: self.node,
+                    LABEL_POOL: self.name, LABEL_IMAGE: self.image},
+            memory_bytes=sandbox.memory_bytes,
+            nano_cpus=int(sandbox.cpus * 1e9),
+            pids=sandbox.pids,
+            tmpfs_bytes=sandbox.tmpfs_bytes,
+        )
+
+    def _new_name(self, suffix: str) -> tuple[str, str]:
+        name = f"sandboxd-{self.instance}-{self.name}-{suffix}"
+        control_dir = os.path.join(self.config.sandbox.run_dir, name)
+        shutil.rmtree(control_dir, ignore_errors=True)
+        os.makedirs(control_dir, mode=0o700)
+        return name, control_dir
+
+    async def _start_template(self) -> str:
+        name, control_dir = self._new_name("template")
+        spec = self._spec(name, control_dir)
+        container_id = await asyncio.to_thread(self.backend.create, spec)
+        try:
+            await asyncio.to_thread(self.backend.start, container_id)
+            template = Sandbox(name=name, pool=self.name, container_id=container_id, control_dir=control_dir,
+                               started_by="cold")
+            await template.wait_ready(READY_TIMEOUT_SECONDS, self._alive(container_id))
+        except BaseException:
+            await asyncio.to_thread(self.backend.remove, container_id)
+            raise
+        return container_id
+
+    async def _add_one(self) -> None:
+        try:
+            async with self._start_slots:
+                sandbox = await self._start_sandbox()
+        except Exception as exc:  # noqa: BLE001 - reported, retried by the next reconcile
+            log.warning("pool %s: sandbox failed to start: %s", self.name, exc)
+            await asyncio.sleep(1.0)
+            return
+        finally:
+            self.starting -= 1
+        if self._closed:
+            await self._remove(sandbox)
+            return
+        self.sandboxes.append(sandbox)
+        self.languages = sandbox.languages
+        async with self._available:
+            self._available.notify_all()
+        self._on_change()
+
+    async def _start_sandbox(self) -> Sandbox:
+        started = time.monotonic()
+        name, control_dir = self._new_name(f"{int(time.time() * 1000) % 10**9:09d}{os.urandom(2).hex()}")
+        spec = self._spec(name, control_dir)
+        restore = self.snapshots.usable
+        container_id = await asyncio.to_thread(self.backend.create, spec)
+        sandbox = Sandbox(name=name, pool=self.name, container_id=container_id, control_dir=control_dir,
+                          started_by="restore" if restore else "cold")
+        try:
+            if restore:
+                assert self.snapshots.path is not None
+                await asyncio.to_thread(self.backend.install_checkpoint, container_id, self.snapshots.path,
+                                        CHECKPOINT_NAME)
+                try:
+                    await asyncio.to_thread(self.backend.start, container_id, CHECKPOINT_NAME)
+                except Exception as exc:
+                    self.snapshots.fail(f"restore failed: {exc}")
+                    log.warning("pool %s: restore failed, falling back to cold starts: %s", self.name, exc)
+                    raise
+            else:
+                await asyncio.to_thread(self.backend.start, container_id)
+            hello = await sandbox.wait_ready(READY_TIMEOUT_SECONDS, self._alive(container_id))
+        except BaseException:
+            await self._remove(sandbox)
+            raise
+        sandbox.languages = hello.get("languages", [])
+        sandbox.ready_seconds = time.monotonic() - started
+        self.started_total[sandbox.started_by] += 1
+        self.last_ready_seconds[sandbox.started_by] = sandbox.ready_seconds
+        return sandbox
+
+    def _alive(self, container_id: str) -> Callable[[], Awaitable[bool]]:
+        async def alive() -> bool:
+            return await asyncio.to_thread(self.backend.is_running, container_id)
+
+        return alive
+
+    async def _remove(self, sandbox: Sandbox) -> None:
+        try:
+            await asyncio.to_thread(self.backend.remove, sandbox.container_id)
+        except Exception as exc:  # noqa: BLE001 - an orphan is reaped at the next start
+            log.warning("pool %s: could not remove %s: %s", self.name, sandbox.name, exc)
+        shutil.rmtree(sandbox.control_dir, ignore_errors=True)
+
+    def mark_lost(self, sandbox: Sandbox) -> None:
+        sandbox.damaged = True
+        self._changed.set()
+
+    async def close(self) -> None:
+        self._closed = True
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*(self._remove(s) for s in self.sandboxes), return_exceptions=True)
+        self.sandboxes.clear()
+
+
+def reap_orphans(backend: DockerBackend, node: str, instance: str) -> int:
+    """Remove sandboxes a previous daemon on this node left behind; returns how many."""
+    removed = 0
+    for container in backend.list_ours():
+        labels = container.get("Labels") or {}
+        if labels.get(LABEL_NODE) == node and labels.get(LABEL_INSTANCE) != instance:
+            backend.remove(container["Id"])
+            removed += 1
+    return removed
+
+
+def ensure_live(sandbox: Sandbox) -> None:
+    if sandbox.damaged:
+        raise SandboxLost(f"sandbox {sandbox.name} is damaged")

@@ -1,0 +1,87 @@
+"""One sandbox as the pool sees it: a container with an agent behind a socket.
+
+The pool never handles container ids or HTTP; it holds Sandbox objects and
+asks them to run jobs. A sandbox that fails to answer is marked damaged and
+the pool replaces it; the job goes back to the scheduler as SandboxLost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sandboxd.agent.protocol import ProtocolError, encode_frame, read_frame
+from sandboxd.errors import SandboxLost
+
+_serial = itertools.count(1)
+
+
+@dataclass(eq=False)
+class Sandbox:
+    name: str
+    pool: str
+    container_id: str
+    control_dir: str
+    started_by: str  # "restore" or "cold"
+    created_at: float = field(default_factory=time.monotonic)
+    last_used: float = field(default_factory=time.monotonic)
+    ready_seconds: float = 0.0
+    in_flight: int = 0
+    jobs_done: int = 0
+    damaged: bool = False
+    retiring: bool = False
+    languages: list[str] = field(default_factory=list)
+    serial: int = field(default_factory=lambda: next(_serial))
+
+    @property
+    def socket_path(self) -> str:
+        return f"{self.control_dir}/agent.sock"
+
+    async def request(self, message: dict[str, Any], timeout: float) -> dict[str, Any]:
+        """One request/response with the agent; any failure marks the sandbox damaged."""
+        writer = None
+        try:
+            async with asyncio.timeout(timeout):
+                reader, writer = await asyncio.open_unix_connection(self.socket_path)
+                writer.write(encode_frame(message))
+                await writer.drain()
+                reply = await read_frame(reader)
+        except (OSError, EOFError, ProtocolError, TimeoutError) as exc:
+            self.damaged = True
+            raise SandboxLost(f"sandbox {self.name}: {type(exc).__name__}: {exc}") from None
+        finally:
+            if writer is not None:
+                writer.close()
+        if reply.get("damaged"):
+            self.damaged = True
+            raise SandboxLost(f"sandbox {self.name}: {reply.get('error')}")
+        return reply
+
+    async def wait_ready(self, timeout: float, alive: Callable[[], Awaitable[bool]]) -> dict[str, Any]:
+        """Poll until the agent answers `hello` (it reseeds on it after a restore).
+
+        `alive` tells whether the container still runs, so that an agent that
+        crashed at start fails now rather than at the timeout.
+        """
+        deadline = time.monotonic() + timeout
+        polls = 0
+        while True:
+            try:
+                return await self.request({"op": "hello", "sandbox_id": self.name}, timeout=5.0)
+            except SandboxLost:
+                polls += 1
+                if time.monotonic() > deadline or (polls % 20 == 0 and not await alive()):
+                    raise
+                self.damaged = False
+                await asyncio.sleep(0.05)
+
+    async def run(self, job: dict[str, Any], timeout: float) -> dict[str, Any]:
+        reply = await self.request({"op": "run", "job": job}, timeout=timeout)
+        if "result" not in reply:
+            # The agent refused the job as malformed: a sandboxd bug, not the model's.
+            return {"status": "internal", "message": reply.get("error", "agent gave no result")}
+        return reply["result"]

@@ -1,0 +1,134 @@
+"""Admission, routing to a pool, retries on infrastructure failure.
+
+The scheduler never talks to Docker. It admits a job (or refuses it with
+RESOURCE_EXHAUSTED and a retry hint while `max_queued` jobs already wait),
+waits for a warm sandbox from the job's pool, runs the job there and, when
+the sandbox dies under it, runs it again on another sandbox, up to
+`attempts` times. Every admitted job gets exactly one answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+
+from sandboxd import metrics
+from sandboxd.config import Config
+from sandboxd.errors import Overloaded, SandboxLost, Unsupported
+from sandboxd.jobs import PreparedJob, infrastructure_result, to_result
+from sandboxd.pool import Pool
+from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
+
+log = logging.getLogger("sandboxd.scheduler")
+# Slack over the job's own budget before the daemon gives up on a sandbox
+# that no longer answers (the agent enforces the real deadline inside).
+AGENT_SLACK_SECONDS = 10.0
+
+
+class Scheduler:
+    def __init__(self, pools: dict[str, Pool], config: Config) -> None:
+        self.pools = pools
+        self.config = config
+        self.queued = 0
+        self.in_flight = 0
+        self.jobs_total = 0
+        self._finished: deque[float] = deque(maxlen=100_000)
+
+    def admit(self, count: int) -> None:
+        """Refuse `count` more jobs when the queue is full."""
+        if self.queued + count > self.config.scheduler.max_queued:
+            metrics.REJECTED.inc()
+            # Time to drain the queue at the current throughput, within reason.
+            rate = max(self.jobs_per_second(), 1.0)
+            retry_after = min(30.0, max(0.5, (self.queued + count) / rate / 2))
+            raise Overloaded(f"{self.queued} jobs are queued (limit {self.config.scheduler.max_queued})",
+                             retry_after)
+
+    def pool_for(self, prepared: PreparedJob) -> Pool:
+        pool = self.pools.get(prepared.pool)
+        if pool is None:
+            raise Unsupported(f"jobs[{prepared.index}] needs the {prepared.pool} image, which this daemon "
+                              "does not run (build it with `python -m sandboxd.images build langs`)")
+        return pool
+
+    def jobs_per_second(self) -> float:
+        horizon = time.monotonic() - 60.0
+        while self._finished and self._finished[0] < horizon:
+            self._finished.popleft()
+        return len(self._finished) / 60.0
+
+    async def run(self, prepared: PreparedJob) -> pb.JobResult:
+        """Run one admitted job to its single answer."""
+        admitted = time.monotonic()
+        self.queued += 1
+        metrics.QUEUE_DEPTH.set(self.queued)
+        started = admitted
+        attempts = 0
+        try:
+            if prepared.early_result is not None:
+                self.queued -= 1
+                metrics.QUEUE_DEPTH.set(self.queued)
+                result = to_result(prepared, prepared.early_result, 0)
+            else:
+                result = await self._run_with_retries(prepared, admitted)
+                attempts = result.attempts
+                started = admitted + result.timings.queued_seconds
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - every admitted job is answered
+            log.exception("job %d failed inside sandboxd", prepared.index)
+            result = infrastructure_result(prepared, pb.STATUS_INTERNAL, f"internal error: {exc}", attempts)
+        done = time.monotonic()
+        result.timings.queued_seconds = started - admitted
+        result.timings.run_seconds = done - started
+        result.timings.total_seconds = done - admitted
+        self.jobs_total += 1
+        self._finished.append(done)
+        metrics.JOBS.labels(prepared.kind, pb.Status.Name(result.status)[len("STATUS_"):].lower()).inc()
+        metrics.JOB_SECONDS.labels(prepared.kind).observe(done - admitted)
+        return result
+
+    async def _run_with_retries(self, prepared: PreparedJob, admitted: float) -> pb.JobResult:
+        pool = self.pool_for(prepared)
+        tried: set[int] = set()
+        last_error = ""
+        queued = True
+        queued_seconds = 0.0
+        try:
+            for attempt in range(1, self.config.scheduler.attempts + 1):
+                sandbox = await pool.acquire(exclude=tried)
+                if queued:
+                    queued = False
+                    self.queued -= 1
+                    metrics.QUEUE_DEPTH.set(self.queued)
+                    queued_seconds = time.monotonic() - admitted
+                tried.add(sandbox.serial)
+                self.in_flight += 1
+                metrics.IN_FLIGHT.set(self.in_flight)
+                try:
+                    outcome = await sandbox.run(prepared.agent_job or {},
+                                                timeout=prepared.budget_seconds + AGENT_SLACK_SECONDS)
+                except SandboxLost as exc:
+                    last_error = str(exc)
+                    pool.mark_lost(sandbox)
+                    metrics.RETRIES.inc()
+                    log.warning("job %d: %s (attempt %d)", prepared.index, exc, attempt)
+                    continue
+                finally:
+                    self.in_flight -= 1
+                    metrics.IN_FLIGHT.set(self.in_flight)
+                    await pool.release(sandbox)
+                result = to_result(prepared, outcome, attempt)
+                result.timings.queued_seconds = queued_seconds
+                return result
+        finally:
+            if queued:
+                self.queued -= 1
+                metrics.QUEUE_DEPTH.set(self.queued)
+        result = infrastructure_result(prepared, pb.STATUS_SANDBOX_LOST,
+                                       f"sandbox lost {self.config.scheduler.attempts} times: {last_error}",
+                                       self.config.scheduler.attempts)
+        result.timings.queued_seconds = queued_seconds
+        return result

@@ -1,0 +1,111 @@
+"""Memory snapshots: a warmed template checkpointed once, restored as clones.
+
+A template sandbox is started cold, its agent imports and warms the
+verifier libraries, and `docker checkpoint create` (CRIU) writes its memory
+to a folder keyed by everything that shapes it: the image, the agent code
+and the sandbox profile. A checkpoint on disk survives daemon restarts;
+changing any input changes the key and builds a new one.
+
+Why it pays (measured here, see README): Docker's own round trip is most of
+a restore, so restores run in the pool's background refill, never on a
+job's path. Restore failures fall back to cold starts, and `state` says why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import shutil
+import subprocess
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from sandboxd.backend import DockerBackend
+
+CHECKPOINT_NAME = "warm"
+
+
+def criu_problem() -> str:
+    """'' when CRIU works on this kernel, otherwise why not."""
+    criu = shutil.which("criu")
+    if criu is None:
+        return "criu is not installed"
+    try:
+        check = subprocess.run([criu, "check"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"criu check failed: {exc}"
+    if check.returncode != 0:
+        last = (check.stderr or check.stdout).strip().splitlines()[-1:] or ["no output"]
+        return f"criu check failed: {last[0]}"
+    return ""
+
+
+class SnapshotStore:
+    """Per-pool snapshot state: disabled, building, ready or failed."""
+
+    def __init__(self, backend: DockerBackend, state_dir: str, enabled: bool) -> None:
+        self._backend = backend
+        self._root = Path(state_dir) / "snapshots"
+        self.state = "building"
+        self.problem = ""
+        if not enabled:
+            self._disable("disabled in configuration")
+        elif not backend.experimental:
+            self._disable("the Docker engine runs without experimental features (needed for checkpoints)")
+        else:
+            problem = criu_problem()
+            if problem:
+                self._disable(problem)
+        self._lock = asyncio.Lock()
+        self.path: Path | None = None
+
+    def _disable(self, why: str) -> None:
+        self.state = f"disabled: {why}"
+        self.problem = why
+
+    @property
+    def usable(self) -> bool:
+        return self.state == "ready" and self.path is not None
+
+    @staticmethod
+    def key(parts: dict[str, object]) -> str:
+        return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+    async def prepare(self, key: str, make_template: Callable[[], Awaitable[str]]) -> None:
+        """Make the checkpoint for `key` exist, building it from a fresh template if needed.
+
+        `make_template` starts a warmed template sandbox and returns its
+        container id; the template is checkpointed, then removed.
+        """
+        if self.problem:
+            return
+        async with self._lock:
+            folder = self._root / key
+            if (folder / CHECKPOINT_NAME / "inventory.img").exists():
+                self.path, self.state = folder / CHECKPOINT_NAME, "ready"
+                return
+            self.state = "building"
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir(parents=True)
+            container_id = ""
+            try:
+                container_id = await make_template()
+                await asyncio.to_thread(self._backend.checkpoint, container_id, CHECKPOINT_NAME, str(folder),
+                                        exit_after=True)
+            except Exception as exc:  # noqa: BLE001 - any failure means: run cold
+                shutil.rmtree(folder, ignore_errors=True)
+                self.fail(f"checkpoint failed: {exc}")
+                return
+            finally:
+                if container_id:
+                    await asyncio.to_thread(self._backend.remove, container_id)
+            self.path, self.state = folder / CHECKPOINT_NAME, "ready"
+
+    def fail(self, why: str) -> None:
+        """A restore or checkpoint failed: fall back to cold starts for good."""
+        if self.path is not None:
+            shutil.rmtree(self.path.parent, ignore_errors=True)
+        self.path = None
+        self.state = f"failed: {why}"[:500]
+        self.problem = why

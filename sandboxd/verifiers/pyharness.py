@@ -1,0 +1,884 @@
+"""Two-process harness for Python function-call and assert tests.
+
+The candidate's code and the tests never share a process:
+
+- the **candidate process** runs :func:`serve_candidate`: it executes the
+  candidate's program, then answers calls over a connected ``AF_UNIX``
+  ``SOCK_STREAM`` socket until end of file;
+- the **test process** (another uid; it never runs candidate code) runs
+  :func:`run_tests`: it calls the candidate through proxies and judges the
+  decoded return values itself.
+
+What crosses the socket is plain data only (see :func:`encode_value`), so
+nothing the candidate does in its own process (lying ``__eq__``, patched
+builtins or ``AssertionError``, ``sys.exit(0)``, printing "All tests passed")
+can make a test pass: the candidate never sees the expected values, and its
+process can only answer with values.
+
+Wire format: each frame is a 4-byte big-endian length, then that many bytes of
+ASCII JSON (non-ASCII is escaped, so lone surrogates survive). Frames:
+
+- candidate -> tests, once, first: ``{"ready": true}`` or
+  ``{"load_error": {"type": str, "message": str}}`` (then the candidate exits);
+- tests -> candidate: ``{"call": name, "args": [enc...], "kwargs": {str: enc}}``
+  where ``name`` is a top-level name or ``"Class.method"`` (a fresh instance
+  per call), plus ``"handle": int`` to call a method of an object made
+  earlier;
+- candidate -> tests: ``{"ok": enc}``, ``{"handle": int}`` when the call
+  constructed an instance of a top-level class (it stays in the candidate's
+  process), or ``{"error": {"type": str, "message": str}}``.
+
+End of file on the socket means the candidate is gone: the call in flight and
+every later one fail. ``SystemExit`` (or any other ``BaseException`` that is
+not an ``Exception``) raised by a call ends the candidate process, as it would
+end a program.
+
+Stdlib only: this module runs inside the sandbox image.
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import binascii
+import builtins
+import contextlib
+import io
+import json
+import math
+import os
+import socket
+import struct
+import sys
+import time
+import traceback
+import types
+import unittest
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, NoReturn
+
+from .code import FunctionCase
+
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_FRAME_BYTES",
+    "CandidateDied",
+    "CandidateError",
+    "CandidateTimeout",
+    "FrameTooLarge",
+    "ProtocolError",
+    "RejectedValue",
+    "decode_value",
+    "encode_value",
+    "recv_frame",
+    "run_tests",
+    "send_frame",
+    "serve_candidate",
+    "top_level_names",
+]
+
+# Large enough for any realistic return value (a 10^6-element list of ints is
+# about 7 MB of JSON), small enough that the test process cannot be pushed
+# into its memory limit by one frame.
+MAX_FRAME_BYTES = 16 * 1024 * 1024
+# Nesting depth of values; json's own C parser stops near the recursion limit
+# (1000), and no test data nests anywhere near 100.
+MAX_DEPTH = 100
+# Python refuses int<->str conversions beyond 4300 digits (CVE-2020-10735);
+# 14000 bits is about 4214 digits, so every int we send can also be parsed.
+MAX_INT_BITS = 14_000
+# Error messages from the candidate are for humans; keep them short.
+MESSAGE_LIMIT = 2000
+# Name of the candidate's module: not "__main__", so that a completion's
+# `if __name__ == "__main__":` block (reading stdin, unittest.main() which
+# calls sys.exit) does not run, as in HumanEval's and LiveCodeBench's harnesses.
+CANDIDATE_MODULE = "solution"
+
+_HEADER = struct.Struct(">I")
+_TAGS = ("$float", "$tuple", "$set", "$frozenset", "$dict", "$bytes", "$complex")
+_TEST_FILENAME = "<test>"
+
+
+class RejectedValue(ValueError):
+    """A value that is not plain data (or is too big or deep) and may not cross the channel."""
+
+
+class ProtocolError(Exception):
+    """A malformed frame, or a frame that breaks the request/reply protocol."""
+
+
+class FrameTooLarge(ProtocolError):
+    """A frame longer than the size cap."""
+
+
+class CandidateError(Exception):
+    """An exception raised by the candidate that has no builtin equivalent.
+
+    Builtin exception types (``ValueError``, ``KeyError``, ...) are re-raised
+    in the test process as themselves, so tests that expect them still work.
+    """
+
+
+class CandidateDied(BaseException):
+    """The candidate process is gone (end of file) or broke the protocol.
+
+    A ``BaseException`` so that test code catching ``Exception`` cannot swallow it;
+    the harness also remembers it, so a test that swallows it anyway still fails.
+    """
+
+
+class CandidateTimeout(BaseException):
+    """A call to the candidate did not answer within ``call_timeout``."""
+
+
+# ---------------------------------------------------------------------------
+# Value codec
+# ---------------------------------------------------------------------------
+
+
+def _type_name(obj: object) -> str:
+    try:
+        return str(type(obj).__qualname__)
+    except Exception:
+        return "?"
+
+
+def encode_value(obj: object, _depth: int = 0) -> object:
+    """Encode plain Python data as JSON-able data, rejecting everything else.
+
+    Plain data: ``None``, ``bool``, ``int``, ``float`` (``nan``/``inf``
+    included), ``complex``, ``str``, ``bytes``, ``list``, ``tuple``, ``dict``
+    (any plain hashable keys), ``set`` and ``frozenset``, nested. The type must
+    be exactly one of these: subclasses (an ``int`` with a lying ``__eq__``,
+    a namedtuple, an ``IntEnum``, numpy scalars) raise :class:`RejectedValue`.
+
+    Encoding: ``None``/``bool``/``int``/``str``, finite ``float`` and ``list``
+    are themselves; every other value is a one-key object:
+    ``{"$float": "nan"|"inf"|"-inf"}``, ``{"$tuple": [...]}``,
+    ``{"$set": [...]}``, ``{"$frozenset": [...]}``,
+    ``{"$dict": [[key, value], ...]}``, ``{"$bytes": "<base64>"}``,
+    ``{"$complex": [real, imag]}``.
+    """
+    if _depth > MAX_DEPTH:
+        raise RejectedValue(f"value nested deeper than {MAX_DEPTH} levels")
+    kind = type(obj)
+    if obj is None or kind is bool or kind is str:
+        return obj
+    if kind is int:
+        if obj.bit_length() > MAX_INT_BITS:  # type: ignore[attr-defined]
+            raise RejectedValue(f"int with more than {MAX_INT_BITS} bits")
+        return obj
+    if kind is float:
+        if math.isfinite(obj):  # type: ignore[arg-type]
+            return obj
+        return {"$float": "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")}  # type: ignore[operator]
+    depth = _depth + 1
+    if kind is list:
+        return [encode_value(item, depth) for item in obj]  # type: ignore[attr-defined]
+    if kind is tuple:
+        return {"$tuple": [encode_value(item, depth) for item in obj]}  # type: ignore[attr-defined]
+    if kind is dict:
+        return {"$dict": [[encode_value(k, depth), encode_value(v, depth)] for k, v in obj.items()]}  # type: ignore[attr-defined]
+    if kind is set:
+        return {"$set": [encode_value(item, depth) for item in obj]}  # type: ignore[attr-defined]
+    if kind is frozenset:
+        return {"$frozenset": [encode_value(item, depth) for item in obj]}  # type: ignore[attr-defined]
+    if kind is bytes:
+        return {"$bytes": base64.b64encode(obj).decode("ascii")}  # type: ignore[arg-type]
+    if kind is complex:
+        return {"$complex": [encode_value(obj.real, depth), encode_value(obj.imag, depth)]}  # type: ignore[attr-defined]
+    raise RejectedValue(f"a value of type {_type_name(obj)} is not plain data")
+
+
+def _decode_items(body: object, depth: int, tag: str) -> list[object]:
+    if type(body) is not list:
+        raise RejectedValue(f"{tag} must hold a list")
+    return [decode_value(item, depth) for item in body]
+
+
+def _hashable_collection(factory: Callable[[list[object]], object], items: list[object], tag: str) -> object:
+    try:
+        return factory(items)
+    except TypeError:
+        raise RejectedValue(f"{tag} holds an unhashable item") from None
+
+
+def decode_value(obj: object, _depth: int = 0) -> object:
+    """Decode what :func:`encode_value` produced (after a JSON round trip).
+
+    Raises :class:`RejectedValue` on anything else: unknown or extra tags,
+    malformed bodies, unhashable set items or dict keys, duplicate dict keys,
+    nesting deeper than :data:`MAX_DEPTH`. The result is built only from
+    builtin types, so it is safe to compare in the test process.
+    """
+    if _depth > MAX_DEPTH:
+        raise RejectedValue(f"value nested deeper than {MAX_DEPTH} levels")
+    kind = type(obj)
+    if obj is None or kind is bool or kind is str:
+        return obj
+    if kind is int:
+        if obj.bit_length() > MAX_INT_BITS:  # type: ignore[attr-defined]
+            raise RejectedValue(f"int with more than {MAX_INT_BITS} bits")
+        return obj
+    if kind is float:
+        if not math.isfinite(obj):  # type: ignore[arg-type]
+            raise RejectedValue("non-finite floats must be tagged")
+        return obj
+    depth = _depth + 1
+    if kind is list:
+        return [decode_value(item, depth) for item in obj]  # type: ignore[attr-defined]
+    if kind is not dict or len(obj) != 1:  # type: ignore[arg-type]
+        raise RejectedValue(f"not an encoded value: {_type_name(obj)}")
+    ((tag, body),) = obj.items()  # type: ignore[attr-defined]
+    if tag == "$float":
+        if body not in ("nan", "inf", "-inf") or type(body) is not str:
+            raise RejectedValue("$float must be 'nan', 'inf' or '-inf'")
+        return float(body)
+    if tag == "$tuple":
+        return tuple(_decode_items(body, depth, tag))
+    if tag == "$set":
+        return _hashable_collection(set, _decode_items(body, depth, tag), tag)
+    if tag == "$frozenset":
+        return _hashable_collection(frozenset, _decode_items(body, depth, tag), tag)
+    if tag == "$dict":
+        if type(body) is not list:
+            raise RejectedValue("$dict must hold a list of [key, value] pairs")
+        result: dict[object, object] = {}
+        for pair in body:
+            if type(pair) is not list or len(pair) != 2:
+                raise RejectedValue("$dict must hold a list of [key, value] pairs")
+            key = decode_value(pair[0], depth)
+            try:
+                if key in result:
+                    raise RejectedValue("$dict has a duplicate key")
+            except TypeError:
+                raise RejectedValue("$dict has an unhashable key") from None
+            result[key] = decode_value(pair[1], depth)
+        return result
+    if tag == "$bytes":
+        if type(body) is not str:
+            raise RejectedValue("$bytes must hold a base64 string")
+        try:
+            return base64.b64decode(body, validate=True)
+        except (binascii.Error, ValueError):
+            raise RejectedValue("$bytes holds invalid base64") from None
+    if tag == "$complex":
+        parts = _decode_items(body, depth, tag)
+        if len(parts) != 2 or not all(type(part) in (int, float) for part in parts):
+            raise RejectedValue("$complex must hold [real, imag]")
+        return complex(parts[0], parts[1])  # type: ignore[arg-type]
+    raise RejectedValue(f"unknown tag {tag!r}")
+
+
+# ---------------------------------------------------------------------------
+# Framing
+# ---------------------------------------------------------------------------
+
+
+def send_frame(sock: socket.socket, obj: object, max_bytes: int = MAX_FRAME_BYTES) -> None:
+    """Send one frame: 4-byte big-endian length, then ``obj`` as ASCII JSON.
+
+    ``obj`` must already be JSON-able (encode values with :func:`encode_value`
+    first). Raises :class:`FrameTooLarge` before sending anything when the
+    JSON is longer than ``max_bytes``, ``OSError`` when the peer is gone.
+    """
+    data = json.dumps(obj, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
+    if len(data) > max_bytes:
+        raise FrameTooLarge(f"frame of {len(data)} bytes exceeds the limit of {max_bytes}")
+    sock.sendall(_HEADER.pack(len(data)) + data)
+
+
+def _recv_exact(sock: socket.socket, size: int, deadline: float | None) -> bytes:
+    buffer = bytearray(size)
+    view = memoryview(buffer)
+    got = 0
+    while got < size:
+        if deadline is not None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError("no complete frame before the deadline")
+            sock.settimeout(remaining)
+        n = sock.recv_into(view[got:])
+        if n == 0:
+            raise EOFError("connection closed" if got == 0 else "connection closed in the middle of a frame")
+        got += n
+    return bytes(buffer)
+
+
+def _reject_constant(name: str) -> object:
+    raise ValueError(f"JSON constant {name} is not allowed (non-finite floats are tagged)")
+
+
+def recv_frame(
+    sock: socket.socket, max_bytes: int = MAX_FRAME_BYTES, deadline: float | None = None
+) -> object:
+    """Receive one frame and parse its JSON (values inside are still encoded).
+
+    ``deadline`` is a ``time.monotonic()`` instant for the whole frame, so a
+    peer sending a byte at a time cannot stretch it. Raises ``EOFError`` when
+    the peer closed (before or inside the frame), ``TimeoutError`` past the
+    deadline, :class:`FrameTooLarge` for a length over ``max_bytes`` (nothing
+    is read past the header), :class:`ProtocolError` for bytes that are not
+    JSON, and ``OSError`` for socket errors.
+    """
+    sock.settimeout(None)
+    (size,) = _HEADER.unpack(_recv_exact(sock, _HEADER.size, deadline))
+    if size > max_bytes:
+        raise FrameTooLarge(f"frame of {size} bytes exceeds the limit of {max_bytes}")
+    body = _recv_exact(sock, size, deadline)
+    try:
+        return json.loads(body.decode("utf-8"), parse_constant=_reject_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise ProtocolError(f"frame is not valid JSON: {exc}") from None
+
+
+# ---------------------------------------------------------------------------
+# Candidate side
+# ---------------------------------------------------------------------------
+
+
+def _describe(exc: BaseException) -> dict[str, str]:
+    try:
+        message = str(exc)
+    except Exception:
+        message = "<unprintable exception>"
+    return {"type": _type_name(exc), "message": message[:MESSAGE_LIMIT]}
+
+
+def _error(type_name: str, message: str) -> dict[str, object]:
+    return {"error": {"type": type_name, "message": message[:MESSAGE_LIMIT]}}
+
+
+def _resolve(request: Mapping[str, object], namespace: dict[str, Any], objects: dict[int, object]) -> Any:
+    """The callable a request names, and whether calling it makes a remote object."""
+    target = request.get("call")
+    if type(target) is not str or not all(part.isidentifier() for part in target.split(".")):
+        raise ProtocolError(f"bad call target {target!r}")
+    handle = request.get("handle")
+    if handle is not None:
+        if type(handle) is not int or handle not in objects or "." in target:
+            raise ProtocolError(f"bad handle {handle!r}")
+        return getattr(objects[handle], target), False
+    if "." in target:
+        class_name, _, method = target.partition(".")
+        if "." in method:
+            raise ProtocolError(f"bad call target {target!r}")
+        cls = namespace.get(class_name)
+        if not isinstance(cls, type):
+            raise NameError(f"no top-level class {class_name!r}")
+        return getattr(cls(), method), False
+    if target in namespace:
+        function = namespace[target]
+        return function, isinstance(function, type)
+    solution = namespace.get("Solution")
+    # LeetCode-style datasets (LiveCodeBench functional tests) name the method only.
+    if isinstance(solution, type) and hasattr(solution, target):
+        return getattr(solution(), target), False
+    raise NameError(f"name {target!r} is not defined")
+
+
+def _answer(request: object, namespace: dict[str, Any], objects: dict[int, object]) -> dict[str, object]:
+    if type(request) is not dict:
+        raise ProtocolError("a request must be a JSON object")
+    args = decode_value(request.get("args", []))
+    raw_kwargs = request.get("kwargs", {})
+    if type(args) is not list or type(raw_kwargs) is not dict:
+        raise ProtocolError("args must be a list and kwargs an object")
+    kwargs = {str(key): decode_value(value) for key, value in raw_kwargs.items()}
+    function, constructs = _resolve(request, namespace, objects)
+    result = function(*args, **kwargs)
+    if constructs:
+        handle = len(objects) + 1
+        objects[handle] = result
+        return {"handle": handle}
+    return {"ok": encode_value(result)}
+
+
+def _serve(code: str, channel: socket.socket, max_frame_bytes: int) -> int:
+    # Whatever fd 0 is, input() must fail fast instead of blocking until the deadline.
+    sys.stdin = io.StringIO("")
+    module = types.ModuleType(CANDIDATE_MODULE)
+    module.__file__ = "<solution>"
+    # Registered so that dataclasses, typing.get_type_hints and pickle find it.
+    sys.modules[CANDIDATE_MODULE] = module
+    namespace = module.__dict__
+    try:
+        exec(compile(code, "<solution>", "exec"), namespace)
+    except BaseException as exc:  # SystemExit at import time is a failed load, not a success
+        send_frame(channel, {"load_error": _describe(exc)})
+        return 1
+    send_frame(channel, {"ready": True})
+    objects: dict[int, object] = {}
+    while True:
+        try:
+            request = recv_frame(channel, max_frame_bytes)
+        except EOFError:
+            return 0
+        try:
+            reply = _answer(request, namespace, objects)
+        except ProtocolError as exc:
+            reply = _error("ProtocolError", str(exc))
+        except Exception as exc:
+            reply = {"error": _describe(exc)}
+        try:
+            send_frame(channel, reply, max_frame_bytes)
+        except FrameTooLarge:
+            send_frame(channel, _error("ValueTooLarge", f"return value exceeds {max_frame_bytes} bytes"))
+
+
+def serve_candidate(code: str, channel: socket.socket, *, max_frame_bytes: int = MAX_FRAME_BYTES) -> NoReturn:
+    """Run the candidate's program and answer calls on ``channel`` until end of file.
+
+    Executes ``code`` (compiled with filename ``"<solution>"``) as the body of
+    a fresh module named ``"solution"`` (so ``if __name__ == "__main__":``
+    blocks do not run), with ``sys.stdin`` empty. Sends ``{"ready": true}``,
+    or ``{"load_error": ...}`` if the program raised (``SyntaxError`` and
+    ``SystemExit`` included), then serves requests (see the module docstring).
+    ``Class.method`` instantiates ``Class()`` for every call, like LeetCode's
+    judge; a bare name that is not defined at top level but is a method of a
+    top-level ``Solution`` class is called the same way. Exceptions of calls
+    are answered as errors (type name and message, truncated); a
+    ``BaseException`` that is not an ``Exception`` ends the process.
+
+    Never returns: the process ends with ``os._exit`` (0 after end of file,
+    1 after a failed load or any other way out), so nothing the parent
+    process registered (atexit, buffered files) runs in this one.
+    """
+    status = 1
+    try:
+        status = _serve(code, channel, max_frame_bytes)
+    except BaseException:  # whatever happened, the test process sees "candidate gone"
+        status = 1
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            # The candidate may have replaced or closed them.
+            with contextlib.suppress(BaseException):
+                stream.flush()
+        os._exit(status)
+
+
+# ---------------------------------------------------------------------------
+# Test side
+# ---------------------------------------------------------------------------
+
+
+def top_level_names(code: str) -> list[str]:
+    """Names a program binds at top level, in order: what tests may call.
+
+    Functions, classes and assigned names, including those inside top-level
+    ``if``/``try``/``with`` blocks; not imports, not dunder names. ``[]`` when
+    the code does not parse.
+    """
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []
+    names: list[str] = []
+
+    def add_target(target: ast.expr) -> None:
+        if isinstance(target, ast.Name):
+            names.append(target.id)
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            for element in target.elts:
+                add_target(element)
+        elif isinstance(target, ast.Starred):
+            add_target(target.value)
+
+    def visit(body: Iterable[ast.stmt]) -> None:
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.append(node.name)
+            elif isinstance(node, ast.Assign):
+                for target in node.targets:
+                    add_target(target)
+            elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+                add_target(node.target)
+            elif isinstance(node, ast.If):
+                visit(node.body)
+                visit(node.orelse)
+            elif isinstance(node, (ast.With, ast.AsyncWith)):
+                visit(node.body)
+            elif isinstance(node, ast.Try) or type(node).__name__ == "TryStar":
+                visit(node.body)  # type: ignore[attr-defined]
+                for handler in node.handlers:  # type: ignore[attr-defined]
+                    visit(handler.body)
+                visit(node.orelse)  # type: ignore[attr-defined]
+                visit(node.finalbody)  # type: ignore[attr-defined]
+
+    visit(tree.body)
+    unique = dict.fromkeys(names)  # first occurrence wins, order kept
+    return [name for name in unique if not (name.startswith("__") and name.endswith("__"))]
+
+
+class _Remote:
+    """The test process's end of the channel: one request, one reply, until it breaks."""
+
+    def __init__(self, channel: socket.socket, max_frame_bytes: int, call_timeout: float | None) -> None:
+        self.channel = channel
+        self.max_frame_bytes = max_frame_bytes
+        self.call_timeout = call_timeout
+        # Set once the channel is unusable; every later call fails the same way.
+        self.broken: CandidateDied | CandidateTimeout | None = None
+        # Exceptions the proxies raised, to tell the candidate's errors from the tests'.
+        self.raised: list[BaseException] = []
+
+    def _deadline(self) -> float | None:
+        return None if self.call_timeout is None else time.monotonic() + self.call_timeout
+
+    def _receive(self) -> object:
+        try:
+            return recv_frame(self.channel, self.max_frame_bytes, self._deadline())
+        except TimeoutError:
+            self.broken = CandidateTimeout(f"the candidate did not answer within {self.call_timeout} s")
+        except EOFError:
+            self.broken = CandidateDied("the candidate process exited")
+        except ProtocolError as exc:
+            self.broken = CandidateDied(f"the candidate broke the protocol: {exc}")
+        except OSError as exc:
+            self.broken = CandidateDied(f"the channel failed: {exc}")
+        raise self.broken
+
+    def handshake(self) -> dict[str, str] | None:
+        """None when the program loaded, else its load error (type, message)."""
+        hello = self._receive()
+        if hello == {"ready": True}:
+            return None
+        if type(hello) is dict and set(hello) == {"load_error"}:
+            error = hello["load_error"]
+            if type(error) is dict and type(error.get("type")) is str and type(error.get("message")) is str:
+                self.broken = CandidateDied("the program failed to load")
+                return {"type": error["type"], "message": error["message"][:MESSAGE_LIMIT]}
+        self.broken = CandidateDied("the candidate broke the protocol: bad greeting")
+        raise self.broken
+
+    def request(
+        self, target: str, args: Sequence[object], kwargs: Mapping[str, object], handle: int | None = None
+    ) -> tuple[str, object, str]:
+        """Call the candidate: ("ok", value, ""), ("handle", n, class) or ("error", type, message)."""
+        if self.broken is not None:
+            raise type(self.broken)(f"not run: {self.broken}")
+        try:
+            message: dict[str, object] = {
+                "call": target,
+                "args": encode_value(list(args)),
+                "kwargs": {str(k): encode_value(v) for k, v in kwargs.items()},
+            }
+        except RejectedValue as exc:
+            raise TypeError(f"only plain data can be passed to the candidate: {exc}") from None
+        if handle is not None:
+            message["handle"] = handle
+        try:
+            self.channel.settimeout(self.call_timeout)
+            send_frame(self.channel, message, self.max_frame_bytes)
+        except TimeoutError:
+            self.broken = CandidateTimeout("the candidate stopped reading its requests")
+            raise self.broken from None
+        except FrameTooLarge:
+            raise TypeError("arguments too large to pass to the candidate") from None
+        except OSError as exc:
+            self.broken = CandidateDied(f"the candidate process exited ({exc.strerror or exc})")
+            raise self.broken from None
+        reply = self._receive()
+        if type(reply) is dict and len(reply) == 1:
+            ((kind, body),) = reply.items()
+            try:
+                if kind == "ok":
+                    return "ok", decode_value(body), ""
+                if kind == "handle" and type(body) is int:
+                    return "handle", body, target
+                if kind == "error" and type(body) is dict:
+                    error_type, error_message = body.get("type"), body.get("message")
+                    if type(error_type) is str and type(error_message) is str:
+                        return "error", error_type, error_message[:MESSAGE_LIMIT]
+            except RejectedValue as exc:
+                self.broken = CandidateDied(f"the candidate sent a value that is not plain data: {exc}")
+                raise self.broken from None
+        self.broken = CandidateDied("the candidate broke the protocol: bad reply")
+        raise self.broken
+
+    def candidate_exception(self, type_name: str, message: str) -> BaseException:
+        """The exception to raise in test code for an error the candidate answered."""
+        cls = getattr(builtins, type_name, None) if type_name.isidentifier() else None
+        exc: BaseException | None = None
+        if isinstance(cls, type) and issubclass(cls, Exception):
+            try:
+                exc = cls(message)
+            except Exception:
+                exc = None
+        if exc is None:
+            exc = CandidateError(f"{type_name}: {message}")
+        self.raised.append(exc)
+        return exc
+
+
+class _RemoteFunction:
+    """Stands for a top-level callable of the candidate in the test namespace."""
+
+    def __init__(self, remote: _Remote, name: str) -> None:
+        self._remote = remote
+        self.__name__ = self.__qualname__ = name
+
+    def __call__(self, *args: object, **kwargs: object) -> object:
+        return _unwrap(self._remote, self._remote.request(self.__name__, args, kwargs))
+
+    def __repr__(self) -> str:
+        return f"<candidate function {self.__name__}>"
+
+
+class _RemoteObject:
+    """An instance of a candidate's class, living in the candidate's process.
+
+    Only method calls are supported: ``obj.method(...)`` calls it remotely;
+    data attributes cannot be read (``obj.size`` is a method proxy, not a value).
+    """
+
+    def __init__(self, remote: _Remote, handle: int, class_name: str) -> None:
+        self._remote = remote
+        self._handle = handle
+        self._class_name = class_name
+
+    def __getattr__(self, name: str) -> Callable[..., object]:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        remote, handle = self._remote, self._handle
+
+        def method(*args: object, **kwargs: object) -> object:
+            return _unwrap(remote, remote.request(name, args, kwargs, handle))
+
+        method.__name__ = name
+        return method
+
+    def __repr__(self) -> str:
+        return f"<candidate {self._class_name} object>"
+
+
+def _unwrap(remote: _Remote, reply: tuple[str, object, str]) -> object:
+    kind, body, detail = reply
+    if kind == "ok":
+        return body
+    if kind == "handle":
+        return _RemoteObject(remote, body, detail)  # type: ignore[arg-type]
+    raise remote.candidate_exception(body, detail)  # type: ignore[arg-type]
+
+
+def _short(value: object, limit: int = 200) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _as_case(case: object) -> FunctionCase:
+    """A FunctionCase from a FunctionCase, a dict or an (args, expected) pair."""
+    if isinstance(case, FunctionCase):
+        return case
+    if isinstance(case, Mapping):
+        return FunctionCase(tuple(case["args"]), case["expected"], bool(case.get("unwrap_single", False)))
+    args, expected = case  # type: ignore[misc]
+    return FunctionCase(tuple(args), expected)
+
+
+def _test(index: int, status: str, message: str = "") -> dict[str, object]:
+    return {"index": index, "passed": status == "ok", "status": status, "message": message}
+
+
+def _broken_status(exc: BaseException) -> str:
+    return "timeout" if isinstance(exc, CandidateTimeout) else "died"
+
+
+def _function_case(
+    remote: _Remote, fn_name: str, index: int, case: FunctionCase, tolerance: float
+) -> dict[str, object]:
+    try:
+        kind, body, detail = remote.request(fn_name, case.args, {})
+    except (CandidateDied, CandidateTimeout) as exc:
+        return _test(index, _broken_status(exc), str(exc))
+    except TypeError as exc:  # arguments that are not plain data: a malformed case
+        return _test(index, "runtime_error", str(exc))
+    if kind == "error":
+        return _test(index, "runtime_error", f"{body}: {detail}")
+    if kind == "handle":
+        return _test(index, "runtime_error", f"{fn_name} is a class; name a method as 'Class.method'")
+    if case.matches(body, tolerance):
+        return _test(index, "ok")
+    return _test(index, "wrong_answer", f"expected {_short(case.expected)}, got {_short(body)}")
+
+
+def _failure_line(exc: BaseException, source: str) -> str:
+    lineno = None
+    for frame, line in traceback.walk_tb(exc.__traceback__):
+        if frame.f_code.co_filename == _TEST_FILENAME:
+            lineno = line
+    if lineno is None:
+        return ""
+    lines = source.splitlines()
+    text = lines[lineno - 1].strip() if 0 < lineno <= len(lines) else ""
+    return f" at line {lineno}: {text[:200]}"
+
+
+def _run_unittest_cases(namespace: dict[str, Any]) -> None:
+    """Run the unittest.TestCase classes the test code defined; AssertionError on failure."""
+    loader = unittest.TestLoader()
+    suite = unittest.TestSuite()
+    for value in list(namespace.values()):
+        if (
+            isinstance(value, type)
+            and issubclass(value, unittest.TestCase)
+            and value is not unittest.TestCase
+        ):
+            suite.addTests(loader.loadTestsFromTestCase(value))
+    if suite.countTestCases() == 0:
+        return
+    stream = io.StringIO()
+    result = unittest.TextTestRunner(stream=stream, verbosity=0).run(suite)
+    if not result.wasSuccessful():
+        failures = result.failures + result.errors
+        first = failures[0][1].strip().splitlines()[-1] if failures else "unexpected success"
+        raise AssertionError(f"{len(failures)} of {result.testsRun} unittest tests failed; first: {first}")
+
+
+def _run_assert(
+    remote: _Remote, names: Sequence[str], assert_code: str, entry_point: str, setup_code: str
+) -> dict[str, object]:
+    namespace: dict[str, Any] = {"__name__": "__sandboxd_test__", "__builtins__": builtins}
+    if setup_code:
+        try:
+            exec(compile(setup_code, "<setup>", "exec"), namespace)
+        except BaseException as exc:
+            return _test(0, "setup_error", f"setup code failed: {_describe(exc)['type']}: {exc}")
+    proxies: dict[str, _RemoteFunction] = {}
+    for name in names:
+        # Never shadow a builtin: a candidate defining `abs` or `len` would
+        # otherwise answer for the tests' own `abs(candidate(x) - y) < 1e-6`.
+        # Names the trusted setup code (HumanEval's prompt) defined stay the
+        # dataset's, so its helpers (poly, encode_cyclic) cannot be replaced.
+        if name.isidentifier() and name not in namespace and not hasattr(builtins, name):
+            proxies[name] = _RemoteFunction(remote, name)
+    if entry_point:
+        proxies[entry_point] = _RemoteFunction(remote, entry_point)
+    namespace.update(proxies)
+    try:
+        exec(compile(assert_code, _TEST_FILENAME, "exec"), namespace)
+        check = namespace.get("check")
+        if entry_point and callable(check) and not isinstance(check, _RemoteFunction):
+            check(proxies[entry_point])
+        _run_unittest_cases(namespace)
+    except (CandidateDied, CandidateTimeout) as exc:
+        return _test(0, _broken_status(exc), str(exc))
+    except BaseException as exc:
+        if remote.broken is not None:
+            return _test(0, _broken_status(remote.broken), str(remote.broken))
+        where = _failure_line(exc, assert_code)
+        description = _describe(exc)
+        text = f"{description['type']}{where}" + (
+            f": {description['message']}" if description["message"] else ""
+        )
+        if isinstance(exc, AssertionError) and not any(exc is raised for raised in remote.raised):
+            return _test(0, "wrong_answer", text)
+        return _test(0, "runtime_error", text)
+    if remote.broken is not None:
+        # The test code swallowed the failure (a bare except); it still fails.
+        return _test(0, _broken_status(remote.broken), str(remote.broken))
+    return _test(0, "ok")
+
+
+def run_tests(
+    plan_kind: str,
+    channel: socket.socket,
+    *,
+    names: Sequence[str] = (),
+    assert_code: str = "",
+    entry_point: str = "",
+    fn_name: str = "",
+    cases: Sequence[object] = (),
+    tolerance: float = 1e-6,
+    stop_on_first_failure: bool = False,
+    setup_code: str = "",
+    call_timeout: float | None = None,
+    max_frame_bytes: int = MAX_FRAME_BYTES,
+    on_result: Callable[[dict[str, object]], None] | None = None,
+) -> dict[str, object]:
+    """Run a plan's tests against the candidate at the other end of ``channel``.
+
+    Runs in the trusted test process; never executes candidate code.
+
+    ``plan_kind="function"``: calls ``fn_name`` once per case (a
+    :class:`~sandboxd.verifiers.code.FunctionCase`, a dict with ``args``,
+    ``expected`` and optional ``unwrap_single``, or an ``(args, expected)``
+    pair) and compares the decoded value with
+    :func:`~sandboxd.verifiers.code.compare_values`.
+
+    ``plan_kind="assert"``: executes ``setup_code`` (trusted dataset code, e.g.
+    HumanEval's prompt), then binds a proxy for each of ``names`` (computed with
+    :func:`top_level_names` from the candidate's code) that neither shadows a
+    builtin nor was defined by the setup code, and one for ``entry_point``
+    always, in a fresh namespace; executes ``assert_code``; calls
+    ``check(<entry_point proxy>)`` if it defined ``check``; runs the
+    ``unittest.TestCase`` classes it defined. Any exception fails the test.
+    Calling a proxy of a class makes an instance in the candidate's process
+    and returns a stand-in whose methods are called remotely (data
+    attributes cannot be read); only plain data can be passed as arguments.
+
+    ``call_timeout`` bounds each call (and the program's start-up) in seconds;
+    the overall deadline is the caller's to enforce by killing both
+    processes. ``on_result`` gets each test's result as soon as it is known.
+    The channel is shut down for writing at the end, which ends the candidate.
+
+    Returns ``{"passed": bool, "passed_count": int, "total": int,
+    "status": str, "message": str, "load_error": {"type", "message"} | None,
+    "candidate_died": bool, "tests": [{"index", "passed", "status",
+    "message"}]}``. Test statuses: ``ok``, ``wrong_answer``, ``runtime_error``
+    (the candidate raised, or the test code did), ``timeout``, ``died`` (the
+    candidate exited or broke the protocol), ``load_error`` (the program
+    raised while loading, ``SystemExit`` and ``SyntaxError`` included),
+    ``setup_error`` (the trusted setup code failed: not the model's fault).
+    ``status`` is the first failing test's, else ``ok``; ``tests`` lists the
+    tests run, which is fewer than ``total`` after ``stop_on_first_failure``.
+    """
+    if plan_kind not in ("function", "assert"):
+        raise ValueError(f"run_tests handles 'function' and 'assert' plans, not {plan_kind!r}")
+    if plan_kind == "function" and (not fn_name or not cases):
+        raise ValueError("function tests need fn_name and at least one case")
+    total = len(cases) if plan_kind == "function" else 1
+    tests: list[dict[str, object]] = []
+
+    def report(result: dict[str, object]) -> None:
+        tests.append(result)
+        if on_result is not None:
+            on_result(result)
+
+    remote = _Remote(channel, max_frame_bytes, call_timeout)
+    load_error: dict[str, str] | None = None
+    try:
+        try:
+            load_error = remote.handshake()
+        except (CandidateDied, CandidateTimeout) as exc:
+            for index in range(total):
+                report(_test(index, _broken_status(exc), f"before the program was ready: {exc}"))
+        else:
+            if load_error is not None:
+                text = f"{load_error['type']}: {load_error['message']}"
+                for index in range(total):
+                    report(_test(index, "load_error", text))
+            elif plan_kind == "function":
+                for index, case in enumerate(cases):
+                    result = _function_case(remote, fn_name, index, _as_case(case), tolerance)
+                    report(result)
+                    if stop_on_first_failure and not result["passed"]:
+                        break
+            else:
+                report(_run_assert(remote, names, assert_code, entry_point, setup_code))
+    finally:
+        # End of file tells the candidate to exit.
+        with contextlib.suppress(OSError):
+            channel.shutdown(socket.SHUT_WR)
+    passed_count = sum(1 for test in tests if test["passed"])
+    first_failure = next((test for test in tests if not test["passed"]), None)
+    return {
+        "passed": total > 0 and passed_count == total,
+        "passed_count": passed_count,
+        "total": total,
+        "status": "ok" if first_failure is None else first_failure["status"],
+        "message": "" if first_failure is None else str(first_failure["message"]),
+        "load_error": load_error,
+        "candidate_died": isinstance(remote.broken, CandidateDied) and load_error is None,
+        "tests": tests,
+    }

@@ -1,0 +1,313 @@
+"""Retries, deadlines, streaming, balancing and sessions against FakeSandboxd on real sockets.
+
+Every behaviour is checked on both twins: ``twin`` runs the same scenario with
+SandboxClient and with AsyncSandboxClient (on a fresh event loop).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+import pytest
+from conftest import StartFake
+from fake_daemon import Abort, Delay, FakeServer
+from sandboxd_client import (
+    AsyncSandboxClient,
+    DeadlineExceeded,
+    InvalidRequest,
+    Result,
+    RetryPolicy,
+    SandboxClient,
+    SessionNotFound,
+    Status,
+    Unavailable,
+    math_job,
+)
+from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
+
+FAST = RetryPolicy(max_retries=3, initial_backoff=0.01, max_backoff=0.05)
+
+
+class Twin:
+    """Runs a scenario with the sync or the async client, same arguments, same answers."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+    def call(self, address: Any, method: str, *args: Any, **client_kwargs: Any) -> Any:
+        client_kwargs.setdefault("retry_policy", FAST)
+        if self.kind == "sync":
+            with SandboxClient(address, **client_kwargs) as client:
+                return getattr(client, method)(*args)
+
+        async def go() -> Any:
+            async with AsyncSandboxClient(address, **client_kwargs) as client:
+                return await getattr(client, method)(*args)
+
+        return asyncio.run(go())
+
+    def stream(
+        self,
+        address: Any,
+        jobs: list[pb.Job],
+        on_result: Callable[[int], None] = lambda n: None,
+        **client_kwargs: Any,
+    ) -> list[Result]:
+        """run_batch, calling on_result(count so far) after each result."""
+        client_kwargs.setdefault("retry_policy", FAST)
+        out: list[Result] = []
+        if self.kind == "sync":
+            with SandboxClient(address, **client_kwargs) as client:
+                for result in client.run_batch(jobs):
+                    out.append(result)
+                    on_result(len(out))
+            return out
+
+        async def go() -> None:
+            async with AsyncSandboxClient(address, **client_kwargs) as client:
+                async for result in client.run_batch(jobs):
+                    out.append(result)
+                    await asyncio.to_thread(on_result, len(out))
+
+        asyncio.run(go())
+        return out
+
+
+@pytest.fixture(params=["sync", "async"])
+def twin(request: pytest.FixtureRequest) -> Twin:
+    return Twin(request.param)
+
+
+def first_attempt(action: Any) -> Callable[..., Any]:
+    return lambda fake, job, attempt: action if attempt == 1 else None
+
+
+# -- retries --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("method", ["run", "score_batch"])
+def test_retry_on_unavailable_then_success(twin: Twin, start_fake: StartFake, method: str) -> None:
+    server = start_fake("a", first_attempt(Abort(grpc.StatusCode.UNAVAILABLE)))
+    job = math_job("4", "4")
+    answer = twin.call(server.address, method, job if method == "run" else [job])
+    result = answer if method == "run" else answer[0]
+    assert result.status is Status.OK and result.reward == 1.0
+    assert server.fake.attempts[0] == 2
+
+
+@pytest.mark.parametrize("method", ["run", "score_batch"])
+def test_no_retry_on_model_failure(twin: Twin, fake: FakeServer, method: str) -> None:
+    job = math_job("5", "4")
+    answer = twin.call(fake.address, method, job if method == "run" else [job])
+    result = answer if method == "run" else answer[0]
+    assert (
+        result.status is Status.WRONG_ANSWER
+        and result.reward == -1.0
+        and not result.is_infrastructure_failure
+    )
+    assert fake.fake.attempts[0] == 1
+
+
+@pytest.mark.parametrize("method", ["run", "score_batch"])
+def test_resource_exhausted_honours_retry_hint(twin: Twin, start_fake: StartFake, method: str) -> None:
+    server = start_fake("a", first_attempt(Abort(grpc.StatusCode.RESOURCE_EXHAUSTED, retry_after=0.4)))
+    job = math_job("4", "4")
+    start = time.monotonic()
+    answer = twin.call(server.address, method, job if method == "run" else [job])
+    elapsed = time.monotonic() - start
+    assert (answer if method == "run" else answer[0]).ok
+    assert elapsed >= 0.4, "the trailing-metadata hint is a floor on the wait"
+    assert server.fake.attempts[0] == 2
+
+
+def test_overloaded_result_hint_is_honoured(twin: Twin, start_fake: StartFake) -> None:
+    overloaded = pb.JobResult(status=pb.STATUS_OVERLOADED, reward=-1.0, retry_after_seconds=0.3)
+    server = start_fake("a", first_attempt(overloaded))
+    start = time.monotonic()
+    (result,) = twin.call(server.address, "score_batch", [math_job("4", "4")])
+    assert result.ok and time.monotonic() - start >= 0.3
+
+
+def test_batch_retries_only_failed_items(twin: Twin, start_fake: StartFake) -> None:
+    lost = pb.JobResult(status=pb.STATUS_SANDBOX_LOST, reward=-1.0)
+    server = start_fake("a", lambda fake, job, attempt: lost if job.index % 2 and attempt == 1 else None)
+    results = twin.call(server.address, "score_batch", [math_job("1", "1") for _ in range(10)])
+    assert [r.index for r in results] == list(range(10)) and all(r.ok for r in results)
+    assert server.fake.batches == [list(range(10)), [1, 3, 5, 7, 9]]
+    assert all(server.fake.attempts[i] == (2 if i % 2 else 1) for i in range(10))
+
+
+def test_retries_exhausted_give_an_infrastructure_result(twin: Twin, start_fake: StartFake) -> None:
+    server = start_fake("a", lambda fake, job, attempt: Abort(grpc.StatusCode.UNAVAILABLE))
+    policy = RetryPolicy(max_retries=2, initial_backoff=0.01)
+    result = twin.call(server.address, "run", math_job("4", "4", failure_value=0.0), retry_policy=policy)
+    assert result.status is Status.UNAVAILABLE and result.is_infrastructure_failure and result.reward == 0.0
+    assert server.fake.attempts[0] == 3
+    with pytest.raises(Unavailable):
+        result.raise_for_status()
+
+
+def test_invalid_argument_from_daemon_raises(twin: Twin, start_fake: StartFake) -> None:
+    server = start_fake(
+        "a", lambda fake, job, attempt: Abort(grpc.StatusCode.INVALID_ARGUMENT, "timeout too big")
+    )
+    with pytest.raises(InvalidRequest, match="timeout too big"):
+        twin.call(server.address, "score_batch", [math_job("4", "4")])
+    assert server.fake.attempts[0] == 1
+
+
+def test_unreachable_daemon_is_an_infrastructure_result(twin: Twin, socket_dir: Any) -> None:
+    policy = RetryPolicy(max_retries=1, initial_backoff=0.01)
+    (result,) = twin.call(
+        f"unix://{socket_dir}/nobody.sock",
+        "score_batch",
+        [math_job("1", "1")],
+        retry_policy=policy,
+        timeout=5,
+    )
+    assert result.status is Status.UNAVAILABLE and result.reward == -1.0
+
+
+# -- deadlines ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("method", ["run", "score_batch"])
+def test_deadline_exceeded(twin: Twin, start_fake: StartFake, method: str) -> None:
+    server = start_fake("a", lambda fake, job, attempt: Delay(3.0))
+    job = math_job("4", "4")
+    start = time.monotonic()
+    answer = twin.call(server.address, method, job if method == "run" else [job], timeout=0.3)
+    result = answer if method == "run" else answer[0]
+    assert time.monotonic() - start < 2.0
+    assert result.status is Status.DEADLINE_EXCEEDED and result.is_infrastructure_failure
+    assert isinstance(result.error, DeadlineExceeded)
+    assert server.fake.attempts[0] == 1, "a deadline is the caller's budget: not retried"
+
+
+def test_default_deadline_comes_from_job_limits(start_fake: StartFake) -> None:
+    server = start_fake("a", lambda fake, job, attempt: Delay(3.0))
+    with SandboxClient(server.address, deadline_margin=0.2) as client:
+        start = time.monotonic()
+        result = client.run(math_job("4", "4", timeout=0.1))
+    assert result.status is Status.DEADLINE_EXCEEDED and time.monotonic() - start < 1.5
+
+
+# -- streaming ------------------------------------------------------------
+
+
+def test_results_stream_as_they_finish(twin: Twin, start_fake: StartFake) -> None:
+    server = start_fake("a", lambda fake, job, attempt: Delay(0.05 * (6 - job.index)))
+    jobs = [math_job("1", "1") for _ in range(6)]
+    streamed = twin.stream(server.address, jobs, batch_size=1)
+    assert [r.index for r in streamed] != list(range(6)), "later jobs finished first and came first"
+    assert sorted(r.index for r in streamed) == list(range(6))
+    ordered = twin.call(server.address, "score_batch", jobs, batch_size=1)
+    assert [r.index for r in ordered] == list(range(6))
+
+
+# -- balancing over several daemons ---------------------------------------
+
+
+def test_round_robin_spreads_and_survives_a_stopped_daemon(twin: Twin, start_fake: StartFake) -> None:
+    slow = Delay(0.01)
+    a = start_fake("a", lambda fake, job, attempt: slow)
+    b = start_fake("b", lambda fake, job, attempt: slow)
+    jobs = [math_job("1", "1") for _ in range(300)]
+
+    def stop_b(count: int) -> None:
+        if count == 30:
+            b.stop()  # grace None: b's in-flight streams end with UNAVAILABLE
+
+    results = twin.stream([a.address, b.address], jobs, stop_b, batch_size=5, max_concurrent_batches=4)
+    assert sorted(r.index for r in results) == list(range(300))
+    assert all(r.ok for r in results)
+    assert a.fake.jobs_seen > 0 and b.fake.jobs_seen > 0
+    assert {r.message for r in results} == {"a", "b"}
+
+
+def test_health_checking_skips_a_draining_daemon(start_fake: StartFake) -> None:
+    a, b = start_fake("a"), start_fake("b")
+    with SandboxClient([a.address, b.address], batch_size=1) as client:
+        client.score_batch([math_job("1", "1") for _ in range(10)])
+        assert b.fake.jobs_seen > 0
+        b.set_serving(False)
+        time.sleep(0.5)
+        before = b.fake.jobs_seen
+        results = client.score_batch([math_job("1", "1") for _ in range(20)])
+    assert all(r.ok for r in results) and b.fake.jobs_seen == before
+
+
+def test_loopback_tcp_address_list(twin: Twin, start_fake: StartFake) -> None:
+    a, b = start_fake("a", tcp=True), start_fake("b", tcp=True)
+    results = twin.call(
+        [a.address, b.address], "score_batch", [math_job("1", "1") for _ in range(20)], batch_size=1
+    )
+    assert all(r.ok for r in results) and {r.message for r in results} == {"a", "b"}
+
+
+def test_batch_hint_is_shared_between_daemons(twin: Twin, start_fake: StartFake) -> None:
+    a, b = start_fake("a"), start_fake("b")
+    statuses = twin.call([a.address, b.address], "set_batch_hint", 101, 8)
+    assert [h.batch_size for h in a.fake.hints] == [51] and [h.sessions for h in b.fake.hints] == [4]
+    assert set(statuses) == {f"unix://{s.address.removeprefix('unix://')}" for s in (a, b)}
+    assert twin.call(a.address, "info").version == "fake-a"
+
+
+# -- sessions -------------------------------------------------------------
+
+
+def test_session_keeps_state_sync(fake: FakeServer) -> None:
+    with SandboxClient(fake.address) as client:
+        with client.open_session(timeout=5) as session:
+            assert session.run("x = 41").ok
+            cell = session.run("x")
+            assert cell.ok and cell.value == "41"
+            assert session.run("y").status is Status.RUNTIME_ERROR
+        with pytest.raises(SessionNotFound):
+            session.run("x")
+    assert fake.fake.sessions == {}
+
+
+async def test_session_keeps_state_async(fake: FakeServer) -> None:
+    async with AsyncSandboxClient(fake.address) as client:
+        async with await client.open_session() as session:
+            await session.run("x = 1")
+            assert (await session.run("x")).value == "1"
+        with pytest.raises(SessionNotFound):
+            await session.run("x")
+
+
+def test_sessions_stick_to_one_daemon_and_spread(start_fake: StartFake) -> None:
+    a, b = start_fake("a"), start_fake("b")
+    with SandboxClient([a.address, b.address]) as client:
+        sessions = [client.open_session() for _ in range(16)]
+        for session in sessions:
+            session.run("x = 1")
+            homes = {session.run("x").stdout for _ in range(5)}
+            assert len(homes) == 1, "every cell must reach the daemon holding the session"
+        assert a.fake.sessions and b.fake.sessions
+        for session in sessions:
+            session.close()
+
+
+# -- async specifics ------------------------------------------------------
+
+
+async def test_async_batch_validates_before_iteration(fake: FakeServer) -> None:
+    async with AsyncSandboxClient(fake.address) as client:
+        with pytest.raises(InvalidRequest, match="empty"):
+            client.run_batch([])
+        results = [r async for r in client.run_batch([math_job("1", "1"), math_job("2", "1")])]
+    assert sorted(r.reward for r in results) == [-1.0, 1.0]
+
+
+async def test_async_breaking_out_of_a_batch_cancels_the_rest(start_fake: StartFake) -> None:
+    server = start_fake("a", lambda fake, job, attempt: Delay(0.2))
+    async with AsyncSandboxClient(server.address, batch_size=1) as client:
+        async for _ in client.run_batch([math_job("1", "1") for _ in range(4)]):
+            break
+        assert (await client.run(math_job("1", "1"))).ok

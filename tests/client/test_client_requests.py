@@ -1,0 +1,354 @@
+"""Pure tests: request building, validation, status and error mapping, targets, retry decisions."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import grpc
+import pytest
+from sandboxd_client import (
+    CodeDetail,
+    FunctionCase,
+    InvalidRequest,
+    Limit,
+    Result,
+    RetryPolicy,
+    Status,
+    StdioCase,
+    code_job,
+    execute_job,
+    math_job,
+    reward_model_job,
+)
+from sandboxd_client._core import ChunkState, plan_chunks, resolve_target
+from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
+from sandboxd_client._requests import failure_result, job_deadline, to_result, validate_batch, validate_job
+from sandboxd_client.errors import (
+    DeadlineExceeded,
+    Overloaded,
+    PermissionDenied,
+    SessionNotFound,
+    Unavailable,
+    from_status,
+    retry_after_from_metadata,
+)
+
+# -- statuses -------------------------------------------------------------
+
+
+def test_status_mirrors_proto_without_prefix() -> None:
+    for name, value in pb.Status.items():
+        assert Status[name.removeprefix("STATUS_")] == value
+    for name, value in pb.Limit.items():
+        assert Limit[name.removeprefix("LIMIT_")] == value
+
+
+@pytest.mark.parametrize(
+    ("status", "infra"),
+    [
+        (Status.OK, False),
+        (Status.WRONG_ANSWER, False),
+        (Status.NO_ANSWER, False),
+        (Status.SANDBOX_LOST, True),
+        (Status.OVERLOADED, True),
+        (Status.INTERNAL, True),
+        (Status.UNAVAILABLE, True),
+        (Status.UNSPECIFIED, True),
+    ],
+)
+def test_infrastructure_split(status: Status, infra: bool) -> None:
+    assert status.is_infrastructure_failure is infra
+
+
+def test_unknown_wire_status_keeps_its_side() -> None:
+    assert Status.from_proto(57) == Status.WRONG_ANSWER
+    assert Status.from_proto(150) == Status.INTERNAL
+
+
+def test_to_result_mirrors_job_result() -> None:
+    msg = pb.JobResult(
+        index=7,
+        reward=0.5,
+        status=pb.STATUS_WRONG_ANSWER,
+        limit_hit=pb.LIMIT_WALL_TIME,
+        message="2/4",
+        attempts=2,
+        code=pb.CodeDetail(language="python", tests_passed=2, tests_total=4),
+        tests=[pb.TestResult(index=0, status=pb.STATUS_OK), pb.TestResult(index=1, status=pb.STATUS_TIMEOUT)],
+    )
+    result = to_result(msg)
+    assert result.index == 7 and result.reward == 0.5 and result.status is Status.WRONG_ANSWER
+    assert result.limit_hit is Limit.WALL_TIME and result.attempts == 2
+    assert isinstance(result.details, CodeDetail) and result.pass_rate == 0.5
+    assert [t.status for t in result.tests] == [Status.OK, Status.TIMEOUT]
+    assert not result.is_infrastructure_failure
+    assert result.raise_for_status() is result
+
+
+def test_nan_reward_from_a_buggy_daemon_never_leaks() -> None:
+    assert to_result(pb.JobResult(reward=float("nan"), status=pb.STATUS_OK)).reward == -1.0
+
+
+def test_failure_result_statuses() -> None:
+    assert failure_result(1, Unavailable("x"), failure_value=0.0, attempts=4).status is Status.UNAVAILABLE
+    assert (
+        failure_result(1, DeadlineExceeded("x"), failure_value=0.0, attempts=1).status
+        is Status.DEADLINE_EXCEEDED
+    )
+    over = failure_result(1, Overloaded("x", retry_after=2.0), failure_value=-1.0, attempts=4)
+    assert over.status is Status.OVERLOADED and over.retry_after_seconds == 2.0 and over.reward == -1.0
+    with pytest.raises(Overloaded):
+        over.raise_for_status()
+
+
+# -- errors ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("code", "cls"),
+    [
+        (grpc.StatusCode.INVALID_ARGUMENT, InvalidRequest),
+        (grpc.StatusCode.RESOURCE_EXHAUSTED, Overloaded),
+        (grpc.StatusCode.UNAVAILABLE, Unavailable),
+        (grpc.StatusCode.DEADLINE_EXCEEDED, DeadlineExceeded),
+        (grpc.StatusCode.NOT_FOUND, SessionNotFound),
+        (grpc.StatusCode.UNAUTHENTICATED, PermissionDenied),
+    ],
+)
+def test_error_mapping(code: grpc.StatusCode, cls: type) -> None:
+    error = from_status(code, "details")
+    assert isinstance(error, cls) and error.code == code and "details" in str(error)
+
+
+def test_retry_hint_from_trailing_metadata() -> None:
+    error = from_status(grpc.StatusCode.RESOURCE_EXHAUSTED, "full", (("retry-after-seconds", "1.5"),))
+    assert isinstance(error, Overloaded) and error.retry_after == 1.5 and error.retryable
+    assert retry_after_from_metadata((("retry-after-seconds", b"2"),)) == 2.0
+    assert retry_after_from_metadata((("retry-after-seconds", "soon"),)) is None
+    assert retry_after_from_metadata((("retry-after-seconds", "-1"),)) is None
+    assert retry_after_from_metadata(None) is None
+
+
+# -- code jobs: the dataset shapes in the wild ----------------------------
+
+
+def test_verl_dict_and_json_string() -> None:
+    tests = {"inputs": ["1\n", "2\n"], "outputs": ["2\n", "4\n"], "fn_name": None}
+    job = code_job("```python\nprint(2*int(input()))\n```", tests)
+    assert json.loads(job.code.tests.dataset_json) == tests
+    raw = json.dumps(tests)
+    assert code_job("x", raw).code.tests.dataset_json == raw  # verbatim
+
+
+def test_humaneval_mbpp_codecontests_primeintellect_livecodebench() -> None:
+    he = code_job("x", {"test": "def check(candidate): assert candidate(1) == 2", "entry_point": "f"})
+    assert json.loads(he.code.tests.dataset_json)["entry_point"] == "f"
+    mbpp = code_job("x", {"test_list": ["assert f(1) == 2"]})
+    assert json.loads(mbpp.code.tests.dataset_json) == {"test_list": ["assert f(1) == 2"]}
+    assert json.loads(code_job("x", ["assert f(1) == 2"]).code.tests.dataset_json) == {
+        "test_list": ["assert f(1) == 2"]
+    }
+    cc = {"public_tests": {"input": ["1\n"], "output": ["1\n"]}, "private_tests": {"input": [], "output": []}}
+    assert json.loads(code_job("x", cc, language="cpp").code.tests.dataset_json) == cc
+    prime = json.dumps(
+        {"language": "python", "test_cases": [{"input": "1", "output": "1", "type": "stdin_stdout"}]}
+    )
+    assert code_job("x", prime).code.tests.dataset_json == prime
+    lcb = json.dumps([{"input": "1\n", "output": "1\n", "testtype": "stdin"}])
+    assert code_job("x", lcb).code.tests.dataset_json == lcb
+
+
+def test_explicit_cases() -> None:
+    stdio = code_job("x", [StdioCase("1\n", "2\n"), StdioCase("2\n", "4\n")]).code.tests
+    assert [c.expected_stdout for c in stdio.stdio] == ["2\n", "4\n"]
+    pairs = code_job("x", [("1\n", "2\n")]).code.tests
+    assert pairs.stdio[0].stdin == "1\n"
+    dicts = code_job("x", [{"stdin": "a", "expected_stdout": "b"}]).code.tests
+    assert dicts.stdio[0].expected_stdout == "b"
+    fn = code_job("x", [FunctionCase([1, 2], 3)], fn_name="add").code.tests
+    assert fn.fn_name == "add" and json.loads(fn.function[0].args_json) == [1, 2]
+    assert json.loads(fn.function[0].expected_json) == 3
+    asserts = code_job("x", "assert candidate(1) == 2", entry_point="f").code.tests
+    assert asserts.assert_code.startswith("assert") and asserts.entry_point == "f"
+
+
+def test_numpy_like_values_from_parquet() -> None:
+    class FakeArray(list):  # what verl hands over: arrays with tolist()
+        def tolist(self) -> list:
+            return list(self)
+
+    job = code_job("x", {"inputs": FakeArray(["1"]), "outputs": FakeArray(["1"]), "fn_name": None})
+    assert json.loads(job.code.tests.dataset_json)["inputs"] == ["1"]
+
+
+def test_code_job_options() -> None:
+    job = code_job(
+        "x",
+        [("1", "1")],
+        language="cpp",
+        extraction="whole",
+        checker="float",
+        float_tolerance=1e-3,
+        reward_mode="fraction",
+        timeout=2.0,
+        memory_bytes=1 << 28,
+        failure_value=0.0,
+    )
+    assert job.code.extraction == pb.CODE_EXTRACTION_WHOLE and job.code.checker == pb.CHECKER_FLOAT
+    assert job.code.reward_mode == pb.REWARD_MODE_FRACTION and job.limits.timeout_seconds == 2.0
+    assert job.HasField("failure_value") and job.failure_value == 0.0
+    assert not code_job("x", [("1", "1")]).HasField("failure_value")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"tests": []}, "empty"),
+        ({"tests": ""}, "empty"),
+        ({"tests": {"foo": 1}}, "dataset shapes"),
+        ({"tests": {"inputs": ["1"], "outputs": []}}, "outputs"),
+        ({"tests": [FunctionCase([1], 1)]}, "fn_name"),
+        ({"tests": [("1", "1")], "failure_value": float("nan")}, "finite"),
+        ({"tests": [("1", "1")], "timeout": -1}, "> 0"),
+        ({"tests": [("1", "1")], "extraction": "magic"}, "extraction"),
+        ({"tests": [("1", "1")], "extraction": "tag"}, "tag"),
+        ({"tests": [("1", "1")], "language": ""}, "language"),
+        ({"tests": 42}, "not supported"),
+    ],
+)
+def test_code_job_validation(kwargs: dict, match: str) -> None:
+    with pytest.raises(InvalidRequest, match=match):
+        code_job("x", **kwargs)
+
+
+def test_non_string_completion_is_invalid() -> None:
+    with pytest.raises(InvalidRequest, match="completion"):
+        code_job(None, [("1", "1")])  # type: ignore[arg-type]
+    with pytest.raises(InvalidRequest, match="completion"):
+        math_job(["4"], "4")  # type: ignore[arg-type]
+
+
+def test_math_execute_reward_model_jobs() -> None:
+    job = math_job("\\boxed{4}", 4, extraction="boxed")
+    assert job.math.ground_truth == "4" and job.math.extraction == pb.MATH_EXTRACTION_BOXED
+    with pytest.raises(InvalidRequest):
+        math_job("x", float("inf"))
+    with pytest.raises(InvalidRequest):
+        math_job("x", "  ")
+    ex = execute_job("print(1)", "python", "in", args=["-v"], files={"a.txt": "hi"}, collect_files=["out"])
+    assert ex.execute.stdin == b"in" and ex.execute.files[0].content == b"hi"
+    with pytest.raises(InvalidRequest):
+        execute_job("x", args="-v")  # type: ignore[arg-type]
+    rm = reward_model_job("p", "c", model="rm")
+    assert rm.reward_model.model == "rm"
+
+
+def test_batch_validation() -> None:
+    with pytest.raises(InvalidRequest, match="empty"):
+        validate_batch([])
+    with pytest.raises(InvalidRequest, match="no kind"):
+        validate_job(pb.Job())
+    with pytest.raises(InvalidRequest, match="Job"):
+        validate_batch([{"completion": "x"}])
+    with pytest.raises(InvalidRequest, match="single Job"):
+        validate_batch(math_job("1", "1"))  # type: ignore[arg-type]
+    bad = math_job("1", "1")
+    bad.failure_value = math.nan
+    with pytest.raises(InvalidRequest, match="finite"):
+        validate_job(bad)
+
+
+def test_deadline_follows_limits_and_cases() -> None:
+    job = code_job("x", {"inputs": ["1"] * 5, "outputs": ["1"] * 5}, timeout=2.0)
+    assert job_deadline(job, default_timeout=10.0, margin=3.0) == 2.0 * 5 + 3.0
+    assert job_deadline(math_job("1", "1"), default_timeout=10.0, margin=3.0) == 13.0
+
+
+# -- targets --------------------------------------------------------------
+
+
+def test_default_and_env_target(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SANDBOXD_ADDRESS", raising=False)
+    assert resolve_target(None).grpc_target == "unix:///run/sandboxd/sandboxd.sock"
+    monkeypatch.setenv("SANDBOXD_ADDRESS", "10.0.0.1:5000,10.0.0.2:5000")
+    target = resolve_target(None)
+    assert target.grpc_target == "ipv4:10.0.0.1:5000,10.0.0.2:5000"
+    assert target.addresses == ("ipv4:10.0.0.1:5000", "ipv4:10.0.0.2:5000")
+
+
+def test_list_targets_become_one_multi_address_target() -> None:
+    assert resolve_target(["unix:///a.sock", "/b.sock"]).grpc_target == "unix:///a.sock,/b.sock"
+    assert resolve_target(["[::1]:1", "ipv6:[::2]:2"]).grpc_target == "ipv6:[::1]:1,[::2]:2"
+    assert resolve_target(["localhost:1", "127.0.0.2:2"]).grpc_target == "ipv4:127.0.0.1:1,127.0.0.2:2"
+    assert resolve_target(["host:1"]).grpc_target == "host:1"
+    dns = resolve_target("dns:///sandboxd.svc:50051")
+    assert dns.grpc_target == "dns:///sandboxd.svc:50051" and dns.addresses == ("dns:///sandboxd.svc:50051",)
+    with pytest.raises(InvalidRequest, match="mix"):
+        resolve_target(["/a.sock", "127.0.0.1:1"])
+    with pytest.raises(InvalidRequest, match="dns"):
+        resolve_target(["dns:///a:1", "dns:///b:1"])
+    with pytest.raises(InvalidRequest):
+        resolve_target(["nonsense", "127.0.0.1:1"])
+
+
+# -- retries --------------------------------------------------------------
+
+
+def test_backoff_grows_with_jitter_and_honours_hint() -> None:
+    policy = RetryPolicy(initial_backoff=0.1, max_backoff=1.0, multiplier=2.0, max_retry_after=5.0)
+    rng = random.Random(0)
+    for attempt, cap in [(1, 0.1), (2, 0.2), (3, 0.4), (6, 1.0)]:
+        delays = [policy.delay(attempt, rng=rng) for _ in range(50)]
+        assert all(cap / 2 <= d <= cap for d in delays)
+        assert len(set(delays)) > 1
+    assert 2.0 <= policy.delay(1, retry_after=2.0, rng=rng) <= 2.2
+    assert policy.delay(1, retry_after=60.0, rng=rng) == 5.0
+
+
+def _results(state: ChunkState, statuses: dict[int, int]) -> list[Result]:
+    state.jobs()
+    out = [state.on_message(pb.JobResult(index=i, status=s, reward=-1.0)) for i, s in statuses.items()]
+    return [r for r in out if r is not None]
+
+
+def test_chunk_retries_only_infrastructure_failures() -> None:
+    jobs = {i: math_job("1", "1") for i in range(4)}
+    state = ChunkState(jobs, RetryPolicy(max_retries=2))
+    finals = _results(state, {0: pb.STATUS_OK, 1: pb.STATUS_WRONG_ANSWER, 2: pb.STATUS_SANDBOX_LOST})
+    finals += state.on_end(Unavailable("gone"))  # index 3 unanswered: retried too
+    assert sorted(r.index for r in finals) == [0, 1] and state.pending == [2, 3]
+    assert _results(state, {2: pb.STATUS_OK, 3: pb.STATUS_INTERNAL})[0].attempts == 2
+    assert state.on_end(None) == [] and state.pending == [3]
+    last = _results(state, {3: pb.STATUS_INTERNAL})  # retries exhausted: the infra result is final
+    assert last[0].status is Status.INTERNAL and state.on_end(None) == [] and state.pending == []
+
+
+def test_chunk_gives_up_with_made_up_results_and_raises_caller_errors() -> None:
+    state = ChunkState({0: math_job("1", "1", failure_value=0.0)}, RetryPolicy(max_retries=0))
+    state.jobs()
+    (result,) = state.on_end(Unavailable("gone"))
+    assert (
+        result.status is Status.UNAVAILABLE and result.reward == 0.0 and isinstance(result.error, Unavailable)
+    )
+    state = ChunkState({0: math_job("1", "1")}, RetryPolicy())
+    state.jobs()
+    with pytest.raises(InvalidRequest):
+        state.on_end(InvalidRequest("bad"))
+
+
+def test_overloaded_result_hint_sets_delay() -> None:
+    state = ChunkState({0: math_job("1", "1")}, RetryPolicy(initial_backoff=0.01))
+    state.jobs()
+    assert (
+        state.on_message(pb.JobResult(index=0, status=pb.STATUS_OVERLOADED, retry_after_seconds=1.0)) is None
+    )
+    state.on_end(None)
+    assert 1.0 <= state.next_delay() <= 1.1
+
+
+def test_chunks_split_by_count_and_bytes() -> None:
+    jobs = [math_job("x" * 100, "1") for _ in range(10)]
+    assert [len(c) for c in plan_chunks(jobs, max_jobs=4, max_bytes=1 << 20)] == [4, 4, 2]
+    assert all(len(c) == 1 for c in plan_chunks(jobs, max_jobs=64, max_bytes=50))

@@ -1,0 +1,162 @@
+"""Content-hash tags of the sandbox images (pure), and the built python image (docker)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sandboxd import images
+
+
+@pytest.fixture
+def tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A minimal images/ tree, no base override, no torch wheel."""
+    root = tmp_path / "images"
+    for name, files in {
+        "base": {"packages.txt": "python3\n"},
+        "python": {"Dockerfile": "FROM ${BASE_IMAGE}\n", "requirements.txt": "sympy==1.14.0\n"},
+        "langs": {"Dockerfile": "FROM ${BASE_IMAGE}\nRUN apt-get install gcc\n"},
+        "reward-model": {"Dockerfile": "FROM ${BASE_IMAGE}\n"},
+    }.items():
+        (root / name).mkdir(parents=True)
+        for rel, text in files.items():
+            (root / name / rel).write_text(text)
+    monkeypatch.setenv("SANDBOXD_IMAGES_DIR", str(root))
+    monkeypatch.setenv("SANDBOXD_WHEELS_DIR", str(tmp_path / "no-wheels"))
+    monkeypatch.delenv("SANDBOXD_BASE_IMAGE", raising=False)
+    return root
+
+
+def tags() -> dict[str, str]:
+    return {name: images.image_tag(name) for name in images.SPECS}
+
+
+def test_content_hash_is_deterministic_and_order_free() -> None:
+    files = {"a": b"1", "b/c": b"2"}
+    first = images.content_hash("python", files, {"X": "1", "Y": "2"})
+    again = images.content_hash("python", dict(reversed(files.items())), {"Y": "2", "X": "1"})
+    assert first == again
+    assert len(first) == images.HASH_LENGTH
+
+
+@pytest.mark.parametrize(
+    ("name", "files", "args"),
+    [
+        ("langs", {"a": b"1"}, {}),
+        ("python", {"a": b"2"}, {}),
+        ("python", {"b": b"1"}, {}),
+        ("python", {"a": b"1", "b": b""}, {}),
+        ("python", {"a": b"1"}, {"BASE_IMAGE": "other"}),
+    ],
+)
+def test_content_hash_sees_every_input(name: str, files: dict[str, bytes], args: dict[str, str]) -> None:
+    assert images.content_hash("python", {"a": b"1"}, {}) != images.content_hash(name, files, args)
+
+
+def test_context_files_skip_hidden_and_caches(tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "f.txt").write_text("x")
+    (tmp_path / ".sandboxd-ca.crt").write_text("cert")
+    (tmp_path / "__pycache__").mkdir()
+    (tmp_path / "__pycache__" / "m.pyc").write_bytes(b"\0")
+    assert images.context_files(tmp_path) == {"sub/f.txt": b"x"}
+
+
+def test_build_order_puts_parents_first_once() -> None:
+    assert images.build_order(["langs"]) == ["base", "python", "langs"]
+    assert images.build_order(["reward-model", "langs", "python"]) == [
+        "base", "python", "reward-model", "langs"]
+    with pytest.raises(images.ImageError):
+        images.build_order(["nope"])
+
+
+def test_tags_follow_the_chain(tree: Path) -> None:
+    before = tags()
+    assert before["python"].startswith("sandboxd/python:")
+    assert before["base"].startswith(f"{images.BASE_REPOSITORY}:")
+    assert tags() == before
+
+    (tree / "langs" / "Dockerfile").write_text("FROM ${BASE_IMAGE}\nRUN apt-get install g++\n")
+    after_langs = tags()
+    changed = {name for name in before if before[name] != after_langs[name]}
+    assert changed == {"langs"}
+
+    (tree / "python" / "requirements.txt").write_text("sympy==1.13.0\n")
+    after_python = tags()
+    changed = {name for name in before if after_langs[name] != after_python[name]}
+    assert changed == {"python", "langs", "reward-model"}
+
+    (tree / "base" / "packages.txt").write_text("python3\npython3-pip\n")
+    assert all(a != b for a, b in zip(after_python.values(), tags().values(), strict=True))
+
+
+def test_base_override_replaces_the_rootfs(tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    default = tags()
+    monkeypatch.setenv("SANDBOXD_BASE_IMAGE", "python:3.12-slim")
+    override = tags()
+    assert override["base"] == "python:3.12-slim"
+    assert override["python"] != default["python"]
+
+
+def test_reward_model_tag_depends_on_the_torch_wheel(tree: Path, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from_pypi = images.image_tag("reward-model")
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    (wheels / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"wheel")
+    monkeypatch.setenv("SANDBOXD_WHEELS_DIR", str(wheels))
+    assert images.torch_wheel() is not None
+    assert images.image_tag("reward-model") != from_pypi
+    assert images.image_tag("python") == images.image_tag("python")
+
+
+def test_unknown_or_missing_images_are_errors(tree: Path) -> None:
+    with pytest.raises(images.ImageError):
+        images.image_tag("nope")
+    (tree / "langs" / "Dockerfile").unlink()
+    (tree / "langs").rmdir()
+    with pytest.raises(images.ImageError):
+        images.image_tag("langs")
+
+
+def test_debian_mirror_from_apt_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SANDBOXD_DEBIAN_MIRROR", raising=False)
+    (tmp_path / "sources.list.d").mkdir()
+    assert images.debian_mirror(apt_dir=tmp_path) == images.DEFAULT_DEBIAN_MIRROR
+    (tmp_path / "sources.list.d" / "debian.sources").write_text(
+        "Types: deb\n# a comment\nURIs: http://mirror.example/debian/\nSuites: bookworm bookworm-updates\n"
+        "Components: main\n\nTypes: deb-src\nURIs: http://src.example/debian\nSuites: bookworm\n"
+    )
+    assert images.debian_mirror(apt_dir=tmp_path) == "http://mirror.example/debian"
+    (tmp_path / "sources.list.d" / "debian.sources").unlink()
+    (tmp_path / "sources.list").write_text("deb [arch=amd64] http://archive.ubuntu.com/ubuntu noble main\n")
+    assert images.debian_mirror(apt_dir=tmp_path) == images.DEFAULT_DEBIAN_MIRROR
+    monkeypatch.setenv("SANDBOXD_DEBIAN_MIRROR", "http://env.example/debian")
+    assert images.debian_mirror(apt_dir=tmp_path) == "http://env.example/debian"
+
+
+def test_ca_bundle_prefers_the_sandboxd_variable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bundle = tmp_path / "ca.pem"
+    bundle.write_text("cert")
+    monkeypatch.setenv("SANDBOXD_CA_BUNDLE", str(bundle))
+    assert images.ca_bundle() == bundle
+
+
+@pytest.mark.docker
+def test_python_image_runs_the_verifier_libraries_offline() -> None:
+    docker = pytest.importorskip("docker")
+    try:
+        client = docker.from_env()
+        client.ping()
+    except docker.errors.DockerException as exc:
+        pytest.skip(f"no Docker engine: {exc}")
+    ref = images.image_tag("python")
+    assert ref in images.available_images().values(), f"{ref} missing: run `make setup`"
+    out = client.containers.run(
+        ref,
+        ["python3", "-c", "import math_verify, sympy, numpy, os; print(os.path.isdir('/opt/sandboxd'))"],
+        network_mode="none", read_only=True, tmpfs={"/tmp": "size=16m"}, cap_drop=["ALL"],
+        security_opt=["no-new-privileges"], remove=True,
+    )
+    assert out.decode().strip() == "True"
