@@ -6,12 +6,12 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 import grpc
+from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
+from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
 
 import sandboxd
 from sandboxd import jobs
 from sandboxd.errors import InvalidRequest, Overloaded, SandboxdError
-from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
-from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
 
 if TYPE_CHECKING:
     from sandboxd.daemon import Daemon
@@ -29,7 +29,7 @@ class JobsServicer(pb_grpc.JobsServicer):
     def __init__(self, daemon: Daemon) -> None:
         self.daemon = daemon
 
-    async def Run(self, request: pb.Job, context: grpc.aio.ServicerContext) -> pb.JobResult:  # noqa: N802
+    async def Run(self, request: pb.Job, context: grpc.aio.ServicerContext) -> pb.JobResult:
         try:
             self.daemon.check_ready()
             prepared = jobs.prepare(request, self.daemon.config)
@@ -39,7 +39,7 @@ class JobsServicer(pb_grpc.JobsServicer):
             await _abort(context, error)
         return await self.daemon.scheduler.run(prepared)
 
-    async def RunBatch(self, request: pb.RunBatchRequest, context: grpc.aio.ServicerContext) -> Any:  # noqa: N802
+    async def RunBatch(self, request: pb.RunBatchRequest, context: grpc.aio.ServicerContext) -> Any:
         scheduler = self.daemon.scheduler
         try:
             self.daemon.check_ready()
@@ -68,12 +68,12 @@ class PoolServicer(pb_grpc.PoolServicer):
     def __init__(self, daemon: Daemon) -> None:
         self.daemon = daemon
 
-    async def SetBatchHint(self, request: pb.BatchHint, context: grpc.aio.ServicerContext) -> pb.PoolStatus:  # noqa: N802
+    async def SetBatchHint(self, request: pb.BatchHint, context: grpc.aio.ServicerContext) -> pb.PoolStatus:
         for pool in self.daemon.pools.values():
             pool.set_batch_hint(request.batch_size)
         return self.daemon.pool_status()
 
-    async def GetStatus(self, request: pb.GetPoolStatusRequest,  # noqa: N802
+    async def GetStatus(self, request: pb.GetPoolStatusRequest,
                         context: grpc.aio.ServicerContext) -> pb.PoolStatus:
         return self.daemon.pool_status()
 
@@ -82,7 +82,7 @@ class DaemonServicer(pb_grpc.DaemonServicer):
     def __init__(self, daemon: Daemon) -> None:
         self.daemon = daemon
 
-    async def GetInfo(self, request: pb.GetInfoRequest, context: grpc.aio.ServicerContext) -> pb.Info:  # noqa: N802
+    async def GetInfo(self, request: pb.GetInfoRequest, context: grpc.aio.ServicerContext) -> pb.Info:
         config = self.daemon.config
         pools = self.daemon.pools.values()
         languages = sorted({lang for pool in pools for lang in pool.languages})

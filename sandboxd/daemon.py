@@ -16,6 +16,8 @@ import uuid
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
+from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
 
 from sandboxd import api, metrics
 from sandboxd.backend import DockerBackend
@@ -24,8 +26,6 @@ from sandboxd.errors import ConfigError, NotReady
 from sandboxd.images import image_tag
 from sandboxd.pool import Pool, reap_orphans, stage_agent_code
 from sandboxd.scheduler import Scheduler
-from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
-from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
 
 log = logging.getLogger("sandboxd")
 ORPHAN_SWEEP_SECONDS = 60.0
@@ -181,5 +181,5 @@ class Daemon:
                     too_young = time.time() - container.get("Created", 0) < 300
                     if container["Id"] not in known and not too_young and "template" not in container["Names"][0]:
                         await asyncio.to_thread(self.backend.remove, container["Id"])
-            except Exception:  # noqa: BLE001 - the sweep retries next time
+            except Exception:
                 log.exception("orphan sweep failed")

@@ -419,6 +419,29 @@ def ensure_images(names: Iterable[str] = DEFAULT_IMAGES, *, progress: bool = Tru
     return refs
 
 
+def prune_images(*, dry_run: bool = False) -> list[str]:
+    """Remove sandboxd images whose tag the current tree no longer builds; return their references.
+
+    Images in use by a container stay (Docker refuses), so a daemon still running an
+    older tree keeps its images.
+    """
+    client = _client()
+    current = {image_tag(name) for name in SPECS}
+    removed: list[str] = []
+    for image in client.images(filters={"label": LABEL_NAME}):
+        for ref in image.get("RepoTags") or []:
+            if ref in current or ref.endswith(":latest") or not ref.startswith(f"{REPOSITORY}/"):
+                continue
+            if not dry_run:
+                try:
+                    client.remove_image(ref)
+                except docker.errors.APIError as exc:
+                    print(f"keeping {ref}: {exc.explanation}", file=sys.stderr)
+                    continue
+            removed.append(ref)
+    return removed
+
+
 def _main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sandboxd.images", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -428,6 +451,8 @@ def _main(argv: list[str] | None = None) -> int:
     build.add_argument("--force", action="store_true", help="rebuild the named images even if present")
     build.add_argument("--quiet", action="store_true", help="no build output")
     sub.add_parser("list", help="every image's tag and whether it exists")
+    prune = sub.add_parser("prune", help="remove sandboxd images of older trees")
+    prune.add_argument("--dry-run", action="store_true", help="only print what would go")
     tag = sub.add_parser("tag", help="print the reference an image has in the current tree")
     tag.add_argument("name", metavar="NAME")
     args = parser.parse_args(argv)
@@ -438,6 +463,9 @@ def _main(argv: list[str] | None = None) -> int:
             present = available_images()
             for name in SPECS:
                 print(f"{name:14} {image_tag(name):45} {'present' if name in present else 'missing'}")
+        elif args.command == "prune":
+            for ref in prune_images(dry_run=args.dry_run):
+                print(f"{'would remove' if args.dry_run else 'removed'} {ref}")
         else:
             names = list(SPECS) if args.all else args.names or list(DEFAULT_IMAGES)
             started = time.monotonic()

@@ -14,10 +14,12 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
+
 from sandboxd.config import Config
 from sandboxd.errors import InvalidRequest, Unsupported
 from sandboxd.verifiers import code as code_verifier
-from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
+from sandboxd.verifiers import pyharness
 
 DEFAULT_FAILURE_VALUE = -1.0
 MAX_CODE_BYTES = 1 << 20
@@ -212,10 +214,25 @@ def _prepare_code(job: pb.Job, config: Config, limits: dict[str, Any], failure_v
         "extracted_code": extracted,
     }
     if plan.kind != "stdio":
-        agent_job["harness"] = code_verifier.harness_arguments(plan, program["code"], tolerance=tolerance,
-                                                               stop_on_first_failure=request.stop_on_first_failure)
+        agent_job["harness"] = harness_arguments(plan, program["code"], tolerance, request.stop_on_first_failure)
     prepared.agent_job = agent_job
     return prepared
+
+
+def harness_arguments(plan: code_verifier.TestPlan, program_code: str, tolerance: float,
+                      stop_on_first_failure: bool) -> dict[str, Any]:
+    """Keyword arguments for pyharness.run_tests in the sandbox's judge process."""
+    return {
+        "names": pyharness.top_level_names(program_code),
+        "assert_code": plan.assert_code,
+        "entry_point": plan.entry_point,
+        "fn_name": plan.fn_name,
+        "cases": [{"args": list(case.args), "expected": case.expected, "unwrap_single": case.unwrap_single}
+                  for case in plan.function],
+        "setup_code": plan.prompt,
+        "tolerance": tolerance,
+        "stop_on_first_failure": stop_on_first_failure,
+    }
 
 
 def plan_to_agent(plan: code_verifier.TestPlan) -> dict[str, Any]:

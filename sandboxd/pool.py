@@ -183,7 +183,7 @@ class Pool:
         while not self._closed:
             try:
                 await self._reconcile()
-            except Exception:  # noqa: BLE001 - the loop must survive a bad Docker moment
+            except Exception:
                 log.exception("pool %s: reconcile failed", self.name)
             self._changed.clear()
             with contextlib.suppress(TimeoutError):
@@ -251,7 +251,7 @@ class Pool:
         try:
             async with self._start_slots:
                 sandbox = await self._start_sandbox()
-        except Exception as exc:  # noqa: BLE001 - reported, retried by the next reconcile
+        except Exception as exc:
             log.warning("pool %s: sandbox failed to start: %s", self.name, exc)
             await asyncio.sleep(1.0)
             return
@@ -306,7 +306,7 @@ class Pool:
     async def _remove(self, sandbox: Sandbox) -> None:
         try:
             await asyncio.to_thread(self.backend.remove, sandbox.container_id)
-        except Exception as exc:  # noqa: BLE001 - an orphan is reaped at the next start
+        except Exception as exc:
             log.warning("pool %s: could not remove %s: %s", self.name, sandbox.name, exc)
         shutil.rmtree(sandbox.control_dir, ignore_errors=True)
 

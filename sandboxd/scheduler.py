@@ -14,12 +14,13 @@ import logging
 import time
 from collections import deque
 
+from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
+
 from sandboxd import metrics
 from sandboxd.config import Config
 from sandboxd.errors import Overloaded, SandboxLost, Unsupported
 from sandboxd.jobs import PreparedJob, infrastructure_result, to_result
 from sandboxd.pool import Pool
-from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 
 log = logging.getLogger("sandboxd.scheduler")
 # Slack over the job's own budget before the daemon gives up on a sandbox
@@ -77,7 +78,7 @@ class Scheduler:
                 started = admitted + result.timings.queued_seconds
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # noqa: BLE001 - every admitted job is answered
+        except Exception as exc:
             log.exception("job %d failed inside sandboxd", prepared.index)
             result = infrastructure_result(prepared, pb.STATUS_INTERNAL, f"internal error: {exc}", attempts)
         done = time.monotonic()

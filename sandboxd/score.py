@@ -18,10 +18,9 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
     from sandboxd_client import SandboxClient, requests
     from sandboxd_client.errors import SandboxdError
+    from tqdm import tqdm
 
     rows = []
     with open(args.file) as file:

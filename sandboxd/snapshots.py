@@ -93,7 +93,7 @@ class SnapshotStore:
                 container_id = await make_template()
                 await asyncio.to_thread(self._backend.checkpoint, container_id, CHECKPOINT_NAME, str(folder),
                                         exit_after=True)
-            except Exception as exc:  # noqa: BLE001 - any failure means: run cold
+            except Exception as exc:
                 shutil.rmtree(folder, ignore_errors=True)
                 self.fail(f"checkpoint failed: {exc}")
                 return

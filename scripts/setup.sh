@@ -135,7 +135,7 @@ else
             # dockerd refuses a setting given both as a flag and in daemon.json.
             flags=()
             json_has_experimental || flags+=(--experimental)
-            say "starting dockerd ${flags[*]} in the background (log $DOCKERD_LOG)"
+            say "starting dockerd${flags[*]:+ ${flags[*]}} in the background (log $DOCKERD_LOG)"
             setsid nohup dockerd "${flags[@]}" >>"$DOCKERD_LOG" 2>&1 </dev/null &
         fi
         wait_for_docker "$DOCKERD_LOG"

@@ -23,6 +23,7 @@ from ._requests import (
     code_job,
     code_tests,
     execute_job,
+    job_from_row,
     math_job,
     reward_model_job,
 )
@@ -75,6 +76,7 @@ __all__ = [
     "code_job",
     "code_tests",
     "execute_job",
+    "job_from_row",
     "math_job",
     "reward_model_job",
 ]

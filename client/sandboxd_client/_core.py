@@ -150,11 +150,13 @@ class RetryPolicy:
     Attempt ``n`` (1 = first retry) waits between half and all of
     ``min(max_backoff, initial_backoff * multiplier ** (n - 1))``; a daemon's
     retry hint is a floor, plus up to 10% so clients told the same hint do not
-    come back in step, capped at ``max_retry_after``.
+    come back in step, capped at ``max_retry_after``. The defaults wait about
+    4 to 8 s over 5 retries: enough to ride out a lost sandbox or a daemon
+    restart, short next to a training step.
     """
 
-    max_retries: int = 3
-    initial_backoff: float = 0.1
+    max_retries: int = 5
+    initial_backoff: float = 0.25
     max_backoff: float = 5.0
     multiplier: float = 2.0
     max_retry_after: float = 30.0
@@ -293,3 +295,17 @@ class ChunkState:
 
 def _with_attempts(result: Result, attempts: int) -> Result:
     return replace(result, attempts=attempts)
+
+
+def merge_pool_status(statuses: Sequence[pb.PoolStatus]) -> pb.PoolStatus:
+    """One PoolStatus for several daemons: their pools listed together, counters summed."""
+    if len(statuses) == 1:
+        return statuses[0]
+    merged = pb.PoolStatus()
+    for status in statuses:
+        merged.pools.extend(status.pools)
+        merged.queue_depth += status.queue_depth
+        merged.in_flight += status.in_flight
+        merged.jobs_total += status.jobs_total
+        merged.jobs_per_second += status.jobs_per_second
+    return merged

@@ -7,6 +7,7 @@ bad request never costs a round trip.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import json
 import math
@@ -203,6 +204,13 @@ class Result:
             return sum(t.status == Status.OK for t in self.tests) / len(self.tests)
         return 1.0 if self.ok else 0.0
 
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict: enums by name, bytes decoded as UTF-8 (replacing errors), the error as text."""
+        out = _plain(dataclasses.asdict(self))
+        out["error"] = str(self.error) if self.error is not None else None
+        out["is_infrastructure_failure"] = self.is_infrastructure_failure
+        return out
+
     def raise_for_status(self) -> Result:
         """Raise the error behind an infrastructure failure; return self otherwise."""
         if not self.is_infrastructure_failure:
@@ -210,6 +218,18 @@ class Result:
         if self.error is not None:
             raise self.error
         raise SandboxdError(f"{self.status.name}: {self.message or 'infrastructure failure'}")
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, enum.Enum):
+        return value.name
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8", errors="replace")
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items() if not isinstance(v, SandboxdError)}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
 
 
 CodeTestsLike = Union[
@@ -569,6 +589,51 @@ def reward_model_job(
             completion=_check_str(completion, "completion"),
         )
     )
+    return job
+
+
+_ROW_OPTIONS = {
+    "code": (
+        "language",
+        "fn_name",
+        "entry_point",
+        "extraction",
+        "tag",
+        "checker",
+        "float_tolerance",
+        "reward_mode",
+        "stop_on_first_failure",
+        "timeout",
+        "memory_bytes",
+        "output_bytes",
+        "failure_value",
+    ),
+    "math": ("extraction", "float_tolerance", "timeout", "memory_bytes", "failure_value"),
+}
+
+
+def job_from_row(row: Mapping[str, Any], index: int = 0) -> pb.Job:
+    """A job from one JSON object: ``kind`` ("code" or "math"; inferred from ``tests`` /
+    ``ground_truth`` when absent), ``completion``, ``tests`` or ``ground_truth``, and any
+    option of :func:`code_job` / :func:`math_job` under its own name."""
+    if not isinstance(row, Mapping):
+        raise InvalidRequest(f"row {index}: expected an object, got {type(row).__name__}")
+    kind = row.get("kind") or ("code" if "tests" in row else "math" if "ground_truth" in row else None)
+    if kind not in _ROW_OPTIONS:
+        raise InvalidRequest(f"row {index}: kind must be 'code' or 'math' (or give tests / ground_truth)")
+    required = "tests" if kind == "code" else "ground_truth"
+    for key in ("completion", required):
+        if key not in row:
+            raise InvalidRequest(f"row {index}: a {kind} row needs {key!r}; it has {sorted(row)}")
+    options = {k: row[k] for k in _ROW_OPTIONS[kind] if row.get(k) is not None}
+    try:
+        if kind == "code":
+            job = code_job(row["completion"], row["tests"], **options)
+        else:
+            job = math_job(row["completion"], row["ground_truth"], **options)
+    except InvalidRequest as e:
+        raise InvalidRequest(f"row {index}: {e.message}") from e
+    job.index = index
     return job
 
 

@@ -25,6 +25,7 @@ from ._core import (
     RetryPolicy,
     Target,
     channel_options,
+    merge_pool_status,
     plan_chunks,
     resolve_target,
 )
@@ -63,7 +64,7 @@ class _ClientBase:
         job_timeout: float = 10.0,
         deadline_margin: float = 60.0,
         rpc_timeout: float = 30.0,
-        max_retries: int = 3,
+        max_retries: int = 5,
         retry_policy: RetryPolicy | None = None,
         batch_size: int = 64,
         max_batch_bytes: int = 3 << 20,
@@ -384,24 +385,27 @@ class SandboxClient(_ClientBase):
 
     # -- pool and daemon --------------------------------------------------
 
-    def set_batch_hint(self, batch_size: int, sessions: int = 0) -> dict[str, pb.PoolStatus]:
-        """Tell the daemons how many completions (and sessions) each step brings.
+    def set_batch_hint(self, batch_size: int, sessions: int = 0) -> pb.PoolStatus:
+        """Tell the daemons how many completions (and live sessions) each step brings.
 
-        Each known daemon is told its round_robin share; returns each one's pool status.
+        Each known daemon is told its round_robin share; returns their pool status merged.
         """
-        return {
-            address: self._unary(pb_grpc.PoolStub(self._channel_for(address)).SetBatchHint, hint)
-            for address, hint in self._hint_shares(batch_size, sessions)
-        }
+        return merge_pool_status(
+            [
+                self._unary(pb_grpc.PoolStub(self._channel_for(address)).SetBatchHint, hint)
+                for address, hint in self._hint_shares(batch_size, sessions)
+            ]
+        )
 
-    def pool_status(self) -> dict[str, pb.PoolStatus]:
-        """Pool status of each known daemon, keyed by address."""
-        return {
-            address: self._unary(
-                pb_grpc.PoolStub(self._channel_for(address)).GetStatus, pb.GetPoolStatusRequest()
-            )
-            for address in self.target.addresses
-        }
+    def pool_status(self) -> pb.PoolStatus:
+        """Pools, queue and throughput of every known daemon (pools listed together, counters summed)."""
+        request = pb.GetPoolStatusRequest()
+        return merge_pool_status(
+            [
+                self._unary(pb_grpc.PoolStub(self._channel_for(a)).GetStatus, request)
+                for a in self.target.addresses
+            ]
+        )
 
     def info(self) -> pb.Info:
         """Version, languages, job kinds and limits of (one of) the daemons."""
@@ -687,24 +691,24 @@ class AsyncSandboxClient(_ClientBase):
 
     # -- pool and daemon --------------------------------------------------
 
-    async def set_batch_hint(self, batch_size: int, sessions: int = 0) -> dict[str, pb.PoolStatus]:
-        """Tell the daemons how many completions (and sessions) each step brings."""
+    async def set_batch_hint(self, batch_size: int, sessions: int = 0) -> pb.PoolStatus:
+        """Tell the daemons how many completions (and live sessions) each step brings."""
         shares = self._hint_shares(batch_size, sessions)
         answers = await asyncio.gather(
             *(self._unary(pb_grpc.PoolStub(self._channel_for(a)).SetBatchHint, hint) for a, hint in shares)
         )
-        return {address: answer for (address, _), answer in zip(shares, answers, strict=True)}
+        return merge_pool_status(answers)
 
-    async def pool_status(self) -> dict[str, pb.PoolStatus]:
-        """Pool status of each known daemon, keyed by address."""
-        addresses = self.target.addresses
+    async def pool_status(self) -> pb.PoolStatus:
+        """Pools, queue and throughput of every known daemon (pools listed together, counters summed)."""
+        request = pb.GetPoolStatusRequest()
         answers = await asyncio.gather(
             *(
-                self._unary(pb_grpc.PoolStub(self._channel_for(a)).GetStatus, pb.GetPoolStatusRequest())
-                for a in addresses
+                self._unary(pb_grpc.PoolStub(self._channel_for(a)).GetStatus, request)
+                for a in self.target.addresses
             )
         )
-        return dict(zip(addresses, answers, strict=True))
+        return merge_pool_status(answers)
 
     async def info(self) -> pb.Info:
         """Version, languages, job kinds and limits of (one of) the daemons."""

@@ -47,6 +47,17 @@ SHARED_WRITABLE = ("/dev/shm", "/dev/mqueue")
 TEXT_PREVIEW_BYTES = 4096
 DEFAULT_RLIMITS = {"fsize": 64 << 20, "nproc": 256, "nofile": 512, "core": 0}
 FILE_COLLECT_BYTES = 16 << 20
+# pyharness test statuses -> ours. A candidate that exits or breaks the
+# protocol mid-test ("died": sys.exit(0), os._exit) failed that test.
+HARNESS_STATUSES = {
+    "ok": "ok",
+    "wrong_answer": "wrong_answer",
+    "runtime_error": "runtime_error",
+    "timeout": "timeout",
+    "died": "runtime_error",
+    "load_error": "runtime_error",
+    "rejected": "rejected",
+}
 
 
 class UidPool:
@@ -298,7 +309,7 @@ class Controller:
                 mode="py_tests", uid=judge_uid, cwd=judge_dir, timeout=timeout,
                 output_limit=limits["output"], rlimits=self._rlimits(run_limits, address_space=False),
                 env=self._env(judge_dir), peer=judge_end,
-                extra={"plan_kind": plan["kind"], "harness": job["harness"]},
+                extra={"plan_kind": plan["kind"], "harness": dict(job["harness"], call_timeout=limits["timeout"])},
             )
             candidate_task = asyncio.ensure_future(self.runner.run(candidate))
             judge_outcome = await self.runner.run(judge)
@@ -317,28 +328,20 @@ class Controller:
             return {"status": "internal", "message": judge_outcome.harness_error or message or "no verdict",
                     "code": {"tests_total": _case_count(plan)}}
         candidate_status, candidate_limit, candidate_message = classify(candidate_outcome, candidate)
-        if plan["kind"] == "function":
-            tests = []
-            for entry in verdict.get("tests", []):
-                status = "ok" if entry.get("passed") else "wrong_answer"
-                message = entry.get("message", "")
-                if not entry.get("passed") and candidate_status in ("memory_limit", "output_limit"):
-                    status, message = candidate_status, candidate_message
-                tests.append({"index": entry.get("index", len(tests)), "status": status,
-                              "limit": candidate_limit if status != "ok" and status != "wrong_answer" else "",
-                              "message": message[:2000], "time_seconds": entry.get("time_seconds", 0.0)})
-            return _code_result(tests, _case_count(plan), stderr=candidate_outcome.stderr)
-        passed = bool(verdict.get("passed"))
-        status = "ok" if passed else "wrong_answer"
-        message = verdict.get("message", "")
-        if not passed and candidate_status in ("memory_limit", "output_limit", "runtime_error") \
-                and candidate_outcome.stderr:
-            status = candidate_status if candidate_status != "runtime_error" else "wrong_answer"
-            message = f"{message}\n{_preview(candidate_outcome.stderr, 1000)}".strip()
-        test = {"index": 0, "status": status, "limit": candidate_limit if status not in ("ok", "wrong_answer")
-                else "", "message": message[:2000], "time_seconds": judge_outcome.wall_seconds,
-                "stderr": _preview(candidate_outcome.stderr)}
-        return _code_result([test], 1)
+        if verdict.get("status") == "setup_error":
+            return {"status": "internal", "message": f"the dataset's setup code failed: {verdict.get('message')}",
+                    "code": {"tests_total": _case_count(plan)}}
+        tests = []
+        for entry in verdict.get("tests", []):
+            status = HARNESS_STATUSES.get(str(entry.get("status")), "wrong_answer")
+            message = str(entry.get("message", ""))
+            limit = ""
+            if status != "ok" and candidate_status in ("memory_limit", "output_limit", "timeout"):
+                status, limit, message = candidate_status, candidate_limit, candidate_message
+            tests.append({"index": int(entry.get("index", len(tests))), "status": status, "limit": limit,
+                          "message": message[:2000], "time_seconds": float(entry.get("time_seconds", 0.0)),
+                          "stderr": _preview(candidate_outcome.stderr, 2000)})
+        return _code_result(tests, int(verdict.get("total", _case_count(plan))))
 
     async def _math(self, job: dict[str, Any]) -> dict[str, Any]:
         limits = job["limits"]

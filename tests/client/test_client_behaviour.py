@@ -251,9 +251,11 @@ def test_loopback_tcp_address_list(twin: Twin, start_fake: StartFake) -> None:
 
 def test_batch_hint_is_shared_between_daemons(twin: Twin, start_fake: StartFake) -> None:
     a, b = start_fake("a"), start_fake("b")
-    statuses = twin.call([a.address, b.address], "set_batch_hint", 101, 8)
+    merged = twin.call([a.address, b.address], "set_batch_hint", 101, 8)
     assert [h.batch_size for h in a.fake.hints] == [51] and [h.sessions for h in b.fake.hints] == [4]
-    assert set(statuses) == {f"unix://{s.address.removeprefix('unix://')}" for s in (a, b)}
+    assert sorted(p.name for p in merged.pools) == ["a", "b"]
+    twin.call([a.address, b.address], "score_batch", [math_job("1", "1") for _ in range(6)], batch_size=1)
+    assert twin.call([a.address, b.address], "pool_status").jobs_total == 6
     assert twin.call(a.address, "info").version == "fake-a"
 
 

@@ -352,3 +352,25 @@ def test_chunks_split_by_count_and_bytes() -> None:
     jobs = [math_job("x" * 100, "1") for _ in range(10)]
     assert [len(c) for c in plan_chunks(jobs, max_jobs=4, max_bytes=1 << 20)] == [4, 4, 2]
     assert all(len(c) == 1 for c in plan_chunks(jobs, max_jobs=64, max_bytes=50))
+
+
+def test_job_from_row() -> None:
+    from sandboxd_client.requests import job_from_row
+
+    code = job_from_row({"kind": "code", "completion": "x", "tests": [["1", "1"]], "language": "cpp"}, 3)
+    assert code.index == 3 and code.code.language == "cpp" and code.code.tests.stdio[0].stdin == "1"
+    math_row = job_from_row({"completion": "4", "ground_truth": 4, "failure_value": 0.0})
+    assert math_row.math.ground_truth == "4" and math_row.failure_value == 0.0
+    with pytest.raises(ValueError, match="row 2: a math row needs 'ground_truth'"):
+        job_from_row({"kind": "math", "completion": "4"}, 2)
+    with pytest.raises(ValueError, match="row 0: tests must not be empty"):
+        job_from_row({"completion": "x", "tests": []})
+
+
+def test_result_to_dict_is_json_ready() -> None:
+    msg = pb.JobResult(index=1, reward=1.0, status=pb.STATUS_OK, execute=pb.ExecuteOutput(stdout=b"\xffok"))
+    data = to_result(msg).to_dict()
+    assert json.loads(json.dumps(data))["status"] == "OK"
+    assert data["details"]["stdout"] == "\ufffdok" and data["error"] is None
+    made = failure_result(0, Unavailable("gone"), failure_value=-1.0, attempts=2).to_dict()
+    assert made["status"] == "UNAVAILABLE" and "gone" in made["error"] and made["is_infrastructure_failure"]

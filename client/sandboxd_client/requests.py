@@ -1,0 +1,29 @@
+"""Public job builders: plain Python values in, ``sandboxd.v1.Job`` out, validated before any RPC."""
+
+from ._requests import (
+    CodeTestsLike,
+    FunctionCase,
+    StdioCase,
+    code_job,
+    code_tests,
+    execute_job,
+    job_from_row,
+    math_job,
+    reward_model_job,
+    validate_batch,
+    validate_job,
+)
+
+__all__ = [
+    "CodeTestsLike",
+    "FunctionCase",
+    "StdioCase",
+    "code_job",
+    "code_tests",
+    "execute_job",
+    "job_from_row",
+    "math_job",
+    "reward_model_job",
+    "validate_batch",
+    "validate_job",
+]

