@@ -63,6 +63,7 @@ class Daemon:
         self.health = health.aio.HealthServicer()
         self.server: grpc.aio.Server | None = None
         self.serving = False
+        self.stopping = False
 
     def check_ready(self) -> None:
         if not self.serving:
@@ -88,12 +89,13 @@ class Daemon:
                 counter = metrics.SANDBOX_STARTS.labels(pool.name, method)
                 counter.inc(count - counter._value.get())
                 metrics.SANDBOX_READY_SECONDS.labels(pool.name, method).set(pool.last_ready_seconds[method])
-        ready = any(len(pool.ready) for pool in self.pools.values())
-        if ready != self.serving:
-            self.serving = ready
-            status = health_pb2.HealthCheckResponse.SERVING if ready else health_pb2.HealthCheckResponse.NOT_SERVING
+        # SERVING from the first warm sandbox until shutdown: a pool that is
+        # refilling after losses still queues jobs, and clients that health
+        # check would otherwise fail fast on a daemon that is merely busy.
+        if not self.serving and not self.stopping and any(pool.ready for pool in self.pools.values()):
+            self.serving = True
             for service in ("", "sandboxd.v1.Jobs"):
-                asyncio.ensure_future(self.health.set(service, status))
+                asyncio.ensure_future(self.health.set(service, health_pb2.HealthCheckResponse.SERVING))
 
     async def _bind(self, server: grpc.aio.Server) -> list[str]:
         addresses = []
@@ -160,6 +162,7 @@ class Daemon:
             loop.add_signal_handler(sig, stop.set)
         await stop.wait()
         log.info("shutting down: draining for up to %.0f s", config.server.grace_seconds)
+        self.stopping = True
         self.serving = False
         await self.health.enter_graceful_shutdown()
         await server.stop(config.server.grace_seconds)

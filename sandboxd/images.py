@@ -206,9 +206,12 @@ def _exists(client: docker.APIClient, ref: str) -> bool:
     return True
 
 
-def available_images() -> dict[str, str]:
-    """Images of the current tree that exist in the engine, by name (``{"python": ref}``)."""
-    client = _client()
+def available_images(client: docker.APIClient | None = None) -> dict[str, str]:
+    """Images of the current tree that exist in the engine, by name (``{"python": ref}``).
+
+    ``client`` is the caller's own low-level client (``DockerClient.api``), if it has one.
+    """
+    client = client or _client()
     return {name: ref for name in SPECS if _exists(client, ref := image_tag(name))}
 
 

@@ -43,7 +43,7 @@ READY_TIMEOUT_SECONDS = 120.0
 MAINTAIN_INTERVAL_SECONDS = 0.5
 # Modules the agent imports before the snapshot, so every worker forks warm.
 WARM_MODULES = {
-    "python": "sandboxd.verifiers.code,sandboxd.verifiers.pyharness,sandboxd.verifiers.math",
+    "python": "sandboxd.verifiers.code,sandboxd.verifiers.pyharness",
     "langs": "sandboxd.verifiers.code,sandboxd.verifiers.pyharness",
 }
 
@@ -215,7 +215,7 @@ class Pool:
         return SandboxSpec(
             name=name,
             image=self.image,
-            command=["python3", "-m", "sandboxd.agent", "--warm", WARM_MODULES[self.name]],
+            command=["python3", "-m", "sandboxd.agent", "--private-tmp", "--warm", WARM_MODULES[self.name]],
             control_dir=control_dir,
             code_dir=self.code_dir,
             labels={LABEL_MANAGED: "1", LABEL_INSTANCE: self.instance, LABEL_NODE: self.node,

@@ -100,6 +100,11 @@ class _ClientBase:
         )
         self._extra_options = tuple(options)
         self._closed = False
+        self._setup()
+
+    def _setup(self) -> None:
+        """Open the twin's channels (blocking or grpc.aio)."""
+        raise NotImplementedError
 
     @property
     def address(self) -> str:
@@ -180,8 +185,7 @@ class SandboxClient(_ClientBase):
     ``deadline_margin``; ``timeout`` overrides that for every call.
     """
 
-    def __init__(self, address: str | Sequence[str] | None = None, **kwargs: Any) -> None:
-        super().__init__(address, **kwargs)
+    def _setup(self) -> None:
         self._channel = self._make_channel(self.target.grpc_target, JOBS_SERVICE_CONFIG)
         self._jobs = pb_grpc.JobsStub(self._channel)
         self._lock = threading.Lock()
@@ -509,8 +513,7 @@ class AsyncSandboxClient(_ClientBase):
     create one client per event loop (the TRL and verl helpers do this).
     """
 
-    def __init__(self, address: str | Sequence[str] | None = None, **kwargs: Any) -> None:
-        super().__init__(address, **kwargs)
+    def _setup(self) -> None:
         self._channel = self._make_channel(self.target.grpc_target, JOBS_SERVICE_CONFIG)
         self._jobs = pb_grpc.JobsStub(self._channel)
         self._address_channels: dict[str, grpc.aio.Channel] = {}

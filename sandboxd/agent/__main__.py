@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 
 from sandboxd.agent.controller import serve
 
@@ -24,8 +25,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="sandboxd-agent")
     parser.add_argument("--socket", default="/run/sandboxd-agent/agent.sock")
     parser.add_argument("--warm", default="", help="comma-separated modules to import and warm()")
+    parser.add_argument("--private-tmp", action="store_true",
+                        help="make /tmp root-only (0755): jobs then have no shared place to leave files")
     args = parser.parse_args()
     warm = [name for name in args.warm.split(",") if name]
+    if args.private_tmp:
+        # Docker 20.10 ignores mode= in --tmpfs options and mounts 1777.
+        os.chmod("/tmp", 0o755)
     asyncio.run(serve(args.socket, warm, TOOLCHAINS))
 
 

@@ -191,6 +191,8 @@ class Controller:
     async def _compile(self, program: dict[str, Any], limits: dict[str, Any], uid: int,
                        workdir: str) -> tuple[bool, str, float]:
         """Write the source and compile it once; (ok, compiler output, seconds)."""
+        if program["language"] == "python":
+            return True, "", 0.0  # runs in-process from the code itself
         self._write_file(workdir, uid, program.get("source", "main.py"), program["code"].encode())
         if not program.get("compile"):
             return True, "", 0.0

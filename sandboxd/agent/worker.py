@@ -166,8 +166,10 @@ def _run_python(code: str, argv: list[str]) -> NoReturn:
         else:
             print(exc.code, file=sys.stderr)
             status = 1
-    except BaseException:
-        traceback.print_exc()
+    except BaseException as exc:
+        # Show the traceback from the candidate's first frame, as `python main.py` would.
+        tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None
+        traceback.print_exception(type(exc), exc, tb)
         status = 1
     _flush_and_exit(status)
 

@@ -394,12 +394,16 @@ class TestPlan:
 _IMPORT_LINE = re.compile(r"^(?:import\s+\S|from\s+\S+\s+import\s)")
 
 
-def _defines(code: str, name: str) -> bool:
+def _parse(code: str) -> ast.Module | None:
     try:
-        tree = ast.parse(code)
-    except (SyntaxError, ValueError):
-        return False
-    return any(
+        return ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
+def _defines(code: str, name: str) -> bool:
+    tree = _parse(code)
+    return tree is not None and any(
         isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name
         for node in tree.body
     )
@@ -408,28 +412,29 @@ def _defines(code: str, name: str) -> bool:
 def assemble_program(code: str, plan: TestPlan) -> str:
     """The Python program to run for ``plan``: ``code`` plus what the dataset implies.
 
-    A completion that does not define ``plan.entry_point`` at top level (a
-    HumanEval body-only completion, which does not even parse alone) is
-    appended to ``plan.prompt``, as in HumanEval's own harness. One that does
-    (a chat model's full function) gets only the prompt's top-level import
-    lines, which it often omits (``from typing import List``). ``plan.prelude``
-    goes first in every case.
+    ``plan.prelude`` goes first. Then, with a HumanEval prompt: a completion
+    that does not define ``plan.entry_point`` at top level (a body-only
+    completion, which does not even parse alone) continues the prompt, as in
+    HumanEval's own harness; one that does (a chat model's full function)
+    comes after the whole prompt, so it can use the prompt's imports and
+    helpers (``List``, HumanEval/32's ``poly``) and its own definitions replace
+    the prompt's stub. A prompt that does not parse alone contributes only its
+    import lines.
     """
-    parts: list[str] = []
-    if plan.prelude:
-        parts.append(plan.prelude)
-    if plan.prompt and plan.entry_point:
-        if _defines(code, plan.entry_point):
-            imports = [line for line in plan.prompt.splitlines() if _IMPORT_LINE.match(line)]
-            if imports:
-                parts.append("\n".join(imports) + "\n")
-        else:
-            parts.append(plan.prompt)
-    if not parts:
-        return code
-    joined = "".join(part if part.endswith("\n") else part + "\n" for part in parts)
-    # A body-only completion continues the prompt's last line, so no newline in between.
-    return joined + code if parts[-1] is plan.prompt else joined + "\n" + code
+    head = plan.prelude
+    if head and not head.endswith("\n"):
+        head += "\n"
+    if not (plan.prompt and plan.entry_point):
+        return head + "\n" + code if head else code
+    if not _defines(code, plan.entry_point):
+        return head + plan.prompt + code
+    if _parse(plan.prompt) is not None:
+        prompt = plan.prompt
+    else:
+        prompt = "".join(line + "\n" for line in plan.prompt.splitlines() if _IMPORT_LINE.match(line))
+    if prompt and not prompt.endswith("\n"):
+        prompt += "\n"
+    return head + prompt + "\n" + code
 
 
 def _get(tests: Mapping[str, Any], key: str) -> Any:

@@ -638,7 +638,9 @@ class _RemoteObject:
         self._class_name = class_name
 
     def __getattr__(self, name: str) -> Callable[..., object]:
-        if name.startswith("__"):
+        # Private names are ours (or copy/pickle probing an instance without
+        # them): answering them remotely would recurse or leak proxies.
+        if name.startswith("_"):
             raise AttributeError(name)
         remote, handle = self._remote, self._handle
 

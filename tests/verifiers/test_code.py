@@ -352,7 +352,13 @@ def test_assemble_program_humaneval_and_mbpp() -> None:
     body = "    return sum(xs)\n"
     assert assemble_program(body, plan) == prompt + body
     full = "def f(xs: List[int]) -> int:\n    return sum(xs)\n"
-    assert assemble_program(full, plan) == "from typing import List\n\n" + full
+    program = assemble_program(full, plan)
+    assert program == prompt + "\n" + full
+    namespace: dict[str, Any] = {}
+    exec(program, namespace)
+    assert namespace["f"]([1, 2]) == 3  # the completion's definition replaced the stub
+    broken = TestPlan("assert", assert_code="assert f() == 1", entry_point="f", prompt="import os\ndef f(:\n")
+    assert assemble_program(full, broken) == "import os\n\n" + full
     mbpp = TestPlan("assert", assert_code="assert g() == 1", prelude="import math\n")
     assert assemble_program("def g(): return 1\n", mbpp) == "import math\n\ndef g(): return 1\n"
     assert assemble_program("x", TestPlan("stdio")) == "x"
@@ -1016,6 +1022,7 @@ def test_remote_objects_for_class_based_tests(tmp_path: Path) -> None:
     )
     tests = (
         "s = MinStack()\ns.push(3)\ns.push(1)\nassert s.getMin() == 1\nassert 'MinStack' in repr(s)\n"
+        "import copy\nassert copy.copy(s) is not None\n"
         "assert Solution().twoSum([2, 7], 9) == [0, 1]\n"
     )
     assert harness(code, tmp_path, "assert", assert_code=tests)["passed"]
