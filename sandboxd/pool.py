@@ -41,6 +41,8 @@ LABEL_NODE = "io.sandboxd.node"
 # finish well within this on the 2-core machine (measured: ~3 s and ~1.3 s).
 READY_TIMEOUT_SECONDS = 120.0
 MAINTAIN_INTERVAL_SECONDS = 0.5
+# Consecutive failed restores before a pool gives up on its snapshot.
+RESTORE_FAILURES_BEFORE_COLD = 3
 # Modules the agent imports before the snapshot, so every worker forks warm.
 WARM_MODULES = {
     "python": "sandboxd.verifiers.code,sandboxd.verifiers.pyharness",
@@ -107,6 +109,8 @@ class Pool:
         self._start_slots = asyncio.Semaphore(config.pool.start_concurrency)
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
+        self._restore_lock = asyncio.Lock()
+        self._restore_failures = 0
 
     # ---- sizing --------------------------------------------------------------
     @property
@@ -280,10 +284,18 @@ class Pool:
                 await asyncio.to_thread(self.backend.install_checkpoint, container_id, self.snapshots.path,
                                         CHECKPOINT_NAME)
                 try:
-                    await asyncio.to_thread(self.backend.start, container_id, CHECKPOINT_NAME)
+                    # containerd commits a restored checkpoint's content by
+                    # digest; two clones of one checkpoint restored at once
+                    # race on that commit ("already exists"). One at a time.
+                    async with self._restore_lock:
+                        await asyncio.to_thread(self.backend.start, container_id, CHECKPOINT_NAME)
+                    self._restore_failures = 0
                 except Exception as exc:
-                    self.snapshots.fail(f"restore failed: {exc}")
-                    log.warning("pool %s: restore failed, falling back to cold starts: %s", self.name, exc)
+                    self._restore_failures += 1
+                    if self._restore_failures >= RESTORE_FAILURES_BEFORE_COLD:
+                        self.snapshots.fail(f"restore failed {self._restore_failures} times: {exc}")
+                        log.warning("pool %s: restores keep failing, falling back to cold starts: %s",
+                                    self.name, exc)
                     raise
             else:
                 await asyncio.to_thread(self.backend.start, container_id)

@@ -52,7 +52,8 @@ class Language:
     All paths are relative to the job's private work dir, which is also the
     working directory of both commands. ``env`` values may contain the
     placeholder ``{workdir}`` (see :meth:`environ`); they are added to the
-    worker's environment for the compile step and the runs.
+    worker's environment for the compile step and the runs. Interpreted
+    languages have no ``compile_argv`` and a ``compile_timeout`` of 0.
     """
 
     name: str

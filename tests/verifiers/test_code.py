@@ -1131,6 +1131,20 @@ def test_humaneval_canonical_solutions_pass_and_stubs_fail(tmp_path: Path) -> No
         if not result["passed"]:
             failures.append((problem["task_id"], result["message"]))
     assert failures == []
+    # A chat-style completion restating the whole function passes too.
+    for problem in problems[:40]:
+        plan = normalize_tests({"dataset_json": problem})
+        program = assemble_program(problem["prompt"] + problem["canonical_solution"], plan)
+        result = harness(
+            program,
+            tmp_path,
+            "assert",
+            assert_code=plan.assert_code,
+            entry_point=plan.entry_point,
+            setup_code=plan.prompt,
+            call_timeout=20,
+        )
+        assert result["passed"], (problem["task_id"], result["message"])
     # A body that returns nothing fails every problem.
     for problem in problems[:40]:
         plan = normalize_tests({"dataset_json": problem})

@@ -1,0 +1,820 @@
+"""Math answer verifier: extract a final answer from a completion and compare it to a ground truth.
+
+This module runs inside the sandbox agent's forked, unprivileged worker. Parsing untrusted LaTeX
+with sympy is code execution in all but name and can hang, so the agent enforces a hard deadline
+from *outside* by killing the worker. Consequently nothing here installs a timeout of its own:
+Math-Verify's ``parse``/``verify`` timeouts are ``signal.alarm`` based, which only works in the
+main thread and would fight the agent's own supervision, so they are always disabled
+(``parsing_timeout=None`` / ``timeout_seconds=None``). What this module does do is refuse work
+that is cheap to recognise as pathological (huge or deeply nested inputs, towers of powers)
+before sympy gets to evaluate it.
+
+Pipeline: :func:`verify` extracts the final answer (``\\boxed{}`` / ``<answer>`` / "the answer
+is" / last math expression), normalises a few notations that Math-Verify misreads, parses both
+sides with ``math_verify.parse`` and compares them with Math-Verify's grader, in which the
+numeric comparison has been replaced by an exact/relative-tolerance one (see below).
+
+Deliberate differences from Math-Verify (0.9.0), each fixing a wrong verdict:
+
+===============================  ==========================  =================================
+Input (gold vs answer)           Math-Verify                 Here
+===============================  ==========================  =================================
+``1/2004!`` vs ``1/2006!``       equal (#14: ``evalf``       different: exact rationals are
+                                 with ``chop`` rounds tiny   compared exactly
+                                 values to 0)
+``1/2^99`` vs ``1/2^98``         equal (#14, same cause)     different
+``0.0000001`` vs ``0.0000002``   equal (``round(6)`` is an   different: relative tolerance
+                                 absolute tolerance)         ``float_tolerance`` (1e-6)
+``1234567.891`` vs               different (absolute         equal (relative 4e-10)
+``1234567.8915``                 ``round(6)``)
+``4`` vs ``4\\sqrt(2)``           equal (#41: ``\\sqrt(2)``    ``\\sqrt(...)`` rewritten to
+                                 normalised to ``4\\\\sqrt``)  ``\\sqrt{...}``; different
+``3*x-1*y+13=0`` vs              equal (#60: plain text      whole extracted answer parsed as
+``3x + 4y + 14=0``               extraction takes the ``0``) LaTeX first; different lines
+``Paris`` vs ``sirap``           equal (letters parsed as a  text answers compared as
+                                 commutative product)        normalised text
+``B`` vs ``(B)`` / ``B) 42``     parsed as symbols           choice letters compared
+                                                             (case-insensitive)
+``1.5e3`` vs ``1500``            ``1.5*E*3``                 scientific notation understood
+``3 1/2`` vs ``7/2``             ``3*1/2``                   mixed number
+``3,5`` vs ``3.5``               set ``{3, 5}``              decimal comma when the gold is a
+                                                             single number
+===============================  ==========================  =================================
+"""
+
+from __future__ import annotations
+
+import contextvars
+import importlib.util
+import logging
+import math as _pymath
+import re
+import sys
+from types import ModuleType
+from typing import Any
+
+__all__ = ["EXTRACTION_MODES", "MAX_ANSWER_CHARS", "verify", "warm"]
+
+#: Extraction modes accepted by :func:`verify`; "auto" tries the others in this order.
+EXTRACTION_MODES: tuple[str, ...] = ("auto", "boxed", "answer_tag", "phrase", "last_expression")
+#: Extracted answers (and ground truths) longer than this are rejected before parsing: no real
+#: final answer is that long and the LaTeX parser is super-linear on some inputs.
+MAX_ANSWER_CHARS = 20_000
+#: Strings in the result dict are truncated to this many characters.
+MAX_FIELD_CHARS = 1_000
+
+# Nesting limits, found by measurement: the ANTLR LaTeX grammar backtracks exponentially on bare
+# nested braces ({{{{1}}}} at depth 15 takes ~2 s, depth 20 ~100 s) and slowly on parentheses.
+# Command arguments (\frac{..}{..}, \sqrt{..}) are cheap and only fall under the total limit.
+_MAX_BARE_BRACE_DEPTH = 5
+_MAX_PAREN_DEPTH = 16
+_MAX_TOTAL_DEPTH = 40
+# Upper bound (in bits) on the magnitude of any numeric sub-expression we let sympy evaluate.
+_MAX_NUMBER_BITS = 1_000_000
+# Only the tail of a long completion is searched for a "last expression": the final answer is at
+# the end, and regex scans over megabytes of text are wasted work.
+_LAST_EXPR_TAIL_CHARS = 10_000
+# How many \boxed occurrences (from the end) we try before giving up on malformed ones.
+_MAX_BOX_TRIES = 20
+
+_float_tolerance: contextvars.ContextVar[float] = contextvars.ContextVar(
+    "sandboxd_math_float_tolerance", default=1e-6
+)
+
+# Math-Verify logs a warning when its timeouts are disabled; that is deliberate here.
+_PRIVATE_GRADER_NAME = "_sandboxd_math_verify_grader"
+for _name in ("math_verify.parser", "math_verify.grader", _PRIVATE_GRADER_NAME):
+    logging.getLogger(_name).setLevel(logging.ERROR)
+
+# --------------------------------------------------------------------------------------------
+# Extraction
+# --------------------------------------------------------------------------------------------
+
+_BOX_RE = re.compile(r"\\(?:boxed|fbox)\b")
+_PHRASE_RE = re.compile(r"(?:final\s+answer\s*(?:is\b|:)|the\s+answer\s+is\b|\banswer\s*:)", re.IGNORECASE)
+_HOPE_RE = re.compile(r"\.?\s*I\s+hope\s+it\s+is\s+correct.*$", re.IGNORECASE | re.DOTALL)
+# Span lengths are bounded so that text full of unclosed "\(" cannot make the scan quadratic.
+_MATH_SPAN_RE = re.compile(
+    r"\$\$(?P<dd>[^$]{1,2000}?)\$\$|\\\[(?P<sb>.{1,2000}?)\\\]|\\\((?P<rb>.{1,2000}?)\\\)"
+    r"|\$(?P<d>[^$]{1,2000}?)\$",
+    re.DOTALL,
+)
+# How much of the line after an answer phrase is searched for a box or a math span.
+_PHRASE_SCAN_CHARS = 4_000
+_SENTENCE_END_RE = re.compile(r"(?<=\.)\s+(?=[A-Z])")
+_PLAIN_NUMBER_RE = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:\s*/\s*\d+)?(?:\s*%)?")
+
+
+def _match_brace(text: str, open_idx: int) -> int | None:
+    """Index of the ``}`` closing the ``{`` at ``open_idx``; escaped ``\\{`` ``\\}`` are skipped."""
+    depth = 0
+    i = open_idx
+    n = len(text)
+    while i < n:
+        c = text[i]
+        if c == "\\":
+            i += 2  # skip the escaped character: \{ and \} are literal set braces
+            continue
+        if c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    return None
+
+
+def _box_content(text: str, start: int, end: int) -> str | None:
+    """Content of the box whose command ends at ``end`` (``\\boxed{..}`` or ``\\boxed 5``)."""
+    i = end
+    while i < len(text) and text[i] in " \t":
+        i += 1
+    if i < len(text) and text[i] == "{":
+        close = _match_brace(text, i)
+        if close is None:
+            return None
+        return text[i + 1 : close]
+    if end < len(text) and text[end] == " ":
+        # "\boxed 5": the argument is the next token, up to whitespace or a math delimiter.
+        m = re.match(r"[^\s$]+", text[i:])
+        return m.group(0) if m else None
+    return None
+
+
+def _extract_boxed(text: str) -> str | None:
+    """Content of the last well-formed, non-empty ``\\boxed{...}`` / ``\\fbox{...}``."""
+    matches = list(_BOX_RE.finditer(text))
+    for m in reversed(matches[-_MAX_BOX_TRIES:]):
+        content = _box_content(text, m.start(), m.end())
+        if content is not None and content.strip():
+            return content.strip()
+    return None
+
+
+def _first_math_span(text: str) -> str | None:
+    m = _MATH_SPAN_RE.search(text)
+    if not m:
+        return None
+    return next(g for g in m.groups() if g is not None).strip()
+
+
+def _extract_answer_tag(text: str) -> str | None:
+    """Content of the last non-empty ``<answer>...</answer>`` (found with ``rfind``: linear)."""
+    lower = text.lower()
+    end = len(lower)
+    for _ in range(_MAX_BOX_TRIES):
+        close = lower.rfind("</answer>", 0, end)
+        if close < 0:
+            return None
+        open_ = lower.rfind("<answer>", 0, close)
+        if open_ < 0:
+            return None
+        content = text[open_ + len("<answer>") : close].strip()
+        end = open_
+        if not content:
+            continue
+        # A tag that wraps a box or a math span: the inner answer is what was meant.
+        boxed = _extract_boxed(content)
+        if boxed:
+            return boxed
+        return content
+    return None
+
+
+def _extract_phrase(text: str) -> str | None:
+    """Answer after the last "final answer is" / "the answer is" / "Answer:" phrase."""
+    last = None
+    for last in _PHRASE_RE.finditer(text):  # noqa: B007 - we want the last match
+        pass
+    if last is None:
+        return None
+    rest = text[last.end() :]
+    lines = rest.split("\n")
+    # "The answer is:\n\n$$42$$": the answer may sit on the next non-empty line.
+    line = next((ln for ln in lines[:4] if ln.strip(" \t*:")), "")
+    # A display block that starts on this line may continue on the following ones.
+    if line.strip().startswith(("$$", "\\[")):
+        line = "\n".join(lines[lines.index(line) :])
+    head = _HOPE_RE.sub("", line[:_PHRASE_SCAN_CHARS])
+    # Only the sentence that holds the phrase: "The answer is 8. Later we ..." stops at "8.".
+    head = _SENTENCE_END_RE.split(head, maxsplit=1)[0]
+    boxed = _extract_boxed(head)
+    if boxed:
+        return boxed
+    span = _first_math_span(head)
+    if span:
+        return span
+    # An over-long line is returned whole so that the length limit rejects it explicitly.
+    answer = head if len(line) <= _PHRASE_SCAN_CHARS else line
+    answer = answer.strip().strip("*").strip().lstrip(":").strip()
+    # Sentence-final period, but not a decimal point ("is 3." vs "is 3.5").
+    answer = re.sub(r"\.\s*$", "", answer).strip().strip("*").strip()
+    return answer or None
+
+
+def _extract_last_expression(text: str) -> str | None:
+    tail = text[-_LAST_EXPR_TAIL_CHARS:]
+    spans = list(_MATH_SPAN_RE.finditer(tail))
+    for m in reversed(spans):
+        content = next(g for g in m.groups() if g is not None).strip()
+        if content:
+            return content
+    numbers = list(_PLAIN_NUMBER_RE.finditer(tail))
+    if numbers:
+        return numbers[-1].group(0).strip().rstrip(",")
+    return None
+
+
+_EXTRACTORS = {
+    "boxed": _extract_boxed,
+    "answer_tag": _extract_answer_tag,
+    "phrase": _extract_phrase,
+    "last_expression": _extract_last_expression,
+}
+
+
+def extract_answer(completion: str, extraction: str = "auto") -> tuple[str, str] | None:
+    """Find the final answer in ``completion``.
+
+    Returns ``(answer, rule)`` where ``rule`` is the extraction rule that matched, or ``None``
+    when no rule found an answer. ``extraction="auto"`` tries boxed, answer tag, phrase and last
+    expression in that order.
+    """
+    if extraction not in EXTRACTION_MODES:
+        raise ValueError(f"unknown extraction mode {extraction!r}; expected one of {EXTRACTION_MODES}")
+    rules = EXTRACTION_MODES[1:] if extraction == "auto" else (extraction,)
+    for rule in rules:
+        answer = _EXTRACTORS[rule](completion)
+        if answer:
+            return answer, rule
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# Normalisation of the extracted strings (before Math-Verify sees them)
+# --------------------------------------------------------------------------------------------
+
+_DELIMS = (("$$", "$$"), ("\\[", "\\]"), ("\\(", "\\)"), ("$", "$"))
+_TEXT_CMD_RE = re.compile(r"\\(?:text|textbf|textit|textrm|mathrm|mathbf|mathit|mbox)\s*\{([^{}]*)\}")
+_SCI_RE = re.compile(r"^(-?\d+(?:\.\d+)?)\s*[eE]\s*([+-]?\d+)$")
+_MIXED_RE = re.compile(r"^(-?)(\d+)\s+(\d+)\s*/\s*(\d+)$")
+_DECIMAL_COMMA_RE = re.compile(r"^-?\d+,(?:\d{1,2}|\d{4,})$")
+_EURO_THOUSANDS_RE = re.compile(r"^-?\d{1,3}(?:\.\d{3})+(?:,\d+)?$")
+_CHOICE_GOLD_RE = re.compile(r"^\(?([A-Z])\)?$")
+_CHOICE_PRED_RE = re.compile(r"^[(\[]?([A-Za-z])(?:[)\].:]|\s|$)")
+_TEXT_ANSWER_RE = re.compile(r"^[A-Za-z][A-Za-z \-']*$")
+_MATH_WORDS = frozenset(
+    [
+        "sin",
+        "cos",
+        "tan",
+        "cot",
+        "sec",
+        "csc",
+        "log",
+        "ln",
+        "exp",
+        "sqrt",
+        "pi",
+        "infty",
+        "inf",
+        "frac",
+        "max",
+        "min",
+        "gcd",
+        "lcm",
+        "det",
+        "arcsin",
+        "arccos",
+        "arctan",
+        "sinh",
+        "cosh",
+        "tanh",
+        "mod",
+    ]
+)
+
+
+def _strip_delims(s: str) -> str:
+    """Remove math delimiters that enclose the whole string (repeatedly)."""
+    s = s.strip()
+    changed = True
+    while changed and s:
+        changed = False
+        for left, right in _DELIMS:
+            if len(s) >= len(left) + len(right) and s.startswith(left) and s.endswith(right):
+                inner = s[len(left) : -len(right)]
+                # "$a$ and $b$" is not one enclosed span.
+                if left == "$" and "$" in inner:
+                    continue
+                s = inner.strip()
+                changed = True
+                break
+    return s
+
+
+def _replace_sqrt_parens(s: str) -> str:
+    r"""Rewrite ``\sqrt(x)`` to ``\sqrt{x}``: latex2sympy turns it into ``\\sqrt{x}`` (#41)."""
+    out: list[str] = []
+    i = 0
+    pattern = re.compile(r"\\sqrt\s*\(")
+    while True:
+        m = pattern.search(s, i)
+        if not m:
+            out.append(s[i:])
+            return "".join(out)
+        depth = 0
+        j = m.end() - 1
+        close = None
+        while j < len(s):
+            if s[j] == "(":
+                depth += 1
+            elif s[j] == ")":
+                depth -= 1
+                if depth == 0:
+                    close = j
+                    break
+            j += 1
+        if close is None:
+            out.append(s[i:])
+            return "".join(out)
+        out.append(s[i : m.start()] + "\\sqrt{" + s[m.end() : close] + "}")
+        i = close + 1
+
+
+def _normalize(s: str, *, single_number_gold: bool) -> str:
+    """Rewrite notations Math-Verify misreads; keeps everything else for its own normaliser."""
+    s = _strip_delims(s)
+    boxed = _extract_boxed(s)
+    if boxed is not None and _BOX_RE.match(s.lstrip("$ ")):
+        s = _strip_delims(boxed)
+    # A sentence-final period ("5.") is not part of the answer; a decimal point is followed by
+    # digits so it is unaffected.
+    s = re.sub(r"(?<=[\w}\)\]])\.$", "", s).strip()
+    s = _replace_sqrt_parens(s)
+    compact = s.replace(" ", "") if re.fullmatch(r"[-\d ,.eE+]+", s) else s
+    if m := _SCI_RE.match(compact):
+        s = f"{m.group(1)}\\times 10^{{{m.group(2)}}}"
+    elif m := _MIXED_RE.match(s):
+        s = f"{m.group(1)}{m.group(2)}\\frac{{{m.group(3)}}}{{{m.group(4)}}}"
+    elif single_number_gold and _DECIMAL_COMMA_RE.match(compact):
+        # "3,5" is 3.5 in much of the world; "1,234" stays a thousands separator.
+        s = compact.replace(",", ".")
+    elif (
+        single_number_gold
+        and _EURO_THOUSANDS_RE.match(compact)
+        and ("," in compact or compact.count(".") >= 2)
+    ):
+        # "1.234,5" / "1.234.567": dots as thousands separators (a lone "1.234" stays decimal).
+        s = compact.replace(".", "").replace(",", ".")
+    return s
+
+
+def _unwrap_text(s: str) -> str:
+    prev = None
+    while prev != s:
+        prev = s
+        s = _TEXT_CMD_RE.sub(r"\1", s)
+    return s
+
+
+def _choice_letter(s: str, *, gold: bool) -> str | None:
+    t = _strip_delims(_unwrap_text(s)).strip().rstrip(".").strip()
+    t = re.sub(r"^(?:option|choice)\s+", "", t, flags=re.IGNORECASE)
+    m = (_CHOICE_GOLD_RE if gold else _CHOICE_PRED_RE).match(t)
+    return m.group(1).upper() if m else None
+
+
+def _as_text(s: str) -> str:
+    t = _unwrap_text(_strip_delims(s)).replace("\\ ", " ").replace("~", " ").replace("\\,", " ")
+    t = re.sub(r"\s+", " ", t).strip().strip(".!?;:,\"'").strip()
+    return t.lower()
+
+
+def _is_text_answer(gold: str) -> bool:
+    """Gold answers made of words ("Paris", "\\text{no solution}") are compared as text."""
+    unwrapped = _strip_delims(_unwrap_text(gold)).strip().rstrip(".")
+    if not _TEXT_ANSWER_RE.match(unwrapped):
+        return False
+    words = re.findall(r"[A-Za-z]+", unwrapped)
+    had_text_cmd = bool(_TEXT_CMD_RE.search(gold))
+    return had_text_cmd or any(len(w) >= 3 and w.lower() not in _MATH_WORDS for w in words)
+
+
+def _structure_problem(s: str) -> str | None:
+    """Reason to refuse parsing ``s`` (too long / too deeply nested), or ``None``."""
+    if len(s) > MAX_ANSWER_CHARS:
+        return f"answer too long to parse ({len(s)} > {MAX_ANSWER_CHARS} chars)"
+    stack: list[bool] = []  # True for a bare { ... } group, False for a command argument
+    bare = paren = max_bare = max_paren = 0
+    prev = ""
+    i = 0
+    while i < len(s):
+        c = s[i]
+        if c == "\\" and i + 1 < len(s) and s[i + 1] in "{}":
+            # \{ ... \} set braces are as ambiguous for the grammar as bare braces.
+            bare += 1 if s[i + 1] == "{" else -1
+            max_bare = max(max_bare, bare)
+            i += 2
+            prev = "}"
+            continue
+        if c == "{":
+            is_bare = not (prev.isalpha() or prev in "}]^_")
+            stack.append(is_bare)
+            bare += is_bare
+            max_bare = max(max_bare, bare)
+            if len(stack) > _MAX_TOTAL_DEPTH:
+                return "answer nested too deeply"
+        elif c == "}":
+            if stack and stack.pop():
+                bare -= 1
+        elif c in "([":
+            paren += 1
+            max_paren = max(max_paren, paren)
+        elif c in ")]":
+            paren -= 1
+        if not c.isspace():
+            prev = c
+        i += 1
+    if max_bare > _MAX_BARE_BRACE_DEPTH or max_paren > _MAX_PAREN_DEPTH:
+        return "answer nested too deeply"
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# Math-Verify integration
+# --------------------------------------------------------------------------------------------
+
+_grader: ModuleType | None = None
+_latex_cfg: Any = None
+_expr_cfg: Any = None
+
+
+def _load() -> ModuleType:
+    """Import Math-Verify and build our private copy of its grader (once per process)."""
+    global _grader, _latex_cfg, _expr_cfg
+    if _grader is not None:
+        return _grader
+    import math_verify.grader as mv_grader
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig
+
+    # A private instance of math_verify.grader whose module-level numeric comparison is ours.
+    # The grader's recursive helpers (sets, tuples, intervals, relations, matrices) look that
+    # function up as a module global, so substituting it in *our* copy fixes every structural
+    # case at once without monkeypatching the shared math_verify module for other users.
+    spec = importlib.util.spec_from_file_location(_PRIVATE_GRADER_NAME, mv_grader.__file__)
+    if spec is None or spec.loader is None:  # pragma: no cover - only on a broken install
+        raise ImportError("cannot load math_verify.grader")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    if not hasattr(module, "sympy_numeric_eq"):  # pragma: no cover - future Math-Verify
+        raise ImportError("math_verify.grader.sympy_numeric_eq not found; update sandboxd")
+    module.sympy_numeric_eq = _numeric_eq  # type: ignore[attr-defined]
+    _latex_cfg = LatexExtractionConfig(boxed_match_priority=0)
+    _expr_cfg = ExprExtractionConfig()
+    _grader = module
+    return module
+
+
+def _pct_value(expr: Any) -> Any:
+    """``x`` for latex2sympy's percentage form ``x * UnevaluatedExpr(1/100)``, else ``None``."""
+    from sympy import Mul, Rational, UnevaluatedExpr
+
+    if isinstance(expr, Mul) and len(expr.args) == 2 and expr.args[1] == UnevaluatedExpr(Rational(1, 100)):
+        return expr.args[0]
+    return None
+
+
+def _doit(expr: Any) -> Any:
+    try:
+        return expr.doit()
+    except Exception:
+        return expr
+
+
+def _close(x: Any, y: Any, numeric_precision: int) -> bool:
+    """Numeric equality of two symbol-free scalars: exact, or within a *relative* tolerance."""
+    from sympy import Float
+
+    if x.free_symbols or y.free_symbols:
+        return False  # left to Math-Verify's symbolic comparison
+    inexact = x.has(Float) or y.has(Float)
+    if not inexact and x.is_Rational and y.is_Rational:
+        # Exact rationals compare exactly: this is the fix for 1/2004! == 1/2006! (#14).
+        return bool(x == y)
+    digits = max(numeric_precision, 15) + 15
+    xv = x.evalf(digits)
+    yv = y.evalf(digits)
+    if not (xv.is_number and yv.is_number) or not (xv.is_finite and yv.is_finite):
+        return False
+    diff = abs(xv - yv)
+    if diff == 0:
+        return True
+    scale = max(abs(xv), abs(yv))
+    # Floats get the caller's tolerance; exact irrationals only need to agree to the precision.
+    tol = _float_tolerance.get() if inexact else 10.0 ** (-numeric_precision)
+    try:
+        return bool(diff <= scale * tol * (1 + 1e-9))
+    except TypeError:  # complex comparisons
+        return False
+
+
+def _numeric_eq(a: Any, b: Any, float_rounding: int, numeric_precision: int) -> bool:
+    """Replacement for ``math_verify.grader.sympy_numeric_eq``.
+
+    Math-Verify compares via ``(a - b).evalf(chop=True) == 0`` (chop turns every value below
+    ~1e-15 into zero) and ``round(float_rounding)`` (an absolute tolerance). Here exact values are
+    compared exactly and floats with a relative tolerance; percentages keep Math-Verify's meaning
+    (``50%`` equals ``50`` and ``0.5``).
+    """
+    from sympy import MatrixBase, MatrixExpr
+
+    del float_rounding  # superseded by the relative float tolerance
+    if isinstance(a, (MatrixBase, MatrixExpr)) or isinstance(b, (MatrixBase, MatrixExpr)):
+        a, b = _doit(a), _doit(b)
+        if isinstance(a, MatrixBase) and isinstance(b, MatrixBase) and a.shape == b.shape:
+            return all(
+                _numeric_eq(x, y, 0, numeric_precision) for x, y in zip(a.flat(), b.flat(), strict=True)
+            )
+        return False
+    try:
+        xs = [_doit(a)] + ([p] if (p := _pct_value(a)) is not None else [])
+        ys = [_doit(b)] + ([p] if (p := _pct_value(b)) is not None else [])
+        return any(_close(x, y, numeric_precision) for x in xs for y in ys)
+    except Exception:
+        return False
+
+
+def _log2_bound(expr: Any, depth: int = 0) -> float:
+    """Cheap upper bound of log2|value| for the numeric parts of ``expr``; ``inf`` if huge.
+
+    Walks the unevaluated tree so that ``9^{9^{9^9}}`` or ``(10^6)!`` is refused before any
+    sympy routine tries to evaluate it.
+    """
+    from sympy import Float, Pow, Rational, factorial
+
+    if depth > 200:
+        return _pymath.inf
+    if isinstance(expr, Rational):
+        return float(max(abs(int(expr.p)).bit_length(), int(expr.q).bit_length(), 1))
+    if isinstance(expr, Float):
+        mpf = expr._mpf_
+        return float(abs(mpf[2] + mpf[3])) if mpf[1] else 1.0
+    args = getattr(expr, "args", ())
+    if not isinstance(args, tuple):
+        return 1.0
+    if isinstance(expr, Pow):
+        base_bits = _log2_bound(expr.args[0], depth + 1)
+        exp = expr.args[1]
+        exp_bits = _log2_bound(exp, depth + 1)
+        if exp.free_symbols and not expr.args[0].free_symbols:
+            return base_bits  # 2^x: nothing numeric to blow up
+        if exp_bits > 64:
+            return _pymath.inf
+        return base_bits * (2.0**exp_bits) + exp_bits
+    if isinstance(expr, factorial):
+        n_bits = _log2_bound(expr.args[0], depth + 1)
+        if n_bits > 40:
+            return _pymath.inf
+        n = 2.0**n_bits
+        return n * n_bits
+    total = 1.0
+    for arg in args:
+        if hasattr(arg, "args"):
+            total += _log2_bound(arg, depth + 1)
+            if total > _MAX_NUMBER_BITS:
+                return _pymath.inf
+    return total
+
+
+def _too_big(obj: Any) -> bool:
+    try:
+        return _log2_bound(obj) > _MAX_NUMBER_BITS
+    except RecursionError:
+        return True
+
+
+def _mv_parse(s: str) -> list[Any]:
+    """Parse with Math-Verify: LaTeX first (as a box, the way final answers are written), then
+    plain-text expressions. Returns only successfully parsed sympy objects."""
+    from math_verify import parse
+
+    _load()
+    try:
+        parsed = parse(
+            "\\boxed{" + s + "}",
+            [_latex_cfg],
+            fallback_mode="no_fallback",
+            parsing_timeout=None,  # the agent kills the worker at the deadline; no SIGALRM
+        )
+    except Exception:
+        parsed = []
+    if not parsed:
+        try:
+            parsed = parse(s, [_expr_cfg], fallback_mode="no_fallback", parsing_timeout=None)
+        except Exception:
+            parsed = []
+    return [p for p in parsed if not isinstance(p, str)]
+
+
+def _safe_str(obj: Any) -> str:
+    try:
+        text = obj if isinstance(obj, str) else str(obj)
+    except Exception:  # e.g. int -> str digit limit, or sympy printer recursion
+        text = "<unprintable>"
+    return _clip(text)
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= MAX_FIELD_CHARS else text[: MAX_FIELD_CHARS - 3] + "..."
+
+
+def _compare(gold_objs: list[Any], pred_objs: list[Any], numeric_precision: int = 15) -> bool:
+    grader = _load()
+    for g in gold_objs:
+        for p in pred_objs:
+            try:
+                if grader.verify(
+                    g,
+                    p,
+                    float_rounding=6,
+                    numeric_precision=numeric_precision,
+                    timeout_seconds=None,
+                    raise_on_error=False,
+                ):
+                    return True
+            except Exception:
+                continue
+    return False
+
+
+# --------------------------------------------------------------------------------------------
+# Public API
+# --------------------------------------------------------------------------------------------
+
+
+def _result(
+    status: str, *, extracted: str = "", rule: str = "", parsed: str = "", gold: str = "", message: str = ""
+) -> dict[str, str]:
+    return {
+        "status": status,
+        "extracted_answer": _clip(extracted),
+        "extraction": rule,
+        "parsed_answer": _clip(parsed),
+        "parsed_ground_truth": _clip(gold),
+        "message": _clip(message),
+    }
+
+
+def verify(
+    completion: str,
+    ground_truth: str,
+    *,
+    extraction: str = "auto",
+    float_tolerance: float = 1e-6,
+) -> dict[str, str]:
+    """Extract the final answer from ``completion`` and check it against ``ground_truth``.
+
+    Args:
+        completion: the model's full output.
+        ground_truth: the reference answer (LaTeX, with or without ``$``/``\\boxed``, plain
+            numbers, choice letters or text).
+        extraction: ``"auto"`` (boxed, then ``<answer>`` tag, then answer phrase, then last
+            math expression), or one of ``"boxed"``, ``"answer_tag"``, ``"phrase"``,
+            ``"last_expression"`` to use only that rule.
+        float_tolerance: relative tolerance used whenever either side is a decimal float.
+
+    Returns:
+        A JSON-able dict with keys ``status`` (``"ok"``, ``"wrong_answer"`` or ``"no_answer"``),
+        ``extracted_answer``, ``extraction`` (the rule that matched), ``parsed_answer``,
+        ``parsed_ground_truth`` and ``message``; strings are truncated to ~1000 characters.
+
+    Raises:
+        ValueError: for an unknown ``extraction`` mode (a caller error, not a model error).
+
+    Never installs signal handlers or timeouts: it is safe in any thread or inside an event loop,
+    and relies on the caller to kill it at the deadline.
+    """
+    if extraction not in EXTRACTION_MODES:
+        raise ValueError(f"unknown extraction mode {extraction!r}; expected one of {EXTRACTION_MODES}")
+    completion = completion if isinstance(completion, str) else str(completion)
+    ground_truth = ground_truth if isinstance(ground_truth, str) else str(ground_truth)
+
+    found = extract_answer(completion, extraction)
+    if found is None:
+        return _result("no_answer", message=f"no answer found (extraction={extraction})")
+    answer, rule = found
+
+    token = _float_tolerance.set(float(float_tolerance))
+    try:
+        return _judge(answer, rule, ground_truth)
+    except RecursionError:
+        return _result("wrong_answer", extracted=answer, rule=rule, message="answer nested too deeply")
+    except Exception as exc:  # a parser bug must cost the model the point, not crash the worker
+        return _result(
+            "wrong_answer", extracted=answer, rule=rule, message=f"could not compare: {type(exc).__name__}"
+        )
+    finally:
+        _float_tolerance.reset(token)
+
+
+def _judge(answer: str, rule: str, ground_truth: str) -> dict[str, str]:
+    base: dict[str, str] = {"extracted": answer, "rule": rule}
+
+    gold_raw = _strip_delims(ground_truth)
+    if (boxed := _extract_boxed(gold_raw)) is not None:
+        gold_raw = _strip_delims(boxed)
+
+    # Multiple choice: a single capital letter as gold means "compare letters".
+    if (gold_letter := _choice_letter(gold_raw, gold=True)) is not None:
+        pred_letter = _choice_letter(answer, gold=False)
+        ok = pred_letter == gold_letter
+        return _result(
+            "ok" if ok else "wrong_answer",
+            parsed=pred_letter or "",
+            gold=gold_letter,
+            message="" if ok else "choice letter differs",
+            **base,
+        )
+
+    # Text answers: compare normalised words, not products of single-letter symbols.
+    if _is_text_answer(gold_raw):
+        g, p = _as_text(gold_raw), _as_text(answer)
+        ok = g == p
+        return _result(
+            "ok" if ok else "wrong_answer",
+            parsed=p,
+            gold=g,
+            message="" if ok else "text answer differs",
+            **base,
+        )
+
+    for text, who in ((answer, "answer"), (gold_raw, "ground truth")):
+        if problem := _structure_problem(text):
+            return _result("wrong_answer", message=f"{who}: {problem}", **base)
+
+    single_number_gold = bool(re.fullmatch(r"\s*-?[\d.,\s]+\s*", gold_raw)) and "," not in gold_raw
+    gold_s = _normalize(gold_raw, single_number_gold=False)
+    pred_s = _normalize(answer, single_number_gold=single_number_gold)
+
+    gold_objs = _mv_parse(gold_s)
+    pred_objs = _mv_parse(pred_s)
+    gold_str = _safe_str(gold_objs[0]) if gold_objs else gold_s
+    pred_str = _safe_str(pred_objs[0]) if pred_objs else pred_s
+    res = {"parsed": pred_str, "gold": gold_str, **base}
+
+    if not gold_objs or not pred_objs:
+        # Math-Verify's own fallback for unparsable input: exact string comparison.
+        ok = gold_s.strip() == pred_s.strip() and bool(gold_s.strip())
+        which = "ground truth" if not gold_objs else "answer"
+        return _result(
+            "ok" if ok else "wrong_answer", message="" if ok else f"could not parse {which}", **res
+        )
+
+    gold_big = any(_too_big(o) for o in gold_objs)
+    pred_big = any(_too_big(o) for o in pred_objs)
+    if gold_big or pred_big:
+        # Only a structurally identical answer can match a number too large to evaluate.
+        ok = gold_big and pred_big and any(g == p for g in gold_objs for p in pred_objs)
+        return _result(
+            "ok" if ok else "wrong_answer", message="" if ok else "number too large to evaluate", **res
+        )
+
+    if _compare(gold_objs, pred_objs):
+        return _result("ok", **res)
+    return _result("wrong_answer", message="answer not equivalent to ground truth", **res)
+
+
+def warm() -> None:
+    """Import the math libraries and run representative verifications.
+
+    The agent calls this once before its CRIU snapshot so that every forked worker starts with
+    modules imported, the ANTLR grammar loaded and sympy's caches populated.
+    """
+    _load()
+    samples = [
+        ("The answer is $\\boxed{\\frac{1}{2}}$.", "0.5"),
+        ("$\\boxed{\\{1, 2, 3\\}}$", "\\{3,2,1\\}"),
+        ("\\boxed{[1, 2)}", "[1,2)"),
+        (
+            "\\boxed{\\begin{pmatrix}1 & 2\\\\ 3 & 4\\end{pmatrix}}",
+            "\\begin{pmatrix}1&2\\\\3&4\\end{pmatrix}",
+        ),
+        ("Answer: x = 3", "3"),
+        ("<answer>y = 2x + 1</answer>", "y=2x+1"),
+        ("so we get 1,234 apples", "1234"),
+        ("\\boxed{2\\sqrt{2}}", "\\sqrt{8}"),
+        ("\\boxed{x \\le 2}", "(-\\infty, 2]"),
+        ("\\boxed{50\\%}", "50"),
+        ("\\boxed{\\text{Paris}}", "Paris"),
+        ("\\boxed{(B)}", "B"),
+    ]
+    for completion, gold in samples:
+        verify(completion, gold)
+
+
+if __name__ == "__main__":  # pragma: no cover - manual check: python -m sandboxd.verifiers.math C G
+    import json
+
+    print(json.dumps(verify(sys.argv[1], sys.argv[2]), indent=2))

@@ -1,0 +1,144 @@
+"""Pool and daemon lifecycle against a real engine: losses, restarts, snapshots, bad start-ups."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+
+from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
+from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
+from tests.conftest import DaemonProcess, docker_available
+from tests.integration import helpers
+
+pytestmark = [pytest.mark.docker, pytest.mark.skipif(not docker_available(), reason="no Docker engine")]
+
+
+def containers(label: str) -> list[str]:
+    out = subprocess.run(["docker", "ps", "-aq", "--filter", f"label={label}"], capture_output=True, text=True)
+    return out.stdout.split()
+
+
+def instance_of(daemon: DaemonProcess) -> str:
+    for line in daemon.log_path.read_text().splitlines():
+        if "listening on" in line:
+            return line.split("sandboxd ")[-1].split()[0]
+    raise AssertionError("daemon did not log its instance")
+
+
+def test_job_survives_sandbox_killed_mid_run(tmp_path: Path) -> None:
+    daemon = DaemonProcess(tmp_path, "killed")
+    try:
+        daemon.wait_serving()
+        instance = instance_of(daemon)
+        results: list[pb.JobResult] = []
+        with grpc.insecure_channel(daemon.address) as channel:
+            job = helpers.execute("import time; time.sleep(2); print('done')", timeout=20)
+            worker = threading.Thread(target=lambda: results.append(helpers.run(channel, job)))
+            worker.start()
+            time.sleep(0.7)
+            victims = containers(f"io.sandboxd.instance={instance}")
+            subprocess.run(["docker", "kill", *victims], capture_output=True)
+            worker.join(120)
+        assert len(results) == 1
+        assert results[0].status == pb.STATUS_OK
+        assert results[0].execute.stdout == b"done\n"
+        assert results[0].attempts >= 2
+    finally:
+        assert daemon.stop() == 0
+
+
+def test_restarted_daemon_reaps_previous_sandboxes(tmp_path: Path) -> None:
+    first = DaemonProcess(tmp_path, "restart")
+    first.wait_serving()
+    instance = instance_of(first)
+    assert containers(f"io.sandboxd.instance={instance}")
+    first.process.kill()  # no clean shutdown: its sandboxes are left running
+    first.process.wait()
+    first.log.close()
+    assert containers(f"io.sandboxd.instance={instance}")
+    second = DaemonProcess(tmp_path, "restart")
+    try:
+        second.wait_serving()
+        assert containers(f"io.sandboxd.instance={instance}") == []
+    finally:
+        second.stop()
+    assert containers(f"io.sandboxd.instance={instance_of(second)}") == []
+
+
+def test_snapshot_clones_answer_independently(daemon: DaemonProcess, channel: grpc.Channel) -> None:
+    info = pb_grpc.DaemonStub(channel).GetInfo(pb.GetInfoRequest(), timeout=5)
+    if not info.snapshots:
+        pytest.skip(f"snapshots not in use here: {info.snapshot_state}")
+    log = daemon.log_path.read_text()
+    assert "falling back to cold" not in log
+    draws = set()
+    for _ in range(6):
+        result = helpers.run(channel, helpers.execute(
+            "import random, numpy; print(random.getrandbits(64), numpy.random.randint(1 << 30))"))
+        draws.add(result.execute.stdout)
+    assert len(draws) == 6
+
+
+def test_snapshots_disabled_is_reported(tmp_path: Path) -> None:
+    daemon = DaemonProcess(tmp_path, "cold", extra_env={"SANDBOXD_POOL_SNAPSHOTS": "false",
+                                                        "SANDBOXD_POOL_MIN_SIZE": "1"})
+    try:
+        daemon.wait_serving()
+        with grpc.insecure_channel(daemon.address) as channel:
+            info = pb_grpc.DaemonStub(channel).GetInfo(pb.GetInfoRequest(), timeout=5)
+            assert not info.snapshots
+            assert "disabled in configuration" in info.snapshot_state
+            assert helpers.run(channel, helpers.execute("print(6 * 7)")).execute.stdout == b"42\n"
+    finally:
+        daemon.stop()
+
+
+def serve_error(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    import os
+
+    environment = {**os.environ, "SANDBOXD_SERVER_METRICS": "", **(env or {})}
+    return subprocess.run([sys.executable, "-m", "sandboxd", "serve", *args], capture_output=True, text=True,
+                          timeout=60, env=environment)
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str], fragment: str) -> None:
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("sandboxd: error:")
+    assert fragment in lines[0]
+
+
+def test_unknown_config_key(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text("[pool]\nmin_sise = 3\n")
+    assert_one_line_error(serve_error(tmp_path, "--config", str(config)), "unknown key pool.min_sise")
+
+
+def test_unreachable_docker(tmp_path: Path) -> None:
+    result = serve_error(tmp_path, "--socket", str(tmp_path / "s.sock"), "--docker-url",
+                         f"unix://{tmp_path}/nothing.sock")
+    assert_one_line_error(result, "does not answer")
+
+
+def test_socket_path_is_regular_file(tmp_path: Path) -> None:
+    path = tmp_path / "file.sock"
+    path.write_text("keep me")
+    assert_one_line_error(serve_error(tmp_path, "--socket", str(path)), "not a socket")
+    assert path.read_text() == "keep me"
+
+
+def test_port_in_use(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = serve_error(tmp_path, "--socket", str(tmp_path / "s.sock"), "--tcp", f"127.0.0.1:{port}")
+    assert_one_line_error(result, f"127.0.0.1:{port}")

@@ -1,0 +1,454 @@
+"""Tests for the math verifier (sandboxd.verifiers.math).
+
+The equivalence cases follow the categories of Math-Verify's own test-suite (numbers, fractions,
+sets, intervals, matrices, equations, units, percentages, text, multiple choice), written in our
+own words, plus the Math-Verify false positives this verifier deliberately rejects and hostile
+inputs that must end in a clean status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import threading
+
+import pytest
+
+pytest.importorskip("math_verify")
+
+from sandboxd.verifiers import math as mathv
+
+OK, WRONG, NONE = "ok", "wrong_answer", "no_answer"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _warm() -> None:
+    mathv.warm()
+
+
+def boxed(s: str) -> str:
+    return f"Reasoning... so the final result is $\\boxed{{{s}}}$."
+
+
+def check(completion: str, gold: str, expected: str, **kwargs: object) -> dict:
+    result = mathv.verify(completion, gold, **kwargs)
+    assert result["status"] == expected, result
+    return result
+
+
+# --------------------------------------------------------------------------------------------
+# Result shape
+# --------------------------------------------------------------------------------------------
+
+
+def test_result_is_json_able_with_all_keys() -> None:
+    result = mathv.verify(boxed("\\frac{1}{2}"), "0.5")
+    assert set(result) == {
+        "status",
+        "extracted_answer",
+        "extraction",
+        "parsed_answer",
+        "parsed_ground_truth",
+        "message",
+    }
+    assert json.loads(json.dumps(result)) == result
+    assert result["status"] == OK
+    assert result["extraction"] == "boxed"
+    assert result["extracted_answer"] == "\\frac{1}{2}"
+
+
+def test_long_fields_are_truncated() -> None:
+    result = mathv.verify(boxed("x" * 50_000), "3")
+    assert result["status"] == WRONG
+    assert all(len(v) <= mathv.MAX_FIELD_CHARS for v in result.values())
+
+
+def test_unknown_extraction_mode_is_a_caller_error() -> None:
+    with pytest.raises(ValueError):
+        mathv.verify("\\boxed{1}", "1", extraction="first_box")
+
+
+# --------------------------------------------------------------------------------------------
+# Extraction
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("completion", "answer", "rule"),
+    [
+        ("We get $\\boxed{7}$.", "7", "boxed"),
+        ("First \\boxed{3}, then on reflection \\boxed{5}.", "5", "boxed"),
+        ("Nested: \\boxed{\\frac{\\sqrt{2}}{2}} done", "\\frac{\\sqrt{2}}{2}", "boxed"),
+        ("A set \\boxed{\\{1, 2\\}}", "\\{1, 2\\}", "boxed"),
+        ("Framed \\fbox{12} ok", "12", "boxed"),
+        ("Spaced $\\boxed 9$", "9", "boxed"),
+        ("Truncated last box \\boxed{4} and \\boxed{5", "4", "boxed"),
+        ("<think>2+2</think><answer> 4 </answer>", "4", "answer_tag"),
+        ("<answer>\\boxed{6}</answer> junk", "6", "boxed"),
+        ("So the answer is 12.", "12", "phrase"),
+        ("The answer is $\\frac{3}{4}$, clearly.", "\\frac{3}{4}", "phrase"),
+        ("Working...\nAnswer: 3.5", "3.5", "phrase"),
+        ("**Answer:** 17", "17", "phrase"),
+        (
+            "Final Answer: The final answer is $2\\pi$. I hope it is correct.",
+            "2\\pi",
+            "phrase",
+        ),
+        ("The answer is:\n\n$$x^2 + 1$$", "x^2 + 1", "phrase"),
+        ("We computed $a=1$ and then $b = 2$", "b = 2", "last_expression"),
+        ("so 3 apples plus 4 apples makes 7 apples", "7", "last_expression"),
+        ("inline \\(\\frac{1}{3}\\) end", "\\frac{1}{3}", "last_expression"),
+    ],
+)
+def test_auto_extraction(completion: str, answer: str, rule: str) -> None:
+    assert mathv.extract_answer(completion) == (answer, rule)
+
+
+@pytest.mark.parametrize(
+    ("completion", "mode", "expected"),
+    [
+        ("<answer>4</answer> but \\boxed{5}", "auto", ("5", "boxed")),
+        ("<answer>4</answer> but \\boxed{5}", "answer_tag", ("4", "answer_tag")),
+        ("The answer is 8. Later \\boxed{9}", "phrase", ("8", "phrase")),
+        ("The answer is 8. Later \\boxed{9}", "last_expression", ("9", "last_expression")),
+        ("no box here, 42", "boxed", None),
+        ("no tag", "answer_tag", None),
+        ("nothing numeric at all", "auto", None),
+        ("", "auto", None),
+        ("\\boxed{}", "boxed", None),
+    ],
+)
+def test_extraction_modes(completion: str, mode: str, expected: tuple[str, str] | None) -> None:
+    assert mathv.extract_answer(completion, mode) == expected
+
+
+def test_no_answer_status() -> None:
+    result = check("I am not sure how to solve this.", "3", NONE)
+    assert result["extraction"] == ""
+
+
+def test_boxed_only_mode_ignores_other_forms() -> None:
+    check("The answer is 3.", "3", NONE, extraction="boxed")
+    check("The answer is 3.", "3", OK, extraction="phrase")
+
+
+# --------------------------------------------------------------------------------------------
+# Equivalence by category (gold, answer, expected)
+# --------------------------------------------------------------------------------------------
+
+NUMBERS = [
+    ("42", "42", OK),
+    ("42", "43", WRONG),
+    ("1234", "1,234", OK),
+    ("1234567", "1,234,567", OK),
+    ("1234.5", "1,234.5", OK),
+    ("3.5", "3,5", OK),  # decimal comma
+    ("1234.5", "1.234,5", OK),  # European thousands separator
+    ("0.5", "\\frac{1}{2}", OK),
+    ("1500", "1.5e3", OK),
+    ("0.00025", "2.5 \\times 10^{-4}", OK),
+    ("-7", "-7", OK),
+    ("-7", "7", WRONG),
+    ("007", "7", OK),
+    ("3.14159", "3.14159", OK),
+    ("\\pi", "3.1415926", OK),  # within the relative float tolerance
+    ("\\pi", "3.14", WRONG),
+    ("\\frac{1}{3}", "0.333333", OK),
+    ("\\frac{1}{3}", "0.33", WRONG),
+    ("1234567.891", "1234567.8915", OK),  # relative, not absolute, tolerance
+]
+
+FRACTIONS_AND_SYMBOLIC = [
+    ("\\frac{7}{2}", "3\\frac{1}{2}", OK),  # mixed number in LaTeX
+    ("\\frac{7}{2}", "3 1/2", OK),  # mixed number in plain text
+    ("\\frac{7}{2}", "7/2", OK),
+    ("\\frac{6}{8}", "\\frac34", OK),
+    ("\\dfrac{2}{3}", "\\tfrac{2}{3}", OK),
+    ("\\frac{\\sqrt{3}}{2}", "\\frac{1}{2}\\sqrt{3}", OK),
+    ("2\\sqrt{2}", "\\sqrt{8}", OK),
+    ("\\frac{1}{\\sqrt{2}}", "\\frac{\\sqrt{2}}{2}", OK),
+    ("(x+1)^2", "x^2 + 2x + 1", OK),
+    ("(x+1)^2", "x^2 + 1", WRONG),
+    ("e^{0} + \\ln e", "2", OK),
+    ("\\log_2 8", "3", OK),
+    ("\\binom{5}{2}", "10", OK),
+    ("2^{10}", "1024", OK),
+    ("\\frac{1}{2^{99}}", "2^{-99}", OK),
+]
+
+SETS_TUPLES_INTERVALS = [
+    ("\\{1, 2, 3\\}", "\\{3, 1, 2\\}", OK),  # sets are unordered
+    ("\\{1, 2, 3\\}", "\\{1, 2\\}", WRONG),
+    ("1, 2, 3", "3, 2, 1", OK),
+    ("\\{3, 5\\}", "3,5", OK),  # a comma list is a set when the gold is one
+    ("(1, 2, 3)", "(1, 2, 3)", OK),
+    ("(1, 2, 3)", "(3, 2, 1)", WRONG),  # tuples are ordered
+    ("(1, 2)", "(2, 1)", WRONG),
+    ("\\{\\frac{1}{3}, 2\\}", "\\{2, 0.333333\\}", OK),
+    ("[1, 2)", "[1, 2)", OK),
+    ("[1, 2)", "[1, 2]", WRONG),
+    ("(-\\infty, 3]", "(-\\infty, 3]", OK),
+    # Like Math-Verify: a relation is compared to a set only when the *answer* is the set.
+    ("(-\\infty, 3]", "x \\le 3", WRONG),
+    ("(0, \\infty)", "(0, +\\infty)", OK),
+    ("(1,2) \\cup (3,4)", "(3,4) \\cup (1,2)", OK),
+    ("\\pm 2", "\\{-2, 2\\}", OK),
+    ("\\pm 2021", "2021", WRONG),
+]
+
+MATRICES = [
+    ("\\begin{pmatrix}1&2\\\\3&4\\end{pmatrix}", "\\begin{pmatrix}1 & 2 \\\\ 3 & 4\\end{pmatrix}", OK),
+    ("\\begin{pmatrix}1&2\\\\3&4\\end{pmatrix}", "\\begin{bmatrix}1&2\\\\3&4\\end{bmatrix}", OK),
+    ("\\begin{pmatrix}1&2\\\\3&4\\end{pmatrix}", "\\begin{pmatrix}1&2\\\\4&3\\end{pmatrix}", WRONG),
+    ("\\begin{pmatrix}\\frac12\\\\1\\end{pmatrix}", "\\begin{pmatrix}0.5\\\\1\\end{pmatrix}", OK),
+    ("\\begin{pmatrix}1\\\\2\\end{pmatrix}", "\\begin{pmatrix}1&2\\end{pmatrix}", WRONG),
+]
+
+EQUATIONS_INEQUALITIES = [
+    ("x = 3", "3", OK),
+    ("3", "x = 3", OK),
+    ("x = 3", "x = 3", OK),
+    ("x = 3", "x = 4", WRONG),
+    ("y = 2x + 1", "y = 1 + 2x", OK),
+    ("y = 2x + 1", "y = 2x - 1", WRONG),
+    ("2x + 4y - 3 = 0", "y = -\\frac{1}{2}x + \\frac{3}{4}", OK),
+    ("3x - y + 13 = 0", "6x - 2y + 26 = 0", OK),  # the same line, scaled
+    ("x < 3", "x < 3", OK),
+    ("x < 3", "3 > x", OK),  # flipped
+    ("x < 3", "x \\le 3", WRONG),
+    ("1 < x \\le 2", "(1, 2]", OK),
+    ("x \\ge 5", "[5, \\infty)", OK),
+]
+
+UNITS_PERCENT_CURRENCY = [
+    ("5", "5 \\text{ cm}", OK),
+    ("5", "5\\,\\mathrm{cm}", OK),
+    ("12", "12 \\text{ meters}", OK),
+    ("90", "90^\\circ", OK),
+    ("18", "\\$18", OK),
+    ("18.50", "\\$18.50", OK),
+    ("50\\%", "50", OK),
+    ("50\\%", "0.5", OK),
+    ("50\\%", "50\\%", OK),
+    ("50\\%", "40\\%", WRONG),
+    ("12.5\\%", "12.5", OK),
+]
+
+TEXT_AND_CHOICES = [
+    ("\\text{Paris}", "Paris", OK),
+    ("Paris", "\\text{paris}", OK),
+    ("Paris", "sirap", WRONG),  # not a commutative product of letters
+    ("\\text{no solution}", "No solution.", OK),
+    ("\\text{even}", "\\text{odd}", WRONG),
+    ("yes", "Yes", OK),
+    ("B", "B", OK),
+    ("B", "(B)", OK),
+    ("B", "b", OK),
+    ("B", "\\text{(B)}", OK),
+    ("B", "B) 42", OK),
+    ("(C)", "C", OK),
+    ("B", "C", WRONG),
+    ("B", "42", WRONG),
+]
+
+
+@pytest.mark.parametrize(
+    ("gold", "answer", "expected"),
+    NUMBERS
+    + FRACTIONS_AND_SYMBOLIC
+    + SETS_TUPLES_INTERVALS
+    + MATRICES
+    + EQUATIONS_INEQUALITIES
+    + UNITS_PERCENT_CURRENCY
+    + TEXT_AND_CHOICES,
+)
+def test_equivalence(gold: str, answer: str, expected: str) -> None:
+    check(boxed(answer), gold, expected)
+
+
+@pytest.mark.parametrize(
+    ("gold", "completion", "expected"),
+    [
+        ("$\\frac{1}{2}$", "\\boxed{0.5}", OK),  # gold with delimiters
+        ("\\boxed{12}", "The answer is 12", OK),  # gold with a box
+        ("\\(x^2\\)", "<answer>x^2</answer>", OK),
+        ("B", "The correct option is (B).", NONE),  # no answer phrase, no math, no number
+        ("B", "The answer is (B).", OK),
+        ("B", "Answer: B", OK),
+        ("17", "Answer: 17 apples", OK),
+        ("1,234", "The total is 1234 dollars.", OK),
+    ],
+)
+def test_ground_truth_forms_and_non_boxed_answers(gold: str, completion: str, expected: str) -> None:
+    check(completion, gold, expected)
+
+
+def test_float_tolerance_is_relative_and_configurable() -> None:
+    check(boxed("100.5"), "100", WRONG)
+    check(boxed("100.5"), "100", OK, float_tolerance=1e-2)
+    check(boxed("1.0000001"), "1", OK)
+    check(boxed("1.00001"), "1", WRONG)
+
+
+# --------------------------------------------------------------------------------------------
+# Math-Verify false positives that are rejected here
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("gold", "answer"),
+    [
+        ("\\frac{1}{2004!}", "\\frac{1}{2006!}"),  # Math-Verify #14: tiny values chopped to 0
+        ("\\frac{1}{2^{99}}", "\\frac{1}{2^{98}}"),  # #14
+        ("10^{-20}", "2 \\cdot 10^{-20}"),
+        ("1e-20", "3e-20"),
+        ("0.0000001", "0.0000002"),  # absolute round(6) would call these equal
+        ("\\frac{2^{2005}+1}{3 \\cdot 2^{2006}}", "\\frac{1}{3 \\cdot 2^{2006}}"),  # #14
+        ("2^{1000}", "2^{1000} + 1"),
+        ("4", "4\\sqrt(2)"),  # #41: \sqrt(2) was normalised to a LaTeX line break
+        ("3*x-1*y+13=0", "3x + 4y + 14=0"),  # #60: both plain-text lines parsed as "0"
+        ("x + y = 1", "x - y = 1"),
+        ("n=2, 3, 4", "n=1, 2, 3"),  # #14: set right-hand sides
+        ("D = (0, 1)", "D = (0, 1.5)"),  # #14
+        ("1 - \\frac{1}{e}", "1 + \\frac{1}{e}"),  # #14
+        ("Paris", "sirap"),
+    ],
+)
+def test_math_verify_false_positives_are_rejected(gold: str, answer: str) -> None:
+    check(boxed(answer), gold, WRONG)
+
+
+@pytest.mark.parametrize(
+    ("gold", "answer"),
+    [
+        ("\\frac{1}{2004!}", "\\frac{1}{2004!}"),
+        ("\\frac{1}{2^{99}}", "\\frac{1}{2^{99}}"),
+        ("4\\sqrt{2}", "4\\sqrt(2)"),
+        ("3*x-1*y+13=0", "3x - y + 13 = 0"),
+        ("n=2, 3, 4", "n=4, 3, 2"),
+        ("10^{-20}", "1e-20"),
+    ],
+)
+def test_fixed_cases_still_accept_the_right_answer(gold: str, answer: str) -> None:
+    check(boxed(answer), gold, OK)
+
+
+# --------------------------------------------------------------------------------------------
+# Hostile inputs: clean status, quickly (the pytest-timeout marker is the time bound)
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize(
+    "completion",
+    [
+        boxed("__import__('os').system('touch /tmp/sandboxd_math_pwned')"),
+        "The answer is __import__('os').system('touch /tmp/sandboxd_math_pwned')",
+        boxed("9^{9^{9^{9}}}"),
+        boxed("10^{10^{10}}"),
+        boxed("(10^{9})!"),
+        boxed("1e999999999"),
+        boxed("1" * 100_000),
+        "The answer is " + "9" * 100_000,
+        "9" * 100_000,
+        boxed("{" * 60 + "1" + "}" * 60),
+        boxed("(" * 200 + "1" + ")" * 200),
+        boxed("\\frac{" * 50 + "1" + "}{2}" * 50),
+        boxed("\\{" * 30 + "1" + "\\}" * 30),
+        boxed("1+" * 5_000 + "1"),
+        "\\boxed{" * 10_000,
+        "$" * 50_000,
+        "<answer>" * 10_000,
+        "<answer>" * 10_000 + "</answer>" * 10_000,
+        "\\(" * 30_000,
+        "The answer is " + "\\(" * 30_000,
+        "The answer is " + "\\[" * 30_000 + "\n" * 10,
+        "Answer: " * 20_000,
+        boxed("\\begin{pmatrix}" * 20),
+        boxed("\x00\x01\ud800"),
+    ],
+)
+def test_hostile_inputs_end_in_a_clean_status(completion: str) -> None:
+    result = mathv.verify(completion, "3")
+    assert result["status"] in (WRONG, NONE)
+    assert json.dumps(result)
+    assert not os.path.exists("/tmp/sandboxd_math_pwned")
+
+
+@pytest.mark.timeout(20)
+def test_hostile_ground_truth_is_refused_cleanly() -> None:
+    result = mathv.verify(boxed("3"), "9^{9^{9^{9}}}")
+    assert result["status"] == WRONG
+
+
+@pytest.mark.timeout(20)
+def test_identical_huge_towers_match_structurally() -> None:
+    check(boxed("9^{9^{9^{9}}}"), "9^{9^{9^{9}}}", OK)
+
+
+def test_no_alarm_signal_is_installed() -> None:
+    import signal
+
+    # pytest-timeout may have its own alarm armed: observe it, never cancel it.
+    handler_before = signal.getsignal(signal.SIGALRM)
+    armed_before = signal.getitimer(signal.ITIMER_REAL)[0] > 0
+    mathv.verify(boxed("\\frac{1}{2}"), "0.5")
+    mathv.verify(boxed("\\{1, 2\\}"), "\\{2, 1\\}")
+    assert signal.getsignal(signal.SIGALRM) is handler_before
+    assert (signal.getitimer(signal.ITIMER_REAL)[0] > 0) == armed_before
+
+
+# --------------------------------------------------------------------------------------------
+# Threads and event loops (Math-Verify's default SIGALRM timeouts fail outside the main thread)
+# --------------------------------------------------------------------------------------------
+
+THREAD_CASES = [
+    (boxed("\\frac{1}{2}"), "0.5", OK),
+    (boxed("\\{1,2\\}"), "\\{2,1\\}", OK),
+    (boxed("x = 4"), "3", WRONG),
+]
+
+
+def test_works_in_a_non_main_thread() -> None:
+    results: dict[int, list[str]] = {}
+    errors: list[BaseException] = []
+
+    def run(idx: int) -> None:
+        try:
+            results[idx] = [mathv.verify(c, g)["status"] for c, g, _ in THREAD_CASES]
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors
+    expected = [e for _, _, e in THREAD_CASES]
+    assert results == {i: expected for i in range(3)}
+
+
+async def test_works_via_asyncio_to_thread() -> None:
+    results = await asyncio.gather(*(asyncio.to_thread(mathv.verify, c, g) for c, g, _ in THREAD_CASES))
+    assert [r["status"] for r in results] == [e for _, _, e in THREAD_CASES]
+
+
+async def test_works_directly_inside_a_running_loop() -> None:
+    asyncio.get_running_loop()
+    for completion, gold, expected in THREAD_CASES:
+        assert mathv.verify(completion, gold)["status"] == expected
+
+
+def test_float_tolerance_does_not_leak_between_threads() -> None:
+    out: dict[str, str] = {}
+
+    def loose() -> None:
+        out["loose"] = mathv.verify(boxed("100.5"), "100", float_tolerance=1e-2)["status"]
+
+    t = threading.Thread(target=loose)
+    t.start()
+    t.join(timeout=60)
+    out["strict"] = mathv.verify(boxed("100.5"), "100")["status"]
+    assert out == {"loose": OK, "strict": WRONG}
