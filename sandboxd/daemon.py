@@ -89,10 +89,11 @@ class Daemon:
                 counter = metrics.SANDBOX_STARTS.labels(pool.name, method)
                 counter.inc(count - counter._value.get())
                 metrics.SANDBOX_READY_SECONDS.labels(pool.name, method).set(pool.last_ready_seconds[method])
-        # SERVING from the first warm sandbox until shutdown: a pool that is
+        # SERVING once every pool has a warm sandbox, until shutdown: a pool that is
         # refilling after losses still queues jobs, and clients that health
         # check would otherwise fail fast on a daemon that is merely busy.
-        if not self.serving and not self.stopping and any(pool.ready for pool in self.pools.values()):
+        warm = all(pool.ready or not pool.config.pool.min_size for pool in self.pools.values())
+        if not self.serving and not self.stopping and self.pools and warm:
             self.serving = True
             for service in ("", "sandboxd.v1.Jobs"):
                 asyncio.ensure_future(self.health.set(service, health_pb2.HealthCheckResponse.SERVING))

@@ -45,7 +45,7 @@ MAINTAIN_INTERVAL_SECONDS = 0.5
 RESTORE_FAILURES_BEFORE_COLD = 3
 # Modules the agent imports before the snapshot, so every worker forks warm.
 WARM_MODULES = {
-    "python": "sandboxd.verifiers.code,sandboxd.verifiers.pyharness",
+    "python": "sandboxd.verifiers.code,sandboxd.verifiers.pyharness,sandboxd.verifiers.math",
     "langs": "sandboxd.verifiers.code,sandboxd.verifiers.pyharness",
 }
 
