@@ -8,6 +8,7 @@ in a thread (asyncio.to_thread) so the event loop never waits on Docker.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -149,10 +150,8 @@ class DockerBackend:
         shutil.copytree(source, target, dirs_exist_ok=True)
 
     def remove(self, container_id: str) -> None:
-        try:
+        with contextlib.suppress(docker.errors.NotFound):
             self.api.remove_container(container_id, force=True, v=True)
-        except docker.errors.NotFound:
-            pass
 
     def is_running(self, container_id: str) -> bool:
         try:

@@ -64,6 +64,7 @@ class Daemon:
         self.server: grpc.aio.Server | None = None
         self.serving = False
         self.stopping = False
+        self._background: set[asyncio.Future[None]] = set()
 
     def check_ready(self) -> None:
         if not self.serving:
@@ -96,7 +97,9 @@ class Daemon:
         if not self.serving and not self.stopping and self.pools and warm:
             self.serving = True
             for service in ("", "sandboxd.v1.Jobs"):
-                asyncio.ensure_future(self.health.set(service, health_pb2.HealthCheckResponse.SERVING))
+                task = asyncio.ensure_future(self.health.set(service, health_pb2.HealthCheckResponse.SERVING))
+                self._background.add(task)
+                task.add_done_callback(self._background.discard)
 
     async def _bind(self, server: grpc.aio.Server) -> list[str]:
         addresses = []

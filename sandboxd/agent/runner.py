@@ -10,6 +10,7 @@ answers.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import os
@@ -41,6 +42,9 @@ KILL_GRACE_SECONDS = 5.0
 # Output still buffered in a pipe when the run's processes are gone is read
 # for at most this long.
 DRAIN_SECONDS = 1.0
+# Workers forked ahead of need, per sandbox; each is a copy-on-write view of
+# the zygote that costs page tables, not pages, while it waits.
+SPARE_WORKERS = 2
 
 
 class SandboxDamaged(Exception):
@@ -175,6 +179,9 @@ class Zygote:
         self._exits: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.alive = True
+        self._spares: list[tuple[int, socket.socket, asyncio.Future[dict[str, Any]]]] = []
+        self._refilling = 0
+        self._background: set[asyncio.Future[None]] = set()
         sock.setblocking(False)
         asyncio.get_running_loop().add_reader(sock, self._on_readable)
 
@@ -212,15 +219,41 @@ class Zygote:
     def send(self, message: dict[str, Any]) -> None:
         self._sock.send(json.dumps(message).encode())
 
-    async def fork(self, uid: int) -> tuple[int, socket.socket, asyncio.Future[dict[str, Any]]]:
+    async def fork(self) -> tuple[int, socket.socket, asyncio.Future[dict[str, Any]]]:
         if not self.alive:
             raise SandboxDamaged("zygote exited")
         tag = next(self._tags)
         future: asyncio.Future[tuple[int, int]] = asyncio.get_running_loop().create_future()
         self._forks[tag] = future
-        self.send({"op": "fork", "tag": tag, "uid": uid})
+        self.send({"op": "fork", "tag": tag})
         pid, fd = await future
         return pid, socket.socket(fileno=fd), self._exit_future(pid)
+
+    async def take(self) -> tuple[int, socket.socket, asyncio.Future[dict[str, Any]]]:
+        """A waiting worker: a spare if one is ready (the fork is then off the job's path)."""
+        while self._spares:
+            pid, channel, exited = self._spares.pop()
+            if not exited.done():
+                self._refill()
+                return pid, channel, exited
+            channel.close()
+        self._refill()
+        return await self.fork()
+
+    def _refill(self) -> None:
+        if self.alive and len(self._spares) + self._refilling < SPARE_WORKERS:
+            self._refilling += 1
+            task = asyncio.ensure_future(self._fork_spare())
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    async def _fork_spare(self) -> None:
+        try:
+            self._spares.append(await self.fork())
+        except SandboxDamaged:
+            pass
+        finally:
+            self._refilling -= 1
 
     def forget(self, pid: int) -> None:
         self._exits.pop(pid, None)
@@ -249,10 +282,8 @@ def kill_uid(uid: int, reap: Callable[[], None]) -> None:
             if state in (b"Z", b"X"):
                 continue
             alive = True
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(int(name), signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         reap()
         if not alive:
             return
@@ -289,7 +320,7 @@ class Runner:
 
     async def run(self, spec: RunSpec) -> RunOutcome:
         loop = asyncio.get_running_loop()
-        pid, channel, exited = await self.zygote.fork(spec.uid)
+        pid, channel, exited = await self.zygote.take()
         stdin_fd = os.memfd_create("stdin", os.MFD_CLOEXEC)
         os.write(stdin_fd, spec.stdin)
         os.lseek(stdin_fd, 0, os.SEEK_SET)
@@ -299,6 +330,7 @@ class Runner:
         if spec.peer is not None:
             fds.append(spec.peer.fileno())
         job = {
+            "uid": spec.uid,
             "mode": spec.mode,
             "cwd": spec.cwd,
             "env": spec.env,

@@ -1,7 +1,8 @@
 """What a worker process does between its fork from the zygote and its exit.
 
-A worker drops to its own uid before it reads a byte of the job, so nothing
-the job does runs with the zygote's privileges. The job arrives over the
+Workers are forked before they are needed (a fork costs about a millisecond
+here) and wait as root; a worker takes the job's uid right after parsing the
+job's frame, so nothing the job does runs with the zygote's privileges. The job arrives over the
 worker's control channel together with the file descriptors it should use
 (stdin as a memfd, stdout and stderr as pipes the controller reads, and for
 the two-process Python harness the socket to the other side).
@@ -14,6 +15,7 @@ its pipes, and the controller judges both from outside.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import ctypes
 import json
 import os
@@ -36,18 +38,25 @@ MAX_FDS_PER_JOB = 8
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
-def main(channel: socket.socket, uid: int) -> NoReturn:
-    """Entry point in the freshly forked child of the zygote."""
+def main(channel: socket.socket) -> NoReturn:
+    """Entry point in a child of the zygote, forked ahead of need.
+
+    The worker waits as root in the zygote's clean state. The job's frame is
+    parsed by this code alone; the worker then takes the job's uid before
+    anything of the job runs.
+    """
     try:
-        os.setsid()
-        os.setgroups([])
-        os.setresgid(uid, uid, uid)
-        os.setresuid(uid, uid, uid)
-        # Set after the uid change: the kernel clears it on credential changes.
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
         job, fds = _receive_job(channel)
+        uid = int(job["uid"])
+        os.setsid()
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+        # Again: the kernel clears it on a credential change.
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         _reseed()
         _apply_limits(job.get("rlimits", {}))
         os.umask(0o077)
@@ -143,10 +152,8 @@ def _install_stdio(fds: list[int]) -> None:
 
 def _flush_and_exit(status: int) -> NoReturn:
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(BaseException):
             stream.flush()
-        except BaseException:
-            pass
     os._exit(status)
 
 
@@ -202,10 +209,8 @@ def _run_trusted(mode: str, job: dict[str, Any], channel: socket.socket, fds: li
         send_frame(channel, {"result": result})
     except BaseException as exc:
         traceback.print_exc()
-        try:
+        with contextlib.suppress(OSError):
             send_frame(channel, {"error": f"{type(exc).__name__}: {exc}"[:2000]})
-        except OSError:
-            pass
         _flush_and_exit(HARNESS_FAILURE_EXIT)
     _flush_and_exit(0)
 

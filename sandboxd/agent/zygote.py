@@ -10,6 +10,7 @@ how a run ended without trusting anything the run said.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -54,10 +55,8 @@ def _serve(control: socket.socket, wake_read: int) -> None:
     while True:
         readable, _, _ = select.select([control, wake_read], [], [])
         if wake_read in readable:
-            try:
+            with contextlib.suppress(BlockingIOError):
                 os.read(wake_read, 4096)
-            except BlockingIOError:
-                pass
             _reap(control)
         if control in readable:
             data = control.recv(MESSAGE_BYTES)
@@ -79,7 +78,7 @@ def _fork_worker(control: socket.socket, request: dict, wake_read: int) -> None:
         ours.close()
         os.close(wake_read)
 
-        worker.main(theirs, request["uid"])
+        worker.main(theirs)
     theirs.close()
     reply = json.dumps({"op": "forked", "tag": request["tag"], "pid": pid}).encode()
     socket.send_fds(control, [reply], [ours.fileno()])

@@ -6,7 +6,6 @@ import json
 from typing import Any
 
 import grpc
-
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
 

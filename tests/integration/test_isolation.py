@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import grpc
 import pytest
-
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
+
 from tests.integration import helpers
 
 pytestmark = pytest.mark.docker

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import grpc
 import pytest
-
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
+
 from tests.conftest import DaemonProcess, docker_available
 from tests.integration import helpers
 

