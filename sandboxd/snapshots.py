@@ -14,6 +14,7 @@ job's path. Restore failures fall back to cold starts, and `state` says why.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import hashlib
 import json
 import shutil
@@ -24,6 +25,7 @@ from pathlib import Path
 from sandboxd.backend import DockerBackend
 
 CHECKPOINT_NAME = "warm"
+COMPLETE_MARKER = "complete"
 
 
 def criu_problem() -> str:
@@ -82,25 +84,38 @@ class SnapshotStore:
             return
         async with self._lock:
             folder = self._root / key
-            if (folder / CHECKPOINT_NAME / "inventory.img").exists():
-                self.path, self.state = folder / CHECKPOINT_NAME, "ready"
-                return
-            self.state = "building"
-            shutil.rmtree(folder, ignore_errors=True)
-            folder.mkdir(parents=True)
-            container_id = ""
+            self._root.mkdir(parents=True, exist_ok=True)
+            # Daemons sharing a state dir (two on one node, tests) must not
+            # build one key at once: the second would delete the first's work.
+            lock_file = open(self._root / f"{key}.lock", "w")  # noqa: SIM115 - held across awaits
             try:
-                container_id = await make_template()
-                await asyncio.to_thread(self._backend.checkpoint, container_id, CHECKPOINT_NAME, str(folder),
-                                        exit_after=True)
-            except Exception as exc:
-                shutil.rmtree(folder, ignore_errors=True)
-                self.fail(f"checkpoint failed: {exc}")
-                return
+                await asyncio.to_thread(fcntl.flock, lock_file, fcntl.LOCK_EX)
+                await self._build(folder, make_template)
             finally:
-                if container_id:
-                    await asyncio.to_thread(self._backend.remove, container_id)
+                lock_file.close()
+
+    async def _build(self, folder: Path, make_template: Callable[[], Awaitable[str]]) -> None:
+        if (folder / COMPLETE_MARKER).exists():
             self.path, self.state = folder / CHECKPOINT_NAME, "ready"
+            return
+        self.state = "building"
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        container_id = ""
+        try:
+            container_id = await make_template()
+            await asyncio.to_thread(self._backend.checkpoint, container_id, CHECKPOINT_NAME, str(folder),
+                                    exit_after=True)
+        except Exception as exc:
+            shutil.rmtree(folder, ignore_errors=True)
+            self.fail(f"checkpoint failed: {exc}")
+            return
+        finally:
+            if container_id:
+                await asyncio.to_thread(self._backend.remove, container_id)
+        # Written last: a dump interrupted half-way is rebuilt, never restored.
+        (folder / COMPLETE_MARKER).touch()
+        self.path, self.state = folder / CHECKPOINT_NAME, "ready"
 
     def fail(self, why: str) -> None:
         """A restore or checkpoint failed: fall back to cold starts for good."""

@@ -1,0 +1,178 @@
+"""`math`: pairs/s of sandboxd's math verifier (batch) vs Math-Verify in-process, one thread.
+
+The pairs are generated (seeded) to mix what math RL datasets hold: plain
+integers and decimals, fractions written several ways, LaTeX expressions
+(roots, pi, polynomials), sets and intervals, about a fifth of them wrong.
+The baseline is Math-Verify as its README uses it, in this process, one
+thread: `verify(parse(gold), parse(completion))`, with `$...$` around the
+gold. Both sides check the same pairs in rounds that alternate which goes
+first; their verdicts are compared with each other and with the label the
+generator meant.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Any
+
+from bench.common import BenchResult, Target, fmt, fmt_ratio, log, python_pool, ratio
+
+SEED = 20240601
+PHRASES = [
+    "Putting it together, the answer is $\\boxed{{{}}}$.",
+    "So we get \\boxed{{{}}}.",
+    "Therefore the final answer is $\\boxed{{{}}}$",
+    "Adding the cases gives a total of $\\boxed{{{}}}$ ways.",
+]
+
+
+def _fraction_forms(rng: random.Random) -> tuple[str, list[str], str]:
+    q = rng.choice([2, 3, 4, 5, 6, 7, 8, 9, 12])
+    p = rng.choice([k for k in range(1, 3 * q) if k % q])
+    from math import gcd
+
+    g = gcd(p, q)
+    p, q = p // g, q // g
+    gold = f"\\frac{{{p}}}{{{q}}}"
+    forms = [f"\\frac{{{p}}}{{{q}}}", f"\\dfrac{{{p}}}{{{q}}}", f"{p}/{q}", f"\\frac{{{2 * p}}}{{{2 * q}}}"]
+    if q in (2, 4, 5, 8):
+        forms.append(f"{p / q:g}")
+    wrong = f"\\frac{{{p + 1}}}{{{q}}}"
+    return gold, forms, wrong
+
+
+def make_pairs(n: int) -> list[dict[str, Any]]:
+    """n (completion, ground truth, expected verdict) triples, deterministic."""
+    rng = random.Random(SEED)
+    pairs: list[dict[str, Any]] = []
+    while len(pairs) < n:
+        kind = rng.choice(["integer", "integer", "decimal", "fraction", "fraction", "expression", "expression",
+                           "set", "interval"])
+        if kind == "integer":
+            value = rng.randint(-50, 5000)
+            gold, forms, wrong = str(value), [str(value), f"{value:,}" if value >= 1000 else str(value)], \
+                str(value + rng.choice([-2, -1, 1, 3, 10]))
+        elif kind == "decimal":
+            value = rng.randint(1, 9999) / 100
+            gold, forms, wrong = f"{value:g}", [f"{value:g}", f"{value:.2f}"], f"{value + 0.5:g}"
+        elif kind == "fraction":
+            gold, forms, wrong = _fraction_forms(rng)
+        elif kind == "expression":
+            a, b = rng.randint(2, 9), rng.choice([2, 3, 5, 6, 7])
+            choice = rng.randrange(4)
+            if choice == 0:
+                gold, forms, wrong = f"{a}\\sqrt{{{b}}}", [f"{a}\\sqrt{{{b}}}", f"\\sqrt{{{a * a * b}}}"], \
+                    f"{a + 1}\\sqrt{{{b}}}"
+            elif choice == 1:
+                gold, forms, wrong = f"\\frac{{{a}\\pi}}{{{b}}}", [f"\\frac{{{a}\\pi}}{{{b}}}",
+                                                                    f"{a}\\pi/{b}"], f"\\frac{{{a}\\pi}}{{{b + 1}}}"
+            elif choice == 2:
+                gold = f"x^2+{2 * a}x+{a * a}"
+                forms, wrong = [f"(x+{a})^2", f"x^2 + {2 * a}x + {a * a}"], f"(x+{a + 1})^2"
+            else:
+                gold, forms, wrong = f"{a}+{b}i", [f"{a}+{b}i", f"{b}i+{a}"], f"{a}-{b}i"
+        elif kind == "set":
+            items = sorted(rng.sample(range(-9, 20), rng.randint(2, 4)))
+            shuffled = items[:]
+            rng.shuffle(shuffled)
+            gold = "\\{" + ", ".join(map(str, items)) + "\\}"
+            forms = ["\\{" + ",".join(map(str, shuffled)) + "\\}", ", ".join(map(str, items))]
+            wrong = "\\{" + ", ".join(map(str, items[:-1] + [items[-1] + 1])) + "\\}"
+        else:
+            lo, hi = sorted(rng.sample(range(-10, 10), 2))
+            gold = f"({lo}, {hi}]"
+            forms, wrong = [f"({lo},{hi}]", f"\\left({lo}, {hi}\\right]"], f"[{lo}, {hi}]"
+        correct = rng.random() >= 0.2
+        answer = rng.choice(forms) if correct else wrong
+        completion = f"We work through the problem step by step. {rng.choice(PHRASES).format(answer)}"
+        pairs.append({"kind": kind, "completion": completion, "ground_truth": gold, "expected": correct})
+    return pairs
+
+
+def math_verify_check(completion: str, gold: str) -> bool:
+    from math_verify import parse, verify
+
+    return bool(verify(parse(f"${gold}$"), parse(completion)))
+
+
+def run(client: Any, *, quick: bool, pairs: int | None = None) -> BenchResult:
+    from sandboxd_client import math_job
+
+    total = pairs or (100 if quick else 500)
+    rounds = 2 if quick else 4
+    items = make_pairs(total)
+    jobs = [math_job(p["completion"], p["ground_truth"]) for p in items]
+    chunk = -(-total // rounds)
+    spans = [(start, min(total, start + chunk)) for start in range(0, total, chunk)]
+
+    # Warm-up: Math-Verify's first calls import sympy and compile its grammars;
+    # sandboxd's pool should be at its batch-hinted size, as during training.
+    t0 = time.perf_counter()
+    for p in items[:20]:
+        math_verify_check(p["completion"], p["ground_truth"])
+    warm_inprocess = time.perf_counter() - t0
+    client.set_batch_hint(chunk)
+    client.score_batch(jobs[:20])
+    log(f"math: warm-up done (Math-Verify's first 20 pairs took {warm_inprocess:.2f} s)")
+
+    seconds = {"sandboxd": 0.0, "math_verify": 0.0}
+    verdicts: dict[str, list[bool]] = {"sandboxd": [False] * total, "math_verify": [False] * total}
+    infra = 0
+    for r, (lo, hi) in enumerate(spans):
+        order = ["sandboxd", "math_verify"] if r % 2 == 0 else ["math_verify", "sandboxd"]
+        for side in order:
+            t0 = time.perf_counter()
+            if side == "sandboxd":
+                results = client.score_batch(jobs[lo:hi])
+                elapsed = time.perf_counter() - t0
+                for offset, x in enumerate(results):
+                    verdicts["sandboxd"][lo + offset] = x.ok and x.reward == 1.0
+                    infra += int(x.is_infrastructure_failure)
+            else:
+                for offset, p in enumerate(items[lo:hi]):
+                    verdicts["math_verify"][lo + offset] = math_verify_check(p["completion"], p["ground_truth"])
+                elapsed = time.perf_counter() - t0
+            seconds[side] += elapsed
+        log(f"math: round {r + 1}/{len(spans)}: sandboxd {hi / seconds['sandboxd']:.0f} pairs/s, "
+            f"Math-Verify {hi / seconds['math_verify']:.0f} pairs/s (cumulative)")
+    pool = python_pool(client.pool_status())
+    client.set_batch_hint(0)
+
+    rate = {side: total / s for side, s in seconds.items()}
+    speedup = ratio(rate["sandboxd"], rate["math_verify"])
+    expected = [p["expected"] for p in items]
+    accuracy = {side: sum(v == e for v, e in zip(vs, expected)) / total for side, vs in verdicts.items()}
+    agreement = sum(a == b for a, b in zip(verdicts["sandboxd"], verdicts["math_verify"])) / total
+    disagreements = [
+        {"completion": items[i]["completion"], "ground_truth": items[i]["ground_truth"],
+         "expected": expected[i], "sandboxd": verdicts["sandboxd"][i], "math_verify": verdicts["math_verify"][i]}
+        for i in range(total) if verdicts["sandboxd"][i] != verdicts["math_verify"][i]
+    ]
+    result = BenchResult(
+        name="math",
+        title=f"math: {total} (completion, ground truth) pairs, throughput",
+        columns=["verifier", "pairs", "seconds", "pairs/s", "vs Math-Verify", "matches label"],
+    )
+    result.rows = [
+        ["Math-Verify in-process, 1 thread (no isolation)", str(total), fmt(seconds["math_verify"], 2),
+         fmt(rate["math_verify"], 1), "1.00x", f"{accuracy['math_verify']:.1%}"],
+        ["sandboxd score_batch (sync client)", str(total), fmt(seconds["sandboxd"], 2), fmt(rate["sandboxd"], 1),
+         fmt_ratio(speedup), f"{accuracy['sandboxd']:.1%}"],
+    ]
+    result.targets = [Target("math throughput", "no slower than Math-Verify in-process (>= 1.0x)",
+                             f"{speedup:.2f}x ({rate['sandboxd']:.0f} vs {rate['math_verify']:.0f} pairs/s)",
+                             speedup >= 1.0)]
+    result.notes.append(f"verdicts agree on {agreement:.1%} of pairs; {infra} infrastructure failures; "
+                        f"pool had {pool.get('ready')} ready sandboxes")
+    for d in disagreements[:3]:
+        result.notes.append(f"  disagree: gt={d['ground_truth']!r} completion=...{d['completion'][-40:]!r} "
+                            f"sandboxd={d['sandboxd']} math_verify={d['math_verify']} label={d['expected']}")
+    kinds: dict[str, int] = {}
+    for p in items:
+        kinds[p["kind"]] = kinds.get(p["kind"], 0) + 1
+    result.data = {"pairs": total, "rounds": len(spans), "kinds": kinds, "seconds": seconds, "pairs_per_s": rate,
+                   "accuracy_vs_label": accuracy, "agreement": agreement, "infrastructure_failures": infra,
+                   "disagreements": disagreements[:50], "pool": pool,
+                   "math_verify_warmup_seconds": warm_inprocess}
+    return result
