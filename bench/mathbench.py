@@ -51,8 +51,7 @@ def make_pairs(n: int) -> list[dict[str, Any]]:
                            "set", "interval"])
         if kind == "integer":
             value = rng.randint(-50, 5000)
-            gold, forms, wrong = str(value), [str(value), f"{value:,}" if value >= 1000 else str(value)], \
-                str(value + rng.choice([-2, -1, 1, 3, 10]))
+            gold, forms, wrong = str(value), [str(value), f"{value}.0"], str(value + rng.choice([-2, -1, 1, 3, 10]))
         elif kind == "decimal":
             value = rng.randint(1, 9999) / 100
             gold, forms, wrong = f"{value:g}", [f"{value:g}", f"{value:.2f}"], f"{value + 0.5:g}"
@@ -78,7 +77,7 @@ def make_pairs(n: int) -> list[dict[str, Any]]:
             rng.shuffle(shuffled)
             gold = "\\{" + ", ".join(map(str, items)) + "\\}"
             forms = ["\\{" + ",".join(map(str, shuffled)) + "\\}", ", ".join(map(str, items))]
-            wrong = "\\{" + ", ".join(map(str, items[:-1] + [items[-1] + 1])) + "\\}"
+            wrong = "\\{" + ", ".join(map(str, [*items[:-1], items[-1] + 1])) + "\\}"
         else:
             lo, hi = sorted(rng.sample(range(-10, 10), 2))
             gold = f"({lo}, {hi}]"
@@ -142,8 +141,8 @@ def run(client: Any, *, quick: bool, pairs: int | None = None) -> BenchResult:
     rate = {side: total / s for side, s in seconds.items()}
     speedup = ratio(rate["sandboxd"], rate["math_verify"])
     expected = [p["expected"] for p in items]
-    accuracy = {side: sum(v == e for v, e in zip(vs, expected)) / total for side, vs in verdicts.items()}
-    agreement = sum(a == b for a, b in zip(verdicts["sandboxd"], verdicts["math_verify"])) / total
+    accuracy = {side: sum(v == e for v, e in zip(vs, expected, strict=True)) / total for side, vs in verdicts.items()}
+    agreement = sum(a == b for a, b in zip(verdicts["sandboxd"], verdicts["math_verify"], strict=True)) / total
     disagreements = [
         {"completion": items[i]["completion"], "ground_truth": items[i]["ground_truth"],
          "expected": expected[i], "sandboxd": verdicts["sandboxd"][i], "math_verify": verdicts["math_verify"][i]}

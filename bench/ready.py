@@ -83,8 +83,8 @@ async def _measure(n: int) -> dict[str, Any]:
                     raise RuntimeError(f"asked for a {method} start, got {sandbox.started_by}")
                 out[f"{method}_s"].append(sandbox.ready_seconds)
                 started.append((method, sandbox, pool))
-            log(f"ready: {i + 1}/{n}: restore {fmt(out['restore_s'][-1] * 1000 if out['restore_s'] else float('nan'), 0)} ms, "
-                f"cold {fmt(out['cold_s'][-1] * 1000, 0)} ms")
+            last_restore = out["restore_s"][-1] * 1000 if out["restore_s"] else float("nan")
+            log(f"ready: {i + 1}/{n}: restore {fmt(last_restore, 0)} ms, cold {fmt(out['cold_s'][-1] * 1000, 0)} ms")
         # Idle memory: every sandbox just sat there; give the last one a moment too.
         await asyncio.sleep(SETTLE_SECONDS)
         log(f"ready: reading docker stats of {len(started)} idle sandboxes")

@@ -1,0 +1,162 @@
+"""Benchmarks for sandboxd, each against its baseline in the same run.
+
+    .venv/bin/python bench/run.py [--quick] [--only latency,ready,humaneval,math] [--address ADDR]
+
+Without --address it starts its own daemon (python pool only, defaults
+otherwise) on a temporary socket. Progress goes to stderr, the tables to
+stdout, and everything measured to bench/results/latest.json.
+See bench/README.md for what each benchmark does and what it compares.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+from datetime import UTC, datetime
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+# Run as a script, this folder is sys.path[0]: import the package from the
+# repository root instead, so no module here can shadow a standard one.
+if sys.path and Path(sys.path[0] or ".").resolve() == HERE:
+    sys.path.pop(0)
+sys.path.insert(0, str(HERE.parent))
+
+from bench.common import (  # noqa: E402
+    STATE_DIR,
+    BenchDaemon,
+    BenchResult,
+    format_table,
+    host_facts,
+    log,
+    python_pool,
+    wait_pool_settled,
+)
+
+BENCHMARKS = ["latency", "ready", "humaneval", "math"]
+RESULTS = HERE / "results"
+
+
+def _run_one(name: str, client, args: argparse.Namespace, metrics_url: str | None) -> BenchResult:
+    if name == "latency":
+        from bench import latency
+
+        return latency.run(client, quick=args.quick)
+    if name == "ready":
+        from bench import ready
+
+        return ready.run(client, quick=args.quick, metrics_url=metrics_url)
+    if name == "humaneval":
+        from bench import humaneval
+
+        return humaneval.run(client, quick=args.quick, jobs=args.humaneval_jobs)
+    if name == "math":
+        from bench import mathbench
+
+        return mathbench.run(client, quick=args.quick, pairs=args.math_pairs)
+    raise ValueError(name)
+
+
+def print_report(results: list[BenchResult], header: str) -> None:
+    print()
+    print(header)
+    for result in results:
+        print()
+        print(f"== {result.title}  ({result.seconds:.0f} s)")
+        if result.error:
+            print(f"  ERROR: {result.error}")
+            continue
+        for line in format_table(result.columns, result.rows):
+            print(line)
+        for note in result.notes:
+            print(f"  note: {note}")
+    targets = [t for r in results for t in r.targets]
+    if targets:
+        print()
+        print("== targets")
+        rows = [[t.name, t.goal, t.measured, t.to_dict()["result"]] for t in targets]
+        for line in format_table(["target", "goal", "measured", "result"], rows):
+            print(line)
+    sys.stdout.flush()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bench/run.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer runs and jobs (a smoke test, ~2 min)")
+    parser.add_argument("--only", default="", help=f"comma-separated subset of {', '.join(BENCHMARKS)}")
+    parser.add_argument("--address", default=None, help="use a running daemon instead of starting one")
+    parser.add_argument("--metrics", default=None,
+                        help="that daemon's Prometheus URL (e.g. http://127.0.0.1:9464/metrics), for `ready`")
+    parser.add_argument("--humaneval-jobs", type=int, default=None, help="default 1024 (128 with --quick)")
+    parser.add_argument("--math-pairs", type=int, default=None, help="default 500 (100 with --quick)")
+    parser.add_argument("--output", default=str(RESULTS / "latest.json"))
+    args = parser.parse_args(argv)
+
+    selected = [n.strip() for n in args.only.split(",") if n.strip()] or BENCHMARKS
+    unknown = [n for n in selected if n not in BENCHMARKS]
+    if unknown:
+        parser.error(f"unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(BENCHMARKS)}")
+
+    from sandboxd_client import SandboxClient
+
+    started = time.monotonic()
+    daemon: BenchDaemon | None = None
+    results: list[BenchResult] = []
+    report: dict = {
+        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "quick": args.quick, "benchmarks": selected, "host": host_facts(), "state_dir": STATE_DIR,
+    }
+    try:
+        if args.address:
+            address, metrics_url = args.address, args.metrics
+            log(f"using the daemon at {address}")
+        else:
+            daemon = BenchDaemon()
+            address, metrics_url = daemon.address, daemon.metrics_url
+            log(f"starting sandboxd on {daemon.socket} (state {STATE_DIR}; log {daemon.log_path})")
+            daemon.wait_serving()
+        client = SandboxClient(address, job_timeout=30.0)
+        info = client.info()
+        status = wait_pool_settled(client, timeout=300.0)
+        report["daemon"] = {"address": address, "version": info.version, "snapshots": info.snapshots,
+                            "snapshot_state": info.snapshot_state, "pool": python_pool(status)}
+        log(f"daemon {info.version} ready: pool {python_pool(status)}")
+        for name in selected:
+            log(f"--- {name}")
+            t0 = time.monotonic()
+            try:
+                result = _run_one(name, client, args, metrics_url)
+            except Exception as exc:  # one benchmark failing must not hide the others
+                traceback.print_exc()
+                result = BenchResult(name=name, title=name, columns=[], error=f"{type(exc).__name__}: {exc}")
+            result.seconds = time.monotonic() - t0
+            results.append(result)
+            log(f"--- {name} done in {result.seconds:.0f} s")
+        client.close()
+    finally:
+        if daemon is not None:
+            log("stopping the daemon")
+            daemon.stop()
+
+    report["seconds"] = round(time.monotonic() - started, 1)
+    report["results"] = {r.name: r.to_dict() for r in results}
+    report["targets"] = [t.to_dict() for r in results for t in r.targets]
+    output = Path(args.output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    if output.parent == RESULTS and not (RESULTS / ".gitignore").exists():
+        (RESULTS / ".gitignore").write_text("*\n!.gitignore\n")
+    output.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    host = report["host"]
+    print_report(results, f"sandboxd bench ({'quick' if args.quick else 'full'}): {host.get('cpus')} cores, "
+                          f"kernel {host.get('kernel')}, docker {host.get('docker')}; "
+                          f"total {report['seconds']:.0f} s; JSON: {output}")
+    return 1 if any(r.error for r in results) else 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())

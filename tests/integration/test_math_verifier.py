@@ -1,0 +1,88 @@
+"""Math jobs through the real daemon: answers, and hostile strings within the deadline."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
+from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
+
+from tests.integration import helpers
+
+pytestmark = pytest.mark.docker
+
+
+@pytest.mark.parametrize(
+    ("completion", "truth", "status"),
+    [
+        ("so the answer is \\boxed{\\frac{1}{2}}", "0.5", pb.STATUS_OK),
+        ("<answer>3,000</answer>", "3000", pb.STATUS_OK),
+        ("The answer is $x = 3$.", "3", pb.STATUS_OK),
+        ("\\boxed{\\{1, 2\\}}", "\\{2, 1\\}", pb.STATUS_OK),
+        ("\\boxed{\\frac{1}{2004!}}", "\\frac{1}{2006!}", pb.STATUS_WRONG_ANSWER),
+        ("\\boxed{4}", "4\\sqrt(2)", pb.STATUS_WRONG_ANSWER),
+        ("I could not solve it.", "7", pb.STATUS_NO_ANSWER),
+    ],
+)
+def test_verdicts(channel: grpc.Channel, completion: str, truth: str, status: int) -> None:
+    result = helpers.run(channel, helpers.math(completion, truth))
+    assert result.status == status, result.message
+    assert result.reward == (1.0 if status == pb.STATUS_OK else -1.0)
+
+
+def test_result_explains_itself(channel: grpc.Channel) -> None:
+    result = helpers.run(channel, helpers.math("First 1, then \\boxed{2} and finally \\boxed{42}", "42"))
+    assert result.math.extraction == "boxed"
+    assert result.math.extracted_answer == "42"
+    assert result.math.parsed_answer and result.math.parsed_ground_truth
+
+
+@pytest.mark.parametrize(
+    "completion",
+    [
+        "\\boxed{__import__('os').system('touch /tmp/pwned')}",
+        "\\boxed{9^{9^{9^{9}}}}",
+        "\\boxed{" + "9" * 100_000 + "}",
+        "\\boxed{" + "{" * 5000 + "1" + "}" * 5000 + "}",
+        "\\boxed{(((((((((((((((((((((((((((((((1)))))))))))))))))))))))))))))))}",
+    ],
+)
+def test_hostile_answers_fail_within_deadline(channel: grpc.Channel, completion: str) -> None:
+    result = helpers.run(channel, helpers.math(completion, "1", timeout=5), timeout=60)
+    assert result.status in (pb.STATUS_WRONG_ANSWER, pb.STATUS_TIMEOUT, pb.STATUS_NO_ANSWER)
+    assert result.reward == -1.0
+    assert result.timings.run_seconds < 30
+
+
+def test_batch_of_math_pairs(channel: grpc.Channel) -> None:
+    jobs = [helpers.math(f"\\boxed{{{n * 2}}}", str(n * 2 if n % 3 else n)) for n in range(60)]
+    for index, job in enumerate(jobs):
+        job.index = index
+    results = list(pb_grpc.JobsStub(channel).RunBatch(pb.RunBatchRequest(jobs=jobs), timeout=300))
+    assert sorted(r.index for r in results) == list(range(60))
+    for result in results:
+        expected_ok = result.index % 3 != 0 or result.index == 0
+        assert (result.status == pb.STATUS_OK) == expected_ok, (result.index, result.message)
+
+
+def test_metrics_endpoint(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import socket
+    import urllib.request
+
+    from tests.conftest import DaemonProcess
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    daemon = DaemonProcess(tmp_path, "metrics", extra_env={"SANDBOXD_SERVER_METRICS": f"127.0.0.1:{port}",
+                                                            "SANDBOXD_POOL_MIN_SIZE": "1"})
+    try:
+        daemon.wait_serving()
+        with grpc.insecure_channel(daemon.address) as channel:
+            helpers.run(channel, helpers.execute("print(1)"))
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    finally:
+        daemon.stop()
+    assert 'sandboxd_jobs_total{kind="execute",status="ok"}' in body
+    assert "sandboxd_job_duration_seconds_bucket" in body
+    assert "sandboxd_sandboxes" in body

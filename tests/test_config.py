@@ -1,0 +1,86 @@
+"""Configuration: defaults, TOML, environment, flags, and one-line errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sandboxd import config
+from sandboxd.errors import ConfigError
+
+
+def test_defaults_need_no_file() -> None:
+    loaded = config.load(environ={})
+    assert loaded.server.socket == "/run/sandboxd/sandboxd.sock"
+    assert loaded.pool.snapshots is True
+    assert loaded.limits.default_timeout_seconds <= loaded.limits.max_timeout_seconds
+
+
+def test_priority_file_then_environment_then_flags(tmp_path: Path) -> None:
+    file = tmp_path / "c.toml"
+    file.write_text("[pool]\nmin_size = 3\nmax_size = 8\n[server]\ntcp = '127.0.0.1:1'\n")
+    loaded = config.load(file, environ={"SANDBOXD_POOL_MIN_SIZE": "5"}, overrides={"pool.max_size": 12})
+    assert (loaded.pool.min_size, loaded.pool.max_size, loaded.server.tcp) == (5, 12, "127.0.0.1:1")
+
+
+def test_config_file_from_environment(tmp_path: Path) -> None:
+    file = tmp_path / "c.toml"
+    file.write_text("[pool]\nscale_to_zero = true\n")
+    assert config.load(environ={"SANDBOXD_CONFIG": str(file)}).pool.scale_to_zero is True
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("true", True), ("1", True), ("yes", True), ("off", False), ("0", False)],
+)
+def test_boolean_environment_values(value: str, expected: bool) -> None:
+    assert config.load(environ={"SANDBOXD_POOL_SNAPSHOTS": value}).pool.snapshots is expected
+
+
+def test_list_from_environment() -> None:
+    assert config.load(environ={"SANDBOXD_POOL_IMAGES": "python"}).pool.images == ["python"]
+
+
+def test_unrelated_prefixed_variables_are_ignored() -> None:
+    config.load(environ={"SANDBOXD_ADDRESS": "unix:///x", "SANDBOXD_SKIP_IMAGES": "1"})
+
+
+@pytest.mark.parametrize(
+    ("toml", "fragment"),
+    [
+        ("[pool]\nmin_sise = 1\n", "unknown key pool.min_sise"),
+        ("[pools]\nmin_size = 1\n", "unknown section 'pools'"),
+        ("[pool]\nmin_size = 'two'\n", "expected an integer"),
+        ("[pool]\nmin_size = 1.5\n", "expected an integer"),
+        ("[pool]\nsnapshots = 'maybe'\n", "expected true or false"),
+        ("[pool]\nmin_size = 10\nmax_size = 2\n", "pool.max_size"),
+        ("[limits]\ndefault_timeout_seconds = 500.0\n", "default_timeout_seconds"),
+        ("[server]\nlog_format = 'xml'\n", "log_format"),
+        ("pool = 3\n", "must be a [section]"),
+        ("[pool\n", "not valid TOML"),
+        ("[pool]\nimages = ['python', 'cobol']\n", "pool.images"),
+    ],
+)
+def test_invalid_file(tmp_path: Path, toml: str, fragment: str) -> None:
+    file = tmp_path / "c.toml"
+    file.write_text(toml)
+    with pytest.raises(ConfigError) as caught:
+        config.load(file, environ={})
+    assert fragment in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_missing_file() -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        config.load("/nonexistent/sandboxd.toml", environ={})
+
+
+def test_bad_environment_value_names_variable() -> None:
+    with pytest.raises(ConfigError, match="SANDBOXD_SANDBOX_CPUS"):
+        config.load(environ={"SANDBOXD_SANDBOX_CPUS": "lots"})
+
+
+def test_bad_flag_names_flag() -> None:
+    with pytest.raises(ConfigError, match="--max-size"):
+        config.load(environ={}, overrides={"pool.max_size": "x"})
