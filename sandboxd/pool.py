@@ -109,7 +109,6 @@ class Pool:
         self._start_slots = asyncio.Semaphore(config.pool.start_concurrency)
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
-        self._restore_lock = asyncio.Lock()
         self._restore_failures = 0
 
     # ---- sizing --------------------------------------------------------------
@@ -284,10 +283,7 @@ class Pool:
                 await asyncio.to_thread(self.backend.install_checkpoint, container_id, self.snapshots.path,
                                         CHECKPOINT_NAME)
                 try:
-                    # containerd commits a restored checkpoint's content by
-                    # digest; two clones of one checkpoint restored at once
-                    # race on that commit ("already exists"). One at a time.
-                    async with self._restore_lock:
+                    async with self.snapshots.restoring():
                         await asyncio.to_thread(self.backend.start, container_id, CHECKPOINT_NAME)
                     self._restore_failures = 0
                 except Exception as exc:

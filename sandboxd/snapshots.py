@@ -14,12 +14,13 @@ job's path. Restore failures fall back to cold starts, and `state` says why.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import hashlib
 import json
 import shutil
 import subprocess
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 from sandboxd.backend import DockerBackend
@@ -60,6 +61,7 @@ class SnapshotStore:
             if problem:
                 self._disable(problem)
         self._lock = asyncio.Lock()
+        self._restore_lock = asyncio.Lock()
         self.path: Path | None = None
 
     def _disable(self, why: str) -> None:
@@ -116,6 +118,20 @@ class SnapshotStore:
         # Written last: a dump interrupted half-way is rebuilt, never restored.
         (folder / COMPLETE_MARKER).touch()
         self.path, self.state = folder / CHECKPOINT_NAME, "ready"
+
+    @contextlib.asynccontextmanager
+    async def restoring(self) -> AsyncIterator[None]:
+        """Held around `docker start --checkpoint`: one restore of this snapshot at a time, node-wide.
+
+        containerd commits a restored checkpoint's content by digest, and two
+        restores of one checkpoint at once race on that commit ("content
+        sha256:... already exists"), also across daemons sharing a state dir.
+        """
+        assert self.path is not None
+        async with self._restore_lock:
+            with open(self.path.parent.with_suffix(".restore.lock"), "w") as lock_file:
+                await asyncio.to_thread(fcntl.flock, lock_file, fcntl.LOCK_EX)
+                yield
 
     def fail(self, why: str) -> None:
         """A restore or checkpoint failed: fall back to cold starts for good."""
