@@ -104,15 +104,30 @@ class BenchResult:
                 "seconds": round(self.seconds, 2), "error": self.error}
 
 
-def format_table(columns: list[str], rows: list[list[str]]) -> list[str]:
+def loadavg() -> list[str]:
+    try:
+        with open("/proc/loadavg") as f:
+            return f.read().split()[:3]
+    except OSError:
+        return []
+
+
+def format_table(columns: list[str], rows: list[list[str]], *, align_numbers: bool = True) -> list[str]:
     widths = [len(c) for c in columns]
     for row in rows:
         for i, cell in enumerate(row):
             widths[i] = max(widths[i], len(cell))
 
+    def numeric(i: int) -> bool:
+        cells = [row[i] for row in rows if i < len(row) and row[i]]
+        looks_numeric = all(c[0].isdigit() or c[0] == "-" or c == "n/a" for c in cells)
+        return align_numbers and i > 0 and bool(cells) and looks_numeric
+
+    right = [numeric(i) for i in range(len(columns))]
+
     def line(cells: list[str]) -> str:
-        # First column left-aligned (labels), the rest right-aligned (numbers).
-        parts = [cells[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=False)]
+        cells = cells + [""] * (len(columns) - len(cells))
+        parts = [c.rjust(w) if r else c.ljust(w) for c, w, r in zip(cells, widths, right, strict=True)]
         return "  " + "  ".join(parts).rstrip()
 
     out = [line(columns), "  " + "  ".join("-" * w for w in widths)]
@@ -157,11 +172,7 @@ def host_facts() -> dict[str, Any]:
                                          capture_output=True, text=True, timeout=20).stdout.strip()
     except (OSError, subprocess.TimeoutExpired):
         pass
-    try:
-        with open("/proc/loadavg") as f:
-            facts["loadavg_at_start"] = f.read().split()[:3]
-    except OSError:
-        pass
+    facts["loadavg_at_start"] = loadavg()
     return facts
 
 
@@ -287,3 +298,120 @@ def python_pool(status: Any) -> dict[str, Any]:
                     "snapshot": pool.snapshot, "jobs_total": pool.jobs_total,
                     "recycled_total": pool.recycled_total}
     return {}
+
+
+# ---------------------------------------------------------------------------
+# CPU accounting: where the cycles of a throughput run went
+# ---------------------------------------------------------------------------
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def daemon_node(socket_path: str, tcp: str = "") -> str:
+    """The io.sandboxd.node label a daemon listening there puts on its sandboxes (see sandboxd.daemon)."""
+    import hashlib
+
+    return hashlib.sha256(f"{socket_path}|{tcp}".encode()).hexdigest()[:12]
+
+
+def _container_cpu_seconds(container_id: str) -> float | None:
+    for path, scale in ((f"/sys/fs/cgroup/cpuacct/docker/{container_id}/cpuacct.usage", 1e-9),
+                        (f"/sys/fs/cgroup/cpu,cpuacct/docker/{container_id}/cpuacct.usage", 1e-9)):
+        try:
+            with open(path) as f:
+                return int(f.read().strip()) * scale
+        except (OSError, ValueError):
+            continue
+    try:
+        with open(f"/sys/fs/cgroup/system.slice/docker-{container_id}.scope/cpu.stat") as f:
+            for line in f:
+                key, _, value = line.partition(" ")
+                if key == "usage_usec":
+                    return int(value) * 1e-6
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _process_cpu_seconds(pid: int) -> float | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _machine_busy_seconds() -> float:
+    with open("/proc/stat") as f:
+        values = [int(v) for v in f.readline().split()[1:]]
+    idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
+    return (sum(values[:8]) - idle) / _TICKS
+
+
+class CpuMeter:
+    """CPU seconds spent by the sandboxes, the daemon, this process and its children, and the machine."""
+
+    def __init__(self, daemon_pid: int | None = None, node: str | None = None) -> None:
+        self.daemon_pid = daemon_pid
+        self.node = node
+
+    def _containers(self) -> list[str]:
+        if not self.node:
+            return []
+        done = subprocess.run(["docker", "ps", "-q", "--no-trunc", "--filter", f"label=io.sandboxd.node={self.node}"],
+                              capture_output=True, text=True, timeout=30)
+        return done.stdout.split()
+
+    def snapshot(self) -> dict[str, Any]:
+        import resource
+
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        containers = {cid: _container_cpu_seconds(cid) for cid in self._containers()}
+        return {
+            "wall": time.perf_counter(),
+            "client": time.process_time(),
+            "children": children.ru_utime + children.ru_stime,
+            "daemon": _process_cpu_seconds(self.daemon_pid) if self.daemon_pid else None,
+            "containers": {k: v for k, v in containers.items() if v is not None},
+            "machine": _machine_busy_seconds(),
+        }
+
+    @staticmethod
+    def delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, float | None]:
+        """CPU seconds per consumer between two snapshots (sandboxes: those alive at both)."""
+        shared = set(before["containers"]) & set(after["containers"])
+        return {
+            "wall": after["wall"] - before["wall"],
+            "sandboxes": (sum(after["containers"][c] - before["containers"][c] for c in shared)
+                          if shared else None),
+            "sandbox_count": len(shared),
+            "daemon": (after["daemon"] - before["daemon"]
+                       if before["daemon"] is not None and after["daemon"] is not None else None),
+            "client": after["client"] - before["client"],
+            "children": after["children"] - before["children"],
+            "machine": after["machine"] - before["machine"],
+        }
+
+
+def add_cpu(total: dict[str, float | None], part: dict[str, float | None]) -> None:
+    for key, value in part.items():
+        if key == "sandbox_count":
+            total[key] = max(total.get(key) or 0, value or 0)
+        elif value is None or total.get(key, 0.0) is None:
+            total[key] = None
+        else:
+            total[key] = (total.get(key) or 0.0) + value
+
+
+def cpu_note(label: str, cpu: dict[str, float | None], jobs: int, keys: list[str]) -> str:
+    """'label: X ms CPU per job (sandboxes a, daemon b, ...); machine busy c ms/job'."""
+    parts = []
+    for key in keys:
+        value = cpu.get(key)
+        parts.append(f"{key} {value / jobs * 1000:.1f}" if value is not None else f"{key} n/a")
+    machine = cpu.get("machine")
+    wall = cpu.get("wall") or 0.0
+    busy = f"; whole machine busy {machine / jobs * 1000:.1f} ms/job ({machine / wall / (os.cpu_count() or 1):.0%} " \
+           f"of {os.cpu_count()} cores)" if machine is not None and wall else ""
+    return f"{label} CPU ms per job: " + ", ".join(parts) + busy

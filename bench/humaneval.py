@@ -12,12 +12,25 @@ same jobs in rounds that alternate which one goes first.
 from __future__ import annotations
 
 import os
+import statistics
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from bench.common import BenchResult, Target, fmt, fmt_ratio, log, python_pool, ratio, wait_pool_settled
+from bench.common import (
+    BenchResult,
+    CpuMeter,
+    Target,
+    add_cpu,
+    cpu_note,
+    fmt,
+    fmt_ratio,
+    log,
+    python_pool,
+    ratio,
+    wait_pool_settled,
+)
 
 TIMEOUT_SECONDS = 10.0
 PYTHON = "/usr/bin/python3"
@@ -36,15 +49,17 @@ def harness(problem: dict[str, Any]) -> str:
             + f"check({problem['entry_point']})\n")
 
 
-def reference_check(program: str) -> bool:
+def reference_check(program: str) -> tuple[bool, float]:
+    """(passed, seconds) of one reference check."""
+    t0 = time.perf_counter()
     try:
         done = subprocess.run([PYTHON, "-c", program], capture_output=True, timeout=TIMEOUT_SECONDS)
     except subprocess.TimeoutExpired:
-        return False
-    return done.returncode == 0
+        return False, time.perf_counter() - t0
+    return done.returncode == 0, time.perf_counter() - t0
 
 
-def run(client: Any, *, quick: bool, jobs: int | None = None) -> BenchResult:
+def run(client: Any, *, quick: bool, jobs: int | None = None, cpu: CpuMeter | None = None) -> BenchResult:
     from sandboxd_client import code_job
 
     total = jobs or (128 if quick else 1024)
@@ -78,29 +93,35 @@ def run(client: Any, *, quick: bool, jobs: int | None = None) -> BenchResult:
     passed = {"sandboxd": 0, "reference": 0}
     infra = 0
     failures: list[str] = []
+    per_job = {"sandboxd_run": [], "reference": []}
+    meter = cpu or CpuMeter()
+    cpu_used: dict[str, dict[str, float | None]] = {"sandboxd": {}, "reference": {}}
     with ThreadPoolExecutor(threads) as executor:
         for r, (lo, hi) in enumerate(spans):
             order = ["sandboxd", "reference"] if r % 2 == 0 else ["reference", "sandboxd"]
             for side in order:
+                before = meter.snapshot()
                 t0 = time.perf_counter()
                 if side == "sandboxd":
                     results = client.score_batch(sandbox_jobs[lo:hi])
                     elapsed = time.perf_counter() - t0
                     passed["sandboxd"] += sum(1 for x in results if x.ok)
+                    per_job["sandboxd_run"] += [x.timings.run_seconds for x in results]
                     infra += sum(1 for x in results if x.is_infrastructure_failure)
                     for offset, x in enumerate(results):
                         if not x.ok and len(failures) < 5:
                             failures.append(f"{picked[lo + offset]['task_id']}: {x.status.name} {x.message[:160]}")
                 else:
-                    oks = list(executor.map(reference_check, programs[lo:hi]))
+                    checks = list(executor.map(reference_check, programs[lo:hi]))
                     elapsed = time.perf_counter() - t0
-                    passed["reference"] += sum(oks)
+                    passed["reference"] += sum(ok for ok, _ in checks)
+                    per_job["reference"] += [s for _, s in checks]
                 seconds[side] += elapsed
+                add_cpu(cpu_used[side], CpuMeter.delta(before, meter.snapshot()))
             log(f"humaneval: round {r + 1}/{len(spans)} ({hi - lo} jobs each): "
                 f"sandboxd {(hi) / seconds['sandboxd']:.1f} jobs/s, reference {(hi) / seconds['reference']:.1f} jobs/s "
                 "(cumulative)")
     pool_after = python_pool(client.pool_status())
-    client.set_batch_hint(0)
 
     rate = {side: total / s for side, s in seconds.items()}
     speedup = ratio(rate["sandboxd"], rate["reference"])
@@ -122,9 +143,16 @@ def run(client: Any, *, quick: bool, jobs: int | None = None) -> BenchResult:
         result.notes.append(f"not every canonical solution passed: sandboxd {passed['sandboxd']}/{total} "
                             f"({infra} infrastructure failures), reference {passed['reference']}/{total}")
         result.notes += [f"  {line}" for line in failures]
+    job_ms = {k: statistics.median(v) * 1000 for k, v in per_job.items() if v}
+    result.notes.append(f"median per job: sandboxd {job_ms.get('sandboxd_run', float('nan')):.1f} ms in the sandbox "
+                        f"(spread over {pool_before.get('ready')} sandboxes), reference "
+                        f"{job_ms.get('reference', float('nan')):.1f} ms per subprocess ({threads} at once)")
+    result.notes.append(cpu_note("sandboxd", cpu_used["sandboxd"], total, ["sandboxes", "daemon", "client"]))
+    result.notes.append(cpu_note("reference", cpu_used["reference"], total, ["children", "client"]))
     result.notes.append(f"pool before timing: {pool_before.get('ready')} ready sandboxes "
                         f"(target {pool_before.get('target')}); after: {pool_after.get('ready')}")
     result.data = {"jobs": total, "rounds": len(spans), "threads": threads, "seconds": seconds, "jobs_per_s": rate,
                    "passed": passed, "infrastructure_failures": infra, "failures": failures,
-                   "pool_before": pool_before, "pool_after": pool_after}
+                   "pool_before": pool_before, "pool_after": pool_after, "median_job_ms": job_ms,
+                   "cpu_seconds": cpu_used}
     return result

@@ -49,6 +49,10 @@ def run(client: Any, *, quick: bool) -> BenchResult:
     sandboxd_per_round = 20 if quick else 30
     others_per_round = 3 if quick else 5
     job = execute_job(CODE)
+    # Where sandboxd's time goes, from the daemon's own timings of each job:
+    # in the sandbox (agent: fork, run, reap, clean up; plus the control
+    # socket round trip), in the daemon outside it, and on the wire + client.
+    breakdown: dict[str, list[float]] = {"client_total": [], "daemon_total": [], "sandbox_run": []}
 
     def sandboxd_once() -> float:
         started = time.perf_counter()
@@ -56,6 +60,9 @@ def run(client: Any, *, quick: bool) -> BenchResult:
         elapsed = time.perf_counter() - started
         if not result.ok or result.details.stdout.strip() != b"1":
             raise RuntimeError(f"sandboxd print(1) failed: {result.status!r} {result.message}")
+        breakdown["client_total"].append(elapsed)
+        breakdown["daemon_total"].append(result.timings.total_seconds)
+        breakdown["sandbox_run"].append(result.timings.run_seconds)
         return elapsed
 
     machine_python = default_python3()
@@ -75,6 +82,8 @@ def run(client: Any, *, quick: bool) -> BenchResult:
             for call in contenders.values():
                 call()
 
+        for values in breakdown.values():
+            values.clear()
         samples: dict[str, list[float]] = {name: [] for name in contenders}
         every = max(1, sandboxd_per_round // others_per_round)
         for r in range(rounds):
@@ -114,9 +123,15 @@ def run(client: Any, *, quick: bool) -> BenchResult:
                f"{vs_python:.2f}x", vs_python >= 5.0),
         Target("latency vs docker exec", ">= 40x faster", f"{vs_docker:.1f}x", vs_docker >= 40.0),
     ]
+    parts = {name: summary(values)["p50_ms"] for name, values in breakdown.items()}
+    result.notes.append(
+        f"sandboxd p50 breakdown (daemon's own timings): in the sandbox {parts['sandbox_run']:.2f} ms, "
+        f"daemon outside the sandbox {parts['daemon_total'] - parts['sandbox_run']:.2f} ms, "
+        f"gRPC + client {parts['client_total'] - parts['daemon_total']:.2f} ms")
     if "default_python3" in stats:
         result.notes.append(f"vs the default python3 ({machine_python}): "
                             f"{ratio(stats['default_python3']['p50_ms'], base):.1f}x")
-    result.data = {"stats": stats, "default_python3": machine_python, "image": IMAGE, "code": CODE,
+    result.data = {"stats": stats, "sandboxd_breakdown_p50_ms": parts, "default_python3": machine_python,
+                   "image": IMAGE, "code": CODE,
                    "rounds": rounds}
     return result

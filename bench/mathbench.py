@@ -13,10 +13,23 @@ generator meant.
 from __future__ import annotations
 
 import random
+import statistics
 import time
 from typing import Any
 
-from bench.common import BenchResult, Target, fmt, fmt_ratio, log, python_pool, ratio
+from bench.common import (
+    BenchResult,
+    CpuMeter,
+    Target,
+    add_cpu,
+    cpu_note,
+    fmt,
+    fmt_ratio,
+    log,
+    python_pool,
+    ratio,
+    wait_pool_settled,
+)
 
 SEED = 20240601
 PHRASES = [
@@ -42,9 +55,9 @@ def _fraction_forms(rng: random.Random) -> tuple[str, list[str], str]:
     return gold, forms, wrong
 
 
-def make_pairs(n: int) -> list[dict[str, Any]]:
+def make_pairs(n: int, seed: int = SEED) -> list[dict[str, Any]]:
     """n (completion, ground truth, expected verdict) triples, deterministic."""
-    rng = random.Random(SEED)
+    rng = random.Random(seed)
     pairs: list[dict[str, Any]] = []
     while len(pairs) < n:
         kind = rng.choice(["integer", "integer", "decimal", "fraction", "fraction", "expression", "expression",
@@ -95,7 +108,7 @@ def math_verify_check(completion: str, gold: str) -> bool:
     return bool(verify(parse(f"${gold}$"), parse(completion)))
 
 
-def run(client: Any, *, quick: bool, pairs: int | None = None) -> BenchResult:
+def run(client: Any, *, quick: bool, pairs: int | None = None, cpu: CpuMeter | None = None) -> BenchResult:
     from sandboxd_client import math_job
 
     total = pairs or (100 if quick else 500)
@@ -105,22 +118,31 @@ def run(client: Any, *, quick: bool, pairs: int | None = None) -> BenchResult:
     chunk = -(-total // rounds)
     spans = [(start, min(total, start + chunk)) for start in range(0, total, chunk)]
 
-    # Warm-up: Math-Verify's first calls import sympy and compile its grammars;
-    # sandboxd's pool should be at its batch-hinted size, as during training.
+    # Warm-up on other pairs (Math-Verify caches parses in-process, so a pair
+    # it has seen would be cheaper the second time): its first calls import
+    # sympy and compile its grammars. sandboxd's pool is brought to its
+    # batch-hinted size, as a trainer's set_batch_hint does before a step.
+    warm_items = make_pairs(20, seed=SEED + 1)
     t0 = time.perf_counter()
-    for p in items[:20]:
+    for p in warm_items:
         math_verify_check(p["completion"], p["ground_truth"])
     warm_inprocess = time.perf_counter() - t0
     client.set_batch_hint(chunk)
-    client.score_batch(jobs[:20])
-    log(f"math: warm-up done (Math-Verify's first 20 pairs took {warm_inprocess:.2f} s)")
+    client.score_batch([math_job(p["completion"], p["ground_truth"]) for p in warm_items])
+    status = wait_pool_settled(client, timeout=180.0)
+    log(f"math: warm-up done (Math-Verify's first 20 pairs took {warm_inprocess:.2f} s); "
+        f"pool {python_pool(status)}")
 
     seconds = {"sandboxd": 0.0, "math_verify": 0.0}
     verdicts: dict[str, list[bool]] = {"sandboxd": [False] * total, "math_verify": [False] * total}
     infra = 0
+    run_seconds: list[float] = []
+    meter = cpu or CpuMeter()
+    cpu_used: dict[str, dict[str, float | None]] = {"sandboxd": {}, "math_verify": {}}
     for r, (lo, hi) in enumerate(spans):
         order = ["sandboxd", "math_verify"] if r % 2 == 0 else ["math_verify", "sandboxd"]
         for side in order:
+            before = meter.snapshot()
             t0 = time.perf_counter()
             if side == "sandboxd":
                 results = client.score_batch(jobs[lo:hi])
@@ -128,15 +150,16 @@ def run(client: Any, *, quick: bool, pairs: int | None = None) -> BenchResult:
                 for offset, x in enumerate(results):
                     verdicts["sandboxd"][lo + offset] = x.ok and x.reward == 1.0
                     infra += int(x.is_infrastructure_failure)
+                    run_seconds.append(x.timings.run_seconds)
             else:
                 for offset, p in enumerate(items[lo:hi]):
                     verdicts["math_verify"][lo + offset] = math_verify_check(p["completion"], p["ground_truth"])
                 elapsed = time.perf_counter() - t0
             seconds[side] += elapsed
+            add_cpu(cpu_used[side], CpuMeter.delta(before, meter.snapshot()))
         log(f"math: round {r + 1}/{len(spans)}: sandboxd {hi / seconds['sandboxd']:.0f} pairs/s, "
             f"Math-Verify {hi / seconds['math_verify']:.0f} pairs/s (cumulative)")
     pool = python_pool(client.pool_status())
-    client.set_batch_hint(0)
 
     rate = {side: total / s for side, s in seconds.items()}
     speedup = ratio(rate["sandboxd"], rate["math_verify"])
@@ -162,6 +185,11 @@ def run(client: Any, *, quick: bool, pairs: int | None = None) -> BenchResult:
     result.targets = [Target("math throughput", "no slower than Math-Verify in-process (>= 1.0x)",
                              f"{speedup:.2f}x ({rate['sandboxd']:.0f} vs {rate['math_verify']:.0f} pairs/s)",
                              speedup >= 1.0)]
+    sandbox_ms = statistics.median(run_seconds) * 1000 if run_seconds else float("nan")
+    result.notes.append(f"median per pair: sandboxd {sandbox_ms:.1f} ms in the sandbox (jobs run concurrently), "
+                        f"Math-Verify {seconds['math_verify'] / total * 1000:.1f} ms (serial)")
+    result.notes.append(cpu_note("sandboxd", cpu_used["sandboxd"], total, ["sandboxes", "daemon", "client"]))
+    result.notes.append(cpu_note("Math-Verify", cpu_used["math_verify"], total, ["client"]))
     result.notes.append(f"verdicts agree on {agreement:.1%} of pairs; {infra} infrastructure failures; "
                         f"pool had {pool.get('ready')} ready sandboxes")
     for d in disagreements[:3]:
@@ -173,5 +201,6 @@ def run(client: Any, *, quick: bool, pairs: int | None = None) -> BenchResult:
     result.data = {"pairs": total, "rounds": len(spans), "kinds": kinds, "seconds": seconds, "pairs_per_s": rate,
                    "accuracy_vs_label": accuracy, "agreement": agreement, "infrastructure_failures": infra,
                    "disagreements": disagreements[:50], "pool": pool,
-                   "math_verify_warmup_seconds": warm_inprocess}
+                   "math_verify_warmup_seconds": warm_inprocess, "median_sandbox_run_ms": sandbox_ms,
+                   "cpu_seconds": cpu_used}
     return result

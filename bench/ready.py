@@ -43,6 +43,37 @@ def _cgroup_stat(container_id: str) -> dict[str, int]:
     return {}
 
 
+PHASES = ("create", "install_checkpoint", "start")
+
+
+def _timed_backend(base: type) -> type:
+    """The daemon's DockerBackend, timing each call that a sandbox start makes, by container."""
+
+    class TimedBackend(base):  # type: ignore[misc, valid-type]
+        phases: dict[str, dict[str, float]]
+
+        def _note(self, container_id: str, phase: str, seconds: float) -> None:
+            self.phases.setdefault(container_id, {})[phase] = seconds
+
+        def create(self, spec: Any) -> str:
+            t0 = time.monotonic()
+            container_id = super().create(spec)
+            self._note(container_id, "create", time.monotonic() - t0)
+            return container_id
+
+        def install_checkpoint(self, container_id: str, source: Any, name: str) -> None:
+            t0 = time.monotonic()
+            super().install_checkpoint(container_id, source, name)
+            self._note(container_id, "install_checkpoint", time.monotonic() - t0)
+
+        def start(self, container_id: str, checkpoint: str = "") -> None:
+            t0 = time.monotonic()
+            super().start(container_id, checkpoint)
+            self._note(container_id, "start", time.monotonic() - t0)
+
+    return TimedBackend
+
+
 async def _measure(n: int) -> dict[str, Any]:
     from sandboxd import config as config_module
     from sandboxd.backend import DockerBackend
@@ -55,14 +86,16 @@ async def _measure(n: int) -> dict[str, Any]:
     cold_config = config_module.load(environ={}, overrides={"sandbox.state_dir": STATE_DIR,
                                                             "sandbox.run_dir": run_dir,
                                                             "pool.snapshots": False})
-    backend = DockerBackend(config.docker.url, config.docker.timeout_seconds)
+    backend = _timed_backend(DockerBackend)(config.docker.url, config.docker.timeout_seconds)
+    backend.phases = {}
     code_dir, code_key = stage_agent_code(STATE_DIR)
     instance = f"bench{os.getpid() % 100000}"
     image = image_tag("python")
     common = {"instance": instance, "node": f"bench-ready-{instance}", "code_dir": code_dir, "code_key": code_key}
     restoring = Pool("python", image, backend, config, **common)
     cold = Pool("python", image, backend, cold_config, **common)
-    out: dict[str, Any] = {"image": image, "restore_s": [], "cold_s": [], "rss": {"restore": [], "cold": []}}
+    out: dict[str, Any] = {"image": image, "restore_s": [], "cold_s": [], "rss": {"restore": [], "cold": []},
+                           "phases": {"restore": [], "cold": []}}
     started: list[tuple[str, Any, Any]] = []
     try:
         log("ready: preparing the snapshot (built once per image and agent code, then reused)")
@@ -82,6 +115,11 @@ async def _measure(n: int) -> dict[str, Any]:
                 if sandbox.started_by != method:
                     raise RuntimeError(f"asked for a {method} start, got {sandbox.started_by}")
                 out[f"{method}_s"].append(sandbox.ready_seconds)
+                phases = dict(backend.phases.get(sandbox.container_id, {}))
+                # What is left after Docker's calls: the agent coming up (cold: importing
+                # and warming the verifiers; restore: CRIU already did it) and polling.
+                phases["until_agent_answers"] = sandbox.ready_seconds - sum(phases.values())
+                out["phases"][method].append(phases)
                 started.append((method, sandbox, pool))
             last_restore = out["restore_s"][-1] * 1000 if out["restore_s"] else float("nan")
             log(f"ready: {i + 1}/{n}: restore {fmt(last_restore, 0)} ms, cold {fmt(out['cold_s'][-1] * 1000, 0)} ms")
@@ -144,6 +182,12 @@ def run(client: Any, *, quick: bool, metrics_url: str | None = None) -> BenchRes
                f"max {max(idle_all) / MB if idle_all else float('nan'):.1f} MB)",
                (statistics.median(idle_all) / MB <= 30.0) if idle_all else None),
     ]
+    for method in ("restore", "cold"):
+        runs = measured["phases"][method]
+        if runs:
+            names = [p for p in (*PHASES, "until_agent_answers") if any(p in r for r in runs)]
+            parts = [f"{p} {statistics.median(r.get(p, 0.0) for r in runs) * 1000:.0f}" for p in names]
+            result.notes.append(f"{method} phases, median ms: " + ", ".join(parts))
     if measured.get("error"):
         result.notes.append(measured["error"])
     result.notes.append(f"snapshot: {measured.get('snapshot_state')} (prepare took "

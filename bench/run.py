@@ -30,8 +30,11 @@ from bench.common import (  # noqa: E402
     STATE_DIR,
     BenchDaemon,
     BenchResult,
+    CpuMeter,
+    daemon_node,
     format_table,
     host_facts,
+    loadavg,
     log,
     python_pool,
     wait_pool_settled,
@@ -41,7 +44,8 @@ BENCHMARKS = ["latency", "ready", "humaneval", "math"]
 RESULTS = HERE / "results"
 
 
-def _run_one(name: str, client, args: argparse.Namespace, metrics_url: str | None) -> BenchResult:
+def _run_one(name: str, client, args: argparse.Namespace, metrics_url: str | None,
+             meter: CpuMeter) -> BenchResult:
     if name == "latency":
         from bench import latency
 
@@ -53,11 +57,11 @@ def _run_one(name: str, client, args: argparse.Namespace, metrics_url: str | Non
     if name == "humaneval":
         from bench import humaneval
 
-        return humaneval.run(client, quick=args.quick, jobs=args.humaneval_jobs)
+        return humaneval.run(client, quick=args.quick, jobs=args.humaneval_jobs, cpu=meter)
     if name == "math":
         from bench import mathbench
 
-        return mathbench.run(client, quick=args.quick, pairs=args.math_pairs)
+        return mathbench.run(client, quick=args.quick, pairs=args.math_pairs, cpu=meter)
     raise ValueError(name)
 
 
@@ -79,7 +83,7 @@ def print_report(results: list[BenchResult], header: str) -> None:
         print()
         print("== targets")
         rows = [[t.name, t.goal, t.measured, t.to_dict()["result"]] for t in targets]
-        for line in format_table(["target", "goal", "measured", "result"], rows):
+        for line in format_table(["target", "goal", "measured", "result"], rows, align_numbers=False):
             print(line)
     sys.stdout.flush()
 
@@ -113,10 +117,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.address:
             address, metrics_url = args.address, args.metrics
+            meter = CpuMeter()  # another daemon's process and sandboxes are not ours to find
             log(f"using the daemon at {address}")
         else:
             daemon = BenchDaemon()
             address, metrics_url = daemon.address, daemon.metrics_url
+            meter = CpuMeter(daemon.process.pid, daemon_node(daemon.socket))
             log(f"starting sandboxd on {daemon.socket} (state {STATE_DIR}; log {daemon.log_path})")
             daemon.wait_serving()
         client = SandboxClient(address, job_timeout=30.0)
@@ -129,13 +135,15 @@ def main(argv: list[str] | None = None) -> int:
             log(f"--- {name}")
             t0 = time.monotonic()
             try:
-                result = _run_one(name, client, args, metrics_url)
+                result = _run_one(name, client, args, metrics_url, meter)
             except Exception as exc:  # one benchmark failing must not hide the others
                 traceback.print_exc()
                 result = BenchResult(name=name, title=name, columns=[], error=f"{type(exc).__name__}: {exc}")
             result.seconds = time.monotonic() - t0
             results.append(result)
             log(f"--- {name} done in {result.seconds:.0f} s")
+        if {"humaneval", "math"} & set(selected):
+            client.set_batch_hint(0)  # the benchmarks hinted their batch sizes; let the pool shrink back
         client.close()
     finally:
         if daemon is not None:
@@ -143,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
             daemon.stop()
 
     report["seconds"] = round(time.monotonic() - started, 1)
+    report["host"]["loadavg_at_end"] = loadavg()
     report["results"] = {r.name: r.to_dict() for r in results}
     report["targets"] = [t.to_dict() for r in results for t in r.targets]
     output = Path(args.output)
@@ -153,7 +162,9 @@ def main(argv: list[str] | None = None) -> int:
     host = report["host"]
     print_report(results, f"sandboxd bench ({'quick' if args.quick else 'full'}): {host.get('cpus')} cores, "
                           f"kernel {host.get('kernel')}, docker {host.get('docker')}; "
-                          f"total {report['seconds']:.0f} s; JSON: {output}")
+                          f"total {report['seconds']:.0f} s; load average (1/5/15 min) "
+                          f"{'/'.join(host.get('loadavg_at_start', []))} at start, "
+                          f"{'/'.join(host.get('loadavg_at_end', []))} at end; JSON: {output}")
     return 1 if any(r.error for r in results) else 0
 
 

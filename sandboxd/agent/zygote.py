@@ -11,6 +11,7 @@ how a run ended without trusting anything the run said.
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib
 import json
 import os
@@ -30,6 +31,12 @@ MESSAGE_BYTES = 65536
 def main(control: socket.socket, warm_modules: list[str]) -> NoReturn:
     try:
         _warm(warm_modules)
+        # Move everything warmed into the permanent generation: a worker's
+        # collections then skip the inherited heap instead of walking (and
+        # copy-on-write faulting) it. Measured in the python image: fork +
+        # math verify + exit 40 ms without, 26 ms with.
+        gc.collect()
+        gc.freeze()
         wake_read, wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.set_wakeup_fd(wake_write)
         # A Python-level handler is needed for the wakeup fd to be written.
