@@ -18,6 +18,8 @@ from typing import Any
 from sandboxd.errors import ConfigError
 
 MIB = 1 << 20
+# run_dir + "/<8-char instance>-<counter>/agent.sock" must fit in sun_path (108).
+MAX_RUN_DIR_CHARS = 80
 GIB = 1 << 30
 
 
@@ -121,6 +123,9 @@ class Config:
              "limits.max_memory_bytes must be <= sandbox.memory_bytes"),
             (0 < self.limits.default_output_bytes <= self.limits.max_output_bytes,
              "limits: 0 < default_output_bytes <= max_output_bytes"),
+            (len(self.sandbox.run_dir) <= MAX_RUN_DIR_CHARS,
+             f"sandbox.run_dir must be at most {MAX_RUN_DIR_CHARS} characters (agent sockets live under it, "
+             "and Unix socket paths are limited to 108 bytes)"),
             (self.scheduler.attempts >= 1, "scheduler.attempts must be >= 1"),
             (self.scheduler.max_queued >= 1, "scheduler.max_queued must be >= 1"),
         ]

@@ -112,6 +112,15 @@ class Daemon:
                 raise ConfigError(f"cannot listen on {address}: {exc}") from None
             addresses.append(address)
         if self.config.server.tcp:
+            # Probe the port ourselves: gRPC's own failure is a C-core log line
+            # before ours, and the error must be one line.
+            host, _, port_text = self.config.server.tcp.rpartition(":")
+            try:
+                family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+                with socket.socket(family, socket.SOCK_STREAM) as probe:
+                    probe.bind((host.strip("[]") or "0.0.0.0", int(port_text)))
+            except (OSError, ValueError) as exc:
+                raise ConfigError(f"cannot listen on {self.config.server.tcp}: {exc}") from None
             try:
                 port = server.add_insecure_port(self.config.server.tcp)
             except RuntimeError:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import itertools
 import logging
 import math
 import os
@@ -41,6 +42,7 @@ LABEL_NODE = "io.sandboxd.node"
 # finish well within this on the 2-core machine (measured: ~3 s and ~1.3 s).
 READY_TIMEOUT_SECONDS = 120.0
 MAINTAIN_INTERVAL_SECONDS = 0.5
+_control_serial = itertools.count()
 # Consecutive failed restores before a pool gives up on its snapshot.
 RESTORE_FAILURES_BEFORE_COLD = 3
 # Modules the agent imports before the snapshot, so every worker forks warm.
@@ -231,7 +233,9 @@ class Pool:
 
     def _new_name(self, suffix: str) -> tuple[str, str]:
         name = f"sandboxd-{self.instance}-{self.name}-{suffix}"
-        control_dir = os.path.join(self.config.sandbox.run_dir, name)
+        # The agent's socket path must fit AF_UNIX's 108 bytes: keep the
+        # folder name short (instance + a counter), not the container name.
+        control_dir = os.path.join(self.config.sandbox.run_dir, f"{self.instance}-{next(_control_serial)}")
         shutil.rmtree(control_dir, ignore_errors=True)
         os.makedirs(control_dir, mode=0o700)
         return name, control_dir

@@ -7,6 +7,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,7 +37,8 @@ class DaemonProcess:
             "SANDBOXD_SERVER_METRICS": "",
             "SANDBOXD_SERVER_LOG_FORMAT": "text",
             "SANDBOXD_SANDBOX_STATE_DIR": STATE_DIR,
-            "SANDBOXD_SANDBOX_RUN_DIR": str(tmp / f"{name}-run"),
+            # Short: agent sockets live under it, and sun_path holds 108 bytes.
+            "SANDBOXD_SANDBOX_RUN_DIR": tempfile.mkdtemp(prefix="sbd-"),
             "SANDBOXD_POOL_MIN_SIZE": "2",
         })
         env.update(extra_env or {})
