@@ -151,11 +151,11 @@ class RetryPolicy:
     ``min(max_backoff, initial_backoff * multiplier ** (n - 1))``; a daemon's
     retry hint is a floor, plus up to 10% so clients told the same hint do not
     come back in step, capped at ``max_retry_after``. The defaults wait about
-    4 to 8 s over 5 retries: enough to ride out a lost sandbox or a daemon
+    11 to 23 s over 8 retries: enough to ride out a lost sandbox or a daemon
     restart, short next to a training step.
     """
 
-    max_retries: int = 5
+    max_retries: int = 8
     initial_backoff: float = 0.25
     max_backoff: float = 5.0
     multiplier: float = 2.0

@@ -64,7 +64,7 @@ class _ClientBase:
         job_timeout: float = 10.0,
         deadline_margin: float = 60.0,
         rpc_timeout: float = 30.0,
-        max_retries: int = 5,
+        max_retries: int = 8,
         retry_policy: RetryPolicy | None = None,
         batch_size: int = 64,
         max_batch_bytes: int = 3 << 20,
