@@ -194,7 +194,8 @@ def _prepare_code(job: pb.Job, config: Config, limits: dict[str, Any], failure_v
         extracted = code_verifier.extract_code(request.completion, language, mode, request.tag)
     except ValueError as exc:
         raise InvalidRequest(f"{where}.code: {exc}") from None
-    program = _program(language, "", config, f"{where}.code")
+    # The source file's name can depend on the code (Java's public class).
+    program = _program(language, extracted or "", config, f"{where}.code")
     if plan.kind != "stdio" and program["language"] != "python":
         raise InvalidRequest(f"{where}.code.tests: {plan.kind} tests are supported for python only; "
                              "use stdin/stdout cases for other languages")

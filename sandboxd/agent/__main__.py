@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 
 from sandboxd.agent.controller import serve
@@ -30,8 +31,13 @@ def main() -> None:
     args = parser.parse_args()
     warm = [name for name in args.warm.split(",") if name]
     if args.private_tmp:
-        # Docker 20.10 ignores mode= in --tmpfs options and mounts 1777.
+        # Docker 20.10 ignores mode= in --tmpfs options and mounts 1777; the
+        # image's own sticky folders are locked too in case the root file
+        # system is writable (a restored container's can be).
         os.chmod("/tmp", 0o755)
+        for folder in ("/var/tmp", "/run/lock"):
+            with contextlib.suppress(OSError):
+                os.chmod(folder, 0o755)
     asyncio.run(serve(args.socket, warm, TOOLCHAINS))
 
 

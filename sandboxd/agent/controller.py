@@ -43,7 +43,7 @@ FIRST_JOB_UID = 20000
 JOB_UIDS = 4096
 WORK_ROOT = "/tmp/sandboxd"
 # Writable folders every uid shares; scrubbed of a run's files after it.
-SHARED_WRITABLE = ("/dev/shm", "/dev/mqueue")
+SHARED_WRITABLE = ("/dev/shm", "/dev/mqueue", "/var/tmp", "/run/lock")
 TEXT_PREVIEW_BYTES = 4096
 DEFAULT_RLIMITS = {"fsize": 64 << 20, "nproc": 256, "nofile": 512, "core": 0}
 FILE_COLLECT_BYTES = 16 << 20
@@ -167,7 +167,8 @@ class Controller:
             "PYTHONDONTWRITEBYTECODE": "1",
             "PYTHONHASHSEED": "0",
         }
-        env.update(extra or {})
+        # Language settings name paths inside the run's own work dir.
+        env.update({key: value.replace("{workdir}", workdir) for key, value in (extra or {}).items()})
         return env
 
     def _program_spec(self, program: dict[str, Any], limits: dict[str, Any], uid: int, workdir: str,
@@ -315,7 +316,9 @@ class Controller:
             )
             candidate_task = asyncio.ensure_future(self.runner.run(candidate))
             judge_outcome = await self.runner.run(judge)
-            # The judge is done: whatever the candidate still does is moot.
+            # The judge is done: whatever the candidate still does is moot,
+            # and its death by our SIGKILL says nothing about it.
+            killed_by_us = not candidate_task.done()
             kill_uid(uid, self.reap)
             candidate_outcome = await candidate_task
         finally:
@@ -330,6 +333,8 @@ class Controller:
             return {"status": "internal", "message": judge_outcome.harness_error or message or "no verdict",
                     "code": {"tests_total": _case_count(plan)}}
         candidate_status, candidate_limit, candidate_message = classify(candidate_outcome, candidate)
+        if killed_by_us:
+            candidate_status, candidate_limit, candidate_message = "ok", "", ""
         if verdict.get("status") == "setup_error":
             return {"status": "internal", "message": f"the dataset's setup code failed: {verdict.get('message')}",
                     "code": {"tests_total": _case_count(plan)}}
@@ -337,7 +342,8 @@ class Controller:
         for entry in verdict.get("tests", []):
             status = HARNESS_STATUSES.get(str(entry.get("status")), "wrong_answer")
             message = str(entry.get("message", ""))
-            limit = ""
+            # The judge gave up on a call at the per-call deadline.
+            limit = "wall_time" if status == "timeout" else ""
             if status != "ok" and candidate_status in ("memory_limit", "output_limit", "timeout"):
                 status, limit, message = candidate_status, candidate_limit, candidate_message
             tests.append({"index": int(entry.get("index", len(tests))), "status": status, "limit": limit,

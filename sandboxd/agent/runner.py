@@ -367,6 +367,10 @@ class Runner:
         finally:
             for fd in (stdin_fd, out_w, err_w):
                 os.close(fd)
+            # The worker has its own copy now; ours would hide the worker's
+            # death from the process at the other end (no end of file).
+            if spec.peer is not None:
+                spec.peer.close()
         try:
             exit_message = await asyncio.wait_for(asyncio.shield(exited), spec.timeout)
         except TimeoutError:

@@ -30,6 +30,14 @@ MESSAGE_BYTES = 65536
 
 def main(control: socket.socket, warm_modules: list[str]) -> NoReturn:
     try:
+        # Forked from inside the controller's event loop: its epoll fd and
+        # self-pipe would otherwise reach every worker, and a job writing a
+        # signal number into that pipe could stop the controller.
+        for name in os.listdir("/proc/self/fd"):
+            fd = int(name)
+            if fd > 2 and fd != control.fileno():
+                with contextlib.suppress(OSError):
+                    os.close(fd)
         _warm(warm_modules)
         # Move everything warmed into the permanent generation: a worker's
         # collections then skip the inherited heap instead of walking (and
