@@ -178,6 +178,3 @@ class DockerBackend:
         # cgroup v1 counts page cache in usage; subtract it as `docker stats` does.
         cache = memory.get("stats", {}).get("total_inactive_file", memory.get("stats", {}).get("cache", 0))
         return int(memory.get("usage", 0)) - int(cache)
-
-    def gpu_runtime_available(self) -> bool:
-        return "nvidia" in self.runtimes

@@ -32,7 +32,6 @@ from sandboxd.backend import (
     SandboxSpec,
 )
 from sandboxd.config import Config
-from sandboxd.errors import SandboxLost
 from sandboxd.sandbox import Sandbox
 from sandboxd.snapshots import CHECKPOINT_NAME, SnapshotStore
 
@@ -344,8 +343,3 @@ def reap_orphans(backend: DockerBackend, node: str, instance: str) -> int:
             backend.remove(container["Id"])
             removed += 1
     return removed
-
-
-def ensure_live(sandbox: Sandbox) -> None:
-    if sandbox.damaged:
-        raise SandboxLost(f"sandbox {sandbox.name} is damaged")

@@ -27,7 +27,7 @@ import sys
 import traceback
 from typing import Any, NoReturn
 
-from sandboxd.agent.protocol import HEADER, recv_frame, send_frame
+from sandboxd.agent.protocol import HEADER, send_frame
 
 # Exit status a worker uses when the harness itself failed (not the job):
 # the controller reports it as an internal error, never as the model's fault.
@@ -213,8 +213,3 @@ def _run_trusted(mode: str, job: dict[str, Any], channel: socket.socket, fds: li
             send_frame(channel, {"error": f"{type(exc).__name__}: {exc}"[:2000]})
         _flush_and_exit(HARNESS_FAILURE_EXIT)
     _flush_and_exit(0)
-
-
-def read_result(channel: socket.socket) -> Any:
-    """Controller-side helper for tests: one verdict frame from a trusted worker."""
-    return recv_frame(channel)
