@@ -56,7 +56,11 @@ def test_job_survives_sandbox_killed_mid_run(tmp_path: Path) -> None:
 
 def test_restarted_daemon_reaps_previous_sandboxes(tmp_path: Path) -> None:
     first = DaemonProcess(tmp_path, "restart")
-    first.wait_serving()
+    try:
+        first.wait_serving()
+    except BaseException:
+        first.stop()
+        raise
     instance = instance_of(first)
     assert containers(f"io.sandboxd.instance={instance}")
     first.process.kill()  # no clean shutdown: its sandboxes are left running
