@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import statistics
 import subprocess
@@ -15,6 +14,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from sandboxd.testing import DaemonProcess
 
 REPO = Path(__file__).resolve().parent.parent
 # Snapshots and staged agent code persist here between bench runs, as on a
@@ -208,71 +209,29 @@ def scrape_metrics(url: str, name: str) -> dict[tuple[tuple[str, str], ...], flo
 # ---------------------------------------------------------------------------
 
 
-class BenchDaemon:
-    """`python -m sandboxd serve` on a temporary socket, as tests/conftest.py starts it.
-
-    It serves the python pool only (the langs image is not used by any
-    benchmark) with the daemon's defaults otherwise, and a metrics endpoint
-    on a free local port.
-    """
+class BenchDaemon(DaemonProcess):
+    """A daemon for the benchmarks: the python pool only (no benchmark uses the
+    langs image), its own snapshot state, and a metrics endpoint on a free port."""
 
     def __init__(self, extra_env: dict[str, str] | None = None) -> None:
         self.tmp = Path(tempfile.mkdtemp(prefix="sandboxd-bench-"))
-        self.socket = str(self.tmp / "sandboxd.sock")
-        self.address = f"unix://{self.socket}"
-        self.metrics_url = f"http://127.0.0.1:{free_port()}/metrics"
-        self.log_path = self.tmp / "daemon.log"
-        env = dict(os.environ)
-        env.update({
-            "SANDBOXD_SERVER_METRICS": self.metrics_url.split("//")[1].split("/")[0],
-            "SANDBOXD_SERVER_LOG_FORMAT": "text",
+        port = free_port()
+        self.metrics_url = f"http://127.0.0.1:{port}/metrics"
+        env = {
+            "SANDBOXD_SERVER_METRICS": f"127.0.0.1:{port}",
             "SANDBOXD_SANDBOX_STATE_DIR": STATE_DIR,
-            "SANDBOXD_SANDBOX_RUN_DIR": str(self.tmp / "run"),
             "SANDBOXD_POOL_IMAGES": "python",
-        })
-        env.update(extra_env or {})
-        self.log = open(self.log_path, "w")  # noqa: SIM115
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "sandboxd", "serve", "--socket", self.socket],
-            env=env, stdout=self.log, stderr=subprocess.STDOUT, cwd=str(REPO),
-        )
-
-    def log_tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
+            **(extra_env or {}),
+        }
+        super().__init__(self.tmp, "sandboxd", env=env)
 
     def wait_serving(self, timeout: float = 300.0) -> None:
-        import grpc
-        from grpc_health.v1 import health_pb2, health_pb2_grpc
+        super().wait_serving(timeout)
 
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"daemon exited {self.process.returncode}:\n{self.log_tail()}")
-            if os.path.exists(self.socket):
-                with grpc.insecure_channel(self.address) as channel:
-                    try:
-                        reply = health_pb2_grpc.HealthStub(channel).Check(
-                            health_pb2.HealthCheckRequest(service=""), timeout=2)
-                        if reply.status == health_pb2.HealthCheckResponse.SERVING:
-                            return
-                    except grpc.RpcError:
-                        pass
-            time.sleep(0.2)
-        raise RuntimeError(f"daemon not serving after {timeout:.0f} s:\n{self.log_tail()}")
-
-    def stop(self, timeout: float = 60.0) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self.log.close()
+    def stop(self, timeout: float = 60.0) -> int:
+        status = super().stop(timeout)
         shutil.rmtree(self.tmp, ignore_errors=True)
+        return status
 
 
 def wait_pool_settled(client: Any, timeout: float = 180.0, *, want_ready: int | None = None) -> Any:

@@ -86,10 +86,6 @@ class Daemon:
             metrics.SANDBOXES.labels(pool.name, "busy").set(pool.busy_count())
             metrics.SANDBOXES.labels(pool.name, "starting").set(pool.starting)
             metrics.SNAPSHOT_READY.labels(pool.name).set(1 if pool.snapshots.usable else 0)
-            for method, count in pool.started_total.items():
-                counter = metrics.SANDBOX_STARTS.labels(pool.name, method)
-                counter.inc(count - counter._value.get())
-                metrics.SANDBOX_READY_SECONDS.labels(pool.name, method).set(pool.last_ready_seconds[method])
         # SERVING once every pool has a warm sandbox, until shutdown: a pool that is
         # refilling after losses still queues jobs, and clients that health
         # check would otherwise fail fast on a daemon that is merely busy.

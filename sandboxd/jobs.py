@@ -199,7 +199,7 @@ def _prepare_code(job: pb.Job, config: Config, limits: dict[str, Any], failure_v
     if plan.kind != "stdio" and program["language"] != "python":
         raise InvalidRequest(f"{where}.code.tests: {plan.kind} tests are supported for python only; "
                              "use stdin/stdout cases for other languages")
-    cases = max(1, len(plan.stdio) or len(plan.function))
+    cases = max(1, plan.total)
     budget = limits["timeout"] * cases + program["compile_timeout"]
     prepared = PreparedJob(job.index, "code", _pool_for(program["language"]), failure_value, None, budget)
     if extracted is None or not extracted.strip():
@@ -240,7 +240,7 @@ def plan_to_agent(plan: code_verifier.TestPlan) -> dict[str, Any]:
     return {
         "kind": plan.kind,
         "stdio": [{"stdin": c.stdin, "expected_stdout": c.expected_stdout} for c in plan.stdio],
-        "function": [None] * len(plan.function),
+        "total": plan.total,
     }
 
 

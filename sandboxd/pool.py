@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import sandboxd
+from sandboxd import metrics
 from sandboxd.backend import (
     LABEL_IMAGE,
     LABEL_INSTANCE,
@@ -100,8 +101,6 @@ class Pool:
         self.waiting = 0
         self.jobs_total = 0
         self.recycled_total = 0
-        self.started_total = {"restore": 0, "cold": 0}
-        self.last_ready_seconds = {"restore": 0.0, "cold": 0.0}
         self.languages: list[str] = []
         self.last_busy = time.monotonic()
         self._changed = asyncio.Event()
@@ -304,8 +303,8 @@ class Pool:
             raise
         sandbox.languages = hello.get("languages", [])
         sandbox.ready_seconds = time.monotonic() - started
-        self.started_total[sandbox.started_by] += 1
-        self.last_ready_seconds[sandbox.started_by] = sandbox.ready_seconds
+        metrics.SANDBOX_STARTS.labels(self.name, sandbox.started_by).inc()
+        metrics.SANDBOX_READY_SECONDS.labels(self.name, sandbox.started_by).set(sandbox.ready_seconds)
         return sandbox
 
     def _alive(self, container_id: str) -> Callable[[], Awaitable[bool]]:

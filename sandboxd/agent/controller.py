@@ -272,7 +272,7 @@ class Controller:
             ok, compile_output, _ = await self._compile(program, limits, uid, workdir)
             if not ok:
                 return {"status": "compile_error", "message": "compilation failed",
-                        "code": {"compile_output": compile_output, "tests_total": _case_count(plan)}}
+                        "code": {"compile_output": compile_output, "tests_total": plan["total"]}}
             if plan["kind"] == "stdio":
                 tests = []
                 for index, case in enumerate(plan["stdio"]):
@@ -287,7 +287,7 @@ class Controller:
                     tests.append(_test_entry(index, status, limit, message, outcome))
                     if status != "ok" and job.get("stop_on_first_failure"):
                         break
-                return _code_result(tests, _case_count(plan))
+                return _code_result(tests, plan["total"])
             return await self._python_harness(job, uid, workdir)
         finally:
             self._release(uid)
@@ -297,7 +297,7 @@ class Controller:
         plan, limits = job["plan"], job["limits"]
         judge_uid = self.uids.take()
         candidate_end, judge_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        cases = max(1, _case_count(plan))
+        cases = max(1, plan["total"])
         # The judge calls the candidate once per case: the deadline covers them all.
         timeout = min(limits["timeout"] * cases, job.get("max_job_seconds", 300.0))
         run_limits = dict(limits, timeout=timeout)
@@ -328,16 +328,16 @@ class Controller:
         judge_status, limit, message = classify(judge_outcome, judge)
         verdict = judge_outcome.verdict
         if judge_status == "timeout":
-            return _code_result([], _case_count(plan), status="timeout", limit=limit, message=message)
+            return _code_result([], plan["total"], status="timeout", limit=limit, message=message)
         if judge_status != "ok" or not isinstance(verdict, dict):
             return {"status": "internal", "message": judge_outcome.harness_error or message or "no verdict",
-                    "code": {"tests_total": _case_count(plan)}}
+                    "code": {"tests_total": plan["total"]}}
         candidate_status, candidate_limit, candidate_message = classify(candidate_outcome, candidate)
         if killed_by_us:
             candidate_status, candidate_limit, candidate_message = "ok", "", ""
         if verdict.get("status") == "setup_error":
             return {"status": "internal", "message": f"the dataset's setup code failed: {verdict.get('message')}",
-                    "code": {"tests_total": _case_count(plan)}}
+                    "code": {"tests_total": plan["total"]}}
         tests = []
         for entry in verdict.get("tests", []):
             status = HARNESS_STATUSES.get(str(entry.get("status")), "wrong_answer")
@@ -349,7 +349,7 @@ class Controller:
             tests.append({"index": int(entry.get("index", len(tests))), "status": status, "limit": limit,
                           "message": message[:2000], "time_seconds": float(entry.get("time_seconds", 0.0)),
                           "stderr": _preview(candidate_outcome.stderr, 2000)})
-        return _code_result(tests, int(verdict.get("total", _case_count(plan))))
+        return _code_result(tests, int(verdict.get("total", plan["total"])))
 
     async def _math(self, job: dict[str, Any]) -> dict[str, Any]:
         limits = job["limits"]
@@ -412,14 +412,6 @@ class Controller:
         if op == "run":
             return {"result": await self.run_job(request["job"])}
         raise ValueError(f"unknown op {op!r}")
-
-
-def _case_count(plan: dict[str, Any]) -> int:
-    if plan["kind"] == "stdio":
-        return len(plan["stdio"])
-    if plan["kind"] == "function":
-        return len(plan.get("function", []))
-    return 1
 
 
 def _test_entry(index: int, status: str, limit: str, message: str, outcome: RunOutcome) -> dict[str, Any]:
