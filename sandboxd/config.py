@@ -39,6 +39,9 @@ class ServerConfig:
 class DockerConfig:
     url: str = "unix:///var/run/docker.sock"
     timeout_seconds: float = 60.0
+    # The engine's TMPDIR: containerd leaves a copy of every restored
+    # checkpoint there, which sandboxd removes (see snapshots.restoring).
+    temp_dir: str = "/tmp"
 
 
 @dataclass

@@ -90,7 +90,8 @@ class Pool:
         self.instance = instance
         self.node = node
         self.code_dir = code_dir
-        self.snapshots = SnapshotStore(backend, config.sandbox.state_dir, config.pool.snapshots)
+        self.snapshots = SnapshotStore(backend, config.sandbox.state_dir, config.pool.snapshots,
+                                       config.docker.temp_dir)
         self.snapshot_key = SnapshotStore.key({
             "image": image, "code": code_key, "memory": config.sandbox.memory_bytes, "cpus": config.sandbox.cpus,
             "pids": config.sandbox.pids, "tmpfs": config.sandbox.tmpfs_bytes, "warm": WARM_MODULES[name],

@@ -146,3 +146,27 @@ def test_port_in_use(tmp_path: Path) -> None:
         port = taken.getsockname()[1]
         result = serve_error(tmp_path, "--socket", str(tmp_path / "s.sock"), "--tcp", f"127.0.0.1:{port}")
     assert_one_line_error(result, f"127.0.0.1:{port}")
+
+
+def test_restores_leave_no_checkpoint_copies(channel: grpc.Channel) -> None:
+    """containerd copies each restored checkpoint to the engine's temp dir and never deletes it."""
+    info = pb_grpc.DaemonStub(channel).GetInfo(pb.GetInfoRequest(), timeout=5)
+    if not info.snapshots:
+        pytest.skip(f"snapshots not in use here: {info.snapshot_state}")
+    pool = pb_grpc.PoolStub(channel)
+    before = pool.GetStatus(pb.GetPoolStatusRequest(), timeout=5)
+    ready_before = next(p for p in before.pools if p.name == "python").ready
+    try:
+        pool.SetBatchHint(pb.BatchHint(batch_size=2 * (ready_before + 2)), timeout=5)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            status = pool.GetStatus(pb.GetPoolStatusRequest(), timeout=5)
+            python = next(p for p in status.pools if p.name == "python")
+            if python.ready >= ready_before + 2 and not python.starting:
+                break
+            time.sleep(0.5)
+        else:
+            pytest.fail("the pool did not grow by restores")
+    finally:
+        pool.SetBatchHint(pb.BatchHint(batch_size=0), timeout=5)
+    assert list(Path("/tmp").glob("ctrd-checkpoint*")) == []
