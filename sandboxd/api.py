@@ -70,7 +70,7 @@ class PoolServicer(pb_grpc.PoolServicer):
 
     async def SetBatchHint(self, request: pb.BatchHint, context: grpc.aio.ServicerContext) -> pb.PoolStatus:
         for pool in self.daemon.pools.values():
-            pool.set_batch_hint(request.batch_size)
+            pool.set_batch_hint(request.sessions if pool.kind == "sessions" else request.batch_size)
         return self.daemon.pool_status()
 
     async def GetStatus(self, request: pb.GetPoolStatusRequest,
@@ -102,4 +102,32 @@ class DaemonServicer(pb_grpc.DaemonServicer):
 
 
 class SessionsServicer(pb_grpc.SessionsServicer):
-    """Sessions are specified in the contract; the runtime for them is not built yet."""
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
+
+    async def Open(self, request: pb.OpenSessionRequest, context: grpc.aio.ServicerContext) -> pb.SessionInfo:
+        try:
+            self.daemon.check_ready()
+            session = await self.daemon.sessions.open(request)
+        except SandboxdError as error:
+            await _abort(context, error)
+        return session.info(self.daemon.config.sessions.max_lifetime_seconds)
+
+    async def RunCell(self, request: pb.RunCellRequest, context: grpc.aio.ServicerContext) -> pb.CellResult:
+        try:
+            return await self.daemon.sessions.run_cell(request)
+        except SandboxdError as error:
+            await _abort(context, error)
+        raise AssertionError("unreachable")
+
+    async def Close(self, request: pb.CloseSessionRequest,
+                    context: grpc.aio.ServicerContext) -> pb.CloseSessionResponse:
+        try:
+            await self.daemon.sessions.close(request.session_id)
+        except SandboxdError as error:
+            await _abort(context, error)
+        return pb.CloseSessionResponse()
+
+    async def List(self, request: pb.ListSessionsRequest,
+                   context: grpc.aio.ServicerContext) -> pb.ListSessionsResponse:
+        return pb.ListSessionsResponse(sessions=self.daemon.sessions.list())

@@ -94,6 +94,26 @@ class SchedulerConfig:
 
 
 @dataclass
+class SessionsConfig:
+    """Multi-turn sessions: a uid and a live interpreter each, many per sandbox."""
+
+    enabled: bool = True
+    # Sessions share the python image's sandboxes of a pool of their own, so
+    # that held sessions never take capacity from scoring jobs.
+    per_sandbox: int = 64
+    min_sandboxes: int = 1
+    max_sandboxes: int = 16
+    # Warm slots kept beyond the trainer's session hint, as a fraction of it.
+    headroom: float = 0.1
+    idle_timeout_seconds: float = 600.0
+    max_idle_timeout_seconds: float = 3600.0
+    max_lifetime_seconds: float = 3600.0
+    max_cells: int = 1000
+    # How long Open waits for a slot while the pool grows before RESOURCE_EXHAUSTED.
+    open_wait_seconds: float = 30.0
+
+
+@dataclass
 class Config:
     server: ServerConfig = field(default_factory=ServerConfig)
     docker: DockerConfig = field(default_factory=DockerConfig)
@@ -101,6 +121,7 @@ class Config:
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    sessions: SessionsConfig = field(default_factory=SessionsConfig)
 
     def validate(self) -> None:
         checks = [
@@ -131,6 +152,16 @@ class Config:
              "and Unix socket paths are limited to 108 bytes)"),
             (self.scheduler.attempts >= 1, "scheduler.attempts must be >= 1"),
             (self.scheduler.max_queued >= 1, "scheduler.max_queued must be >= 1"),
+            (self.sessions.per_sandbox >= 1, "sessions.per_sandbox must be >= 1"),
+            (0 <= self.sessions.min_sandboxes <= self.sessions.max_sandboxes,
+             "sessions: 0 <= min_sandboxes <= max_sandboxes"),
+            (self.sessions.max_sandboxes >= 1, "sessions.max_sandboxes must be >= 1"),
+            (self.sessions.headroom >= 0, "sessions.headroom must be >= 0"),
+            (0 < self.sessions.idle_timeout_seconds <= self.sessions.max_idle_timeout_seconds,
+             "sessions: 0 < idle_timeout_seconds <= max_idle_timeout_seconds"),
+            (self.sessions.max_lifetime_seconds > 0, "sessions.max_lifetime_seconds must be > 0"),
+            (self.sessions.max_cells >= 1, "sessions.max_cells must be >= 1"),
+            (self.sessions.open_wait_seconds >= 0, "sessions.open_wait_seconds must be >= 0"),
         ]
         for ok, message in checks:
             if not ok:

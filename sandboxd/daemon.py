@@ -26,6 +26,7 @@ from sandboxd.errors import ConfigError, NotReady
 from sandboxd.images import image_tag
 from sandboxd.pool import Pool, reap_orphans, stage_agent_code
 from sandboxd.scheduler import Scheduler
+from sandboxd.sessions import SessionManager
 
 log = logging.getLogger("sandboxd")
 ORPHAN_SWEEP_SECONDS = 60.0
@@ -60,6 +61,7 @@ class Daemon:
         self.backend = DockerBackend(config.docker.url, config.docker.timeout_seconds)
         self.pools: dict[str, Pool] = {}
         self.scheduler = Scheduler(self.pools, config)
+        self.sessions = SessionManager(None, config)
         self.health = health.aio.HealthServicer()
         self.server: grpc.aio.Server | None = None
         self.serving = False
@@ -89,7 +91,7 @@ class Daemon:
         # SERVING once every pool has a warm sandbox, until shutdown: a pool that is
         # refilling after losses still queues jobs, and clients that health
         # check would otherwise fail fast on a daemon that is merely busy.
-        warm = all(pool.ready or not pool.config.pool.min_size for pool in self.pools.values())
+        warm = all(len(pool.ready) >= pool.min_ready for pool in self.pools.values())
         if not self.serving and not self.stopping and self.pools and warm:
             self.serving = True
             for service in ("", "sandboxd.v1.Jobs"):
@@ -133,7 +135,7 @@ class Daemon:
         pb_grpc.add_JobsServicer_to_server(api.JobsServicer(self), server)
         pb_grpc.add_PoolServicer_to_server(api.PoolServicer(self), server)
         pb_grpc.add_DaemonServicer_to_server(api.DaemonServicer(self), server)
-        pb_grpc.add_SessionsServicer_to_server(api.SessionsServicer(), server)
+        pb_grpc.add_SessionsServicer_to_server(api.SessionsServicer(self), server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         services = [pb.DESCRIPTOR.services_by_name[name].full_name for name in ("Jobs", "Sessions", "Pool", "Daemon")]
         reflection.enable_server_reflection([*services, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
@@ -159,10 +161,17 @@ class Daemon:
                 continue
             self.pools[name] = Pool(name, image, self.backend, config, instance=self.instance, node=self.node,
                                     code_dir=code_dir, code_key=code_key, on_change=self._on_pool_change)
+        if config.sessions.enabled and "python" in self.pools:
+            # Held sessions get sandboxes of their own, so they never take job capacity.
+            self.pools["sessions"] = self.sessions.pool = Pool(
+                "sessions", self.pools["python"].image, self.backend, config, instance=self.instance,
+                node=self.node, code_dir=code_dir, code_key=code_key, on_change=self._on_pool_change,
+                kind="sessions")
         await server.start()
         self.server = server
         for pool in self.pools.values():
             pool.start()
+        self.sessions.start()
         sweeper = asyncio.ensure_future(self._sweep_orphans())
         log.info("sandboxd %s listening on %s", self.instance, ", ".join(addresses))
         stop = asyncio.Event()
@@ -176,6 +185,7 @@ class Daemon:
         await self.health.enter_graceful_shutdown()
         await server.stop(config.server.grace_seconds)
         sweeper.cancel()
+        await self.sessions.close_all()
         await asyncio.gather(*(pool.close() for pool in self.pools.values()))
         with contextlib.suppress(FileNotFoundError):
             if config.server.socket:

@@ -56,3 +56,15 @@ class SandboxLost(SandboxdError):
     """A sandbox died or stopped answering under a job: retried elsewhere."""
 
     code = grpc.StatusCode.UNAVAILABLE
+
+
+class SessionNotFound(SandboxdError):
+    """No live session has this id: never opened, closed, expired, or lost with its sandbox."""
+
+    code = grpc.StatusCode.NOT_FOUND
+
+
+class SessionBusy(SandboxdError):
+    """A cell is already running in the session; cells of one session run one at a time."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION

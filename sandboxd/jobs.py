@@ -69,23 +69,28 @@ class PreparedJob:
     early_result: dict[str, Any] | None = None
 
 
-def _limits(job: pb.Job, config: Config) -> dict[str, Any]:
+def resolve_limits(requested: pb.Limits, config: Config, where: str) -> dict[str, Any]:
+    """The effective {timeout, memory, output}: defaults for zeros, INVALID_ARGUMENT past the maxima."""
     limits = config.limits
-    timeout = job.limits.timeout_seconds or limits.default_timeout_seconds
-    memory = job.limits.memory_bytes or limits.default_memory_bytes
-    output = job.limits.output_bytes or limits.default_output_bytes
+    timeout = requested.timeout_seconds or limits.default_timeout_seconds
+    memory = requested.memory_bytes or limits.default_memory_bytes
+    output = requested.output_bytes or limits.default_output_bytes
     if not math.isfinite(timeout) or timeout <= 0:
-        raise InvalidRequest(f"jobs[{job.index}].limits.timeout_seconds must be positive")
+        raise InvalidRequest(f"{where}.timeout_seconds must be positive")
     if timeout > limits.max_timeout_seconds:
-        raise InvalidRequest(f"jobs[{job.index}].limits.timeout_seconds={timeout:g} exceeds the daemon's "
+        raise InvalidRequest(f"{where}.timeout_seconds={timeout:g} exceeds the daemon's "
                              f"maximum {limits.max_timeout_seconds:g}")
     if memory > limits.max_memory_bytes:
-        raise InvalidRequest(f"jobs[{job.index}].limits.memory_bytes={memory} exceeds the daemon's "
+        raise InvalidRequest(f"{where}.memory_bytes={memory} exceeds the daemon's "
                              f"maximum {limits.max_memory_bytes}")
     if output > limits.max_output_bytes:
-        raise InvalidRequest(f"jobs[{job.index}].limits.output_bytes={output} exceeds the daemon's "
+        raise InvalidRequest(f"{where}.output_bytes={output} exceeds the daemon's "
                              f"maximum {limits.max_output_bytes}")
     return {"timeout": timeout, "memory": memory, "output": output}
+
+
+def _limits(job: pb.Job, config: Config) -> dict[str, Any]:
+    return resolve_limits(job.limits, config, f"jobs[{job.index}].limits")
 
 
 def _program(language: str, code: str, config: Config, where: str) -> dict[str, Any]:
@@ -126,9 +131,9 @@ def prepare(job: pb.Job, config: Config) -> PreparedJob:
             raise InvalidRequest(f"{where}.execute.code is larger than {MAX_CODE_BYTES} bytes")
         program = _program(execute.language, execute.code, config, f"{where}.execute")
         for item in execute.files:
-            _check_path(item.path, f"{where}.execute.files")
+            check_path(item.path, f"{where}.execute.files")
         for path in execute.collect_files:
-            _check_path(path, f"{where}.execute.collect_files")
+            check_path(path, f"{where}.execute.collect_files")
         agent_job = {
             "kind": "execute", "program": program, "limits": limits,
             "stdin": base64.b64encode(execute.stdin).decode(), "args": list(execute.args),
@@ -157,7 +162,7 @@ def prepare(job: pb.Job, config: Config) -> PreparedJob:
     raise Unsupported(f"{where}: reward_model jobs need a reward-model pool, which this daemon does not have")
 
 
-def _check_path(path: str, where: str) -> None:
+def check_path(path: str, where: str) -> None:
     parts = path.split("/")
     if not path or path.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\0" in path:
         raise InvalidRequest(f"{where}: {path!r} must be a relative path without '.' or '..' parts")

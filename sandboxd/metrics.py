@@ -25,6 +25,12 @@ SANDBOX_READY_SECONDS = Gauge("sandboxd_sandbox_ready_seconds", "Last start-to-r
 SNAPSHOT_READY = Gauge("sandboxd_snapshot_ready", "1 when the pool restores from a snapshot", ["pool"],
                        registry=REGISTRY)
 
+SESSIONS_OPEN = Gauge("sandboxd_sessions_open", "Sessions open now", registry=REGISTRY)
+SESSION_CELLS = Counter("sandboxd_session_cells", "Session cells answered, by language and status",
+                        ["language", "status"], registry=REGISTRY)
+SESSIONS_ENDED = Counter("sandboxd_sessions_ended", "Sessions ended, by reason (closed, idle, lifetime, "
+                         "max_cells, died, sandbox_lost, shutdown)", ["reason"], registry=REGISTRY)
+
 
 def serve(address: str) -> None:
     """Start the HTTP endpoint; `address` is host:port."""

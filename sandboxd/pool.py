@@ -49,6 +49,9 @@ RESTORE_FAILURES_BEFORE_COLD = 3
 WARM_MODULES = {
     "python": "sandboxd.verifiers.code,sandboxd.verifiers.pyharness,sandboxd.verifiers.math",
     "langs": "sandboxd.verifiers.code,sandboxd.verifiers.pyharness",
+    # Sessions fork from a lean zygote: every page it holds is shared by up
+    # to sessions.per_sandbox live interpreters, and a cell imports what it uses.
+    "sessions": "sandboxd.agent.repl",
 }
 
 
@@ -81,9 +84,19 @@ def stage_agent_code(state_dir: str) -> tuple[str, str]:
 
 
 class Pool:
+    """Sandboxes of one image, each with `capacity` slots.
+
+    A slot is a running job for a `jobs` pool and an open session for a
+    `sessions` pool (held from Open to Close, so open sessions count as demand).
+    """
+
     def __init__(self, name: str, image: str, backend: DockerBackend, config: Config, *, instance: str,
-                 node: str, code_dir: str, code_key: str, on_change: Callable[[], None] = lambda: None) -> None:
+                 node: str, code_dir: str, code_key: str, on_change: Callable[[], None] = lambda: None,
+                 kind: str = "jobs") -> None:
+        if kind not in ("jobs", "sessions"):
+            raise ValueError(f"unknown pool kind {kind!r}")
         self.name = name
+        self.kind = kind
         self.image = image
         self.backend = backend
         self.config = config
@@ -114,16 +127,34 @@ class Pool:
 
     # ---- sizing --------------------------------------------------------------
     @property
+    def capacity(self) -> int:
+        """Slots per sandbox."""
+        if self.kind == "sessions":
+            return self.config.sessions.per_sandbox
+        return self.config.pool.jobs_per_sandbox
+
+    @property
     def target(self) -> int:
         pool = self.config.pool
-        floor = pool.min_size
-        if pool.scale_to_zero and time.monotonic() - self.last_busy > pool.idle_seconds and not self.waiting:
-            floor = 0
-        wanted = math.ceil((self.batch_hint + self.waiting) / pool.jobs_per_sandbox)
         idle_for = time.monotonic() - self.last_busy
+        if self.kind == "sessions":
+            sessions = self.config.sessions
+            held = sum(s.in_flight for s in self.sandboxes)
+            demand = max(self.batch_hint, held + self.waiting)
+            wanted = math.ceil(demand * (1 + sessions.headroom) / self.capacity)
+            return max(sessions.min_sandboxes, min(sessions.max_sandboxes, wanted))
+        floor = pool.min_size
+        if pool.scale_to_zero and idle_for > pool.idle_seconds and not self.waiting:
+            floor = 0
+        wanted = math.ceil((self.batch_hint + self.waiting) / self.capacity)
         if idle_for > pool.idle_seconds and not self.waiting:
             wanted = 0
         return max(floor, min(pool.max_size, wanted))
+
+    @property
+    def min_ready(self) -> int:
+        """Sandboxes that must be warm before the daemon reports SERVING."""
+        return min(1, self.config.sessions.min_sandboxes if self.kind == "sessions" else self.config.pool.min_size)
 
     @property
     def ready(self) -> list[Sandbox]:
@@ -139,7 +170,7 @@ class Pool:
 
     # ---- acquiring ------------------------------------------------------------
     def _pick(self) -> Sandbox | None:
-        candidates = [s for s in self.ready if s.in_flight < self.config.pool.jobs_per_sandbox]
+        candidates = [s for s in self.ready if s.in_flight < self.capacity]
         if not candidates:
             return None
         # Least loaded first, then the longest-warm: spreads jobs over CPUs.

@@ -5,7 +5,8 @@ daemon bind-mounts from the host; only root in the sandbox can reach it
 (folder 0700), so jobs, which run under other uids, cannot talk to it.
 
 Ops: `hello` (after a start or a restore: reseed, learn the sandbox's id),
-`ping`, and `run` (one job: execute, code or math).
+`ping`, `run` (one job: execute, code or math), and `session_open`,
+`session_cell`, `session_close` (see sessions.py).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import sys
 import time
 from typing import Any
 
+from sandboxd.agent import sessions as sessions_module
 from sandboxd.agent import zygote as zygote_module
 from sandboxd.agent.protocol import ProtocolError, encode_frame, read_frame
 from sandboxd.agent.runner import (
@@ -84,6 +86,8 @@ class Controller:
         self.uids = UidPool()
         self.languages = languages
         self.sandbox_id = ""
+        # Open sessions by uid, which is also the handle the daemon holds.
+        self.sessions: dict[int, sessions_module.Session] = {}
 
     # ---- process housekeeping ------------------------------------------
     def reap(self) -> None:
@@ -100,14 +104,14 @@ class Controller:
                 os._exit(70)
 
     # ---- work dirs ------------------------------------------------------
-    def _make_workdir(self, uid: int) -> str:
+    def make_workdir(self, uid: int) -> str:
         path = f"{WORK_ROOT}/{uid}"
         shutil.rmtree(path, ignore_errors=True)
         os.mkdir(path, 0o700)
         os.chown(path, uid, uid)
         return path
 
-    def _release(self, uid: int) -> None:
+    def release(self, uid: int) -> None:
         kill_uid(uid, self.reap)
         shutil.rmtree(f"{WORK_ROOT}/{uid}", ignore_errors=True)
         for folder in SHARED_WRITABLE:
@@ -115,7 +119,7 @@ class Controller:
         self.uids.give_back(uid)
 
     @staticmethod
-    def _write_file(workdir: str, uid: int, relpath: str, content: bytes, mode: int = 0o600) -> None:
+    def write_file(workdir: str, uid: int, relpath: str, content: bytes, mode: int = 0o600) -> None:
         parts = [p for p in relpath.split("/") if p]
         if not parts or any(p in (".", "..") for p in parts):
             raise ValueError(f"bad file path {relpath!r}")
@@ -150,7 +154,7 @@ class Controller:
 
     # ---- building runs -----------------------------------------------------
     @staticmethod
-    def _rlimits(limits: dict[str, Any], *, address_space: bool) -> dict[str, int]:
+    def rlimits(limits: dict[str, Any], *, address_space: bool) -> dict[str, int]:
         rlimits = dict(DEFAULT_RLIMITS)
         rlimits["cpu"] = max(1, int(limits["timeout"] + 0.999))
         if address_space and limits.get("memory"):
@@ -158,7 +162,7 @@ class Controller:
         return rlimits
 
     @staticmethod
-    def _env(workdir: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+    def env(workdir: str, extra: dict[str, str] | None = None) -> dict[str, str]:
         env = {
             "PATH": "/usr/local/bin:/usr/bin:/bin",
             "HOME": workdir,
@@ -180,13 +184,13 @@ class Controller:
             "timeout": limits["timeout"],
             "output_limit": limits["output"],
             "stdin": stdin,
-            "env": self._env(workdir, program.get("env")),
+            "env": self.env(workdir, program.get("env")),
         }
         if program["language"] == "python":
             return RunSpec(mode="python", code=program["code"], argv=[program.get("source", "main.py"), *args],
-                           rlimits=self._rlimits(limits, address_space=True), **common)
+                           rlimits=self.rlimits(limits, address_space=True), **common)
         return RunSpec(mode="exec", argv=[*program["run"], *args],
-                       rlimits=self._rlimits(limits, address_space=program.get("address_space_limit", True)),
+                       rlimits=self.rlimits(limits, address_space=program.get("address_space_limit", True)),
                        **common)
 
     async def _compile(self, program: dict[str, Any], limits: dict[str, Any], uid: int,
@@ -194,13 +198,13 @@ class Controller:
         """Write the source and compile it once; (ok, compiler output, seconds)."""
         if program["language"] == "python":
             return True, "", 0.0  # runs in-process from the code itself
-        self._write_file(workdir, uid, program.get("source", "main.py"), program["code"].encode())
+        self.write_file(workdir, uid, program.get("source", "main.py"), program["code"].encode())
         if not program.get("compile"):
             return True, "", 0.0
         spec = RunSpec(
             mode="exec", uid=uid, cwd=workdir, argv=program["compile"],
             timeout=program.get("compile_timeout", 30.0), output_limit=64 << 10,
-            rlimits=dict(DEFAULT_RLIMITS, nproc=512), env=self._env(workdir, program.get("env")),
+            rlimits=dict(DEFAULT_RLIMITS, nproc=512), env=self.env(workdir, program.get("env")),
         )
         outcome = await self.runner.run(spec)
         output = _preview(outcome.stderr + outcome.stdout, 8192)
@@ -227,9 +231,9 @@ class Controller:
         program, limits = job["program"], job["limits"]
         uid = self.uids.take()
         try:
-            workdir = self._make_workdir(uid)
+            workdir = self.make_workdir(uid)
             for item in job.get("files", []):
-                self._write_file(workdir, uid, item["path"], base64.b64decode(item["content"]))
+                self.write_file(workdir, uid, item["path"], base64.b64decode(item["content"]))
             ok, compile_output, _ = await self._compile(program, limits, uid, workdir)
             if not ok:
                 return {"status": "compile_error", "message": "compilation failed",
@@ -260,7 +264,7 @@ class Controller:
                 },
             }
         finally:
-            self._release(uid)
+            self.release(uid)
 
     async def _code(self, job: dict[str, Any]) -> dict[str, Any]:
         from sandboxd.verifiers.code import compare_stdout
@@ -268,7 +272,7 @@ class Controller:
         program, limits, plan = job["program"], job["limits"], job["plan"]
         uid = self.uids.take()
         try:
-            workdir = self._make_workdir(uid)
+            workdir = self.make_workdir(uid)
             ok, compile_output, _ = await self._compile(program, limits, uid, workdir)
             if not ok:
                 return {"status": "compile_error", "message": "compilation failed",
@@ -290,7 +294,7 @@ class Controller:
                 return _code_result(tests, plan["total"])
             return await self._python_harness(job, uid, workdir)
         finally:
-            self._release(uid)
+            self.release(uid)
 
     async def _python_harness(self, job: dict[str, Any], uid: int, workdir: str) -> dict[str, Any]:
         """Function-call and assert tests: candidate and judge in two processes, two uids."""
@@ -302,16 +306,16 @@ class Controller:
         timeout = min(limits["timeout"] * cases, job.get("max_job_seconds", 300.0))
         run_limits = dict(limits, timeout=timeout)
         try:
-            judge_dir = self._make_workdir(judge_uid)
+            judge_dir = self.make_workdir(judge_uid)
             candidate = RunSpec(
                 mode="py_callee", uid=uid, cwd=workdir, code=job["program"]["code"], timeout=timeout,
-                output_limit=limits["output"], rlimits=self._rlimits(run_limits, address_space=True),
-                env=self._env(workdir), peer=candidate_end,
+                output_limit=limits["output"], rlimits=self.rlimits(run_limits, address_space=True),
+                env=self.env(workdir), peer=candidate_end,
             )
             judge = RunSpec(
                 mode="py_tests", uid=judge_uid, cwd=judge_dir, timeout=timeout,
-                output_limit=limits["output"], rlimits=self._rlimits(run_limits, address_space=False),
-                env=self._env(judge_dir), peer=judge_end,
+                output_limit=limits["output"], rlimits=self.rlimits(run_limits, address_space=False),
+                env=self.env(judge_dir), peer=judge_end,
                 extra={"plan_kind": plan["kind"], "harness": dict(job["harness"], call_timeout=limits["timeout"])},
             )
             candidate_task = asyncio.ensure_future(self.runner.run(candidate))
@@ -324,7 +328,7 @@ class Controller:
         finally:
             candidate_end.close()
             judge_end.close()
-            self._release(judge_uid)
+            self.release(judge_uid)
         judge_status, limit, message = classify(judge_outcome, judge)
         verdict = judge_outcome.verdict
         if judge_status == "timeout":
@@ -355,16 +359,16 @@ class Controller:
         limits = job["limits"]
         uid = self.uids.take()
         try:
-            workdir = self._make_workdir(uid)
+            workdir = self.make_workdir(uid)
             spec = RunSpec(
                 mode="math", uid=uid, cwd=workdir, timeout=limits["timeout"], output_limit=limits["output"],
-                rlimits=self._rlimits(limits, address_space=True), env=self._env(workdir),
+                rlimits=self.rlimits(limits, address_space=True), env=self.env(workdir),
                 extra={"completion": job["completion"], "ground_truth": job["ground_truth"],
                        "extraction": job.get("extraction", "auto"), "tolerance": job.get("tolerance", 1e-6)},
             )
             outcome = await self.runner.run(spec)
         finally:
-            self._release(uid)
+            self.release(uid)
         status, limit, message = classify(outcome, spec)
         verdict = outcome.verdict if isinstance(outcome.verdict, dict) else {}
         if status == "ok" and verdict:
@@ -411,7 +415,29 @@ class Controller:
             return {"ok": True, "languages": self.languages, "pid": os.getpid()}
         if op == "run":
             return {"result": await self.run_job(request["job"])}
+        if op == "session_open":
+            files = [(item["path"], base64.b64decode(item["content"])) for item in request.get("files", [])]
+            session = await sessions_module.open_session(self, request["language"], files, request["limits"])
+            self.sessions[session.uid] = session
+            return {"session": session.uid}
+        if op == "session_cell":
+            session = self.sessions.get(int(request["session"]))
+            if session is None:
+                return {"result": {"status": "gone", "message": "no such session", "alive": False}}
+            result = await session.run_cell(str(request["code"]), float(request["timeout"]), int(request["output"]))
+            if not session.alive:
+                self.close_session(session.uid)
+            return {"result": result}
+        if op == "session_close":
+            self.close_session(int(request["session"]))
+            return {"ok": True}
         raise ValueError(f"unknown op {op!r}")
+
+    def close_session(self, uid: int) -> None:
+        session = self.sessions.pop(uid, None)
+        if session is not None:
+            session.close()
+            self.release(uid)
 
 
 def _test_entry(index: int, status: str, limit: str, message: str, outcome: RunOutcome) -> dict[str, Any]:

@@ -118,7 +118,7 @@ def classify(outcome: RunOutcome, spec: RunSpec) -> tuple[str, str, str]:
     return "runtime_error", "", f"exit status {code}"
 
 
-class _OutputBudget:
+class OutputBudget:
     """stdout and stderr together may not exceed the run's output limit."""
 
     def __init__(self, limit: int, on_overflow: Callable[[], None]) -> None:
@@ -135,8 +135,8 @@ class _OutputBudget:
         return granted
 
 
-class _PipeReader:
-    def __init__(self, fd: int, budget: _OutputBudget) -> None:
+class PipeReader:
+    def __init__(self, fd: int, budget: OutputBudget) -> None:
         self.fd = fd
         self.data = bytearray()
         self.truncated = False
@@ -318,17 +318,12 @@ class Runner:
         self.zygote = zygote
         self._reap = reap
 
-    async def run(self, spec: RunSpec) -> RunOutcome:
-        loop = asyncio.get_running_loop()
-        pid, channel, exited = await self.zygote.take()
-        stdin_fd = os.memfd_create("stdin", os.MFD_CLOEXEC)
-        os.write(stdin_fd, spec.stdin)
-        os.lseek(stdin_fd, 0, os.SEEK_SET)
-        out_r, out_w = os.pipe2(os.O_CLOEXEC)
-        err_r, err_w = os.pipe2(os.O_CLOEXEC)
-        fds = [stdin_fd, out_w, err_w]
-        if spec.peer is not None:
-            fds.append(spec.peer.fileno())
+    async def launch(self, spec: RunSpec, fds: list[int]) -> tuple[int, socket.socket, asyncio.Future[dict[str, Any]]]:
+        """A worker that has been handed `spec` and `fds`; returns (pid, channel, exit future).
+
+        `fds` stay the caller's to close. A worker that died before taking
+        its job shows it in the exit future, not here.
+        """
         job = {
             "uid": spec.uid,
             "mode": spec.mode,
@@ -342,7 +337,24 @@ class Runner:
         body = json.dumps(job).encode()
         if len(body) > MAX_FRAME_BYTES:
             raise ProtocolError("job too large")
-        started = time.monotonic()
+        pid, channel, exited = await self.zygote.take()
+        try:
+            socket.send_fds(channel, [HEADER.pack(len(body))], fds)
+            channel.setblocking(False)
+            await asyncio.get_running_loop().sock_sendall(channel, body)
+        except OSError:
+            pass
+        return pid, channel, exited
+
+    async def run(self, spec: RunSpec) -> RunOutcome:
+        stdin_fd = os.memfd_create("stdin", os.MFD_CLOEXEC)
+        os.write(stdin_fd, spec.stdin)
+        os.lseek(stdin_fd, 0, os.SEEK_SET)
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        fds = [stdin_fd, out_w, err_w]
+        if spec.peer is not None:
+            fds.append(spec.peer.fileno())
         killed_for = ""
 
         def kill(reason: str) -> None:
@@ -351,19 +363,18 @@ class Runner:
                 killed_for = reason
                 kill_uid(spec.uid, self._reap)
 
-        budget = _OutputBudget(spec.output_limit, lambda: kill("output"))
-        stdout = _PipeReader(out_r, budget)
-        stderr = _PipeReader(err_r, budget)
+        budget = OutputBudget(spec.output_limit, lambda: kill("output"))
+        stdout = PipeReader(out_r, budget)
+        stderr = PipeReader(err_r, budget)
         verdict_task = None
         try:
-            socket.send_fds(channel, [HEADER.pack(len(body))], fds)
-            channel.setblocking(False)
-            await loop.sock_sendall(channel, body)
+            pid, channel, exited = await self.launch(spec, fds)
             if spec.mode in ("py_tests", "math"):
                 verdict_task = asyncio.ensure_future(self._read_verdict(channel))
-        except OSError:
-            # The worker died before taking its job: its exit status says why.
-            pass
+        except BaseException:
+            stdout.close()
+            stderr.close()
+            raise
         finally:
             for fd in (stdin_fd, out_w, err_w):
                 os.close(fd)
@@ -371,6 +382,7 @@ class Runner:
             # death from the process at the other end (no end of file).
             if spec.peer is not None:
                 spec.peer.close()
+        started = time.monotonic()
         try:
             exit_message = await asyncio.wait_for(asyncio.shield(exited), spec.timeout)
         except TimeoutError:

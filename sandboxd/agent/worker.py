@@ -55,6 +55,10 @@ def main(channel: socket.socket) -> NoReturn:
         trusted = job["mode"] in ("py_tests", "math")
         signal.signal(signal.SIGPIPE, signal.SIG_IGN if trusted else signal.SIG_DFL)
         uid = int(job["uid"])
+        # When a sandbox runs out of memory the kernel must pick a job's
+        # process, never the controller or the zygote (raising needs no privilege).
+        with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as oom:
+            oom.write("1000")
         os.setsid()
         os.setgroups([])
         os.setresgid(uid, uid, uid)
@@ -85,6 +89,10 @@ def main(channel: socket.socket) -> NoReturn:
         pyharness.serve_candidate(job["code"], socket.socket(fileno=fds[3]))
     elif mode in ("py_tests", "math"):
         _run_trusted(mode, job, channel, fds)
+    elif mode == "py_session":
+        from sandboxd.agent import repl
+
+        repl.serve(channel, socket.socket(fileno=fds[3]), _receive_job)
     os._exit(HARNESS_FAILURE_EXIT)
 
 

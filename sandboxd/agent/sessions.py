@@ -1,0 +1,324 @@
+"""Sessions inside one sandbox: a uid, a work dir and, for Python, a live interpreter each.
+
+A sandbox holds many sessions at once (sessions.per_sandbox); what keeps
+them apart is what keeps jobs apart: a uid of its own per session, a work
+dir only that uid can enter, no shared writable folder, and processes that
+other uids can neither signal nor trace.
+
+Python: one worker forked from the zygote at open, kept for the session's
+life; its namespace is the state. A cell past its deadline is interrupted
+(SIGINT, a KeyboardInterrupt in the cell) and the session lives on; a cell
+that ignores the interrupt for SESSION_INTERRUPT_GRACE seconds takes the
+session down with it. Bash: each cell is a fresh `bash` that first restores
+the state (variables, exported environment, functions, options, working
+directory) the previous cell saved on exit, so a timeout kills that cell
+only and no shell lingers between cells.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import time
+from typing import TYPE_CHECKING, Any
+
+from sandboxd.agent.protocol import HEADER, ProtocolError, encode_frame, read_frame
+from sandboxd.agent.runner import OutputBudget, PipeReader, RunSpec, classify, kill_uid
+
+if TYPE_CHECKING:
+    from sandboxd.agent.controller import Controller
+
+SESSION_INTERRUPT_GRACE = 2.0
+# Output still arriving after a cell's result (a child holding the pipe).
+CELL_DRAIN_SECONDS = 0.5
+# files_changed lists at most this many paths; the scan stops there too.
+MAX_SCANNED_FILES = 2000
+RESULT_FRAME_BYTES = 1 << 20
+BASH_STATE_FILE = ".sandboxd-bash-state"
+# Restores the previous cell's state, runs the cell (from stdin, so that the
+# controller never writes into the session's folder), saves the state on any
+# exit. Bash's own read-only and per-process variables are not saved.
+BASH_WRAPPER = r"""
+__sandboxd_state=$1
+if [ -f "$__sandboxd_state" ]; then source "$__sandboxd_state" >/dev/null 2>&1; fi
+__sandboxd_save() {
+  local __sandboxd_status=$? __sandboxd_name
+  {
+    for __sandboxd_name in $(compgen -v); do
+      case $__sandboxd_name in
+        BASH*|EUID|UID|PPID|SHELLOPTS|FUNCNAME|GROUPS|PIPESTATUS|RANDOM|SRANDOM|SECONDS|LINENO|HISTCMD|\
+DIRSTACK|EPOCHREALTIME|EPOCHSECONDS|COMP_*|OPTIND|OPTARG|OPTERR|SHLVL|_|__sandboxd_*) continue ;;
+      esac
+      declare -p "$__sandboxd_name" 2>/dev/null
+    done
+    declare -f
+    shopt -p
+    printf 'cd -- %q\n' "$PWD"
+  } > "$__sandboxd_state.tmp" 2>/dev/null && mv -f "$__sandboxd_state.tmp" "$__sandboxd_state"
+  exit $__sandboxd_status
+}
+trap __sandboxd_save EXIT
+__sandboxd_cell=$(cat)
+eval "$__sandboxd_cell"
+"""
+
+
+def scan(workdir: str) -> dict[str, tuple[int, int]]:
+    """path -> (mtime_ns, size) for the files under `workdir`, links not followed."""
+    found: dict[str, tuple[int, int]] = {}
+    stack = [workdir]
+    while stack and len(found) < MAX_SCANNED_FILES:
+        folder = stack.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+                    continue
+                info = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            relpath = os.path.relpath(entry.path, workdir)
+            if relpath.startswith(BASH_STATE_FILE):
+                continue
+            found[relpath] = (info.st_mtime_ns, info.st_size)
+            if len(found) >= MAX_SCANNED_FILES:
+                break
+    return found
+
+
+def changed_files(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> list[str]:
+    """Created, modified or deleted paths, sorted."""
+    return sorted(path for path in before.keys() | after.keys() if before.get(path) != after.get(path))
+
+
+class Session:
+    """One session's uid and folder; subclasses run its cells."""
+
+    language = ""
+
+    def __init__(self, controller: Controller, uid: int, workdir: str, limits: dict[str, Any]) -> None:
+        self.controller = controller
+        self.uid = uid
+        self.workdir = workdir
+        self.limits = limits
+        self.alive = True
+        self.cells_run = 0
+        self._lock = asyncio.Lock()
+
+    async def start(self) -> None:
+        """Make the session ready for its first cell."""
+
+    async def run_cell(self, code: str, timeout: float, output_limit: int) -> dict[str, Any]:
+        if not self.alive:
+            return {"status": "internal", "message": "the session is closed", "alive": False}
+        if self._lock.locked():
+            return {"status": "busy", "message": "a cell is already running in this session", "alive": True}
+        async with self._lock:
+            before = scan(self.workdir)
+            started = time.monotonic()
+            result = await self._run_cell(code, timeout, output_limit)
+            result["time_seconds"] = time.monotonic() - started
+            self.cells_run += 1
+            result["alive"] = self.alive
+            if self.alive:
+                result["files_changed"] = changed_files(before, scan(self.workdir))
+            return result
+
+    async def _run_cell(self, code: str, timeout: float, output_limit: int) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Kill whatever runs under the session's uid and remove its files."""
+        self.alive = False
+
+
+class BashSession(Session):
+    language = "bash"
+
+    async def _run_cell(self, code: str, timeout: float, output_limit: int) -> dict[str, Any]:
+        controller = self.controller
+        limits = dict(self.limits, timeout=timeout)
+        spec = RunSpec(
+            mode="exec", uid=self.uid, cwd=self.workdir, timeout=timeout, output_limit=output_limit,
+            argv=["bash", "--noprofile", "--norc", "-c", BASH_WRAPPER, "sandboxd-session",
+                  f"{self.workdir}/{BASH_STATE_FILE}"],
+            stdin=code.encode(), rlimits=controller.rlimits(limits, address_space=True),
+            env=controller.env(self.workdir),
+        )
+        outcome = await controller.runner.run(spec)
+        status, limit, message = classify(outcome, spec)
+        return {"status": status, "limit": limit, "message": message, "value": "",
+                "stdout": outcome.stdout.decode("utf-8", "replace"),
+                "stderr": outcome.stderr.decode("utf-8", "replace")}
+
+
+class PythonSession(Session):
+    language = "python"
+
+    def __init__(self, controller: Controller, uid: int, workdir: str, limits: dict[str, Any]) -> None:
+        super().__init__(controller, uid, workdir, limits)
+        self.pid = 0
+        self._channel: socket.socket | None = None
+        self._results: asyncio.StreamReader | None = None
+        self._results_writer: asyncio.StreamWriter | None = None
+        self._exited: asyncio.Future[dict[str, Any]] | None = None
+        self._seq = 0
+
+    async def start(self) -> None:
+        controller = self.controller
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        stdin_fd = os.memfd_create("stdin", os.MFD_CLOEXEC)
+        devnull = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+        # The interpreter lives as long as the session: its CPU rlimit is the
+        # session's lifetime, its address space the session's memory limit.
+        rlimits = controller.rlimits(dict(self.limits, timeout=self.limits["lifetime"]), address_space=True)
+        spec = RunSpec(mode="py_session", uid=self.uid, cwd=self.workdir, timeout=0, output_limit=0,
+                       rlimits=rlimits, env=controller.env(self.workdir))
+        try:
+            self.pid, self._channel, self._exited = await controller.runner.launch(
+                spec, [stdin_fd, devnull, devnull, theirs.fileno()])
+        finally:
+            os.close(stdin_fd)
+            os.close(devnull)
+            theirs.close()
+        self._results, self._results_writer = await asyncio.open_unix_connection(sock=ours)
+
+    async def _send_cell(self, code: str, out_w: int, err_w: int) -> None:
+        assert self._channel is not None
+        self._seq += 1
+        frame = encode_frame({"code": code, "seq": self._seq})
+        socket.send_fds(self._channel, [frame[:HEADER.size]], [out_w, err_w])
+        await asyncio.get_running_loop().sock_sendall(self._channel, frame[HEADER.size:])
+
+    async def _run_cell(self, code: str, timeout: float, output_limit: int) -> dict[str, Any]:
+        assert self._results is not None and self._exited is not None
+        interrupted_for = ""
+
+        def interrupt(reason: str) -> None:
+            nonlocal interrupted_for
+            if not interrupted_for:
+                interrupted_for = reason
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.pid, signal.SIGINT)
+
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        budget = OutputBudget(output_limit, lambda: interrupt("output"))
+        stdout, stderr = PipeReader(out_r, budget), PipeReader(err_r, budget)
+        reply_task = asyncio.ensure_future(read_frame(self._results, max_bytes=RESULT_FRAME_BYTES))
+        try:
+            try:
+                await self._send_cell(code, out_w, err_w)
+            except OSError:
+                pass  # the interpreter is gone: the exit future says so
+            finally:
+                os.close(out_w)
+                os.close(err_w)
+            waiting = {reply_task, self._exited}
+            done, _ = await asyncio.wait(waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            if not done:
+                interrupt("wall_time")
+                done, _ = await asyncio.wait(waiting, timeout=SESSION_INTERRUPT_GRACE,
+                                             return_when=asyncio.FIRST_COMPLETED)
+            reply: dict[str, Any] | None = None
+            if reply_task in done:
+                with contextlib.suppress(EOFError, ProtocolError, OSError, ConnectionError):
+                    candidate = reply_task.result()
+                    reply = candidate if isinstance(candidate, dict) else None
+            if reply is not None:
+                await asyncio.wait([stdout.eof, stderr.eof], timeout=CELL_DRAIN_SECONDS)
+            elif not self._exited.done():
+                # The results socket closed first; the exit status follows from the zygote.
+                await asyncio.wait([self._exited], timeout=CELL_DRAIN_SECONDS)
+        finally:
+            if not reply_task.done():
+                reply_task.cancel()
+            stdout.close()
+            stderr.close()
+        output = {"stdout": bytes(stdout.data).decode("utf-8", "replace"),
+                  "stderr": bytes(stderr.data).decode("utf-8", "replace")}
+        if reply is None:
+            return dict(output, **self._died(interrupted_for, timeout))
+        status = str(reply.get("status", ""))
+        value = str(reply.get("value", ""))
+        message = str(reply.get("message", ""))[:2000]
+        if interrupted_for == "wall_time":
+            return dict(output, status="timeout", limit="wall_time", value="",
+                        message=f"cell interrupted after {timeout:g} s wall clock; the session lives on")
+        if interrupted_for == "output":
+            return dict(output, status="output_limit", limit="output", value="",
+                        message=f"more than {output_limit} bytes of output; cell interrupted")
+        if status == "ok":
+            return dict(output, status="ok", limit="", value=value, message="")
+        if status == "exited":
+            clean = message in ("SystemExit(None)", "SystemExit(0)")
+            return dict(output, status="ok" if clean else "runtime_error", limit="", value="", message=message)
+        if status == "memory_limit":
+            return dict(output, status="memory_limit", limit="memory", value="", message=message)
+        if status == "interrupted":
+            message = "KeyboardInterrupt"
+        return dict(output, status="runtime_error", limit="", value="", message=message)
+
+    def _died(self, interrupted_for: str, timeout: float) -> dict[str, Any]:
+        """The interpreter is gone or would not stop: the session ends here."""
+        exited = self._exited
+        self.close()
+        if interrupted_for == "wall_time":
+            return {"status": "timeout", "limit": "wall_time", "value": "",
+                    "message": f"cell ignored the interrupt at {timeout:g} s; the session was closed"}
+        detail = "did not answer"
+        status, limit = "runtime_error", ""
+        if exited is not None and exited.done() and not exited.cancelled() and exited.exception() is None:
+            wait_status = exited.result()["status"]
+            if os.WIFSIGNALED(wait_status):
+                sig = os.WTERMSIG(wait_status)
+                detail = f"was killed by signal {signal.Signals(sig).name}"
+                if sig == signal.SIGKILL:
+                    status, limit = "memory_limit", "memory"
+            else:
+                detail = f"exited with status {os.WEXITSTATUS(wait_status)}"
+        return {"status": status, "limit": limit, "value": "",
+                "message": f"the session's interpreter {detail}; the session was closed"}
+
+    def close(self) -> None:
+        super().close()
+        if self._results_writer is not None:
+            self._results_writer.transport.abort()
+            self._results_writer = None
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
+        if self.pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+            self.controller.runner.zygote.forget(self.pid)
+
+
+SESSION_TYPES: dict[str, type[Session]] = {"python": PythonSession, "bash": BashSession}
+
+
+async def open_session(controller: Controller, language: str, files: list[tuple[str, bytes]],
+                       limits: dict[str, Any]) -> Session:
+    """A started session of `language` with `files` in its folder; the uid is released on failure."""
+    kind = SESSION_TYPES.get(language)
+    if kind is None:
+        raise ValueError(f"sessions speak {', '.join(SESSION_TYPES)}, not {language!r}")
+    uid = controller.uids.take()
+    try:
+        workdir = controller.make_workdir(uid)
+        for relpath, content in files:
+            controller.write_file(workdir, uid, relpath, content)
+        session = kind(controller, uid, workdir, limits)
+        await session.start()
+    except BaseException:
+        kill_uid(uid, controller.reap)
+        controller.release(uid)
+        raise
+    return session

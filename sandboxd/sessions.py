@@ -1,0 +1,294 @@
+"""Sessions for multi-turn tool use: a slot in a warm sandbox, held by one rollout.
+
+The manager speaks in sessions and slots. Open takes a slot from the
+sessions pool (a sandbox already warm; the pool grows ahead of the
+trainer's session hint, so no episode waits on a cold start) and asks that
+sandbox's agent for a session; RunCell forwards one cell; Close, the idle
+timeout, the maximum lifetime, the maximum cell count, the interpreter's
+death and the sandbox's loss all end a session the same way: the agent
+forgets it, the slot goes back, and the id answers NOT_FOUND with the reason
+from then on. Nothing here talks to Docker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import math
+import secrets
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
+
+from sandboxd import metrics
+from sandboxd.config import Config
+from sandboxd.errors import (
+    InvalidRequest,
+    Overloaded,
+    SandboxdError,
+    SandboxLost,
+    SessionBusy,
+    SessionNotFound,
+    Unsupported,
+)
+from sandboxd.jobs import LIMITS, MODEL_STATUSES, check_path, resolve_limits
+from sandboxd.pool import Pool
+from sandboxd.sandbox import Sandbox
+
+log = logging.getLogger("sandboxd.sessions")
+LANGUAGES = ("python", "bash")
+MAX_SESSION_FILES_BYTES = 16 << 20
+MAX_CELL_CODE_BYTES = 1 << 20
+# Ended sessions whose reason is remembered for NOT_FOUND messages.
+REMEMBERED_ENDINGS = 4096
+EXPIRY_TICK_SECONDS = 0.5
+AGENT_SLACK_SECONDS = 10.0
+OPEN_ATTEMPTS = 3
+
+
+@dataclass(eq=False)
+class Session:
+    id: str
+    language: str
+    sandbox: Sandbox
+    handle: int  # the agent's name for it (the session's uid)
+    limits: dict[str, Any]
+    idle_timeout: float
+    opened_at_unix: float = field(default_factory=time.time)
+    opened_at: float = field(default_factory=time.monotonic)
+    last_used: float = field(default_factory=time.monotonic)
+    cells_run: int = 0
+    busy: bool = False
+    ended: str = ""
+
+    def expires_at(self, lifetime: float) -> float:
+        """Monotonic time at which the idle timeout or the lifetime ends it, whichever is first."""
+        return min(self.last_used + self.idle_timeout, self.opened_at + lifetime)
+
+    def info(self, lifetime: float) -> pb.SessionInfo:
+        expires_unix = self.opened_at_unix + (self.expires_at(lifetime) - self.opened_at)
+        return pb.SessionInfo(session_id=self.id, language=self.language, opened_at_unix=self.opened_at_unix,
+                              expires_at_unix=expires_unix, cells_run=self.cells_run, alive=not self.ended)
+
+
+class SessionManager:
+    def __init__(self, pool: Pool | None, config: Config) -> None:
+        self.pool = pool
+        self.config = config
+        self.sessions: dict[str, Session] = {}
+        self._endings: OrderedDict[str, str] = OrderedDict()
+        self._opening = 0
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def max_sessions(self) -> int:
+        return self.config.sessions.per_sandbox * self.config.sessions.max_sandboxes
+
+    def start(self) -> None:
+        self._task = asyncio.ensure_future(self._expire_loop())
+
+    # ---- open ------------------------------------------------------------------
+    def _validate(self, request: pb.OpenSessionRequest) -> tuple[str, dict[str, Any], float, list[dict[str, str]]]:
+        settings = self.config.sessions
+        language = request.language or "python"
+        if language not in LANGUAGES:
+            raise InvalidRequest(f"language={language!r}: sessions speak {' and '.join(LANGUAGES)}")
+        limits = resolve_limits(request.limits, self.config, "limits")
+        idle = request.idle_timeout_seconds or settings.idle_timeout_seconds
+        if not math.isfinite(idle) or idle <= 0:
+            raise InvalidRequest("idle_timeout_seconds must be positive")
+        if idle > settings.max_idle_timeout_seconds:
+            raise InvalidRequest(f"idle_timeout_seconds={idle:g} exceeds the daemon's maximum "
+                                 f"{settings.max_idle_timeout_seconds:g}")
+        total = 0
+        files = []
+        for item in request.files:
+            check_path(item.path, "files")
+            total += len(item.content)
+            files.append({"path": item.path, "content": base64.b64encode(item.content).decode()})
+        if total > MAX_SESSION_FILES_BYTES:
+            raise InvalidRequest(f"files hold {total} bytes; at most {MAX_SESSION_FILES_BYTES} per session")
+        if len({f["path"] for f in files}) != len(files):
+            raise InvalidRequest("files: a path appears twice")
+        return language, limits, idle, files
+
+    async def open(self, request: pb.OpenSessionRequest) -> Session:
+        language, limits, idle, files = self._validate(request)
+        pool = self.pool
+        if pool is None:
+            raise Unsupported("sessions are disabled in this daemon's configuration (sessions.enabled)")
+        if len(self.sessions) + self._opening >= self.max_sessions:
+            raise Overloaded(f"{len(self.sessions)} sessions are open (limit {self.max_sessions})", 5.0)
+        self._opening += 1
+        try:
+            agent_limits = dict(limits, lifetime=self.config.sessions.max_lifetime_seconds)
+            for attempt in range(1, OPEN_ATTEMPTS + 1):
+                sandbox = await self._take_slot(pool)
+                try:
+                    reply = await sandbox.request({"op": "session_open", "language": language, "files": files,
+                                                   "limits": agent_limits}, timeout=AGENT_SLACK_SECONDS * 3)
+                except SandboxLost as exc:
+                    await pool.release(sandbox)
+                    self._sandbox_lost(sandbox)
+                    log.warning("session open: %s (attempt %d of %d)", exc, attempt, OPEN_ATTEMPTS)
+                    continue
+                if "session" not in reply:
+                    await pool.release(sandbox)
+                    raise SandboxdError(f"the sandbox's agent refused to open a session: {reply.get('error')}")
+                session = Session(id=secrets.token_urlsafe(18), language=language, sandbox=sandbox,
+                                  handle=int(reply["session"]), limits=limits, idle_timeout=idle)
+                self.sessions[session.id] = session
+                metrics.SESSIONS_OPEN.set(len(self.sessions))
+                return session
+            raise Overloaded("sandboxes kept failing while opening the session", 1.0)
+        finally:
+            self._opening -= 1
+
+    async def _take_slot(self, pool: Pool) -> Sandbox:
+        wait = self.config.sessions.open_wait_seconds
+        try:
+            async with asyncio.timeout(wait):
+                return await pool.acquire()
+        except TimeoutError:
+            raise Overloaded(f"no session slot became free within {wait:g} s (the pool holds "
+                             f"{self.config.sessions.max_sandboxes} x {pool.capacity})", 5.0) from None
+
+    # ---- cells -------------------------------------------------------------------
+    def get(self, session_id: str) -> Session:
+        session = self.sessions.get(session_id)
+        if session is None:
+            why = self._endings.get(session_id)
+            if why:
+                raise SessionNotFound(f"session {session_id} ended: {why}")
+            raise SessionNotFound(f"no session {session_id!r}")
+        return session
+
+    async def run_cell(self, request: pb.RunCellRequest) -> pb.CellResult:
+        session = self.get(request.session_id)
+        if len(request.code.encode()) > MAX_CELL_CODE_BYTES:
+            raise InvalidRequest(f"code exceeds {MAX_CELL_CODE_BYTES} bytes")
+        timeout = request.timeout_seconds or session.limits["timeout"]
+        if not math.isfinite(timeout) or timeout <= 0:
+            raise InvalidRequest("timeout_seconds must be positive")
+        if timeout > self.config.limits.max_timeout_seconds:
+            raise InvalidRequest(f"timeout_seconds={timeout:g} exceeds the daemon's maximum "
+                                 f"{self.config.limits.max_timeout_seconds:g}")
+        if session.busy:
+            raise SessionBusy(f"a cell is already running in session {session.id}; cells run one at a time")
+        session.busy = True
+        session.last_used = time.monotonic()
+        try:
+            reply = await session.sandbox.request(
+                {"op": "session_cell", "session": session.handle, "code": request.code, "timeout": timeout,
+                 "output": session.limits["output"]},
+                timeout=timeout + AGENT_SLACK_SECONDS)
+        except SandboxLost:
+            self._sandbox_lost(session.sandbox)
+            metrics.SESSION_CELLS.labels(session.language, "sandbox_lost").inc()
+            return pb.CellResult(status=pb.STATUS_SANDBOX_LOST, session_alive=False,
+                                 message="the session's sandbox was lost; the session is closed")
+        finally:
+            session.busy = False
+            session.last_used = time.monotonic()
+        result = reply.get("result") or {}
+        status = str(result.get("status", "internal"))
+        session.cells_run += 1
+        alive = bool(result.get("alive", False))
+        message = str(result.get("message", ""))
+        if status == "gone":
+            status, alive = "internal", False
+        if status == "busy":
+            raise SessionBusy(message)
+        if not alive:
+            await self._end(session, f"the session died: {message}", "died", tell_agent=False)
+        elif session.cells_run >= self.config.sessions.max_cells:
+            alive = False
+            message = (message + "; " if message else "") + \
+                f"the session reached its {self.config.sessions.max_cells} cells and is closed"
+            await self._end(session, f"reached {self.config.sessions.max_cells} cells", "max_cells")
+        elif session.ended:
+            alive = False  # expired while the cell ran
+        metrics.SESSION_CELLS.labels(session.language, status).inc()
+        return pb.CellResult(
+            status=MODEL_STATUSES.get(status, pb.STATUS_INTERNAL),
+            limit_hit=LIMITS.get(str(result.get("limit", "")), pb.LIMIT_NONE),
+            stdout=str(result.get("stdout", "")),
+            stderr=str(result.get("stderr", "")),
+            value=str(result.get("value", "")),
+            files_changed=[str(path) for path in result.get("files_changed", [])],
+            time_seconds=float(result.get("time_seconds", 0.0)),
+            session_alive=alive,
+            message=message,
+        )
+
+    # ---- ending ------------------------------------------------------------------
+    async def close(self, session_id: str) -> None:
+        """End a session; closing one that already ended is not an error."""
+        session = self.sessions.get(session_id)
+        if session is None:
+            if session_id in self._endings:
+                return
+            raise SessionNotFound(f"no session {session_id!r}")
+        await self._end(session, "closed by the client", "closed")
+
+    def list(self) -> list[pb.SessionInfo]:
+        lifetime = self.config.sessions.max_lifetime_seconds
+        return [session.info(lifetime) for session in self.sessions.values()]
+
+    async def _end(self, session: Session, why: str, reason: str, *, tell_agent: bool = True) -> None:
+        if session.ended:
+            return
+        session.ended = why
+        self.sessions.pop(session.id, None)
+        self._remember(session.id, why)
+        metrics.SESSIONS_OPEN.set(len(self.sessions))
+        metrics.SESSIONS_ENDED.labels(reason).inc()
+        if tell_agent and not session.sandbox.damaged:
+            try:
+                await session.sandbox.request({"op": "session_close", "session": session.handle},
+                                              timeout=AGENT_SLACK_SECONDS)
+            except SandboxLost as exc:
+                log.warning("session %s: closing it lost its sandbox: %s", session.id, exc)
+        if self.pool is not None:
+            await self.pool.release(session.sandbox)
+
+    def _remember(self, session_id: str, why: str) -> None:
+        self._endings[session_id] = why
+        while len(self._endings) > REMEMBERED_ENDINGS:
+            self._endings.popitem(last=False)
+
+    def _sandbox_lost(self, sandbox: Sandbox) -> None:
+        """Every session in a lost sandbox ends; their slots go back so the pool can replace it."""
+        for session in [s for s in self.sessions.values() if s.sandbox is sandbox]:
+            task = asyncio.ensure_future(self._end(session, "its sandbox was lost", "sandbox_lost",
+                                                   tell_agent=False))
+            task.add_done_callback(lambda t: t.exception())
+
+    async def _expire_loop(self) -> None:
+        lifetime = self.config.sessions.max_lifetime_seconds
+        while True:
+            await asyncio.sleep(EXPIRY_TICK_SECONDS)
+            now = time.monotonic()
+            for session in list(self.sessions.values()):
+                if session.busy:
+                    continue
+                try:
+                    if now - session.opened_at >= lifetime:
+                        await self._end(session, f"reached its maximum lifetime of {lifetime:g} s", "lifetime")
+                    elif now - session.last_used >= session.idle_timeout:
+                        await self._end(session, f"idle for {session.idle_timeout:g} s", "idle")
+                except Exception:
+                    log.exception("session %s: expiry failed", session.id)
+
+    async def close_all(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await asyncio.gather(*(self._end(s, "the daemon shut down", "shutdown", tell_agent=False)
+                               for s in list(self.sessions.values())), return_exceptions=True)
