@@ -74,10 +74,28 @@ def test_empty_batch_is_invalid(channel: grpc.Channel) -> None:
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
-def test_sessions_unimplemented_for_now(channel: grpc.Channel) -> None:
+@pytest.mark.parametrize(("request_fields", "code", "fragment"), [
+    ({"language": "cobol"}, grpc.StatusCode.INVALID_ARGUMENT, "sessions speak python and bash"),
+    ({"files": [pb.File(path="../x", content=b"")]}, grpc.StatusCode.INVALID_ARGUMENT, "relative path"),
+    ({"idle_timeout_seconds": -1}, grpc.StatusCode.INVALID_ARGUMENT, "idle_timeout_seconds"),
+    ({"idle_timeout_seconds": 1e9}, grpc.StatusCode.INVALID_ARGUMENT, "exceeds"),
+    ({"limits": pb.Limits(timeout_seconds=1e6)}, grpc.StatusCode.INVALID_ARGUMENT, "limits.timeout_seconds"),
+])
+def test_malformed_session_open_is_refused(channel: grpc.Channel, request_fields: dict, code: grpc.StatusCode,
+                                           fragment: str) -> None:
     with pytest.raises(grpc.RpcError) as caught:
-        pb_grpc.SessionsStub(channel).Open(pb.OpenSessionRequest(), timeout=10)
-    assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        pb_grpc.SessionsStub(channel).Open(pb.OpenSessionRequest(**request_fields), timeout=10)
+    assert caught.value.code() == code
+    assert fragment in caught.value.details()
+
+
+def test_unknown_session_is_not_found(channel: grpc.Channel) -> None:
+    stub = pb_grpc.SessionsStub(channel)
+    for call, request in ((stub.RunCell, pb.RunCellRequest(session_id="nope", code="1")),
+                          (stub.Close, pb.CloseSessionRequest(session_id="nope"))):
+        with pytest.raises(grpc.RpcError) as caught:
+            call(request, timeout=10)
+        assert caught.value.code() == grpc.StatusCode.NOT_FOUND
 
 
 def test_batch_streams_every_index_once(channel: grpc.Channel) -> None:

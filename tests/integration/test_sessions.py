@@ -1,0 +1,219 @@
+"""Sessions against a real daemon: state across cells, isolation, timeouts, expiry, scale."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import grpc
+import pytest
+from sandboxd_client import AsyncSandboxClient, InvalidRequest, SandboxClient, SessionNotFound, Status
+from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
+from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
+
+from tests.conftest import DaemonProcess
+
+
+@pytest.fixture(scope="module")
+def client(daemon: DaemonProcess):
+    with SandboxClient(daemon.address) as client:
+        yield client
+
+
+def _sessions_pool(status: pb.PoolStatus) -> pb.PoolState:
+    return next(pool for pool in status.pools if pool.name == "sessions")
+
+
+def test_python_state_persists_across_cells(client: SandboxClient) -> None:
+    with client.open_session(timeout=10) as session:
+        assert session.run("import math\nradius = 2\ndef area(r):\n    return math.pi * r * r").ok
+        result = session.run("print('area'); round(area(radius), 3)")
+        assert (result.status, result.stdout, result.value) == (Status.OK, "area\n", "12.566")
+        assert session.run("_ * 2").value == "25.132"  # the last value is bound to _, like a notebook
+        error = session.run("undefined_name + 1")
+        assert error.status == Status.RUNTIME_ERROR and error.session_alive
+        assert "NameError" in error.message and "undefined_name" in error.stderr
+        assert session.run("radius").value == "2"  # an error does not lose the namespace
+
+
+def test_files_at_open_and_files_changed(client: SandboxClient) -> None:
+    with client.open_session(files={"data/input.txt": "3 4\n"}) as session:
+        result = session.run("a, b = map(int, open('data/input.txt').read().split())\n"
+                             "open('out.txt', 'w').write(str(a * b))\na * b")
+        assert result.value == "12"
+        assert result.files_changed == ("out.txt",)
+        assert session.run("import os\nos.remove('out.txt')").files_changed == ("out.txt",)
+        assert session.run("1").files_changed == ()
+
+
+def test_bash_keeps_directory_environment_and_functions(client: SandboxClient) -> None:
+    with client.open_session("bash") as session:
+        setup = session.run("mkdir -p work/deep && cd work/deep && export GREETING=hello && COUNT=3 && "
+                            "shout() { echo \"$1!\"; } && echo ready")
+        assert (setup.status, setup.stdout) == (Status.OK, "ready\n")
+        result = session.run("pwd | sed 's#.*/work#work#'; echo $GREETING $COUNT; shout hey; env | grep -c GREETING")
+        assert result.stdout == "work/deep\nhello 3\nhey!\n1\n"
+        failed = session.run("false")
+        assert failed.status == Status.RUNTIME_ERROR and failed.session_alive
+        slow = session.run("cd /; sleep 30", timeout=1)
+        assert (slow.status, slow.limit_hit.name, slow.session_alive) == (Status.TIMEOUT, "WALL_TIME", True)
+        # The timed-out cell's `cd /` died with it; the saved state is the one before.
+        assert session.run("pwd | sed 's#.*/work#work#'").stdout == "work/deep\n"
+
+
+def test_timeout_interrupts_only_that_cell(client: SandboxClient) -> None:
+    with client.open_session() as slow, client.open_session() as fast:
+        slow.run("state = 'kept'")
+        outcome: dict[str, object] = {}
+
+        def hang() -> None:
+            outcome["result"] = slow.run("while True:\n    pass", timeout=2)
+
+        thread = threading.Thread(target=hang)
+        thread.start()
+        answers = [fast.run(f"{i} * {i}").value for i in range(5)]
+        thread.join(30)
+        assert answers == [str(i * i) for i in range(5)]
+        result = outcome["result"]
+        assert result.status == Status.TIMEOUT and result.session_alive, result
+        assert result.limit_hit.name == "WALL_TIME"
+        assert slow.run("state").value == "'kept'"
+
+
+def test_cell_that_ignores_the_interrupt_ends_its_session(client: SandboxClient) -> None:
+    session = client.open_session()
+    result = session.run("import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(60)",
+                         timeout=1)
+    assert result.status == Status.TIMEOUT and not result.session_alive
+    with pytest.raises(SessionNotFound, match="ignored the interrupt"):
+        session.run("1")
+    session.close()  # closing an ended session is fine
+
+
+@pytest.mark.parametrize(("code", "status"), [
+    ("import os\nos._exit(0)", Status.RUNTIME_ERROR),
+    ("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)", Status.RUNTIME_ERROR),
+])
+def test_crashed_interpreter_is_reported_dead(client: SandboxClient, code: str, status: Status) -> None:
+    with client.open_session() as session:
+        result = session.run(code)
+        assert result.status == status and not result.session_alive
+        assert "the session was closed" in result.message
+        with pytest.raises(SessionNotFound):
+            session.run("1")
+
+
+def test_sys_exit_and_limits_leave_the_session_alive(client: SandboxClient) -> None:
+    with client.open_session(memory_bytes=256 << 20, output_bytes=10_000) as session:
+        assert session.run("x = 1\nimport sys\nsys.exit(0)").status == Status.OK
+        assert session.run("raise SystemExit(3)").status == Status.RUNTIME_ERROR
+        memory = session.run("blob = bytearray(1 << 30)")
+        assert (memory.status, memory.session_alive) == (Status.MEMORY_LIMIT, True)
+        flood = session.run("while True:\n    print('y' * 1000)", timeout=20)
+        assert (flood.status, flood.session_alive) == (Status.OUTPUT_LIMIT, True)
+        assert len(flood.stdout) <= 10_000
+        assert session.run("x").value == "1"
+
+
+def test_sessions_have_no_network(client: SandboxClient) -> None:
+    with client.open_session() as session:
+        result = session.run("import socket\ns = socket.socket()\ns.settimeout(2)\ns.connect(('1.1.1.1', 53))")
+        assert result.status == Status.RUNTIME_ERROR and "OSError" in result.message
+
+
+def test_sessions_in_one_container_cannot_touch_each_other(client: SandboxClient) -> None:
+    opened = [client.open_session() for _ in range(4)]
+    try:
+        by_host: dict[str, list] = {}
+        for session in opened:
+            host = session.run("import os, socket\nsocket.gethostname()").value
+            by_host.setdefault(host, []).append(session)
+        victim, attacker = next(group for group in by_host.values() if len(group) >= 2)[:2]
+        where = victim.run("open('secret.txt', 'w').write('s3cret')\n(os.getcwd(), os.getpid())").value
+        attack = attacker.run(
+            f"folder, pid = {where}\nimport signal\nresults = []\n"
+            "for probe in (lambda: open(folder + '/secret.txt').read(), lambda: os.listdir(folder),\n"
+            "              lambda: os.kill(pid, signal.SIGKILL), lambda: open(f'/proc/{pid}/environ').read(),\n"
+            "              lambda: open(f'/proc/{pid}/mem', 'rb').read(1), lambda: open('/tmp/x', 'w')):\n"
+            "    try:\n        probe()\n        results.append('allowed')\n"
+            "    except OSError as exc:\n        results.append(type(exc).__name__)\nresults")
+        assert "allowed" not in attack.value, attack
+        assert victim.run("open('secret.txt').read()").value == "'s3cret'"
+    finally:
+        for session in opened:
+            session.close()
+
+
+def test_concurrent_cells_in_one_session_are_refused(daemon: DaemonProcess) -> None:
+    with grpc.insecure_channel(daemon.address) as channel:
+        stub = pb_grpc.SessionsStub(channel)
+        info = stub.Open(pb.OpenSessionRequest(), timeout=60)
+        try:
+            slow = stub.RunCell.future(pb.RunCellRequest(session_id=info.session_id, code="import time\n"
+                                                         "time.sleep(2)"), timeout=30)
+            time.sleep(0.5)
+            with pytest.raises(grpc.RpcError) as caught:
+                stub.RunCell(pb.RunCellRequest(session_id=info.session_id, code="1"), timeout=30)
+            assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+            assert slow.result().status == pb.STATUS_OK
+        finally:
+            stub.Close(pb.CloseSessionRequest(session_id=info.session_id), timeout=30)
+
+
+def test_idle_expiry_frees_the_slot(client: SandboxClient, daemon: DaemonProcess) -> None:
+    with grpc.insecure_channel(daemon.address) as channel:
+        sessions_stub, pool_stub = pb_grpc.SessionsStub(channel), pb_grpc.PoolStub(channel)
+        busy_before = _sessions_pool(pool_stub.GetStatus(pb.GetPoolStatusRequest(), timeout=10)).busy
+        info = sessions_stub.Open(pb.OpenSessionRequest(idle_timeout_seconds=1.0), timeout=60)
+        listed = sessions_stub.List(pb.ListSessionsRequest(), timeout=10).sessions
+        assert info.session_id in {s.session_id for s in listed}
+        assert info.expires_at_unix - info.opened_at_unix == pytest.approx(1.0, abs=0.1)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            listed = sessions_stub.List(pb.ListSessionsRequest(), timeout=10).sessions
+            if info.session_id not in {s.session_id for s in listed}:
+                break
+            time.sleep(0.2)
+        with pytest.raises(grpc.RpcError) as caught:
+            sessions_stub.RunCell(pb.RunCellRequest(session_id=info.session_id, code="1"), timeout=10)
+        assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+        assert "idle for 1 s" in caught.value.details()
+        status = _sessions_pool(pool_stub.GetStatus(pb.GetPoolStatusRequest(), timeout=10))
+        assert status.busy <= busy_before
+
+
+def test_client_rejects_bad_session_arguments(client: SandboxClient) -> None:
+    with pytest.raises(InvalidRequest):
+        client.open_session(idle_timeout=-1)
+
+
+async def _episode(client: AsyncSandboxClient, number: int) -> list[str]:
+    async with await client.open_session() as session:
+        values = []
+        for step in range(3):
+            result = await session.run(f"total = {number} + {step} if {step} == 0 else total + {step}\ntotal")
+            assert result.ok, result
+            values.append(result.value)
+        return values
+
+
+def test_256_concurrent_sessions_all_answered(daemon: DaemonProcess) -> None:
+    count = 256
+
+    async def main() -> list[list[str]]:
+        async with AsyncSandboxClient(daemon.address) as client:
+            await client.set_batch_hint(0, sessions=count)
+            deadline = time.monotonic() + 240
+            while time.monotonic() < deadline:
+                pool = _sessions_pool(await client.pool_status())
+                if pool.ready * 64 >= count:
+                    break
+                await asyncio.sleep(0.5)
+            try:
+                return await asyncio.gather(*(_episode(client, n) for n in range(count)))
+            finally:
+                await client.set_batch_hint(0, sessions=0)
+
+    results = asyncio.run(main())
+    assert results == [[str(n), str(n + 1), str(n + 3)] for n in range(count)]
