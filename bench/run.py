@@ -40,12 +40,12 @@ from bench.common import (  # noqa: E402
     wait_pool_settled,
 )
 
-BENCHMARKS = ["latency", "ready", "humaneval", "math"]
+BENCHMARKS = ["latency", "ready", "humaneval", "math", "sessions"]
 RESULTS = HERE / "results"
 
 
 def _run_one(name: str, client, args: argparse.Namespace, metrics_url: str | None,
-             meter: CpuMeter) -> BenchResult:
+             meter: CpuMeter, node: str | None) -> BenchResult:
     if name == "latency":
         from bench import latency
 
@@ -62,6 +62,10 @@ def _run_one(name: str, client, args: argparse.Namespace, metrics_url: str | Non
         from bench import mathbench
 
         return mathbench.run(client, quick=args.quick, pairs=args.math_pairs, cpu=meter)
+    if name == "sessions":
+        from bench import sessions
+
+        return sessions.run(client, quick=args.quick, node=node)
     raise ValueError(name)
 
 
@@ -118,11 +122,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.address:
             address, metrics_url = args.address, args.metrics
             meter = CpuMeter()  # another daemon's process and sandboxes are not ours to find
+            node = None
             log(f"using the daemon at {address}")
         else:
             daemon = BenchDaemon()
             address, metrics_url = daemon.address, daemon.metrics_url
-            meter = CpuMeter(daemon.process.pid, daemon_node(daemon.socket))
+            node = daemon_node(daemon.socket)
+            meter = CpuMeter(daemon.process.pid, node)
             log(f"starting sandboxd on {daemon.socket} (state {STATE_DIR}; log {daemon.log_path})")
             daemon.wait_serving()
         client = SandboxClient(address, job_timeout=30.0)
@@ -135,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
             log(f"--- {name}")
             t0 = time.monotonic()
             try:
-                result = _run_one(name, client, args, metrics_url, meter)
+                result = _run_one(name, client, args, metrics_url, meter, node)
             except Exception as exc:  # one benchmark failing must not hide the others
                 traceback.print_exc()
                 result = BenchResult(name=name, title=name, columns=[], error=f"{type(exc).__name__}: {exc}")
