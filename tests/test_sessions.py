@@ -1,0 +1,88 @@
+"""Session request validation and the sessions pool's sizing (pure logic; the real thing is in integration)."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
+
+from sandboxd.config import Config
+from sandboxd.errors import InvalidRequest, SessionNotFound, Unsupported
+from sandboxd.pool import Pool
+from sandboxd.sandbox import Sandbox
+from sandboxd.sessions import SessionManager
+
+
+def _pool(config: Config, kind: str) -> Pool:
+    backend = types.SimpleNamespace(experimental=False)
+    return Pool(kind, "sandboxd/python:test", backend, config, instance="i", node="n",  # type: ignore[arg-type]
+                code_dir="/x", code_key="k", kind=kind)
+
+
+def test_sessions_pool_follows_the_session_hint_with_headroom() -> None:
+    config = Config()
+    config.sessions.per_sandbox, config.sessions.headroom = 64, 0.1
+    pool = _pool(config, "sessions")
+    assert pool.capacity == 64
+    assert pool.target == config.sessions.min_sandboxes
+    pool.set_batch_hint(256)
+    assert pool.target == 5  # 256 * 1.1 / 64 = 4.4
+    pool.set_batch_hint(100_000)
+    assert pool.target == config.sessions.max_sandboxes
+
+
+def test_open_sessions_count_as_demand() -> None:
+    config = Config()
+    config.sessions.per_sandbox, config.sessions.headroom, config.sessions.min_sandboxes = 4, 0.0, 0
+    pool = _pool(config, "sessions")
+    sandboxes = [Sandbox(name=f"s{i}", pool="sessions", container_id=str(i), control_dir="/x", started_by="cold")
+                 for i in range(3)]
+    for sandbox in sandboxes:
+        sandbox.in_flight = 4
+    pool.sandboxes = sandboxes
+    assert pool.target == 3  # 12 sessions held, no hint: keep all three
+    pool.waiting = 1
+    assert pool.target == 4
+
+
+def test_jobs_pool_keeps_its_own_sizing() -> None:
+    config = Config()
+    pool = _pool(config, "jobs")
+    assert pool.capacity == config.pool.jobs_per_sandbox
+    pool.set_batch_hint(64)
+    assert pool.target == min(config.pool.max_size, 64 // config.pool.jobs_per_sandbox)
+
+
+def test_unknown_pool_kind_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown pool kind"):
+        _pool(Config(), "gpu")
+
+
+@pytest.mark.parametrize(("request_fields", "fragment"), [
+    ({"language": "ruby"}, "sessions speak python and bash"),
+    ({"idle_timeout_seconds": float("nan")}, "idle_timeout_seconds must be positive"),
+    ({"idle_timeout_seconds": 7200}, "exceeds the daemon's maximum 3600"),
+    ({"files": [pb.File(path="/etc/passwd")]}, "relative path"),
+    ({"files": [pb.File(path="a"), pb.File(path="a")]}, "a path appears twice"),
+    ({"files": [pb.File(path="big", content=b"x" * (17 << 20))]}, "at most"),
+    ({"limits": pb.Limits(memory_bytes=1 << 40)}, "limits.memory_bytes"),
+])
+async def test_malformed_open_requests(request_fields: dict, fragment: str) -> None:
+    manager = SessionManager(None, Config())
+    with pytest.raises(InvalidRequest, match=fragment):
+        await manager.open(pb.OpenSessionRequest(**request_fields))
+
+
+async def test_open_without_a_sessions_pool_is_unsupported() -> None:
+    with pytest.raises(Unsupported, match="sessions are disabled"):
+        await SessionManager(None, Config()).open(pb.OpenSessionRequest())
+
+
+async def test_unknown_ids_are_not_found() -> None:
+    manager = SessionManager(None, Config())
+    with pytest.raises(SessionNotFound, match="no session 'x'"):
+        await manager.run_cell(pb.RunCellRequest(session_id="x", code="1"))
+    with pytest.raises(SessionNotFound):
+        await manager.close("x")
+    assert manager.list() == []
