@@ -217,3 +217,61 @@ def test_256_concurrent_sessions_all_answered(daemon: DaemonProcess) -> None:
 
     results = asyncio.run(main())
     assert results == [[str(n), str(n + 1), str(n + 3)] for n in range(count)]
+
+
+@pytest.fixture(scope="module")
+def strict_daemon(tmp_path_factory: pytest.TempPathFactory, daemon: DaemonProcess):
+    """A daemon whose session limits are small enough to reach in a test: 1 sandbox of 2 slots."""
+    process = DaemonProcess(tmp_path_factory.mktemp("strict"), "strict", extra_env={
+        "SANDBOXD_POOL_IMAGES": "python",
+        "SANDBOXD_POOL_MIN_SIZE": "1",
+        "SANDBOXD_SESSIONS_PER_SANDBOX": "2",
+        "SANDBOXD_SESSIONS_MAX_SANDBOXES": "1",
+        "SANDBOXD_SESSIONS_MAX_CELLS": "3",
+        "SANDBOXD_SESSIONS_MAX_LIFETIME_SECONDS": "4",
+        "SANDBOXD_SESSIONS_OPEN_WAIT_SECONDS": "1",
+    })
+    try:
+        process.wait_serving()
+        yield process
+    finally:
+        process.stop()
+
+
+def test_max_cells_and_lifetime_end_sessions(strict_daemon: DaemonProcess) -> None:
+    with SandboxClient(strict_daemon.address) as client:
+        with client.open_session() as counted:
+            assert counted.run("1").session_alive and counted.run("2").session_alive
+            last = counted.run("3")
+            assert last.value == "3" and not last.session_alive
+            assert "3 cells" in last.message
+            with pytest.raises(SessionNotFound, match="reached 3 cells"):
+                counted.run("4")
+        aging = client.open_session()
+        started = time.monotonic()
+        with grpc.insecure_channel(strict_daemon.address) as channel:
+            stub = pb_grpc.SessionsStub(channel)
+            while aging.id in {s.session_id for s in stub.List(pb.ListSessionsRequest(), timeout=10).sessions}:
+                # Its idle timeout (600 s) is far away: the lifetime ends it.
+                assert time.monotonic() - started < 15, "the session outlived its maximum lifetime"
+                time.sleep(0.2)
+        assert time.monotonic() - started >= 4 - 0.5
+        with pytest.raises(SessionNotFound, match="maximum lifetime of 4 s"):
+            aging.run("1")
+        aging.close()
+
+
+def test_sessions_beyond_capacity_are_refused_not_queued(strict_daemon: DaemonProcess) -> None:
+    with SandboxClient(strict_daemon.address) as client:
+        held = [client.open_session(), client.open_session()]
+        try:
+            with grpc.insecure_channel(strict_daemon.address) as channel, pytest.raises(grpc.RpcError) as caught:
+                pb_grpc.SessionsStub(channel).Open(pb.OpenSessionRequest(), timeout=30)
+            assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert "limit 2" in caught.value.details()
+        finally:
+            for session in held:
+                session.close()
+        # The slots are free again once the sessions are closed.
+        with client.open_session() as again:
+            assert again.run("1 + 1").value == "2"
