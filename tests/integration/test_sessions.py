@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import grpc
 import pytest
@@ -275,3 +278,13 @@ def test_sessions_beyond_capacity_are_refused_not_queued(strict_daemon: DaemonPr
         # The slots are free again once the sessions are closed.
         with client.open_session() as again:
             assert again.run("1 + 1").value == "2"
+
+
+def test_multi_turn_rollout_example_runs(daemon: DaemonProcess) -> None:
+    example = Path(__file__).resolve().parents[2] / "examples" / "multi_turn_rollout.py"
+    done = subprocess.run([sys.executable, str(example), "--address", daemon.address, "--rollouts", "4"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    rewards = [line for line in done.stdout.splitlines() if line.startswith("reward")]
+    assert len(rewards) == 4 and all(line.startswith("reward +1.0 after 2 tool calls") for line in rewards)
+    assert "(True, 385)" in done.stdout  # turn two used `terms`, defined in turn one
