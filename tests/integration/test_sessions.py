@@ -119,6 +119,13 @@ def test_sys_exit_and_limits_leave_the_session_alive(client: SandboxClient) -> N
         assert session.run("x").value == "1"
 
 
+def test_out_of_memory_kills_sessions_before_the_agent(client: SandboxClient) -> None:
+    with client.open_session() as session:
+        mine, agent = session.run("open('/proc/self/oom_score_adj').read(), open('/proc/1/oom_score_adj').read()"
+                                  ).value.strip("()").split(", ")
+        assert mine == "'1000\\n'" and int(agent.strip("'\\n")) < 1000
+
+
 def test_sessions_have_no_network(client: SandboxClient) -> None:
     with client.open_session() as session:
         result = session.run("import socket\ns = socket.socket()\ns.settimeout(2)\ns.connect(('1.1.1.1', 53))")
