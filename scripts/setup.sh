@@ -3,11 +3,13 @@
 # first and is skipped when already satisfied, so a second run takes seconds.
 #
 #   1. apt packages: docker.io (only when no engine and no dockerd), debootstrap,
-#      python3-venv, iproute2, debian-archive-keyring (non-Debian hosts)
+#      python3-venv, iproute2, debian-archive-keyring (non-Debian hosts), nodejs and npm
 #   2. Docker engine running with experimental features (checkpoint/restore needs them)
 #   3. CRIU that passes `criu check` (built from source by scripts/build-criu.sh if not)
 #   4. .venv with the client and daemon installed editable, with the test extras
-#   5. sandbox images (python -m sandboxd.images build)
+#      (torch 2.13.0 first: the CPU wheel on the local disk, never a CUDA build from PyPI)
+#   5. the Node.js example client's packages (examples/node, npm ci), for its test
+#   6. sandbox images (python -m sandboxd.images build)
 #
 # Usage: sudo scripts/setup.sh [--no-criu] [--no-images] [--images "NAME..."]
 #   --no-criu      skip step 3 (sandboxd then cold-starts every sandbox)
@@ -41,7 +43,7 @@ while [ $# -gt 0 ]; do
         --no-criu) SKIP_CRIU=1; shift ;;
         --no-images) SKIP_IMAGES=1; shift ;;
         --images) IMAGES=$2; shift 2 ;;
-        -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
         *) die "unknown argument $1 (see --help)" ;;
     esac
 done
@@ -104,6 +106,9 @@ is_debian || [ -f /usr/share/keyrings/debian-archive-keyring.gpg ] || need+=(deb
 if [ ! -x .venv/bin/python ] && ! "$PYTHON" -c 'import ensurepip, venv' 2>/dev/null; then
     need+=(python3-venv)
 fi
+# The Node.js client test (tests/integration/test_node_client.py) calls the daemon from Node.
+command -v node >/dev/null || need+=(nodejs)
+command -v npm >/dev/null || need+=(npm)
 if [ "${#need[@]}" -gt 0 ]; then
     say "installing ${need[*]}"
     apt-get update -q >/dev/null || die "apt-get update failed"
@@ -184,9 +189,31 @@ want=$( { find protos -name '*.proto' | LC_ALL=C sort; \
 if [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] && [ -d client/sandboxd_client/_proto ]; then
     say "up to date"
 else
+    # The test extra pins torch==2.13.0 (TRL and reward-model tests). Installed on its own
+    # first, so pip takes the CPU wheel from the local disk (PIP_FIND_LINKS) and the
+    # resolve below finds it satisfied: a bare `torch` would pull a CUDA build of several GB.
+    if .venv/bin/python -c 'import sys, torch; sys.exit(not torch.__version__.startswith("2.13.0"))' 2>/dev/null; then
+        say "torch $(.venv/bin/python -c 'import torch; print(torch.__version__)') present"
+    else
+        say "pip install torch==2.13.0 (CPU)"
+        .venv/bin/python -m pip install -q torch==2.13.0 || die "pip install torch==2.13.0 failed"
+    fi
     say "pip install -e ./client -e '.[test]'"
     .venv/bin/python -m pip install -q -e ./client -e '.[test]' || die "pip install into .venv failed"
     echo "$want" >"$stamp"
+fi
+
+step "Node.js example client (examples/node)"
+node_stamp=examples/node/node_modules/.sandboxd-installed
+node_want=$(cat examples/node/package.json examples/node/package-lock.json | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$node_stamp" 2>/dev/null)" = "$node_want" ]; then
+    say "up to date ($(node --version))"
+else
+    say "npm ci in examples/node ($(node --version), npm $(npm --version 2>/dev/null))"
+    # --ignore-scripts: pure-JS packages; nothing of theirs needs to run at install.
+    (cd examples/node && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error >/dev/null) \
+        || die "npm ci in examples/node failed"
+    echo "$node_want" >"$node_stamp"
 fi
 
 step "sandbox images"

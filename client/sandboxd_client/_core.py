@@ -256,9 +256,7 @@ class ChunkState:
             if result.retry_after_seconds > 0:
                 self._hint = max(self._hint or 0.0, result.retry_after_seconds)
             return None
-        if result.attempts == 0:
-            result = _with_attempts(result, self.attempt)
-        return result
+        return replace(result, client_attempts=self.attempt)
 
     def on_end(self, error: SandboxdError | None) -> list[Result]:
         """The RPC ended: returns results made for jobs that will not be retried.
@@ -281,7 +279,7 @@ class ChunkState:
             else:
                 finals = [
                     failure_result(
-                        i, error, failure_value=failure_value_of(self._jobs[i]), attempts=self.attempt
+                        i, error, failure_value=failure_value_of(self._jobs[i]), client_attempts=self.attempt
                     )
                     for i in unanswered
                 ]
@@ -291,10 +289,6 @@ class ChunkState:
     def next_delay(self) -> float:
         """Seconds to wait before retrying :attr:`pending`."""
         return self._policy.delay(self.attempt, self._hint)
-
-
-def _with_attempts(result: Result, attempts: int) -> Result:
-    return replace(result, attempts=attempts)
 
 
 def merge_pool_status(statuses: Sequence[pb.PoolStatus]) -> pb.PoolStatus:

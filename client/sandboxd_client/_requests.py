@@ -170,6 +170,13 @@ class Result:
 
     ``reward`` is never NaN. For an infrastructure failure it is the job's
     failure value; look at ``is_infrastructure_failure`` to score it otherwise.
+
+    Two counts of tries: ``attempts`` is the daemon's (sandboxes it tried for
+    this answer, >1 after it replaced a lost sandbox; 0 when none was needed,
+    as for NO_ANSWER found before any run, or when the client made the result
+    up); ``client_attempts`` is the client's
+    (RPCs that carried this job: 1, plus one per client-side retry after
+    UNAVAILABLE, an overload or an infrastructure status).
     """
 
     index: int
@@ -182,6 +189,7 @@ class Result:
     attempts: int = 0
     retry_after_seconds: float = 0.0
     details: Detail = None
+    client_attempts: int = 1
     #: Set when the client made this result because the RPC failed for good.
     error: SandboxdError | None = None
 
@@ -745,8 +753,10 @@ def _detail(msg: pb.JobResult) -> Detail:
     return None
 
 
-def failure_result(index: int, error: SandboxdError, *, failure_value: float, attempts: int) -> Result:
-    """The result the client makes for a job whose RPC failed for good."""
+def failure_result(
+    index: int, error: SandboxdError, *, failure_value: float, client_attempts: int
+) -> Result:
+    """The result the client makes for a job whose RPC failed for good (no sandbox answered: ``attempts`` 0)."""
     if isinstance(error, DeadlineExceeded):
         status = Status.DEADLINE_EXCEEDED
     elif isinstance(error, Overloaded):
@@ -761,9 +771,9 @@ def failure_result(index: int, error: SandboxdError, *, failure_value: float, at
         reward=failure_value,
         status=status,
         message=error.message,
-        attempts=attempts,
         retry_after_seconds=retry_after,
         error=error,
+        client_attempts=client_attempts,
     )
 
 

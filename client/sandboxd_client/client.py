@@ -53,6 +53,13 @@ __all__ = ["AsyncSandboxClient", "AsyncSession", "SandboxClient", "Session"]
 _Metadata = Sequence[tuple[str, str]]
 
 
+def _check_deadline(deadline: float | None) -> None:
+    if deadline is not None and not (
+        isinstance(deadline, (int, float)) and math.isfinite(deadline) and deadline > 0
+    ):
+        raise InvalidRequest(f"deadline must be a positive number of seconds, got {deadline!r}")
+
+
 class _ClientBase:
     """Configuration and every non-I/O decision shared by the twins."""
 
@@ -60,7 +67,7 @@ class _ClientBase:
         self,
         address: str | Sequence[str] | None = None,
         *,
-        timeout: float | None = None,
+        deadline: float | None = None,
         job_timeout: float = 10.0,
         deadline_margin: float = 60.0,
         rpc_timeout: float = 30.0,
@@ -81,12 +88,11 @@ class _ClientBase:
         ):
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 raise InvalidRequest(f"{name} must be a positive number, got {value!r}")
-        if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
-            raise InvalidRequest(f"timeout must be a positive number, got {timeout!r}")
+        _check_deadline(deadline)
         if max_retries < 0 or batch_size < 1 or max_concurrent_batches < 1:
             raise InvalidRequest("max_retries must be >= 0, batch_size and max_concurrent_batches >= 1")
         self.target: Target = resolve_target(address)
-        self._timeout = timeout
+        self._call_deadline = deadline
         self._job_timeout = float(job_timeout)
         self._margin = float(deadline_margin)
         self._rpc_timeout = float(rpc_timeout)
@@ -119,13 +125,12 @@ class _ClientBase:
             extra = (("grpc.use_local_subchannel_pool", 1), *extra)
         return channel_options(service_config, extra)
 
-    def _deadline(self, jobs: Iterable[pb.Job], timeout: float | None) -> float:
-        """RPC deadline: the caller's, the client's, or derived from the jobs' own limits."""
-        timeout = timeout if timeout is not None else self._timeout
-        if timeout is not None:
-            if not (math.isfinite(timeout) and timeout > 0):
-                raise InvalidRequest(f"timeout must be a positive number, got {timeout!r}")
-            return float(timeout)
+    def _deadline(self, jobs: Iterable[pb.Job], deadline: float | None) -> float:
+        """Seconds each RPC may take: the call's, the client's, or derived from the jobs' own limits."""
+        deadline = deadline if deadline is not None else self._call_deadline
+        if deadline is not None:
+            _check_deadline(deadline)
+            return float(deadline)
         return max(job_deadline(j, default_timeout=self._job_timeout, margin=self._margin) for j in jobs)
 
     def _chunks(self, jobs: Sequence[pb.Job]) -> list[dict[int, pb.Job]]:
@@ -181,8 +186,14 @@ class SandboxClient(_ClientBase):
     Scoring calls return a :class:`Result` for every job, even when the
     infrastructure failed after ``max_retries`` retries (``result.error`` then
     says why); they raise only :class:`InvalidRequest` (and permission errors).
-    Deadlines default to each job's limits times its test cases plus
-    ``deadline_margin``; ``timeout`` overrides that for every call.
+    Two budgets, never confused: a job's ``timeout`` (given to the builders,
+    ``score_code(..., timeout=2)``) is the sandbox's limit per run or test case,
+    a verdict on the model when hit (status TIMEOUT); ``deadline`` (seconds,
+    on the client or on a call) is how long the client waits for one RPC
+    before giving up on it (status DEADLINE_EXCEEDED, an infrastructure
+    failure, not retried). By default the deadline is derived from the jobs:
+    each one's limit (or ``job_timeout`` when it leaves the limit to the
+    daemon) times its test cases, plus ``deadline_margin`` for queueing.
     """
 
     def _setup(self) -> None:
@@ -222,11 +233,15 @@ class SandboxClient(_ClientBase):
 
     # -- jobs -------------------------------------------------------------
 
-    def run(self, job: pb.Job, *, timeout: float | None = None) -> Result:
-        """Run one job (built with ``code_job``, ``math_job``, ...) and return its result."""
+    def run(self, job: pb.Job, *, deadline: float | None = None) -> Result:
+        """Run one job (built with ``code_job``, ``math_job``, ...) and return its result.
+
+        ``deadline``: seconds each RPC attempt may take (default: from the job's
+        limits). A retry after UNAVAILABLE or an overload starts a fresh one.
+        """
         self._check_open()
         job = validate_job(job)
-        deadline = self._deadline([job], timeout)
+        deadline = self._deadline([job], deadline)
         state = ChunkState({job.index: job}, self._policy)
         while True:
             (request,) = state.jobs()
@@ -244,21 +259,21 @@ class SandboxClient(_ClientBase):
             time.sleep(state.next_delay())
 
     def score_code(
-        self, completion: str, tests: CodeTestsLike, *, timeout: float | None = None, **job_options: Any
+        self, completion: str, tests: CodeTestsLike, *, deadline: float | None = None, **job_options: Any
     ) -> Result:
-        """Score a code completion against tests; ``job_options`` are those of :func:`code_job`."""
-        return self.run(code_job(completion, tests, **job_options), timeout=timeout)
+        """Score a code completion against tests; ``job_options`` (``timeout`` per test...) as :func:`code_job`."""
+        return self.run(code_job(completion, tests, **job_options), deadline=deadline)
 
     def score_math(
         self,
         completion: str,
         ground_truth: str | int | float,
         *,
-        timeout: float | None = None,
+        deadline: float | None = None,
         **job_options: Any,
     ) -> Result:
         """Check a math completion against its ground truth; ``job_options`` as :func:`math_job`."""
-        return self.run(math_job(completion, ground_truth, **job_options), timeout=timeout)
+        return self.run(math_job(completion, ground_truth, **job_options), deadline=deadline)
 
     def execute(
         self,
@@ -266,28 +281,30 @@ class SandboxClient(_ClientBase):
         language: str = "python",
         stdin: str | bytes = b"",
         *,
-        timeout: float | None = None,
+        deadline: float | None = None,
         **job_options: Any,
     ) -> Result:
         """Run a program as-is; ``result.details`` is an :class:`ExecuteOutput`."""
-        return self.run(execute_job(code, language, stdin, **job_options), timeout=timeout)
+        return self.run(execute_job(code, language, stdin, **job_options), deadline=deadline)
 
     def score_reward_model(
-        self, prompt: str, completion: str, *, model: str, timeout: float | None = None, **job_options: Any
+        self, prompt: str, completion: str, *, model: str, deadline: float | None = None, **job_options: Any
     ) -> Result:
         """Score (prompt, completion) with the daemon's reward model ``model``."""
-        return self.run(reward_model_job(prompt, completion, model=model, **job_options), timeout=timeout)
+        return self.run(reward_model_job(prompt, completion, model=model, **job_options), deadline=deadline)
 
-    def run_batch(self, jobs: Iterable[pb.Job], *, timeout: float | None = None) -> Iterator[Result]:
+    def run_batch(self, jobs: Iterable[pb.Job], *, deadline: float | None = None) -> Iterator[Result]:
         """Run jobs, yielding each :class:`Result` as it finishes; ``result.index`` is its position.
 
         The batch goes out as several RunBatch streams at once (so round_robin
         spreads it); only the jobs that failed for infrastructure reasons are
-        retried. Validation happens before the first RPC.
+        retried. ``deadline`` applies to each stream (default: the slowest job's
+        limits); jobs still unanswered when it passes get DEADLINE_EXCEEDED.
+        Validation happens before the first RPC.
         """
         self._check_open()
         jobs = validate_batch(jobs)
-        deadline = self._deadline(jobs, timeout)
+        deadline = self._deadline(jobs, deadline)
         return self._stream(jobs, deadline)
 
     def _stream(self, jobs: list[pb.Job], deadline: float) -> Iterator[Result]:
@@ -350,11 +367,11 @@ class SandboxClient(_ClientBase):
                 self._executor = ThreadPoolExecutor(self._max_concurrent, thread_name_prefix="sandboxd-batch")
             return self._executor
 
-    def score_batch(self, jobs: Iterable[pb.Job], *, timeout: float | None = None) -> list[Result]:
+    def score_batch(self, jobs: Iterable[pb.Job], *, deadline: float | None = None) -> list[Result]:
         """Run jobs and return their results in input order."""
         jobs = validate_batch(jobs)
         results: list[Result | None] = [None] * len(jobs)
-        for result in self.run_batch(jobs, timeout=timeout):
+        for result in self.run_batch(jobs, deadline=deadline):
             results[result.index] = result
         return [r for r in results if r is not None]
 
@@ -548,11 +565,15 @@ class AsyncSandboxClient(_ClientBase):
 
     # -- jobs -------------------------------------------------------------
 
-    async def run(self, job: pb.Job, *, timeout: float | None = None) -> Result:
-        """Run one job (built with ``code_job``, ``math_job``, ...) and return its result."""
+    async def run(self, job: pb.Job, *, deadline: float | None = None) -> Result:
+        """Run one job (built with ``code_job``, ``math_job``, ...) and return its result.
+
+        ``deadline``: seconds each RPC attempt may take (default: from the job's
+        limits). A retry after UNAVAILABLE or an overload starts a fresh one.
+        """
         self._check_open()
         job = validate_job(job)
-        deadline = self._deadline([job], timeout)
+        deadline = self._deadline([job], deadline)
         state = ChunkState({job.index: job}, self._policy)
         while True:
             (request,) = state.jobs()
@@ -570,21 +591,21 @@ class AsyncSandboxClient(_ClientBase):
             await asyncio.sleep(state.next_delay())
 
     async def score_code(
-        self, completion: str, tests: CodeTestsLike, *, timeout: float | None = None, **job_options: Any
+        self, completion: str, tests: CodeTestsLike, *, deadline: float | None = None, **job_options: Any
     ) -> Result:
-        """Score a code completion against tests; ``job_options`` are those of :func:`code_job`."""
-        return await self.run(code_job(completion, tests, **job_options), timeout=timeout)
+        """Score a code completion against tests; ``job_options`` (``timeout`` per test...) as :func:`code_job`."""
+        return await self.run(code_job(completion, tests, **job_options), deadline=deadline)
 
     async def score_math(
         self,
         completion: str,
         ground_truth: str | int | float,
         *,
-        timeout: float | None = None,
+        deadline: float | None = None,
         **job_options: Any,
     ) -> Result:
         """Check a math completion against its ground truth; ``job_options`` as :func:`math_job`."""
-        return await self.run(math_job(completion, ground_truth, **job_options), timeout=timeout)
+        return await self.run(math_job(completion, ground_truth, **job_options), deadline=deadline)
 
     async def execute(
         self,
@@ -592,28 +613,29 @@ class AsyncSandboxClient(_ClientBase):
         language: str = "python",
         stdin: str | bytes = b"",
         *,
-        timeout: float | None = None,
+        deadline: float | None = None,
         **job_options: Any,
     ) -> Result:
         """Run a program as-is; ``result.details`` is an :class:`ExecuteOutput`."""
-        return await self.run(execute_job(code, language, stdin, **job_options), timeout=timeout)
+        return await self.run(execute_job(code, language, stdin, **job_options), deadline=deadline)
 
     async def score_reward_model(
-        self, prompt: str, completion: str, *, model: str, timeout: float | None = None, **job_options: Any
+        self, prompt: str, completion: str, *, model: str, deadline: float | None = None, **job_options: Any
     ) -> Result:
         """Score (prompt, completion) with the daemon's reward model ``model``."""
         return await self.run(
-            reward_model_job(prompt, completion, model=model, **job_options), timeout=timeout
+            reward_model_job(prompt, completion, model=model, **job_options), deadline=deadline
         )
 
-    def run_batch(self, jobs: Iterable[pb.Job], *, timeout: float | None = None) -> AsyncIterator[Result]:
+    def run_batch(self, jobs: Iterable[pb.Job], *, deadline: float | None = None) -> AsyncIterator[Result]:
         """Run jobs, yielding each :class:`Result` as it finishes; ``result.index`` is its position.
 
-        Validation happens here, before the first RPC (and before iteration).
+        As :meth:`SandboxClient.run_batch`. Validation happens here, before the
+        first RPC (and before iteration).
         """
         self._check_open()
         jobs = validate_batch(jobs)
-        deadline = self._deadline(jobs, timeout)
+        deadline = self._deadline(jobs, deadline)
         return self._stream(jobs, deadline)
 
     async def _stream(self, jobs: list[pb.Job], deadline: float) -> AsyncIterator[Result]:
@@ -660,11 +682,11 @@ class AsyncSandboxClient(_ClientBase):
         except BaseException as e:  # handed to the consumer, which re-raises it
             out.put_nowait(e)
 
-    async def score_batch(self, jobs: Iterable[pb.Job], *, timeout: float | None = None) -> list[Result]:
+    async def score_batch(self, jobs: Iterable[pb.Job], *, deadline: float | None = None) -> list[Result]:
         """Run jobs and return their results in input order."""
         jobs = validate_batch(jobs)
         results: list[Result | None] = [None] * len(jobs)
-        async for result in self.run_batch(jobs, timeout=timeout):
+        async for result in self.run_batch(jobs, deadline=deadline):
             results[result.index] = result
         return [r for r in results if r is not None]
 

@@ -167,7 +167,7 @@ def test_unreachable_daemon_is_an_infrastructure_result(twin: Twin, socket_dir: 
         "score_batch",
         [math_job("1", "1")],
         retry_policy=policy,
-        timeout=5,
+        deadline=5,
     )
     assert result.status is Status.UNAVAILABLE and result.reward == -1.0
 
@@ -180,7 +180,7 @@ def test_deadline_exceeded(twin: Twin, start_fake: StartFake, method: str) -> No
     server = start_fake("a", lambda fake, job, attempt: Delay(3.0))
     job = math_job("4", "4")
     start = time.monotonic()
-    answer = twin.call(server.address, method, job if method == "run" else [job], timeout=0.3)
+    answer = twin.call(server.address, method, job if method == "run" else [job], deadline=0.3)
     result = answer if method == "run" else answer[0]
     assert time.monotonic() - start < 2.0
     assert result.status is Status.DEADLINE_EXCEEDED and result.is_infrastructure_failure

@@ -155,7 +155,7 @@ def test_trl_bad_row_and_infra_failure_use_infra_value(start_fake: StartFake) ->
 def test_trl_deadline_scores_infra_value(start_fake: StartFake) -> None:
     server = start_fake("a", lambda fake, job, attempt: Delay(3.0))
     reward = make_reward_func(
-        "math", address=server.address, infra_failure_value=0.0, client_options={"timeout": 0.2}
+        "math", address=server.address, infra_failure_value=0.0, client_options={"deadline": 0.2}
     )
     assert reward(prompts=["p"], completions=["4"], answer=["4"]) == [0.0]
 
@@ -224,7 +224,7 @@ def test_verl_batch_and_bad_rows(fake: FakeServer) -> None:
 
 def test_verl_infra_failure(start_fake: StartFake) -> None:
     server = start_fake("a", lambda fake, job, attempt: Delay(3.0))
-    score = compute_score("math_dapo", "1", "1", address=server.address, client_options={"timeout": 0.2})
+    score = compute_score("math_dapo", "1", "1", address=server.address, client_options={"deadline": 0.2})
     assert score["score"] == -1.0 and score["status"] == "DEADLINE_EXCEEDED" and score["infra_failure"]
 
 

@@ -92,12 +92,12 @@ def test_nan_reward_from_a_buggy_daemon_never_leaks() -> None:
 
 
 def test_failure_result_statuses() -> None:
-    assert failure_result(1, Unavailable("x"), failure_value=0.0, attempts=4).status is Status.UNAVAILABLE
+    assert failure_result(1, Unavailable("x"), failure_value=0.0, client_attempts=4).status is Status.UNAVAILABLE
     assert (
-        failure_result(1, DeadlineExceeded("x"), failure_value=0.0, attempts=1).status
+        failure_result(1, DeadlineExceeded("x"), failure_value=0.0, client_attempts=1).status
         is Status.DEADLINE_EXCEEDED
     )
-    over = failure_result(1, Overloaded("x", retry_after=2.0), failure_value=-1.0, attempts=4)
+    over = failure_result(1, Overloaded("x", retry_after=2.0), failure_value=-1.0, client_attempts=4)
     assert over.status is Status.OVERLOADED and over.retry_after_seconds == 2.0 and over.reward == -1.0
     with pytest.raises(Overloaded):
         over.raise_for_status()
@@ -319,7 +319,8 @@ def test_chunk_retries_only_infrastructure_failures() -> None:
     finals = _results(state, {0: pb.STATUS_OK, 1: pb.STATUS_WRONG_ANSWER, 2: pb.STATUS_SANDBOX_LOST})
     finals += state.on_end(Unavailable("gone"))  # index 3 unanswered: retried too
     assert sorted(r.index for r in finals) == [0, 1] and state.pending == [2, 3]
-    assert _results(state, {2: pb.STATUS_OK, 3: pb.STATUS_INTERNAL})[0].attempts == 2
+    retried = _results(state, {2: pb.STATUS_OK, 3: pb.STATUS_INTERNAL})[0]
+    assert (retried.attempts, retried.client_attempts) == (0, 2)  # the daemon's count, the client's
     assert state.on_end(None) == [] and state.pending == [3]
     last = _results(state, {3: pb.STATUS_INTERNAL})  # retries exhausted: the infra result is final
     assert last[0].status is Status.INTERNAL and state.on_end(None) == [] and state.pending == []
@@ -372,5 +373,5 @@ def test_result_to_dict_is_json_ready() -> None:
     data = to_result(msg).to_dict()
     assert json.loads(json.dumps(data))["status"] == "OK"
     assert data["details"]["stdout"] == "\ufffdok" and data["error"] is None
-    made = failure_result(0, Unavailable("gone"), failure_value=-1.0, attempts=2).to_dict()
+    made = failure_result(0, Unavailable("gone"), failure_value=-1.0, client_attempts=2).to_dict()
     assert made["status"] == "UNAVAILABLE" and "gone" in made["error"] and made["is_infrastructure_failure"]

@@ -166,8 +166,8 @@ async def test_execute(twin: Twin) -> None:
     assert not failing.is_infrastructure_failure
 
     # The job's own limit is a verdict on the program, not an infrastructure failure.
-    # (On score_*/execute, timeout= is the RPC deadline; the job's limit is the builder's.)
-    slow = await twin.call("run", execute_job("import time\ntime.sleep(30)", timeout=1.0))
+    # timeout= is the job's limit, on the builders and on score_*/execute alike.
+    slow = await twin.call("execute", "import time\ntime.sleep(30)", timeout=1.0)
     assert slow.status == Status.TIMEOUT and not slow.is_infrastructure_failure
 
 
@@ -220,12 +220,13 @@ async def test_score_batch_in_input_order(twin: Twin, daemon: DaemonProcess) -> 
 @docker
 async def test_deadline_single_job(twin: Twin) -> None:
     start = time.monotonic()
-    result = await twin.call("run", sleeper(20, limit=25), timeout=1.5)
+    result = await twin.call("run", sleeper(20, limit=25), deadline=1.5)
     elapsed = time.monotonic() - start
     assert result.status == Status.DEADLINE_EXCEEDED
     assert result.is_infrastructure_failure
     assert isinstance(result.error, DeadlineExceeded) and isinstance(result.error, TimeoutError)
-    assert result.attempts == 1, "a deadline is the caller's budget: never retried"
+    assert result.client_attempts == 1, "a deadline is the caller's budget: never retried"
+    assert result.attempts == 0, "no daemon answer: the client made this result"
     assert elapsed < 5, elapsed
     with pytest.raises(DeadlineExceeded):
         result.raise_for_status()
@@ -233,7 +234,7 @@ async def test_deadline_single_job(twin: Twin) -> None:
 
 @docker
 async def test_deadline_batch_keeps_answers(twin: Twin) -> None:
-    results = await twin.call("score_batch", [sleeper(20, limit=25), execute_job("print('fast')")], timeout=2.0)
+    results = await twin.call("score_batch", [sleeper(20, limit=25), execute_job("print('fast')")], deadline=2.0)
     assert results[0].status == Status.DEADLINE_EXCEEDED
     assert isinstance(results[0].error, DeadlineExceeded)
     assert results[1].status == Status.OK and results[1].details.stdout == b"fast\n"
@@ -276,8 +277,9 @@ async def test_retry_across_daemon_restart(short_tmp: Path, kind: str) -> None:
             restarter.join()
             assert result.status == Status.OK, (result, elapsed)
             assert result.details.stdout == b"after restart\n"
-            # Result.attempts is the daemon's count (the new daemon ran it once), so
-            # the client's retries show in the time taken: kill at 1 s, restart from 3 s.
+            # attempts is the daemon's count (the new daemon ran it once); the
+            # client's retries show in client_attempts and in the time taken.
+            assert result.attempts == 1 and result.client_attempts > 1, result
             assert elapsed > 3.5, elapsed
             # The answer came from the new daemon.
             assert second and second[0].process.poll() is None
@@ -382,7 +384,8 @@ def _refused_fast(start: float) -> None:
         (lambda c: c.execute("print(1)", stdin=3), "stdin"),
         (lambda c: c.run("print(1)"), "expected a sandboxd.v1.Job"),
         (lambda c: c.run(pb.Job()), "no kind"),
-        (lambda c: c.run(math_job("x", "1"), timeout=-1), "timeout"),
+        (lambda c: c.run(math_job("x", "1"), deadline=-1), "deadline"),
+        (lambda c: c.score_math("x", "1", timeout=-1), "timeout"),
         (lambda c: c.score_batch([]), "empty batch"),
         (lambda c: c.score_batch(math_job("x", "1")), "single Job"),
         (lambda c: c.score_batch([math_job("x", "1"), "nope"]), "expected a sandboxd.v1.Job"),
@@ -419,7 +422,7 @@ async def test_bad_input_async(call: Any, fragment: str) -> None:
 
 
 def test_bad_client_options() -> None:
-    for options in ({"timeout": 0}, {"job_timeout": -1}, {"batch_size": 0}, {"max_retries": -1}):
+    for options in ({"deadline": 0}, {"job_timeout": -1}, {"batch_size": 0}, {"max_retries": -1}):
         with pytest.raises(InvalidRequest):
             SandboxClient(NOWHERE, **options)
     with pytest.raises(InvalidRequest, match="cannot mix"):
