@@ -26,7 +26,7 @@ def test_plain_run(channel: grpc.Channel) -> None:
     "code",
     [
         # DNS, TCP to the host's Docker socket port and to the bridge gateway: no network at all.
-        "import socket; socket.getaddrinfo('pypi.org', 443)",
+        "import socket; socket.getaddrinfo('example.com', 443)",
         "import socket; socket.create_connection(('127.0.0.1', 22), timeout=2)",
         "import socket; socket.create_connection(('172.17.0.1', 2375), timeout=2)",
         "import urllib.request; urllib.request.urlopen('http://1.1.1.1', timeout=2)",
