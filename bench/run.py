@@ -40,7 +40,7 @@ from bench.common import (  # noqa: E402
     wait_pool_settled,
 )
 
-BENCHMARKS = ["latency", "ready", "humaneval", "math", "sessions"]
+BENCHMARKS = ["latency", "ready", "humaneval", "math", "sessions", "rewardmodel"]
 RESULTS = HERE / "results"
 
 
@@ -66,6 +66,11 @@ def _run_one(name: str, client, args: argparse.Namespace, metrics_url: str | Non
         from bench import sessions
 
         return sessions.run(client, quick=args.quick, node=node)
+    if name == "rewardmodel":
+        from bench import rewardmodel
+
+        # A daemon of its own, with the benchmark's model as its only pool.
+        return rewardmodel.run(quick=args.quick)
     raise ValueError(name)
 
 

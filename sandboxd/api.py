@@ -12,6 +12,7 @@ from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
 import sandboxd
 from sandboxd import jobs
 from sandboxd.errors import InvalidRequest, Overloaded, SandboxdError
+from sandboxd.rewardpool import RewardModelPool
 
 if TYPE_CHECKING:
     from sandboxd.daemon import Daemon
@@ -87,14 +88,15 @@ class DaemonServicer(pb_grpc.DaemonServicer):
         pools = self.daemon.pools.values()
         languages = sorted({lang for pool in pools for lang in pool.languages})
         snapshots = [pool.snapshots for pool in pools]
+        reward_pools = [pool for pool in pools if isinstance(pool, RewardModelPool)]
         return pb.Info(
             version=sandboxd.__version__,
             languages=languages,
-            job_kinds=["execute", "code", "math"],
+            job_kinds=["execute", "code", "math", *(["reward_model"] if reward_pools else [])],
             snapshots=bool(snapshots) and all(s.usable for s in snapshots),
             snapshot_state="; ".join(f"{pool.name}: {pool.snapshots.state}" for pool in pools),
-            gpus=[],
-            models=[],
+            gpus=sorted({gpu for pool in reward_pools for gpu in pool.gpus()}),
+            models=[pool.model_name for pool in reward_pools],
             max_timeout_seconds=config.limits.max_timeout_seconds,
             max_memory_bytes=config.limits.max_memory_bytes,
             max_output_bytes=config.limits.max_output_bytes,

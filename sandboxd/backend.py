@@ -49,9 +49,15 @@ class SandboxSpec:
     nano_cpus: int
     pids: int
     tmpfs_bytes: int
+    # GPUs: Docker picks `gpu_count` (-1: all), or exactly `gpu_device_ids` (indexes or UUIDs),
+    # through the engine's NVIDIA driver; `cdi_devices` names devices for the engine's CDI
+    # driver instead ("nvidia.com/gpu=0"). Either way the container sees only those.
     gpu_count: int = 0
     gpu_device_ids: list[str] = field(default_factory=list)
+    cdi_devices: list[str] = field(default_factory=list)
     environment: dict[str, str] = field(default_factory=dict)
+    # (host folder, container path) pairs mounted read-only: a reward model's weights.
+    read_only_mounts: list[tuple[str, str]] = field(default_factory=list)
 
 
 CONTROL_MOUNT = "/run/sandboxd-agent"
@@ -65,6 +71,8 @@ def container_config(spec: SandboxSpec) -> dict[str, Any]:
         device_requests.append(DeviceRequest(device_ids=spec.gpu_device_ids, capabilities=[["gpu"]]))
     elif spec.gpu_count:
         device_requests.append(DeviceRequest(count=spec.gpu_count, capabilities=[["gpu"]]))
+    if spec.cdi_devices:
+        device_requests.append(DeviceRequest(driver="cdi", device_ids=spec.cdi_devices))
     return {
         "image": spec.image,
         "command": spec.command,
@@ -87,6 +95,8 @@ def container_config(spec: SandboxSpec) -> dict[str, Any]:
         "mounts": [
             Mount(target=CONTROL_MOUNT, source=spec.control_dir, type="bind"),
             Mount(target=CODE_MOUNT, source=spec.code_dir, type="bind", read_only=True),
+            *(Mount(target=target, source=source, type="bind", read_only=True)
+              for source, target in spec.read_only_mounts),
         ],
         "device_requests": device_requests or None,
         "shm_size": 64 << 20,
@@ -105,6 +115,7 @@ class DockerBackend:
             raise BackendUnavailable(f"Docker engine at {url} does not answer: {exc}") from None
         self.api = self.client.api
         info = self.client.info()
+        self.info: dict[str, Any] = info
         self.root_dir = Path(info.get("DockerRootDir", "/var/lib/docker"))
         self.experimental = bool(info.get("ExperimentalBuild"))
         self.runtimes = sorted(info.get("Runtimes", {}))

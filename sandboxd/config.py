@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import tomllib
 import typing
 from dataclasses import dataclass, field
@@ -114,6 +115,69 @@ class SessionsConfig:
 
 
 @dataclass
+class ModelConfig:
+    """One reward model (`[models.NAME]`): a local folder, scored in sandboxes of its own."""
+
+    # Host folder with config.json, tokenizer files and model.safetensors (mounted read-only).
+    path: str = ""
+    # Tokens per (prompt, completion); the end of the completion is cut first.
+    max_length: int = 2048
+    # reward = raw (none), scale * raw + shift (affine), or sigmoid(scale * raw + shift).
+    normalize: str = "none"
+    scale: float = 1.0
+    shift: float = 0.0
+    # Which logit is the score, for models with more than one label.
+    label: int = 0
+    dtype: str = "auto"  # auto (float32 on CPU, bfloat16 on GPU) | float32 | bfloat16 | float16
+    # auto: a GPU when the engine has a GPU runtime, else the CPU; gpu: refuse to start without one.
+    device: str = "auto"
+    # GPUs, one way of three: `gpu_ids` (indexes or UUIDs; each sandbox gets one of them),
+    # `cdi_devices` (CDI names such as "nvidia.com/gpu=0", likewise), or else `gpu_count`
+    # GPUs per sandbox, which Docker takes from the first ones (-1: all).
+    gpu_ids: list[str] = field(default_factory=list)
+    cdi_devices: list[str] = field(default_factory=list)
+    gpu_count: int = 1
+    sandboxes_per_gpu: int = 1
+    # GPU memory each sandbox may take, as a fraction; 0 = 1 / sandboxes_per_gpu.
+    memory_fraction: float = 0.0
+    # Sandboxes when the model runs on the CPU.
+    sandboxes: int = 1
+    # 0 = the [sandbox] value. Threads: torch's CPU threads, 0 = one per CPU.
+    cpus: float = 0.0
+    memory_bytes: int = 0
+    threads: int = 0
+    # Dynamic batching: a batch leaves with max_batch pairs, or batch_wait_ms after its first.
+    max_batch: int = 32
+    batch_wait_ms: float = 5.0
+    load_timeout_seconds: float = 600.0
+    # Restore CPU sandboxes from a snapshot taken with the model loaded. Off by default:
+    # measured here, a restore was slower than a cold start (see docs/reward-models.md).
+    snapshot: bool = False
+
+    def checks(self, name: str) -> list[tuple[bool, str]]:
+        where = f"models.{name}"
+        return [
+            (os.path.isabs(self.path), f"{where}.path must be an absolute host path (got {self.path!r})"),
+            (self.max_length >= 1, f"{where}.max_length must be >= 1"),
+            (self.normalize in ("none", "sigmoid", "affine"), f"{where}.normalize must be none, sigmoid or affine"),
+            (self.dtype in ("auto", "float32", "bfloat16", "float16"),
+             f"{where}.dtype must be auto, float32, bfloat16 or float16"),
+            (self.device in ("auto", "cpu", "gpu"), f"{where}.device must be auto, cpu or gpu"),
+            (self.label >= 0, f"{where}.label must be >= 0"),
+            (not (self.gpu_ids and self.cdi_devices), f"{where}: set gpu_ids or cdi_devices, not both"),
+            (self.gpu_count >= 1 or self.gpu_count == -1, f"{where}.gpu_count must be >= 1, or -1 for all"),
+            (self.sandboxes_per_gpu >= 1, f"{where}.sandboxes_per_gpu must be >= 1"),
+            (0 <= self.memory_fraction <= 1, f"{where}.memory_fraction must be between 0 and 1"),
+            (self.sandboxes >= 1, f"{where}.sandboxes must be >= 1"),
+            (self.cpus >= 0 and self.memory_bytes >= 0 and self.threads >= 0,
+             f"{where}: cpus, memory_bytes and threads must be >= 0"),
+            (self.max_batch >= 1, f"{where}.max_batch must be >= 1"),
+            (self.batch_wait_ms >= 0, f"{where}.batch_wait_ms must be >= 0"),
+            (self.load_timeout_seconds > 0, f"{where}.load_timeout_seconds must be > 0"),
+        ]
+
+
+@dataclass
 class Config:
     server: ServerConfig = field(default_factory=ServerConfig)
     docker: DockerConfig = field(default_factory=DockerConfig)
@@ -122,6 +186,8 @@ class Config:
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     sessions: SessionsConfig = field(default_factory=SessionsConfig)
+    # Reward models by name (`[models.NAME]` tables; SANDBOXD_MODELS_<NAME>_<KEY>).
+    models: dict[str, ModelConfig] = field(default_factory=dict)
 
     def validate(self) -> None:
         checks = [
@@ -162,6 +228,7 @@ class Config:
             (self.sessions.max_lifetime_seconds > 0, "sessions.max_lifetime_seconds must be > 0"),
             (self.sessions.max_cells >= 1, "sessions.max_cells must be >= 1"),
             (self.sessions.open_wait_seconds >= 0, "sessions.open_wait_seconds must be >= 0"),
+            *(check for name, model in self.models.items() for check in model.checks(name)),
         ]
         for ok, message in checks:
             if not ok:
@@ -169,6 +236,8 @@ class Config:
 
 
 SECTIONS = [f.name for f in dataclasses.fields(Config)]
+# Model names become pool and container names: keep them short and plain.
+MODEL_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")
 
 
 def _coerce(value: Any, target: Any, where: str) -> Any:
@@ -204,7 +273,31 @@ def _coerce(value: Any, target: Any, where: str) -> Any:
     raise ConfigError(f"{where}: unsupported type")
 
 
+def _apply_model(config: Config, key: str, value: Any, where: str) -> None:
+    """`[models.NAME]` from a file (`key` is NAME, `value` its table) or SANDBOXD_MODELS_<NAME>_<FIELD>."""
+    fields = typing.get_type_hints(ModelConfig)
+    if isinstance(value, dict):
+        items = list(value.items())
+        name = key
+    else:
+        field_name = max((f for f in fields if key.endswith("_" + f)), key=len, default="")
+        if not field_name:
+            raise ConfigError(f"{where}: expected models.<name>.<key>, one of: {', '.join(fields)}")
+        name, items = key[: -len(field_name) - 1], [(field_name, value)]
+    if not MODEL_NAME.fullmatch(name):
+        raise ConfigError(f"{where}: model name {name!r} must be 1-40 of a-z, 0-9, '_' and '-', starting "
+                          "with a letter or digit")
+    model = config.models.setdefault(name, ModelConfig())
+    for field_name, field_value in items:
+        if field_name not in fields:
+            raise ConfigError(f"{where}: unknown key models.{name}.{field_name} (known: {', '.join(fields)})")
+        setattr(model, field_name, _coerce(field_value, fields[field_name], where))
+
+
 def _apply(config: Config, section: str, key: str, value: Any, where: str) -> None:
+    if section == "models":
+        _apply_model(config, key, value, where)
+        return
     if section not in SECTIONS:
         raise ConfigError(f"{where}: unknown section {section!r} (known: {', '.join(SECTIONS)})")
     part = getattr(config, section)

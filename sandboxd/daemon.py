@@ -19,7 +19,7 @@ from grpc_reflection.v1alpha import reflection
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
 
-from sandboxd import api, metrics
+from sandboxd import api, metrics, rewardpool
 from sandboxd.backend import DockerBackend
 from sandboxd.config import Config
 from sandboxd.errors import ConfigError, NotReady
@@ -152,6 +152,14 @@ class Daemon:
             log.info("removed %d sandboxes left by a previous daemon", removed)
         code_dir, code_key = await asyncio.to_thread(stage_agent_code, config.sandbox.state_dir)
         os.makedirs(config.sandbox.run_dir, mode=0o700, exist_ok=True)
+        # Reward models first: a model the engine cannot serve (a GPU pool without a GPU
+        # runtime) stops the start-up here, with one line.
+        reward_image = image_tag(rewardpool.IMAGE)
+        devices = await asyncio.to_thread(rewardpool.check_models, config, self.backend, reward_image)
+        for name, device in devices.items():
+            self.pools[rewardpool.pool_name(name)] = rewardpool.RewardModelPool(
+                name, config.models[name], device, reward_image, self.backend, config, instance=self.instance,
+                node=self.node, code_dir=code_dir, code_key=code_key, on_change=self._on_pool_change)
         for name in config.pool.images:
             image = image_tag(name)
             if not await asyncio.to_thread(self.backend.image_exists, image):

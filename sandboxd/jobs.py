@@ -16,14 +16,18 @@ from typing import Any
 
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 
+from sandboxd import rewardpool
 from sandboxd.config import Config
 from sandboxd.errors import InvalidRequest, Unsupported
 from sandboxd.verifiers import code as code_verifier
 from sandboxd.verifiers import pyharness
+from sandboxd.verifiers import rewardmodel as reward_model_verifier
 
 DEFAULT_FAILURE_VALUE = -1.0
 MAX_CODE_BYTES = 1 << 20
 MAX_MATH_CHARS = 1 << 20
+# Far beyond any model's max_length in tokens; keeps a batch's frame well under MAX_FRAME_BYTES.
+MAX_REWARD_MODEL_CHARS = 1 << 20
 MODEL_STATUSES = {
     "ok": pb.STATUS_OK,
     "wrong_answer": pb.STATUS_WRONG_ANSWER,
@@ -159,7 +163,29 @@ def prepare(job: pb.Job, config: Config) -> PreparedJob:
             "limits": limits,
         }
         return PreparedJob(job.index, kind, "python", failure_value, agent_job, limits["timeout"])
-    raise Unsupported(f"{where}: reward_model jobs need a reward-model pool, which this daemon does not have")
+    return _prepare_reward_model(job, config, limits, failure_value, where)
+
+
+def _prepare_reward_model(job: pb.Job, config: Config, limits: dict[str, Any], failure_value: float,
+                          where: str) -> PreparedJob:
+    request = job.reward_model
+    if not config.models:
+        raise Unsupported(f"{where}: this daemon has no reward models (configure one as [models.NAME])")
+    # The model may be left out when the daemon has exactly one.
+    name = request.model or (next(iter(config.models)) if len(config.models) == 1 else "")
+    if name not in config.models:
+        raise InvalidRequest(f"{where}.reward_model.model {request.model!r} is not configured "
+                             f"(configured: {', '.join(sorted(config.models))})")
+    if len(request.prompt) + len(request.completion) > MAX_REWARD_MODEL_CHARS:
+        raise InvalidRequest(f"{where}.reward_model: prompt and completion are limited to {MAX_REWARD_MODEL_CHARS} "
+                             "characters together")
+    model = config.models[name]
+    agent_job = {
+        "kind": "reward_model", "prompt": request.prompt, "completion": request.completion, "limits": limits,
+        "normalize": {"mode": model.normalize, "scale": model.scale, "shift": model.shift},
+    }
+    return PreparedJob(job.index, "reward_model", rewardpool.pool_name(name), failure_value, agent_job,
+                       limits["timeout"])
 
 
 def check_path(path: str, where: str) -> None:
@@ -293,6 +319,18 @@ def to_result(prepared: PreparedJob, outcome: dict[str, Any], attempts: int) -> 
         result.math.parsed_ground_truth = str(detail.get("parsed_ground_truth", ""))[:2000]
         if status == pb.STATUS_OK:
             reward = 1.0
+    elif prepared.kind == "reward_model":
+        detail = outcome.get("reward_model") or {}
+        result.reward_model.model = str(detail.get("model", ""))
+        result.reward_model.device = str(detail.get("device", ""))
+        if status == pb.STATUS_OK:
+            raw = detail.get("raw_score")
+            if isinstance(raw, (int, float)) and math.isfinite(raw):
+                settings = (prepared.agent_job or {})["normalize"]
+                result.reward_model.raw_score = raw
+                reward = reward_model_verifier.normalize(raw, settings["mode"], settings["scale"], settings["shift"])
+            else:
+                result.status, result.message = pb.STATUS_INTERNAL, f"the reward model gave no usable score ({raw!r})"
     if not math.isfinite(reward):
         reward = prepared.failure_value
     result.reward = reward

@@ -107,8 +107,12 @@ class Pool:
                                        config.docker.temp_dir)
         self.snapshot_key = SnapshotStore.key({
             "image": image, "code": code_key, "memory": config.sandbox.memory_bytes, "cpus": config.sandbox.cpus,
-            "pids": config.sandbox.pids, "tmpfs": config.sandbox.tmpfs_bytes, "warm": WARM_MODULES[name],
+            "pids": config.sandbox.pids, "tmpfs": config.sandbox.tmpfs_bytes, "warm": WARM_MODULES.get(name, ""),
         })
+        # Subclasses whose sandboxes load more at start (a reward model) allow longer,
+        # and those that run no job code need no recycling (0: never).
+        self.ready_timeout = READY_TIMEOUT_SECONDS
+        self.recycle_after_jobs = config.pool.recycle_after_jobs
         self.sandboxes: list[Sandbox] = []
         self.starting = 0
         self.batch_hint = 0
@@ -196,7 +200,7 @@ class Pool:
         sandbox.jobs_done += 1
         sandbox.last_used = self.last_busy = time.monotonic()
         self.jobs_total += 1
-        if sandbox.jobs_done >= self.config.pool.recycle_after_jobs:
+        if self.recycle_after_jobs and sandbox.jobs_done >= self.recycle_after_jobs:
             sandbox.retiring = True
         if sandbox.damaged or sandbox.retiring:
             self._changed.set()
@@ -250,7 +254,7 @@ class Pool:
         return SandboxSpec(
             name=name,
             image=self.image,
-            command=["python3", "-m", "sandboxd.agent", "--private-tmp", "--warm", WARM_MODULES[self.name]],
+            command=["python3", "-m", "sandboxd.agent", "--private-tmp", "--warm", WARM_MODULES.get(self.name, "")],
             control_dir=control_dir,
             code_dir=self.code_dir,
             labels={LABEL_MANAGED: "1", LABEL_INSTANCE: self.instance, LABEL_NODE: self.node,
@@ -278,7 +282,7 @@ class Pool:
             await asyncio.to_thread(self.backend.start, container_id)
             template = Sandbox(name=name, pool=self.name, container_id=container_id, control_dir=control_dir,
                                started_by="cold")
-            await template.wait_ready(READY_TIMEOUT_SECONDS, self._alive(container_id))
+            await template.wait_ready(self.ready_timeout, self._alive(container_id))
         except BaseException:
             await asyncio.to_thread(self.backend.remove, container_id)
             raise
@@ -329,7 +333,7 @@ class Pool:
                     raise
             else:
                 await asyncio.to_thread(self.backend.start, container_id)
-            hello = await sandbox.wait_ready(READY_TIMEOUT_SECONDS, self._alive(container_id))
+            hello = await sandbox.wait_ready(self.ready_timeout, self._alive(container_id))
         except BaseException:
             await self._remove(sandbox)
             raise

@@ -71,6 +71,10 @@ class SnapshotStore:
         self.state = f"disabled: {why}"
         self.problem = why
 
+    def disable(self, why: str) -> None:
+        """Never snapshot this pool (its sandboxes hold state CRIU cannot capture)."""
+        self._disable(why)
+
     @property
     def usable(self) -> bool:
         return self.state == "ready" and self.path is not None

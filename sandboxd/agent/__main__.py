@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 
 from sandboxd.agent.controller import serve
@@ -28,6 +29,8 @@ def main() -> None:
     parser.add_argument("--warm", default="", help="comma-separated modules to import and warm()")
     parser.add_argument("--private-tmp", action="store_true",
                         help="make /tmp root-only (0755): jobs then have no shared place to leave files")
+    parser.add_argument("--reward-model", default="", metavar="JSON",
+                        help="load this reward model (settings as JSON) and serve reward_model jobs")
     args = parser.parse_args()
     warm = [name for name in args.warm.split(",") if name]
     if args.private_tmp:
@@ -38,7 +41,8 @@ def main() -> None:
         for folder in ("/var/tmp", "/run/lock"):
             with contextlib.suppress(OSError):
                 os.chmod(folder, 0o755)
-    asyncio.run(serve(args.socket, warm, TOOLCHAINS))
+    reward_model = json.loads(args.reward_model) if args.reward_model else None
+    asyncio.run(serve(args.socket, warm, TOOLCHAINS, reward_model))
 
 
 if __name__ == "__main__":

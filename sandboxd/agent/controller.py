@@ -26,7 +26,9 @@ from typing import Any
 
 from sandboxd.agent import sessions as sessions_module
 from sandboxd.agent import zygote as zygote_module
+from sandboxd.agent.mathserver import MathServers
 from sandboxd.agent.protocol import ProtocolError, encode_frame, read_frame
+from sandboxd.agent.rewardmodel import RewardModelHost
 from sandboxd.agent.runner import (
     Runner,
     RunOutcome,
@@ -86,8 +88,11 @@ class Controller:
         self.uids = UidPool()
         self.languages = languages
         self.sandbox_id = ""
+        self.math_servers = MathServers(self)
         # Open sessions by uid, which is also the handle the daemon holds.
         self.sessions: dict[int, sessions_module.Session] = {}
+        # Set in a reward-model sandbox: the model's scorer process and its batcher.
+        self.reward_model: RewardModelHost | None = None
 
     # ---- process housekeeping ------------------------------------------
     def reap(self) -> None:
@@ -222,6 +227,8 @@ class Controller:
             result = await self._code(job)
         elif kind == "math":
             result = await self._math(job)
+        elif kind == "reward_model" and self.reward_model is not None:
+            result = await self.reward_model.run(job)
         else:
             raise ValueError(f"unknown job kind {kind!r}")
         result["run_seconds"] = time.monotonic() - started
@@ -356,30 +363,18 @@ class Controller:
         return _code_result(tests, int(verdict.get("total", plan["total"])))
 
     async def _math(self, job: dict[str, Any]) -> dict[str, Any]:
-        limits = job["limits"]
-        uid = self.uids.take()
-        try:
-            workdir = self.make_workdir(uid)
-            spec = RunSpec(
-                mode="math", uid=uid, cwd=workdir, timeout=limits["timeout"], output_limit=limits["output"],
-                rlimits=self.rlimits(limits, address_space=True), env=self.env(workdir),
-                extra={"completion": job["completion"], "ground_truth": job["ground_truth"],
-                       "extraction": job.get("extraction", "auto"), "tolerance": job.get("tolerance", 1e-6)},
-            )
-            outcome = await self.runner.run(spec)
-        finally:
-            self.release(uid)
-        status, limit, message = classify(outcome, spec)
-        verdict = outcome.verdict if isinstance(outcome.verdict, dict) else {}
-        if status == "ok" and verdict:
-            status = verdict.get("status", "internal")
-            message = verdict.get("message", "")
-        elif status == "ok":
-            status, message = "internal", outcome.harness_error or "math worker gave no verdict"
-        elif status == "runtime_error":
+        outcome, verdict, message, _seconds = await self.math_servers.verify(job)
+        if outcome == "ok" and verdict is not None:
+            return {"status": verdict.get("status", "internal"), "limit": "", "message": verdict.get("message", ""),
+                    "math": verdict}
+        if outcome == "timeout":
+            return {"status": "timeout", "limit": "wall_time", "message": message, "math": {}}
+        if outcome == "memory":
+            return {"status": "memory_limit", "limit": "memory", "message": message, "math": {}}
+        if outcome == "died":
             # The parser, not a model's program, crashed: a hostile answer.
-            status = "wrong_answer"
-        return {"status": status, "limit": limit, "message": message, "math": verdict}
+            return {"status": "wrong_answer", "limit": "", "message": message, "math": {}}
+        return {"status": "internal", "limit": "", "message": message, "math": {}}
 
     # ---- the control socket ----------------------------------------------
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -475,7 +470,8 @@ def available_languages(toolchains: dict[str, str]) -> list[str]:
     return sorted(lang for lang, binary in toolchains.items() if shutil.which(binary))
 
 
-async def serve(socket_path: str, warm_modules: list[str], toolchains: dict[str, str]) -> None:
+async def serve(socket_path: str, warm_modules: list[str], toolchains: dict[str, str],
+                reward_model: dict[str, Any] | None = None) -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     os.makedirs(WORK_ROOT, mode=0o711, exist_ok=True)
@@ -493,6 +489,10 @@ async def serve(socket_path: str, warm_modules: list[str], toolchains: dict[str,
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGCHLD, controller.reap)
     await zygote.ready
+    if reward_model is not None:
+        # Loaded before the socket exists: the sandbox is ready (and snapshotted) with its model.
+        controller.reward_model = RewardModelHost(reward_model)
+        await controller.reward_model.start()
     folder = os.path.dirname(socket_path)
     os.makedirs(folder, exist_ok=True)
     os.chmod(folder, 0o700)

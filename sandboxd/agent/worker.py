@@ -52,7 +52,7 @@ def main(channel: socket.socket) -> NoReturn:
         # Programs get the default SIGPIPE, as under a shell. Our own judge
         # and math workers must see a candidate that hung up as an error
         # (BrokenPipeError -> "died"), not be killed by it.
-        trusted = job["mode"] in ("py_tests", "math")
+        trusted = job["mode"] in ("py_tests", "math", "math_server")
         signal.signal(signal.SIGPIPE, signal.SIG_IGN if trusted else signal.SIG_DFL)
         uid = int(job["uid"])
         # When a sandbox runs out of memory the kernel must pick a job's
@@ -89,6 +89,10 @@ def main(channel: socket.socket) -> NoReturn:
         pyharness.serve_candidate(job["code"], socket.socket(fileno=fds[3]))
     elif mode in ("py_tests", "math"):
         _run_trusted(mode, job, channel, fds)
+    elif mode == "math_server":
+        from sandboxd.agent import mathserver
+
+        mathserver.serve(channel, socket.socket(fileno=fds[3]))
     elif mode == "py_session":
         from sandboxd.agent import repl
 

@@ -86,3 +86,15 @@ def test_metrics_endpoint(tmp_path) -> None:  # type: ignore[no-untyped-def]
     assert 'sandboxd_jobs_total{kind="execute",status="ok"}' in body
     assert "sandboxd_job_duration_seconds_bucket" in body
     assert "sandboxd_sandboxes" in body
+
+
+def test_math_workers_recover_after_deadlines(channel: grpc.Channel) -> None:
+    # Long-lived math workers are killed at a job's deadline; the next jobs get fresh ones.
+    slow = [helpers.math("\\boxed{\\frac{x^3+12x^2+48x+64}{(x+4)^2}}", "x+4", timeout=0.001) for _ in range(4)]
+    for result in (helpers.run(channel, job, timeout=60) for job in slow):
+        assert (result.status, result.limit_hit) == (pb.STATUS_TIMEOUT, pb.LIMIT_WALL_TIME)
+    jobs = [helpers.math(f"\\boxed{{{n}}}", str(n)) for n in range(20)]
+    for index, job in enumerate(jobs):
+        job.index = index
+    results = list(pb_grpc.JobsStub(channel).RunBatch(pb.RunBatchRequest(jobs=jobs), timeout=300))
+    assert all(result.status == pb.STATUS_OK for result in results), [r.message for r in results]

@@ -1,0 +1,230 @@
+"""`rewardmodel`: pairs/s of a reward model scored through sandboxd vs the same model in-process.
+
+    .venv/bin/python bench/run.py --only rewardmodel          # with the other benchmarks' report
+    .venv/bin/python bench/rewardmodel.py [--quick]           # on its own
+    python bench/rewardmodel.py --in-process --device cuda --size 8b   # the scorer alone, on a GPU
+
+A Llama-shaped sequence-classification model with random weights (`small`: 2
+layers, hidden 128, about 0.5 M parameters; see sandboxd/testmodels.py) is saved
+to a temporary folder. The sandboxd side is a daemon of the bench's own with
+that model as its only pool (one CPU sandbox, restored from its snapshot) and
+`client.score_batch` of one reward_model job per pair: the daemon sends them
+concurrently and the sandbox's agent batches them dynamically. The baseline
+is the very same scorer code (sandboxd.verifiers.rewardmodel) in this
+process, fed batches of `max_batch` pairs in a loop: what a trainer would do
+with the model in its own process, with no isolation and no RPC. Both sides
+use the same number of torch threads and score the same pairs, in rounds that
+alternate which goes first; their scores are compared.
+
+`--in-process` skips Docker and the daemon altogether: it times the scorer at
+several batch sizes on `--device` (the GPU run in the README), using only torch,
+transformers and sandboxd's own scorer code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+if __name__ == "__main__":
+    # Run as a script, this folder is sys.path[0]: import the package from the repository root instead.
+    if sys.path and Path(sys.path[0] or ".").resolve() == HERE:
+        sys.path.pop(0)
+    sys.path.insert(0, str(HERE.parent))
+
+SEED = 20240607
+MAX_BATCH = 32
+MAX_LENGTH = 512
+
+
+def make_pairs(count: int, seed: int = SEED, *, prompt_words: tuple[int, int] = (10, 60),
+               completion_words: tuple[int, int] = (20, 200)) -> list[tuple[str, str]]:
+    """(prompt, completion) pairs of the model's words, lengths drawn uniformly (one token per word)."""
+    from sandboxd.testmodels import VOCABULARY
+
+    rng = random.Random(seed)
+    return [(" ".join(rng.choices(VOCABULARY, k=rng.randint(*prompt_words))),
+             " ".join(rng.choices(VOCABULARY, k=rng.randint(*completion_words)))) for _ in range(count)]
+
+
+def _in_process_scores(model: Any, pairs: list[tuple[str, str]], batch: int) -> list[float | None]:
+    scores: list[float | None] = []
+    for start in range(0, len(pairs), batch):
+        scores.extend(score.raw for score in model.score(pairs[start:start + batch]))
+    return scores
+
+
+def run(*, quick: bool, pairs: int | None = None, threads: int = 2) -> Any:
+    """The sandboxd-vs-in-process comparison as a BenchResult (bench/run.py calls this)."""
+    from bench.common import BenchDaemon, BenchResult, Target, fmt, fmt_ratio, log, ratio
+
+    result = BenchResult(name="rewardmodel", title="rewardmodel: (prompt, completion) pairs, throughput",
+                         columns=["scorer", "pairs", "seconds", "pairs/s", "vs in-process", "p50 one pair ms"])
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError as exc:
+        result.notes.append(f"skipped: {exc.name} is not installed (pip install torch==2.13.0 transformers)")
+        return result
+    from sandboxd_client import SandboxClient, reward_model_job
+
+    from sandboxd import images
+    from sandboxd.testmodels import make_reward_model
+    from sandboxd.verifiers import rewardmodel
+
+    total = pairs or (128 if quick else 512)
+    rounds = 2 if quick else 4
+    singles = 10 if quick else 30
+    images.ensure_images(["reward-model"], progress=False)
+    folder = Path(tempfile.mkdtemp(prefix="sandboxd-bench-rm-"))
+    model_dir = make_reward_model(folder / "model", size="small")
+    config = folder / "sandboxd.toml"
+    config.write_text(f'[models.bench]\npath = "{model_dir}"\nmax_length = {MAX_LENGTH}\nmax_batch = {MAX_BATCH}\n'
+                      f"batch_wait_ms = 5\ncpus = {threads}\nthreads = {threads}\n")
+    items = make_pairs(total)
+    chunk = -(-total // rounds)
+    spans = [(start, min(total, start + chunk)) for start in range(0, total, chunk)]
+    daemon = BenchDaemon({"SANDBOXD_CONFIG": str(config), "SANDBOXD_POOL_IMAGES": ""})
+    try:
+        log(f"rewardmodel: starting a daemon with the model (log {daemon.log_path})")
+        daemon.wait_serving()
+        local = rewardmodel.load(rewardmodel.ScorerSettings(name="bench", path=str(model_dir),
+                                                            max_length=MAX_LENGTH, threads=threads))
+        with SandboxClient(daemon.address, job_timeout=120.0) as client:
+            info = client.info()
+            pool = next(p for p in client.pool_status().pools if p.name == "rm-bench")
+            warm = make_pairs(2 * MAX_BATCH, seed=SEED + 1)
+            client.score_batch([reward_model_job(p, c, model="bench") for p, c in warm])
+            _in_process_scores(local, warm, MAX_BATCH)
+            seconds = {"sandboxd": 0.0, "in_process": 0.0}
+            scores: dict[str, list[float | None]] = {"sandboxd": [None] * total, "in_process": [None] * total}
+            failures = 0
+            for r, (lo, hi) in enumerate(spans):
+                for side in (["sandboxd", "in_process"] if r % 2 == 0 else ["in_process", "sandboxd"]):
+                    t0 = time.perf_counter()
+                    if side == "sandboxd":
+                        results = client.score_batch([reward_model_job(p, c, model="bench") for p, c in items[lo:hi]])
+                        got: list[float | None] = [x.details.raw_score if x.ok else None for x in results]
+                        failures += sum(not x.ok for x in results)
+                    else:
+                        got = _in_process_scores(local, items[lo:hi], MAX_BATCH)
+                    seconds[side] += time.perf_counter() - t0
+                    scores[side][lo:hi] = got
+                log(f"rewardmodel: round {r + 1}/{len(spans)}: sandboxd {hi / seconds['sandboxd']:.0f} pairs/s, "
+                    f"in-process {hi / seconds['in_process']:.0f} pairs/s (cumulative)")
+            one = {"sandboxd": [], "in_process": []}
+            for prompt, completion in items[:singles]:
+                t0 = time.perf_counter()
+                client.run(reward_model_job(prompt, completion, model="bench"))
+                one["sandboxd"].append(time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                local.score([(prompt, completion)])
+                one["in_process"].append(time.perf_counter() - t0)
+    finally:
+        daemon.stop()
+        shutil.rmtree(folder, ignore_errors=True)
+    rate = {side: total / s for side, s in seconds.items()}
+    overhead = ratio(rate["in_process"], rate["sandboxd"])
+    p50 = {side: statistics.median(values) * 1000 for side, values in one.items()}
+    diffs = [abs(a - b) for a, b in zip(scores["sandboxd"], scores["in_process"], strict=True)
+             if a is not None and b is not None]
+    result.rows = [
+        [f"same scorer in-process, batches of {MAX_BATCH}, {threads} threads (no isolation)", str(total),
+         fmt(seconds["in_process"], 2), fmt(rate["in_process"], 1), "1.00x", fmt(p50["in_process"], 1)],
+        [f"sandboxd score_batch, 1 CPU sandbox ({threads} CPUs), dynamic batching", str(total),
+         fmt(seconds["sandboxd"], 2), fmt(rate["sandboxd"], 1), fmt_ratio(ratio(rate["sandboxd"], rate["in_process"])),
+         fmt(p50["sandboxd"], 1)],
+    ]
+    result.targets = [Target("reward-model overhead", "reported, no target in the issue",
+                             f"in-process / sandboxd = {overhead:.2f}x", None)]
+    result.notes.append(f"overhead ratio (in-process pairs/s / sandboxd pairs/s): {overhead:.2f}x")
+    result.notes.append(f"model: {local.describe()['parameters'] / 1e6:.1f} M parameters, max_length {MAX_LENGTH}, "
+                        f"{statistics.mean(len(local.encode(p, c)) for p, c in items):.0f} tokens per pair on average")
+    result.notes.append(f"scores agree: max |sandboxd - in-process| = {max(diffs) if diffs else float('nan'):.2e} "
+                        f"over {len(diffs)} pairs; {failures} failed jobs")
+    result.notes.append(f"one pair alone (serial): sandboxd p50 {p50['sandboxd']:.1f} ms (includes the 5 ms batch "
+                        f"window), in-process {p50['in_process']:.1f} ms")
+    result.notes.append(f"pool: {pool.ready} ready, snapshot {pool.snapshot}; daemon {info.version}")
+    result.data = {"pairs": total, "rounds": len(spans), "seconds": seconds, "pairs_per_s": rate,
+                   "overhead_ratio": overhead, "one_pair_p50_ms": p50, "max_abs_diff": max(diffs) if diffs else None,
+                   "failures": failures, "threads": threads, "max_batch": MAX_BATCH, "max_length": MAX_LENGTH}
+    return result
+
+
+def in_process(device: str, size: str, pairs: int, batches: list[int], dtype: str, max_length: int) -> dict[str, Any]:
+    """The scorer alone on `device`: pairs/s and per-batch latency at each batch size."""
+    from sandboxd.testmodels import make_reward_model
+    from sandboxd.verifiers import rewardmodel
+
+    folder = Path(tempfile.mkdtemp(prefix="sandboxd-rm-"))
+    t0 = time.perf_counter()
+    make_reward_model(folder / "model", size=size, dtype="bfloat16" if size in ("1b", "8b") else "float32")
+    made = time.perf_counter() - t0
+    model = rewardmodel.load(rewardmodel.ScorerSettings(name=size, path=str(folder / "model"),
+                                                        device="cuda" if device == "cuda" else "cpu",
+                                                        max_length=max_length, dtype=dtype))
+    described = model.describe()
+    items = make_pairs(pairs, prompt_words=(50, 150), completion_words=(100, 400))
+    tokens = statistics.mean(len(model.encode(p, c)) for p, c in items)
+    report: dict[str, Any] = {"model": described, "made_seconds": round(made, 1), "pairs": pairs,
+                              "mean_tokens": round(tokens, 1), "runs": []}
+    for batch in batches:
+        model.score(items[:batch])  # warm-up at this shape
+        latencies = []
+        t0 = time.perf_counter()
+        for start in range(0, pairs, batch):
+            b0 = time.perf_counter()
+            scores = model.score(items[start:start + batch])
+            latencies.append(time.perf_counter() - b0)
+            assert all(s.status == "ok" for s in scores), [s.message for s in scores if s.status != "ok"][:1]
+        elapsed = time.perf_counter() - t0
+        run = {"batch": batch, "pairs_per_s": round(pairs / elapsed, 1),
+               "batch_p50_ms": round(statistics.median(latencies) * 1000, 1),
+               "batch_max_ms": round(max(latencies) * 1000, 1)}
+        report["runs"].append(run)
+        print(json.dumps(run), flush=True)
+    if device == "cuda":
+        import torch
+
+        report["peak_gpu_memory_gib"] = round(torch.cuda.max_memory_allocated() / (1 << 30), 2)
+    shutil.rmtree(folder, ignore_errors=True)
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bench/rewardmodel.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--pairs", type=int, default=None)
+    parser.add_argument("--threads", type=int, default=2, help="torch threads on both sides (and sandbox CPUs)")
+    parser.add_argument("--in-process", action="store_true", help="time the scorer alone, no Docker, no daemon")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--size", default="small", help="small, 1b or 8b (see sandboxd/testmodels.py)")
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--max-length", type=int, default=1024)
+    parser.add_argument("--batches", default="1,8,32,64")
+    args = parser.parse_args(argv)
+    if args.in_process:
+        report = in_process(args.device, args.size, args.pairs or 512,
+                            [int(b) for b in args.batches.split(",")], args.dtype, args.max_length)
+        print(json.dumps(report, indent=2))
+        return 0
+    from bench.run import print_report
+
+    result = run(quick=args.quick, pairs=args.pairs, threads=args.threads)
+    print_report([result], "sandboxd bench: rewardmodel")
+    return 1 if result.error else 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())

@@ -1,0 +1,247 @@
+"""Reward-model scoring: a sequence-classification model turns (prompt, completion) into one number.
+
+This module is the scorer and nothing else: it loads a model from a local
+folder (never from the hub), formats each pair the way the model was trained
+(its chat template when the tokenizer has one, a text pair otherwise),
+truncates to a configured length, runs one padded forward pass per batch and
+returns one raw scalar per pair. The same code runs inside a sandbox (see
+``sandboxd.agent.rewardmodel``, which owns batching and the process around
+it) and in-process (benchmarks, the GPU run, tests).
+
+torch and transformers are imported on first use: the daemon and the light
+images never need them.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+NORMALIZATIONS = ("none", "sigmoid", "affine")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+@dataclass
+class ScorerSettings:
+    """What the scorer needs to know about one model; built from the daemon's config."""
+
+    name: str
+    path: str
+    device: str = "cpu"  # "cpu" or "cuda"
+    max_length: int = 2048
+    dtype: str = "auto"
+    # Which logit is the reward (models with num_labels > 1).
+    label: int = 0
+    # CPU threads for torch; 0 leaves torch's default.
+    threads: int = 0
+    # Fraction of the GPU's memory this process may take; 0 = no cap.
+    memory_fraction: float = 0.0
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ScorerSettings:
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{key: value for key, value in data.items() if key in known})
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class PairScore:
+    """One pair's outcome: a raw score, or a status saying why there is none."""
+
+    raw: float | None = None
+    status: str = "ok"  # ok | rejected | memory_limit | internal
+    message: str = ""
+    tokens: int = 0
+    truncated: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {key: value for key, value in asdict(self).items() if value not in (None, "", False)}
+
+
+def normalize(raw: float, mode: str, scale: float = 1.0, shift: float = 0.0) -> float:
+    """The reward reported for a raw score: unchanged, ``scale * raw + shift``, or its sigmoid."""
+    value = scale * raw + shift if mode in ("affine", "sigmoid") else raw
+    if mode == "sigmoid":
+        # The two branches keep exp() from overflowing for large |value|.
+        if value >= 0:
+            return 1.0 / (1.0 + math.exp(-value))
+        z = math.exp(value)
+        return z / (1.0 + z)
+    return value
+
+
+@dataclass
+class RewardModel:
+    """A loaded model and tokenizer, ready to score batches."""
+
+    settings: ScorerSettings
+    model: Any
+    tokenizer: Any
+    device: str
+    device_name: str
+    dtype: str
+    load_seconds: float
+    chat_template: bool
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.settings.name, "device": self.device, "device_name": self.device_name,
+                "dtype": self.dtype, "load_seconds": round(self.load_seconds, 3),
+                "chat_template": self.chat_template, "max_length": self.settings.max_length, **self.info}
+
+    # ---- formatting --------------------------------------------------------------
+    def encode(self, prompt: str, completion: str) -> list[int]:
+        """Token ids of one pair, truncated to max_length (the end of the completion goes first)."""
+        tokenizer = self.tokenizer
+        if self.chat_template:
+            conversation = [{"role": "user", "content": prompt}, {"role": "assistant", "content": completion}]
+            text = tokenizer.apply_chat_template(conversation, tokenize=False)
+            # The template writes the special tokens itself (BOS included); adding them again would
+            # give the model an input it never saw in training.
+            ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        else:
+            ids = tokenizer(prompt, completion, truncation="longest_first",
+                            max_length=self.settings.max_length)["input_ids"]
+        return list(ids)
+
+    # ---- scoring -------------------------------------------------------------------
+    def score(self, pairs: list[tuple[str, str]]) -> list[PairScore]:
+        """One PairScore per pair, in order; never raises for a bad pair or an out-of-memory batch."""
+        results: list[PairScore] = [PairScore() for _ in pairs]
+        encoded: list[tuple[int, list[int]]] = []
+        for index, (prompt, completion) in enumerate(pairs):
+            try:
+                ids = self.encode(prompt, completion)
+            except Exception as exc:  # a template that raises on this content, a tokenizer error
+                results[index] = PairScore(status="rejected", message=f"pair could not be formatted: {exc}"[:500])
+                continue
+            results[index].tokens = len(ids)
+            if len(ids) > self.settings.max_length:
+                ids = ids[: self.settings.max_length]
+                results[index].truncated = True
+            if not ids:
+                results[index] = PairScore(status="rejected", message="pair encodes to no tokens")
+                continue
+            encoded.append((index, ids))
+        self._forward(encoded, results)
+        return results
+
+    def _forward(self, encoded: list[tuple[int, list[int]]], results: list[PairScore]) -> None:
+        """Score `encoded` in one padded batch; on failure split it in halves, down to single pairs."""
+        if not encoded:
+            return
+        try:
+            values = self._logits([ids for _, ids in encoded])
+        except Exception as exc:
+            memory = _is_out_of_memory(exc)
+            if memory:
+                self._free_memory()
+            if len(encoded) > 1:
+                middle = len(encoded) // 2
+                self._forward(encoded[:middle], results)
+                self._forward(encoded[middle:], results)
+                return
+            index = encoded[0][0]
+            status = "memory_limit" if memory else "internal"
+            results[index].status, results[index].message = status, f"{type(exc).__name__}: {exc}"[:500]
+            return
+        for (index, _), value in zip(encoded, values, strict=True):
+            if math.isfinite(value):
+                results[index].raw = value
+            else:
+                results[index].status, results[index].message = "internal", f"the model gave {value} for this pair"
+
+    def _logits(self, batch: list[list[int]]) -> list[float]:
+        import torch
+
+        pad = self.tokenizer.pad_token_id
+        width = max(len(ids) for ids in batch)
+        right = getattr(self.tokenizer, "padding_side", "right") != "left"
+        input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
+        attention = torch.zeros((len(batch), width), dtype=torch.long)
+        for row, ids in enumerate(batch):
+            span = slice(0, len(ids)) if right else slice(width - len(ids), width)
+            input_ids[row, span] = torch.tensor(ids, dtype=torch.long)
+            attention[row, span] = 1
+        with torch.inference_mode():
+            logits = self.model(input_ids=input_ids.to(self.device), attention_mask=attention.to(self.device)).logits
+        return logits[:, self.settings.label].float().cpu().tolist()
+
+    def _free_memory(self) -> None:
+        if self.device.startswith("cuda"):
+            import torch
+
+            torch.cuda.empty_cache()
+
+
+def _is_out_of_memory(exc: BaseException) -> bool:
+    text = str(exc)
+    return type(exc).__name__ == "OutOfMemoryError" or "out of memory" in text or "can't allocate memory" in text
+
+
+def _torch_dtype(torch: Any, name: str, device: str) -> Any:
+    if name == "auto":
+        if device.startswith("cuda"):
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.float32
+    return getattr(torch, name)
+
+
+def load(settings: ScorerSettings) -> RewardModel:
+    """Load the model in ``settings.path`` onto its device; raises on any failure to do so.
+
+    Only local files are read (``local_files_only``), code shipped with the model is never
+    run (``trust_remote_code=False``), and a model whose weights are not safetensors is
+    refused: a pickle is a program.
+    """
+    started = time.monotonic()
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    import torch
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+    if settings.threads > 0:
+        torch.set_num_threads(settings.threads)
+    device = "cpu"
+    device_name = "cpu"
+    if settings.device == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError("the model is configured for a GPU, but torch sees none in this sandbox")
+        device = "cuda:0"
+        device_name = torch.cuda.get_device_name(0)
+        if settings.memory_fraction > 0:
+            torch.cuda.set_per_process_memory_fraction(settings.memory_fraction, 0)
+    dtype = _torch_dtype(torch, settings.dtype, device)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(settings.path, local_files_only=True,
+                                                           trust_remote_code=False)
+    # `torch_dtype` was renamed `dtype` in transformers 4.56 (the image has 5.x).
+    dtype_key = "dtype" if tuple(int(p) for p in transformers.__version__.split(".")[:2]) >= (4, 56) else "torch_dtype"
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(
+        settings.path, local_files_only=True, trust_remote_code=False, use_safetensors=True, **{dtype_key: dtype},
+    )
+    if settings.label >= model.config.num_labels:
+        raise ValueError(f"label {settings.label} is out of range: the model has {model.config.num_labels} labels")
+    if tokenizer.pad_token_id is None:
+        # Padding positions are masked out and never the token read for the score
+        # (the model finds the last real token), so any id will do.
+        tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
+    if model.config.pad_token_id is None:
+        model.config.pad_token_id = tokenizer.pad_token_id
+    model.to(device)
+    model.eval()
+    chat_template = bool(getattr(tokenizer, "chat_template", None))
+    loaded = RewardModel(settings=settings, model=model, tokenizer=tokenizer, device=device,
+                         device_name=device_name, dtype=str(dtype).removeprefix("torch."), load_seconds=0.0,
+                         chat_template=chat_template,
+                         info={"parameters": sum(p.numel() for p in model.parameters())})
+    # One pass before the first job (and before a CPU snapshot): lazy kernel set-up and
+    # allocator growth happen here, not on the first batch a trainer waits for.
+    loaded.score([("warm-up", "warm-up")])
+    loaded.load_seconds = time.monotonic() - started
+    return loaded

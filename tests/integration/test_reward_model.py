@@ -1,0 +1,251 @@
+"""Reward models through a real daemon: sandbox scores equal in-process scores, batched and not.
+
+One daemon for the module, with three CPU models of its own: `chat` (a tiny
+Llama reward model with a chat template, its sandbox restored from a CRIU
+snapshot taken with the model loaded), `pair` (a tiny BERT scored as a text
+pair, with a sigmoid normalisation, cold-started) and `broken` (a folder that
+is not a loadable model). The models are created and saved here; the reference scores
+come from plain transformers code in this process, not from sandboxd's scorer.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import socket
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb  # noqa: E402
+from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc  # noqa: E402
+
+from sandboxd import images  # noqa: E402
+from sandboxd.agent.protocol import encode_frame, recv_frame  # noqa: E402
+from sandboxd.testmodels import VOCABULARY, make_reward_model  # noqa: E402
+from tests.conftest import DaemonProcess, docker_available  # noqa: E402
+
+pytestmark = pytest.mark.docker
+TOLERANCE = 1e-5
+CHAT_MAX_LENGTH = 40
+PAIR_MAX_LENGTH = 32
+MAX_BATCH = 8
+PAIR_SCALE, PAIR_SHIFT = 0.5, 0.1
+
+
+@pytest.fixture(scope="module")
+def reward_image() -> str:
+    if not docker_available():
+        pytest.skip("no Docker engine: run scripts/setup.sh (make test does)")
+    try:
+        return images.ensure_images(["reward-model"], progress=False)["reward-model"]
+    except images.ImageError as exc:
+        pytest.skip(f"the reward-model image cannot be built here: {exc}")
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("models")
+    broken = folder / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text('{"model_type": "no-such-architecture"}')
+    return {"chat": make_reward_model(folder / "chat", kind="llama"),
+            "pair": make_reward_model(folder / "pair", kind="bert"), "broken": broken}
+
+
+@pytest.fixture(scope="module")
+def rm_daemon(reward_image: str, models: dict[str, Path],
+              tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[DaemonProcess, Path]]:
+    folder = tmp_path_factory.mktemp("rm-daemon")
+    config = folder / "sandboxd.toml"
+    config.write_text(f"""
+[pool]
+images = []
+[models.chat]
+path = "{models['chat']}"
+max_length = {CHAT_MAX_LENGTH}
+max_batch = {MAX_BATCH}
+batch_wait_ms = 20
+threads = 1
+snapshot = true
+[models.pair]
+path = "{models['pair']}"
+max_length = {PAIR_MAX_LENGTH}
+normalize = "sigmoid"
+scale = {PAIR_SCALE}
+shift = {PAIR_SHIFT}
+threads = 1
+[models.broken]
+path = "{models['broken']}"
+""")
+    run_dir = Path(tempfile.mkdtemp(prefix="sbd-"))
+    # A state dir of its own: the chat model's checkpoint (about 275 MB, torch's heap) is
+    # rebuilt whenever the agent code changes, and pytest's temp folders are pruned.
+    daemon = DaemonProcess(folder, "rm", extra_env={"SANDBOXD_CONFIG": str(config),
+                                                     "SANDBOXD_SANDBOX_RUN_DIR": str(run_dir),
+                                                     "SANDBOXD_SANDBOX_STATE_DIR": str(folder / "state")})
+    try:
+        daemon.wait_serving(timeout=300)
+        yield daemon, run_dir
+    finally:
+        daemon.stop()
+
+
+@pytest.fixture(scope="module")
+def rm_channel(rm_daemon: tuple[DaemonProcess, Path]) -> Iterator[grpc.Channel]:
+    with grpc.insecure_channel(rm_daemon[0].address) as channel:
+        yield channel
+
+
+def make_pairs(count: int, seed: int) -> list[tuple[str, str]]:
+    """Pairs of many lengths (some past max_length), unknown words, an empty pair and non-ASCII text."""
+    rng = random.Random(seed)
+    words = [*VOCABULARY, "unknown", "wörds", "🙂"]
+    pairs = [("", ""), ("what is two plus two ?", "the answer is four . 🙂")]
+    while len(pairs) < count:
+        prompt = " ".join(rng.choices(words, k=rng.randint(1, 12)))
+        completion = " ".join(rng.choices(words, k=rng.randint(0, 60)))
+        pairs.append((prompt, completion))
+    return pairs
+
+
+def reference_scores(folder: Path, pairs: list[tuple[str, str]], max_length: int) -> list[float]:
+    """The model run directly: one pair at a time, no padding, plain transformers."""
+    tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(folder).eval()
+    scores = []
+    for prompt, completion in pairs:
+        if tokenizer.chat_template:
+            text = tokenizer.apply_chat_template([{"role": "user", "content": prompt},
+                                                  {"role": "assistant", "content": completion}], tokenize=False)
+            inputs = tokenizer(text, add_special_tokens=False, truncation=True, max_length=max_length,
+                               return_tensors="pt")
+        else:
+            inputs = tokenizer(prompt, completion, truncation=True, max_length=max_length, return_tensors="pt")
+        with torch.no_grad():
+            scores.append(model(**inputs).logits[0, 0].item())
+    return scores
+
+
+def job(model: str, prompt: str, completion: str, index: int = 0) -> pb.Job:
+    return pb.Job(index=index, limits=pb.Limits(timeout_seconds=60),
+                  reward_model=pb.RewardModelJob(model=model, prompt=prompt, completion=completion))
+
+
+def agent_status(run_dir: Path, model: str) -> dict[str, Any]:
+    """The model's state as its sandbox's agent reports it (batch counts included)."""
+    for path in sorted(run_dir.glob("*/agent.sock")):
+        with socket.socket(socket.AF_UNIX) as conn:
+            try:
+                conn.connect(str(path))
+            except OSError:
+                continue
+            conn.sendall(encode_frame({"op": "run", "job": {"kind": "reward_model", "op": "status"}}))
+            state = recv_frame(conn).get("result", {}).get("reward_model", {})
+        if state.get("name") == model:
+            return state
+    raise AssertionError(f"no sandbox of model {model} under {run_dir}")
+
+
+def test_unbatched_scores_equal_in_process(rm_channel: grpc.Channel, models: dict[str, Path]) -> None:
+    pairs = make_pairs(12, seed=1)
+    expected = reference_scores(models["chat"], pairs, CHAT_MAX_LENGTH)
+    stub = pb_grpc.JobsStub(rm_channel)
+    for (prompt, completion), want in zip(pairs, expected, strict=True):
+        result = stub.Run(job("chat", prompt, completion), timeout=120)
+        assert result.status == pb.STATUS_OK, result.message
+        assert result.reward_model.raw_score == pytest.approx(want, abs=TOLERANCE)
+        assert result.reward == result.reward_model.raw_score  # normalize = "none"
+        assert (result.reward_model.model, result.reward_model.device) == ("chat", "cpu")
+
+
+def test_batched_scores_equal_in_process(rm_channel: grpc.Channel, rm_daemon: tuple[DaemonProcess, Path],
+                                         models: dict[str, Path]) -> None:
+    pairs = make_pairs(64, seed=2)
+    expected = reference_scores(models["chat"], pairs, CHAT_MAX_LENGTH)
+    before = agent_status(rm_daemon[1], "chat")
+    request = pb.RunBatchRequest(jobs=[job("chat", p, c, index) for index, (p, c) in enumerate(pairs)])
+    results = sorted(pb_grpc.JobsStub(rm_channel).RunBatch(request, timeout=300), key=lambda r: r.index)
+    assert [r.index for r in results] == list(range(len(pairs)))
+    for result, want in zip(results, expected, strict=True):
+        assert result.status == pb.STATUS_OK, result.message
+        assert result.reward_model.raw_score == pytest.approx(want, abs=TOLERANCE), result.index
+    truncated = [r for r in results if r.message.startswith("truncated")]
+    assert truncated, "some pairs are longer than max_length and say so"
+    after = agent_status(rm_daemon[1], "chat")
+    batches, scored = after["batches"] - before["batches"], after["pairs"] - before["pairs"]
+    assert scored == len(pairs)
+    # Concurrent jobs were scored together, never more than max_batch at once.
+    assert batches < len(pairs) / 2, (batches, scored)
+    assert after["largest_batch"] <= MAX_BATCH
+
+
+def test_text_pair_model_with_sigmoid(rm_channel: grpc.Channel, models: dict[str, Path]) -> None:
+    pairs = make_pairs(20, seed=3)
+    expected = reference_scores(models["pair"], pairs, PAIR_MAX_LENGTH)
+    request = pb.RunBatchRequest(jobs=[job("pair", p, c, index) for index, (p, c) in enumerate(pairs)])
+    results = sorted(pb_grpc.JobsStub(rm_channel).RunBatch(request, timeout=300), key=lambda r: r.index)
+    for result, want in zip(results, expected, strict=True):
+        assert result.status == pb.STATUS_OK, result.message
+        assert result.reward_model.raw_score == pytest.approx(want, abs=TOLERANCE)
+        assert result.reward == pytest.approx(1 / (1 + math.exp(-(PAIR_SCALE * want + PAIR_SHIFT))), abs=TOLERANCE)
+
+
+def test_model_that_fails_to_load_is_a_status(rm_channel: grpc.Channel) -> None:
+    stub = pb_grpc.JobsStub(rm_channel)
+    result = stub.Run(pb.Job(failure_value=0.0, reward_model=pb.RewardModelJob(
+        model="broken", prompt="p", completion="c")), timeout=60)
+    assert result.status == pb.STATUS_INTERNAL
+    assert result.reward == 0.0
+    assert "failed to load" in result.message
+    # The daemon and the other models are unaffected.
+    assert stub.Run(job("chat", "a", "b"), timeout=60).status == pb.STATUS_OK
+
+
+def test_unknown_model_is_invalid_argument(rm_channel: grpc.Channel) -> None:
+    with pytest.raises(grpc.RpcError) as error:
+        pb_grpc.JobsStub(rm_channel).Run(job("nope", "p", "c"), timeout=30)
+    assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "reward_model.model 'nope' is not configured" in error.value.details()
+
+
+def test_info_lists_models_and_snapshot_state(rm_channel: grpc.Channel) -> None:
+    info = pb_grpc.DaemonStub(rm_channel).GetInfo(pb.GetInfoRequest(), timeout=10)
+    assert sorted(info.models) == ["broken", "chat", "pair"]
+    assert "reward_model" in info.job_kinds
+    assert list(info.gpus) == []
+    assert list(info.languages) == []  # this daemon runs no code pool
+    status = pb_grpc.PoolStub(rm_channel).GetStatus(pb.GetPoolStatusRequest(), timeout=10)
+    pools = {pool.name: pool for pool in status.pools}
+    assert set(pools) == {"rm-chat", "rm-pair", "rm-broken"}
+    # Where CRIU works, the chat sandbox that scored above was restored with the model loaded.
+    if "criu" not in pools["rm-chat"].snapshot and "experimental" not in pools["rm-chat"].snapshot:
+        assert pools["rm-chat"].snapshot == "ready"
+    assert pools["rm-pair"].snapshot.startswith("disabled: models.pair.snapshot is off")
+
+
+def test_gpu_model_is_refused_without_gpu_runtime(reward_image: str, models: dict[str, Path],
+                                                  tmp_path: Path) -> None:
+    info = subprocess.run(["docker", "info", "--format", "{{json .Runtimes}}"], capture_output=True, text=True)
+    if "nvidia" in info.stdout:
+        pytest.skip("this engine has a GPU runtime")
+    config = tmp_path / "gpu.toml"
+    config.write_text(f'[pool]\nimages = []\n[models.big]\npath = "{models["chat"]}"\ndevice = "gpu"\n'
+                      'gpu_ids = ["0"]\n')
+    completed = subprocess.run(
+        [sys.executable, "-m", "sandboxd", "serve", "--config", str(config), "--socket", str(tmp_path / "g.sock"),
+         "--metrics", "", "--state-dir", str(tmp_path / "state"), "--run-dir", tempfile.mkdtemp(prefix="sbd-")],
+        capture_output=True, text=True, timeout=120)
+    assert completed.returncode == 2
+    lines = completed.stderr.strip().splitlines()
+    assert len(lines) == 1, completed.stderr
+    assert lines[0].startswith('sandboxd: error: models.big: device = "gpu", but the Docker engine has no GPU runtime')

@@ -1,0 +1,87 @@
+"""The reward-model scorer in-process, on a tiny model saved by the test: formatting, batching, failures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from sandboxd.testmodels import make_reward_model  # noqa: E402
+from sandboxd.verifiers import rewardmodel  # noqa: E402
+
+PAIRS = [
+    ("what is one plus one ?", "the answer is two ."),
+    ("explain why", "because " * 80),
+    ("", ""),
+    ("wörds 🙂 unknown", "maybe"),
+]
+
+
+@pytest.fixture(scope="module")
+def chat_model(tmp_path_factory: pytest.TempPathFactory) -> rewardmodel.RewardModel:
+    folder = make_reward_model(tmp_path_factory.mktemp("chat"), kind="llama")
+    return rewardmodel.load(rewardmodel.ScorerSettings(name="chat", path=str(folder), max_length=32, threads=1))
+
+
+def test_batched_equals_one_at_a_time(chat_model: rewardmodel.RewardModel) -> None:
+    batched = chat_model.score(PAIRS)
+    single = [chat_model.score([pair])[0] for pair in PAIRS]
+    for together, alone in zip(batched, single, strict=True):
+        assert together.status == "ok"
+        assert together.raw == pytest.approx(alone.raw, abs=1e-5)
+
+
+def test_chat_template_and_truncation(chat_model: rewardmodel.RewardModel) -> None:
+    text = chat_model.tokenizer.decode(chat_model.encode("what is one", "two"))
+    assert text == "<s> <|user|> what is one <|end|> <|assistant|> two <|end|>"
+    long = chat_model.score([PAIRS[1]])[0]
+    assert long.truncated and long.tokens > 32
+    described = chat_model.describe()
+    assert (described["device"], described["dtype"], described["chat_template"]) == ("cpu", "float32", True)
+
+
+def test_a_pair_the_template_rejects_is_a_status(chat_model: rewardmodel.RewardModel,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    original = chat_model.encode
+
+    def encode(prompt: str, completion: str) -> list[int]:
+        if "bad" in prompt:
+            raise ValueError("the template refuses this")
+        return original(prompt, completion)
+
+    monkeypatch.setattr(chat_model, "encode", encode)
+    scores = chat_model.score([("good", "one"), ("bad", "two")])
+    assert scores[0].status == "ok"
+    assert (scores[1].status, scores[1].raw) == ("rejected", None)
+    assert "the template refuses this" in scores[1].message
+
+
+def test_out_of_memory_splits_the_batch(chat_model: rewardmodel.RewardModel,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    original = chat_model._logits
+    seen: list[int] = []
+
+    def logits(batch: list[list[int]]) -> list[float]:
+        seen.append(len(batch))
+        # Batches of more than one "do not fit"; a pair longer than 20 tokens never does.
+        if len(batch) > 1 or len(batch[0]) > 20:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return original(batch)
+
+    monkeypatch.setattr(chat_model, "_logits", logits)
+    scores = chat_model.score(PAIRS)
+    assert seen[0] == 4 and max(seen[1:]) <= 2
+    assert [s.status for s in scores] == ["ok", "memory_limit", "ok", "ok"]
+    assert "out of memory" in scores[1].message
+
+
+def test_settings_that_cannot_load_raise(tmp_path: Path) -> None:
+    folder = make_reward_model(tmp_path / "m", kind="bert")
+    with pytest.raises(ValueError, match="label 3 is out of range"):
+        rewardmodel.load(rewardmodel.ScorerSettings(name="m", path=str(folder), label=3))
+    (folder / "model.safetensors").rename(folder / "pytorch_model.bin")
+    with pytest.raises(OSError):
+        rewardmodel.load(rewardmodel.ScorerSettings(name="m", path=str(folder)))
