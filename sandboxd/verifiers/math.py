@@ -39,6 +39,12 @@ Input (gold vs answer)           Math-Verify                 Here
 ``3 1/2`` vs ``7/2``             ``3*1/2``                   mixed number
 ``3,5`` vs ``3.5``               set ``{3, 5}``              decimal comma when the gold is a
                                                              single number
+``15`` vs ``x^2+15 \\oops{``      equal (its plain-text       different: the plain-text
+                                 extractor picks a number    extractor only reads answers made
+                                 out of unparsable LaTeX)    of digits and operators
+``x^2+8x+16`` vs completion      no answer (``2x+3``: ``2``) the whole undelimited expression
+``(x+4)^2`` (no ``$``/box)                                   (ours used to take the last number)
+``2/3`` vs ``0.\\overline{6}``    different (read as ``0``)   repeating decimal, exact
 ===============================  ==========================  =================================
 """
 
@@ -58,8 +64,9 @@ __all__ = ["EXTRACTION_MODES", "MAX_ANSWER_CHARS", "verify", "warm"]
 #: Extraction modes accepted by :func:`verify`; "auto" tries the others in this order.
 EXTRACTION_MODES: tuple[str, ...] = ("auto", "boxed", "answer_tag", "phrase", "last_expression")
 #: Extracted answers (and ground truths) longer than this are rejected before parsing: no real
-#: final answer is that long and the LaTeX parser is super-linear on some inputs.
-MAX_ANSWER_CHARS = 20_000
+#: final answer is that long, and the LaTeX parser needs ~1.5 s per 1000 chars of a polynomial
+#: (a 20 000-char sum of ``x^{2}`` terms took ~30 s; at this limit it is ~6 s).
+MAX_ANSWER_CHARS = 5_000
 #: Strings in the result dict are truncated to this many characters.
 MAX_FIELD_CHARS = 1_000
 
@@ -69,6 +76,9 @@ MAX_FIELD_CHARS = 1_000
 _MAX_BARE_BRACE_DEPTH = 5
 _MAX_PAREN_DEPTH = 16
 _MAX_TOTAL_DEPTH = 40
+# Towers of exponents: the grammar's prediction is exponential in the tower height (x^x^...^x
+# with 12 carets ~1 s, with 20 carets ~20 s) and sympy evaluates them eagerly. 9^{9^{9^9}} is 3.
+_MAX_POWER_DEPTH = 5
 # Upper bound (in bits) on the magnitude of any numeric sub-expression we let sympy evaluate.
 _MAX_NUMBER_BITS = 1_000_000
 # Only the tail of a long completion is searched for a "last expression": the final answer is at
@@ -102,7 +112,30 @@ _MATH_SPAN_RE = re.compile(
 # How much of the line after an answer phrase is searched for a box or a math span.
 _PHRASE_SCAN_CHARS = 4_000
 _SENTENCE_END_RE = re.compile(r"(?<=\.)\s+(?=[A-Z])")
-_PLAIN_NUMBER_RE = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:\s*/\s*\d+)?(?:\s*%)?")
+# Tokens of a plain-text (undelimited) math expression, for the last-expression fallback. A
+# number is one token: a mixed number "3 1/2", thousands "1,234.5", a decimal or an integer.
+_PLAIN_TOKEN_RE = re.compile(
+    r"(?P<num>\d+[ \t]+\d+[ \t]*/[ \t]*\d+(?![\d.])|\d{1,3}(?:(?:,|[ \t]|\\,|\{,\})\d{3})+(?:\.\d+)?(?![\d.])"
+    r"|\d+(?:\.\d+)?|\.\d+)"
+    r"|(?P<cmd>\\(?:[A-Za-z]+|[{}$%,;:! ]))"
+    r"|(?P<unit>(?<=\d)[A-Za-z]{1,3}[²³])"  # "1,000.99m²": a unit, which ends the expression
+    r"|(?P<word>[A-Za-z]+)"
+    r"|(?P<op>[-+*/^_=<>!|(){}\[\],%\u00d7\u00f7\u00b7\u2264\u2265\u2260\u00b1\u221a\u03c0\u221e\u2212])"
+    r"|(?P<space>[ \t]+)"
+)
+# LaTeX commands that carry no value: a plain run made only of these plus letters is not math.
+_NON_MATH_CMDS = frozenset(
+    [
+        *("\\text", "\\textbf", "\\textit", "\\textrm", "\\mathrm", "\\mathbf", "\\mbox", "\\quad", "\\qquad"),
+        *("\\left", "\\right", "\\,", "\\;", "\\:", "\\!", "\\ "),
+    ]
+)
+# Multi-letter words that make a plain run an expression on their own ("pi", "sqrt(2)").
+_PLAIN_MATH_WORDS = frozenset(["pi", "sqrt", "infty"])
+# A run may not end with these (a dangling operator, an opening bracket, a \text{ ...).
+# (Unicode: times, divide, middle dot, <=, >=, !=, +-, minus.)
+_TRAILING_JUNK_OPS = frozenset("+-*/^_=<>,({[|\u00d7\u00f7\u00b7\u2264\u2265\u2260\u00b1\u2212")
+_LEADING_JUNK_OPS = frozenset("+*/^_=<>,)]}|\u00d7\u00f7\u00b7\u2264\u2265\u2260")
 
 
 def _match_brace(text: str, open_idx: int) -> int | None:
@@ -210,20 +243,148 @@ def _extract_phrase(text: str) -> str | None:
     answer = answer.strip().strip("*").strip().lstrip(":").strip()
     # Sentence-final period, but not a decimal point ("is 3." vs "is 3.5").
     answer = re.sub(r"\.\s*$", "", answer).strip().strip("*").strip()
+    if _has_prose(answer):
+        # "The answer is 7 a day" / "is x = 5 because ...": the expression the phrase introduces,
+        # not the words after it (which latex2sympy would read as a product of symbols).
+        runs = _plain_runs(answer)
+        if runs and not re.search(r"[A-Za-z0-9]", answer[: runs[0][0]]):
+            return runs[0][1]
     return answer or None
 
 
+def _has_prose(s: str) -> bool:
+    """Whether ``s`` holds an English word outside ``\\text{}`` (units) and LaTeX commands."""
+    for w in re.findall(r"(?<![\\A-Za-z])[A-Za-z]{2,}", _TEXT_CMD_RE.sub(" ", s)):
+        if w.lower() not in _MATH_WORDS and w.lower() not in ("and", "or"):
+            return True
+    return False
+
+
+def _plain_runs(text: str) -> list[tuple[int, str]]:
+    """Maximal runs of math tokens in undelimited text, as ``(start offset, run)``, in order.
+
+    A run is broken by prose (a word of two or more letters that is not a math word such as
+    ``sqrt``/``pi``), by a newline or sentence punctuation, and by whitespace between an operand
+    and a one-letter word or another number ("makes 7 a day" gives ``7``); "and"/"or" join a
+    list ("2 and 3"). Dangling operators and unmatched brackets at either end are trimmed. Only
+    runs that hold a number, an operator or a LaTeX command count: "I" or "(B)" in prose is not
+    an expression. Linear in the length of ``text``.
+    """
+    runs: list[tuple[int, str]] = []
+    current: list[tuple[str, str, int, int]] = []  # (kind, token, start, end)
+
+    def junk(tok: tuple[str, str, int, int], ops: frozenset[str]) -> bool:
+        return tok[0] in ("space", "sep") or tok[1] in ops or tok[1] in _NON_MATH_CMDS
+
+    def flush() -> None:
+        toks = list(current)
+        current.clear()
+        while toks and junk(toks[-1], _TRAILING_JUNK_OPS):
+            toks.pop()
+        first = 0
+        while first < len(toks) and junk(toks[first], _LEADING_JUNK_OPS):
+            first += 1
+        toks = toks[first:]
+        if not toks:
+            return
+        has_number = any(t[0] == "num" for t in toks)
+        has_operator = any(t[0] == "op" and t[1] not in "()[]{},%" for t in toks)
+        has_command = any(
+            (t[0] == "cmd" and t[1] not in _NON_MATH_CMDS) or (t[0] == "word" and t[1].lower() in _PLAIN_MATH_WORDS)
+            for t in toks
+        )
+        run = _trim_unmatched(text[toks[0][2] : toks[-1][3]])
+        if run and (has_number or has_command or has_operator):
+            runs.append((toks[0][2], run))
+
+    def last_operand() -> tuple[str, str, int, int] | None:
+        if not current or current[-1][0] != "space":
+            return None  # only whitespace-separated neighbours are split
+        prev = current[-2] if len(current) >= 2 else None
+        if prev is not None and (prev[0] in ("num", "word") or prev[1] in ")]}!%"):
+            return prev
+        return None
+
+    pos = 0
+    n = len(text)
+    while pos < n:
+        m = _PLAIN_TOKEN_RE.match(text, pos)
+        if m is None:
+            flush()
+            pos += 1
+            continue
+        kind = m.lastgroup or ""
+        tok = m.group(0)
+        item = (kind, tok, m.start(), m.end())
+        if kind == "word" and tok.lower() in ("and", "or"):
+            if current:
+                current.append(("sep", tok, m.start(), m.end()))
+        elif kind == "unit" or (kind == "word" and len(tok) > 1 and tok.lower() not in _MATH_WORDS):
+            flush()
+        else:
+            if (prev := last_operand()) is not None and (
+                (kind == "word" and len(tok) == 1)
+                or (kind == "num" and (prev[0] == "num" or (prev[0] == "word" and len(prev[1]) == 1)))
+            ):
+                flush()  # "7 a day" -> "7"; "step 2 5", "it's 5": two operands, not a product
+            current.append(item)
+        pos = m.end()
+    flush()
+    return runs
+
+
+def _trim_unmatched(run: str) -> str:
+    """Drop unmatched brackets from the ends of ``run`` ("x = 5)" -> "x = 5"); linear time.
+
+    ``(`` and ``[`` close with either ``)`` or ``]`` (half-open intervals). An unmatched bracket
+    inside the run is kept: the parser will fail on it.
+    """
+    stack: list[int] = []
+    unmatched: list[int] = []
+    for i, c in enumerate(run):
+        if c in "([{":
+            stack.append(i)
+        elif c in ")]}":
+            if stack and (run[stack[-1]] == "{") == (c == "}"):
+                stack.pop()
+            else:
+                unmatched.append(i)
+    unmatched.extend(stack)
+    if not unmatched:
+        return run
+    drop = set(unmatched)
+    lo, hi = 0, len(run)
+    while lo < hi and (lo in drop or run[lo].isspace()):
+        lo += 1
+    while hi > lo and (hi - 1 in drop or run[hi - 1].isspace()):
+        hi -= 1
+    return run[lo:hi]
+
+
 def _extract_last_expression(text: str) -> str | None:
+    """The rightmost math span (``$..$``, ``\\(..\\)``, ...) or plain-text expression.
+
+    Like Math-Verify, a delimited span and an undelimited expression compete by position: the
+    one that ends last wins. The plain-text expression is a whole run of math tokens, so
+    ``(x+4)^2`` is taken as written, not as its trailing ``2``.
+    """
     tail = text[-_LAST_EXPR_TAIL_CHARS:]
     spans = list(_MATH_SPAN_RE.finditer(tail))
+    span_text = None
+    after = 0
     for m in reversed(spans):
         content = next(g for g in m.groups() if g is not None).strip()
         if content:
-            return content
-    numbers = list(_PLAIN_NUMBER_RE.finditer(tail))
-    if numbers:
-        return numbers[-1].group(0).strip().rstrip(",")
-    return None
+            span_text = content
+            after = m.end()
+            break
+    runs = _plain_runs(tail[after:])
+    if not runs:
+        return span_text
+    run = runs[-1][1]
+    if _BOX_RE.match(run) and (boxed := _extract_boxed(run)):
+        return boxed  # "last_expression" mode on a boxed answer: the box's content
+    return run
 
 
 _EXTRACTORS = {
@@ -343,16 +504,64 @@ def _replace_sqrt_parens(s: str) -> str:
         i = close + 1
 
 
+_PLAIN_FUNC_RE = re.compile(r"(?<![\\A-Za-z])(sqrt|pi|infty)(?![A-Za-z])")
+_UNICODE_SQRT_RE = re.compile(r"\u221a\s*(\d+(?:\.\d+)?|[A-Za-z])")
+_UNICODE_MATH = str.maketrans(
+    {
+        "\u221e": "\\infty ",
+        "\u03c0": "\\pi ",
+        "\u2212": "-",
+        "\u00b0": "^{\\circ}",
+        "\u00bd": "\\frac{1}{2}",
+        "\u2153": "\\frac{1}{3}",
+        "\u2154": "\\frac{2}{3}",
+        "\u00bc": "\\frac{1}{4}",
+        "\u00be": "\\frac{3}{4}",
+    }
+)
+_AND_OR_RE = re.compile(r"(?<![{\s])(?:\s*,)?\s+(?:and|or)\s+(?!\})")
+_TEXT_NUMBER_RE = re.compile(r"\\(?:text|mbox|textrm|mathrm)\s*\{\s*(-?\d[\d,]*(?:\.\d+)?)([^{}\d]*)\}")
+# 0.\overline{3}, 1.2\overline{45}, also written \overline{3} after "0." with a space
+_REPEATING_RE = re.compile(r"(-?)(\d{0,30})\.(\d{0,30})\s*\\overline\s*\{\s*(\d{1,30})\s*\}")
+_SPACED_THOUSANDS_RE = re.compile(r"^-?\d{1,3}(?:(?:\\[,!; ]|\{,\}|~|\s)\d{3})+(?:\.\d+)?$")
+
+
+def _repeating_to_frac(m: re.Match[str]) -> str:
+    r"""``0.1\overline{6}`` -> ``\frac{1}{6}`` (exact value of a repeating decimal)."""
+    sign, whole, fixed, rep = m.group(1), m.group(2) or "0", m.group(3), m.group(4)
+    k, r = len(fixed), len(rep)
+    # x = whole.fixed(rep)(rep)...  ->  x * 10^k * (10^r - 1) = (whole fixed rep) - (whole fixed)
+    num = int(whole + fixed + rep) - int(whole + fixed)
+    den = (10**r - 1) * 10**k
+    g = _pymath.gcd(num, den)
+    return f"{sign}\\frac{{{num // g}}}{{{den // g}}}"
+
+
 def _normalize(s: str, *, single_number_gold: bool) -> str:
     """Rewrite notations Math-Verify misreads; keeps everything else for its own normaliser."""
-    s = _strip_delims(s)
+    # Runs of whitespace mean one space in LaTeX; the parser is slow on long ones.
+    s = _strip_delims(re.sub(r"\s+", " ", s))
     boxed = _extract_boxed(s)
     if boxed is not None and _BOX_RE.match(s.lstrip("$ ")):
         s = _strip_delims(boxed)
     # A sentence-final period ("5.") is not part of the answer; a decimal point is followed by
     # digits so it is unaffected.
     s = re.sub(r"(?<=[\w}\)\]])\.$", "", s).strip()
+    # Plain-text spellings of LaTeX commands: "2 sqrt(3)", "2pi" (latex2sympy reads p*i).
+    s = _PLAIN_FUNC_RE.sub(lambda m: "\\" + m.group(1) + ("" if m.group(1) == "sqrt" else " "), s)
+    s = s.replace("\\varnothing", "\\emptyset")
+    # Unicode math that latex2sympy does not read: "2√3", "√(x+1)", "∞", "½".
+    s = _UNICODE_SQRT_RE.sub(r"\\sqrt{\1}", s).replace("\u221a", "\\sqrt")
+    s = s.translate(_UNICODE_MATH)
+    # "2 and 3", "x = 2 or x = 3": a list of answers (Math-Verify reads "\\text{ and }" itself).
+    s = _AND_OR_RE.sub(", ", s)
     s = _replace_sqrt_parens(s)
+    # "\text{5 cm}": the number inside the text is the value, the rest a unit.
+    s = _TEXT_NUMBER_RE.sub(lambda m: m.group(1) + (f"\\text{{ {u}}}" if (u := m.group(2).strip()) else ""), s)
+    s = _REPEATING_RE.sub(_repeating_to_frac, s)
+    if _SPACED_THOUSANDS_RE.match(s):
+        # "1\,000", "1 000", "1{,}000": SI-style thousands separators.
+        s = re.sub(r"\\[,!; ]|\{,\}|~|\s", "", s)
     compact = s.replace(" ", "") if re.fullmatch(r"[-\d ,.eE+]+", s) else s
     if m := _SCI_RE.match(compact):
         s = f"{m.group(1)}\\times 10^{{{m.group(2)}}}"
@@ -439,7 +648,55 @@ def _structure_problem(s: str) -> str | None:
         i += 1
     if max_bare > _MAX_BARE_BRACE_DEPTH or max_paren > _MAX_PAREN_DEPTH:
         return "answer nested too deeply"
+    if _power_depth(s) > _MAX_POWER_DEPTH:
+        return "exponents nested too deeply"
     return None
+
+
+def _power_depth(s: str) -> int:
+    """How deeply exponents nest in ``s``: 1 for ``x^2``, 3 for ``9^{9^{9^9}}`` and ``x^x^x^x``.
+
+    Linear scan. An unbraced exponent is one token (``x^23`` is ``x^2 * 3``); a ``^`` right
+    after an exponent token raises the tower (``x^x^x``), as latex2sympy reads it.
+    """
+    frames = [0]  # exponent depth inside each open group
+    atom: int | None = None  # depth of the exponent token just read, if a "^" may follow it
+    best = 0
+    i, n = 0, len(s)
+    while i < n:
+        c = s[i]
+        if c == "^":
+            base = atom if atom is not None else frames[-1]
+            j = i + 1
+            while j < n and s[j].isspace():
+                j += 1
+            best = max(best, base + 1)
+            if j < n and s[j] in "{([":
+                frames.append(base + 1)
+                atom = None
+                i = j + 1
+                continue
+            if j < n and s[j] == "\\":
+                j += 1
+                while j < n and s[j].isalpha():
+                    j += 1
+                j = max(j, i + 3)  # \{ or \, and the like: one token either way
+            else:
+                j += 1
+            atom = base + 1
+            i = j
+            continue
+        if c in "{([":
+            frames.append(frames[-1])
+            atom = None
+        elif c in "})]":
+            if len(frames) > 1:
+                frames.pop()
+            atom = None
+        elif not c.isspace():
+            atom = None
+        i += 1
+    return best
 
 
 # --------------------------------------------------------------------------------------------
@@ -557,7 +814,10 @@ def _log2_bound(expr: Any, depth: int = 0) -> float:
     if depth > 200:
         return _pymath.inf
     if isinstance(expr, Rational):
-        return float(max(abs(int(expr.p)).bit_length(), int(expr.q).bit_length(), 1))
+        # log2 of numerator / denominator, not their bit lengths: a one-bit overestimate per
+        # level compounds through a tower (2^{2^{2^2}} = 65536 was refused as too large).
+        p, q = abs(int(expr.p)), int(expr.q)
+        return max(_pymath.log2(p) if p > 1 else 0.0, _pymath.log2(q) if q > 1 else 0.0)
     if isinstance(expr, Float):
         mpf = expr._mpf_
         return float(abs(mpf[2] + mpf[3])) if mpf[1] else 1.0
@@ -572,7 +832,7 @@ def _log2_bound(expr: Any, depth: int = 0) -> float:
             return base_bits  # 2^x: nothing numeric to blow up
         if exp_bits > 64:
             return _pymath.inf
-        return base_bits * (2.0**exp_bits) + exp_bits
+        return base_bits * (2.0**exp_bits) + 1.0  # |b^e| <= 2^(log2|b| * |e|); +1 for rounding
     if isinstance(expr, factorial):
         n_bits = _log2_bound(expr.args[0], depth + 1)
         if n_bits > 40:
@@ -595,6 +855,11 @@ def _too_big(obj: Any) -> bool:
         return True
 
 
+# Digits, operators and currency only: text that Math-Verify's plain-expression extractor reads
+# whole rather than picking a fragment of.
+_PLAIN_ARITHMETIC_RE = re.compile(r"[\d\s.,+\-*/^()%$\u20ac\u00a3\u00a5\u00d7\u00f7]+")
+
+
 def _mv_parse(s: str) -> list[Any]:
     """Parse with Math-Verify: LaTeX first (as a box, the way final answers are written), then
     plain-text expressions. Returns only successfully parsed sympy objects."""
@@ -610,7 +875,10 @@ def _mv_parse(s: str) -> list[Any]:
         )
     except Exception:
         parsed = []
-    if not parsed:
+    if not parsed and _PLAIN_ARITHMETIC_RE.fullmatch(s) and any(c.isdigit() for c in s):
+        # Math-Verify's plain-expression extractor searches the text for a number or a
+        # digits-and-operators run; on anything else ("2 sqrt(3)", "x^2+15 \\oops{", "2√3") it
+        # would pick a fragment ("2", "15") and turn an unparsable answer into a false match.
         try:
             parsed = parse(s, [_expr_cfg], fallback_mode="no_fallback", parsing_timeout=None)
         except Exception:

@@ -99,6 +99,25 @@ def test_unknown_extraction_mode_is_a_caller_error() -> None:
         ("We computed $a=1$ and then $b = 2$", "b = 2", "last_expression"),
         ("so 3 apples plus 4 apples makes 7 apples", "7", "last_expression"),
         ("inline \\(\\frac{1}{3}\\) end", "\\frac{1}{3}", "last_expression"),
+        # An undelimited expression is taken whole, not as its last number.
+        ("(x+4)^2", "(x+4)^2", "last_expression"),
+        ("We factor and get (x+4)^2.", "(x+4)^2", "last_expression"),
+        ("\\sqrt{2}", "\\sqrt{2}", "last_expression"),
+        ("so f(x) = 2x+3", "f(x) = 2x+3", "last_expression"),
+        ("Half of it: 3 1/2 cups", "3 1/2", "last_expression"),
+        ("The roots are 2 and 3.", "2 and 3", "last_expression"),
+        ("The sum of 2 and 3 is 5.", "5", "last_expression"),
+        ("she earns 7 a day", "7", "last_expression"),
+        ("it is in [1, 2)", "[1, 2)", "last_expression"),
+        ("(so x = 5)", "x = 5", "last_expression"),
+        ("Let $n$ be the count; then the count is 12.", "12", "last_expression"),  # rightmost wins
+        ("so it is 1,000.99m\u00b2", "1,000.99", "last_expression"),
+        ("not it's not 10 it's 1 000", "1 000", "last_expression"),
+        # After an answer phrase, trailing words are not part of the expression.
+        ("The answer is 7 a day", "7", "phrase"),
+        ("The answer is 12 apples.", "12", "phrase"),
+        ("The answer is x = 5 because it works", "x = 5", "phrase"),
+        ("The answer is Paris", "Paris", "phrase"),
     ],
 )
 def test_auto_extraction(completion: str, answer: str, rule: str) -> None:
@@ -115,6 +134,7 @@ def test_auto_extraction(completion: str, answer: str, rule: str) -> None:
         ("no box here, 42", "boxed", None),
         ("no tag", "answer_tag", None),
         ("nothing numeric at all", "auto", None),
+        ("I am not sure, a well-known case.", "auto", None),
         ("", "auto", None),
         ("\\boxed{}", "boxed", None),
     ],
@@ -157,6 +177,26 @@ NUMBERS = [
     ("\\frac{1}{3}", "0.333333", OK),
     ("\\frac{1}{3}", "0.33", WRONG),
     ("1234567.891", "1234567.8915", OK),  # relative, not absolute, tolerance
+    ("1000", "1\\,000", OK),  # SI thin-space thousands separator
+    ("1000", "1 000", OK),
+    ("1000", "1{,}000", OK),
+    ("1000", "\\$1,000.00", OK),
+    ("100", "1\\,000", WRONG),
+    ("1000", "1 000 000", WRONG),
+    ("\\frac{2}{3}", "0.\\overline{6}", OK),  # repeating decimals are exact
+    ("\\frac{1}{6}", "0.1\\overline{6}", OK),
+    ("1", "0.\\overline{9}", OK),
+    ("0", "0.\\overline{3}", WRONG),  # was read as 0
+    ("1500", "1.5 \\times 10^3", OK),
+    ("1500", "1.5E3", OK),
+    ("6.02 \\times 10^{23}", "6.02e23", OK),
+    ("6.02 \\times 10^{23}", "6.02 \\times 10^{22}", WRONG),
+    ("-5", "\u22125", OK),  # Unicode minus
+    ("-5", "(-5)", OK),
+    ("5", "+5", OK),
+    ("5", "-5", WRONG),
+    ("\\frac{1}{2}", "\u00bd", OK),
+    ("\\infty", "\u221e", OK),
 ]
 
 FRACTIONS_AND_SYMBOLIC = [
@@ -175,6 +215,36 @@ FRACTIONS_AND_SYMBOLIC = [
     ("\\binom{5}{2}", "10", OK),
     ("2^{10}", "1024", OK),
     ("\\frac{1}{2^{99}}", "2^{-99}", OK),
+    # Expansion / factorisation, both directions, and near misses.
+    ("x^2+8x+16", "(x+4)^2", OK),
+    ("(x+4)^2", "x^2+8x+16", OK),
+    ("x^2+8x+15", "(x+4)^2", WRONG),
+    ("(x+4)^2", "x^2+8x+15", WRONG),
+    ("x^2+8x+15", "(x+5)(x+3)", OK),
+    ("x^2-1", "(x-1)(x-1)", WRONG),
+    ("(a+b)^3", "a^3+3a^2b+3ab^2+b^3", OK),
+    ("(a+b)^3", "a^3+3a^2b+3ab^2+b^2", WRONG),
+    ("\\frac{x^2-1}{x-1}", "x+1", OK),
+    ("\\frac{x+1}{2}", "x+1/2", WRONG),
+    ("-\\frac{3}{4}", "\\frac{3}{-4}", OK),
+    ("\\frac{22}{7}", "3 \\frac{1}{7}", OK),
+    ("\\dfrac{1}{2}", "\\frac12", OK),
+    # sqrt and pi in LaTeX, plain and Unicode spellings.
+    ("2\\sqrt{3}", "2 \\sqrt 3", OK),
+    ("2\\sqrt{3}", "2*sqrt(3)", OK),
+    ("2\\sqrt{3}", "2 sqrt(3)", OK),
+    ("2\\sqrt{3}", "2\u221a3", OK),
+    ("\\sqrt{2}", "\u221a2", OK),
+    ("2", "2 sqrt(3)", WRONG),  # Math-Verify's text extractor would take the "2"
+    ("2", "2\u221a3", WRONG),
+    ("15", "x^2 + 8x + 15 \\oops{", WRONG),  # nor pick "15" out of unparsable LaTeX
+    ("\\sqrt[3]{8}", "2", OK),
+    ("3+2\\sqrt{2}", "(1+\\sqrt{2})^2", OK),
+    ("2\\pi", "2pi", OK),
+    ("2\\pi", "2\u03c0", OK),
+    ("\\pi", "2pi", WRONG),
+    ("\\frac{\\pi}{3}", "\\frac{1}{3}\\pi", OK),
+    ("36\\pi", "36\\pi \\text{ square units}", OK),
 ]
 
 SETS_TUPLES_INTERVALS = [
@@ -195,6 +265,19 @@ SETS_TUPLES_INTERVALS = [
     ("(1,2) \\cup (3,4)", "(3,4) \\cup (1,2)", OK),
     ("\\pm 2", "\\{-2, 2\\}", OK),
     ("\\pm 2021", "2021", WRONG),
+    ("2, 3", "2 \\text{ and } 3", OK),
+    ("2, 3", "2 and 3", OK),
+    ("2, 3", "x = 2 \\text{ or } x = 3", OK),
+    ("2, 3", "x = 2 or x = 3", OK),
+    ("2, 3", "2 and 4", WRONG),
+    ("2, 3", "2 or 3 or 4", WRONG),
+    ("2, -3", "-3, 2", OK),
+    ("2, -3", "3, -2", WRONG),
+    ("\\emptyset", "\\varnothing", OK),
+    ("\\emptyset", "\\{0\\}", WRONG),
+    ("(2,5]", "\\left(2,5\\right]", OK),
+    ("(3,-1)", "\\left(-1, 3\\right)", WRONG),
+    ("(-\\infty,0)\\cup(1,\\infty)", "(-\\infty,0)\\cup[1,\\infty)", WRONG),
 ]
 
 MATRICES = [
@@ -233,6 +316,15 @@ UNITS_PERCENT_CURRENCY = [
     ("50\\%", "50\\%", OK),
     ("50\\%", "40\\%", WRONG),
     ("12.5\\%", "12.5", OK),
+    ("25\\%", "25 \\text{ percent}", OK),
+    ("28\\%", "27 percent", WRONG),
+    ("5", "\\text{5 cm}", OK),  # a number inside \text{} with its unit
+    ("\\text{5 cm}", "5", OK),
+    ("5", "\\text{6 cm}", WRONG),
+    ("90", "90\u00b0", OK),
+    ("90", "90 \\text{ degrees}", OK),
+    ("45", "46^\\circ", WRONG),
+    ("\\$32.50", "32.5", OK),
 ]
 
 TEXT_AND_CHOICES = [
@@ -278,6 +370,32 @@ def test_equivalence(gold: str, answer: str, expected: str) -> None:
         ("B", "Answer: B", OK),
         ("17", "Answer: 17 apples", OK),
         ("1,234", "The total is 1234 dollars.", OK),
+        # Undelimited answers (no box, no $): the whole expression is compared.
+        ("x^2+8x+16", "(x+4)^2", OK),
+        ("x^2+8x+15", "(x+4)^2", WRONG),
+        ("x^2+8x+16", "We factor and get (x+4)^2.", OK),
+        ("2", "\\sqrt{2}", WRONG),  # used to be cut to its last number, "2"
+        ("2", "\\frac{1}{2}", WRONG),
+        ("3", "2x+3", WRONG),
+        ("10", "2^{10}", WRONG),
+        ("1024", "2^{10}", OK),
+        ("10", "10!", WRONG),
+        ("\\frac{1}{2}", "The probability is \\frac{1}{2}.", OK),
+        ("2x+3", "so f(x) = 2x+3", OK),
+        ("\\frac{7}{2}", "3 1/2", OK),
+        ("2, 3", "The roots are 2 and 3.", OK),
+        ("3", "The roots are 2 and 3.", WRONG),
+        ("\\pi", "pi", OK),
+        ("7", "The answer is 7 a day", OK),
+        ("7", "The answer is 17 a day", WRONG),
+        ("5", "The answer is x = 5 because it works", OK),
+        ("5", "The answer is x = 6 because 5 works", WRONG),
+        ("72", "Natalia sold 48/2 = 24 clips in May.\n#### 72", OK),  # GSM8K style
+        ("72", "She sold 48+24 = 72 clips.", OK),
+        ("1000.99", "not it's not 10 it's 1,000.99m\u00b2", OK),
+        ("1000", "not it's not 10 it's 1 000", OK),
+        ("-5", "x = -5", OK),
+        ("5", "x = -5", WRONG),
     ],
 )
 def test_ground_truth_forms_and_non_boxed_answers(gold: str, completion: str, expected: str) -> None:
@@ -367,6 +485,22 @@ def test_fixed_cases_still_accept_the_right_answer(gold: str, answer: str) -> No
         "Answer: " * 20_000,
         boxed("\\begin{pmatrix}" * 20),
         boxed("\x00\x01\ud800"),
+        # Towers of exponents: the grammar's prediction is exponential in the height.
+        boxed("x^" * 20 + "x"),
+        "x^" * 20 + "x",
+        "The answer is " + "x^" * 20 + "x",
+        boxed("x^{" * 30 + "x" + "}" * 30),
+        boxed("(x^" * 12 + "x" + ")" * 12),
+        boxed("2^" * 3000 + "2"),
+        # Long inputs that look like math (the parser is ~linear but slow per char).
+        boxed("x^{2}+" * 3000 + "1"),
+        "x^{2}+" * 3000 + "1",
+        boxed("1" + " " * 19_000 + "and"),
+        "The answer is \\text{5" + " " * 19_000 + "x",
+        "(" * 30_000,
+        "1 " * 20_000,
+        "2 and " * 3_000,
+        "pi " * 5_000,
     ],
 )
 def test_hostile_inputs_end_in_a_clean_status(completion: str) -> None:
@@ -385,6 +519,31 @@ def test_hostile_ground_truth_is_refused_cleanly() -> None:
 @pytest.mark.timeout(20)
 def test_identical_huge_towers_match_structurally() -> None:
     check(boxed("9^{9^{9^{9}}}"), "9^{9^{9^{9}}}", OK)
+
+
+@pytest.mark.parametrize(
+    ("text", "depth"),
+    [
+        ("x^2 + y^2", 1),
+        ("x^2 y^2 z^2 w^2", 1),
+        ("x^23", 1),  # an unbraced exponent is one token
+        ("e^{-x^2}", 2),
+        ("(x^2)^3", 1),
+        ("9^{9^{9^{9}}}", 3),
+        ("x^x^x^x", 3),
+        ("2^{2^{2^{2^{2^{2}}}}}", 5),
+        ("x^" * 20 + "x", 20),
+    ],
+)
+def test_power_depth(text: str, depth: int) -> None:
+    assert mathv._power_depth(text) == depth
+
+
+@pytest.mark.timeout(20)
+def test_exponent_towers_are_refused_cheaply() -> None:
+    result = check(boxed("x^" * 6 + "x"), "3", WRONG)
+    assert "exponents nested too deeply" in result["message"]
+    check(boxed("2^{2^{2^{2}}}"), "2^{16}", OK)  # realistic towers still parse
 
 
 def test_no_alarm_signal_is_installed() -> None:
