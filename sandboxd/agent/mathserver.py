@@ -17,17 +17,14 @@ address space per server (servers are kept per memory limit).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import ctypes
 import os
-import signal
 import socket
 import time
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from sandboxd.agent.protocol import ProtocolError, encode_frame, read_frame, recv_frame, send_frame
-from sandboxd.agent.runner import RunSpec
+from sandboxd.agent.protocol import ProtocolError, recv_frame, send_frame
+from sandboxd.agent.runner import ResidentWorker, RunSpec
 
 if TYPE_CHECKING:
     from sandboxd.agent.controller import Controller
@@ -75,95 +72,54 @@ class MathServer:
         self.controller = controller
         self.memory = memory
         self.uid = 0
-        self.pid = 0
         self.jobs_done = 0
-        self._channel: socket.socket | None = None
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
-        self._exited: asyncio.Future[dict[str, Any]] | None = None
+        self.worker = ResidentWorker(controller.runner, RESULT_FRAME_BYTES)
 
     async def start(self) -> None:
         controller = self.controller
         self.uid = controller.uids.take()
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        stdin_fd = os.memfd_create("stdin", os.MFD_CLOEXEC)
-        devnull = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
         try:
             workdir = controller.make_workdir(self.uid)
             rlimits = controller.rlimits({"timeout": SERVER_CPU_SECONDS, "memory": self.memory}, address_space=True)
-            spec = RunSpec(mode="math_server", uid=self.uid, cwd=workdir, timeout=0, output_limit=0,
-                           rlimits=rlimits, env=controller.env(workdir))
-            self.pid, self._channel, self._exited = await controller.runner.launch(
-                spec, [stdin_fd, devnull, devnull, theirs.fileno()])
-            self._reader, self._writer = await asyncio.open_unix_connection(sock=ours)
+            await self.worker.start(RunSpec(mode="math_server", uid=self.uid, cwd=workdir, timeout=0, output_limit=0,
+                                            rlimits=rlimits, env=controller.env(workdir)))
         except BaseException:
-            ours.close()
             self.close()
             raise
-        finally:
-            os.close(stdin_fd)
-            os.close(devnull)
-            theirs.close()
 
     @property
     def usable(self) -> bool:
-        return (self._channel is not None and self._exited is not None and not self._exited.done()
-                and self.jobs_done < RECYCLE_AFTER_JOBS)
+        return self.worker.alive and self.jobs_done < RECYCLE_AFTER_JOBS
 
     async def verify(self, job: dict[str, Any], timeout: float) -> tuple[str, dict[str, Any] | None, str]:
         """(outcome, verdict, message); outcome is ok, timeout, memory, died or error.
 
         Anything but ok leaves the server closed.
         """
-        assert self._channel is not None and self._reader is not None and self._exited is not None
         self.jobs_done += 1
         request = {"completion": job["completion"], "ground_truth": job["ground_truth"],
                    "extraction": job.get("extraction", "auto"), "tolerance": job.get("tolerance", 1e-6)}
-        reply_task = asyncio.ensure_future(read_frame(self._reader, max_bytes=RESULT_FRAME_BYTES))
-        try:
-            with contextlib.suppress(OSError):  # a dead server: the exit future tells
-                await asyncio.get_running_loop().sock_sendall(self._channel, encode_frame(request))
-            done, _ = await asyncio.wait({reply_task, self._exited}, timeout=timeout,
-                                         return_when=asyncio.FIRST_COMPLETED)
-            if not done:
-                self.close()
-                return "timeout", None, f"killed after {timeout:g} s wall clock"
-            reply = None
-            if reply_task in done:
-                with contextlib.suppress(EOFError, ProtocolError, OSError, ConnectionError):
-                    reply = reply_task.result()
-            if isinstance(reply, dict) and isinstance(reply.get("result"), dict):
-                return "ok", reply["result"], ""
-            if isinstance(reply, dict) and reply.get("memory"):
-                self.close()
-                return "memory", None, "the verifier ran out of memory on this answer"
-            if isinstance(reply, dict) and "error" in reply:
-                self.close()
-                return "error", None, str(reply["error"])
-            if not self._exited.done():
-                await asyncio.wait([self._exited], timeout=1.0)
-            status = self._exited.result()["status"] if self._exited.done() and not self._exited.exception() else 0
-            self.close()
-            if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL:
-                return "memory", None, "killed by the out-of-memory killer"
-            return "died", None, "the math worker died on this answer"
-        finally:
-            if not reply_task.done():
-                reply_task.cancel()
+        reply = await self.worker.request(request, timeout=timeout)
+        if reply is not None and isinstance(reply.get("result"), dict):
+            return "ok", reply["result"], ""
+        busy = reply is None and self.worker.alive
+        detail, killed = self.worker.describe_exit()
+        self.close()
+        if busy:
+            return "timeout", None, f"killed after {timeout:g} s wall clock"
+        if reply is not None and reply.get("memory"):
+            return "memory", None, "the verifier ran out of memory on this answer"
+        if reply is not None:
+            return "error", None, str(reply.get("error", "the math worker gave no verdict"))
+        if killed:
+            return "memory", None, "killed by the out-of-memory killer"
+        return "died", None, f"the math worker {detail} on this answer"
 
     def close(self) -> None:
         """Kill the server and give its uid back. Idempotent."""
-        if self._writer is not None:
-            self._writer.transport.abort()
-            self._writer = None
-        if self._channel is not None:
-            self._channel.close()
-            self._channel = None
-        if self.pid:
-            self.controller.runner.zygote.forget(self.pid)
-            self.pid = 0
+        self.worker.close()
         if self.uid:
-            # Kills every process of the uid, then removes its files.
+            # Kills whatever else runs under the uid, then removes its files.
             self.controller.release(self.uid)
             self.uid = 0
 

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sandboxd.agent.protocol import HEADER, MAX_FRAME_BYTES, ProtocolError, read_frame
+from sandboxd.agent.protocol import HEADER, MAX_FRAME_BYTES, ProtocolError, encode_frame, read_frame
 from sandboxd.agent.worker import HARNESS_FAILURE_EXIT
 
 # Markers that a program died of its memory limit rather than of a bug; the
@@ -429,3 +429,108 @@ class Runner:
             return await read_frame(reader, max_bytes=16 << 20)
         finally:
             writer.transport.abort()
+
+
+class ResidentWorker:
+    """A worker forked once that answers many requests: a session's interpreter, a math server.
+
+    Requests go down its control channel, with descriptors riding on the frame
+    header when given; answers come back as frames on a results socket, its
+    fourth descriptor. Its exit, reported by the zygote, is the one thing the
+    code it runs cannot fake, so every wait is on the answer or the exit,
+    whichever comes first.
+    """
+
+    def __init__(self, runner: Runner, max_reply_bytes: int) -> None:
+        self.runner = runner
+        self.pid = 0
+        self.exited: asyncio.Future[dict[str, Any]] | None = None
+        self._max_reply_bytes = max_reply_bytes
+        self._channel: socket.socket | None = None
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+
+    async def start(self, spec: RunSpec) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        stdin_fd = os.memfd_create("stdin", os.MFD_CLOEXEC)
+        devnull = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            self.pid, self._channel, self.exited = await self.runner.launch(
+                spec, [stdin_fd, devnull, devnull, theirs.fileno()])
+            self._reader, self._writer = await asyncio.open_unix_connection(sock=ours)
+        except BaseException:
+            ours.close()
+            self.close()
+            raise
+        finally:
+            os.close(stdin_fd)
+            os.close(devnull)
+            theirs.close()
+
+    @property
+    def alive(self) -> bool:
+        return self._channel is not None and self.exited is not None and not self.exited.done()
+
+    async def request(self, message: dict[str, Any], *, timeout: float, fds: tuple[int, ...] = (),
+                      on_timeout: Callable[[], None] | None = None, grace: float = 0.0) -> dict[str, Any] | None:
+        """Send `message` and wait up to `timeout` for the answer.
+
+        `fds` are handed over and closed here once sent. At the timeout
+        `on_timeout()` is called and the answer awaited `grace` seconds more.
+        None when no answer came: the worker died (see `alive` and
+        `describe_exit`) or is still busy.
+        """
+        assert self._channel is not None and self._reader is not None and self.exited is not None
+        reply_task = asyncio.ensure_future(read_frame(self._reader, max_bytes=self._max_reply_bytes))
+        try:
+            frame = encode_frame(message)
+            try:
+                socket.send_fds(self._channel, [frame[:HEADER.size]], list(fds))
+                await asyncio.get_running_loop().sock_sendall(self._channel, frame[HEADER.size:])
+            except OSError:
+                pass  # a dead worker: the exit future tells
+            finally:
+                for fd in fds:
+                    os.close(fd)
+            waiting = {reply_task, self.exited}
+            done, _ = await asyncio.wait(waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            if not done and on_timeout is not None:
+                on_timeout()
+                done, _ = await asyncio.wait(waiting, timeout=grace, return_when=asyncio.FIRST_COMPLETED)
+            if reply_task not in done:
+                return None
+            with contextlib.suppress(EOFError, ProtocolError, OSError, ConnectionError):
+                reply = reply_task.result()
+                if isinstance(reply, dict):
+                    return reply
+            # The results socket closed first; the exit status follows from the zygote.
+            await asyncio.wait([self.exited], timeout=DRAIN_SECONDS)
+            return None
+        finally:
+            if not reply_task.done():
+                reply_task.cancel()
+
+    def describe_exit(self) -> tuple[str, bool]:
+        """(how the worker ended, for a message; whether SIGKILL ended it, which only the OOM killer sends)."""
+        exited = self.exited
+        if exited is None or not exited.done() or exited.cancelled() or exited.exception() is not None:
+            return "did not answer", False
+        wait_status = exited.result()["status"]
+        if os.WIFSIGNALED(wait_status):
+            sig = os.WTERMSIG(wait_status)
+            return f"was killed by signal {signal.Signals(sig).name}", sig == signal.SIGKILL
+        return f"exited with status {os.WEXITSTATUS(wait_status)}", False
+
+    def close(self) -> None:
+        """Kill the worker and drop its channels. Idempotent."""
+        if self._writer is not None:
+            self._writer.transport.abort()
+            self._writer = None
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
+        if self.pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+            self.runner.zygote.forget(self.pid)
+            self.pid = 0

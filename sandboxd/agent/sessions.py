@@ -21,12 +21,10 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import time
 from typing import TYPE_CHECKING, Any
 
-from sandboxd.agent.protocol import HEADER, ProtocolError, encode_frame, read_frame
-from sandboxd.agent.runner import OutputBudget, PipeReader, RunSpec, classify, kill_uid
+from sandboxd.agent.runner import OutputBudget, PipeReader, ResidentWorker, RunSpec, classify, kill_uid
 
 if TYPE_CHECKING:
     from sandboxd.agent.controller import Controller
@@ -164,82 +162,39 @@ class PythonSession(Session):
 
     def __init__(self, controller: Controller, uid: int, workdir: str, limits: dict[str, Any]) -> None:
         super().__init__(controller, uid, workdir, limits)
-        self.pid = 0
-        self._channel: socket.socket | None = None
-        self._results: asyncio.StreamReader | None = None
-        self._results_writer: asyncio.StreamWriter | None = None
-        self._exited: asyncio.Future[dict[str, Any]] | None = None
+        self.interpreter = ResidentWorker(controller.runner, RESULT_FRAME_BYTES)
         self._seq = 0
 
     async def start(self) -> None:
         controller = self.controller
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        stdin_fd = os.memfd_create("stdin", os.MFD_CLOEXEC)
-        devnull = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
         # The interpreter lives as long as the session: its CPU rlimit is the
         # session's lifetime, its address space the session's memory limit.
         rlimits = controller.rlimits(dict(self.limits, timeout=self.limits["lifetime"]), address_space=True)
-        spec = RunSpec(mode="py_session", uid=self.uid, cwd=self.workdir, timeout=0, output_limit=0,
-                       rlimits=rlimits, env=controller.env(self.workdir))
-        try:
-            self.pid, self._channel, self._exited = await controller.runner.launch(
-                spec, [stdin_fd, devnull, devnull, theirs.fileno()])
-        finally:
-            os.close(stdin_fd)
-            os.close(devnull)
-            theirs.close()
-        self._results, self._results_writer = await asyncio.open_unix_connection(sock=ours)
-
-    async def _send_cell(self, code: str, out_w: int, err_w: int) -> None:
-        assert self._channel is not None
-        self._seq += 1
-        frame = encode_frame({"code": code, "seq": self._seq})
-        socket.send_fds(self._channel, [frame[:HEADER.size]], [out_w, err_w])
-        await asyncio.get_running_loop().sock_sendall(self._channel, frame[HEADER.size:])
+        await self.interpreter.start(RunSpec(mode="py_session", uid=self.uid, cwd=self.workdir, timeout=0,
+                                             output_limit=0, rlimits=rlimits, env=controller.env(self.workdir)))
 
     async def _run_cell(self, code: str, timeout: float, output_limit: int) -> dict[str, Any]:
-        assert self._results is not None and self._exited is not None
         interrupted_for = ""
 
         def interrupt(reason: str) -> None:
             nonlocal interrupted_for
-            if not interrupted_for:
+            if not interrupted_for and self.interpreter.pid:
                 interrupted_for = reason
                 with contextlib.suppress(ProcessLookupError):
-                    os.kill(self.pid, signal.SIGINT)
+                    os.kill(self.interpreter.pid, signal.SIGINT)
 
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
         budget = OutputBudget(output_limit, lambda: interrupt("output"))
         stdout, stderr = PipeReader(out_r, budget), PipeReader(err_r, budget)
-        reply_task = asyncio.ensure_future(read_frame(self._results, max_bytes=RESULT_FRAME_BYTES))
+        self._seq += 1
         try:
-            try:
-                await self._send_cell(code, out_w, err_w)
-            except OSError:
-                pass  # the interpreter is gone: the exit future says so
-            finally:
-                os.close(out_w)
-                os.close(err_w)
-            waiting = {reply_task, self._exited}
-            done, _ = await asyncio.wait(waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-            if not done:
-                interrupt("wall_time")
-                done, _ = await asyncio.wait(waiting, timeout=SESSION_INTERRUPT_GRACE,
-                                             return_when=asyncio.FIRST_COMPLETED)
-            reply: dict[str, Any] | None = None
-            if reply_task in done:
-                with contextlib.suppress(EOFError, ProtocolError, OSError, ConnectionError):
-                    candidate = reply_task.result()
-                    reply = candidate if isinstance(candidate, dict) else None
+            reply = await self.interpreter.request({"code": code, "seq": self._seq}, timeout=timeout,
+                                                   fds=(out_w, err_w), on_timeout=lambda: interrupt("wall_time"),
+                                                   grace=SESSION_INTERRUPT_GRACE)
             if reply is not None:
                 await asyncio.wait([stdout.eof, stderr.eof], timeout=CELL_DRAIN_SECONDS)
-            elif not self._exited.done():
-                # The results socket closed first; the exit status follows from the zygote.
-                await asyncio.wait([self._exited], timeout=CELL_DRAIN_SECONDS)
         finally:
-            if not reply_task.done():
-                reply_task.cancel()
             stdout.close()
             stderr.close()
         output = {"stdout": bytes(stdout.data).decode("utf-8", "replace"),
@@ -268,37 +223,18 @@ class PythonSession(Session):
 
     def _died(self, interrupted_for: str, timeout: float) -> dict[str, Any]:
         """The interpreter is gone or would not stop: the session ends here."""
-        exited = self._exited
+        detail, killed = self.interpreter.describe_exit()
         self.close()
         if interrupted_for == "wall_time":
             return {"status": "timeout", "limit": "wall_time", "value": "",
                     "message": f"cell ignored the interrupt at {timeout:g} s; the session was closed"}
-        detail = "did not answer"
-        status, limit = "runtime_error", ""
-        if exited is not None and exited.done() and not exited.cancelled() and exited.exception() is None:
-            wait_status = exited.result()["status"]
-            if os.WIFSIGNALED(wait_status):
-                sig = os.WTERMSIG(wait_status)
-                detail = f"was killed by signal {signal.Signals(sig).name}"
-                if sig == signal.SIGKILL:
-                    status, limit = "memory_limit", "memory"
-            else:
-                detail = f"exited with status {os.WEXITSTATUS(wait_status)}"
+        status, limit = ("memory_limit", "memory") if killed else ("runtime_error", "")
         return {"status": status, "limit": limit, "value": "",
                 "message": f"the session's interpreter {detail}; the session was closed"}
 
     def close(self) -> None:
         super().close()
-        if self._results_writer is not None:
-            self._results_writer.transport.abort()
-            self._results_writer = None
-        if self._channel is not None:
-            self._channel.close()
-            self._channel = None
-        if self.pid:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, signal.SIGKILL)
-            self.controller.runner.zygote.forget(self.pid)
+        self.interpreter.close()
 
 
 SESSION_TYPES: dict[str, type[Session]] = {"python": PythonSession, "bash": BashSession}
