@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sandboxd.backend import LABEL_NODE
 from sandboxd.testing import DaemonProcess
 
 REPO = Path(__file__).resolve().parent.parent
@@ -60,6 +61,12 @@ def summary(seconds: list[float]) -> dict[str, float]:
         "min_ms": min(ms) if ms else float("nan"),
         "max_ms": max(ms) if ms else float("nan"),
     }
+
+
+def spans(total: int, rounds: int) -> list[tuple[int, int]]:
+    """[lo, hi) index ranges that cut `total` items into `rounds` rounds of equal size (the last may be shorter)."""
+    chunk = -(-total // rounds)
+    return [(start, min(total, start + chunk)) for start in range(0, total, chunk)]
 
 
 def ratio(numerator: float, denominator: float) -> float:
@@ -266,13 +273,6 @@ def python_pool(status: Any) -> dict[str, Any]:
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def daemon_node(socket_path: str, tcp: str = "") -> str:
-    """The io.sandboxd.node label a daemon listening there puts on its sandboxes (see sandboxd.daemon)."""
-    import hashlib
-
-    return hashlib.sha256(f"{socket_path}|{tcp}".encode()).hexdigest()[:12]
-
-
 def _container_cpu_seconds(container_id: str) -> float | None:
     for path, scale in ((f"/sys/fs/cgroup/cpuacct/docker/{container_id}/cpuacct.usage", 1e-9),
                         (f"/sys/fs/cgroup/cpu,cpuacct/docker/{container_id}/cpuacct.usage", 1e-9)):
@@ -318,7 +318,7 @@ class CpuMeter:
     def _containers(self) -> list[str]:
         if not self.node:
             return []
-        done = subprocess.run(["docker", "ps", "-q", "--no-trunc", "--filter", f"label=io.sandboxd.node={self.node}"],
+        done = subprocess.run(["docker", "ps", "-q", "--no-trunc", "--filter", f"label={LABEL_NODE}={self.node}"],
                               capture_output=True, text=True, timeout=30)
         return done.stdout.split()
 

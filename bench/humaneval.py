@@ -18,6 +18,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from bench import common
 from bench.common import (
     BenchResult,
     CpuMeter,
@@ -74,8 +75,8 @@ def run(client: Any, *, quick: bool, jobs: int | None = None, cpu: CpuMeter | No
         for p in picked
     ]
     threads = 2 * (os.cpu_count() or 1)
-    chunk = -(-total // rounds)
-    spans = [(start, min(total, start + chunk)) for start in range(0, total, chunk)]
+    spans = common.spans(total, rounds)
+    chunk = spans[0][1] - spans[0][0]  # a full round: the batch hint
 
     # Warm-up and pool sizing, as a trainer would: tell the daemon the step's
     # batch size, let the pool reach it, and run a few jobs on each side.

@@ -20,14 +20,13 @@ from typing import Any
 from bench.common import BenchResult, Target, default_python3, fmt, fmt_ratio, log, ratio, summary
 
 CODE = "print(1)"
-IMAGE = "sandboxd/python:latest"
 
 
-def _docker_container() -> str:
+def _docker_container(image: str) -> str:
     name = f"sandboxd-bench-exec-{int(time.time() * 1000) % 10**8}"
     subprocess.run(
         ["docker", "run", "-d", "--rm", "--name", name, "--network", "none", "--entrypoint", "sleep",
-         IMAGE, "infinity"],
+         image, "infinity"],
         check=True, capture_output=True, text=True, timeout=120,
     )
     return name
@@ -45,6 +44,9 @@ def _timed_subprocess(argv: list[str]) -> float:
 def run(client: Any, *, quick: bool) -> BenchResult:
     from sandboxd_client import execute_job
 
+    from sandboxd.images import image_tag
+
+    image = image_tag("python")  # the tag the daemon's python pool runs
     rounds = 5 if quick else 10
     sandboxd_per_round = 20 if quick else 30
     others_per_round = 3 if quick else 5
@@ -70,7 +72,7 @@ def run(client: Any, *, quick: bool) -> BenchResult:
     container = ""
     try:
         log("latency: starting a container for docker exec")
-        container = _docker_container()
+        container = _docker_container(image)
         exec_argv = ["docker", "exec", container, "python3", "-c", CODE]
         contenders["docker_exec"] = lambda: _timed_subprocess(exec_argv)
         contenders["usr_bin_python3"] = lambda: _timed_subprocess(["/usr/bin/python3", "-c", CODE])
@@ -103,7 +105,7 @@ def run(client: Any, *, quick: bool) -> BenchResult:
     base = stats["sandboxd"]["p50_ms"]
     labels = {
         "sandboxd": "sandboxd Run RPC (sync client, unix socket)",
-        "docker_exec": f"docker exec <{IMAGE}> python3 -c",
+        "docker_exec": f"docker exec <{image}> python3 -c",
         "usr_bin_python3": "subprocess /usr/bin/python3 -c (no isolation)",
         "default_python3": f"subprocess {machine_python} -c (no isolation)",
     }
@@ -132,6 +134,6 @@ def run(client: Any, *, quick: bool) -> BenchResult:
         result.notes.append(f"vs the default python3 ({machine_python}): "
                             f"{ratio(stats['default_python3']['p50_ms'], base):.1f}x")
     result.data = {"stats": stats, "sandboxd_breakdown_p50_ms": parts, "default_python3": machine_python,
-                   "image": IMAGE, "code": CODE,
+                   "image": image, "code": CODE,
                    "rounds": rounds}
     return result

@@ -17,6 +17,7 @@ import statistics
 import time
 from typing import Any
 
+from bench import common
 from bench.common import (
     BenchResult,
     CpuMeter,
@@ -115,8 +116,8 @@ def run(client: Any, *, quick: bool, pairs: int | None = None, cpu: CpuMeter | N
     rounds = 2 if quick else 4
     items = make_pairs(total)
     jobs = [math_job(p["completion"], p["ground_truth"]) for p in items]
-    chunk = -(-total // rounds)
-    spans = [(start, min(total, start + chunk)) for start in range(0, total, chunk)]
+    spans = common.spans(total, rounds)
+    chunk = spans[0][1] - spans[0][0]  # a full round: the batch hint
 
     # Warm-up on other pairs (Math-Verify caches parses in-process, so a pair
     # it has seen would be cheaper the second time): its first calls import

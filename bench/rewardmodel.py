@@ -7,7 +7,8 @@
 A Llama-shaped sequence-classification model with random weights (`small`: 2
 layers, hidden 128, about 0.5 M parameters; see sandboxd/testmodels.py) is saved
 to a temporary folder. The sandboxd side is a daemon of the bench's own with
-that model as its only pool (one CPU sandbox, restored from its snapshot) and
+that model as its only pool (one CPU sandbox, started cold and loading the
+model: the bench's model config leaves `snapshot` off) and
 `client.score_batch` of one reward_model job per pair: the daemon sends them
 concurrently and the sandbox's agent batches them dynamically. The baseline
 is the very same scorer code (sandboxd.verifiers.rewardmodel) in this
@@ -45,6 +46,7 @@ if __name__ == "__main__":
 SEED = 20240607
 MAX_BATCH = 32
 MAX_LENGTH = 512
+BATCH_WAIT_MS = 5  # how long the sandbox's agent waits to fill a batch
 
 
 def make_pairs(count: int, seed: int = SEED, *, prompt_words: tuple[int, int] = (10, 60),
@@ -66,6 +68,7 @@ def _in_process_scores(model: Any, pairs: list[tuple[str, str]], batch: int) -> 
 
 def run(*, quick: bool, pairs: int | None = None, threads: int = 2) -> Any:
     """The sandboxd-vs-in-process comparison as a BenchResult (bench/run.py calls this)."""
+    from bench import common
     from bench.common import BenchDaemon, BenchResult, Target, fmt, fmt_ratio, log, ratio
 
     result = BenchResult(name="rewardmodel", title="rewardmodel: (prompt, completion) pairs, throughput",
@@ -90,10 +93,9 @@ def run(*, quick: bool, pairs: int | None = None, threads: int = 2) -> Any:
     model_dir = make_reward_model(folder / "model", size="small")
     config = folder / "sandboxd.toml"
     config.write_text(f'[models.bench]\npath = "{model_dir}"\nmax_length = {MAX_LENGTH}\nmax_batch = {MAX_BATCH}\n'
-                      f"batch_wait_ms = 5\ncpus = {threads}\nthreads = {threads}\n")
+                      f"batch_wait_ms = {BATCH_WAIT_MS}\ncpus = {threads}\nthreads = {threads}\n")
     items = make_pairs(total)
-    chunk = -(-total // rounds)
-    spans = [(start, min(total, start + chunk)) for start in range(0, total, chunk)]
+    spans = common.spans(total, rounds)
     daemon = BenchDaemon({"SANDBOXD_CONFIG": str(config), "SANDBOXD_POOL_IMAGES": ""})
     try:
         log(f"rewardmodel: starting a daemon with the model (log {daemon.log_path})")
@@ -152,8 +154,8 @@ def run(*, quick: bool, pairs: int | None = None, threads: int = 2) -> Any:
                         f"{statistics.mean(len(local.encode(p, c)) for p, c in items):.0f} tokens per pair on average")
     result.notes.append(f"scores agree: max |sandboxd - in-process| = {max(diffs) if diffs else float('nan'):.2e} "
                         f"over {len(diffs)} pairs; {failures} failed jobs")
-    result.notes.append(f"one pair alone (serial): sandboxd p50 {p50['sandboxd']:.1f} ms (includes the 5 ms batch "
-                        f"window), in-process {p50['in_process']:.1f} ms")
+    result.notes.append(f"one pair alone (serial): sandboxd p50 {p50['sandboxd']:.1f} ms (includes the "
+                        f"{BATCH_WAIT_MS} ms batch window), in-process {p50['in_process']:.1f} ms")
     result.notes.append(f"pool: {pool.ready} ready, snapshot {pool.snapshot}; daemon {info.version}")
     result.data = {"pairs": total, "rounds": len(spans), "seconds": seconds, "pairs_per_s": rate,
                    "overhead_ratio": overhead, "one_pair_p50_ms": p50, "max_abs_diff": max(diffs) if diffs else None,

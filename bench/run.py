@@ -31,7 +31,6 @@ from bench.common import (  # noqa: E402
     BenchDaemon,
     BenchResult,
     CpuMeter,
-    daemon_node,
     format_table,
     host_facts,
     loadavg,
@@ -39,6 +38,7 @@ from bench.common import (  # noqa: E402
     python_pool,
     wait_pool_settled,
 )
+from sandboxd.daemon import node_id  # noqa: E402
 
 BENCHMARKS = ["latency", "ready", "humaneval", "math", "sessions", "rewardmodel"]
 RESULTS = HERE / "results"
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             daemon = BenchDaemon()
             address, metrics_url = daemon.address, daemon.metrics_url
-            node = daemon_node(daemon.socket)
+            node = node_id(daemon.socket)
             meter = CpuMeter(daemon.process.pid, node)
             log(f"starting sandboxd on {daemon.socket} (state {STATE_DIR}; log {daemon.log_path})")
             daemon.wait_serving()

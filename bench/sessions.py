@@ -1,7 +1,9 @@
 """`sessions`: session open latency from a warm pool vs a cold container, and memory per idle session.
 
 Warm side: the trainer's hint (`sessions=N`) sizes the sessions pool, the
-bench waits until the pool holds N slots, then opens N sessions one after
+bench waits until the pool has reached the target that hint gives it (N
+slots plus the daemon's headroom, whatever its slots per sandbox), then
+opens N sessions one after
 another, timing each Open (the RPC, the agent forking the session's
 interpreter from the warm zygote, the answer). Each session then runs one
 trivial cell, so that it is a session that has been used, and all stay
@@ -19,47 +21,41 @@ opened and again with all N open and idle; the difference divided by N.
 
 from __future__ import annotations
 
+import concurrent.futures
 import time
 from typing import Any
 
 from bench.common import BenchResult, Target, fmt, fmt_ratio, log, ratio, summary
-from bench.ready import _cgroup_stat
+from sandboxd.backend import LABEL_NODE, LABEL_POOL
 
 MB = 1_000_000  # decimal, as the target is stated
 SETTLE_SECONDS = 3.0
-LABEL_POOL = "io.sandboxd.pool"
-LABEL_NODE = "io.sandboxd.node"
 
 
 def _pool_memory(node: str | None) -> tuple[int, int]:
-    """(bytes, containers) of the sessions pool's sandboxes, cache excluded."""
+    """(bytes, containers) of the sessions pool's sandboxes, cache excluded (as bench/ready.py reads them)."""
     import docker
 
+    from sandboxd import config as config_module
+    from sandboxd.backend import DockerBackend
+
+    settings = config_module.load(environ={}).docker
+    backend = DockerBackend(settings.url, settings.timeout_seconds)
     filters = {"label": [f"{LABEL_POOL}=sessions"] + ([f"{LABEL_NODE}={node}"] if node else [])}
-    total = count = 0
-    client = docker.from_env()
-    try:
-        for container in client.api.containers(filters=filters):
-            stat = _cgroup_stat(container["Id"])
-            if not stat:
-                continue
-            usage = _cgroup_usage(container["Id"])
-            total += max(0, usage - stat.get("inactive_file", stat.get("total_inactive_file", 0)))
-            count += 1
-    finally:
-        client.close()
-    return total, count
 
-
-def _cgroup_usage(container_id: str) -> int:
-    for path in (f"/sys/fs/cgroup/memory/docker/{container_id}/memory.usage_in_bytes",
-                 f"/sys/fs/cgroup/system.slice/docker-{container_id}.scope/memory.current"):
+    def usage(container_id: str) -> int | None:
         try:
-            with open(path) as f:
-                return int(f.read())
-        except (OSError, ValueError):
-            continue
-    return 0
+            return max(0, backend.memory_usage(container_id))
+        except docker.errors.APIError:  # gone since it was listed
+            return None
+
+    try:
+        ids = [container["Id"] for container in backend.api.containers(filters=filters)]
+        with concurrent.futures.ThreadPoolExecutor(8) as executor:
+            usages = [u for u in executor.map(usage, ids) if u is not None]
+    finally:
+        backend.client.close()
+    return sum(usages), len(usages)
 
 
 def _cold_opens(image: str, runs: int) -> list[float]:
@@ -79,14 +75,14 @@ def _cold_opens(image: str, runs: int) -> list[float]:
 
 
 def _wait_slots(client: Any, wanted: int, timeout: float) -> Any:
+    """Wait until the sessions pool has reached its target (which counts the session hint and slots per sandbox)."""
     deadline = time.monotonic() + timeout
-    per_sandbox = 64
     while True:
         status = client.pool_status()
         pool = next((p for p in status.pools if p.name == "sessions"), None)
         if pool is None:
             raise RuntimeError("the daemon has no sessions pool (sessions.enabled = false?)")
-        if pool.ready * per_sandbox >= wanted and not pool.starting:
+        if pool.ready >= pool.target and not pool.starting:
             return pool
         if time.monotonic() > deadline:
             raise RuntimeError(f"sessions pool not sized for {wanted} after {timeout:.0f} s: {pool}")

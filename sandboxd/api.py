@@ -34,8 +34,7 @@ class JobsServicer(pb_grpc.JobsServicer):
         try:
             self.daemon.check_ready()
             prepared = jobs.prepare(request, self.daemon.config)
-            self.daemon.scheduler.pool_for(prepared)
-            self.daemon.scheduler.admit(1)
+            self.daemon.scheduler.admit([prepared])
         except SandboxdError as error:
             await _abort(context, error)
         return await self.daemon.scheduler.run(prepared)
@@ -51,9 +50,7 @@ class JobsServicer(pb_grpc.JobsServicer):
                                      f"{self.daemon.config.scheduler.max_batch}")
             # All or nothing: a malformed item rejects the batch before any runs.
             prepared = [jobs.prepare(job, self.daemon.config) for job in request.jobs]
-            for item in prepared:
-                scheduler.pool_for(item)
-            scheduler.admit(len(prepared))
+            scheduler.admit(prepared)
         except SandboxdError as error:
             await _abort(context, error)
         tasks = [asyncio.ensure_future(scheduler.run(item)) for item in prepared]
@@ -117,10 +114,10 @@ class SessionsServicer(pb_grpc.SessionsServicer):
 
     async def RunCell(self, request: pb.RunCellRequest, context: grpc.aio.ServicerContext) -> pb.CellResult:
         try:
-            return await self.daemon.sessions.run_cell(request)
+            result = await self.daemon.sessions.run_cell(request)
         except SandboxdError as error:
             await _abort(context, error)
-        raise AssertionError("unreachable")
+        return result
 
     async def Close(self, request: pb.CloseSessionRequest,
                     context: grpc.aio.ServicerContext) -> pb.CloseSessionResponse:

@@ -24,6 +24,8 @@ from sandboxd.errors import BackendUnavailable, SandboxLost
 LABEL_MANAGED = "io.sandboxd.managed"
 LABEL_INSTANCE = "io.sandboxd.instance"
 LABEL_POOL = "io.sandboxd.pool"
+# Which daemon (by its listening addresses) owns a sandbox: orphans are reaped per node.
+LABEL_NODE = "io.sandboxd.node"
 LABEL_IMAGE = "io.sandboxd.image"
 
 # The agent runs as root inside the sandbox, stripped of every capability
@@ -118,7 +120,6 @@ class DockerBackend:
         self.info: dict[str, Any] = info
         self.root_dir = Path(info.get("DockerRootDir", "/var/lib/docker"))
         self.experimental = bool(info.get("ExperimentalBuild"))
-        self.runtimes = sorted(info.get("Runtimes", {}))
 
     def image_exists(self, name: str) -> bool:
         try:
@@ -171,12 +172,6 @@ class DockerBackend:
             return False
         return bool(state.get("Running"))
 
-    def logs(self, container_id: str, tail: int = 20) -> str:
-        try:
-            return self.api.logs(container_id, tail=tail).decode(errors="replace")
-        except docker.errors.APIError:
-            return ""
-
     def list_ours(self, instance: str | None = None) -> list[dict[str, Any]]:
         filters = {"label": [f"{LABEL_MANAGED}=1"]}
         if instance:
@@ -187,5 +182,7 @@ class DockerBackend:
         stats = self.api.stats(container_id, stream=False)
         memory = stats.get("memory_stats", {})
         # cgroup v1 counts page cache in usage; subtract it as `docker stats` does.
-        cache = memory.get("stats", {}).get("total_inactive_file", memory.get("stats", {}).get("cache", 0))
+        stats = memory.get("stats", {})
+        # As `docker stats` counts it: cgroup v1 says total_inactive_file, v2 inactive_file.
+        cache = stats.get("total_inactive_file", stats.get("inactive_file", stats.get("cache", 0)))
         return int(memory.get("usage", 0)) - int(cache)

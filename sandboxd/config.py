@@ -235,6 +235,12 @@ class Config:
                 raise ConfigError(message)
 
 
+def split_address(address: str) -> tuple[str, int]:
+    """(host, port) of "host:port", "[::]:port" or ":port" (all interfaces); ValueError when malformed."""
+    host, _, port = address.rpartition(":")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
 SECTIONS = [f.name for f in dataclasses.fields(Config)]
 # Model names become pool and container names: keep them short and plain.
 MODEL_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")

@@ -21,7 +21,7 @@ from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
 
 from sandboxd import api, metrics, rewardpool
 from sandboxd.backend import DockerBackend
-from sandboxd.config import Config
+from sandboxd.config import Config, split_address
 from sandboxd.errors import ConfigError, NotReady
 from sandboxd.images import image_tag
 from sandboxd.pool import Pool, reap_orphans, stage_agent_code
@@ -52,18 +52,21 @@ def check_socket_path(path: str) -> None:
     raise ConfigError(f"server.socket {path} is in use by another process (is sandboxd already running?)")
 
 
+def node_id(socket_path: str, tcp: str = "") -> str:
+    """The io.sandboxd.node label of the sandboxes a daemon listening there starts."""
+    return hashlib.sha256(f"{socket_path}|{tcp}".encode()).hexdigest()[:12]
+
+
 class Daemon:
     def __init__(self, config: Config) -> None:
         self.config = config
         self.instance = uuid.uuid4().hex[:8]
-        listen = f"{config.server.socket}|{config.server.tcp}"
-        self.node = hashlib.sha256(listen.encode()).hexdigest()[:12]
+        self.node = node_id(config.server.socket, config.server.tcp)
         self.backend = DockerBackend(config.docker.url, config.docker.timeout_seconds)
         self.pools: dict[str, Pool] = {}
         self.scheduler = Scheduler(self.pools, config)
         self.sessions = SessionManager(None, config)
         self.health = health.aio.HealthServicer()
-        self.server: grpc.aio.Server | None = None
         self.serving = False
         self.stopping = False
         self._background: set[asyncio.Future[None]] = set()
@@ -112,11 +115,11 @@ class Daemon:
         if self.config.server.tcp:
             # Probe the port ourselves: gRPC's own failure is a C-core log line
             # before ours, and the error must be one line.
-            host, _, port_text = self.config.server.tcp.rpartition(":")
             try:
-                family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+                host, port = split_address(self.config.server.tcp)
+                family = socket.AF_INET6 if ":" in host else socket.AF_INET
                 with socket.socket(family, socket.SOCK_STREAM) as probe:
-                    probe.bind((host.strip("[]") or "0.0.0.0", int(port_text)))
+                    probe.bind((host, port))
             except (OSError, ValueError) as exc:
                 raise ConfigError(f"cannot listen on {self.config.server.tcp}: {exc}") from None
             try:
@@ -176,7 +179,6 @@ class Daemon:
                 node=self.node, code_dir=code_dir, code_key=code_key, on_change=self._on_pool_change,
                 kind="sessions")
         await server.start()
-        self.server = server
         for pool in self.pools.values():
             pool.start()
         self.sessions.start()

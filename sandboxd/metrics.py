@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from sandboxd.config import split_address
+
 REGISTRY = CollectorRegistry()
 
 JOBS = Counter("sandboxd_jobs", "Jobs answered, by kind and status", ["kind", "status"], registry=REGISTRY)
@@ -34,5 +36,5 @@ SESSIONS_ENDED = Counter("sandboxd_sessions_ended", "Sessions ended, by reason (
 
 def serve(address: str) -> None:
     """Start the HTTP endpoint; `address` is host:port."""
-    host, _, port = address.rpartition(":")
-    start_http_server(int(port), addr=host.strip("[]") or "0.0.0.0", registry=REGISTRY)
+    host, port = split_address(address)
+    start_http_server(port, addr=host, registry=REGISTRY)

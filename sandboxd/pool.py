@@ -21,6 +21,7 @@ import shutil
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import sandboxd
 from sandboxd import metrics
@@ -28,6 +29,7 @@ from sandboxd.backend import (
     LABEL_IMAGE,
     LABEL_INSTANCE,
     LABEL_MANAGED,
+    LABEL_NODE,
     LABEL_POOL,
     DockerBackend,
     SandboxSpec,
@@ -37,9 +39,8 @@ from sandboxd.sandbox import Sandbox
 from sandboxd.snapshots import CHECKPOINT_NAME, SnapshotStore
 
 log = logging.getLogger("sandboxd.pool")
-LABEL_NODE = "io.sandboxd.node"
 # A cold sandbox imports sympy and friends; a restore replays pages. Both
-# finish well within this on the 2-core machine (measured: ~3 s and ~1.3 s).
+# take seconds on the 2-core machine (bench/ready.py measures them).
 READY_TIMEOUT_SECONDS = 120.0
 MAINTAIN_INTERVAL_SECONDS = 0.5
 _control_serial = itertools.count()
@@ -128,6 +129,7 @@ class Pool:
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
         self._restore_failures = 0
+        self._template_dir = ""
 
     # ---- sizing --------------------------------------------------------------
     @property
@@ -180,25 +182,23 @@ class Pool:
         # Least loaded first, then the longest-warm: spreads jobs over CPUs.
         return min(candidates, key=lambda s: (s.in_flight, s.serial))
 
-    async def acquire(self, exclude: set[int] = frozenset()) -> Sandbox:  # type: ignore[assignment]
+    async def acquire(self) -> Sandbox:
         self.waiting += 1
         self.last_busy = time.monotonic()
         self._changed.set()
         try:
             async with self._available:
-                while True:
-                    sandbox = self._pick()
-                    if sandbox is not None and (sandbox.serial not in exclude or len(self.ready) == 1):
-                        sandbox.in_flight += 1
-                        return sandbox
+                while (sandbox := self._pick()) is None:
                     await self._available.wait()
+                sandbox.in_flight += 1
+                return sandbox
         finally:
             self.waiting -= 1
 
     async def release(self, sandbox: Sandbox) -> None:
         sandbox.in_flight -= 1
         sandbox.jobs_done += 1
-        sandbox.last_used = self.last_busy = time.monotonic()
+        self.last_busy = time.monotonic()
         self.jobs_total += 1
         if self.recycle_after_jobs and sandbox.jobs_done >= self.recycle_after_jobs:
             sandbox.retiring = True
@@ -218,6 +218,8 @@ class Pool:
 
     async def _maintain(self) -> None:
         await self.snapshots.prepare(self.snapshot_key, self._start_template)
+        if self._template_dir:
+            shutil.rmtree(self._template_dir, ignore_errors=True)
         self._on_change()
         while not self._closed:
             try:
@@ -275,18 +277,10 @@ class Pool:
         return name, control_dir
 
     async def _start_template(self) -> str:
-        name, control_dir = self._new_name("template")
-        spec = self._spec(name, control_dir)
-        container_id = await asyncio.to_thread(self.backend.create, spec)
-        try:
-            await asyncio.to_thread(self.backend.start, container_id)
-            template = Sandbox(name=name, pool=self.name, container_id=container_id, control_dir=control_dir,
-                               started_by="cold")
-            await template.wait_ready(self.ready_timeout, self._alive(container_id))
-        except BaseException:
-            await asyncio.to_thread(self.backend.remove, container_id)
-            raise
-        return container_id
+        template, _hello = await self._boot("template", restore=False)
+        # The snapshot store removes the container once it is checkpointed; its folder is ours to remove.
+        self._template_dir = template.control_dir
+        return template.container_id
 
     async def _add_one(self) -> None:
         try:
@@ -309,10 +303,18 @@ class Pool:
 
     async def _start_sandbox(self) -> Sandbox:
         started = time.monotonic()
-        name, control_dir = self._new_name(f"{int(time.time() * 1000) % 10**9:09d}{os.urandom(2).hex()}")
-        spec = self._spec(name, control_dir)
-        restore = self.snapshots.usable
-        container_id = await asyncio.to_thread(self.backend.create, spec)
+        sandbox, hello = await self._boot(f"{int(time.time() * 1000) % 10**9:09d}{os.urandom(2).hex()}",
+                                          restore=self.snapshots.usable)
+        sandbox.languages = hello.get("languages", [])
+        sandbox.ready_seconds = time.monotonic() - started
+        metrics.SANDBOX_STARTS.labels(self.name, sandbox.started_by).inc()
+        metrics.SANDBOX_READY_SECONDS.labels(self.name, sandbox.started_by).set(sandbox.ready_seconds)
+        return sandbox
+
+    async def _boot(self, suffix: str, *, restore: bool) -> tuple[Sandbox, dict[str, Any]]:
+        """Create a sandbox and start it, restored from the snapshot or cold, until its agent answers."""
+        name, control_dir = self._new_name(suffix)
+        container_id = await asyncio.to_thread(self.backend.create, self._spec(name, control_dir))
         sandbox = Sandbox(name=name, pool=self.name, container_id=container_id, control_dir=control_dir,
                           started_by="restore" if restore else "cold")
         try:
@@ -337,11 +339,7 @@ class Pool:
         except BaseException:
             await self._remove(sandbox)
             raise
-        sandbox.languages = hello.get("languages", [])
-        sandbox.ready_seconds = time.monotonic() - started
-        metrics.SANDBOX_STARTS.labels(self.name, sandbox.started_by).inc()
-        metrics.SANDBOX_READY_SECONDS.labels(self.name, sandbox.started_by).set(sandbox.ready_seconds)
-        return sandbox
+        return sandbox, hello
 
     def _alive(self, container_id: str) -> Callable[[], Awaitable[bool]]:
         async def alive() -> bool:

@@ -27,8 +27,6 @@ class Sandbox:
     container_id: str
     control_dir: str
     started_by: str  # "restore" or "cold"
-    created_at: float = field(default_factory=time.monotonic)
-    last_used: float = field(default_factory=time.monotonic)
     ready_seconds: float = 0.0
     in_flight: int = 0
     jobs_done: int = 0

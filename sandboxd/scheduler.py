@@ -9,7 +9,6 @@ the sandbox dies under it, runs it again on another sandbox, up to
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections import deque
@@ -37,8 +36,11 @@ class Scheduler:
         self.jobs_total = 0
         self._finished: deque[float] = deque(maxlen=100_000)
 
-    def admit(self, count: int) -> None:
-        """Refuse `count` more jobs when the queue is full."""
+    def admit(self, prepared: list[PreparedJob]) -> None:
+        """Admit `prepared` as a whole, or refuse it: a job no pool serves, or a full queue."""
+        for item in prepared:
+            self.pool_for(item)
+        count = len(prepared)
         if self.queued + count > self.config.scheduler.max_queued:
             metrics.REJECTED.inc()
             # Time to drain the queue at the current throughput, within reason.
@@ -63,27 +65,16 @@ class Scheduler:
     async def run(self, prepared: PreparedJob) -> pb.JobResult:
         """Run one admitted job to its single answer."""
         admitted = time.monotonic()
-        self.queued += 1
-        metrics.QUEUE_DEPTH.set(self.queued)
-        started = admitted
-        attempts = 0
         try:
             if prepared.early_result is not None:
-                self.queued -= 1
-                metrics.QUEUE_DEPTH.set(self.queued)
                 result = to_result(prepared, prepared.early_result, 0)
             else:
                 result = await self._run_with_retries(prepared, admitted)
-                attempts = result.attempts
-                started = admitted + result.timings.queued_seconds
-        except asyncio.CancelledError:
-            raise
         except Exception as exc:
             log.exception("job %d failed inside sandboxd", prepared.index)
-            result = infrastructure_result(prepared, pb.STATUS_INTERNAL, f"internal error: {exc}", attempts)
+            result = infrastructure_result(prepared, pb.STATUS_INTERNAL, f"internal error: {exc}", 0)
         done = time.monotonic()
-        result.timings.queued_seconds = started - admitted
-        result.timings.run_seconds = done - started
+        result.timings.run_seconds = done - admitted - result.timings.queued_seconds
         result.timings.total_seconds = done - admitted
         self.jobs_total += 1
         self._finished.append(done)
@@ -93,19 +84,21 @@ class Scheduler:
 
     async def _run_with_retries(self, prepared: PreparedJob, admitted: float) -> pb.JobResult:
         pool = self.pool_for(prepared)
-        tried: set[int] = set()
         last_error = ""
         queued = True
         queued_seconds = 0.0
+        self.queued += 1
+        metrics.QUEUE_DEPTH.set(self.queued)
         try:
             for attempt in range(1, self.config.scheduler.attempts + 1):
-                sandbox = await pool.acquire(exclude=tried)
+                # A lost sandbox is marked damaged and leaves the ready set, so a
+                # retry always lands on another one.
+                sandbox = await pool.acquire()
                 if queued:
                     queued = False
                     self.queued -= 1
                     metrics.QUEUE_DEPTH.set(self.queued)
                     queued_seconds = time.monotonic() - admitted
-                tried.add(sandbox.serial)
                 self.in_flight += 1
                 metrics.IN_FLIGHT.set(self.in_flight)
                 try:

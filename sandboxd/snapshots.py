@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import functools
 import hashlib
 import json
 import shutil
@@ -31,8 +32,9 @@ COMPLETE_MARKER = "complete"
 RESTORE_LOCK = Path("/run/sandboxd/restore.lock")
 
 
+@functools.cache
 def criu_problem() -> str:
-    """'' when CRIU works on this kernel, otherwise why not."""
+    """'' when CRIU works on this kernel, otherwise why not (checked once per process)."""
     criu = shutil.which("criu")
     if criu is None:
         return "criu is not installed"
@@ -56,24 +58,21 @@ class SnapshotStore:
         self.state = "building"
         self.problem = ""
         if not enabled:
-            self._disable("disabled in configuration")
+            self.disable("disabled in configuration")
         elif not backend.experimental:
-            self._disable("the Docker engine runs without experimental features (needed for checkpoints)")
+            self.disable("the Docker engine runs without experimental features (needed for checkpoints)")
         else:
             problem = criu_problem()
             if problem:
-                self._disable(problem)
+                self.disable(problem)
         self._lock = asyncio.Lock()
         self._restore_lock = asyncio.Lock()
         self.path: Path | None = None
 
-    def _disable(self, why: str) -> None:
+    def disable(self, why: str) -> None:
+        """Never snapshot this pool: CRIU cannot work here, or its sandboxes hold state CRIU cannot capture."""
         self.state = f"disabled: {why}"
         self.problem = why
-
-    def disable(self, why: str) -> None:
-        """Never snapshot this pool (its sandboxes hold state CRIU cannot capture)."""
-        self._disable(why)
 
     @property
     def usable(self) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -18,6 +19,7 @@ from sandboxd import testing
 STATE_DIR = os.environ.get("SANDBOXD_TEST_STATE_DIR", "/var/lib/sandboxd-test")
 
 
+@functools.cache
 def docker_available() -> bool:
     if shutil.which("docker") is None:
         return False

@@ -15,6 +15,7 @@ from sandboxd import config, rewardpool
 from sandboxd.agent.rewardmodel import MODEL_MOUNT
 from sandboxd.backend import container_config
 from sandboxd.errors import ConfigError
+from sandboxd.sandbox import Sandbox
 from sandboxd.verifiers.rewardmodel import normalize
 
 NO_GPU_INFO: dict[str, Any] = {"ServerVersion": "20.10.24", "Runtimes": {"runc": {}, "io.containerd.runc.v2": {}}}
@@ -31,7 +32,7 @@ def make_pool(model: config.ModelConfig, device: str, tmp_path: Path) -> rewardp
     settings = config.Config()
     settings.pool.snapshots = False
     settings.sandbox.state_dir = str(tmp_path / "state")
-    backend: Any = SimpleNamespace(experimental=False)
+    backend: Any = SimpleNamespace(experimental=False, remove=lambda container_id: None)
     return rewardpool.RewardModelPool("rm", model, device, "sandboxd/reward-model:x", backend, settings,
                                       instance="i", node="n", code_dir="/code", code_key="k")
 
@@ -97,11 +98,13 @@ def test_gpu_ids_spread_sandboxes_over_gpus(tmp_path: Path) -> None:
     assert settings["memory_fraction"] == 0.4
 
 
-def test_replacement_takes_the_freed_gpu(tmp_path: Path) -> None:
+async def test_replacement_takes_the_freed_gpu(tmp_path: Path) -> None:
     pool = make_pool(config.ModelConfig(path=str(tmp_path), gpu_ids=["0", "1"]), "gpu", tmp_path)
     first, second = docker_config(pool, "a"), docker_config(pool, "b")
     assert {first["device_requests"][0]["DeviceIDs"][0], second["device_requests"][0]["DeviceIDs"][0]} == {"0", "1"}
-    pool._attached.pop("a")  # what _remove does when sandbox "a" goes
+    docker_config(pool, "x")  # a's GPU now has two sandboxes: c can only get it if removing a frees a place
+    await pool._remove(Sandbox(name="a", pool="rm", container_id="a", control_dir=str(tmp_path / "a"),
+                               started_by="cold"))
     assert docker_config(pool, "c")["device_requests"] == first["device_requests"]
 
 
