@@ -21,7 +21,7 @@ import asyncio
 import re
 from dataclasses import dataclass, field
 
-from sandboxd_client import AsyncSandboxClient, CellResult
+from sandboxd_client import AsyncSandboxClient, AsyncSession, CellResult, Status
 
 CODE_BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)
 MAX_TURNS = 6
@@ -58,38 +58,40 @@ def tool_output(result: CellResult) -> str:
     """How one cell is shown to the model: stdout, the last value, or the error."""
     parts = [result.stdout, result.value, result.stderr if not result.ok else ""]
     text = "\n".join(part for part in parts if part).strip()
-    if result.status.name == "TIMEOUT":
+    if result.status == Status.TIMEOUT:
         text += "\n[the cell timed out]"
     return text[:OUTPUT_CHARS]
 
 
+async def run_tools(session: AsyncSession, reply: str, episode: Episode) -> bool:
+    """Run the reply's code blocks in the session; False once the interpreter is gone."""
+    for code in CODE_BLOCK.findall(reply):
+        result = await session.run(code)
+        episode.tool_calls += 1
+        episode.transcript.append(f"tool: <output>\n{tool_output(result)}\n</output>")
+        if not result.session_alive:
+            # The interpreter died (os._exit, an ignored interrupt): the episode ends here.
+            return False
+    return True
+
+
 async def rollout(client: AsyncSandboxClient, policy: ScriptedPolicy, episode: Episode) -> Episode:
     episode.transcript.append(f"user: {episode.prompt}")
+    last_reply = ""
     async with await client.open_session(timeout=10.0) as session:
         for _ in range(MAX_TURNS):
-            reply = await policy.generate(episode.transcript)
-            episode.transcript.append(f"assistant: {reply}")
-            blocks = CODE_BLOCK.findall(reply)
-            if not blocks:
+            last_reply = await policy.generate(episode.transcript)
+            episode.transcript.append(f"assistant: {last_reply}")
+            if not CODE_BLOCK.search(last_reply) or not await run_tools(session, last_reply, episode):
                 break
-            for code in blocks:
-                result = await session.run(code)
-                episode.tool_calls += 1
-                episode.transcript.append(f"tool: <output>\n{tool_output(result)}\n</output>")
-                if not result.session_alive:
-                    # The interpreter died (os._exit, an ignored interrupt): the episode ends here.
-                    break
-            else:
-                continue
-            break
-    answer = episode.transcript[-1]
-    episode.reward = (await client.score_math(answer, episode.ground_truth)).reward
+    # The policy's last words are its answer, whether it finished or ran out of turns.
+    episode.reward = (await client.score_math(last_reply, episode.ground_truth)).reward
     return episode
 
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--address", default="unix:///run/sandboxd/sandboxd.sock")
+    parser.add_argument("--address", default=None, help="default: $SANDBOXD_ADDRESS or the local socket")
     parser.add_argument("--rollouts", type=int, default=8)
     args = parser.parse_args()
     async with AsyncSandboxClient(args.address) as client:
