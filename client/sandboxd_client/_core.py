@@ -221,14 +221,18 @@ class ChunkState:
         self._retry: list[int] = []
         self._hint: float | None = None
 
-    def jobs(self) -> list[pb.Job]:
-        """The pending jobs for the next attempt, each stamped with its index."""
+    def _next_attempt(self) -> list[int]:
+        """Start an attempt; returns the indexes of the jobs it carries."""
         self.attempt += 1
         self._answered = set()
         self._retry = []
         self._hint = None
+        return list(self.pending)
+
+    def jobs(self) -> list[pb.Job]:
+        """The pending jobs for the next attempt, each stamped with its index."""
         out = []
-        for i in self.pending:
+        for i in self._next_attempt():
             job = pb.Job()
             job.CopyFrom(self._jobs[i])
             job.index = i
@@ -236,8 +240,13 @@ class ChunkState:
         return out
 
     def request(self) -> pb.RunBatchRequest:
-        """The RunBatch request for the next attempt."""
-        return pb.RunBatchRequest(jobs=self.jobs())
+        """The RunBatch request for the next attempt (each job copied once, straight into it)."""
+        request = pb.RunBatchRequest()
+        for i in self._next_attempt():
+            job = request.jobs.add()
+            job.CopyFrom(self._jobs[i])
+            job.index = i
+        return request
 
     @property
     def can_retry(self) -> bool:

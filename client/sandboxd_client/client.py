@@ -35,6 +35,8 @@ from ._requests import (
     CellResult,
     CodeTestsLike,
     Result,
+    _check_finite,
+    _check_str,
     _files,
     _limits,
     code_job,
@@ -54,10 +56,11 @@ _Metadata = Sequence[tuple[str, str]]
 
 
 def _check_deadline(deadline: float | None) -> None:
-    if deadline is not None and not (
-        isinstance(deadline, (int, float)) and math.isfinite(deadline) and deadline > 0
-    ):
-        raise InvalidRequest(f"deadline must be a positive number of seconds, got {deadline!r}")
+    _check_finite(deadline, "deadline", positive=True)
+
+
+def _by_index(result: Result) -> int:
+    return result.index
 
 
 class _ClientBase:
@@ -86,8 +89,9 @@ class _ClientBase:
             ("deadline_margin", deadline_margin),
             ("rpc_timeout", rpc_timeout),
         ):
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-                raise InvalidRequest(f"{name} must be a positive number, got {value!r}")
+            if value is None:
+                raise InvalidRequest(f"{name} must be a number, got None")
+            _check_finite(value, name, positive=True)
         _check_deadline(deadline)
         if max_retries < 0 or batch_size < 1 or max_concurrent_batches < 1:
             raise InvalidRequest("max_retries must be >= 0, batch_size and max_concurrent_batches >= 1")
@@ -146,15 +150,11 @@ class _ClientBase:
         files: Mapping[str, str | bytes] | None,
         idle_timeout: float | None,
     ) -> pb.OpenSessionRequest:
-        if not isinstance(language, str) or not language:
-            raise InvalidRequest("language must be a non-empty str")
-        if idle_timeout is not None and not (math.isfinite(idle_timeout) and idle_timeout > 0):
-            raise InvalidRequest(f"idle_timeout must be a positive number, got {idle_timeout!r}")
         return pb.OpenSessionRequest(
-            language=language,
+            language=_check_str(language, "language", allow_empty=False),
             limits=_limits(timeout, memory_bytes, output_bytes),
             files=_files(files),
-            idle_timeout_seconds=idle_timeout or 0.0,
+            idle_timeout_seconds=_check_finite(idle_timeout, "idle_timeout", positive=True) or 0.0,
         )
 
     def _hint_shares(self, batch_size: int, sessions: int) -> list[tuple[str, pb.BatchHint]]:
@@ -168,6 +168,42 @@ class _ClientBase:
     def _check_open(self) -> None:
         if self._closed:
             raise SandboxdError("the client is closed")
+
+
+class _SessionBase:
+    """State and request building shared by :class:`Session` and :class:`AsyncSession`."""
+
+    def __init__(
+        self,
+        client: _ClientBase,
+        channel: Any,
+        stub: pb_grpc.SessionsStub,
+        info: pb.SessionInfo,
+        cell_timeout: float,
+    ) -> None:
+        self._client = client
+        self._channel = channel
+        self._stub = stub
+        self.info = info
+        self._cell_timeout = cell_timeout
+        self._closed = False
+
+    @property
+    def id(self) -> str:
+        """The daemon's session id."""
+        return self.info.session_id
+
+    def _cell_call(self, code: str, timeout: float | None) -> tuple[pb.RunCellRequest, float]:
+        """The RunCell request for ``code`` and the RPC deadline: the cell's limit plus the client's margin."""
+        if self._closed:
+            raise SessionNotFound(f"session {self.id} is closed")
+        code = _check_str(code, "code")
+        request = pb.RunCellRequest(session_id=self.id, code=code, timeout_seconds=timeout or 0.0)
+        return request, (timeout or self._cell_timeout) + self._client._margin
+
+    def _close_request(self) -> tuple[pb.CloseSessionRequest, float]:
+        """The Close request and its RPC timeout."""
+        return pb.CloseSessionRequest(session_id=self.id), self._client._rpc_timeout
 
 
 # ---------------------------------------------------------------------------
@@ -368,12 +404,8 @@ class SandboxClient(_ClientBase):
             return self._executor
 
     def score_batch(self, jobs: Iterable[pb.Job], *, deadline: float | None = None) -> list[Result]:
-        """Run jobs and return their results in input order."""
-        jobs = validate_batch(jobs)
-        results: list[Result | None] = [None] * len(jobs)
-        for result in self.run_batch(jobs, deadline=deadline):
-            results[result.index] = result
-        return [r for r in results if r is not None]
+        """Run jobs and return their results in input order (validated before the first RPC)."""
+        return sorted(self.run_batch(jobs, deadline=deadline), key=_by_index)
 
     # -- sessions ---------------------------------------------------------
 
@@ -452,28 +484,11 @@ class SandboxClient(_ClientBase):
         self.close()
 
 
-class Session:
+class Session(_SessionBase):
     """A sandbox held for one episode; cells share interpreter state."""
 
-    def __init__(
-        self,
-        client: SandboxClient,
-        channel: grpc.Channel,
-        stub: pb_grpc.SessionsStub,
-        info: pb.SessionInfo,
-        cell_timeout: float,
-    ) -> None:
-        self._client = client
-        self._channel = channel
-        self._stub = stub
-        self.info = info
-        self._cell_timeout = cell_timeout
-        self._closed = False
-
-    @property
-    def id(self) -> str:
-        """The daemon's session id."""
-        return self.info.session_id
+    _client: SandboxClient
+    _channel: grpc.Channel
 
     def run(self, code: str, *, timeout: float | None = None) -> CellResult:
         """Run one cell. Never retried: a cell is not idempotent.
@@ -481,12 +496,7 @@ class Session:
         Raises :class:`SessionNotFound` when the session is gone (expired,
         closed, or lost with its sandbox).
         """
-        if self._closed:
-            raise SessionNotFound(f"session {self.id} is closed")
-        if not isinstance(code, str):
-            raise InvalidRequest(f"code must be a str, got {type(code).__name__}")
-        request = pb.RunCellRequest(session_id=self.id, code=code, timeout_seconds=timeout or 0.0)
-        deadline = (timeout or self._cell_timeout) + self._client._margin
+        request, deadline = self._cell_call(code, timeout)
         try:
             msg = self._stub.RunCell(request, timeout=deadline, metadata=self._client._metadata)
         except grpc.RpcError as e:
@@ -499,11 +509,8 @@ class Session:
             return
         self._closed = True
         try:
-            self._stub.Close(
-                pb.CloseSessionRequest(session_id=self.id),
-                timeout=self._client._rpc_timeout,
-                metadata=self._client._metadata,
-            )
+            request, timeout = self._close_request()
+            self._stub.Close(request, timeout=timeout, metadata=self._client._metadata)
         except grpc.RpcError as e:
             error = from_rpc_error(e)
             if not isinstance(error, SessionNotFound):
@@ -683,12 +690,8 @@ class AsyncSandboxClient(_ClientBase):
             out.put_nowait(e)
 
     async def score_batch(self, jobs: Iterable[pb.Job], *, deadline: float | None = None) -> list[Result]:
-        """Run jobs and return their results in input order."""
-        jobs = validate_batch(jobs)
-        results: list[Result | None] = [None] * len(jobs)
-        async for result in self.run_batch(jobs, deadline=deadline):
-            results[result.index] = result
-        return [r for r in results if r is not None]
+        """Run jobs and return their results in input order (validated before the first RPC)."""
+        return sorted([r async for r in self.run_batch(jobs, deadline=deadline)], key=_by_index)
 
     # -- sessions ---------------------------------------------------------
 
@@ -754,37 +757,15 @@ class AsyncSandboxClient(_ClientBase):
         await self.close()
 
 
-class AsyncSession:
+class AsyncSession(_SessionBase):
     """The asyncio twin of :class:`Session`."""
 
-    def __init__(
-        self,
-        client: AsyncSandboxClient,
-        channel: grpc.aio.Channel,
-        stub: pb_grpc.SessionsStub,
-        info: pb.SessionInfo,
-        cell_timeout: float,
-    ) -> None:
-        self._client = client
-        self._channel = channel
-        self._stub = stub
-        self.info = info
-        self._cell_timeout = cell_timeout
-        self._closed = False
-
-    @property
-    def id(self) -> str:
-        """The daemon's session id."""
-        return self.info.session_id
+    _client: AsyncSandboxClient
+    _channel: grpc.aio.Channel
 
     async def run(self, code: str, *, timeout: float | None = None) -> CellResult:
         """Run one cell. Never retried: a cell is not idempotent."""
-        if self._closed:
-            raise SessionNotFound(f"session {self.id} is closed")
-        if not isinstance(code, str):
-            raise InvalidRequest(f"code must be a str, got {type(code).__name__}")
-        request = pb.RunCellRequest(session_id=self.id, code=code, timeout_seconds=timeout or 0.0)
-        deadline = (timeout or self._cell_timeout) + self._client._margin
+        request, deadline = self._cell_call(code, timeout)
         try:
             msg = await self._stub.RunCell(request, timeout=deadline, metadata=self._client._metadata)
         except grpc.RpcError as e:
@@ -797,11 +778,8 @@ class AsyncSession:
             return
         self._closed = True
         try:
-            await self._stub.Close(
-                pb.CloseSessionRequest(session_id=self.id),
-                timeout=self._client._rpc_timeout,
-                metadata=self._client._metadata,
-            )
+            request, timeout = self._close_request()
+            await self._stub.Close(request, timeout=timeout, metadata=self._client._metadata)
         except grpc.RpcError as e:
             error = from_rpc_error(e)
             if not isinstance(error, SessionNotFound):

@@ -18,7 +18,7 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 from ._proto.sandboxd.v1 import sandboxd_pb2 as pb
-from ._requests import Result, code_job, math_job
+from ._requests import Result, _check_finite, code_job, math_job
 from .client import AsyncSandboxClient, SandboxClient
 from .errors import InvalidRequest, SandboxdError
 
@@ -97,10 +97,11 @@ class _RewardSpec:
     ) -> None:
         if kind not in _KINDS:
             raise ValueError(f"kind must be one of {_KINDS}, got {kind!r}")
-        if not isinstance(failure_value, (int, float)) or not math.isfinite(failure_value):
-            raise ValueError(f"failure_value must be a finite number, got {failure_value!r}")
-        if infra_failure_value is not None and not math.isfinite(infra_failure_value):
-            raise ValueError(f"infra_failure_value must be finite or None, got {infra_failure_value!r}")
+        if failure_value is None:
+            raise ValueError("failure_value must be a finite number, got None")
+        # InvalidRequest is a ValueError.
+        _check_finite(failure_value, "failure_value")
+        _check_finite(infra_failure_value, "infra_failure_value (a finite number or None)")
         unknown = set(column_map or {}) - {"ground_truth", "tests", "fn_name", "language", "entry_point"}
         if unknown:
             raise ValueError(
@@ -156,10 +157,9 @@ class _RewardSpec:
             )
         return None
 
-    def _value(
-        self, columns: Mapping[str, Sequence[Any]], verifier_input: str, default: str, row: int
-    ) -> Any:
-        column = self.column_map.get(verifier_input, default)
+    def _value(self, columns: Mapping[str, Sequence[Any]], verifier_input: str, row: int) -> Any:
+        """Row ``row`` of the column feeding ``verifier_input`` (the same-named one unless mapped), or None."""
+        column = self.column_map.get(verifier_input, verifier_input)
         values = columns.get(column)
         return None if values is None else values[row]
 
@@ -173,13 +173,13 @@ class _RewardSpec:
                 if columns.get(companion) is not None and columns[companion][row] is not None:
                     tests[companion] = columns[companion][row]
         options = dict(self.code_options)
-        fn_name = self._value(columns, "fn_name", "fn_name", row)
+        fn_name = self._value(columns, "fn_name", row)
         if fn_name:
             options["fn_name"] = fn_name
-        language = self._value(columns, "language", "language", row)
+        language = self._value(columns, "language", row)
         if language:
             options["language"] = language
-        entry_point = self._value(columns, "entry_point", "entry_point", row)
+        entry_point = self._value(columns, "entry_point", row)
         if entry_point and not isinstance(tests, Mapping):
             options["entry_point"] = entry_point
         options.setdefault("failure_value", self.failure_value)

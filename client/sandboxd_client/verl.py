@@ -94,9 +94,8 @@ def _client(address: str | Sequence[str] | None, options: Mapping[str, Any] | No
     with _lock:
         client = _clients.get(key)
         if client is None:
-            client = _clients[key] = SandboxClient(
-                address or os.environ.get("SANDBOXD_ADDRESS"), **dict(options or {})
-            )
+            # An empty address falls back to $SANDBOXD_ADDRESS in resolve_target, as None does.
+            client = _clients[key] = SandboxClient(address or None, **dict(options or {}))
         return client
 
 
@@ -107,9 +106,7 @@ def _async_client(
     per_loop = _async_clients.setdefault(loop, {})
     key = _key(address)
     if key not in per_loop:
-        per_loop[key] = AsyncSandboxClient(
-            address or os.environ.get("SANDBOXD_ADDRESS"), **dict(options or {})
-        )
+        per_loop[key] = AsyncSandboxClient(address or None, **dict(options or {}))
     return per_loop[key]
 
 
@@ -149,21 +146,18 @@ def _infra_value(kwargs: Mapping[str, Any]) -> float:
 
 def _score(result: Result | SandboxdError, kwargs: Mapping[str, Any]) -> dict[str, Any]:
     """verl's reward dict; every call returns the same keys (verl stacks them per key)."""
-    if isinstance(result, SandboxdError):
-        status = "INVALID_REQUEST" if isinstance(result, InvalidRequest) else "CLIENT_ERROR"
+    if isinstance(result, SandboxdError) or result.is_infrastructure_failure:
+        if isinstance(result, InvalidRequest):
+            status = "INVALID_REQUEST"
+        elif isinstance(result, SandboxdError):
+            status = "CLIENT_ERROR"
+        else:
+            status = result.status.name
         return {
             "score": _infra_value(kwargs),
             "acc": 0.0,
             "pass_rate": 0.0,
             "status": status,
-            "infra_failure": True,
-        }
-    if result.is_infrastructure_failure:
-        return {
-            "score": _infra_value(kwargs),
-            "acc": 0.0,
-            "pass_rate": 0.0,
-            "status": result.status.name,
             "infra_failure": True,
         }
     reward = result.reward if math.isfinite(result.reward) else float(kwargs.get("failure_value", -1.0))

@@ -6,20 +6,18 @@ SandboxClient and with AsyncSandboxClient (on a fresh event loop).
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable
 from typing import Any
 
 import grpc
 import pytest
-from conftest import StartFake
+from conftest import StartFake, Twin
 from fake_daemon import Abort, Delay, FakeServer
 from sandboxd_client import (
     AsyncSandboxClient,
     DeadlineExceeded,
     InvalidRequest,
-    Result,
     RetryPolicy,
     SandboxClient,
     SessionNotFound,
@@ -28,58 +26,6 @@ from sandboxd_client import (
     math_job,
 )
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
-
-FAST = RetryPolicy(max_retries=3, initial_backoff=0.01, max_backoff=0.05)
-
-
-class Twin:
-    """Runs a scenario with the sync or the async client, same arguments, same answers."""
-
-    def __init__(self, kind: str) -> None:
-        self.kind = kind
-
-    def call(self, address: Any, method: str, *args: Any, **client_kwargs: Any) -> Any:
-        client_kwargs.setdefault("retry_policy", FAST)
-        if self.kind == "sync":
-            with SandboxClient(address, **client_kwargs) as client:
-                return getattr(client, method)(*args)
-
-        async def go() -> Any:
-            async with AsyncSandboxClient(address, **client_kwargs) as client:
-                return await getattr(client, method)(*args)
-
-        return asyncio.run(go())
-
-    def stream(
-        self,
-        address: Any,
-        jobs: list[pb.Job],
-        on_result: Callable[[int], None] = lambda n: None,
-        **client_kwargs: Any,
-    ) -> list[Result]:
-        """run_batch, calling on_result(count so far) after each result."""
-        client_kwargs.setdefault("retry_policy", FAST)
-        out: list[Result] = []
-        if self.kind == "sync":
-            with SandboxClient(address, **client_kwargs) as client:
-                for result in client.run_batch(jobs):
-                    out.append(result)
-                    on_result(len(out))
-            return out
-
-        async def go() -> None:
-            async with AsyncSandboxClient(address, **client_kwargs) as client:
-                async for result in client.run_batch(jobs):
-                    out.append(result)
-                    await asyncio.to_thread(on_result, len(out))
-
-        asyncio.run(go())
-        return out
-
-
-@pytest.fixture(params=["sync", "async"])
-def twin(request: pytest.FixtureRequest) -> Twin:
-    return Twin(request.param)
 
 
 def first_attempt(action: Any) -> Callable[..., Any]:
@@ -144,7 +90,7 @@ def test_batch_retries_only_failed_items(twin: Twin, start_fake: StartFake) -> N
 def test_retries_exhausted_give_an_infrastructure_result(twin: Twin, start_fake: StartFake) -> None:
     server = start_fake("a", lambda fake, job, attempt: Abort(grpc.StatusCode.UNAVAILABLE))
     policy = RetryPolicy(max_retries=2, initial_backoff=0.01)
-    result = twin.call(server.address, "run", math_job("4", "4", failure_value=0.0), retry_policy=policy)
+    result = twin.call(server.address, "run", math_job("4", "4", failure_value=0.0), client={"retry_policy": policy})
     assert result.status is Status.UNAVAILABLE and result.is_infrastructure_failure and result.reward == 0.0
     assert server.fake.attempts[0] == 3
     with pytest.raises(Unavailable):
@@ -166,8 +112,7 @@ def test_unreachable_daemon_is_an_infrastructure_result(twin: Twin, socket_dir: 
         f"unix://{socket_dir}/nobody.sock",
         "score_batch",
         [math_job("1", "1")],
-        retry_policy=policy,
-        deadline=5,
+        client={"retry_policy": policy, "deadline": 5},
     )
     assert result.status is Status.UNAVAILABLE and result.reward == -1.0
 
@@ -180,7 +125,7 @@ def test_deadline_exceeded(twin: Twin, start_fake: StartFake, method: str) -> No
     server = start_fake("a", lambda fake, job, attempt: Delay(3.0))
     job = math_job("4", "4")
     start = time.monotonic()
-    answer = twin.call(server.address, method, job if method == "run" else [job], deadline=0.3)
+    answer = twin.call(server.address, method, job if method == "run" else [job], client={"deadline": 0.3})
     result = answer if method == "run" else answer[0]
     assert time.monotonic() - start < 2.0
     assert result.status is Status.DEADLINE_EXCEEDED and result.is_infrastructure_failure
@@ -202,10 +147,10 @@ def test_default_deadline_comes_from_job_limits(start_fake: StartFake) -> None:
 def test_results_stream_as_they_finish(twin: Twin, start_fake: StartFake) -> None:
     server = start_fake("a", lambda fake, job, attempt: Delay(0.05 * (6 - job.index)))
     jobs = [math_job("1", "1") for _ in range(6)]
-    streamed = twin.stream(server.address, jobs, batch_size=1)
+    streamed = twin.stream(server.address, jobs, client={"batch_size": 1})
     assert [r.index for r in streamed] != list(range(6)), "later jobs finished first and came first"
     assert sorted(r.index for r in streamed) == list(range(6))
-    ordered = twin.call(server.address, "score_batch", jobs, batch_size=1)
+    ordered = twin.call(server.address, "score_batch", jobs, client={"batch_size": 1})
     assert [r.index for r in ordered] == list(range(6))
 
 
@@ -222,7 +167,7 @@ def test_round_robin_spreads_and_survives_a_stopped_daemon(twin: Twin, start_fak
         if count == 30:
             b.stop()  # grace None: b's in-flight streams end with UNAVAILABLE
 
-    results = twin.stream([a.address, b.address], jobs, stop_b, batch_size=5, max_concurrent_batches=4)
+    results = twin.stream([a.address, b.address], jobs, stop_b, client={"batch_size": 5, "max_concurrent_batches": 4})
     assert sorted(r.index for r in results) == list(range(300))
     assert all(r.ok for r in results)
     assert a.fake.jobs_seen > 0 and b.fake.jobs_seen > 0
@@ -244,7 +189,7 @@ def test_health_checking_skips_a_draining_daemon(start_fake: StartFake) -> None:
 def test_loopback_tcp_address_list(twin: Twin, start_fake: StartFake) -> None:
     a, b = start_fake("a", tcp=True), start_fake("b", tcp=True)
     results = twin.call(
-        [a.address, b.address], "score_batch", [math_job("1", "1") for _ in range(20)], batch_size=1
+        [a.address, b.address], "score_batch", [math_job("1", "1") for _ in range(20)], client={"batch_size": 1}
     )
     assert all(r.ok for r in results) and {r.message for r in results} == {"a", "b"}
 
@@ -254,7 +199,7 @@ def test_batch_hint_is_shared_between_daemons(twin: Twin, start_fake: StartFake)
     merged = twin.call([a.address, b.address], "set_batch_hint", 101, 8)
     assert [h.batch_size for h in a.fake.hints] == [51] and [h.sessions for h in b.fake.hints] == [4]
     assert sorted(p.name for p in merged.pools) == ["a", "b"]
-    twin.call([a.address, b.address], "score_batch", [math_job("1", "1") for _ in range(6)], batch_size=1)
+    twin.call([a.address, b.address], "score_batch", [math_job("1", "1") for _ in range(6)], client={"batch_size": 1})
     assert twin.call([a.address, b.address], "pool_status").jobs_total == 6
     assert twin.call(a.address, "info").version == "fake-a"
 

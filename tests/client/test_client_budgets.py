@@ -9,43 +9,24 @@ calls, and their public signatures are compared.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import time
 from typing import Any
 
 import grpc
 import pytest
-from conftest import StartFake
+from conftest import FAST, StartFake, Twin
 from fake_daemon import Abort, Delay
 from sandboxd_client import (
     AsyncSandboxClient,
     AsyncSession,
     DeadlineExceeded,
-    RetryPolicy,
     SandboxClient,
     Session,
     Status,
     math_job,
 )
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
-
-FAST = RetryPolicy(max_retries=3, initial_backoff=0.01, max_backoff=0.05)
-
-
-def call(kind: str, address: str, method: str, *args: Any, client: dict[str, Any] | None = None,
-         **kwargs: Any) -> Any:
-    """``client.method(*args, **kwargs)`` on the sync or the async twin."""
-    options = {"retry_policy": FAST, **(client or {})}
-    if kind == "sync":
-        with SandboxClient(address, **options) as c:
-            return getattr(c, method)(*args, **kwargs)
-
-    async def go() -> Any:
-        async with AsyncSandboxClient(address, **options) as c:
-            return await getattr(c, method)(*args, **kwargs)
-
-    return asyncio.run(go())
 
 
 def recording(limits: list[float], action: Any = None) -> Any:
@@ -63,42 +44,38 @@ SCORE_CALLS = [
 ]
 
 
-@pytest.mark.parametrize("kind", ["sync", "async"])
 @pytest.mark.parametrize(("method", "args"), SCORE_CALLS)
-def test_timeout_on_score_calls_is_the_jobs_limit(start_fake: StartFake, kind: str, method: str, args: Any) -> None:
+def test_timeout_on_score_calls_is_the_jobs_limit(start_fake: StartFake, twin: Twin, method: str, args: Any) -> None:
     limits: list[float] = []
     # The fake answers after 0.5 s: were timeout=0.2 an RPC deadline, this would be DEADLINE_EXCEEDED.
     server = start_fake("a", recording(limits, Delay(0.5)))
-    result = call(kind, server.address, method, *args, timeout=0.2)
+    result = twin.call(server.address, method, *args, timeout=0.2)
     assert result.status is Status.OK, result
     assert limits == [pytest.approx(0.2)], "the sandbox got the limit"
 
 
-@pytest.mark.parametrize("kind", ["sync", "async"])
 @pytest.mark.parametrize(("method", "args"), [*SCORE_CALLS, ("run", (math_job("4", "4", timeout=5.0),))])
-def test_deadline_bounds_the_rpc_only(start_fake: StartFake, kind: str, method: str, args: Any) -> None:
+def test_deadline_bounds_the_rpc_only(start_fake: StartFake, twin: Twin, method: str, args: Any) -> None:
     limits: list[float] = []
     server = start_fake("a", recording(limits, Delay(3.0)))
     start = time.monotonic()
-    result = call(kind, server.address, method, *args, deadline=0.3)
+    result = twin.call(server.address, method, *args, deadline=0.3)
     assert time.monotonic() - start < 2.0
     assert result.status is Status.DEADLINE_EXCEEDED and isinstance(result.error, DeadlineExceeded)
     assert (result.attempts, result.client_attempts) == (0, 1), "made up by the client; not retried"
     assert limits == [5.0 if method == "run" else 0.0], "the job's own limit is untouched by deadline="
 
 
-@pytest.mark.parametrize("kind", ["sync", "async"])
-def test_client_deadline_is_the_default_for_every_call(start_fake: StartFake, kind: str) -> None:
+def test_client_deadline_is_the_default_for_every_call(start_fake: StartFake, twin: Twin) -> None:
     server = start_fake("a", lambda fake, job, attempt: Delay(3.0))
-    results = call(kind, server.address, "score_batch", [math_job("4", "4"), math_job("5", "5")],
-                   client={"deadline": 0.3})  # fmt: skip
+    jobs = [math_job("4", "4"), math_job("5", "5")]
+    results = twin.call(server.address, "score_batch", jobs, client={"deadline": 0.3})
     assert [r.status for r in results] == [Status.DEADLINE_EXCEEDED] * 2
 
 
-@pytest.mark.parametrize("kind", ["sync", "async"])
 @pytest.mark.parametrize("method", ["run", "score_batch"])
 def test_attempts_counts_the_daemons_tries_client_attempts_the_clients(
-    start_fake: StartFake, kind: str, method: str
+    start_fake: StartFake, twin: Twin, method: str
 ) -> None:
     lost = pb.JobResult(status=pb.STATUS_SANDBOX_LOST, reward=-1.0, attempts=3)
 
@@ -112,27 +89,25 @@ def test_attempts_counts_the_daemons_tries_client_attempts_the_clients(
     server = start_fake("a", script)
     jobs = [math_job("4", "4"), math_job("4", "4"), math_job("4", "4")]
     if method == "run":
-        results = [call(kind, server.address, "run", job) for job in jobs[:1]]
-        results += [call(kind, server.address, "run", pb.Job(index=1, math=jobs[1].math))]
-        results += [call(kind, server.address, "run", pb.Job(index=2, math=jobs[2].math))]
+        results = [twin.call(server.address, "run", job) for job in jobs[:1]]
+        results += [twin.call(server.address, "run", pb.Job(index=1, math=jobs[1].math))]
+        results += [twin.call(server.address, "run", pb.Job(index=2, math=jobs[2].math))]
     else:
-        results = call(kind, server.address, "score_batch", jobs)
+        results = twin.call(server.address, "score_batch", jobs)
     assert all(r.ok for r in results), results
     assert [(r.attempts, r.client_attempts) for r in results] == [(2, 2), (1, 2), (1, 1)]
     assert results[0].to_dict()["client_attempts"] == 2
 
 
-@pytest.mark.parametrize("kind", ["sync", "async"])
-def test_client_attempts_count_failed_rpcs(start_fake: StartFake, kind: str) -> None:
+def test_client_attempts_count_failed_rpcs(start_fake: StartFake, twin: Twin) -> None:
     server = start_fake("a", lambda fake, job, attempt: Abort(grpc.StatusCode.UNAVAILABLE) if attempt < 3 else None)
-    result = call(kind, server.address, "score_math", "4", "4")
+    result = twin.call(server.address, "score_math", "4", "4")
     assert result.ok and (result.attempts, result.client_attempts) == (1, 3)
 
 
-@pytest.mark.parametrize("kind", ["sync", "async"])
-def test_retries_exhausted_keep_the_daemons_answer_and_both_counts(start_fake: StartFake, kind: str) -> None:
+def test_retries_exhausted_keep_the_daemons_answer_and_both_counts(start_fake: StartFake, twin: Twin) -> None:
     server = start_fake("a", lambda fake, job, attempt: pb.JobResult(status=pb.STATUS_SANDBOX_LOST, attempts=3))
-    result = call(kind, server.address, "score_math", "4", "4", failure_value=0.0)
+    result = twin.call(server.address, "score_math", "4", "4", failure_value=0.0)
     assert result.status is Status.SANDBOX_LOST and result.error is None
     assert (result.attempts, result.client_attempts) == (3, FAST.max_retries + 1)
 
