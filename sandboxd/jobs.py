@@ -71,6 +71,11 @@ class PreparedJob:
     budget_seconds: float
     # Set when the verdict needs no sandbox (no code found in the completion).
     early_result: dict[str, Any] | None = None
+    # For to_result only, never sent to the sandbox: code jobs' extracted code and
+    # reward mode, reward-model jobs' (mode, scale, shift) normalisation.
+    extracted_code: str = ""
+    reward_mode: str = "binary"
+    normalize: tuple[str, float, float] = ("none", 1.0, 0.0)
 
 
 def resolve_limits(requested: pb.Limits, config: Config, where: str) -> dict[str, Any]:
@@ -110,9 +115,16 @@ def _program(language: str, code: str, config: Config, where: str) -> dict[str, 
         "run": list(spec.run_argv),
         "env": dict(spec.env),
         "compile_timeout": min(spec.compile_timeout, config.limits.compile_timeout_seconds),
-        # The JVM, Go and V8 reserve far more address space than they use.
-        "address_space_limit": spec.name not in ("java", "go", "javascript"),
+        "address_space_limit": spec.address_space_limit,
     }
+
+
+def _tolerance(value: float, where: str) -> float:
+    """A request's float tolerance: 1e-6 when unset, INVALID_ARGUMENT unless finite and >= 0."""
+    tolerance = value or 1e-6
+    if not math.isfinite(tolerance) or tolerance < 0:
+        raise InvalidRequest(f"{where} must be a finite number >= 0")
+    return tolerance
 
 
 def _pool_for(language: str) -> str:
@@ -154,9 +166,7 @@ def prepare(job: pb.Job, config: Config) -> PreparedJob:
                                  "characters")
         if not job.math.ground_truth.strip():
             raise InvalidRequest(f"{where}.math.ground_truth is empty")
-        tolerance = job.math.float_tolerance or 1e-6
-        if not math.isfinite(tolerance) or tolerance < 0:
-            raise InvalidRequest(f"{where}.math.float_tolerance must be a finite number >= 0")
+        tolerance = _tolerance(job.math.float_tolerance, f"{where}.math.float_tolerance")
         agent_job = {
             "kind": "math", "completion": job.math.completion, "ground_truth": job.math.ground_truth,
             "extraction": MATH_EXTRACTION.get(job.math.extraction, "auto"), "tolerance": tolerance,
@@ -180,12 +190,9 @@ def _prepare_reward_model(job: pb.Job, config: Config, limits: dict[str, Any], f
         raise InvalidRequest(f"{where}.reward_model: prompt and completion are limited to {MAX_REWARD_MODEL_CHARS} "
                              "characters together")
     model = config.models[name]
-    agent_job = {
-        "kind": "reward_model", "prompt": request.prompt, "completion": request.completion, "limits": limits,
-        "normalize": {"mode": model.normalize, "scale": model.scale, "shift": model.shift},
-    }
+    agent_job = {"kind": "reward_model", "prompt": request.prompt, "completion": request.completion, "limits": limits}
     return PreparedJob(job.index, "reward_model", rewardpool.pool_name(name), failure_value, agent_job,
-                       limits["timeout"])
+                       limits["timeout"], normalize=(model.normalize, model.scale, model.shift))
 
 
 def check_path(path: str, where: str) -> None:
@@ -214,9 +221,7 @@ def _prepare_code(job: pb.Job, config: Config, limits: dict[str, Any], failure_v
         plan = code_verifier.normalize_tests(_tests_dict(request.tests))
     except ValueError as exc:
         raise InvalidRequest(f"{where}.code.tests: {exc}") from None
-    tolerance = request.float_tolerance or 1e-6
-    if not math.isfinite(tolerance) or tolerance < 0:
-        raise InvalidRequest(f"{where}.code.float_tolerance must be a finite number >= 0")
+    tolerance = _tolerance(request.float_tolerance, f"{where}.code.float_tolerance")
     language = request.language or "python"
     mode = CODE_EXTRACTION.get(request.extraction, "last_block")
     if mode == "tag" and not request.tag:
@@ -242,9 +247,9 @@ def _prepare_code(job: pb.Job, config: Config, limits: dict[str, Any], failure_v
         "kind": "code", "program": program, "limits": limits,
         "plan": plan_to_agent(plan), "checker": CHECKERS.get(request.checker, "whitespace"),
         "tolerance": tolerance, "stop_on_first_failure": request.stop_on_first_failure,
-        "reward_mode": "fraction" if request.reward_mode == pb.REWARD_MODE_FRACTION else "binary",
-        "extracted_code": extracted,
     }
+    prepared.extracted_code = extracted
+    prepared.reward_mode = "fraction" if request.reward_mode == pb.REWARD_MODE_FRACTION else "binary"
     if plan.kind != "stdio":
         agent_job["harness"] = harness_arguments(plan, program["code"], tolerance, request.stop_on_first_failure)
     prepared.agent_job = agent_job
@@ -253,9 +258,13 @@ def _prepare_code(job: pb.Job, config: Config, limits: dict[str, Any], failure_v
 
 def harness_arguments(plan: code_verifier.TestPlan, program_code: str, tolerance: float,
                       stop_on_first_failure: bool) -> dict[str, Any]:
-    """Keyword arguments for pyharness.run_tests in the sandbox's judge process."""
+    """Keyword arguments for pyharness.run_tests in the sandbox's judge process.
+
+    ``names`` (a full parse of the program, seconds for a large one) only matters to
+    assert tests; other plans send none.
+    """
     return {
-        "names": pyharness.top_level_names(program_code),
+        "names": pyharness.top_level_names(program_code) if plan.kind == "assert" else [],
         "assert_code": plan.assert_code,
         "entry_point": plan.entry_point,
         "fn_name": plan.fn_name,
@@ -306,11 +315,10 @@ def to_result(prepared: PreparedJob, outcome: dict[str, Any], attempts: int) -> 
         agent_job = prepared.agent_job or {}
         result.code.tests_passed, result.code.tests_total = passed, total
         result.code.language = agent_job.get("program", {}).get("language", "")
-        result.code.extracted_code = agent_job.get("extracted_code", "")[:20000]
+        result.code.extracted_code = prepared.extracted_code[:20000]
         result.code.compile_output = str(detail.get("compile_output", ""))[:8192]
         if status < pb.STATUS_SANDBOX_LOST:
-            mode = agent_job.get("reward_mode", "binary")
-            reward = code_verifier.score(passed, total, mode, prepared.failure_value)
+            reward = code_verifier.score(passed, total, prepared.reward_mode, prepared.failure_value)
     elif prepared.kind == "math":
         detail = outcome.get("math", {}) or {}
         result.math.extracted_answer = str(detail.get("extracted_answer", ""))[:2000]
@@ -326,9 +334,9 @@ def to_result(prepared: PreparedJob, outcome: dict[str, Any], attempts: int) -> 
         if status == pb.STATUS_OK:
             raw = detail.get("raw_score")
             if isinstance(raw, (int, float)) and math.isfinite(raw):
-                settings = (prepared.agent_job or {})["normalize"]
+                mode, scale, shift = prepared.normalize
                 result.reward_model.raw_score = raw
-                reward = reward_model_verifier.normalize(raw, settings["mode"], settings["scale"], settings["shift"])
+                reward = reward_model_verifier.normalize(raw, mode, scale, shift)
             else:
                 result.status, result.message = pb.STATUS_INTERNAL, f"the reward model gave no usable score ({raw!r})"
     if not math.isfinite(reward):

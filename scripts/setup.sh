@@ -13,7 +13,7 @@
 #
 # Usage: sudo scripts/setup.sh [--no-criu] [--no-images] [--images "NAME..."]
 #   --no-criu      skip step 3 (sandboxd then cold-starts every sandbox)
-#   --no-images    skip step 5 (also SANDBOXD_SKIP_IMAGES=1)
+#   --no-images    skip step 6 (also SANDBOXD_SKIP_IMAGES=1)
 #   --images LIST  images to build (default: python langs; add reward-model for the
 #                  heavy torch image; also SANDBOXD_IMAGES)
 # Environment: PYTHON (interpreter for the venv, default python3), and the SANDBOXD_*
@@ -43,7 +43,7 @@ while [ $# -gt 0 ]; do
         --no-criu) SKIP_CRIU=1; shift ;;
         --no-images) SKIP_IMAGES=1; shift ;;
         --images) IMAGES=$2; shift 2 ;;
-        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
         *) die "unknown argument $1 (see --help)" ;;
     esac
 done

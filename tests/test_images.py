@@ -102,13 +102,14 @@ def test_base_override_replaces_the_rootfs(tree: Path, monkeypatch: pytest.Monke
 def test_reward_model_tag_depends_on_the_torch_wheel(tree: Path, tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     from_pypi = images.image_tag("reward-model")
+    python = images.image_tag("python")
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     (wheels / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"wheel")
     monkeypatch.setenv("SANDBOXD_WHEELS_DIR", str(wheels))
     assert images.torch_wheel() is not None
     assert images.image_tag("reward-model") != from_pypi
-    assert images.image_tag("python") == images.image_tag("python")
+    assert images.image_tag("python") == python  # only the reward-model image installs torch
 
 
 def test_unknown_or_missing_images_are_errors(tree: Path) -> None:
@@ -139,8 +140,13 @@ def test_debian_mirror_from_apt_sources(tmp_path: Path, monkeypatch: pytest.Monk
 def test_ca_bundle_prefers_the_sandboxd_variable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     bundle = tmp_path / "ca.pem"
     bundle.write_text("cert")
+    pip_cert = tmp_path / "pip.pem"
+    pip_cert.write_text("other cert")
+    monkeypatch.setenv("PIP_CERT", str(pip_cert))
     monkeypatch.setenv("SANDBOXD_CA_BUNDLE", str(bundle))
     assert images.ca_bundle() == bundle
+    monkeypatch.delenv("SANDBOXD_CA_BUNDLE")
+    assert images.ca_bundle() == pip_cert
 
 
 @pytest.mark.docker

@@ -176,8 +176,10 @@ class Controller:
             "PYTHONDONTWRITEBYTECODE": "1",
             "PYTHONHASHSEED": "0",
         }
+        from sandboxd.verifiers.code import expand_env
+
         # Language settings name paths inside the run's own work dir.
-        env.update({key: value.replace("{workdir}", workdir) for key, value in (extra or {}).items()})
+        env.update(expand_env(extra or {}, workdir))
         return env
 
     def _program_spec(self, program: dict[str, Any], limits: dict[str, Any], uid: int, workdir: str,

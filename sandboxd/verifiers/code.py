@@ -34,6 +34,7 @@ __all__ = [
     "assemble_program",
     "compare_stdout",
     "compare_values",
+    "expand_env",
     "extract_code",
     "normalize_tests",
     "resolve_language",
@@ -51,9 +52,12 @@ class Language:
 
     All paths are relative to the job's private work dir, which is also the
     working directory of both commands. ``env`` values may contain the
-    placeholder ``{workdir}`` (see :meth:`environ`); they are added to the
+    placeholder ``{workdir}`` (see :func:`expand_env`); they are added to the
     worker's environment for the compile step and the runs. Interpreted
     languages have no ``compile_argv`` and a ``compile_timeout`` of 0.
+    ``address_space_limit`` is False for runtimes that reserve far more
+    address space than they use (the JVM, Go, V8): their runs get no
+    RLIMIT_AS.
     """
 
     name: str
@@ -63,10 +67,16 @@ class Language:
     compile_timeout: float = 30.0
     aliases: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
+    address_space_limit: bool = True
 
     def environ(self, workdir: str) -> dict[str, str]:
         """The extra environment variables, with ``{workdir}`` substituted."""
-        return {key: value.replace("{workdir}", workdir) for key, value in self.env}
+        return expand_env(dict(self.env), workdir)
+
+
+def expand_env(env: Mapping[str, str], workdir: str) -> dict[str, str]:
+    """``env`` with the placeholder ``{workdir}`` in its values replaced by ``workdir``."""
+    return {key: value.replace("{workdir}", workdir) for key, value in env.items()}
 
 
 LANGUAGES: dict[str, Language] = {
@@ -93,8 +103,17 @@ LANGUAGES: dict[str, Language] = {
             ("javac", "-encoding", "UTF-8", "Main.java"),
             ("java", "-XX:+UseSerialGC", "-Xss64m", "-cp", ".", "Main"),
             30.0,
+            address_space_limit=False,
         ),
-        Language("javascript", "main.js", None, ("node", "main.js"), 0.0, ("js", "node", "nodejs")),
+        Language(
+            "javascript",
+            "main.js",
+            None,
+            ("node", "main.js"),
+            0.0,
+            ("js", "node", "nodejs"),
+            address_space_limit=False,
+        ),
         # go build writes a build cache and wants a HOME: both must be writable
         # by the worker's uid, and a cache shared between uids is not (each
         # worker has its own uid), so they live in the job's own work dir. A cold
@@ -116,6 +135,7 @@ LANGUAGES: dict[str, Language] = {
                 ("GOTOOLCHAIN", "local"),
                 ("CGO_ENABLED", "0"),
             ),
+            address_space_limit=False,
         ),
         Language(
             "rust",
@@ -393,12 +413,16 @@ class TestPlan:
 
 
 _IMPORT_LINE = re.compile(r"^(?:import\s+\S|from\s+\S+\s+import\s)")
+# What ast.parse raises for code it cannot take: bad syntax, NUL bytes (ValueError),
+# nesting too deep for the parser (RecursionError, or MemoryError for a long chain
+# such as "assert " + "-" * 200000 + "1").
+_PARSE_ERRORS = (SyntaxError, ValueError, RecursionError, MemoryError)
 
 
 def _parse(code: str) -> ast.Module | None:
     try:
         return ast.parse(code)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    except _PARSE_ERRORS:
         return None
 
 
@@ -469,6 +493,8 @@ def _check_assert_code(code: str, entry_point: str, what: str) -> None:
         tree = ast.parse(code)
     except SyntaxError as exc:
         raise ValueError(f"{what} does not parse: {exc.msg} (line {exc.lineno})") from None
+    except _PARSE_ERRORS as exc:  # NUL bytes, nesting deeper than the parser can take
+        raise ValueError(f"{what} does not parse: {type(exc).__name__} {exc}".rstrip()[:500]) from None
     defines_check = any(isinstance(node, ast.FunctionDef) and node.name == "check" for node in tree.body)
     if defines_check and not entry_point:
         raise ValueError(f"{what} defines check(candidate) but no entry_point names the candidate")
@@ -615,12 +641,10 @@ def _case_list_plan(cases: list[Any], fn_name: str) -> TestPlan:
         raise ValueError("dataset_json: functional tests need fn_name (or metadata.func_name)")
     calls = []
     for i, c in enumerate(cases):
-        expected = c["output"]
-        what = f"dataset_json[{i}].output"
         calls.append(
             FunctionCase(
                 _lcb_args(c["input"], f"dataset_json[{i}].input"),
-                _load_json(expected, what) if isinstance(expected, str) else expected,
+                _maybe_json(c["output"], f"dataset_json[{i}].output"),
             )
         )
     return TestPlan("function", fn_name=_identifier_path(fn_name, "fn_name"), function=tuple(calls))

@@ -158,7 +158,7 @@ def _match_brace(text: str, open_idx: int) -> int | None:
     return None
 
 
-def _box_content(text: str, start: int, end: int) -> str | None:
+def _box_content(text: str, end: int) -> str | None:
     """Content of the box whose command ends at ``end`` (``\\boxed{..}`` or ``\\boxed 5``)."""
     i = end
     while i < len(text) and text[i] in " \t":
@@ -179,17 +179,22 @@ def _extract_boxed(text: str) -> str | None:
     """Content of the last well-formed, non-empty ``\\boxed{...}`` / ``\\fbox{...}``."""
     matches = list(_BOX_RE.finditer(text))
     for m in reversed(matches[-_MAX_BOX_TRIES:]):
-        content = _box_content(text, m.start(), m.end())
+        content = _box_content(text, m.end())
         if content is not None and content.strip():
             return content.strip()
     return None
+
+
+def _span_text(m: re.Match[str]) -> str:
+    """The content of a :data:`_MATH_SPAN_RE` match, whichever delimiters it had."""
+    return next(g for g in m.groups() if g is not None).strip()
 
 
 def _first_math_span(text: str) -> str | None:
     m = _MATH_SPAN_RE.search(text)
     if not m:
         return None
-    return next(g for g in m.groups() if g is not None).strip()
+    return _span_text(m)
 
 
 def _extract_answer_tag(text: str) -> str | None:
@@ -373,7 +378,7 @@ def _extract_last_expression(text: str) -> str | None:
     span_text = None
     after = 0
     for m in reversed(spans):
-        content = next(g for g in m.groups() if g is not None).strip()
+        content = _span_text(m)
         if content:
             span_text = content
             after = m.end()
@@ -475,13 +480,15 @@ def _strip_delims(s: str) -> str:
     return s
 
 
+_SQRT_PAREN_RE = re.compile(r"\\sqrt\s*\(")
+
+
 def _replace_sqrt_parens(s: str) -> str:
     r"""Rewrite ``\sqrt(x)`` to ``\sqrt{x}``: latex2sympy turns it into ``\\sqrt{x}`` (#41)."""
     out: list[str] = []
     i = 0
-    pattern = re.compile(r"\\sqrt\s*\(")
     while True:
-        m = pattern.search(s, i)
+        m = _SQRT_PAREN_RE.search(s, i)
         if not m:
             out.append(s[i:])
             return "".join(out)
@@ -898,7 +905,7 @@ def _clip(text: str) -> str:
     return text if len(text) <= MAX_FIELD_CHARS else text[: MAX_FIELD_CHARS - 3] + "..."
 
 
-def _compare(gold_objs: list[Any], pred_objs: list[Any], numeric_precision: int = 15) -> bool:
+def _compare(gold_objs: list[Any], pred_objs: list[Any]) -> bool:
     grader = _load()
     for g in gold_objs:
         for p in pred_objs:
@@ -907,7 +914,7 @@ def _compare(gold_objs: list[Any], pred_objs: list[Any], numeric_precision: int 
                     g,
                     p,
                     float_rounding=6,
-                    numeric_precision=numeric_precision,
+                    numeric_precision=15,
                     timeout_seconds=None,
                     raise_on_error=False,
                 ):
@@ -964,8 +971,6 @@ def verify(
     Never installs signal handlers or timeouts: it is safe in any thread or inside an event loop,
     and relies on the caller to kill it at the deadline.
     """
-    if extraction not in EXTRACTION_MODES:
-        raise ValueError(f"unknown extraction mode {extraction!r}; expected one of {EXTRACTION_MODES}")
     completion = completion if isinstance(completion, str) else str(completion)
     ground_truth = ground_truth if isinstance(ground_truth, str) else str(ground_truth)
 

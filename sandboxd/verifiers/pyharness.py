@@ -57,7 +57,7 @@ import unittest
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NoReturn
 
-from .code import FunctionCase
+from .code import FunctionCase, _parse
 
 __all__ = [
     "MAX_DEPTH",
@@ -469,9 +469,8 @@ def top_level_names(code: str) -> list[str]:
     ``if``/``try``/``with`` blocks; not imports, not dunder names. ``[]`` when
     the code does not parse.
     """
-    try:
-        tree = ast.parse(code)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    tree = _parse(code)
+    if tree is None:
         return []
     names: list[str] = []
 

@@ -96,7 +96,7 @@ class RewardModel:
 
     # ---- formatting --------------------------------------------------------------
     def encode(self, prompt: str, completion: str) -> list[int]:
-        """Token ids of one pair, truncated to max_length (the end of the completion goes first)."""
+        """Token ids of one whole pair, not truncated: may be longer than max_length (see :meth:`truncate`)."""
         tokenizer = self.tokenizer
         if self.chat_template:
             conversation = [{"role": "user", "content": prompt}, {"role": "assistant", "content": completion}]
@@ -105,9 +105,24 @@ class RewardModel:
             # give the model an input it never saw in training.
             ids = tokenizer(text, add_special_tokens=False)["input_ids"]
         else:
-            ids = tokenizer(prompt, completion, truncation="longest_first",
-                            max_length=self.settings.max_length)["input_ids"]
+            ids = tokenizer(prompt, completion)["input_ids"]
         return list(ids)
+
+    def truncate(self, prompt: str, completion: str, ids: list[int]) -> list[int]:
+        """``ids`` (:meth:`encode` of the pair) cut to max_length tokens.
+
+        A chat-formatted pair loses its end (the end of the completion goes first). A text
+        pair is encoded again with the tokenizer's own ``longest_first`` truncation, which
+        shortens the longer text and keeps the special tokens around both.
+        """
+        max_length = self.settings.max_length
+        if len(ids) <= max_length:
+            return ids
+        if self.chat_template:
+            return ids[:max_length]
+        # The slice only matters when the tokenizer cannot get under max_length by truncating.
+        return list(self.tokenizer(prompt, completion, truncation="longest_first",
+                                   max_length=max_length)["input_ids"])[:max_length]
 
     # ---- scoring -------------------------------------------------------------------
     def score(self, pairs: list[tuple[str, str]]) -> list[PairScore]:
@@ -117,13 +132,13 @@ class RewardModel:
         for index, (prompt, completion) in enumerate(pairs):
             try:
                 ids = self.encode(prompt, completion)
+                tokens = len(ids)
+                ids = self.truncate(prompt, completion, ids)
             except Exception as exc:  # a template that raises on this content, a tokenizer error
                 results[index] = PairScore(status="rejected", message=f"pair could not be formatted: {exc}"[:500])
                 continue
-            results[index].tokens = len(ids)
-            if len(ids) > self.settings.max_length:
-                ids = ids[: self.settings.max_length]
-                results[index].truncated = True
+            results[index].tokens = tokens
+            results[index].truncated = tokens > len(ids)
             if not ids:
                 results[index] = PairScore(status="rejected", message="pair encodes to no tokens")
                 continue

@@ -200,6 +200,16 @@ def test_text_pair_model_with_sigmoid(rm_channel: grpc.Channel, models: dict[str
         assert result.reward == pytest.approx(1 / (1 + math.exp(-(PAIR_SCALE * want + PAIR_SHIFT))), abs=TOLERANCE)
 
 
+def test_text_pair_model_reports_truncation(rm_channel: grpc.Channel, models: dict[str, Path]) -> None:
+    prompt, completion = "explain why", "because " * 40
+    [want] = reference_scores(models["pair"], [(prompt, completion)], PAIR_MAX_LENGTH)
+    result = pb_grpc.JobsStub(rm_channel).Run(job("pair", prompt, completion), timeout=120)
+    assert result.status == pb.STATUS_OK, result.message
+    assert result.reward_model.raw_score == pytest.approx(want, abs=TOLERANCE)
+    # The whole pair's length ([CLS] prompt [SEP] completion [SEP]), not the truncated one.
+    assert result.message == f"truncated from {1 + 2 + 1 + 40 + 1} to {PAIR_MAX_LENGTH} tokens"
+
+
 def test_model_that_fails_to_load_is_a_status(rm_channel: grpc.Channel) -> None:
     stub = pb_grpc.JobsStub(rm_channel)
     result = stub.Run(pb.Job(failure_value=0.0, reward_model=pb.RewardModelJob(

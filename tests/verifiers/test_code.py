@@ -30,6 +30,7 @@ from sandboxd.verifiers.code import (
     assemble_program,
     compare_stdout,
     compare_values,
+    expand_env,
     extract_code,
     normalize_tests,
     resolve_language,
@@ -143,6 +144,9 @@ def test_languages_table() -> None:
     assert LANGUAGES["rust"].compile_argv[:1] == ("rustc",)  # type: ignore[index]
     env = LANGUAGES["go"].environ("/work/job1")
     assert env["GOCACHE"].startswith("/work/job1/") and env["HOME"] == "/work/job1"
+    assert expand_env({"A": "{workdir}/x", "B": "plain"}, "/w") == {"A": "/w/x", "B": "plain"}
+    unlimited = {name for name, lang in LANGUAGES.items() if not lang.address_space_limit}
+    assert unlimited == {"java", "go", "javascript"}
     assert resolve_language("golang") is LANGUAGES["go"]
     with pytest.raises(ValueError):
         resolve_language("fortran")
@@ -1055,6 +1059,61 @@ def test_run_tests_argument_errors(pair: tuple[socket.socket, socket.socket]) ->
         run_tests("stdio", pair[0])
     with pytest.raises(ValueError):
         run_tests("function", pair[0], fn_name="f")
+
+
+# "assert -(-(...1))": ast.parse runs out of memory (MemoryError) rather than raising SyntaxError.
+DEEP_ASSERT = "assert " + "-" * 200000 + "1"
+
+
+def test_assert_code_the_parser_cannot_take_is_invalid() -> None:
+    from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
+
+    from sandboxd import jobs
+    from sandboxd.config import Config
+    from sandboxd.errors import InvalidRequest
+
+    with pytest.raises(ValueError, match="assert_code does not parse"):
+        normalize_tests({"assert_code": DEEP_ASSERT})
+    with pytest.raises(ValueError, match=r"dataset_json\.test does not parse"):
+        normalize_tests({"dataset_json": {"test": DEEP_ASSERT, "entry_point": "f"}})
+    with pytest.raises(ValueError, match="assert_code does not parse"):
+        normalize_tests({"assert_code": "assert 1\x00"})
+    job = pb.Job(
+        index=2,
+        code=pb.CodeJob(
+            completion="```python\ndef f():\n    return 1\n```", tests=pb.CodeTests(assert_code=DEEP_ASSERT)
+        ),
+    )
+    with pytest.raises(InvalidRequest, match=r"jobs\[2\].code.tests: assert_code does not parse"):
+        jobs.prepare(job, Config())
+    assert top_level_names(DEEP_ASSERT) == []
+
+
+def test_prepared_code_job_keeps_daemon_only_data_out_of_the_sandbox(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
+
+    from sandboxd import jobs
+    from sandboxd.config import Config
+    from sandboxd.verifiers import pyharness
+
+    completion = "```python\ndef add(a, b):\n    return a + b\n```"
+    function = pb.CodeTests(fn_name="add", function=[pb.FunctionCase(args_json="[1, 2]", expected_json="3")])
+    parsed: list[str] = []
+    monkeypatch.setattr(pyharness, "top_level_names", lambda code: parsed.append(code) or ["add"])
+    prepared = jobs.prepare(
+        pb.Job(code=pb.CodeJob(completion=completion, tests=function, reward_mode=pb.REWARD_MODE_FRACTION)), Config()
+    )
+    assert prepared.agent_job is not None
+    assert not {"extracted_code", "reward_mode", "normalize"} & set(prepared.agent_job)
+    assert (prepared.extracted_code, prepared.reward_mode) == ("def add(a, b):\n    return a + b\n", "fraction")
+    # Only assert tests use the candidate's top-level names: no parse for function tests.
+    assert prepared.agent_job["harness"]["names"] == [] and parsed == []
+    asserts = pb.CodeTests(assert_code="assert add(1, 2) == 3")
+    prepared = jobs.prepare(pb.Job(code=pb.CodeJob(completion=completion, tests=asserts)), Config())
+    assert prepared.agent_job is not None and prepared.agent_job["harness"]["names"] == ["add"]
+    assert len(parsed) == 1 and prepared.reward_mode == "binary"
+    result = jobs.to_result(prepared, {"status": "wrong_answer", "code": {"tests_passed": 0, "tests_total": 1}}, 1)
+    assert result.code.extracted_code == prepared.extracted_code and result.code.language == "python"
 
 
 def test_top_level_names() -> None:

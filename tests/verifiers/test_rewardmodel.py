@@ -26,6 +26,13 @@ def chat_model(tmp_path_factory: pytest.TempPathFactory) -> rewardmodel.RewardMo
     return rewardmodel.load(rewardmodel.ScorerSettings(name="chat", path=str(folder), max_length=32, threads=1))
 
 
+@pytest.fixture(scope="module")
+def pair_model(tmp_path_factory: pytest.TempPathFactory) -> rewardmodel.RewardModel:
+    """A BERT-style model: no chat template, a pair is scored as a text pair."""
+    folder = make_reward_model(tmp_path_factory.mktemp("pair"), kind="bert")
+    return rewardmodel.load(rewardmodel.ScorerSettings(name="pair", path=str(folder), max_length=16, threads=1))
+
+
 def test_batched_equals_one_at_a_time(chat_model: rewardmodel.RewardModel) -> None:
     batched = chat_model.score(PAIRS)
     single = [chat_model.score([pair])[0] for pair in PAIRS]
@@ -41,6 +48,24 @@ def test_chat_template_and_truncation(chat_model: rewardmodel.RewardModel) -> No
     assert long.truncated and long.tokens > 32
     described = chat_model.describe()
     assert (described["device"], described["dtype"], described["chat_template"]) == ("cpu", "float32", True)
+
+
+def test_text_pair_tokens_and_truncation(pair_model: rewardmodel.RewardModel) -> None:
+    assert not pair_model.chat_template
+    tokenizer = pair_model.tokenizer
+    assert tokenizer.decode(pair_model.encode("what is one", "two")) == "[CLS] what is one [SEP] two [SEP]"
+    short, long = pair_model.score([("what is one", "two"), PAIRS[1]])
+    assert (short.status, short.tokens, short.truncated) == ("ok", 7, False)
+    # encode() gives the whole pair; the score reports its length and that it was cut.
+    whole = len(pair_model.encode(*PAIRS[1]))
+    assert whole == 2 + 80 + 3 and (long.status, long.tokens, long.truncated) == ("ok", whole, True)
+    # What the model saw: the tokenizer's own longest_first truncation, special tokens kept.
+    cut = pair_model.truncate(*PAIRS[1], pair_model.encode(*PAIRS[1]))
+    assert cut == tokenizer(*PAIRS[1], truncation="longest_first", max_length=16)["input_ids"]
+    assert tokenizer.decode(cut).startswith("[CLS] explain why [SEP] because") and len(cut) == 16
+    with torch.inference_mode():
+        want = pair_model.model(input_ids=torch.tensor([cut])).logits[0, 0].item()
+    assert long.raw == pytest.approx(want, abs=1e-5)
 
 
 def test_a_pair_the_template_rejects_is_a_status(chat_model: rewardmodel.RewardModel,
