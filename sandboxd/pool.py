@@ -48,12 +48,16 @@ _control_serial = itertools.count()
 RESTORE_FAILURES_BEFORE_COLD = 3
 # Modules the agent imports before the snapshot, so every worker forks warm.
 WARM_MODULES = {
-    "python": "sandboxd.verifiers.code,sandboxd.verifiers.pyharness,sandboxd.verifiers.math",
+    "python": "sandboxd.verifiers.code,sandboxd.verifiers.pyharness",
     "langs": "sandboxd.verifiers.code,sandboxd.verifiers.pyharness",
     # Sessions fork from a lean zygote: every page it holds is shared by up
     # to sessions.per_sandbox live interpreters, and a cell imports what it uses.
     "sessions": "sandboxd.agent.repl",
 }
+# Pools that verify math warm sympy and Math-Verify in a zygote of their own,
+# which only the long-lived math servers fork from; job workers fork from the
+# lean one above (a fork and exit cost grows with the zygote's memory).
+MATH_WARM_MODULES = {"python": "sandboxd.verifiers.math"}
 
 
 def stage_agent_code(state_dir: str) -> tuple[str, str]:
@@ -109,6 +113,7 @@ class Pool:
         self.snapshot_key = SnapshotStore.key({
             "image": image, "code": code_key, "memory": config.sandbox.memory_bytes, "cpus": config.sandbox.cpus,
             "pids": config.sandbox.pids, "tmpfs": config.sandbox.tmpfs_bytes, "warm": WARM_MODULES.get(name, ""),
+            "math": self._math_args(name, config),
         })
         # Subclasses whose sandboxes load more at start (a reward model) allow longer,
         # and those that run no job code need no recycling (0: never).
@@ -251,12 +256,22 @@ class Pool:
                 extra -= 1
         self._on_change()
 
+    @staticmethod
+    def _math_args(name: str, config: Config) -> list[str]:
+        if name not in MATH_WARM_MODULES:
+            return []
+        # One warm math server per CPU of the sandbox, started (and so
+        # snapshotted) for the default memory limit, which most jobs use.
+        return ["--math-warm", MATH_WARM_MODULES[name], "--math-servers", str(max(1, math.ceil(config.sandbox.cpus))),
+                "--math-memory", str(config.limits.default_memory_bytes)]
+
     def _spec(self, name: str, control_dir: str) -> SandboxSpec:
         sandbox = self.config.sandbox
         return SandboxSpec(
             name=name,
             image=self.image,
-            command=["python3", "-m", "sandboxd.agent", "--private-tmp", "--warm", WARM_MODULES.get(self.name, "")],
+            command=["python3", "-m", "sandboxd.agent", "--private-tmp", "--warm", WARM_MODULES.get(self.name, ""),
+                     *self._math_args(self.name, self.config)],
             control_dir=control_dir,
             code_dir=self.code_dir,
             labels={LABEL_MANAGED: "1", LABEL_INSTANCE: self.instance, LABEL_NODE: self.node,
@@ -277,7 +292,7 @@ class Pool:
         return name, control_dir
 
     async def _start_template(self) -> str:
-        template, _hello = await self._boot("template", restore=False)
+        template, _hello = await self._boot("template", restore=False, prepare=False)
         # The snapshot store removes the container once it is checkpointed; its folder is ours to remove.
         self._template_dir = template.control_dir
         return template.container_id
@@ -311,8 +326,12 @@ class Pool:
         metrics.SANDBOX_READY_SECONDS.labels(self.name, sandbox.started_by).set(sandbox.ready_seconds)
         return sandbox
 
-    async def _boot(self, suffix: str, *, restore: bool) -> tuple[Sandbox, dict[str, Any]]:
-        """Create a sandbox and start it, restored from the snapshot or cold, until its agent answers."""
+    async def _boot(self, suffix: str, *, restore: bool, prepare: bool = True) -> tuple[Sandbox, dict[str, Any]]:
+        """Create a sandbox and start it, restored from the snapshot or cold, until its agent answers.
+
+        `prepare` then has the agent start what a snapshot cannot hold (warm
+        math servers), so a pool sandbox is ready for jobs at full speed.
+        """
         name, control_dir = self._new_name(suffix)
         container_id = await asyncio.to_thread(self.backend.create, self._spec(name, control_dir))
         sandbox = Sandbox(name=name, pool=self.name, container_id=container_id, control_dir=control_dir,
@@ -336,6 +355,8 @@ class Pool:
             else:
                 await asyncio.to_thread(self.backend.start, container_id)
             hello = await sandbox.wait_ready(self.ready_timeout, self._alive(container_id))
+            if prepare:
+                await sandbox.request({"op": "prepare"}, timeout=self.ready_timeout)
         except BaseException:
             await self._remove(sandbox)
             raise
@@ -348,6 +369,7 @@ class Pool:
         return alive
 
     async def _remove(self, sandbox: Sandbox) -> None:
+        sandbox.close_connections()
         try:
             await asyncio.to_thread(self.backend.remove, sandbox.container_id)
         except Exception as exc:

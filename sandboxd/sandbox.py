@@ -34,30 +34,46 @@ class Sandbox:
     retiring: bool = False
     languages: list[str] = field(default_factory=list)
     serial: int = field(default_factory=lambda: next(_serial))
+    _idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = field(default_factory=list, repr=False)
 
     @property
     def socket_path(self) -> str:
         return f"{self.control_dir}/agent.sock"
 
     async def request(self, message: dict[str, Any], timeout: float) -> dict[str, Any]:
-        """One request/response with the agent; any failure marks the sandbox damaged."""
-        writer = None
+        """One request/response with the agent; any failure marks the sandbox damaged.
+
+        Connections are kept open between requests (one per request in
+        flight; the agent serves each in order): a connect and accept on both
+        sides cost more than a trivial job's frames.
+        """
+        connection = None
         try:
             async with asyncio.timeout(timeout):
-                reader, writer = await asyncio.open_unix_connection(self.socket_path)
+                connection = self._idle.pop() if self._idle else await asyncio.open_unix_connection(self.socket_path)
+                reader, writer = connection
                 writer.write(encode_frame(message))
                 await writer.drain()
                 reply = await read_frame(reader)
         except (OSError, EOFError, ProtocolError, TimeoutError) as exc:
+            if connection is not None:
+                connection[1].close()
             self.damaged = True
             raise SandboxLost(f"sandbox {self.name}: {type(exc).__name__}: {exc}") from None
-        finally:
-            if writer is not None:
-                writer.close()
+        except BaseException:
+            # Cancelled mid-request: the reply may still arrive on this connection.
+            if connection is not None:
+                connection[1].close()
+            raise
+        self._idle.append(connection)
         if reply.get("damaged"):
             self.damaged = True
             raise SandboxLost(f"sandbox {self.name}: {reply.get('error')}")
         return reply
+
+    def close_connections(self) -> None:
+        while self._idle:
+            self._idle.pop()[1].close()
 
     async def wait_ready(self, timeout: float, alive: Callable[[], Awaitable[bool]]) -> dict[str, Any]:
         """Poll until the agent answers `hello` (it reseeds on it after a restore).

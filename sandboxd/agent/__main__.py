@@ -8,7 +8,7 @@ import contextlib
 import json
 import os
 
-from sandboxd.agent.controller import serve
+from sandboxd.agent.controller import MathSettings, serve
 
 # The binary whose presence says a language is usable in this image.
 TOOLCHAINS = {
@@ -27,6 +27,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="sandboxd-agent")
     parser.add_argument("--socket", default="/run/sandboxd-agent/agent.sock")
     parser.add_argument("--warm", default="", help="comma-separated modules to import and warm()")
+    parser.add_argument("--math-warm", default="",
+                        help="comma-separated modules for a second zygote that math servers fork from")
+    parser.add_argument("--math-servers", type=int, default=1,
+                        help="math servers to keep warm per memory limit (the sandbox's CPUs)")
+    parser.add_argument("--math-memory", type=int, default=0,
+                        help="start the math servers for this memory limit (bytes) before serving")
     parser.add_argument("--private-tmp", action="store_true",
                         help="make /tmp root-only (0755): jobs then have no shared place to leave files")
     parser.add_argument("--reward-model", default="", metavar="JSON",
@@ -42,7 +48,9 @@ def main() -> None:
             with contextlib.suppress(OSError):
                 os.chmod(folder, 0o755)
     reward_model = json.loads(args.reward_model) if args.reward_model else None
-    asyncio.run(serve(args.socket, warm, TOOLCHAINS, reward_model))
+    math_warm = [name for name in args.math_warm.split(",") if name]
+    math = MathSettings(math_warm, args.math_servers, args.math_memory)
+    asyncio.run(serve(args.socket, warm, TOOLCHAINS, reward_model, math))
 
 
 if __name__ == "__main__":

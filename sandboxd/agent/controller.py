@@ -5,7 +5,8 @@ daemon bind-mounts from the host; only root in the sandbox can reach it
 (folder 0700), so jobs, which run under other uids, cannot talk to it.
 
 Ops: `hello` (after a start or a restore: reseed, learn the sandbox's id),
-`ping`, `run` (one job: execute, code or math), and `session_open`,
+`prepare` (start the warm math servers), `ping`, `run` (one job: execute,
+code or math), and `session_open`,
 `session_cell`, `session_close` (see sessions.py).
 """
 
@@ -22,6 +23,7 @@ import signal
 import socket
 import sys
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from sandboxd.agent import sessions as sessions_module
@@ -30,6 +32,7 @@ from sandboxd.agent.mathserver import MathServers
 from sandboxd.agent.protocol import ProtocolError, encode_frame, read_frame
 from sandboxd.agent.rewardmodel import RewardModelHost
 from sandboxd.agent.runner import (
+    SPARE_WORKERS,
     Runner,
     RunOutcome,
     RunSpec,
@@ -49,6 +52,8 @@ WORK_ROOT = "/tmp/sandboxd"
 # Writable folders every uid shares; scrubbed of a run's files after it.
 SHARED_WRITABLE = ("/dev/shm", "/dev/mqueue", "/var/tmp", "/run/lock")
 TEXT_PREVIEW_BYTES = 4096
+# Math servers live for hundreds of jobs: one spare hides the rare fork.
+MATH_SPARE_WORKERS = 1
 DEFAULT_RLIMITS = {"fsize": 64 << 20, "nproc": 256, "nofile": 512, "core": 0}
 FILE_COLLECT_BYTES = 16 << 20
 # pyharness test statuses -> ours. A candidate that exits or breaks the
@@ -62,6 +67,13 @@ HARNESS_STATUSES = {
     "load_error": "runtime_error",
     "rejected": "rejected",
 }
+
+
+@dataclass
+class MathSettings:
+    warm_modules: list[str] = field(default_factory=list)  # none: math servers fork from the job zygote
+    servers: int = 1
+    prestart_memory: int = 0  # the memory limit `prepare` starts and warms servers for
 
 
 class UidPool:
@@ -82,13 +94,19 @@ def _preview(data: bytes, limit: int = TEXT_PREVIEW_BYTES) -> str:
 
 
 class Controller:
-    def __init__(self, zygote: Zygote, languages: list[str]) -> None:
+    def __init__(self, zygote: Zygote, languages: list[str], math_zygote: Zygote | None = None,
+                 math: MathSettings | None = None) -> None:
         self.zygote = zygote
         self.runner = Runner(zygote, self.reap)
+        # Math servers fork from a zygote of their own when the sandbox has
+        # one, so that job workers fork from (and exit out of) a lean one.
+        self.math_zygote = math_zygote
+        self.math_runner = Runner(math_zygote, self.reap) if math_zygote is not None else self.runner
         self.uids = UidPool()
         self.languages = languages
         self.sandbox_id = ""
-        self.math_servers = MathServers(self)
+        self.math = math or MathSettings()
+        self.math_servers = MathServers(self, self.math.servers)
         # Open sessions by uid, which is also the handle the daemon holds.
         self.sessions: dict[int, sessions_module.Session] = {}
         # Set in a reward-model sandbox: the model's scorer process and its batcher.
@@ -96,7 +114,7 @@ class Controller:
 
     # ---- process housekeeping ------------------------------------------
     def reap(self) -> None:
-        """Collect orphans re-parented to us; the zygote's death is fatal."""
+        """Collect orphans re-parented to us; a zygote's death is fatal."""
         while True:
             try:
                 pid, _status = os.waitpid(-1, os.WNOHANG)
@@ -104,7 +122,7 @@ class Controller:
                 return
             if pid == 0:
                 return
-            if pid == self.zygote.pid:
+            if pid == self.zygote.pid or (self.math_zygote is not None and pid == self.math_zygote.pid):
                 print("sandboxd-agent: zygote exited; sandbox is damaged", file=sys.stderr, flush=True)
                 os._exit(70)
 
@@ -409,7 +427,15 @@ class Controller:
             self.sandbox_id = request.get("sandbox_id", "")
             random.seed()
             self.zygote.send({"op": "reseed"})
+            if self.math_zygote is not None:
+                self.math_zygote.send({"op": "reseed"})
             return {"ok": True, "languages": self.languages, "pid": os.getpid()}
+        if op == "prepare":
+            # After hello, before the pool hands the sandbox jobs (and never
+            # in a snapshot's template): what cannot be snapshotted starts here.
+            if self.math.prestart_memory:
+                await self.math_servers.prestart(self.math.prestart_memory)
+            return {"ok": True}
         if op == "run":
             return {"result": await self.run_job(request["job"])}
         if op == "session_open":
@@ -472,12 +498,7 @@ def available_languages(toolchains: dict[str, str]) -> list[str]:
     return sorted(lang for lang, binary in toolchains.items() if shutil.which(binary))
 
 
-async def serve(socket_path: str, warm_modules: list[str], toolchains: dict[str, str],
-                reward_model: dict[str, Any] | None = None) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    os.makedirs(WORK_ROOT, mode=0o711, exist_ok=True)
-    os.chmod(WORK_ROOT, 0o711)
+def start_zygote(warm_modules: list[str], spares: int) -> Zygote:
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -486,11 +507,29 @@ async def serve(socket_path: str, warm_modules: list[str], toolchains: dict[str,
         ours.close()
         zygote_module.main(theirs, warm_modules)
     theirs.close()
-    zygote = Zygote(ours, pid)
-    controller = Controller(zygote, available_languages(toolchains))
+    return Zygote(ours, pid, spares=spares)
+
+
+async def serve(socket_path: str, warm_modules: list[str], toolchains: dict[str, str],
+                reward_model: dict[str, Any] | None = None, math: MathSettings | None = None) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    os.makedirs(WORK_ROOT, mode=0o711, exist_ok=True)
+    os.chmod(WORK_ROOT, 0o711)
+    # A worker's fork and exit cost grows with its zygote's memory (page
+    # tables copied, then torn down: about 1 ms per 50 MB here). Programs
+    # and test harnesses fork from a zygote holding only our harness code
+    # (15 MB); sympy and Math-Verify (60 MB) live in a second zygote that
+    # only the long-lived math servers fork from.
+    zygote = start_zygote(warm_modules, SPARE_WORKERS)
+    math = math or MathSettings()
+    math_zygote = start_zygote(math.warm_modules, MATH_SPARE_WORKERS) if math.warm_modules else None
+    controller = Controller(zygote, available_languages(toolchains), math_zygote, math)
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGCHLD, controller.reap)
     await zygote.ready
+    if math_zygote is not None:
+        await math_zygote.ready
     if reward_model is not None:
         # Loaded before the socket exists: the sandbox is ready (and snapshotted) with its model.
         controller.reward_model = RewardModelHost(reward_model)

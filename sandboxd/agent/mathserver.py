@@ -17,6 +17,8 @@ address space per server (servers are kept per memory limit).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import ctypes
 import os
 import socket
@@ -30,8 +32,12 @@ if TYPE_CHECKING:
     from sandboxd.agent.controller import Controller
 
 RECYCLE_AFTER_JOBS = 500
-# Idle servers kept per memory limit; more are started while jobs overlap.
-IDLE_SERVERS = 4
+# A new server costs about 300 ms of CPU here before it runs at full speed
+# (copy-on-write faults across sympy's heap), 50 math jobs' worth, so jobs
+# wait for a busy server rather than start one; only when every server has
+# been busy this long (a slow, hostile answer) is another started.
+SPILL_SECONDS = 0.5
+WARM_SECONDS = 60.0
 # The server's CPU rlimit covers its whole life, not one job.
 SERVER_CPU_SECONDS = 3600
 RESULT_FRAME_BYTES = 1 << 20
@@ -51,10 +57,18 @@ def serve(channel: socket.socket, results: socket.socket) -> NoReturn:
         except (EOFError, OSError, ProtocolError):
             os._exit(0)
         try:
-            verdict = math_verifier.verify(job["completion"], job["ground_truth"],
-                                           extraction=job.get("extraction", "auto"),
-                                           float_tolerance=job.get("tolerance", 1e-6))
-            reply: dict[str, Any] = {"result": verdict}
+            op = job.get("op", "verify")
+            if op == "warm":
+                # Runs the samples here, so the pages they touch are this
+                # server's own before its first job (a fresh fork pays a
+                # copy-on-write fault per page of sympy's heap it writes).
+                math_verifier.warm()
+                reply: dict[str, Any] = {"ok": True}
+            else:
+                verdict = math_verifier.verify(job["completion"], job["ground_truth"],
+                                               extraction=job.get("extraction", "auto"),
+                                               float_tolerance=job.get("tolerance", 1e-6))
+                reply = {"result": verdict}
         except MemoryError:
             reply = {"error": "MemoryError", "memory": True}
         except BaseException as exc:  # the verifier's own failure: reported, then this server is replaced
@@ -73,7 +87,7 @@ class MathServer:
         self.memory = memory
         self.uid = 0
         self.jobs_done = 0
-        self.worker = ResidentWorker(controller.runner, RESULT_FRAME_BYTES)
+        self.worker = ResidentWorker(controller.math_runner, RESULT_FRAME_BYTES)
 
     async def start(self) -> None:
         controller = self.controller
@@ -125,37 +139,87 @@ class MathServer:
 
 
 class MathServers:
-    """Idle servers by memory limit; a job borrows one and gives it back if it is still good."""
+    """Warm servers by memory limit; a job borrows an idle one and gives it back if it is still good.
 
-    def __init__(self, controller: Controller) -> None:
+    At most `servers` per memory limit run at once, the sandbox's CPU
+    share (more would only interleave on the same CPU), plus any started
+    when all of them stayed busy for SPILL_SECONDS.
+    """
+
+    def __init__(self, controller: Controller, servers: int = 1) -> None:
         self.controller = controller
+        self.servers = max(1, servers)
         self._idle: dict[int, list[MathServer]] = {}
+        self._live: dict[int, int] = {}
+        self._returned = asyncio.Condition()
+
+    async def prestart(self, memory: int) -> None:
+        """Start and warm the servers for `memory` before the sandbox takes jobs.
+
+        Never before a snapshot: CRIU, as Docker runs it here, cannot dump a
+        process that runs under another uid (it may not read its rlimits).
+        """
+        idle = self._idle.setdefault(memory, [])
+        while self._live.get(memory, 0) < self.servers:
+            server = await self._start(memory)
+            if await server.worker.request({"op": "warm"}, timeout=WARM_SECONDS) is None:
+                self._closed(server)
+                return
+            idle.append(server)
+
+    async def _start(self, memory: int) -> MathServer:
+        server = MathServer(self.controller, memory)
+        self._live[memory] = self._live.get(memory, 0) + 1
+        try:
+            await server.start()
+        except BaseException:
+            self._closed(server)
+            raise
+        return server
+
+    def _closed(self, server: MathServer) -> None:
+        server.close()
+        self._live[server.memory] -= 1
+
+    async def _borrow(self, memory: int) -> MathServer:
+        idle = self._idle.setdefault(memory, [])
+        loop = asyncio.get_running_loop()
+        spill_at = loop.time() + SPILL_SECONDS
+        async with self._returned:
+            while True:
+                while idle:
+                    server = idle.pop()
+                    if server.usable:
+                        return server
+                    self._closed(server)
+                if self._live.get(memory, 0) < self.servers or loop.time() >= spill_at:
+                    break
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._returned.wait(), spill_at - loop.time())
+        return await self._start(memory)
 
     async def verify(self, job: dict[str, Any]) -> tuple[str, dict[str, Any] | None, str, float]:
         limits = job["limits"]
         memory = int(limits.get("memory") or 0)
-        idle = self._idle.setdefault(memory, [])
-        server = None
-        while idle and server is None:
-            candidate = idle.pop()
-            if candidate.usable:
-                server = candidate
-            else:
-                candidate.close()
-        if server is None:
-            server = MathServer(self.controller, memory)
-            await server.start()
+        server = await self._borrow(memory)
         started = time.monotonic()
-        outcome, verdict, message = await server.verify(job, float(limits["timeout"]))
+        try:
+            outcome, verdict, message = await server.verify(job, float(limits["timeout"]))
+        except BaseException:
+            self._closed(server)
+            raise
         seconds = time.monotonic() - started
-        if outcome == "ok" and server.usable and len(idle) < IDLE_SERVERS:
+        idle = self._idle.setdefault(memory, [])
+        if outcome == "ok" and server.usable and self._live[memory] <= self.servers:
             idle.append(server)
         else:
-            server.close()
+            self._closed(server)
+        async with self._returned:
+            self._returned.notify_all()
         return outcome, verdict, message, seconds
 
     def close(self) -> None:
         for servers in self._idle.values():
             for server in servers:
-                server.close()
+                self._closed(server)
         self._idle.clear()

@@ -53,7 +53,7 @@ class SandboxDamaged(Exception):
 
 @dataclass
 class RunSpec:
-    mode: str  # python | exec | py_callee | py_tests | math
+    mode: str  # python | exec | py_callee | py_tests | math_server | py_session
     uid: int
     cwd: str
     timeout: float
@@ -111,7 +111,7 @@ def classify(outcome: RunOutcome, spec: RunSpec) -> tuple[str, str, str]:
     code = os.WEXITSTATUS(outcome.wait_status)
     if code == 0:
         return "ok", "", ""
-    if spec.mode in ("py_tests", "math") and code == HARNESS_FAILURE_EXIT:
+    if spec.mode == "py_tests" and code == HARNESS_FAILURE_EXIT:
         return "internal", "", outcome.harness_error or "harness failed"
     if any(marker in tail for marker in MEMORY_MARKERS):
         return "memory_limit", "memory", "allocation failed at the memory limit"
@@ -171,8 +171,9 @@ class PipeReader:
 class Zygote:
     """The controller's handle on the zygote process."""
 
-    def __init__(self, sock: socket.socket, pid: int) -> None:
+    def __init__(self, sock: socket.socket, pid: int, *, spares: int = SPARE_WORKERS) -> None:
         self.pid = pid
+        self.spares = spares
         self._sock = sock
         self._tags = itertools.count()
         self._forks: dict[int, asyncio.Future[tuple[int, int]]] = {}
@@ -241,7 +242,7 @@ class Zygote:
         return await self.fork()
 
     def _refill(self) -> None:
-        if self.alive and len(self._spares) + self._refilling < SPARE_WORKERS:
+        if self.alive and len(self._spares) + self._refilling < self.spares:
             self._refilling += 1
             task = asyncio.ensure_future(self._fork_spare())
             self._background.add(task)
@@ -369,7 +370,7 @@ class Runner:
         verdict_task = None
         try:
             pid, channel, exited = await self.launch(spec, fds)
-            if spec.mode in ("py_tests", "math"):
+            if spec.mode == "py_tests":
                 verdict_task = asyncio.ensure_future(self._read_verdict(channel))
         except BaseException:
             stdout.close()

@@ -46,21 +46,23 @@ def main(channel: socket.socket) -> NoReturn:
     anything of the job runs.
     """
     try:
+        # Everything that does not depend on the job is done while the
+        # worker waits as a spare, off the job's path.
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        job, fds = _receive_job(channel)
-        # Programs get the default SIGPIPE, as under a shell. Our own judge
-        # and math workers must see a candidate that hung up as an error
-        # (BrokenPipeError -> "died"), not be killed by it.
-        trusted = job["mode"] in ("py_tests", "math", "math_server")
-        signal.signal(signal.SIGPIPE, signal.SIG_IGN if trusted else signal.SIG_DFL)
-        uid = int(job["uid"])
         # When a sandbox runs out of memory the kernel must pick a job's
         # process, never the controller or the zygote (raising needs no privilege).
         with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as oom:
             oom.write("1000")
         os.setsid()
         os.setgroups([])
+        job, fds = _receive_job(channel)
+        # Programs get the default SIGPIPE, as under a shell. Our own judge
+        # and math workers must see a candidate that hung up as an error
+        # (BrokenPipeError -> "died"), not be killed by it.
+        trusted = job["mode"] in ("py_tests", "math_server")
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN if trusted else signal.SIG_DFL)
+        uid = int(job["uid"])
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
         # Again: the kernel clears it on a credential change.
@@ -87,8 +89,8 @@ def main(channel: socket.socket) -> NoReturn:
         from sandboxd.verifiers import pyharness
 
         pyharness.serve_candidate(job["code"], socket.socket(fileno=fds[3]))
-    elif mode in ("py_tests", "math"):
-        _run_trusted(mode, job, channel, fds)
+    elif mode == "py_tests":
+        _run_judge(job, channel, fds)
     elif mode == "math_server":
         from sandboxd.agent import mathserver
 
@@ -205,23 +207,13 @@ def _run_exec(argv: list[str]) -> NoReturn:
         _flush_and_exit(127)
 
 
-def _run_trusted(mode: str, job: dict[str, Any], channel: socket.socket, fds: list[int]) -> NoReturn:
-    """Modes whose code is ours: they report a verdict over the control channel."""
+def _run_judge(job: dict[str, Any], channel: socket.socket, fds: list[int]) -> NoReturn:
+    """The test harness's judge: our code, reporting its verdict over the control channel."""
     try:
-        if mode == "math":
-            from sandboxd.verifiers import math as math_verifier
+        from sandboxd.verifiers import pyharness
 
-            result = math_verifier.verify(
-                job["completion"],
-                job["ground_truth"],
-                extraction=job.get("extraction", "auto"),
-                float_tolerance=job.get("tolerance", 1e-6),
-            )
-        else:
-            from sandboxd.verifiers import pyharness
-
-            peer = socket.socket(fileno=fds[3])
-            result = pyharness.run_tests(job["plan_kind"], peer, **job["harness"])
+        peer = socket.socket(fileno=fds[3])
+        result = pyharness.run_tests(job["plan_kind"], peer, **job["harness"])
         send_frame(channel, {"result": result})
     except BaseException as exc:
         traceback.print_exc()

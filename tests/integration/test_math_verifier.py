@@ -98,3 +98,40 @@ def test_math_workers_recover_after_deadlines(channel: grpc.Channel) -> None:
         job.index = index
     results = list(pb_grpc.JobsStub(channel).RunBatch(pb.RunBatchRequest(jobs=jobs), timeout=300))
     assert all(result.status == pb.STATUS_OK for result in results), [r.message for r in results]
+
+
+def test_program_workers_do_not_carry_the_math_libraries(channel: grpc.Channel) -> None:
+    # Programs fork from the lean zygote (a fork's cost grows with its parent's
+    # memory); sympy and Math-Verify live only in the math servers' zygote.
+    program = "import sys; print([m for m in ('sympy', 'math_verify', 'latex2sympy2_extended') if m in sys.modules])"
+    result = helpers.run(channel, helpers.execute(program))
+    assert result.status == pb.STATUS_OK, result.message
+    assert result.execute.stdout.decode().strip() == "[]"
+    assert helpers.run(channel, helpers.math("\\boxed{2}", "2")).status == pb.STATUS_OK
+
+
+def test_a_slow_answer_does_not_hold_up_the_next_job(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # One sandbox, one warm math server: a job that finds the server busy
+    # waits for it briefly, then gets a server of its own instead of waiting
+    # out the slow answer's deadline.
+    import concurrent.futures
+    import time
+
+    from tests.conftest import DaemonProcess
+
+    # About 3 s of parsing each for the answer and the truth.
+    polynomial = "+".join(f"{k}x^{{{k}}}" for k in range(1, 400))
+    slow = helpers.math(f"\\boxed{{{polynomial}}}", polynomial + "+1", timeout=4.0)
+    daemon = DaemonProcess(tmp_path, "mathspill", extra_env={"SANDBOXD_POOL_MIN_SIZE": "1",
+                                                             "SANDBOXD_POOL_MAX_SIZE": "1"})
+    try:
+        daemon.wait_serving()
+        with grpc.insecure_channel(daemon.address) as channel, concurrent.futures.ThreadPoolExecutor(2) as threads:
+            slow_result = threads.submit(helpers.run, channel, slow, 60)
+            time.sleep(0.5)
+            quick_result = helpers.run(channel, helpers.math("\\boxed{7}", "7"), 60)
+            assert quick_result.status == pb.STATUS_OK, quick_result.message
+            assert not slow_result.done(), "the quick job waited for the slow one"
+            assert slow_result.result().status == pb.STATUS_TIMEOUT
+    finally:
+        daemon.stop()
