@@ -43,6 +43,8 @@ log = logging.getLogger("sandboxd.pool")
 # take seconds on the 2-core machine (bench/ready.py measures them).
 READY_TIMEOUT_SECONDS = 120.0
 MAINTAIN_INTERVAL_SECONDS = 0.5
+# Time for the template's agent to see our connection close before its checkpoint.
+TEMPLATE_SETTLE_SECONDS = 0.2
 _control_serial = itertools.count()
 # Consecutive failed restores before a pool gives up on its snapshot.
 RESTORE_FAILURES_BEFORE_COLD = 3
@@ -293,6 +295,10 @@ class Pool:
 
     async def _start_template(self) -> str:
         template, _hello = await self._boot("template", restore=False, prepare=False)
+        # CRIU cannot dump a socket connected to a process outside the
+        # container: the agent must hold no connection of ours at the checkpoint.
+        template.close_connections()
+        await asyncio.sleep(TEMPLATE_SETTLE_SECONDS)
         # The snapshot store removes the container once it is checkpointed; its folder is ours to remove.
         self._template_dir = template.control_dir
         return template.container_id
