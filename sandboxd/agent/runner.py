@@ -238,6 +238,7 @@ class Zygote:
                 self._refill()
                 return pid, channel, exited
             channel.close()
+            self.forget(pid)
         self._refill()
         return await self.fork()
 
@@ -257,7 +258,22 @@ class Zygote:
             self._refilling -= 1
 
     def forget(self, pid: int) -> None:
-        self._exits.pop(pid, None)
+        """Drop `pid`'s exit future, once its exit has arrived.
+
+        Forgotten earlier (a worker just killed), the late exit report would
+        leave a finished future behind for the next worker the kernel gives
+        the same pid.
+        """
+        future = self._exits.get(pid)
+        if future is None or future.done():
+            self._exits.pop(pid, None)
+            return
+
+        def drop(done: asyncio.Future[dict[str, Any]]) -> None:
+            if self._exits.get(pid) is done:
+                del self._exits[pid]
+
+        future.add_done_callback(drop)
 
 
 def kill_uid(uid: int, reap: Callable[[], None]) -> None:
@@ -268,7 +284,15 @@ def kill_uid(uid: int, reap: Callable[[], None]) -> None:
     processes, and without capabilities they cannot change it.
     """
     deadline = time.monotonic() + KILL_GRACE_SECONDS
+    sweeps = 0
     while True:
+        if sweeps:
+            # Still alive after a sweep: something forks as fast as we kill
+            # (a fork bomb refills its process limit). kill(-1) as the uid
+            # signals all of them at once, and the kernel aborts a fork that
+            # races with it.
+            _kill_all_as(uid)
+        sweeps += 1
         alive = False
         for name in os.listdir("/proc"):
             if not name.isdigit():
@@ -291,6 +315,20 @@ def kill_uid(uid: int, reap: Callable[[], None]) -> None:
         if time.monotonic() > deadline:
             raise SandboxDamaged(f"processes of uid {uid} survive SIGKILL")
         time.sleep(0.001)
+
+
+def _kill_all_as(uid: int) -> None:
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setgroups([])
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+            os.kill(-1, signal.SIGKILL)  # every process of uid but this one
+        finally:
+            os._exit(0)
+    with contextlib.suppress(ChildProcessError):  # the SIGCHLD handler may reap it first
+        os.waitpid(pid, 0)
 
 
 def remove_files_of(uid: int, folder: str) -> None:
@@ -345,6 +383,13 @@ class Runner:
             await asyncio.get_running_loop().sock_sendall(channel, body)
         except OSError:
             pass
+        except BaseException:
+            # Cancelled: the worker is still root, where no uid sweep finds it.
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            channel.close()
+            self.zygote.forget(pid)
+            raise
         return pid, channel, exited
 
     async def run(self, spec: RunSpec) -> RunOutcome:
@@ -482,19 +527,25 @@ class ResidentWorker:
         `describe_exit`) or is still busy.
         """
         assert self._channel is not None and self._reader is not None and self.exited is not None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
         reply_task = asyncio.ensure_future(read_frame(self._reader, max_bytes=self._max_reply_bytes))
         try:
             frame = encode_frame(message)
             try:
                 socket.send_fds(self._channel, [frame[:HEADER.size]], list(fds))
-                await asyncio.get_running_loop().sock_sendall(self._channel, frame[HEADER.size:])
+                # Within the deadline too: a stopped worker fills the socket buffer.
+                await asyncio.wait_for(loop.sock_sendall(self._channel, frame[HEADER.size:]), timeout)
             except OSError:
                 pass  # a dead worker: the exit future tells
+            except TimeoutError:
+                return None
             finally:
                 for fd in fds:
                     os.close(fd)
             waiting = {reply_task, self.exited}
-            done, _ = await asyncio.wait(waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(waiting, timeout=max(0.0, deadline - loop.time()),
+                                         return_when=asyncio.FIRST_COMPLETED)
             if not done and on_timeout is not None:
                 on_timeout()
                 done, _ = await asyncio.wait(waiting, timeout=grace, return_when=asyncio.FIRST_COMPLETED)
