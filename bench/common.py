@@ -11,6 +11,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -314,13 +315,20 @@ class CpuMeter:
     def __init__(self, daemon_pid: int | None = None, node: str | None = None) -> None:
         self.daemon_pid = daemon_pid
         self.node = node
+        self._backend: Any = None
 
     def _containers(self) -> list[str]:
+        # Through the engine's API, as the daemon lists its containers: a `docker ps`
+        # child would be counted in this process's children, the reference's column.
         if not self.node:
             return []
-        done = subprocess.run(["docker", "ps", "-q", "--no-trunc", "--filter", f"label={LABEL_NODE}={self.node}"],
-                              capture_output=True, text=True, timeout=30)
-        return done.stdout.split()
+        if self._backend is None:
+            from sandboxd import config as config_module
+            from sandboxd.backend import DockerBackend
+
+            settings = config_module.load(environ={}).docker
+            self._backend = DockerBackend(settings.url, settings.timeout_seconds)
+        return [c["Id"] for c in self._backend.api.containers(filters={"label": [f"{LABEL_NODE}={self.node}"]})]
 
     def snapshot(self) -> dict[str, Any]:
         import resource
@@ -361,6 +369,39 @@ def add_cpu(total: dict[str, float | None], part: dict[str, float | None]) -> No
             total[key] = None
         else:
             total[key] = (total.get(key) or 0.0) + value
+
+
+@dataclass
+class Rounds:
+    """What `alternate` measured: seconds and CPU per side, and each side's output per span."""
+
+    seconds: dict[str, float]
+    cpu: dict[str, dict[str, float | None]]
+    outputs: dict[str, list[tuple[int, Any]]]  # (lo, what the side returned for [lo, hi))
+
+
+def alternate(name: str, spans: list[tuple[int, int]], sides: dict[str, Callable[[int, int], Any]],
+              meter: CpuMeter | None = None, unit: str = "jobs") -> Rounds:
+    """Run every side on every span, alternating which goes first; time only the side's call.
+
+    The benchmarks' method (bench/README.md): baseline and sandboxd share the
+    machine's noise by taking turns, and their outputs are tallied afterwards,
+    outside the timing.
+    """
+    names = list(sides)
+    rounds = Rounds({side: 0.0 for side in names}, {side: {} for side in names}, {side: [] for side in names})
+    for r, (lo, hi) in enumerate(spans):
+        for side in names if r % 2 == 0 else names[::-1]:
+            before = meter.snapshot() if meter is not None else None
+            t0 = time.perf_counter()
+            output = sides[side](lo, hi)
+            rounds.seconds[side] += time.perf_counter() - t0
+            if meter is not None and before is not None:
+                add_cpu(rounds.cpu[side], CpuMeter.delta(before, meter.snapshot()))
+            rounds.outputs[side].append((lo, output))
+        rates = ", ".join(f"{side} {hi / rounds.seconds[side]:.1f} {unit}/s" for side in names)
+        log(f"{name}: round {r + 1}/{len(spans)} ({hi - lo} {unit} each): {rates} (cumulative)")
+    return rounds
 
 
 def cpu_note(label: str, cpu: dict[str, float | None], jobs: int, keys: list[str]) -> str:

@@ -23,7 +23,7 @@ from bench.common import (
     BenchResult,
     CpuMeter,
     Target,
-    add_cpu,
+    alternate,
     cpu_note,
     fmt,
     fmt_ratio,
@@ -90,38 +90,26 @@ def run(client: Any, *, quick: bool, jobs: int | None = None, cpu: CpuMeter | No
     pool_before = python_pool(status)
     log(f"humaneval: pool {pool_before}; {sum(r.ok for r in warm)}/{len(warm)} warm-up jobs passed")
 
-    seconds = {"sandboxd": 0.0, "reference": 0.0}
+    with ThreadPoolExecutor(threads) as executor:
+        rounds = alternate("humaneval", spans, {
+            "sandboxd": lambda lo, hi: client.score_batch(sandbox_jobs[lo:hi]),
+            "reference": lambda lo, hi: list(executor.map(reference_check, programs[lo:hi])),
+        }, cpu or CpuMeter())
+    seconds, cpu_used = rounds.seconds, rounds.cpu
     passed = {"sandboxd": 0, "reference": 0}
     infra = 0
     failures: list[str] = []
-    per_job = {"sandboxd_run": [], "reference": []}
-    meter = cpu or CpuMeter()
-    cpu_used: dict[str, dict[str, float | None]] = {"sandboxd": {}, "reference": {}}
-    with ThreadPoolExecutor(threads) as executor:
-        for r, (lo, hi) in enumerate(spans):
-            order = ["sandboxd", "reference"] if r % 2 == 0 else ["reference", "sandboxd"]
-            for side in order:
-                before = meter.snapshot()
-                t0 = time.perf_counter()
-                if side == "sandboxd":
-                    results = client.score_batch(sandbox_jobs[lo:hi])
-                    elapsed = time.perf_counter() - t0
-                    passed["sandboxd"] += sum(1 for x in results if x.ok)
-                    per_job["sandboxd_run"] += [x.timings.run_seconds for x in results]
-                    infra += sum(1 for x in results if x.is_infrastructure_failure)
-                    for offset, x in enumerate(results):
-                        if not x.ok and len(failures) < 5:
-                            failures.append(f"{picked[lo + offset]['task_id']}: {x.status.name} {x.message[:160]}")
-                else:
-                    checks = list(executor.map(reference_check, programs[lo:hi]))
-                    elapsed = time.perf_counter() - t0
-                    passed["reference"] += sum(ok for ok, _ in checks)
-                    per_job["reference"] += [s for _, s in checks]
-                seconds[side] += elapsed
-                add_cpu(cpu_used[side], CpuMeter.delta(before, meter.snapshot()))
-            log(f"humaneval: round {r + 1}/{len(spans)} ({hi - lo} jobs each): "
-                f"sandboxd {(hi) / seconds['sandboxd']:.1f} jobs/s, reference {(hi) / seconds['reference']:.1f} jobs/s "
-                "(cumulative)")
+    per_job: dict[str, list[float]] = {"sandboxd_run": [], "reference": []}
+    for lo, results in rounds.outputs["sandboxd"]:
+        passed["sandboxd"] += sum(1 for x in results if x.ok)
+        per_job["sandboxd_run"] += [x.timings.run_seconds for x in results]
+        infra += sum(1 for x in results if x.is_infrastructure_failure)
+        for offset, x in enumerate(results):
+            if not x.ok and len(failures) < 5:
+                failures.append(f"{picked[lo + offset]['task_id']}: {x.status.name} {x.message[:160]}")
+    for _lo, checks in rounds.outputs["reference"]:
+        passed["reference"] += sum(ok for ok, _ in checks)
+        per_job["reference"] += [s for _, s in checks]
     pool_after = python_pool(client.pool_status())
 
     rate = {side: total / s for side, s in seconds.items()}

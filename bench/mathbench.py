@@ -23,7 +23,7 @@ from bench.common import (
     BenchResult,
     CpuMeter,
     Target,
-    add_cpu,
+    alternate,
     cpu_note,
     fmt,
     fmt_ratio,
@@ -124,7 +124,7 @@ def run(client: Any, *, quick: bool, pairs: int | None = None, cpu: CpuMeter | N
     # measured, through both sides. Math-Verify keeps its parse caches and its
     # one warm heap in-process; sandboxd's math servers (one per sandbox,
     # forked from the math zygote) copy the pages they write on first use,
-    # about 0.4 s of CPU each, which a run pays once per server and 500 jobs.
+    # which a run pays once per server and 500 jobs (README: where the time goes).
     # The fresh pool's first batch is timed and reported too.
     warm_items = make_pairs(total, seed=SEED + 1)
     t0 = time.perf_counter()
@@ -140,32 +140,21 @@ def run(client: Any, *, quick: bool, pairs: int | None = None, cpu: CpuMeter | N
     log(f"math: warm-up done ({total} other pairs: Math-Verify {total / warm_inprocess:.0f} pairs/s, "
         f"sandboxd's fresh pool {total / warm_sandboxd:.0f} pairs/s); pool {python_pool(status)}")
 
-    seconds = {"sandboxd": 0.0, "math_verify": 0.0}
+    rounds = alternate("math", spans, {
+        "sandboxd": lambda lo, hi: client.score_batch(jobs[lo:hi]),
+        "math_verify": lambda lo, hi: [math_verify_check(p["completion"], p["ground_truth"]) for p in items[lo:hi]],
+    }, cpu or CpuMeter(), unit="pairs")
+    seconds, cpu_used = rounds.seconds, rounds.cpu
     verdicts: dict[str, list[bool]] = {"sandboxd": [False] * total, "math_verify": [False] * total}
     infra = 0
     run_seconds: list[float] = []
-    meter = cpu or CpuMeter()
-    cpu_used: dict[str, dict[str, float | None]] = {"sandboxd": {}, "math_verify": {}}
-    for r, (lo, hi) in enumerate(spans):
-        order = ["sandboxd", "math_verify"] if r % 2 == 0 else ["math_verify", "sandboxd"]
-        for side in order:
-            before = meter.snapshot()
-            t0 = time.perf_counter()
-            if side == "sandboxd":
-                results = client.score_batch(jobs[lo:hi])
-                elapsed = time.perf_counter() - t0
-                for offset, x in enumerate(results):
-                    verdicts["sandboxd"][lo + offset] = x.ok and x.reward == 1.0
-                    infra += int(x.is_infrastructure_failure)
-                    run_seconds.append(x.timings.run_seconds)
-            else:
-                for offset, p in enumerate(items[lo:hi]):
-                    verdicts["math_verify"][lo + offset] = math_verify_check(p["completion"], p["ground_truth"])
-                elapsed = time.perf_counter() - t0
-            seconds[side] += elapsed
-            add_cpu(cpu_used[side], CpuMeter.delta(before, meter.snapshot()))
-        log(f"math: round {r + 1}/{len(spans)}: sandboxd {hi / seconds['sandboxd']:.0f} pairs/s, "
-            f"Math-Verify {hi / seconds['math_verify']:.0f} pairs/s (cumulative)")
+    for lo, results in rounds.outputs["sandboxd"]:
+        for offset, x in enumerate(results):
+            verdicts["sandboxd"][lo + offset] = x.ok and x.reward == 1.0
+            infra += int(x.is_infrastructure_failure)
+            run_seconds.append(x.timings.run_seconds)
+    for lo, checks in rounds.outputs["math_verify"]:
+        verdicts["math_verify"][lo:lo + len(checks)] = checks
     pool = python_pool(client.pool_status())
 
     rate = {side: total / s for side, s in seconds.items()}

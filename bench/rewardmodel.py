@@ -69,7 +69,7 @@ def _in_process_scores(model: Any, pairs: list[tuple[str, str]], batch: int) -> 
 def run(*, quick: bool, pairs: int | None = None, threads: int = 2) -> Any:
     """The sandboxd-vs-in-process comparison as a BenchResult (bench/run.py calls this)."""
     from bench import common
-    from bench.common import BenchDaemon, BenchResult, Target, fmt, fmt_ratio, log, ratio
+    from bench.common import BenchDaemon, BenchResult, Target, alternate, fmt, fmt_ratio, log, ratio
 
     result = BenchResult(name="rewardmodel", title="rewardmodel: (prompt, completion) pairs, throughput",
                          columns=["scorer", "pairs", "seconds", "pairs/s", "vs in-process", "p50 one pair ms"])
@@ -108,22 +108,19 @@ def run(*, quick: bool, pairs: int | None = None, threads: int = 2) -> Any:
             warm = make_pairs(2 * MAX_BATCH, seed=SEED + 1)
             client.score_batch([reward_model_job(p, c, model="bench") for p, c in warm])
             _in_process_scores(local, warm, MAX_BATCH)
-            seconds = {"sandboxd": 0.0, "in_process": 0.0}
+            rounds = alternate("rewardmodel", spans, {
+                "sandboxd": lambda lo, hi: client.score_batch(
+                    [reward_model_job(p, c, model="bench") for p, c in items[lo:hi]]),
+                "in_process": lambda lo, hi: _in_process_scores(local, items[lo:hi], MAX_BATCH),
+            }, unit="pairs")
+            seconds = rounds.seconds
             scores: dict[str, list[float | None]] = {"sandboxd": [None] * total, "in_process": [None] * total}
             failures = 0
-            for r, (lo, hi) in enumerate(spans):
-                for side in (["sandboxd", "in_process"] if r % 2 == 0 else ["in_process", "sandboxd"]):
-                    t0 = time.perf_counter()
-                    if side == "sandboxd":
-                        results = client.score_batch([reward_model_job(p, c, model="bench") for p, c in items[lo:hi]])
-                        got: list[float | None] = [x.details.raw_score if x.ok else None for x in results]
-                        failures += sum(not x.ok for x in results)
-                    else:
-                        got = _in_process_scores(local, items[lo:hi], MAX_BATCH)
-                    seconds[side] += time.perf_counter() - t0
-                    scores[side][lo:hi] = got
-                log(f"rewardmodel: round {r + 1}/{len(spans)}: sandboxd {hi / seconds['sandboxd']:.0f} pairs/s, "
-                    f"in-process {hi / seconds['in_process']:.0f} pairs/s (cumulative)")
+            for lo, results in rounds.outputs["sandboxd"]:
+                scores["sandboxd"][lo:lo + len(results)] = [x.details.raw_score if x.ok else None for x in results]
+                failures += sum(not x.ok for x in results)
+            for lo, got in rounds.outputs["in_process"]:
+                scores["in_process"][lo:lo + len(got)] = got
             one = {"sandboxd": [], "in_process": []}
             for prompt, completion in items[:singles]:
                 t0 = time.perf_counter()

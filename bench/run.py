@@ -99,7 +99,7 @@ def print_report(results: list[BenchResult], header: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench/run.py", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="fewer runs and jobs (a smoke test, ~2 min)")
+    parser.add_argument("--quick", action="store_true", help="fewer runs and jobs (a smoke test)")
     parser.add_argument("--only", default="", help=f"comma-separated subset of {', '.join(BENCHMARKS)}")
     parser.add_argument("--address", default=None, help="use a running daemon instead of starting one")
     parser.add_argument("--metrics", default=None,
@@ -167,8 +167,6 @@ def main(argv: list[str] | None = None) -> int:
     report["targets"] = [t.to_dict() for r in results for t in r.targets]
     output = Path(args.output)
     output.parent.mkdir(parents=True, exist_ok=True)
-    if output.parent == RESULTS and not (RESULTS / ".gitignore").exists():
-        (RESULTS / ".gitignore").write_text("*\n!.gitignore\n")
     output.write_text(json.dumps(report, indent=2, default=str) + "\n")
     host = report["host"]
     print_report(results, f"sandboxd bench ({'quick' if args.quick else 'full'}): {host.get('cpus')} cores, "

@@ -84,7 +84,9 @@ class DaemonServicer(pb_grpc.DaemonServicer):
         config = self.daemon.config
         pools = self.daemon.pools.values()
         languages = sorted({lang for pool in pools for lang in pool.languages})
-        snapshots = [pool.snapshots for pool in pools]
+        # Pools that never snapshot by design (most reward-model pools) do not
+        # make the answer false; when CRIU cannot work, every pool is disabled.
+        snapshots = [pool.snapshots for pool in pools if not pool.snapshots.disabled]
         reward_pools = [pool for pool in pools if isinstance(pool, RewardModelPool)]
         return pb.Info(
             version=sandboxd.__version__,

@@ -17,11 +17,17 @@ from pathlib import Path
 from typing import Any
 
 from sandboxd.errors import ConfigError
+from sandboxd.verifiers.rewardmodel import DTYPES, NORMALIZATIONS
 
 MIB = 1 << 20
-# run_dir + "/<8-char instance>-<counter>/agent.sock" must fit in sun_path (108).
-MAX_RUN_DIR_CHARS = 80
+# run_dir + "/<8-char instance>-<counter>/agent.sock" must fit in sun_path
+# (107 characters and a NUL): 72 leaves 14 digits for the counter.
+MAX_RUN_DIR_CHARS = 72
 GIB = 1 << 30
+
+
+def _one_of(values: tuple[str, ...]) -> str:
+    return f"{', '.join(values[:-1])} or {values[-1]}"
 
 
 @dataclass
@@ -159,9 +165,8 @@ class ModelConfig:
         return [
             (os.path.isabs(self.path), f"{where}.path must be an absolute host path (got {self.path!r})"),
             (self.max_length >= 1, f"{where}.max_length must be >= 1"),
-            (self.normalize in ("none", "sigmoid", "affine"), f"{where}.normalize must be none, sigmoid or affine"),
-            (self.dtype in ("auto", "float32", "bfloat16", "float16"),
-             f"{where}.dtype must be auto, float32, bfloat16 or float16"),
+            (self.normalize in NORMALIZATIONS, f"{where}.normalize must be {_one_of(NORMALIZATIONS)}"),
+            (self.dtype in DTYPES, f"{where}.dtype must be {_one_of(DTYPES)}"),
             (self.device in ("auto", "cpu", "gpu"), f"{where}.device must be auto, cpu or gpu"),
             (self.label >= 0, f"{where}.label must be >= 0"),
             (not (self.gpu_ids and self.cdi_devices), f"{where}: set gpu_ids or cdi_devices, not both"),

@@ -119,6 +119,8 @@ class Daemon:
                 host, port = split_address(self.config.server.tcp)
                 family = socket.AF_INET6 if ":" in host else socket.AF_INET
                 with socket.socket(family, socket.SOCK_STREAM) as probe:
+                    # As gRPC binds: a restart must not trip over its predecessor's TIME_WAIT sockets.
+                    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                     probe.bind((host, port))
             except (OSError, ValueError) as exc:
                 raise ConfigError(f"cannot listen on {self.config.server.tcp}: {exc}") from None

@@ -43,8 +43,6 @@ log = logging.getLogger("sandboxd.pool")
 # take seconds on the 2-core machine (bench/ready.py measures them).
 READY_TIMEOUT_SECONDS = 120.0
 MAINTAIN_INTERVAL_SECONDS = 0.5
-# Time for the template's agent to see our connection close before its checkpoint.
-TEMPLATE_SETTLE_SECONDS = 0.2
 _control_serial = itertools.count()
 # Consecutive failed restores before a pool gives up on its snapshot.
 RESTORE_FAILURES_BEFORE_COLD = 3
@@ -149,13 +147,13 @@ class Pool:
     @property
     def target(self) -> int:
         pool = self.config.pool
-        idle_for = time.monotonic() - self.last_busy
         if self.kind == "sessions":
             sessions = self.config.sessions
             held = sum(s.in_flight for s in self.sandboxes)
             demand = max(self.batch_hint, held + self.waiting)
             wanted = math.ceil(demand * (1 + sessions.headroom) / self.capacity)
             return max(sessions.min_sandboxes, min(sessions.max_sandboxes, wanted))
+        idle_for = time.monotonic() - self.last_busy
         floor = pool.min_size
         if pool.scale_to_zero and idle_for > pool.idle_seconds and not self.waiting:
             floor = 0
@@ -262,8 +260,8 @@ class Pool:
     def _math_args(name: str, config: Config) -> list[str]:
         if name not in MATH_WARM_MODULES:
             return []
-        # One warm math server per CPU of the sandbox, started (and so
-        # snapshotted) for the default memory limit, which most jobs use.
+        # One warm math server per CPU of the sandbox, started at `prepare`
+        # (after the snapshot) for the default memory limit, which most jobs use.
         return ["--math-warm", MATH_WARM_MODULES[name], "--math-servers", str(max(1, math.ceil(config.sandbox.cpus))),
                 "--math-memory", str(config.limits.default_memory_bytes)]
 
@@ -294,11 +292,10 @@ class Pool:
         return name, control_dir
 
     async def _start_template(self) -> str:
-        template, _hello = await self._boot("template", restore=False, prepare=False)
+        template, _ready = await self._boot("template", restore=False, prepare=False)
         # CRIU cannot dump a socket connected to a process outside the
         # container: the agent must hold no connection of ours at the checkpoint.
-        template.close_connections()
-        await asyncio.sleep(TEMPLATE_SETTLE_SECONDS)
+        await template.close_connections(wait=True)
         # The snapshot store removes the container once it is checkpointed; its folder is ours to remove.
         self._template_dir = template.control_dir
         return template.container_id
@@ -324,13 +321,17 @@ class Pool:
 
     async def _start_sandbox(self) -> Sandbox:
         started = time.monotonic()
-        sandbox, hello = await self._boot(f"{int(time.time() * 1000) % 10**9:09d}{os.urandom(2).hex()}",
+        sandbox, ready = await self._boot(f"{int(time.time() * 1000) % 10**9:09d}{os.urandom(2).hex()}",
                                           restore=self.snapshots.usable)
-        sandbox.languages = hello.get("languages", [])
+        self._on_ready(sandbox, ready)
         sandbox.ready_seconds = time.monotonic() - started
         metrics.SANDBOX_STARTS.labels(self.name, sandbox.started_by).inc()
         metrics.SANDBOX_READY_SECONDS.labels(self.name, sandbox.started_by).set(sandbox.ready_seconds)
         return sandbox
+
+    def _on_ready(self, sandbox: Sandbox, ready: dict[str, Any]) -> None:
+        """Learn from the agent's `hello` and `prepare` replies (subclasses learn more)."""
+        sandbox.languages = ready.get("languages", [])
 
     async def _boot(self, suffix: str, *, restore: bool, prepare: bool = True) -> tuple[Sandbox, dict[str, Any]]:
         """Create a sandbox and start it, restored from the snapshot or cold, until its agent answers.
@@ -360,13 +361,13 @@ class Pool:
                     raise
             else:
                 await asyncio.to_thread(self.backend.start, container_id)
-            hello = await sandbox.wait_ready(self.ready_timeout, self._alive(container_id))
+            ready = await sandbox.wait_ready(self.ready_timeout, self._alive(container_id))
             if prepare:
-                await sandbox.request({"op": "prepare"}, timeout=self.ready_timeout)
+                ready.update(await sandbox.request({"op": "prepare"}, timeout=self.ready_timeout))
         except BaseException:
             await self._remove(sandbox)
             raise
-        return sandbox, hello
+        return sandbox, ready
 
     def _alive(self, container_id: str) -> Callable[[], Awaitable[bool]]:
         async def alive() -> bool:
@@ -375,7 +376,7 @@ class Pool:
         return alive
 
     async def _remove(self, sandbox: Sandbox) -> None:
-        sandbox.close_connections()
+        await sandbox.close_connections()
         try:
             await asyncio.to_thread(self.backend.remove, sandbox.container_id)
         except Exception as exc:

@@ -252,16 +252,13 @@ class RewardModelPool(Pool):
                             "HF_HOME": "/tmp/.cache/huggingface", "TOKENIZERS_PARALLELISM": "false"}
         return spec
 
-    async def _start_sandbox(self) -> Sandbox:
-        sandbox = await super()._start_sandbox()
+    def _on_ready(self, sandbox: Sandbox, ready: dict[str, Any]) -> None:
         # The image has python3 and bash, but this pool runs no code jobs: Info.languages must not say so.
         sandbox.languages = []
-        reply = await sandbox.run({"kind": "reward_model", "op": "status"}, timeout=10.0)
-        self.model_state = dict(reply.get("reward_model") or {})
+        self.model_state = dict(ready.get("reward_model") or {})
         if self.model_state.get("state") == "failed":
             log.error("pool %s: model %s failed to load: %s", self.name, self.model_name,
                       self.model_state.get("error", ""))
-        return sandbox
 
     async def _remove(self, sandbox: Sandbox) -> None:
         self._attached.pop(sandbox.name, None)

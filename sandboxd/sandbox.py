@@ -8,6 +8,7 @@ the pool replaces it; the job goes back to the scheduler as SandboxLost.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import time
 from collections.abc import Awaitable, Callable
@@ -55,25 +56,35 @@ class Sandbox:
                 writer.write(encode_frame(message))
                 await writer.drain()
                 reply = await read_frame(reader)
-        except (OSError, EOFError, ProtocolError, TimeoutError) as exc:
+        except BaseException as exc:
+            # Cancelled mid-request too: the reply may still arrive on this connection.
             if connection is not None:
                 connection[1].close()
+            if not isinstance(exc, OSError | EOFError | ProtocolError | TimeoutError):
+                raise
             self.damaged = True
             raise SandboxLost(f"sandbox {self.name}: {type(exc).__name__}: {exc}") from None
-        except BaseException:
-            # Cancelled mid-request: the reply may still arrive on this connection.
-            if connection is not None:
-                connection[1].close()
-            raise
         self._idle.append(connection)
         if reply.get("damaged"):
             self.damaged = True
             raise SandboxLost(f"sandbox {self.name}: {reply.get('error')}")
         return reply
 
-    def close_connections(self) -> None:
+    async def close_connections(self, *, wait: bool = False) -> None:
+        """Close the kept-open connections; with `wait`, until the agent has closed its ends too.
+
+        The agent closes a connection at end of file, so an empty read back
+        proves its socket is gone (a checkpoint must find none).
+        """
         while self._idle:
-            self._idle.pop()[1].close()
+            reader, writer = self._idle.pop()
+            if wait:
+                with contextlib.suppress(OSError, TimeoutError):
+                    writer.write_eof()
+                    async with asyncio.timeout(5.0):
+                        while await reader.read(65536):
+                            pass
+            writer.close()
 
     async def wait_ready(self, timeout: float, alive: Callable[[], Awaitable[bool]]) -> dict[str, Any]:
         """Poll until the agent answers `hello` (it reseeds on it after a restore).

@@ -84,6 +84,8 @@ class SessionManager:
         self._endings: OrderedDict[str, str] = OrderedDict()
         self._opening = 0
         self._task: asyncio.Task[None] | None = None
+        # Endings started from a lost sandbox, held until done (a bare task may be collected).
+        self._endings_running: set[asyncio.Task[None]] = set()
 
     @property
     def max_sessions(self) -> int:
@@ -137,6 +139,13 @@ class SessionManager:
                     self._sandbox_lost(sandbox)
                     log.warning("session open: %s (attempt %d of %d)", exc, attempt, OPEN_ATTEMPTS)
                     continue
+                except BaseException:
+                    # Cancelled mid-open: the agent may still open a session that
+                    # nothing will close. The sandbox takes no more and is replaced
+                    # once its other sessions end.
+                    sandbox.retiring = True
+                    await pool.release(sandbox)
+                    raise
                 if "session" not in reply:
                     await pool.release(sandbox)
                     raise SandboxdError(f"the sandbox's agent refused to open a session: {reply.get('error')}")
@@ -248,14 +257,16 @@ class SessionManager:
         self._remember(session.id, why)
         metrics.SESSIONS_OPEN.set(len(self.sessions))
         metrics.SESSIONS_ENDED.labels(reason).inc()
-        if tell_agent and not session.sandbox.damaged:
-            try:
+        try:
+            if tell_agent and not session.sandbox.damaged:
                 await session.sandbox.request({"op": "session_close", "session": session.handle},
                                               timeout=AGENT_SLACK_SECONDS)
-            except SandboxLost as exc:
-                log.warning("session %s: closing it lost its sandbox: %s", session.id, exc)
-        if self.pool is not None:
-            await self.pool.release(session.sandbox)
+        except SandboxLost as exc:
+            log.warning("session %s: closing it lost its sandbox: %s", session.id, exc)
+        finally:
+            # Also when a Close RPC is cancelled here: the slot must come back.
+            if self.pool is not None:
+                await self.pool.release(session.sandbox)
 
     def _remember(self, session_id: str, why: str) -> None:
         self._endings[session_id] = why
@@ -267,7 +278,13 @@ class SessionManager:
         for session in [s for s in self.sessions.values() if s.sandbox is sandbox]:
             task = asyncio.ensure_future(self._end(session, "its sandbox was lost", "sandbox_lost",
                                                    tell_agent=False))
-            task.add_done_callback(lambda t: t.exception())
+            self._endings_running.add(task)
+            task.add_done_callback(self._ending_done)
+
+    def _ending_done(self, task: asyncio.Task[None]) -> None:
+        self._endings_running.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("ending a session failed", exc_info=task.exception())
 
     async def _expire_loop(self) -> None:
         lifetime = self.config.sessions.max_lifetime_seconds

@@ -75,6 +75,10 @@ class SnapshotStore:
         self.problem = why
 
     @property
+    def disabled(self) -> bool:
+        return self.state.startswith("disabled")
+
+    @property
     def usable(self) -> bool:
         return self.state == "ready" and self.path is not None
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,10 +28,12 @@ class DaemonProcess:
         self.socket = str(folder / f"{name}.sock")
         self.address = f"unix://{self.socket}"
         self.log_path = folder / f"{name}.log"
+        # Ours to remove at stop, unless the caller names one.
+        self._run_dir = "" if "SANDBOXD_SANDBOX_RUN_DIR" in (env or {}) else tempfile.mkdtemp(prefix="sbd-")
         environment = {
             **os.environ,
             "SANDBOXD_SERVER_LOG_FORMAT": "text",
-            "SANDBOXD_SANDBOX_RUN_DIR": tempfile.mkdtemp(prefix="sbd-"),
+            **({"SANDBOXD_SANDBOX_RUN_DIR": self._run_dir} if self._run_dir else {}),
             **(env or {}),
         }
         self.log = open(self.log_path, "w")  # noqa: SIM115 - lives as long as the process
@@ -70,4 +73,6 @@ class DaemonProcess:
                 self.process.kill()
                 self.process.wait()
         self.log.close()
+        if self._run_dir:
+            shutil.rmtree(self._run_dir, ignore_errors=True)
         return self.process.returncode

@@ -229,18 +229,11 @@ class ChunkState:
         self._hint = None
         return list(self.pending)
 
-    def jobs(self) -> list[pb.Job]:
-        """The pending jobs for the next attempt, each stamped with its index."""
-        out = []
-        for i in self._next_attempt():
-            job = pb.Job()
-            job.CopyFrom(self._jobs[i])
-            job.index = i
-            out.append(job)
-        return out
-
     def request(self) -> pb.RunBatchRequest:
-        """The RunBatch request for the next attempt (each job copied once, straight into it)."""
+        """The next attempt's pending jobs, each copied once and stamped with its index.
+
+        A single-job chunk sends ``request().jobs[0]`` through Run.
+        """
         request = pb.RunBatchRequest()
         for i in self._next_attempt():
             job = request.jobs.add()

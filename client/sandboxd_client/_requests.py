@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -679,19 +680,24 @@ def count_cases(job: pb.Job) -> int:
     if explicit:
         return explicit
     if tests.dataset_json:
-        try:
-            data = json.loads(tests.dataset_json)
-        except ValueError:
-            return 1
-        if isinstance(data, list):
-            return max(1, len(data))
-        if isinstance(data, Mapping):
-            n = len(data.get("inputs") or ()) + len(data.get("test_list") or ())
-            for key in DATASET_KEYS["CodeContests"]:
-                n += (
-                    len((data.get(key) or {}).get("input") or ()) if isinstance(data.get(key), Mapping) else 0
-                )
-            return max(1, n)
+        return _dataset_cases(tests.dataset_json)
+    return 1
+
+
+@functools.lru_cache(maxsize=256)
+def _dataset_cases(dataset_json: str) -> int:
+    # Cached: a GRPO group sends one problem's tests with every completion.
+    try:
+        data = json.loads(dataset_json)
+    except ValueError:
+        return 1
+    if isinstance(data, list):
+        return max(1, len(data))
+    if isinstance(data, Mapping):
+        n = len(data.get("inputs") or ()) + len(data.get("test_list") or ())
+        for key in DATASET_KEYS["CodeContests"]:
+            n += len((data.get(key) or {}).get("input") or ()) if isinstance(data.get(key), Mapping) else 0
+        return max(1, n)
     return 1
 
 

@@ -280,7 +280,7 @@ class SandboxClient(_ClientBase):
         deadline = self._deadline([job], deadline)
         state = ChunkState({job.index: job}, self._policy)
         while True:
-            (request,) = state.jobs()
+            (request,) = state.request().jobs
             final: Result | None = None
             error: SandboxdError | None = None
             try:
@@ -583,7 +583,7 @@ class AsyncSandboxClient(_ClientBase):
         deadline = self._deadline([job], deadline)
         state = ChunkState({job.index: job}, self._policy)
         while True:
-            (request,) = state.jobs()
+            (request,) = state.request().jobs
             final: Result | None = None
             error: SandboxdError | None = None
             try:

@@ -5,7 +5,7 @@ daemon bind-mounts from the host; only root in the sandbox can reach it
 (folder 0700), so jobs, which run under other uids, cannot talk to it.
 
 Ops: `hello` (after a start or a restore: reseed, learn the sandbox's id),
-`prepare` (start the warm math servers), `ping`, `run` (one job: execute,
+`prepare` (start the warm math servers; the reward model's state), `ping`, `run` (one job: execute,
 code or math), and `session_open`,
 `session_cell`, `session_close` (see sessions.py).
 """
@@ -21,6 +21,7 @@ import random
 import shutil
 import signal
 import socket
+import stat
 import sys
 import time
 from dataclasses import dataclass, field
@@ -106,6 +107,7 @@ class Controller:
         self.languages = languages
         self.sandbox_id = ""
         self.math = math or MathSettings()
+        self.shared_writable = list(SHARED_WRITABLE)
         self.math_servers = MathServers(self, self.math.servers)
         # Open sessions by uid, which is also the handle the daemon holds.
         self.sessions: dict[int, sessions_module.Session] = {}
@@ -137,7 +139,7 @@ class Controller:
     def release(self, uid: int) -> None:
         kill_uid(uid, self.reap)
         shutil.rmtree(f"{WORK_ROOT}/{uid}", ignore_errors=True)
-        for folder in SHARED_WRITABLE:
+        for folder in self.shared_writable:
             remove_files_of(uid, folder)
         self.uids.give_back(uid)
 
@@ -383,7 +385,7 @@ class Controller:
         return _code_result(tests, int(verdict.get("total", plan["total"])))
 
     async def _math(self, job: dict[str, Any]) -> dict[str, Any]:
-        outcome, verdict, message, _seconds = await self.math_servers.verify(job)
+        outcome, verdict, message = await self.math_servers.verify(job)
         if outcome == "ok" and verdict is not None:
             return {"status": verdict.get("status", "internal"), "limit": "", "message": verdict.get("message", ""),
                     "math": verdict}
@@ -425,6 +427,10 @@ class Controller:
             return {"ok": True}
         if op == "hello":
             self.sandbox_id = request.get("sandbox_id", "")
+            # Only these need scrubbing after a run; the others are locked
+            # (--private-tmp) or read-only. Checked again after every restore,
+            # whose root file system may be writable where the template's was not.
+            self.shared_writable = [folder for folder in SHARED_WRITABLE if _writable_by_all(folder)]
             random.seed()
             self.zygote.send({"op": "reseed"})
             if self.math_zygote is not None:
@@ -432,10 +438,14 @@ class Controller:
             return {"ok": True, "languages": self.languages, "pid": os.getpid()}
         if op == "prepare":
             # After hello, before the pool hands the sandbox jobs (and never
-            # in a snapshot's template): what cannot be snapshotted starts here.
+            # in a snapshot's template): what cannot be snapshotted starts
+            # here, and the pool learns the reward model's state.
             if self.math.prestart_memory:
                 await self.math_servers.prestart(self.math.prestart_memory)
-            return {"ok": True}
+            reply: dict[str, Any] = {"ok": True}
+            if self.reward_model is not None:
+                reply["reward_model"] = (await self.reward_model.run({"op": "status"}))["reward_model"]
+            return reply
         if op == "run":
             return {"result": await self.run_job(request["job"])}
         if op == "session_open":
@@ -461,6 +471,13 @@ class Controller:
         if session is not None:
             session.close()
             self.release(uid)
+
+
+def _writable_by_all(folder: str) -> bool:
+    try:
+        return bool(os.stat(folder).st_mode & stat.S_IWOTH) and not os.statvfs(folder).f_flag & os.ST_RDONLY
+    except OSError:
+        return False
 
 
 def _test_entry(index: int, status: str, limit: str, message: str, outcome: RunOutcome) -> dict[str, Any]:
@@ -522,8 +539,7 @@ async def serve(socket_path: str, warm_modules: list[str], toolchains: dict[str,
     # (15 MB); sympy and Math-Verify (60 MB) live in a second zygote that
     # only the long-lived math servers fork from.
     zygote = start_zygote(warm_modules, SPARE_WORKERS)
-    math = math or MathSettings()
-    math_zygote = start_zygote(math.warm_modules, MATH_SPARE_WORKERS) if math.warm_modules else None
+    math_zygote = start_zygote(math.warm_modules, MATH_SPARE_WORKERS) if math and math.warm_modules else None
     controller = Controller(zygote, available_languages(toolchains), math_zygote, math)
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGCHLD, controller.reap)

@@ -22,7 +22,6 @@ import contextlib
 import ctypes
 import os
 import socket
-import time
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from sandboxd.agent.protocol import ProtocolError, recv_frame, send_frame
@@ -32,10 +31,11 @@ if TYPE_CHECKING:
     from sandboxd.agent.controller import Controller
 
 RECYCLE_AFTER_JOBS = 500
-# A new server costs about 300 ms of CPU here before it runs at full speed
-# (copy-on-write faults across sympy's heap), 50 math jobs' worth, so jobs
-# wait for a busy server rather than start one; only when every server has
-# been busy this long (a slow, hostile answer) is another started.
+# A new server runs slower until it has copied the pages of sympy's heap it
+# writes (measured in one sandbox: 500 jobs on 4 fresh servers took 8.7 ms
+# of CPU each, the next 500 took 6.2 ms), so jobs wait for a busy server
+# rather than start one; only when every server has been busy this long (a
+# slow, hostile answer) is another started.
 SPILL_SECONDS = 0.5
 WARM_SECONDS = 60.0
 # The server's CPU rlimit covers its whole life, not one job.
@@ -141,9 +141,10 @@ class MathServer:
 class MathServers:
     """Warm servers by memory limit; a job borrows an idle one and gives it back if it is still good.
 
-    At most `servers` per memory limit run at once, the sandbox's CPU
-    share (more would only interleave on the same CPU), plus any started
-    when all of them stayed busy for SPILL_SECONDS.
+    At most `servers` run at once, the sandbox's CPU share (more would only
+    interleave on the same CPU), plus any started when all of them stayed
+    busy for SPILL_SECONDS. Jobs mostly share one memory limit; a job with
+    another one closes the idle servers of the others before it starts its own.
     """
 
     def __init__(self, controller: Controller, servers: int = 1) -> None:
@@ -151,6 +152,7 @@ class MathServers:
         self.servers = max(1, servers)
         self._idle: dict[int, list[MathServer]] = {}
         self._live: dict[int, int] = {}
+        self._waiting: dict[int, int] = {}
         self._returned = asyncio.Condition()
 
     async def prestart(self, memory: int) -> None:
@@ -168,6 +170,10 @@ class MathServers:
             idle.append(server)
 
     async def _start(self, memory: int) -> MathServer:
+        for other, idle in self._idle.items():
+            if other != memory:
+                while idle:
+                    self._closed(idle.pop())
         server = MathServer(self.controller, memory)
         self._live[memory] = self._live.get(memory, 0) + 1
         try:
@@ -186,40 +192,42 @@ class MathServers:
         loop = asyncio.get_running_loop()
         spill_at = loop.time() + SPILL_SECONDS
         async with self._returned:
-            while True:
-                while idle:
-                    server = idle.pop()
-                    if server.usable:
-                        return server
-                    self._closed(server)
-                if self._live.get(memory, 0) < self.servers or loop.time() >= spill_at:
-                    break
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._returned.wait(), spill_at - loop.time())
+            self._waiting[memory] = self._waiting.get(memory, 0) + 1
+            try:
+                while True:
+                    while idle:
+                        server = idle.pop()
+                        if server.usable:
+                            return server
+                        self._closed(server)
+                    if self._live.get(memory, 0) < self.servers or loop.time() >= spill_at:
+                        break
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._returned.wait(), spill_at - loop.time())
+            finally:
+                self._waiting[memory] -= 1
         return await self._start(memory)
 
-    async def verify(self, job: dict[str, Any]) -> tuple[str, dict[str, Any] | None, str, float]:
+    async def verify(self, job: dict[str, Any]) -> tuple[str, dict[str, Any] | None, str]:
         limits = job["limits"]
         memory = int(limits.get("memory") or 0)
         server = await self._borrow(memory)
-        started = time.monotonic()
         try:
             outcome, verdict, message = await server.verify(job, float(limits["timeout"]))
         except BaseException:
             self._closed(server)
             raise
-        seconds = time.monotonic() - started
         idle = self._idle.setdefault(memory, [])
-        if outcome == "ok" and server.usable and self._live[memory] <= self.servers:
-            idle.append(server)
-        else:
+        if outcome != "ok" or not server.usable:
             self._closed(server)
+        else:
+            idle.append(server)
+            # Past the bound with nobody waiting (a spill is over): close the
+            # coldest idle server, not the warm one that just came back.
+            if self._live[memory] > self.servers and not self._waiting.get(memory):
+                coldest = min(idle, key=lambda candidate: candidate.jobs_done)
+                idle.remove(coldest)
+                self._closed(coldest)
         async with self._returned:
             self._returned.notify_all()
-        return outcome, verdict, message, seconds
-
-    def close(self) -> None:
-        for servers in self._idle.values():
-            for server in servers:
-                self._closed(server)
-        self._idle.clear()
+        return outcome, verdict, message

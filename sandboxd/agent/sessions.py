@@ -24,7 +24,7 @@ import signal
 import time
 from typing import TYPE_CHECKING, Any
 
-from sandboxd.agent.runner import OutputBudget, PipeReader, ResidentWorker, RunSpec, classify, kill_uid
+from sandboxd.agent.runner import OutputBudget, PipeReader, ResidentWorker, RunSpec, classify
 
 if TYPE_CHECKING:
     from sandboxd.agent.controller import Controller
@@ -33,7 +33,7 @@ SESSION_INTERRUPT_GRACE = 2.0
 # Output still arriving after a cell's result (a child holding the pipe).
 CELL_DRAIN_SECONDS = 0.5
 # files_changed lists at most this many paths; the scan stops there too.
-MAX_SCANNED_FILES = 2000
+MAX_SCANNED_ENTRIES = 2000
 RESULT_FRAME_BYTES = 1 << 20
 BASH_STATE_FILE = ".sandboxd-bash-state"
 # Restores the previous cell's state, runs the cell (from stdin, so that the
@@ -65,29 +65,36 @@ eval "$__sandboxd_cell"
 
 
 def scan(workdir: str) -> dict[str, tuple[int, int]]:
-    """path -> (mtime_ns, size) for the files under `workdir`, links not followed."""
+    """path -> (mtime_ns, size) for the files under `workdir`, links not followed.
+
+    At most MAX_SCANNED_ENTRIES entries are looked at, folders included: the
+    walk runs on the controller's event loop, and a tree of empty folders
+    must not stall every other job of the sandbox.
+    """
     found: dict[str, tuple[int, int]] = {}
     stack = [workdir]
-    while stack and len(found) < MAX_SCANNED_FILES:
+    seen = 0
+    while stack and seen < MAX_SCANNED_ENTRIES:
         folder = stack.pop()
         try:
-            entries = list(os.scandir(folder))
+            entries = os.scandir(folder)
         except OSError:
             continue
-        for entry in entries:
-            try:
-                if entry.is_dir(follow_symlinks=False):
-                    stack.append(entry.path)
+        with entries:
+            for entry in entries:
+                seen += 1
+                if seen > MAX_SCANNED_ENTRIES:
+                    break
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+                        continue
+                    info = entry.stat(follow_symlinks=False)
+                except OSError:
                     continue
-                info = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue
-            relpath = os.path.relpath(entry.path, workdir)
-            if relpath.startswith(BASH_STATE_FILE):
-                continue
-            found[relpath] = (info.st_mtime_ns, info.st_size)
-            if len(found) >= MAX_SCANNED_FILES:
-                break
+                relpath = os.path.relpath(entry.path, workdir)
+                if not relpath.startswith(BASH_STATE_FILE):
+                    found[relpath] = (info.st_mtime_ns, info.st_size)
     return found
 
 
@@ -254,7 +261,6 @@ async def open_session(controller: Controller, language: str, files: list[tuple[
         session = kind(controller, uid, workdir, limits)
         await session.start()
     except BaseException:
-        kill_uid(uid, controller.reap)
         controller.release(uid)
         raise
     return session

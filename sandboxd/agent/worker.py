@@ -34,6 +34,8 @@ from sandboxd.agent.protocol import HEADER, send_frame
 HARNESS_FAILURE_EXIT = 121
 PR_SET_PDEATHSIG = 1
 MAX_FDS_PER_JOB = 8
+JOB_OOM_SCORE_ADJ = 1000
+MATH_SERVER_OOM_SCORE_ADJ = 500
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -52,8 +54,7 @@ def main(channel: socket.socket) -> NoReturn:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         # When a sandbox runs out of memory the kernel must pick a job's
         # process, never the controller or the zygote (raising needs no privilege).
-        with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as oom:
-            oom.write("1000")
+        _set_oom_score_adj(JOB_OOM_SCORE_ADJ)
         os.setsid()
         os.setgroups([])
         job, fds = _receive_job(channel)
@@ -62,6 +63,11 @@ def main(channel: socket.socket) -> NoReturn:
         # (BrokenPipeError -> "died"), not be killed by it.
         trusted = job["mode"] in ("py_tests", "math_server")
         signal.signal(signal.SIGPIPE, signal.SIG_IGN if trusted else signal.SIG_DFL)
+        if job["mode"] == "math_server":
+            # The long-lived math server is the biggest process at 1000: a job
+            # filling the sandbox's memory would have it killed, and an
+            # innocent answer blamed. Lowering to a value >= 0 needs no privilege.
+            _set_oom_score_adj(MATH_SERVER_OOM_SCORE_ADJ)
         uid = int(job["uid"])
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
@@ -100,6 +106,11 @@ def main(channel: socket.socket) -> NoReturn:
 
         repl.serve(channel, socket.socket(fileno=fds[3]), _receive_job)
     os._exit(HARNESS_FAILURE_EXIT)
+
+
+def _set_oom_score_adj(value: int) -> None:
+    with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as oom:
+        oom.write(str(value))
 
 
 def _receive_job(channel: socket.socket) -> tuple[dict[str, Any], list[int]]:

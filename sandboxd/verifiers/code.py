@@ -69,10 +69,6 @@ class Language:
     env: tuple[tuple[str, str], ...] = ()
     address_space_limit: bool = True
 
-    def environ(self, workdir: str) -> dict[str, str]:
-        """The extra environment variables, with ``{workdir}`` substituted."""
-        return expand_env(dict(self.env), workdir)
-
 
 def expand_env(env: Mapping[str, str], workdir: str) -> dict[str, str]:
     """``env`` with the placeholder ``{workdir}`` in its values replaced by ``workdir``."""

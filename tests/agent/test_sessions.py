@@ -60,3 +60,17 @@ def test_bash_cell_cannot_read_the_next_cell(tmp_path: Path) -> None:
     # The cell arrives on stdin, which the wrapper has consumed: a `read` gets end of file.
     result = _cell(tmp_path, "read -r line && echo \"got:$line\" || echo eof")
     assert result.stdout == "eof\n"
+
+
+def test_scan_stops_at_its_entry_cap_even_for_empty_folders(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # Folders count: a tree of empty folders must not keep the controller's loop walking.
+    from sandboxd.agent import sessions
+
+    for index in range(50):
+        (tmp_path / f"d{index}").mkdir()
+    opened = []
+    real_scandir = sessions.os.scandir
+    monkeypatch.setattr(sessions, "MAX_SCANNED_ENTRIES", 10)
+    monkeypatch.setattr(sessions.os, "scandir", lambda path: opened.append(path) or real_scandir(path))
+    assert scan(str(tmp_path)) == {}
+    assert len(opened) <= 11

@@ -308,7 +308,7 @@ def test_backoff_grows_with_jitter_and_honours_hint() -> None:
 
 
 def _results(state: ChunkState, statuses: dict[int, int]) -> list[Result]:
-    state.jobs()
+    state.request()
     out = [state.on_message(pb.JobResult(index=i, status=s, reward=-1.0)) for i, s in statuses.items()]
     return [r for r in out if r is not None]
 
@@ -328,20 +328,20 @@ def test_chunk_retries_only_infrastructure_failures() -> None:
 
 def test_chunk_gives_up_with_made_up_results_and_raises_caller_errors() -> None:
     state = ChunkState({0: math_job("1", "1", failure_value=0.0)}, RetryPolicy(max_retries=0))
-    state.jobs()
+    state.request()
     (result,) = state.on_end(Unavailable("gone"))
     assert (
         result.status is Status.UNAVAILABLE and result.reward == 0.0 and isinstance(result.error, Unavailable)
     )
     state = ChunkState({0: math_job("1", "1")}, RetryPolicy())
-    state.jobs()
+    state.request()
     with pytest.raises(InvalidRequest):
         state.on_end(InvalidRequest("bad"))
 
 
 def test_overloaded_result_hint_sets_delay() -> None:
     state = ChunkState({0: math_job("1", "1")}, RetryPolicy(initial_backoff=0.01))
-    state.jobs()
+    state.request()
     assert (
         state.on_message(pb.JobResult(index=0, status=pb.STATUS_OVERLOADED, retry_after_seconds=1.0)) is None
     )

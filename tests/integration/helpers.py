@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import grpc
+import pytest
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
 
@@ -30,3 +31,21 @@ def code(completion: str, tests: dict[str, Any] | None = None, *, language: str 
 def math(completion: str, ground_truth: str, *, timeout: float = 5.0) -> pb.Job:
     return pb.Job(limits=pb.Limits(timeout_seconds=timeout),
                   math=pb.MathJob(completion=completion, ground_truth=ground_truth))
+
+
+def require_snapshot(state: str, where: str = "") -> None:
+    """Skip where a pool's snapshot store is off (by configuration, or where CRIU or the engine cannot
+    checkpoint: the store says "disabled"); fail where it tried and failed, which is a bug."""
+    if state.startswith("disabled"):
+        pytest.skip(f"snapshots are off here: {where}{state}")
+    assert state == "ready", f"a snapshot failed: {where}{state}"
+
+
+def require_snapshots(info: pb.Info) -> None:
+    """require_snapshot() for every pool of a daemon, from its Info.snapshot_state."""
+    for part in info.snapshot_state.split("; "):
+        name, _, state = part.partition(": ")
+        if not state.startswith("disabled"):
+            require_snapshot(state, f"{name}: ")
+    if not info.snapshots:
+        pytest.skip(f"snapshots are off here: {info.snapshot_state}")

@@ -11,12 +11,10 @@ exception that arrives at once proves the client refused before any RPC.
 from __future__ import annotations
 
 import asyncio
-import shutil
 import signal
-import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -84,21 +82,6 @@ class Twin:
             self.client.close()
         else:
             await self.client.close()
-
-
-@pytest.fixture
-def short_tmp() -> Iterator[Path]:
-    """A short folder for daemons of a test's own.
-
-    Each sandbox's control socket lives under the daemon's run dir, and a unix
-    socket path is limited to 107 bytes: under pytest's long ``tmp_path`` the
-    sandboxes never start (the daemon logs FileNotFoundError and never serves).
-    """
-    path = Path(tempfile.mkdtemp(prefix="sbxd-", dir="/tmp"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(params=["sync", "async"])
@@ -248,10 +231,10 @@ async def test_deadline_batch_keeps_answers(twin: Twin) -> None:
 @docker
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["sync", "async"])
-async def test_retry_across_daemon_restart(short_tmp: Path, kind: str) -> None:
+async def test_retry_across_daemon_restart(tmp_path: Path, kind: str) -> None:
     if not docker_available():
         pytest.skip("no Docker engine")
-    first = DaemonProcess(short_tmp, "r")
+    first = DaemonProcess(tmp_path, "r")
     second: list[DaemonProcess] = []
     try:
         first.wait_serving()
@@ -265,7 +248,7 @@ async def test_retry_across_daemon_restart(short_tmp: Path, kind: str) -> None:
                 first.process.send_signal(signal.SIGKILL)  # no drain, no socket cleanup
                 first.process.wait()
                 time.sleep(2.0)
-                second.append(DaemonProcess(short_tmp, "r"))  # same socket path
+                second.append(DaemonProcess(tmp_path, "r"))  # same socket path
 
             restarter = threading.Thread(target=restart)
             restarter.start()
@@ -299,10 +282,10 @@ async def test_retry_across_daemon_restart(short_tmp: Path, kind: str) -> None:
 
 @docker
 @pytest.mark.slow
-async def test_round_robin_two_daemons(short_tmp: Path) -> None:
+async def test_round_robin_two_daemons(tmp_path: Path) -> None:
     if not docker_available():
         pytest.skip("no Docker engine")
-    a, b = DaemonProcess(short_tmp, "a"), DaemonProcess(short_tmp, "b")
+    a, b = DaemonProcess(tmp_path, "a"), DaemonProcess(tmp_path, "b")
     try:
         a.wait_serving()
         b.wait_serving()

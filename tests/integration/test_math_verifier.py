@@ -135,3 +135,23 @@ def test_a_slow_answer_does_not_hold_up_the_next_job(tmp_path) -> None:  # type:
             assert slow_result.result().status == pb.STATUS_TIMEOUT
     finally:
         daemon.stop()
+
+
+def test_math_servers_are_not_the_first_out_of_memory_victim(channel: grpc.Channel) -> None:
+    # Jobs run at oom_score_adj 1000; the long-lived math server, the largest
+    # process of a sandbox, at 500, so a job that fills memory dies instead of it.
+    assert helpers.run(channel, helpers.math("\\boxed{3}", "3")).status == pb.STATUS_OK
+    program = (
+        "import os\n"
+        "for pid in filter(str.isdigit, os.listdir('/proc')):\n"
+        "    try:\n"
+        "        if open(f'/proc/{pid}/comm').read().strip() == 'sandboxd-math':\n"
+        "            print(open(f'/proc/{pid}/oom_score_adj').read().strip())\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "print('self', open('/proc/self/oom_score_adj').read().strip())\n"
+    )
+    result = helpers.run(channel, helpers.execute(program))
+    lines = result.execute.stdout.decode().split("\n")
+    assert "self 1000" in lines
+    assert "500" in lines, lines

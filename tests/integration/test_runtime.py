@@ -14,6 +14,7 @@ import pytest
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
 
+from sandboxd.config import load as load_config
 from tests.conftest import DaemonProcess, docker_available
 from tests.integration import helpers
 
@@ -76,21 +77,9 @@ def test_restarted_daemon_reaps_previous_sandboxes(tmp_path: Path) -> None:
     assert containers(f"io.sandboxd.instance={instance_of(second)}") == []
 
 
-def _require_snapshots(info: pb.Info) -> None:
-    """Skip where CRIU cannot work; where it can, snapshots not in use are a failure, not a skip."""
-    if info.snapshots:
-        return
-    from sandboxd.snapshots import criu_problem
-
-    problem = criu_problem()
-    if problem:
-        pytest.skip(f"snapshots not in use here ({problem}): {info.snapshot_state}")
-    pytest.fail(f"CRIU works here, yet snapshots are not in use: {info.snapshot_state}")
-
-
 def test_snapshot_clones_answer_independently(daemon: DaemonProcess, channel: grpc.Channel) -> None:
     info = pb_grpc.DaemonStub(channel).GetInfo(pb.GetInfoRequest(), timeout=5)
-    _require_snapshots(info)
+    helpers.require_snapshots(info)
     log = daemon.log_path.read_text()
     assert "falling back to cold" not in log
     draws = set()
@@ -162,7 +151,7 @@ def test_port_in_use(tmp_path: Path) -> None:
 def test_restores_leave_no_checkpoint_copies(channel: grpc.Channel) -> None:
     """containerd copies each restored checkpoint to the engine's temp dir and never deletes it."""
     info = pb_grpc.DaemonStub(channel).GetInfo(pb.GetInfoRequest(), timeout=5)
-    _require_snapshots(info)
+    helpers.require_snapshots(info)
     pool = pb_grpc.PoolStub(channel)
     before = pool.GetStatus(pb.GetPoolStatusRequest(), timeout=5)
     ready_before = next(p for p in before.pools if p.name == "python").ready
@@ -179,4 +168,5 @@ def test_restores_leave_no_checkpoint_copies(channel: grpc.Channel) -> None:
             pytest.fail("the pool did not grow by restores")
     finally:
         pool.SetBatchHint(pb.BatchHint(batch_size=0), timeout=5)
-    assert list(Path("/tmp").glob("ctrd-checkpoint*")) == []
+    # The engine's temp dir as the daemon knows it (its config: docker.temp_dir).
+    assert list(Path(load_config().docker.temp_dir).glob("ctrd-checkpoint*")) == []

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import importlib.util
 import math
-import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,23 +32,16 @@ import pytest
 from sandboxd_client import SandboxClient, Status, math_job
 from sandboxd_client.trl import make_async_reward_func, make_reward_func
 
-from tests.conftest import DaemonProcess
+from tests.conftest import DaemonProcess, skip_or_fail
 
 MISSING = [m for m in ("torch", "transformers", "trl", "datasets") if importlib.util.find_spec(m) is None]
-pytestmark = [
-    pytest.mark.docker,
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        bool(MISSING) and not os.environ.get("CI"),
-        reason=f"no {', '.join(MISSING)}: run scripts/setup.sh (the test extra; torch==2.13.0 first)",
-    ),
-]
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _trl_installed() -> None:
-    if MISSING:  # only reached under CI, where setup.sh must have installed them
-        pytest.fail(f"CI must run the TRL test, but {', '.join(MISSING)} are missing: check scripts/setup.sh")
+    if MISSING:
+        skip_or_fail(f"no {', '.join(MISSING)}: run scripts/setup.sh (the test extra; torch==2.13.0 first)")
 
 # Whitespace-split words: "\boxed{4}" stays one token, so random generations
 # from an untrained model hold right, wrong and missing answers.

@@ -142,7 +142,7 @@ def test_languages_table() -> None:
     c_argv = LANGUAGES["c"].compile_argv
     assert c_argv is not None and c_argv[-1] == "-lm"
     assert LANGUAGES["rust"].compile_argv[:1] == ("rustc",)  # type: ignore[index]
-    env = LANGUAGES["go"].environ("/work/job1")
+    env = expand_env(dict(LANGUAGES["go"].env), "/work/job1")
     assert env["GOCACHE"].startswith("/work/job1/") and env["HOME"] == "/work/job1"
     assert expand_env({"A": "{workdir}/x", "B": "plain"}, "/w") == {"A": "/w/x", "B": "plain"}
     unlimited = {name for name, lang in LANGUAGES.items() if not lang.address_space_limit}
@@ -193,7 +193,7 @@ def test_toolchain_argv_build_and_run(name: str, tmp_path: Path) -> None:
     if missing:
         pytest.skip(f"{missing} not installed on this machine")
     (tmp_path / lang.source_file).write_text(_HELLO[name])
-    env = {**os.environ, **lang.environ(str(tmp_path))}
+    env = {**os.environ, **expand_env(dict(lang.env), str(tmp_path))}
     if lang.compile_argv:
         subprocess.run(lang.compile_argv, cwd=tmp_path, env=env, check=True, timeout=lang.compile_timeout)
     out = subprocess.run(
