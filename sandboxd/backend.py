@@ -63,6 +63,7 @@ class SandboxSpec:
 
 
 CONTROL_MOUNT = "/run/sandboxd-agent"
+CLONE_NONCE_FILE = "sandboxd-clone"
 CODE_MOUNT = "/opt/sandboxd"
 
 
@@ -160,6 +161,13 @@ class DockerBackend:
         target = self.root_dir / "containers" / container_id / "checkpoints" / name
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copytree(source, target, dirs_exist_ok=True)
+        # The engine uploads the folder to containerd's content store by digest
+        # and commits without tolerating an existing blob: a copy left there
+        # (a restore cut short, a daemon killed mid-restore) failed every later
+        # restore of the same snapshot with "content sha256:... already exists"
+        # (seen in CI). A file unique to the clone makes each upload's digest
+        # its own; CRIU reads its images by name and ignores the file.
+        (target / CLONE_NONCE_FILE).write_text(container_id)
 
     def remove(self, container_id: str) -> None:
         with contextlib.suppress(docker.errors.NotFound):

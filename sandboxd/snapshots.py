@@ -133,14 +133,14 @@ class SnapshotStore:
     async def restoring(self) -> AsyncIterator[None]:
         """Held around `docker start --checkpoint`: one restore at a time on the node.
 
-        Two reasons, both seen with Docker 20.10 here. containerd commits a
-        restored checkpoint's content by digest, and two restores of one
-        checkpoint at once race on that commit ("content sha256:... already
-        exists"), also across daemons. And containerd's client copies the
-        whole checkpoint into `<engine temp dir>/ctrd-checkpoint*` for each
-        restore and never deletes it (67 MB a restore for the python image:
-        1,323 restores filled 68 GB of this machine's disk). Under the lock no
-        restore of ours is in flight, so every such copy is a leftover.
+        containerd's client (Docker 20.10 here) copies the whole checkpoint
+        into `<engine temp dir>/ctrd-checkpoint*` for each restore and never
+        deletes it (67 MB a restore for the python image: 1,323 restores
+        filled 68 GB of this machine's disk). Under the lock no restore of
+        ours is in flight, so every such copy is a leftover. (Restores of one
+        snapshot also raced on containerd's commit by digest, "content
+        sha256:... already exists"; each clone's copy now carries a file of
+        its own, see DockerBackend.install_checkpoint.)
         """
         async with self._restore_lock:
             RESTORE_LOCK.parent.mkdir(parents=True, exist_ok=True)
