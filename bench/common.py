@@ -218,8 +218,8 @@ def scrape_metrics(url: str, name: str) -> dict[tuple[tuple[str, str], ...], flo
 
 
 class BenchDaemon(DaemonProcess):
-    """A daemon for the benchmarks: the python pool only (no benchmark uses the
-    langs image), its own snapshot state, and a metrics endpoint on a free port."""
+    """A daemon for the benchmarks: the python and math pools only (no benchmark
+    uses the langs image), its own snapshot state, and a metrics endpoint on a free port."""
 
     def __init__(self, extra_env: dict[str, str] | None = None) -> None:
         self.tmp = Path(tempfile.mkdtemp(prefix="sandboxd-bench-"))
@@ -242,28 +242,28 @@ class BenchDaemon(DaemonProcess):
         return status
 
 
-def wait_pool_settled(client: Any, timeout: float = 180.0, *, want_ready: int | None = None) -> Any:
-    """Wait until the python pool has its target ready and nothing starting; returns the status."""
+def wait_pool_settled(client: Any, timeout: float = 180.0, *, want_ready: int | None = None,
+                      pool: str = "python") -> Any:
+    """Wait until `pool` has its target ready and nothing starting; returns the status."""
     deadline = time.monotonic() + timeout
     status = client.pool_status()
     while time.monotonic() < deadline:
         status = client.pool_status()
-        pools = [p for p in status.pools if p.name == "python"] or list(status.pools)
-        if pools:
-            pool = pools[0]
-            need = pool.target if want_ready is None else min(want_ready, pool.target)
-            if pool.snapshot != "building" and pool.starting == 0 and pool.ready >= need:
+        state = next((p for p in status.pools if p.name == pool), None)
+        if state is not None:
+            need = state.target if want_ready is None else min(want_ready, state.target)
+            if state.snapshot != "building" and state.starting == 0 and state.ready >= need:
                 return status
         time.sleep(0.5)
     return status
 
 
-def python_pool(status: Any) -> dict[str, Any]:
-    for pool in status.pools:
-        if pool.name == "python":
-            return {"target": pool.target, "ready": pool.ready, "busy": pool.busy, "starting": pool.starting,
-                    "snapshot": pool.snapshot, "jobs_total": pool.jobs_total,
-                    "recycled_total": pool.recycled_total}
+def pool_state(status: Any, pool: str = "python") -> dict[str, Any]:
+    for state in status.pools:
+        if state.name == pool:
+            return {"target": state.target, "ready": state.ready, "busy": state.busy, "starting": state.starting,
+                    "snapshot": state.snapshot, "jobs_total": state.jobs_total,
+                    "recycled_total": state.recycled_total}
     return {}
 
 

@@ -28,7 +28,7 @@ from bench.common import (
     fmt,
     fmt_ratio,
     log,
-    python_pool,
+    pool_state,
     ratio,
     wait_pool_settled,
 )
@@ -81,13 +81,13 @@ def run(client: Any, *, quick: bool, jobs: int | None = None, cpu: CpuMeter | No
     # Warm-up and pool sizing, as a trainer would: tell the daemon the step's
     # batch size, let the pool reach it, and run a few jobs on each side.
     status = client.set_batch_hint(chunk)
-    log(f"humaneval: batch hint {chunk}; waiting for the pool (target {python_pool(status).get('target')})")
+    log(f"humaneval: batch hint {chunk}; waiting for the pool (target {pool_state(status).get('target')})")
     status = wait_pool_settled(client, timeout=180.0)
     warm = client.score_batch(sandbox_jobs[:32])
     with ThreadPoolExecutor(threads) as executor:
         list(executor.map(reference_check, programs[:8]))
     status = wait_pool_settled(client, timeout=120.0)
-    pool_before = python_pool(status)
+    pool_before = pool_state(status)
     log(f"humaneval: pool {pool_before}; {sum(r.ok for r in warm)}/{len(warm)} warm-up jobs passed")
 
     with ThreadPoolExecutor(threads) as executor:
@@ -110,7 +110,7 @@ def run(client: Any, *, quick: bool, jobs: int | None = None, cpu: CpuMeter | No
     for _lo, checks in rounds.outputs["reference"]:
         passed["reference"] += sum(ok for ok, _ in checks)
         per_job["reference"] += [s for _, s in checks]
-    pool_after = python_pool(client.pool_status())
+    pool_after = pool_state(client.pool_status())
 
     rate = {side: total / s for side, s in seconds.items()}
     speedup = ratio(rate["sandboxd"], rate["reference"])

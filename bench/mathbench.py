@@ -28,7 +28,7 @@ from bench.common import (
     fmt,
     fmt_ratio,
     log,
-    python_pool,
+    pool_state,
     ratio,
     wait_pool_settled,
 )
@@ -123,7 +123,7 @@ def run(client: Any, *, quick: bool, pairs: int | None = None, cpu: CpuMeter | N
     # Warm-up as a trainer's earlier steps: as many other pairs as are
     # measured, through both sides. Math-Verify keeps its parse caches and its
     # one warm heap in-process; sandboxd's math servers (one per sandbox,
-    # forked from the math zygote) copy the pages they write on first use,
+    # forked from the math pool's zygote) copy the pages they write on first use,
     # which a run pays once per server and 500 jobs (README: where the time goes).
     # The fresh pool's first batch is timed and reported too.
     warm_items = make_pairs(total, seed=SEED + 1)
@@ -132,13 +132,13 @@ def run(client: Any, *, quick: bool, pairs: int | None = None, cpu: CpuMeter | N
         math_verify_check(p["completion"], p["ground_truth"])
     warm_inprocess = time.perf_counter() - t0
     client.set_batch_hint(chunk)
-    wait_pool_settled(client, timeout=180.0)
+    wait_pool_settled(client, timeout=180.0, pool="math")
     t0 = time.perf_counter()
     client.score_batch([math_job(p["completion"], p["ground_truth"]) for p in warm_items])
     warm_sandboxd = time.perf_counter() - t0
-    status = wait_pool_settled(client, timeout=180.0)
+    status = wait_pool_settled(client, timeout=180.0, pool="math")
     log(f"math: warm-up done ({total} other pairs: Math-Verify {total / warm_inprocess:.0f} pairs/s, "
-        f"sandboxd's fresh pool {total / warm_sandboxd:.0f} pairs/s); pool {python_pool(status)}")
+        f"sandboxd's fresh pool {total / warm_sandboxd:.0f} pairs/s); pool {pool_state(status, 'math')}")
 
     rounds = alternate("math", spans, {
         "sandboxd": lambda lo, hi: client.score_batch(jobs[lo:hi]),
@@ -155,7 +155,7 @@ def run(client: Any, *, quick: bool, pairs: int | None = None, cpu: CpuMeter | N
             run_seconds.append(x.timings.run_seconds)
     for lo, checks in rounds.outputs["math_verify"]:
         verdicts["math_verify"][lo:lo + len(checks)] = checks
-    pool = python_pool(client.pool_status())
+    pool = pool_state(client.pool_status(), "math")
 
     rate = {side: total / s for side, s in seconds.items()}
     speedup = ratio(rate["sandboxd"], rate["math_verify"])

@@ -35,7 +35,7 @@ from bench.common import (  # noqa: E402
     host_facts,
     loadavg,
     log,
-    python_pool,
+    pool_state,
     wait_pool_settled,
 )
 from sandboxd.daemon import node_id  # noqa: E402
@@ -140,8 +140,8 @@ def main(argv: list[str] | None = None) -> int:
         info = client.info()
         status = wait_pool_settled(client, timeout=300.0)
         report["daemon"] = {"address": address, "version": info.version, "snapshots": info.snapshots,
-                            "snapshot_state": info.snapshot_state, "pool": python_pool(status)}
-        log(f"daemon {info.version} ready: pool {python_pool(status)}")
+                            "snapshot_state": info.snapshot_state, "pool": pool_state(status)}
+        log(f"daemon {info.version} ready: pool {pool_state(status)}")
         for name in selected:
             log(f"--- {name}")
             t0 = time.monotonic()

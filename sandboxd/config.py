@@ -68,6 +68,10 @@ class PoolConfig:
     # much of the work; more only adds contention on 2 cores).
     start_concurrency: int = 2
     images: list[str] = field(default_factory=lambda: ["python", "langs"])
+    # Math jobs run in a pool of their own (python image, warm math servers):
+    # an idle math sandbox holds about 80 MB, an idle code sandbox 25 MB.
+    # false: math jobs are refused as unsupported.
+    math: bool = True
 
 
 @dataclass

@@ -24,7 +24,7 @@ from sandboxd.backend import DockerBackend
 from sandboxd.config import Config, split_address
 from sandboxd.errors import ConfigError, NotReady
 from sandboxd.images import image_tag
-from sandboxd.pool import Pool, reap_orphans, stage_agent_code
+from sandboxd.pool import MATH_POOL, Pool, reap_orphans, stage_agent_code
 from sandboxd.scheduler import Scheduler
 from sandboxd.sessions import SessionManager
 
@@ -174,6 +174,10 @@ class Daemon:
                 continue
             self.pools[name] = Pool(name, image, self.backend, config, instance=self.instance, node=self.node,
                                     code_dir=code_dir, code_key=code_key, on_change=self._on_pool_change)
+        if config.pool.math and "python" in self.pools:
+            self.pools[MATH_POOL] = Pool(MATH_POOL, self.pools["python"].image, self.backend, config,
+                                         instance=self.instance, node=self.node, code_dir=code_dir,
+                                         code_key=code_key, on_change=self._on_pool_change)
         if config.sessions.enabled and "python" in self.pools:
             # Held sessions get sandboxes of their own, so they never take job capacity.
             self.pools["sessions"] = self.sessions.pool = Pool(

@@ -19,6 +19,7 @@ from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 from sandboxd import rewardpool
 from sandboxd.config import Config
 from sandboxd.errors import InvalidRequest, Unsupported
+from sandboxd.pool import MATH_POOL
 from sandboxd.verifiers import code as code_verifier
 from sandboxd.verifiers import pyharness
 from sandboxd.verifiers import rewardmodel as reward_model_verifier
@@ -172,7 +173,7 @@ def prepare(job: pb.Job, config: Config) -> PreparedJob:
             "extraction": MATH_EXTRACTION.get(job.math.extraction, "auto"), "tolerance": tolerance,
             "limits": limits,
         }
-        return PreparedJob(job.index, kind, "python", failure_value, agent_job, limits["timeout"])
+        return PreparedJob(job.index, kind, MATH_POOL, failure_value, agent_job, limits["timeout"])
     return _prepare_reward_model(job, config, limits, failure_value, where)
 
 

@@ -50,14 +50,18 @@ RESTORE_FAILURES_BEFORE_COLD = 3
 WARM_MODULES = {
     "python": "sandboxd.verifiers.code,sandboxd.verifiers.pyharness",
     "langs": "sandboxd.verifiers.code,sandboxd.verifiers.pyharness",
+    # Math jobs have sandboxes of their own (on the python image), whose one
+    # zygote holds sympy and Math-Verify (about 60 MB) for the long-lived
+    # math servers. Code sandboxes stay lean: a worker's fork and exit cost
+    # grows with its zygote's memory, and an idle code sandbox needs about
+    # 25 MB instead of the 80 MB a math sandbox needs.
+    "math": "sandboxd.verifiers.math",
     # Sessions fork from a lean zygote: every page it holds is shared by up
     # to sessions.per_sandbox live interpreters, and a cell imports what it uses.
     "sessions": "sandboxd.agent.repl",
 }
-# Pools that verify math warm sympy and Math-Verify in a zygote of their own,
-# which only the long-lived math servers fork from; job workers fork from the
-# lean one above (a fork and exit cost grows with the zygote's memory).
-MATH_WARM_MODULES = {"python": "sandboxd.verifiers.math"}
+# The pool that runs math jobs; it runs the python image.
+MATH_POOL = "math"
 
 
 def stage_agent_code(state_dir: str) -> tuple[str, str]:
@@ -258,11 +262,11 @@ class Pool:
 
     @staticmethod
     def _math_args(name: str, config: Config) -> list[str]:
-        if name not in MATH_WARM_MODULES:
+        if name != MATH_POOL:
             return []
         # One warm math server per CPU of the sandbox, started at `prepare`
         # (after the snapshot) for the default memory limit, which most jobs use.
-        return ["--math-warm", MATH_WARM_MODULES[name], "--math-servers", str(max(1, math.ceil(config.sandbox.cpus))),
+        return ["--math-servers", str(max(1, math.ceil(config.sandbox.cpus))),
                 "--math-memory", str(config.limits.default_memory_bytes)]
 
     def _spec(self, name: str, control_dir: str) -> SandboxSpec:

@@ -19,7 +19,7 @@ from sandboxd import metrics
 from sandboxd.config import Config
 from sandboxd.errors import Overloaded, SandboxLost, Unsupported
 from sandboxd.jobs import PreparedJob, infrastructure_result, to_result
-from sandboxd.pool import Pool
+from sandboxd.pool import MATH_POOL, Pool
 
 log = logging.getLogger("sandboxd.scheduler")
 # Slack over the job's own budget before the daemon gives up on a sandbox
@@ -52,6 +52,9 @@ class Scheduler:
     def pool_for(self, prepared: PreparedJob) -> Pool:
         pool = self.pools.get(prepared.pool)
         if pool is None:
+            if prepared.pool == MATH_POOL:
+                raise Unsupported(f"jobs[{prepared.index}] is a math job, and this daemon runs no math pool "
+                                  "(pool.math is false)")
             raise Unsupported(f"jobs[{prepared.index}] needs the {prepared.pool} image, which this daemon "
                               "does not run (build it with `python -m sandboxd.images build langs`)")
         return pool

@@ -27,8 +27,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="sandboxd-agent")
     parser.add_argument("--socket", default="/run/sandboxd-agent/agent.sock")
     parser.add_argument("--warm", default="", help="comma-separated modules to import and warm()")
-    parser.add_argument("--math-warm", default="",
-                        help="comma-separated modules for a second zygote that math servers fork from")
     parser.add_argument("--math-servers", type=int, default=1,
                         help="math servers to keep warm per memory limit (the sandbox's CPUs)")
     parser.add_argument("--math-memory", type=int, default=0,
@@ -48,8 +46,7 @@ def main() -> None:
             with contextlib.suppress(OSError):
                 os.chmod(folder, 0o755)
     reward_model = json.loads(args.reward_model) if args.reward_model else None
-    math_warm = [name for name in args.math_warm.split(",") if name]
-    math = MathSettings(math_warm, args.math_servers, args.math_memory)
+    math = MathSettings(args.math_servers, args.math_memory)
     asyncio.run(serve(args.socket, warm, TOOLCHAINS, reward_model, math))
 
 

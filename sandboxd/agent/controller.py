@@ -24,7 +24,7 @@ import socket
 import stat
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from sandboxd.agent import sessions as sessions_module
@@ -53,8 +53,6 @@ WORK_ROOT = "/tmp/sandboxd"
 # Writable folders every uid shares; scrubbed of a run's files after it.
 SHARED_WRITABLE = ("/dev/shm", "/dev/mqueue", "/var/tmp", "/run/lock")
 TEXT_PREVIEW_BYTES = 4096
-# Math servers live for hundreds of jobs: one spare hides the rare fork.
-MATH_SPARE_WORKERS = 1
 DEFAULT_RLIMITS = {"fsize": 64 << 20, "nproc": 256, "nofile": 512, "core": 0}
 FILE_COLLECT_BYTES = 16 << 20
 # pyharness test statuses -> ours. A candidate that exits or breaks the
@@ -72,7 +70,6 @@ HARNESS_STATUSES = {
 
 @dataclass
 class MathSettings:
-    warm_modules: list[str] = field(default_factory=list)  # none: math servers fork from the job zygote
     servers: int = 1
     prestart_memory: int = 0  # the memory limit `prepare` starts and warms servers for
 
@@ -95,14 +92,9 @@ def _preview(data: bytes, limit: int = TEXT_PREVIEW_BYTES) -> str:
 
 
 class Controller:
-    def __init__(self, zygote: Zygote, languages: list[str], math_zygote: Zygote | None = None,
-                 math: MathSettings | None = None) -> None:
+    def __init__(self, zygote: Zygote, languages: list[str], math: MathSettings | None = None) -> None:
         self.zygote = zygote
         self.runner = Runner(zygote, self.reap)
-        # Math servers fork from a zygote of their own when the sandbox has
-        # one, so that job workers fork from (and exit out of) a lean one.
-        self.math_zygote = math_zygote
-        self.math_runner = Runner(math_zygote, self.reap) if math_zygote is not None else self.runner
         self.uids = UidPool()
         self.languages = languages
         self.sandbox_id = ""
@@ -124,7 +116,7 @@ class Controller:
                 return
             if pid == 0:
                 return
-            if pid == self.zygote.pid or (self.math_zygote is not None and pid == self.math_zygote.pid):
+            if pid == self.zygote.pid:
                 print("sandboxd-agent: zygote exited; sandbox is damaged", file=sys.stderr, flush=True)
                 os._exit(70)
 
@@ -433,8 +425,6 @@ class Controller:
             self.shared_writable = [folder for folder in SHARED_WRITABLE if _writable_by_all(folder)]
             random.seed()
             self.zygote.send({"op": "reseed"})
-            if self.math_zygote is not None:
-                self.math_zygote.send({"op": "reseed"})
             return {"ok": True, "languages": self.languages, "pid": os.getpid()}
         if op == "prepare":
             # After hello, before the pool hands the sandbox jobs (and never
@@ -534,18 +524,15 @@ async def serve(socket_path: str, warm_modules: list[str], toolchains: dict[str,
     os.makedirs(WORK_ROOT, mode=0o711, exist_ok=True)
     os.chmod(WORK_ROOT, 0o711)
     # A worker's fork and exit cost grows with its zygote's memory (page
-    # tables copied, then torn down: about 1 ms per 50 MB here). Programs
-    # and test harnesses fork from a zygote holding only our harness code
-    # (15 MB); sympy and Math-Verify (60 MB) live in a second zygote that
-    # only the long-lived math servers fork from.
+    # tables copied, then torn down: about 1 ms per 50 MB here), so the
+    # daemon warms sympy and Math-Verify (60 MB) only in sandboxes of the
+    # math pool, whose long-lived math servers fork rarely; programs and
+    # test harnesses fork from a zygote holding only our harness code (15 MB).
     zygote = start_zygote(warm_modules, SPARE_WORKERS)
-    math_zygote = start_zygote(math.warm_modules, MATH_SPARE_WORKERS) if math and math.warm_modules else None
-    controller = Controller(zygote, available_languages(toolchains), math_zygote, math)
+    controller = Controller(zygote, available_languages(toolchains), math)
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGCHLD, controller.reap)
     await zygote.ready
-    if math_zygote is not None:
-        await math_zygote.ready
     if reward_model is not None:
         # Loaded before the socket exists: the sandbox is ready (and snapshotted) with its model.
         controller.reward_model = RewardModelHost(reward_model)

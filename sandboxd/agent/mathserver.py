@@ -87,7 +87,7 @@ class MathServer:
         self.memory = memory
         self.uid = 0
         self.jobs_done = 0
-        self.worker = ResidentWorker(controller.math_runner, RESULT_FRAME_BYTES)
+        self.worker = ResidentWorker(controller.runner, RESULT_FRAME_BYTES)
 
     async def start(self) -> None:
         controller = self.controller

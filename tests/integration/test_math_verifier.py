@@ -100,14 +100,39 @@ def test_math_workers_recover_after_deadlines(channel: grpc.Channel) -> None:
     assert all(result.status == pb.STATUS_OK for result in results), [r.message for r in results]
 
 
-def test_program_workers_do_not_carry_the_math_libraries(channel: grpc.Channel) -> None:
-    # Programs fork from the lean zygote (a fork's cost grows with its parent's
-    # memory); sympy and Math-Verify live only in the math servers' zygote.
+def test_math_jobs_run_in_the_math_pool_and_code_sandboxes_stay_lean(channel: grpc.Channel) -> None:
+    # Programs fork from the code sandboxes' lean zygote (a fork's cost grows
+    # with its parent's memory); sympy and Math-Verify live only in the math pool.
+    pools = pb_grpc.PoolStub(channel)
+    before = {p.name: p.jobs_total for p in pools.GetStatus(pb.GetPoolStatusRequest()).pools}
+    assert helpers.run(channel, helpers.math("\\boxed{2}", "2")).status == pb.STATUS_OK
     program = "import sys; print([m for m in ('sympy', 'math_verify', 'latex2sympy2_extended') if m in sys.modules])"
     result = helpers.run(channel, helpers.execute(program))
     assert result.status == pb.STATUS_OK, result.message
     assert result.execute.stdout.decode().strip() == "[]"
-    assert helpers.run(channel, helpers.math("\\boxed{2}", "2")).status == pb.STATUS_OK
+    after = {p.name: p.jobs_total for p in pools.GetStatus(pb.GetPoolStatusRequest()).pools}
+    assert after["math"] == before["math"] + 1
+    assert after["python"] == before["python"] + 1
+
+
+def test_math_jobs_are_refused_without_a_math_pool(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from tests.conftest import DaemonProcess
+
+    daemon = DaemonProcess(tmp_path, "nomath", extra_env={"SANDBOXD_POOL_MIN_SIZE": "1", "SANDBOXD_POOL_MATH": "false",
+                                                          "SANDBOXD_POOL_IMAGES": "python",
+                                                          "SANDBOXD_SESSIONS_ENABLED": "false"})
+    try:
+        daemon.wait_serving()
+        with grpc.insecure_channel(daemon.address) as channel:
+            status = pb_grpc.PoolStub(channel).GetStatus(pb.GetPoolStatusRequest())
+            assert [p.name for p in status.pools] == ["python"]
+            with pytest.raises(grpc.RpcError) as refused:
+                helpers.run(channel, helpers.math("\\boxed{2}", "2"))
+            assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION, refused.value.details()
+            assert "pool.math" in (refused.value.details() or "")
+            assert helpers.run(channel, helpers.execute("print(1)")).status == pb.STATUS_OK
+    finally:
+        daemon.stop()
 
 
 def test_a_slow_answer_does_not_hold_up_the_next_job(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -137,21 +162,25 @@ def test_a_slow_answer_does_not_hold_up_the_next_job(tmp_path) -> None:  # type:
         daemon.stop()
 
 
-def test_math_servers_are_not_the_first_out_of_memory_victim(channel: grpc.Channel) -> None:
+def test_math_servers_are_not_the_first_out_of_memory_victim(daemon, channel: grpc.Channel) -> None:  # type: ignore[no-untyped-def]
     # Jobs run at oom_score_adj 1000; the long-lived math server, the largest
-    # process of a sandbox, at 500, so a job that fills memory dies instead of it.
+    # process of a math sandbox, at 500, so a job that fills memory dies instead of it.
+    import subprocess
+
+    from sandboxd.backend import LABEL_NODE, LABEL_POOL
+    from sandboxd.daemon import node_id
+
     assert helpers.run(channel, helpers.math("\\boxed{3}", "3")).status == pb.STATUS_OK
-    program = (
-        "import os\n"
-        "for pid in filter(str.isdigit, os.listdir('/proc')):\n"
-        "    try:\n"
-        "        if open(f'/proc/{pid}/comm').read().strip() == 'sandboxd-math':\n"
-        "            print(open(f'/proc/{pid}/oom_score_adj').read().strip())\n"
-        "    except OSError:\n"
-        "        pass\n"
-        "print('self', open('/proc/self/oom_score_adj').read().strip())\n"
-    )
-    result = helpers.run(channel, helpers.execute(program))
-    lines = result.execute.stdout.decode().split("\n")
-    assert "self 1000" in lines
-    assert "500" in lines, lines
+    result = helpers.run(channel, helpers.execute("print(open('/proc/self/oom_score_adj').read().strip())"))
+    assert result.execute.stdout.decode().strip() == "1000"
+    containers = subprocess.run(
+        ["docker", "ps", "-q", "--filter", f"label={LABEL_POOL}=math", "--filter",
+         f"label={LABEL_NODE}={node_id(daemon.socket)}"], capture_output=True, text=True, check=True).stdout.split()
+    assert containers
+    for container in containers:
+        # Read from outside the sandbox: no job of the math pool runs programs.
+        script = ("for p in /proc/[0-9]*; do [ \"$(cat $p/comm 2>/dev/null)\" = sandboxd-math ] && "
+                  "cat $p/oom_score_adj; done; true")
+        scores = subprocess.run(["docker", "exec", container, "sh", "-c", script], capture_output=True,
+                                text=True, check=True).stdout.split()
+        assert scores and set(scores) == {"500"}, scores
