@@ -55,7 +55,10 @@ class DockerConfig:
 class PoolConfig:
     # Sandboxes kept warm per image even with no batch hint.
     min_size: int = 2
-    max_size: int = 16
+    # 0: twice the host's CPUs. More sandboxes than that only interleave on
+    # the same cores: on 2 CPUs, 4 sandboxes verified math twice as fast as
+    # 16 (221 vs 97 pairs/s) and HumanEval as fast (113 vs 108 jobs/s).
+    max_size: int = 0
     # Jobs one sandbox runs at once; each runs under its own uid.
     jobs_per_sandbox: int = 2
     # Recycle a sandbox after this many jobs, however healthy it looks.
@@ -68,6 +71,11 @@ class PoolConfig:
     # much of the work; more only adds contention on 2 cores).
     start_concurrency: int = 2
     images: list[str] = field(default_factory=lambda: ["python", "langs"])
+
+    @property
+    def size_limit(self) -> int:
+        """max_size, with 0 resolved for this host (never below min_size)."""
+        return max(self.max_size or 2 * (os.cpu_count() or 1), self.min_size, 1)
     # Math jobs run in a pool of their own (python image, warm math servers):
     # an idle math sandbox holds about 80 MB, an idle code sandbox 25 MB.
     # false: math jobs are refused as unsupported.
@@ -206,7 +214,8 @@ class Config:
             (bool(self.server.socket) or bool(self.server.tcp), "server.socket and server.tcp are both empty"),
             (self.server.grace_seconds >= 0, "server.grace_seconds must be >= 0"),
             (self.pool.min_size >= 0, "pool.min_size must be >= 0"),
-            (self.pool.max_size >= max(1, self.pool.min_size), "pool.max_size must be >= max(1, pool.min_size)"),
+            (self.pool.max_size == 0 or self.pool.max_size >= max(1, self.pool.min_size),
+             "pool.max_size must be 0 (twice the host's CPUs) or >= max(1, pool.min_size)"),
             (self.pool.jobs_per_sandbox >= 1, "pool.jobs_per_sandbox must be >= 1"),
             (self.pool.recycle_after_jobs >= 1, "pool.recycle_after_jobs must be >= 1"),
             (self.pool.start_concurrency >= 1, "pool.start_concurrency must be >= 1"),

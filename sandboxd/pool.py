@@ -164,7 +164,7 @@ class Pool:
         wanted = math.ceil((self.batch_hint + self.waiting) / self.capacity)
         if idle_for > pool.idle_seconds and not self.waiting:
             wanted = 0
-        return max(floor, min(pool.max_size, wanted))
+        return max(floor, min(pool.size_limit, wanted))
 
     @property
     def min_ready(self) -> int:

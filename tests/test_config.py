@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -84,3 +85,12 @@ def test_bad_environment_value_names_variable() -> None:
 def test_bad_flag_names_flag() -> None:
     with pytest.raises(ConfigError, match="--max-size"):
         config.load(environ={}, overrides={"pool.max_size": "x"})
+
+
+def test_pool_size_limit_follows_the_host_unless_set() -> None:
+    automatic = config.load(environ={})
+    assert automatic.pool.max_size == 0
+    assert automatic.pool.size_limit == max(2 * (os.cpu_count() or 1), automatic.pool.min_size)
+    assert config.load(environ={"SANDBOXD_POOL_MAX_SIZE": "7"}).pool.size_limit == 7
+    # A floor above twice the CPUs wins: min_size sandboxes are always kept.
+    assert config.load(environ={"SANDBOXD_POOL_MIN_SIZE": "500"}).pool.size_limit == 500

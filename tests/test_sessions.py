@@ -52,7 +52,7 @@ def test_jobs_pool_keeps_its_own_sizing() -> None:
     pool = _pool(config, "jobs")
     assert pool.capacity == config.pool.jobs_per_sandbox
     pool.set_batch_hint(64)
-    assert pool.target == min(config.pool.max_size, math.ceil(64 / config.pool.jobs_per_sandbox))
+    assert pool.target == min(config.pool.size_limit, math.ceil(64 / config.pool.jobs_per_sandbox))
 
 
 def test_unknown_pool_kind_is_refused() -> None:
