@@ -29,6 +29,7 @@ from typing import Any
 
 from sandboxd.agent import sessions as sessions_module
 from sandboxd.agent import zygote as zygote_module
+from sandboxd.agent.judgeserver import JudgeServers
 from sandboxd.agent.mathserver import MathServers
 from sandboxd.agent.protocol import ProtocolError, encode_frame, read_frame
 from sandboxd.agent.rewardmodel import RewardModelHost
@@ -101,6 +102,7 @@ class Controller:
         self.math = math or MathSettings()
         self.shared_writable = list(SHARED_WRITABLE)
         self.math_servers = MathServers(self, self.math.servers)
+        self.judges = JudgeServers(self)
         # Open sessions by uid, which is also the handle the daemon holds.
         self.sessions: dict[int, sessions_module.Session] = {}
         # Set in a reward-model sandbox: the model's scorer process and its batcher.
@@ -318,29 +320,26 @@ class Controller:
             self.release(uid)
 
     async def _python_harness(self, job: dict[str, Any], uid: int, workdir: str) -> dict[str, Any]:
-        """Function-call and assert tests: candidate and judge in two processes, two uids."""
+        """Function-call and assert tests: the candidate in a fresh process, the judge a resident one, two uids."""
         plan, limits = job["plan"], job["limits"]
-        judge_uid = self.uids.take()
         candidate_end, judge_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         cases = max(1, plan["total"])
         # The judge calls the candidate once per case: the deadline covers them all.
         timeout = min(limits["timeout"] * cases, job.get("max_job_seconds", 300.0))
         run_limits = dict(limits, timeout=timeout)
         try:
-            judge_dir = self.make_workdir(judge_uid)
             candidate = RunSpec(
                 mode="py_callee", uid=uid, cwd=workdir, code=job["program"]["code"], timeout=timeout,
                 output_limit=limits["output"], rlimits=self.rlimits(run_limits, address_space=True),
                 env=self.env(workdir), peer=candidate_end,
             )
-            judge = RunSpec(
-                mode="py_tests", uid=judge_uid, cwd=judge_dir, timeout=timeout,
-                output_limit=limits["output"], rlimits=self.rlimits(run_limits, address_space=False),
-                env=self.env(judge_dir), peer=judge_end,
-                extra={"plan_kind": plan["kind"], "harness": dict(job["harness"], call_timeout=limits["timeout"])},
-            )
+            request = {"plan_kind": plan["kind"], "harness": dict(job["harness"], call_timeout=limits["timeout"])}
             candidate_task = asyncio.ensure_future(self.runner.run(candidate))
-            judge_outcome = await self.runner.run(judge)
+            try:
+                judged, verdict, message = await self.judges.judge(request, judge_end, timeout)
+            except BaseException:
+                candidate_task.cancel()
+                raise
             # The judge is done: whatever the candidate still does is moot,
             # and its death by our SIGKILL says nothing about it.
             killed_by_us = not candidate_task.done()
@@ -349,14 +348,10 @@ class Controller:
         finally:
             candidate_end.close()
             judge_end.close()
-            self.release(judge_uid)
-        judge_status, limit, message = classify(judge_outcome, judge)
-        verdict = judge_outcome.verdict
-        if judge_status == "timeout":
-            return _code_result([], plan["total"], status="timeout", limit=limit, message=message)
-        if judge_status != "ok" or not isinstance(verdict, dict):
-            return {"status": "internal", "message": judge_outcome.harness_error or message or "no verdict",
-                    "code": {"tests_total": plan["total"]}}
+        if judged == "timeout":
+            return _code_result([], plan["total"], status="timeout", limit="wall_time", message=message)
+        if judged != "ok" or not isinstance(verdict, dict):
+            return {"status": "internal", "message": message or "no verdict", "code": {"tests_total": plan["total"]}}
         candidate_status, candidate_limit, candidate_message = classify(candidate_outcome, candidate)
         if killed_by_us:
             candidate_status, candidate_limit, candidate_message = "ok", "", ""

@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sandboxd.agent.protocol import HEADER, MAX_FRAME_BYTES, ProtocolError, encode_frame, read_frame
-from sandboxd.agent.worker import HARNESS_FAILURE_EXIT
 
 # Markers that a program died of its memory limit rather than of a bug; the
 # address-space rlimit makes allocation fail instead of summoning the OOM killer.
@@ -53,7 +52,7 @@ class SandboxDamaged(Exception):
 
 @dataclass
 class RunSpec:
-    mode: str  # python | exec | py_callee | py_tests | math_server | py_session
+    mode: str  # python | exec | py_callee | py_judge | math_server | py_session
     uid: int
     cwd: str
     timeout: float
@@ -78,8 +77,6 @@ class RunOutcome:
     wall_seconds: float
     cpu_seconds: float
     max_rss_bytes: int
-    verdict: Any = None
-    harness_error: str = ""
 
     @property
     def exit_code(self) -> int:
@@ -111,8 +108,6 @@ def classify(outcome: RunOutcome, spec: RunSpec) -> tuple[str, str, str]:
     code = os.WEXITSTATUS(outcome.wait_status)
     if code == 0:
         return "ok", "", ""
-    if spec.mode == "py_tests" and code == HARNESS_FAILURE_EXIT:
-        return "internal", "", outcome.harness_error or "harness failed"
     if any(marker in tail for marker in MEMORY_MARKERS):
         return "memory_limit", "memory", "allocation failed at the memory limit"
     return "runtime_error", "", f"exit status {code}"
@@ -412,11 +407,8 @@ class Runner:
         budget = OutputBudget(spec.output_limit, lambda: kill("output"))
         stdout = PipeReader(out_r, budget)
         stderr = PipeReader(err_r, budget)
-        verdict_task = None
         try:
             pid, channel, exited = await self.launch(spec, fds)
-            if spec.mode == "py_tests":
-                verdict_task = asyncio.ensure_future(self._read_verdict(channel))
         except BaseException:
             stdout.close()
             stderr.close()
@@ -445,14 +437,6 @@ class Runner:
         await asyncio.wait([stdout.eof, stderr.eof], timeout=DRAIN_SECONDS)
         stdout.close()
         stderr.close()
-        verdict, harness_error = None, ""
-        if verdict_task is not None:
-            try:
-                message = await asyncio.wait_for(verdict_task, DRAIN_SECONDS)
-                verdict = message.get("result")
-                harness_error = message.get("error", "")
-            except (TimeoutError, EOFError, ProtocolError, OSError):
-                verdict_task.cancel()
         channel.close()
         return RunOutcome(
             wait_status=exit_message["status"],
@@ -464,17 +448,7 @@ class Runner:
             wall_seconds=wall,
             cpu_seconds=exit_message["cpu_seconds"],
             max_rss_bytes=exit_message["max_rss_bytes"],
-            verdict=verdict,
-            harness_error=harness_error,
         )
-
-    @staticmethod
-    async def _read_verdict(channel: socket.socket) -> dict[str, Any]:
-        reader, writer = await asyncio.open_unix_connection(sock=channel)
-        try:
-            return await read_frame(reader, max_bytes=16 << 20)
-        finally:
-            writer.transport.abort()
 
 
 class ResidentWorker:

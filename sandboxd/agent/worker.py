@@ -27,10 +27,10 @@ import sys
 import traceback
 from typing import Any, NoReturn
 
-from sandboxd.agent.protocol import HEADER, send_frame
+from sandboxd.agent.protocol import HEADER
 
-# Exit status a worker uses when the harness itself failed (not the job):
-# the controller reports it as an internal error, never as the model's fault.
+# Exit status of a worker whose own setup failed before any of the job ran
+# (its traceback goes to the run's stderr).
 HARNESS_FAILURE_EXIT = 121
 PR_SET_PDEATHSIG = 1
 MAX_FDS_PER_JOB = 8
@@ -61,7 +61,7 @@ def main(channel: socket.socket) -> NoReturn:
         # Programs get the default SIGPIPE, as under a shell. Our own judge
         # and math workers must see a candidate that hung up as an error
         # (BrokenPipeError -> "died"), not be killed by it.
-        trusted = job["mode"] in ("py_tests", "math_server")
+        trusted = job["mode"] in ("py_judge", "math_server")
         signal.signal(signal.SIGPIPE, signal.SIG_IGN if trusted else signal.SIG_DFL)
         if job["mode"] == "math_server":
             # The long-lived math server is the biggest process at 1000: a job
@@ -95,8 +95,10 @@ def main(channel: socket.socket) -> NoReturn:
         from sandboxd.verifiers import pyharness
 
         pyharness.serve_candidate(job["code"], socket.socket(fileno=fds[3]))
-    elif mode == "py_tests":
-        _run_judge(job, channel, fds)
+    elif mode == "py_judge":
+        from sandboxd.agent import judgeserver
+
+        judgeserver.serve(channel, socket.socket(fileno=fds[3]), _receive_job)
     elif mode == "math_server":
         from sandboxd.agent import mathserver
 
@@ -216,19 +218,3 @@ def _run_exec(argv: list[str]) -> NoReturn:
     except OSError as exc:
         print(f"cannot execute {argv[0]}: {exc}", file=sys.stderr)
         _flush_and_exit(127)
-
-
-def _run_judge(job: dict[str, Any], channel: socket.socket, fds: list[int]) -> NoReturn:
-    """The test harness's judge: our code, reporting its verdict over the control channel."""
-    try:
-        from sandboxd.verifiers import pyharness
-
-        peer = socket.socket(fileno=fds[3])
-        result = pyharness.run_tests(job["plan_kind"], peer, **job["harness"])
-        send_frame(channel, {"result": result})
-    except BaseException as exc:
-        traceback.print_exc()
-        with contextlib.suppress(OSError):
-            send_frame(channel, {"error": f"{type(exc).__name__}: {exc}"[:2000]})
-        _flush_and_exit(HARNESS_FAILURE_EXIT)
-    _flush_and_exit(0)

@@ -1244,3 +1244,56 @@ def test_attack_does_not_reach_later_jobs(channel: grpc.Channel, attack: str) ->
     results = run_batch(channel, later)
     for round_ in range(4):
         _assert_followups(results, 100 + 10 * round_)
+
+
+# ---- the resident judge (sandboxd/agent/judgeserver.py) -------------------
+
+JUDGE_KILLER = """
+import os, signal
+
+def attack():
+    done = 0
+    for pid in filter(str.isdigit, os.listdir('/proc')):
+        try:
+            with open(f'/proc/{pid}/comm') as comm:
+                if comm.read().strip() != 'sandboxd-judge':
+                    continue
+        except OSError:
+            continue
+        for sig in (signal.SIGKILL, signal.SIGSTOP):
+            try:
+                os.kill(int(pid), sig)
+                done += 1
+            except OSError:
+                pass
+    return done
+"""
+
+
+def test_candidate_cannot_signal_the_resident_judge(channel: grpc.Channel) -> None:
+    # The judge outlives the job and runs under a uid of its own: a candidate
+    # that finds it in /proc can neither kill nor stop it.
+    for _ in range(4):
+        result = helpers.run(channel, assert_job(JUDGE_KILLER, "assert attack() == 0", "attack"))
+        assert (result.status, result.reward) == (pb.STATUS_OK, 1.0), result.message
+
+
+def test_a_judge_stuck_past_the_deadline_is_replaced(channel: grpc.Channel) -> None:
+    # Trusted test code that never ends: the job times out, its judge is
+    # killed, and the next jobs get working judges.
+    stuck = assert_job("def f():\n    return 1\n", "while True:\n    pass\n", "f", timeout=1.0)
+    result = helpers.run(channel, stuck)
+    assert (result.status, result.limit_hit) == (pb.STATUS_TIMEOUT, pb.LIMIT_WALL_TIME), result.message
+    jobs = [assert_job("def f(x):\n    return x + 1\n", f"assert f({n}) == {n + 1}", "f", index=n) for n in range(8)]
+    results = list(pb_grpc.JobsStub(channel).RunBatch(pb.RunBatchRequest(jobs=jobs), timeout=120))
+    assert all(r.status == pb.STATUS_OK for r in results), [r.message for r in results]
+
+
+def test_test_code_of_one_job_does_not_see_the_last_jobs_names(channel: grpc.Channel) -> None:
+    # Each job's tests run in a fresh namespace of the long-lived judge.
+    first = assert_job("def f():\n    return 1\n", "LEFTOVER = 41\nassert f() == 1", "f")
+    second = assert_job("def f():\n    return 1\n", "assert 'LEFTOVER' not in globals()\nassert f() == 1", "f")
+    for _ in range(3):
+        assert helpers.run(channel, first).status == pb.STATUS_OK
+        result = helpers.run(channel, second)
+        assert result.status == pb.STATUS_OK, result.message

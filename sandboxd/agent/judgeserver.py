@@ -1,0 +1,158 @@
+"""Long-lived judges for the two-process Python harness: one fork per job instead of two.
+
+A function-call or assert job runs the candidate's program in one process
+and the tests (the judge, our code plus the dataset's trusted test code) in
+another, under another uid, so that expected values never enter the
+candidate's process (see sandboxd.verifiers.pyharness). The candidate needs
+a fresh process per job; the judge does not. Forking, setting up and
+reaping a judge per job cost about 3.5 ms of a HumanEval job's 12 ms of
+sandbox CPU here, so the controller keeps judges the way it keeps math
+servers: a worker forked once, under a uid of its own, that judges job
+after job. Each job hands it the socket to that job's candidate.
+
+What a judge keeps between jobs is what the trusted test code leaves in
+modules it imported; every job's tests run in a fresh namespace. A judge
+past its job's deadline is killed (SIGKILL to every process of its uid) and
+replaced; one that dies, answers with an error, or has judged
+RECYCLE_AFTER_JOBS jobs is replaced too. The candidate can only send plain
+data to a judge (pyharness caps its size and depth), and cannot signal,
+trace or read the judge's memory: it runs under another uid.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import socket
+import traceback
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from sandboxd.agent.protocol import send_frame
+from sandboxd.agent.runner import ResidentWorker, RunSpec
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from sandboxd.agent.controller import Controller
+
+RECYCLE_AFTER_JOBS = 200
+# The judge's CPU rlimit covers its whole life, not one job.
+SERVER_CPU_SECONDS = 3600
+RESULT_FRAME_BYTES = 4 << 20
+PR_SET_NAME = 15
+SERVER_NAME = b"sandboxd-judge"
+
+
+def serve(channel: socket.socket, results: socket.socket,
+          receive: Callable[[socket.socket], tuple[dict[str, Any], list[int]]]) -> NoReturn:
+    """Worker side: one verdict per request until the channel closes.
+
+    Each request carries the socket to its candidate as its one descriptor.
+    """
+    from sandboxd.verifiers import pyharness
+
+    ctypes.CDLL(None).prctl(PR_SET_NAME, SERVER_NAME, 0, 0, 0)
+    while True:
+        try:
+            job, fds = receive(channel)
+        except (EOFError, OSError):
+            os._exit(0)
+        reply: dict[str, Any]
+        try:
+            if len(fds) != 1:
+                raise ValueError(f"a judge request carries one descriptor, not {len(fds)}")
+            with socket.socket(fileno=fds[0]) as peer:
+                reply = {"result": pyharness.run_tests(job["plan_kind"], peer, **job["harness"])}
+        except BaseException as exc:  # the judge's own failure: reported, then this judge is replaced
+            traceback.print_exc()
+            for fd in fds[1:]:
+                os.close(fd)
+            reply = {"error": f"{type(exc).__name__}: {exc}"[:2000]}
+        try:
+            send_frame(results, reply)
+        except OSError:
+            os._exit(0)
+
+
+class JudgeServer:
+    """Controller side of one judge."""
+
+    def __init__(self, controller: Controller) -> None:
+        self.controller = controller
+        self.uid = 0
+        self.jobs_done = 0
+        self.worker = ResidentWorker(controller.runner, RESULT_FRAME_BYTES)
+
+    async def start(self) -> None:
+        controller = self.controller
+        self.uid = controller.uids.take()
+        try:
+            workdir = controller.make_workdir(self.uid)
+            rlimits = controller.rlimits({"timeout": SERVER_CPU_SECONDS}, address_space=False)
+            await self.worker.start(RunSpec(mode="py_judge", uid=self.uid, cwd=workdir, timeout=0, output_limit=0,
+                                            rlimits=rlimits, env=controller.env(workdir)))
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def usable(self) -> bool:
+        return self.worker.alive and self.jobs_done < RECYCLE_AFTER_JOBS
+
+    async def judge(self, request: dict[str, Any], peer: socket.socket,
+                    timeout: float) -> tuple[str, dict[str, Any] | None, str]:
+        """(outcome, verdict, message); outcome is ok, timeout or error. Anything but ok leaves the judge closed."""
+        self.jobs_done += 1
+        reply = await self.worker.request(request, timeout=timeout, fds=(os.dup(peer.fileno()),))
+        if reply is not None and isinstance(reply.get("result"), dict):
+            return "ok", reply["result"], ""
+        busy = reply is None and self.worker.alive
+        detail, _killed = self.worker.describe_exit()
+        self.close()
+        if busy:
+            return "timeout", None, f"killed after {timeout:g} s wall clock"
+        if reply is not None:
+            return "error", None, str(reply.get("error", "the judge gave no verdict"))
+        return "error", None, f"the judge {detail}"
+
+    def close(self) -> None:
+        """Kill the judge and give its uid back. Idempotent."""
+        self.worker.close()
+        if self.uid:
+            self.controller.release(self.uid)
+            self.uid = 0
+
+
+class JudgeServers:
+    """Idle judges; a job borrows one (or starts one) and gives it back if it is still good.
+
+    No more run than the jobs running at once in the sandbox, which the
+    daemon bounds (pool.jobs_per_sandbox), so no cap of its own.
+    """
+
+    def __init__(self, controller: Controller) -> None:
+        self.controller = controller
+        self._idle: list[JudgeServer] = []
+
+    async def judge(self, request: dict[str, Any], peer: socket.socket,
+                    timeout: float) -> tuple[str, dict[str, Any] | None, str]:
+        server = None
+        while self._idle:
+            candidate = self._idle.pop()
+            if candidate.usable:
+                server = candidate
+                break
+            candidate.close()
+        if server is None:
+            server = JudgeServer(self.controller)
+            await server.start()
+        try:
+            outcome, verdict, message = await server.judge(request, peer, timeout)
+        except BaseException:
+            server.close()
+            raise
+        if outcome == "ok" and server.usable:
+            self._idle.append(server)
+        else:
+            server.close()
+        return outcome, verdict, message
