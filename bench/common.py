@@ -218,8 +218,9 @@ def scrape_metrics(url: str, name: str) -> dict[tuple[tuple[str, str], ...], flo
 
 
 class BenchDaemon(DaemonProcess):
-    """A daemon for the benchmarks: the python and math pools only (no benchmark
-    uses the langs image), its own snapshot state, and a metrics endpoint on a free port."""
+    """A daemon for the benchmarks: the python image only (its python, math and
+    sessions pools; no benchmark uses the langs image), its own snapshot state,
+    and a metrics endpoint on a free port."""
 
     def __init__(self, extra_env: dict[str, str] | None = None) -> None:
         self.tmp = Path(tempfile.mkdtemp(prefix="sandboxd-bench-"))
@@ -242,18 +243,24 @@ class BenchDaemon(DaemonProcess):
         return status
 
 
-def wait_pool_settled(client: Any, timeout: float = 180.0, *, want_ready: int | None = None,
-                      pool: str = "python") -> Any:
-    """Wait until `pool` has its target ready and nothing starting; returns the status."""
+# A batch hint sizes every job pool: a benchmark times its rounds only once
+# none of them is still starting sandboxes on the same cores.
+JOB_POOLS = ("python", "math")
+
+
+def wait_pool_settled(client: Any, timeout: float = 180.0, *, want_ready: int | None = None) -> Any:
+    """Wait until every job pool has its target ready and nothing starting; returns the status."""
     deadline = time.monotonic() + timeout
     status = client.pool_status()
     while time.monotonic() < deadline:
         status = client.pool_status()
-        state = next((p for p in status.pools if p.name == pool), None)
-        if state is not None:
-            need = state.target if want_ready is None else min(want_ready, state.target)
-            if state.snapshot != "building" and state.starting == 0 and state.ready >= need:
-                return status
+        states = [p for p in status.pools if p.name in JOB_POOLS]
+        if states and all(
+            state.snapshot != "building" and state.starting == 0
+            and state.ready >= (state.target if want_ready is None else min(want_ready, state.target))
+            for state in states
+        ):
+            return status
         time.sleep(0.5)
     return status
 

@@ -132,11 +132,11 @@ def run(client: Any, *, quick: bool, pairs: int | None = None, cpu: CpuMeter | N
         math_verify_check(p["completion"], p["ground_truth"])
     warm_inprocess = time.perf_counter() - t0
     client.set_batch_hint(chunk)
-    wait_pool_settled(client, timeout=180.0, pool="math")
+    wait_pool_settled(client, timeout=180.0)
     t0 = time.perf_counter()
     client.score_batch([math_job(p["completion"], p["ground_truth"]) for p in warm_items])
     warm_sandboxd = time.perf_counter() - t0
-    status = wait_pool_settled(client, timeout=180.0, pool="math")
+    status = wait_pool_settled(client, timeout=180.0)
     log(f"math: warm-up done ({total} other pairs: Math-Verify {total / warm_inprocess:.0f} pairs/s, "
         f"sandboxd's fresh pool {total / warm_sandboxd:.0f} pairs/s); pool {pool_state(status, 'math')}")
 

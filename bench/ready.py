@@ -4,7 +4,9 @@ Measured directly with the daemon's own code (sandboxd.pool.Pool), so both
 sides do exactly what a pool refill does: create the container, then either
 copy the CRIU checkpoint in and `docker start --checkpoint`, or start it
 cold and let the agent import and warm the verifier libraries; both end
-when the agent answers `hello`. Restores and cold starts alternate.
+when the agent has answered `hello` and `prepare` (which starts the math
+pool's warm math servers). Restores and cold starts alternate, for the
+python (code) pool and for the math pool.
 
 Then the idle memory of every sandbox started, as `docker stats` counts it
 (cgroup usage minus inactive page cache), a few seconds after it is ready.

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/run.py [--quick] [--only latency,ready,humaneval,math] [--address ADDR]
 
-Without --address it starts its own daemon (python and math pools only, defaults
+Without --address it starts its own daemon (python image only, defaults
 otherwise) on a temporary socket. Progress goes to stderr, the tables to
 stdout, and everything measured to bench/results/latest.json.
 See bench/README.md for what each benchmark does and what it compares.

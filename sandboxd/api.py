@@ -12,6 +12,7 @@ from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
 import sandboxd
 from sandboxd import jobs
 from sandboxd.errors import InvalidRequest, Overloaded, SandboxdError
+from sandboxd.pool import MATH_POOL
 from sandboxd.rewardpool import RewardModelPool
 
 if TYPE_CHECKING:
@@ -91,7 +92,8 @@ class DaemonServicer(pb_grpc.DaemonServicer):
         return pb.Info(
             version=sandboxd.__version__,
             languages=languages,
-            job_kinds=["execute", "code", "math", *(["reward_model"] if reward_pools else [])],
+            job_kinds=["execute", "code", *(["math"] if MATH_POOL in self.daemon.pools else []),
+                       *(["reward_model"] if reward_pools else [])],
             snapshots=bool(snapshots) and all(s.usable for s in snapshots),
             snapshot_state="; ".join(f"{pool.name}: {pool.snapshots.state}" for pool in pools),
             gpus=sorted({gpu for pool in reward_pools for gpu in pool.gpus()}),

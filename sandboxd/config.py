@@ -53,11 +53,10 @@ class DockerConfig:
 
 @dataclass
 class PoolConfig:
-    # Sandboxes kept warm per image even with no batch hint.
+    # Sandboxes kept warm per pool (python, langs, math) even with no batch hint.
     min_size: int = 2
     # 0: twice the host's CPUs. More sandboxes than that only interleave on
-    # the same cores: on 2 CPUs, 4 sandboxes verified math twice as fast as
-    # 16 (221 vs 97 pairs/s) and HumanEval as fast (113 vs 108 jobs/s).
+    # the same cores (README, "Pool size": a sweep on this 2-CPU host).
     max_size: int = 0
     # Jobs one sandbox runs at once; each runs under its own uid.
     jobs_per_sandbox: int = 2
@@ -71,15 +70,15 @@ class PoolConfig:
     # much of the work; more only adds contention on 2 cores).
     start_concurrency: int = 2
     images: list[str] = field(default_factory=lambda: ["python", "langs"])
+    # Math jobs run in a pool of their own (python image, warm math servers):
+    # an idle math sandbox holds about 80 MB, an idle code sandbox 25 MB.
+    # false: math jobs are refused as unsupported.
+    math: bool = True
 
     @property
     def size_limit(self) -> int:
         """max_size, with 0 resolved for this host (never below min_size)."""
         return max(self.max_size or 2 * (os.cpu_count() or 1), self.min_size, 1)
-    # Math jobs run in a pool of their own (python image, warm math servers):
-    # an idle math sandbox holds about 80 MB, an idle code sandbox 25 MB.
-    # false: math jobs are refused as unsupported.
-    math: bool = True
 
 
 @dataclass

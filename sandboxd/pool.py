@@ -39,8 +39,8 @@ from sandboxd.sandbox import Sandbox
 from sandboxd.snapshots import CHECKPOINT_NAME, SnapshotStore
 
 log = logging.getLogger("sandboxd.pool")
-# A cold sandbox imports sympy and friends; a restore replays pages. Both
-# take seconds on the 2-core machine (bench/ready.py measures them).
+# A cold math sandbox imports sympy and friends; a restore replays pages.
+# Both take seconds on the 2-core machine (bench/ready.py measures them).
 READY_TIMEOUT_SECONDS = 120.0
 MAINTAIN_INTERVAL_SECONDS = 0.5
 _control_serial = itertools.count()
@@ -114,10 +114,10 @@ class Pool:
         self.code_dir = code_dir
         self.snapshots = SnapshotStore(backend, config.sandbox.state_dir, config.pool.snapshots,
                                        config.docker.temp_dir)
+        self.agent_args = ["--private-tmp", "--warm", WARM_MODULES.get(name, ""), *self._math_args(name, config)]
         self.snapshot_key = SnapshotStore.key({
             "image": image, "code": code_key, "memory": config.sandbox.memory_bytes, "cpus": config.sandbox.cpus,
-            "pids": config.sandbox.pids, "tmpfs": config.sandbox.tmpfs_bytes, "warm": WARM_MODULES.get(name, ""),
-            "math": self._math_args(name, config),
+            "pids": config.sandbox.pids, "tmpfs": config.sandbox.tmpfs_bytes, "agent": self.agent_args,
         })
         # Subclasses whose sandboxes load more at start (a reward model) allow longer,
         # and those that run no job code need no recycling (0: never).
@@ -274,8 +274,7 @@ class Pool:
         return SandboxSpec(
             name=name,
             image=self.image,
-            command=["python3", "-m", "sandboxd.agent", "--private-tmp", "--warm", WARM_MODULES.get(self.name, ""),
-                     *self._math_args(self.name, self.config)],
+            command=["python3", "-m", "sandboxd.agent", *self.agent_args],
             control_dir=control_dir,
             code_dir=self.code_dir,
             labels={LABEL_MANAGED: "1", LABEL_INSTANCE: self.instance, LABEL_NODE: self.node,

@@ -34,7 +34,6 @@ from sandboxd.agent.mathserver import MathServers
 from sandboxd.agent.protocol import ProtocolError, encode_frame, read_frame
 from sandboxd.agent.rewardmodel import RewardModelHost
 from sandboxd.agent.runner import (
-    SPARE_WORKERS,
     Runner,
     RunOutcome,
     RunSpec,
@@ -110,7 +109,7 @@ class Controller:
 
     # ---- process housekeeping ------------------------------------------
     def reap(self) -> None:
-        """Collect orphans re-parented to us; a zygote's death is fatal."""
+        """Collect orphans re-parented to us; the zygote's death is fatal."""
         while True:
             try:
                 pid, _status = os.waitpid(-1, os.WNOHANG)
@@ -478,7 +477,7 @@ def _test_entry(index: int, status: str, limit: str, message: str, outcome: RunO
 
 
 def _code_result(tests: list[dict[str, Any]], total: int, *, status: str = "", limit: str = "",
-                 message: str = "", stderr: bytes = b"") -> dict[str, Any]:
+                 message: str = "") -> dict[str, Any]:
     passed = sum(1 for t in tests if t["status"] == "ok")
     if not status:
         failures = [t for t in tests if t["status"] != "ok"]
@@ -489,18 +488,15 @@ def _code_result(tests: list[dict[str, Any]], total: int, *, status: str = "", l
             status, limit, message = first["status"], first.get("limit", ""), first.get("message", "")
         else:
             status = "wrong_answer"
-    result = {"status": status, "limit": limit, "message": message, "tests": tests,
-              "code": {"tests_passed": passed, "tests_total": total}}
-    if stderr:
-        result["stderr"] = _preview(stderr)
-    return result
+    return {"status": status, "limit": limit, "message": message, "tests": tests,
+            "code": {"tests_passed": passed, "tests_total": total}}
 
 
 def available_languages(toolchains: dict[str, str]) -> list[str]:
     return sorted(lang for lang, binary in toolchains.items() if shutil.which(binary))
 
 
-def start_zygote(warm_modules: list[str], spares: int) -> Zygote:
+def start_zygote(warm_modules: list[str]) -> Zygote:
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -509,7 +505,7 @@ def start_zygote(warm_modules: list[str], spares: int) -> Zygote:
         ours.close()
         zygote_module.main(theirs, warm_modules)
     theirs.close()
-    return Zygote(ours, pid, spares=spares)
+    return Zygote(ours, pid)
 
 
 async def serve(socket_path: str, warm_modules: list[str], toolchains: dict[str, str],
@@ -523,7 +519,7 @@ async def serve(socket_path: str, warm_modules: list[str], toolchains: dict[str,
     # daemon warms sympy and Math-Verify (60 MB) only in sandboxes of the
     # math pool, whose long-lived math servers fork rarely; programs and
     # test harnesses fork from a zygote holding only our harness code (15 MB).
-    zygote = start_zygote(warm_modules, SPARE_WORKERS)
+    zygote = start_zygote(warm_modules)
     controller = Controller(zygote, available_languages(toolchains), math)
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGCHLD, controller.reap)

@@ -28,7 +28,7 @@ import traceback
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from sandboxd.agent.protocol import send_frame
-from sandboxd.agent.runner import ResidentWorker, RunSpec
+from sandboxd.agent.servers import ResidentServer
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -36,9 +36,8 @@ if TYPE_CHECKING:
     from sandboxd.agent.controller import Controller
 
 RECYCLE_AFTER_JOBS = 200
-# The judge's CPU rlimit covers its whole life, not one job.
-SERVER_CPU_SECONDS = 3600
-RESULT_FRAME_BYTES = 4 << 20
+# As pyharness.MAX_FRAME_BYTES: thousands of failing cases, each with its message.
+RESULT_FRAME_BYTES = 16 << 20
 PR_SET_NAME = 15
 SERVER_NAME = b"sandboxd-judge"
 
@@ -57,16 +56,16 @@ def serve(channel: socket.socket, results: socket.socket,
             job, fds = receive(channel)
         except (EOFError, OSError):
             os._exit(0)
+        for fd in fds[1:]:
+            os.close(fd)
         reply: dict[str, Any]
         try:
-            if len(fds) != 1:
-                raise ValueError(f"a judge request carries one descriptor, not {len(fds)}")
+            if not fds:
+                raise ValueError("a judge request carries its candidate's socket")
             with socket.socket(fileno=fds[0]) as peer:
                 reply = {"result": pyharness.run_tests(job["plan_kind"], peer, **job["harness"])}
         except BaseException as exc:  # the judge's own failure: reported, then this judge is replaced
             traceback.print_exc()
-            for fd in fds[1:]:
-                os.close(fd)
             reply = {"error": f"{type(exc).__name__}: {exc}"[:2000]}
         try:
             send_frame(results, reply)
@@ -74,53 +73,16 @@ def serve(channel: socket.socket, results: socket.socket,
             os._exit(0)
 
 
-class JudgeServer:
+class JudgeServer(ResidentServer):
     """Controller side of one judge."""
 
     def __init__(self, controller: Controller) -> None:
-        self.controller = controller
-        self.uid = 0
-        self.jobs_done = 0
-        self.worker = ResidentWorker(controller.runner, RESULT_FRAME_BYTES)
-
-    async def start(self) -> None:
-        controller = self.controller
-        self.uid = controller.uids.take()
-        try:
-            workdir = controller.make_workdir(self.uid)
-            rlimits = controller.rlimits({"timeout": SERVER_CPU_SECONDS}, address_space=False)
-            await self.worker.start(RunSpec(mode="py_judge", uid=self.uid, cwd=workdir, timeout=0, output_limit=0,
-                                            rlimits=rlimits, env=controller.env(workdir)))
-        except BaseException:
-            self.close()
-            raise
-
-    @property
-    def usable(self) -> bool:
-        return self.worker.alive and self.jobs_done < RECYCLE_AFTER_JOBS
+        super().__init__(controller, "py_judge", recycle_after=RECYCLE_AFTER_JOBS, max_reply_bytes=RESULT_FRAME_BYTES)
 
     async def judge(self, request: dict[str, Any], peer: socket.socket,
                     timeout: float) -> tuple[str, dict[str, Any] | None, str]:
-        """(outcome, verdict, message); outcome is ok, timeout or error. Anything but ok leaves the judge closed."""
-        self.jobs_done += 1
-        reply = await self.worker.request(request, timeout=timeout, fds=(os.dup(peer.fileno()),))
-        if reply is not None and isinstance(reply.get("result"), dict):
-            return "ok", reply["result"], ""
-        busy = reply is None and self.worker.alive
-        detail, _killed = self.worker.describe_exit()
-        self.close()
-        if busy:
-            return "timeout", None, f"killed after {timeout:g} s wall clock"
-        if reply is not None:
-            return "error", None, str(reply.get("error", "the judge gave no verdict"))
-        return "error", None, f"the judge {detail}"
-
-    def close(self) -> None:
-        """Kill the judge and give its uid back. Idempotent."""
-        self.worker.close()
-        if self.uid:
-            self.controller.release(self.uid)
-            self.uid = 0
+        """(outcome, verdict, message) as `ResidentServer.ask`. Anything but ok leaves the judge closed."""
+        return await self.ask(request, timeout, fds=(os.dup(peer.fileno()),))
 
 
 class JudgeServers:

@@ -25,7 +25,7 @@ import socket
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from sandboxd.agent.protocol import ProtocolError, recv_frame, send_frame
-from sandboxd.agent.runner import ResidentWorker, RunSpec
+from sandboxd.agent.servers import ResidentServer
 
 if TYPE_CHECKING:
     from sandboxd.agent.controller import Controller
@@ -38,8 +38,6 @@ RECYCLE_AFTER_JOBS = 500
 # slow, hostile answer) is another started.
 SPILL_SECONDS = 0.5
 WARM_SECONDS = 60.0
-# The server's CPU rlimit covers its whole life, not one job.
-SERVER_CPU_SECONDS = 3600
 RESULT_FRAME_BYTES = 1 << 20
 PR_SET_NAME = 15
 SERVER_NAME = b"sandboxd-math"
@@ -79,63 +77,24 @@ def serve(channel: socket.socket, results: socket.socket) -> NoReturn:
             os._exit(0)
 
 
-class MathServer:
+class MathServer(ResidentServer):
     """Controller side of one math server."""
 
     def __init__(self, controller: Controller, memory: int) -> None:
-        self.controller = controller
-        self.memory = memory
-        self.uid = 0
-        self.jobs_done = 0
-        self.worker = ResidentWorker(controller.runner, RESULT_FRAME_BYTES)
-
-    async def start(self) -> None:
-        controller = self.controller
-        self.uid = controller.uids.take()
-        try:
-            workdir = controller.make_workdir(self.uid)
-            rlimits = controller.rlimits({"timeout": SERVER_CPU_SECONDS, "memory": self.memory}, address_space=True)
-            await self.worker.start(RunSpec(mode="math_server", uid=self.uid, cwd=workdir, timeout=0, output_limit=0,
-                                            rlimits=rlimits, env=controller.env(workdir)))
-        except BaseException:
-            self.close()
-            raise
-
-    @property
-    def usable(self) -> bool:
-        return self.worker.alive and self.jobs_done < RECYCLE_AFTER_JOBS
+        super().__init__(controller, "math_server", recycle_after=RECYCLE_AFTER_JOBS,
+                         max_reply_bytes=RESULT_FRAME_BYTES, memory=memory)
 
     async def verify(self, job: dict[str, Any], timeout: float) -> tuple[str, dict[str, Any] | None, str]:
         """(outcome, verdict, message); outcome is ok, timeout, memory, died or error.
 
         Anything but ok leaves the server closed.
         """
-        self.jobs_done += 1
         request = {"completion": job["completion"], "ground_truth": job["ground_truth"],
                    "extraction": job.get("extraction", "auto"), "tolerance": job.get("tolerance", 1e-6)}
-        reply = await self.worker.request(request, timeout=timeout)
-        if reply is not None and isinstance(reply.get("result"), dict):
-            return "ok", reply["result"], ""
-        busy = reply is None and self.worker.alive
-        detail, killed = self.worker.describe_exit()
-        self.close()
-        if busy:
-            return "timeout", None, f"killed after {timeout:g} s wall clock"
-        if reply is not None and reply.get("memory"):
-            return "memory", None, "the verifier ran out of memory on this answer"
-        if reply is not None:
-            return "error", None, str(reply.get("error", "the math worker gave no verdict"))
-        if killed:
-            return "memory", None, "killed by the out-of-memory killer"
-        return "died", None, f"the math worker {detail} on this answer"
-
-    def close(self) -> None:
-        """Kill the server and give its uid back. Idempotent."""
-        self.worker.close()
-        if self.uid:
-            # Kills whatever else runs under the uid, then removes its files.
-            self.controller.release(self.uid)
-            self.uid = 0
+        outcome, verdict, message = await self.ask(request, timeout)
+        if outcome == "died":
+            message = f"the math worker {message} on this answer"
+        return outcome, verdict, message
 
 
 class MathServers:

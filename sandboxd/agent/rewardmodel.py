@@ -224,10 +224,6 @@ class RewardModelHost:
             message = f"truncated from {outcome['tokens']} to {self.settings.get('max_length')} tokens"
         return {"status": "ok", "message": message, "reward_model": {**detail, "raw_score": outcome["raw"]}}
 
-    async def close(self) -> None:
-        await self._batcher.close()
-        self._kill()
-
 
 def _frame_sized(pairs: list[tuple[str, str]]) -> list[list[tuple[str, str]]]:
     """Split a batch so that no frame to the scorer nears the frame limit (long, non-ASCII pairs)."""

@@ -166,9 +166,8 @@ class PipeReader:
 class Zygote:
     """The controller's handle on the zygote process."""
 
-    def __init__(self, sock: socket.socket, pid: int, *, spares: int = SPARE_WORKERS) -> None:
+    def __init__(self, sock: socket.socket, pid: int) -> None:
         self.pid = pid
-        self.spares = spares
         self._sock = sock
         self._tags = itertools.count()
         self._forks: dict[int, asyncio.Future[tuple[int, int]]] = {}
@@ -238,7 +237,7 @@ class Zygote:
         return await self.fork()
 
     def _refill(self) -> None:
-        if self.alive and len(self._spares) + self._refilling < self.spares:
+        if self.alive and len(self._spares) + self._refilling < SPARE_WORKERS:
             self._refilling += 1
             task = asyncio.ensure_future(self._fork_spare())
             self._background.add(task)
@@ -505,8 +504,8 @@ class ResidentWorker:
         deadline = loop.time() + timeout
         reply_task = asyncio.ensure_future(read_frame(self._reader, max_bytes=self._max_reply_bytes))
         try:
-            frame = encode_frame(message)
             try:
+                frame = encode_frame(message)
                 socket.send_fds(self._channel, [frame[:HEADER.size]], list(fds))
                 # Within the deadline too: a stopped worker fills the socket buffer.
                 await asyncio.wait_for(loop.sock_sendall(self._channel, frame[HEADER.size:]), timeout)
@@ -535,6 +534,14 @@ class ResidentWorker:
         finally:
             if not reply_task.done():
                 reply_task.cancel()
+
+    @property
+    def signalled(self) -> bool:
+        """Whether a signal ended the worker (its own code never exits that way)."""
+        exited = self.exited
+        if exited is None or not exited.done() or exited.cancelled() or exited.exception() is not None:
+            return False
+        return os.WIFSIGNALED(exited.result()["status"])
 
     def describe_exit(self) -> tuple[str, bool]:
         """(how the worker ended, for a message; whether SIGKILL ended it, which only the OOM killer sends)."""

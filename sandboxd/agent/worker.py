@@ -35,7 +35,7 @@ HARNESS_FAILURE_EXIT = 121
 PR_SET_PDEATHSIG = 1
 MAX_FDS_PER_JOB = 8
 JOB_OOM_SCORE_ADJ = 1000
-MATH_SERVER_OOM_SCORE_ADJ = 500
+RESIDENT_OOM_SCORE_ADJ = 500
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -58,16 +58,17 @@ def main(channel: socket.socket) -> NoReturn:
         os.setsid()
         os.setgroups([])
         job, fds = _receive_job(channel)
-        # Programs get the default SIGPIPE, as under a shell. Our own judge
-        # and math workers must see a candidate that hung up as an error
-        # (BrokenPipeError -> "died"), not be killed by it.
+        # Programs get the default SIGPIPE, as under a shell. Our own resident
+        # servers must see a closed socket as an error, not be killed by it: a
+        # judge's candidate that hung up fails its test ("died"), and a
+        # server whose results socket closed exits as the controller meant.
         trusted = job["mode"] in ("py_judge", "math_server")
         signal.signal(signal.SIGPIPE, signal.SIG_IGN if trusted else signal.SIG_DFL)
-        if job["mode"] == "math_server":
-            # The long-lived math server is the biggest process at 1000: a job
-            # filling the sandbox's memory would have it killed, and an
-            # innocent answer blamed. Lowering to a value >= 0 needs no privilege.
-            _set_oom_score_adj(MATH_SERVER_OOM_SCORE_ADJ)
+        if trusted:
+            # A long-lived server at 1000 (the math server is the biggest
+            # process) would be killed when a job fills the sandbox's memory,
+            # and an innocent job blamed. Lowering to a value >= 0 needs no privilege.
+            _set_oom_score_adj(RESIDENT_OOM_SCORE_ADJ)
         uid = int(job["uid"])
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)

@@ -45,9 +45,6 @@ class ScorerSettings:
         known = {f for f in cls.__dataclass_fields__}
         return cls(**{key: value for key, value in data.items() if key in known})
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass
 class PairScore:

@@ -227,6 +227,9 @@ async def test_deadline_batch_keeps_answers(twin: Twin) -> None:
 # A daemon killed and restarted on the same socket.
 # ---------------------------------------------------------------------------
 
+# The daemons below run Python programs and math only: no langs or sessions pool to start.
+PYTHON_AND_MATH = {"SANDBOXD_POOL_IMAGES": "python", "SANDBOXD_SESSIONS_ENABLED": "false"}
+
 
 @docker
 @pytest.mark.slow
@@ -234,7 +237,7 @@ async def test_deadline_batch_keeps_answers(twin: Twin) -> None:
 async def test_retry_across_daemon_restart(tmp_path: Path, kind: str) -> None:
     if not docker_available():
         pytest.skip("no Docker engine")
-    first = DaemonProcess(tmp_path, "r")
+    first = DaemonProcess(tmp_path, "r", extra_env=PYTHON_AND_MATH)
     second: list[DaemonProcess] = []
     try:
         first.wait_serving()
@@ -248,7 +251,7 @@ async def test_retry_across_daemon_restart(tmp_path: Path, kind: str) -> None:
                 first.process.send_signal(signal.SIGKILL)  # no drain, no socket cleanup
                 first.process.wait()
                 time.sleep(2.0)
-                second.append(DaemonProcess(tmp_path, "r"))  # same socket path
+                second.append(DaemonProcess(tmp_path, "r", extra_env=PYTHON_AND_MATH))  # same socket path
 
             restarter = threading.Thread(target=restart)
             restarter.start()
@@ -285,7 +288,7 @@ async def test_retry_across_daemon_restart(tmp_path: Path, kind: str) -> None:
 async def test_round_robin_two_daemons(tmp_path: Path) -> None:
     if not docker_available():
         pytest.skip("no Docker engine")
-    a, b = DaemonProcess(tmp_path, "a"), DaemonProcess(tmp_path, "b")
+    a, b = (DaemonProcess(tmp_path, name, extra_env=PYTHON_AND_MATH) for name in ("a", "b"))
     try:
         a.wait_serving()
         b.wait_serving()

@@ -125,13 +125,13 @@ def test_background_process_gone_before_next_job(channel: grpc.Channel) -> None:
              "        time.sleep(600)\n    os._exit(0)\nprint('spawned')")
     for _ in range(4):  # lands on every warm sandbox at least once
         assert outcome(channel, spawn).execute.stdout == b"spawned\n"
-    survivors = outcome(channel, "import os\nRESIDENT = ('sandboxd-math\\n', 'sandboxd-judge\\n')\nn = 0\n"
+    survivors = outcome(channel, "import os\nRESIDENT = ('sandboxd-judge\\n',)\nn = 0\n"
                                  "for p in os.listdir('/proc'):\n    if p.isdigit():\n"
                                  "        try: n += (os.stat('/proc/' + p).st_uid >= 20000 and\n"
                                  "                   open(f'/proc/{p}/comm').read() not in RESIDENT)\n"
                                  "        except OSError: pass\nprint(n)")
     # Only the process that counts: no leftover sleepers from earlier jobs
-    # (long-lived math verifiers and test judges, named sandboxd-*, are not jobs).
+    # (long-lived test judges, named sandboxd-judge, are not jobs).
     assert survivors.execute.stdout == b"1\n"
 
 

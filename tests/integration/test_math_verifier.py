@@ -75,7 +75,8 @@ def test_metrics_endpoint(tmp_path) -> None:  # type: ignore[no-untyped-def]
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     daemon = DaemonProcess(tmp_path, "metrics", extra_env={"SANDBOXD_SERVER_METRICS": f"127.0.0.1:{port}",
-                                                            "SANDBOXD_POOL_MIN_SIZE": "1"})
+                                                            "SANDBOXD_POOL_MIN_SIZE": "1",
+                                                            "SANDBOXD_POOL_MATH": "false"})
     try:
         daemon.wait_serving()
         with grpc.insecure_channel(daemon.address) as channel:
@@ -126,6 +127,8 @@ def test_math_jobs_are_refused_without_a_math_pool(tmp_path) -> None:  # type: i
         with grpc.insecure_channel(daemon.address) as channel:
             status = pb_grpc.PoolStub(channel).GetStatus(pb.GetPoolStatusRequest())
             assert [p.name for p in status.pools] == ["python"]
+            info = pb_grpc.DaemonStub(channel).GetInfo(pb.GetInfoRequest())
+            assert "math" not in info.job_kinds
             with pytest.raises(grpc.RpcError) as refused:
                 helpers.run(channel, helpers.math("\\boxed{2}", "2"))
             assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION, refused.value.details()
@@ -148,7 +151,9 @@ def test_a_slow_answer_does_not_hold_up_the_next_job(tmp_path) -> None:  # type:
     polynomial = "+".join(f"{k}x^{{{k}}}" for k in range(1, 400))
     slow = helpers.math(f"\\boxed{{{polynomial}}}", polynomial + "+1", timeout=4.0)
     daemon = DaemonProcess(tmp_path, "mathspill", extra_env={"SANDBOXD_POOL_MIN_SIZE": "1",
-                                                             "SANDBOXD_POOL_MAX_SIZE": "1"})
+                                                             "SANDBOXD_POOL_MAX_SIZE": "1",
+                                                             "SANDBOXD_POOL_IMAGES": "python",
+                                                             "SANDBOXD_SESSIONS_ENABLED": "false"})
     try:
         daemon.wait_serving()
         with grpc.insecure_channel(daemon.address) as channel, concurrent.futures.ThreadPoolExecutor(2) as threads:

@@ -26,6 +26,10 @@ def containers(label: str) -> list[str]:
     return out.stdout.split()
 
 
+# These daemons run no math job: a math pool would only add sandboxes to start.
+NO_MATH = {"SANDBOXD_POOL_MATH": "false"}
+
+
 def instance_of(daemon: DaemonProcess) -> str:
     for line in daemon.log_path.read_text().splitlines():
         if "listening on" in line:
@@ -34,7 +38,7 @@ def instance_of(daemon: DaemonProcess) -> str:
 
 
 def test_job_survives_sandbox_killed_mid_run(tmp_path: Path) -> None:
-    daemon = DaemonProcess(tmp_path, "killed")
+    daemon = DaemonProcess(tmp_path, "killed", extra_env=NO_MATH)
     try:
         daemon.wait_serving()
         instance = instance_of(daemon)
@@ -56,7 +60,7 @@ def test_job_survives_sandbox_killed_mid_run(tmp_path: Path) -> None:
 
 
 def test_restarted_daemon_reaps_previous_sandboxes(tmp_path: Path) -> None:
-    first = DaemonProcess(tmp_path, "restart")
+    first = DaemonProcess(tmp_path, "restart", extra_env=NO_MATH)
     try:
         first.wait_serving()
     except BaseException:
@@ -68,7 +72,7 @@ def test_restarted_daemon_reaps_previous_sandboxes(tmp_path: Path) -> None:
     first.process.wait()
     first.log.close()
     assert containers(f"io.sandboxd.instance={instance}")
-    second = DaemonProcess(tmp_path, "restart")
+    second = DaemonProcess(tmp_path, "restart", extra_env=NO_MATH)
     try:
         second.wait_serving()
         assert containers(f"io.sandboxd.instance={instance}") == []
@@ -91,7 +95,7 @@ def test_snapshot_clones_answer_independently(daemon: DaemonProcess, channel: gr
 
 
 def test_snapshots_disabled_is_reported(tmp_path: Path) -> None:
-    daemon = DaemonProcess(tmp_path, "cold", extra_env={"SANDBOXD_POOL_SNAPSHOTS": "false",
+    daemon = DaemonProcess(tmp_path, "cold", extra_env={**NO_MATH, "SANDBOXD_POOL_SNAPSHOTS": "false",
                                                         "SANDBOXD_POOL_MIN_SIZE": "1"})
     try:
         daemon.wait_serving()

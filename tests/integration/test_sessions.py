@@ -234,6 +234,7 @@ def strict_daemon(tmp_path_factory: pytest.TempPathFactory, daemon: DaemonProces
     """A daemon whose session limits are small enough to reach in a test: 1 sandbox of 2 slots."""
     process = DaemonProcess(tmp_path_factory.mktemp("strict"), "strict", extra_env={
         "SANDBOXD_POOL_IMAGES": "python",
+        "SANDBOXD_POOL_MATH": "false",
         "SANDBOXD_POOL_MIN_SIZE": "1",
         "SANDBOXD_SESSIONS_PER_SANDBOX": "2",
         "SANDBOXD_SESSIONS_MAX_SANDBOXES": "1",

@@ -1,0 +1,90 @@
+"""The controller's side of a long-lived worker under a uid of its own: a math server, a judge.
+
+Such a worker is forked once, answers request after request, and is closed
+(SIGKILL to every process of its uid, its files removed, the uid given
+back) when a request is not answered in time, when it fails, or after
+`recycle_after` requests, so that no state one request leaves lives long.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from sandboxd.agent.runner import ResidentWorker, RunSpec
+
+if TYPE_CHECKING:
+    from sandboxd.agent.controller import Controller
+
+# The CPU rlimit covers the worker's whole life, not one request.
+SERVER_CPU_SECONDS = 3600
+
+
+class ResidentServer:
+    def __init__(self, controller: Controller, mode: str, *, recycle_after: int, max_reply_bytes: int,
+                 memory: int = 0) -> None:
+        self.controller = controller
+        self.mode = mode
+        self.recycle_after = recycle_after
+        self.memory = memory  # its address space limit on top of the warm interpreter's; 0: none
+        self.uid = 0
+        self.jobs_done = 0
+        self.worker = ResidentWorker(controller.runner, max_reply_bytes)
+
+    async def start(self) -> None:
+        controller = self.controller
+        self.uid = controller.uids.take()
+        try:
+            workdir = controller.make_workdir(self.uid)
+            rlimits = controller.rlimits({"timeout": SERVER_CPU_SECONDS, "memory": self.memory}, address_space=True)
+            await self.worker.start(RunSpec(mode=self.mode, uid=self.uid, cwd=workdir, timeout=0, output_limit=0,
+                                            rlimits=rlimits, env=controller.env(workdir)))
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def usable(self) -> bool:
+        return self.worker.alive and self.jobs_done < self.recycle_after
+
+    async def ask(self, request: dict[str, Any], timeout: float,
+                  fds: tuple[int, ...] = ()) -> tuple[str, dict[str, Any] | None, str]:
+        """(outcome, result, message) for one job's request; `fds` are handed over.
+
+        outcome is ok, timeout (still busy at `timeout`), memory (a
+        MemoryError answered, or SIGKILL, which only the OOM killer sends),
+        died (another signal: what the request made our code do) or error
+        (our own failure: an error answered, a malformed or oversized
+        answer, an exit of its own). Anything but ok leaves the server closed.
+        """
+        self.jobs_done += 1
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        reply = await self.worker.request(request, timeout=timeout, fds=fds)
+        if reply is not None and isinstance(reply.get("result"), dict):
+            return "ok", reply["result"], ""
+        alive = self.worker.alive
+        detail, killed = self.worker.describe_exit()
+        signalled = self.worker.signalled
+        self.close()
+        if reply is None and alive:
+            if loop.time() - started >= timeout:
+                return "timeout", None, f"killed after {timeout:g} s wall clock"
+            return "error", None, f"{self.mode} gave a malformed or oversized answer"
+        if reply is not None and reply.get("memory"):
+            return "memory", None, "ran out of memory"
+        if reply is not None:
+            return "error", None, str(reply.get("error", "no result"))
+        if killed:
+            return "memory", None, "killed by the out-of-memory killer"
+        if signalled:
+            return "died", None, detail
+        return "error", None, f"{self.mode} {detail}"
+
+    def close(self) -> None:
+        """Kill the server and give its uid back. Idempotent."""
+        self.worker.close()
+        if self.uid:
+            # Kills whatever else runs under the uid, then removes its files.
+            self.controller.release(self.uid)
+            self.uid = 0
