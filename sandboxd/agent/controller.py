@@ -42,6 +42,7 @@ from sandboxd.agent.runner import (
     classify,
     kill_uid,
     remove_files_of,
+    sigkill_uid,
 )
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -340,9 +341,13 @@ class Controller:
                 candidate_task.cancel()
                 raise
             # The judge is done: whatever the candidate still does is moot,
-            # and its death by our SIGKILL says nothing about it.
+            # and its death by our SIGKILL says nothing about it. The run
+            # waits for the worker's exit, then sweeps the uid until empty.
             killed_by_us = not candidate_task.done()
-            kill_uid(uid, self.reap)
+            # Closed first: a candidate not yet launched when the judge
+            # answered (no one to signal yet) then reads end of file and exits.
+            judge_end.close()
+            sigkill_uid(uid)
             candidate_outcome = await candidate_task
         finally:
             candidate_end.close()

@@ -278,37 +278,46 @@ def kill_uid(uid: int, reap: Callable[[], None]) -> None:
     processes, and without capabilities they cannot change it.
     """
     deadline = time.monotonic() + KILL_GRACE_SECONDS
-    sweeps = 0
+    signalled: set[int] = set()
     while True:
-        if sweeps:
-            # Still alive after a sweep: something forks as fast as we kill
-            # (a fork bomb refills its process limit). kill(-1) as the uid
-            # signals all of them at once, and the kernel aborts a fork that
-            # races with it.
-            _kill_all_as(uid)
-        sweeps += 1
-        alive = False
-        for name in os.listdir("/proc"):
-            if not name.isdigit():
-                continue
-            try:
-                if os.stat(f"/proc/{name}").st_uid != uid:
-                    continue
-                with open(f"/proc/{name}/stat", "rb") as stat_file:
-                    state = stat_file.read().rsplit(b")", 1)[1].split()[0]
-            except (FileNotFoundError, ProcessLookupError, IndexError):
-                continue
-            if state in (b"Z", b"X"):
-                continue
-            alive = True
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(int(name), signal.SIGKILL)
+        alive = sigkill_uid(uid)
         reap()
         if not alive:
             return
+        if signalled and not alive <= signalled:
+            # New processes since the last sweep: something forks as fast as
+            # we kill (a fork bomb refills its process limit). kill(-1) as
+            # the uid signals all of them at once, and the kernel aborts a
+            # fork that races with it. Only those already signalled, still
+            # tearing down their memory (about 1 ms for a worker here), need
+            # nothing but time: forking the controller for them cost more
+            # than the job.
+            _kill_all_as(uid)
+        signalled |= alive
         if time.monotonic() > deadline:
             raise SandboxDamaged(f"processes of uid {uid} survive SIGKILL")
         time.sleep(0.001)
+
+
+def sigkill_uid(uid: int) -> set[int]:
+    """One sweep: SIGKILL each live process of `uid`; returns their pids (zombies excluded)."""
+    alive: set[int] = set()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{name}").st_uid != uid:
+                continue
+            with open(f"/proc/{name}/stat", "rb") as stat_file:
+                state = stat_file.read().rsplit(b")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue
+        if state in (b"Z", b"X"):
+            continue
+        alive.add(int(name))
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(name), signal.SIGKILL)
+    return alive
 
 
 def _kill_all_as(uid: int) -> None:

@@ -1,4 +1,4 @@
-"""kill_uid against real processes on this machine (needs root to switch uids)."""
+"""kill_uid and sigkill_uid against real processes on this machine (needs root to switch uids)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,20 @@ import time
 
 import pytest
 
-from sandboxd.agent.runner import kill_uid
+from sandboxd.agent import runner
+from sandboxd.agent.runner import kill_uid, sigkill_uid
 
 BOMB_UID = 29_999  # outside the agent's job range, unused on a test machine
+QUIET_UID = 29_998
+SYSTEM_PYTHON = "/usr/bin/python3"
+BOMB = """
+import os
+while True:
+    try:
+        os.fork()
+    except OSError:
+        pass
+"""
 
 
 def _processes_of(uid: int) -> list[int]:
@@ -29,6 +40,7 @@ def _processes_of(uid: int) -> list[int]:
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching to another uid needs root")
+@pytest.mark.skipif(not os.path.exists(SYSTEM_PYTHON), reason=f"no {SYSTEM_PYTHON}")
 def test_kill_uid_ends_a_fork_bomb() -> None:
     # Each process forks as fast as it can up to the uid's process limit, so
     # killing them one by one only frees slots for new ones.
@@ -40,9 +52,10 @@ def test_kill_uid_ends_a_fork_bomb() -> None:
             resource.setrlimit(resource.RLIMIT_NPROC, (64, 64))
             os.setresuid(BOMB_UID, BOMB_UID, BOMB_UID)
             os.setsid()
-            while True:
-                with contextlib.suppress(OSError):
-                    os.fork()
+            # A fresh interpreter: this one may hold gRPC, whose fork
+            # handlers start threads that would use up the process limit.
+            # The system one: the bomb's uid may not reach this one's folder.
+            os.execv(SYSTEM_PYTHON, [SYSTEM_PYTHON, "-I", "-S", "-c", BOMB])
         finally:
             os._exit(1)
     try:
@@ -51,18 +64,64 @@ def test_kill_uid_ends_a_fork_bomb() -> None:
             time.sleep(0.05)
         assert len(_processes_of(BOMB_UID)) >= 32, "the bomb did not start"
 
-        def reap() -> None:
-            while True:
-                try:
-                    if os.waitpid(-1, os.WNOHANG)[0] == 0:
-                        return
-                except ChildProcessError:
-                    return
-
-        kill_uid(BOMB_UID, reap)
+        kill_uid(BOMB_UID, lambda: _reap(pid))
         assert _processes_of(BOMB_UID) == []
     finally:
         kill_uid(BOMB_UID, lambda: None)
-        with pytest.raises(ChildProcessError):
-            while True:
-                os.waitpid(-1, 0)
+        # Only the bomb's first process is ours: the rest were reparented.
+        # Waiting on any child would hang on other tests' daemons.
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+
+
+def _reap(*pids: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+
+
+def _start_as(uid: int, memory_bytes: int) -> int:
+    """A process of `uid` that holds `memory_bytes` (slow to tear down) and sleeps."""
+    ready_r, ready_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(ready_r)
+            os.setgroups([])
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+            held = bytearray(memory_bytes)
+            held[::4096] = b"x" * len(held[::4096])
+            os.write(ready_w, b"1")
+            time.sleep(60)
+        finally:
+            os._exit(1)
+    os.close(ready_w)
+    assert os.read(ready_r, 1) == b"1"
+    os.close(ready_r)
+    return pid
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching to another uid needs root")
+def test_sigkill_uid_signals_each_process_once_without_waiting() -> None:
+    pids = {_start_as(QUIET_UID, 1 << 20) for _ in range(2)}
+    try:
+        assert sigkill_uid(QUIET_UID) == pids
+        for pid in pids:
+            assert os.WTERMSIG(os.waitpid(pid, 0)[1]) == 9
+        assert sigkill_uid(QUIET_UID) == set()
+    finally:
+        kill_uid(QUIET_UID, lambda: _reap(*pids))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching to another uid needs root")
+def test_kill_uid_waits_for_a_dying_process_without_escalating(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A process that is already SIGKILLed but still tearing down its memory
+    # is not a fork bomb: kill(-1) as the uid (a fork of the caller) is for
+    # processes that appear between sweeps.
+    escalations: list[int] = []
+    monkeypatch.setattr(runner, "_kill_all_as", escalations.append)
+    pid = _start_as(QUIET_UID, 256 << 20)
+    kill_uid(QUIET_UID, lambda: _reap(pid))
+    assert _processes_of(QUIET_UID) == []
+    assert escalations == []
