@@ -157,12 +157,15 @@ class _ClientBase:
             idle_timeout_seconds=_check_finite(idle_timeout, "idle_timeout", positive=True) or 0.0,
         )
 
-    def _hint_shares(self, batch_size: int, sessions: int) -> list[tuple[str, pb.BatchHint]]:
+    def _hint_shares(self, batch_size: int, sessions: int,
+                     pools: Sequence[str]) -> list[tuple[str, pb.BatchHint]]:
         if batch_size < 0 or sessions < 0:
             raise InvalidRequest("batch_size and sessions must be >= 0")
+        if isinstance(pools, str):
+            raise InvalidRequest("pools is a list of pool names, not one string")
         # round_robin gives each daemon about 1/k of the work, so each sizes for its share.
         k = len(self.target.addresses)
-        hint = pb.BatchHint(batch_size=math.ceil(batch_size / k), sessions=math.ceil(sessions / k))
+        hint = pb.BatchHint(batch_size=math.ceil(batch_size / k), sessions=math.ceil(sessions / k), pools=pools)
         return [(address, hint) for address in self.target.addresses]
 
     def _check_open(self) -> None:
@@ -438,15 +441,18 @@ class SandboxClient(_ClientBase):
 
     # -- pool and daemon --------------------------------------------------
 
-    def set_batch_hint(self, batch_size: int, sessions: int = 0) -> pb.PoolStatus:
+    def set_batch_hint(self, batch_size: int, sessions: int = 0, *, pools: Sequence[str] = ()) -> pb.PoolStatus:
         """Tell the daemons how many completions (and live sessions) each step brings.
 
-        Each known daemon is told its round_robin share; returns their pool status merged.
+        `pools` names the job pools the completions go to (as in
+        :meth:`pool_status`: "python", "langs", "math", a reward model's);
+        empty sizes every job pool. Each known daemon is told its round_robin
+        share; returns their pool status merged.
         """
         return merge_pool_status(
             [
                 self._unary(pb_grpc.PoolStub(self._channel_for(address)).SetBatchHint, hint)
-                for address, hint in self._hint_shares(batch_size, sessions)
+                for address, hint in self._hint_shares(batch_size, sessions, pools)
             ]
         )
 
@@ -719,9 +725,10 @@ class AsyncSandboxClient(_ClientBase):
 
     # -- pool and daemon --------------------------------------------------
 
-    async def set_batch_hint(self, batch_size: int, sessions: int = 0) -> pb.PoolStatus:
-        """Tell the daemons how many completions (and live sessions) each step brings."""
-        shares = self._hint_shares(batch_size, sessions)
+    async def set_batch_hint(self, batch_size: int, sessions: int = 0, *,
+                             pools: Sequence[str] = ()) -> pb.PoolStatus:
+        """Tell the daemons how many completions (and live sessions) each step brings (see the sync twin)."""
+        shares = self._hint_shares(batch_size, sessions, pools)
         answers = await asyncio.gather(
             *(self._unary(pb_grpc.PoolStub(self._channel_for(a)).SetBatchHint, hint) for a, hint in shares)
         )

@@ -199,6 +199,11 @@ def test_batch_hint_is_shared_between_daemons(twin: Twin, start_fake: StartFake)
     merged = twin.call([a.address, b.address], "set_batch_hint", 101, 8)
     assert [h.batch_size for h in a.fake.hints] == [51] and [h.sessions for h in b.fake.hints] == [4]
     assert sorted(p.name for p in merged.pools) == ["a", "b"]
+    assert [list(h.pools) for h in a.fake.hints] == [[]]
+    twin.call([a.address, b.address], "set_batch_hint", 64, pools=["math"])
+    assert [list(h.pools) for h in b.fake.hints] == [[], ["math"]] and b.fake.hints[-1].batch_size == 32
+    with pytest.raises(InvalidRequest, match="list of pool names"):
+        twin.call(a.address, "set_batch_hint", 8, pools="math")
     twin.call([a.address, b.address], "score_batch", [math_job("1", "1") for _ in range(6)], client={"batch_size": 1})
     assert twin.call([a.address, b.address], "pool_status").jobs_total == 6
     assert twin.call(a.address, "info").version == "fake-a"

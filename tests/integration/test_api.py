@@ -49,6 +49,23 @@ def test_pool_status_and_batch_hint(channel: grpc.Channel) -> None:
     stub.SetBatchHint(pb.BatchHint(batch_size=0), timeout=5)
 
 
+def test_batch_hint_sizes_only_the_named_pools(channel: grpc.Channel) -> None:
+    stub = pb_grpc.PoolStub(channel)
+    before = {p.name: p.target for p in stub.GetStatus(pb.GetPoolStatusRequest(), timeout=5).pools}
+    try:
+        hinted = {p.name: p.target for p in stub.SetBatchHint(pb.BatchHint(batch_size=6, pools=["math"]),
+                                                               timeout=5).pools}
+        assert hinted["math"] >= 3 > before["math"]
+        assert hinted["python"] == before["python"]
+    finally:
+        stub.SetBatchHint(pb.BatchHint(batch_size=0), timeout=5)
+    with pytest.raises(grpc.RpcError) as caught:
+        stub.SetBatchHint(pb.BatchHint(batch_size=6, pools=["math", "cobol"]), timeout=5)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "'cobol'" in caught.value.details() and "python" in caught.value.details()
+    assert next(p for p in stub.GetStatus(pb.GetPoolStatusRequest(), timeout=5).pools if p.name == "math").target < 3
+
+
 @pytest.mark.parametrize(
     ("job", "fragment"),
     [
