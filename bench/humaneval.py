@@ -80,7 +80,7 @@ def run(client: Any, *, quick: bool, jobs: int | None = None, cpu: CpuMeter | No
 
     # Warm-up and pool sizing, as a trainer would: tell the daemon the step's
     # batch size, let the pool reach it, and run a few jobs on each side.
-    status = client.set_batch_hint(chunk)
+    status = client.set_batch_hint(chunk, pools=["python"])
     log(f"humaneval: batch hint {chunk}; waiting for the pool (target {pool_state(status).get('target')})")
     status = wait_pool_settled(client, timeout=180.0)
     warm = client.score_batch(sandbox_jobs[:32])

@@ -131,7 +131,7 @@ def run(client: Any, *, quick: bool, pairs: int | None = None, cpu: CpuMeter | N
     for p in warm_items:
         math_verify_check(p["completion"], p["ground_truth"])
     warm_inprocess = time.perf_counter() - t0
-    client.set_batch_hint(chunk)
+    client.set_batch_hint(chunk, pools=["math"])
     wait_pool_settled(client, timeout=180.0)
     t0 = time.perf_counter()
     client.score_batch([math_job(p["completion"], p["ground_truth"]) for p in warm_items])
