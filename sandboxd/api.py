@@ -74,14 +74,13 @@ class PoolServicer(pb_grpc.PoolServicer):
             await _abort(context, InvalidRequest(
                 f"pools: no job pool named {', '.join(map(repr, unknown))} (this daemon's: "
                 f"{', '.join(sorted(job_pools)) or 'none'})"))
-        # Named pools only, when named: a hint also keeps a pool from scaling
-        # down, so a math-only run would otherwise hold the code pools at size.
-        for name, pool in job_pools.items():
-            if not request.pools or name in request.pools:
-                pool.set_batch_hint(request.batch_size)
-        for pool in self.daemon.pools.values():
+        for name, pool in self.daemon.pools.items():
             if pool.kind == "sessions":
                 pool.set_batch_hint(request.sessions)
+            elif not request.pools or name in request.pools:
+                # Named pools only, when named: a hint also keeps a pool from scaling
+                # down, so a math-only run would otherwise hold the code pools at size.
+                pool.set_batch_hint(request.batch_size)
         return self.daemon.pool_status()
 
     async def GetStatus(self, request: pb.GetPoolStatusRequest,

@@ -21,14 +21,11 @@ trace or read the judge's memory: it runs under another uid.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import socket
-import traceback
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from sandboxd.agent.protocol import send_frame
-from sandboxd.agent.servers import ResidentServer
+from sandboxd.agent.servers import ResidentServer, serve_requests
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -38,7 +35,6 @@ if TYPE_CHECKING:
 RECYCLE_AFTER_JOBS = 200
 # As pyharness.MAX_FRAME_BYTES: thousands of failing cases, each with its message.
 RESULT_FRAME_BYTES = 16 << 20
-PR_SET_NAME = 15
 SERVER_NAME = b"sandboxd-judge"
 
 
@@ -50,27 +46,15 @@ def serve(channel: socket.socket, results: socket.socket,
     """
     from sandboxd.verifiers import pyharness
 
-    ctypes.CDLL(None).prctl(PR_SET_NAME, SERVER_NAME, 0, 0, 0)
-    while True:
-        try:
-            job, fds = receive(channel)
-        except (EOFError, OSError):
-            os._exit(0)
+    def judge(job: dict[str, Any], fds: list[int]) -> dict[str, Any]:
         for fd in fds[1:]:
             os.close(fd)
-        reply: dict[str, Any]
-        try:
-            if not fds:
-                raise ValueError("a judge request carries its candidate's socket")
-            with socket.socket(fileno=fds[0]) as peer:
-                reply = {"result": pyharness.run_tests(job["plan_kind"], peer, **job["harness"])}
-        except BaseException as exc:  # the judge's own failure: reported, then this judge is replaced
-            traceback.print_exc()
-            reply = {"error": f"{type(exc).__name__}: {exc}"[:2000]}
-        try:
-            send_frame(results, reply)
-        except OSError:
-            os._exit(0)
+        if not fds:
+            raise ValueError("a judge request carries its candidate's socket")
+        with socket.socket(fileno=fds[0]) as peer:
+            return {"result": pyharness.run_tests(job["plan_kind"], peer, **job["harness"])}
+
+    serve_requests(SERVER_NAME, lambda: receive(channel), judge, results)
 
 
 class JudgeServer(ResidentServer):

@@ -19,13 +19,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import os
 import socket
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from sandboxd.agent.protocol import ProtocolError, recv_frame, send_frame
-from sandboxd.agent.servers import ResidentServer
+from sandboxd.agent.protocol import recv_frame
+from sandboxd.agent.servers import ResidentServer, serve_requests
 
 if TYPE_CHECKING:
     from sandboxd.agent.controller import Controller
@@ -39,7 +37,6 @@ RECYCLE_AFTER_JOBS = 500
 SPILL_SECONDS = 0.5
 WARM_SECONDS = 60.0
 RESULT_FRAME_BYTES = 1 << 20
-PR_SET_NAME = 15
 SERVER_NAME = b"sandboxd-math"
 
 
@@ -47,34 +44,18 @@ def serve(channel: socket.socket, results: socket.socket) -> NoReturn:
     """Worker side: one verdict per request frame until the channel closes."""
     from sandboxd.verifiers import math as math_verifier
 
-    # Named, so that a look at /proc tells the verifier from a job's leftovers.
-    ctypes.CDLL(None).prctl(PR_SET_NAME, SERVER_NAME, 0, 0, 0)
-    while True:
-        try:
-            job = recv_frame(channel)
-        except (EOFError, OSError, ProtocolError):
-            os._exit(0)
-        try:
-            op = job.get("op", "verify")
-            if op == "warm":
-                # Runs the samples here, so the pages they touch are this
-                # server's own before its first job (a fresh fork pays a
-                # copy-on-write fault per page of sympy's heap it writes).
-                math_verifier.warm()
-                reply: dict[str, Any] = {"ok": True}
-            else:
-                verdict = math_verifier.verify(job["completion"], job["ground_truth"],
+    def verify(job: dict[str, Any], fds: list[int]) -> dict[str, Any]:
+        if job.get("op", "verify") == "warm":
+            # Runs the samples here, so the pages they touch are this
+            # server's own before its first job (a fresh fork pays a
+            # copy-on-write fault per page of sympy's heap it writes).
+            math_verifier.warm()
+            return {"ok": True}
+        return {"result": math_verifier.verify(job["completion"], job["ground_truth"],
                                                extraction=job.get("extraction", "auto"),
-                                               float_tolerance=job.get("tolerance", 1e-6))
-                reply = {"result": verdict}
-        except MemoryError:
-            reply = {"error": "MemoryError", "memory": True}
-        except BaseException as exc:  # the verifier's own failure: reported, then this server is replaced
-            reply = {"error": f"{type(exc).__name__}: {exc}"[:2000]}
-        try:
-            send_frame(results, reply)
-        except OSError:
-            os._exit(0)
+                                               float_tolerance=job.get("tolerance", 1e-6))}
+
+    serve_requests(SERVER_NAME, lambda: (recv_frame(channel), []), verify, results)
 
 
 class MathServer(ResidentServer):

@@ -1,4 +1,4 @@
-"""The controller's side of a long-lived worker under a uid of its own: a math server, a judge.
+"""A long-lived worker under a uid of its own (a math server, a judge): its request loop and the controller's side.
 
 Such a worker is forked once, answers request after request, and is closed
 (SIGKILL to every process of its uid, its files removed, the uid given
@@ -9,15 +9,50 @@ back) when a request is not answered in time, when it fails, or after
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+import ctypes
+import os
+import socket
+from typing import TYPE_CHECKING, Any, NoReturn
 
+from sandboxd.agent.protocol import ProtocolError, send_frame
 from sandboxd.agent.runner import ResidentWorker, RunSpec
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from sandboxd.agent.controller import Controller
 
 # The CPU rlimit covers the worker's whole life, not one request.
 SERVER_CPU_SECONDS = 3600
+PR_SET_NAME = 15
+
+
+def serve_requests(name: bytes, receive: Callable[[], tuple[dict[str, Any], list[int]]],
+                   handle: Callable[[dict[str, Any], list[int]], dict[str, Any]],
+                   results: socket.socket) -> NoReturn:
+    """Worker side: one answer on `results` per request `receive` returns, until the channel closes.
+
+    What `handle` raises is answered as an error (a MemoryError flagged as
+    such), after which the controller replaces this server.
+    """
+    # Named, so that a look at /proc tells the server from a job's leftovers.
+    ctypes.CDLL(None).prctl(PR_SET_NAME, name, 0, 0, 0)
+    while True:
+        try:
+            request, fds = receive()
+        except (EOFError, OSError, ProtocolError):
+            os._exit(0)
+        reply: dict[str, Any]
+        try:
+            reply = handle(request, fds)
+        except MemoryError:
+            reply = {"error": "MemoryError", "memory": True}
+        except BaseException as exc:  # our own code's failure: reported, then this server is replaced
+            reply = {"error": f"{type(exc).__name__}: {exc}"[:2000]}
+        try:
+            send_frame(results, reply)
+        except OSError:
+            os._exit(0)
 
 
 class ResidentServer:
