@@ -243,8 +243,8 @@ class BenchDaemon(DaemonProcess):
         return status
 
 
-# A batch hint sizes every job pool: a benchmark times its rounds only once
-# none of them is still starting sandboxes on the same cores.
+# A benchmark times its rounds only once no job pool is still starting
+# sandboxes on the same cores (an earlier benchmark's hint may be growing one).
 JOB_POOLS = ("python", "math")
 
 

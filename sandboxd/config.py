@@ -26,6 +26,11 @@ MAX_RUN_DIR_CHARS = 72
 GIB = 1 << 30
 
 
+def host_cpus() -> int:
+    """CPUs this process may run on: its affinity mask, which a cpuset narrows and os.cpu_count() ignores."""
+    return len(os.sched_getaffinity(0)) or 1
+
+
 def _one_of(values: tuple[str, ...]) -> str:
     return f"{', '.join(values[:-1])} or {values[-1]}"
 
@@ -77,8 +82,8 @@ class PoolConfig:
 
     @property
     def size_limit(self) -> int:
-        """max_size, with 0 resolved for this host (never below min_size)."""
-        return max(self.max_size or 2 * (os.cpu_count() or 1), self.min_size, 1)
+        """max_size, with 0 resolved for this host (never below min_size); each job pool has its own."""
+        return max(self.max_size or 2 * host_cpus(), self.min_size, 1)
 
 
 @dataclass

@@ -165,6 +165,10 @@ class Daemon:
             self.pools[rewardpool.pool_name(name)] = rewardpool.RewardModelPool(
                 name, config.models[name], device, reward_image, self.backend, config, instance=self.instance,
                 node=self.node, code_dir=code_dir, code_key=code_key, on_change=self._on_pool_change)
+        def pool(name: str, image: str, kind: str = "jobs") -> Pool:
+            return Pool(name, image, self.backend, config, instance=self.instance, node=self.node,
+                        code_dir=code_dir, code_key=code_key, on_change=self._on_pool_change, kind=kind)
+
         for name in config.pool.images:
             image = image_tag(name)
             if not await asyncio.to_thread(self.backend.image_exists, image):
@@ -172,18 +176,12 @@ class Daemon:
                     raise ConfigError(f"image {image} does not exist: run `python -m sandboxd.images build`")
                 log.warning("image %s is missing: languages other than python and bash are unavailable", image)
                 continue
-            self.pools[name] = Pool(name, image, self.backend, config, instance=self.instance, node=self.node,
-                                    code_dir=code_dir, code_key=code_key, on_change=self._on_pool_change)
+            self.pools[name] = pool(name, image)
         if config.pool.math and "python" in self.pools:
-            self.pools[MATH_POOL] = Pool(MATH_POOL, self.pools["python"].image, self.backend, config,
-                                         instance=self.instance, node=self.node, code_dir=code_dir,
-                                         code_key=code_key, on_change=self._on_pool_change)
+            self.pools[MATH_POOL] = pool(MATH_POOL, self.pools["python"].image)
         if config.sessions.enabled and "python" in self.pools:
             # Held sessions get sandboxes of their own, so they never take job capacity.
-            self.pools["sessions"] = self.sessions.pool = Pool(
-                "sessions", self.pools["python"].image, self.backend, config, instance=self.instance,
-                node=self.node, code_dir=code_dir, code_key=code_key, on_change=self._on_pool_change,
-                kind="sessions")
+            self.pools["sessions"] = self.sessions.pool = pool("sessions", self.pools["python"].image, "sessions")
         await server.start()
         for pool in self.pools.values():
             pool.start()

@@ -53,7 +53,7 @@ class Scheduler:
         pool = self.pools.get(prepared.pool)
         if pool is None:
             if prepared.pool == MATH_POOL:
-                why = "pool.math is false" if not self.config.pool.math else "the python image is missing"
+                why = "pool.math is false" if not self.config.pool.math else "python is not in pool.images"
                 raise Unsupported(f"jobs[{prepared.index}] is a math job, and this daemon runs no math pool ({why})")
             raise Unsupported(f"jobs[{prepared.index}] needs the {prepared.pool} image, which this daemon "
                               "does not run (build it with `python -m sandboxd.images build langs`)")

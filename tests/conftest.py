@@ -20,7 +20,6 @@ from sandboxd import testing
 STATE_DIR = os.environ.get("SANDBOXD_TEST_STATE_DIR", "/var/lib/sandboxd-test")
 
 
-@functools.cache
 def skip_or_fail(why: str, *, module: bool = False) -> NoReturn:
     """Skip where this machine lacks a part; fail under CI, where scripts/setup.sh installs every part."""
     if os.environ.get("CI"):
@@ -28,6 +27,7 @@ def skip_or_fail(why: str, *, module: bool = False) -> NoReturn:
     pytest.skip(why, allow_module_level=module)
 
 
+@functools.cache
 def docker_available() -> bool:
     if shutil.which("docker") is None:
         return False

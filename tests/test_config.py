@@ -87,10 +87,12 @@ def test_bad_flag_names_flag() -> None:
         config.load(environ={}, overrides={"pool.max_size": "x"})
 
 
-def test_pool_size_limit_follows_the_host_unless_set() -> None:
+def test_pool_size_limit_follows_the_host_unless_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Three CPUs in the daemon's affinity mask, whatever the machine has.
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 2, 5})
     automatic = config.load(environ={})
     assert automatic.pool.max_size == 0
-    assert automatic.pool.size_limit == max(2 * (os.cpu_count() or 1), automatic.pool.min_size)
+    assert automatic.pool.size_limit == 6
     assert config.load(environ={"SANDBOXD_POOL_MAX_SIZE": "7"}).pool.size_limit == 7
     # A floor above twice the CPUs wins: min_size sandboxes are always kept.
     assert config.load(environ={"SANDBOXD_POOL_MIN_SIZE": "500"}).pool.size_limit == 500

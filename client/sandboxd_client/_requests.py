@@ -684,7 +684,7 @@ def count_cases(job: pb.Job) -> int:
     return 1
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=32)
 def _dataset_cases(dataset_json: str) -> int:
     # Cached: a GRPO group sends one problem's tests with every completion.
     try:

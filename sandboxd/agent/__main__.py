@@ -30,7 +30,7 @@ def main() -> None:
     parser.add_argument("--math-servers", type=int, default=1,
                         help="math servers to keep warm per memory limit (the sandbox's CPUs)")
     parser.add_argument("--math-memory", type=int, default=0,
-                        help="start the math servers for this memory limit (bytes) before serving")
+                        help="start the math servers for this memory limit (bytes) at prepare, before the first job")
     parser.add_argument("--private-tmp", action="store_true",
                         help="make /tmp root-only (0755): jobs then have no shared place to leave files")
     parser.add_argument("--reward-model", default="", metavar="JSON",

@@ -104,7 +104,9 @@ class MathServers:
         idle = self._idle.setdefault(memory, [])
         while self._live.get(memory, 0) < self.servers:
             server = await self._start(memory)
-            if await server.worker.request({"op": "warm"}, timeout=WARM_SECONDS) is None:
+            reply = await server.worker.request({"op": "warm"}, timeout=WARM_SECONDS)
+            if not (reply and reply.get("ok")):
+                # Jobs start servers of their own, cold; a failed warm-up is not one to keep.
                 self._closed(server)
                 return
             idle.append(server)

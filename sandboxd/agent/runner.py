@@ -63,7 +63,6 @@ class RunSpec:
     stdin: bytes = b""
     env: dict[str, str] = field(default_factory=dict)
     peer: socket.socket | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -374,7 +373,6 @@ class Runner:
             "argv": spec.argv,
             "code": spec.code,
             "rlimits": spec.rlimits,
-            **spec.extra,
         }
         body = json.dumps(job).encode()
         if len(body) > MAX_FRAME_BYTES:
@@ -544,22 +542,24 @@ class ResidentWorker:
             if not reply_task.done():
                 reply_task.cancel()
 
-    @property
-    def signalled(self) -> bool:
-        """Whether a signal ended the worker (its own code never exits that way)."""
+    def _wait_status(self) -> int | None:
         exited = self.exited
         if exited is None or not exited.done() or exited.cancelled() or exited.exception() is not None:
-            return False
-        return os.WIFSIGNALED(exited.result()["status"])
+            return None
+        return int(exited.result()["status"])
+
+    @property
+    def exit_signal(self) -> int:
+        """The signal that ended the worker (its own code never exits that way); 0 if none did."""
+        wait_status = self._wait_status()
+        return os.WTERMSIG(wait_status) if wait_status is not None and os.WIFSIGNALED(wait_status) else 0
 
     def describe_exit(self) -> tuple[str, bool]:
         """(how the worker ended, for a message; whether SIGKILL ended it, which only the OOM killer sends)."""
-        exited = self.exited
-        if exited is None or not exited.done() or exited.cancelled() or exited.exception() is not None:
+        wait_status = self._wait_status()
+        if wait_status is None:
             return "did not answer", False
-        wait_status = exited.result()["status"]
-        if os.WIFSIGNALED(wait_status):
-            sig = os.WTERMSIG(wait_status)
+        if sig := self.exit_signal:
             return f"was killed by signal {signal.Signals(sig).name}", sig == signal.SIGKILL
         return f"exited with status {os.WEXITSTATUS(wait_status)}", False
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import os
+import signal
 import socket
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -90,7 +91,7 @@ class ResidentServer:
         MemoryError answered, or SIGKILL, which only the OOM killer sends),
         died (another signal: what the request made our code do) or error
         (our own failure: an error answered, a malformed or oversized
-        answer, an exit of its own). Anything but ok leaves the server closed.
+        answer, an exit of its own, the CPU limit of its whole life). Anything but ok leaves the server closed.
         """
         self.jobs_done += 1
         loop = asyncio.get_running_loop()
@@ -100,7 +101,7 @@ class ResidentServer:
             return "ok", reply["result"], ""
         alive = self.worker.alive
         detail, killed = self.worker.describe_exit()
-        signalled = self.worker.signalled
+        exit_signal = self.worker.exit_signal
         self.close()
         if reply is None and alive:
             if loop.time() - started >= timeout:
@@ -112,7 +113,10 @@ class ResidentServer:
             return "error", None, str(reply.get("error", "no result"))
         if killed:
             return "memory", None, "killed by the out-of-memory killer"
-        if signalled:
+        if exit_signal == signal.SIGXCPU:
+            # Its CPU rlimit covers its whole life (SERVER_CPU_SECONDS), not this request.
+            return "error", None, f"{self.mode} {detail} (its CPU limit over all its requests)"
+        if exit_signal:
             return "died", None, detail
         return "error", None, f"{self.mode} {detail}"
 

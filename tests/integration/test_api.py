@@ -51,7 +51,7 @@ def test_pool_status_and_batch_hint(channel: grpc.Channel) -> None:
 
 def test_batch_hint_sizes_only_the_named_pools(channel: grpc.Channel) -> None:
     stub = pb_grpc.PoolStub(channel)
-    before = {p.name: p.target for p in stub.GetStatus(pb.GetPoolStatusRequest(), timeout=5).pools}
+    before = {p.name: p.target for p in stub.SetBatchHint(pb.BatchHint(batch_size=0), timeout=5).pools}
     try:
         hinted = {p.name: p.target for p in stub.SetBatchHint(pb.BatchHint(batch_size=6, pools=["math"]),
                                                                timeout=5).pools}

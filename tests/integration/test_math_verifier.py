@@ -189,3 +189,32 @@ def test_math_servers_are_not_the_first_out_of_memory_victim(daemon, channel: gr
         scores = subprocess.run(["docker", "exec", container, "sh", "-c", script], capture_output=True,
                                 text=True, check=True).stdout.split()
         assert scores and set(scores) == {"500"}, scores
+
+
+def test_a_math_server_past_its_lifetime_cpu_limit_does_not_fail_the_answer(daemon, channel: grpc.Channel) -> None:  # type: ignore[no-untyped-def]
+    # A server's CPU rlimit covers all its requests (servers.SERVER_CPU_SECONDS):
+    # the SIGXCPU that ends it says nothing about the answer it was parsing.
+    import concurrent.futures
+    import subprocess
+    import time
+
+    from sandboxd.backend import LABEL_NODE, LABEL_POOL
+    from sandboxd.daemon import node_id
+
+    polynomial = "+".join(f"{k}x^{{{k}}}" for k in range(1, 400))
+    slow = helpers.math(f"\\boxed{{{polynomial}}}", polynomial + "+1", timeout=8.0)
+    containers = subprocess.run(
+        ["docker", "ps", "-q", "--filter", f"label={LABEL_POOL}=math", "--filter",
+         f"label={LABEL_NODE}={node_id(daemon.socket)}"], capture_output=True, text=True, check=True).stdout.split()
+    assert containers
+    with concurrent.futures.ThreadPoolExecutor(1) as threads:
+        pending = threads.submit(helpers.run, channel, slow, 60)
+        time.sleep(1.0)
+        script = ("for p in /proc/[0-9]*; do [ \"$(cat $p/comm 2>/dev/null)\" = sandboxd-math ] && "
+                  "kill -XCPU ${p#/proc/}; done; true")
+        for container in containers:
+            subprocess.run(["docker", "exec", container, "sh", "-c", script], capture_output=True, check=True)
+        result = pending.result()
+    assert result.status != pb.STATUS_WRONG_ANSWER, result.message
+    assert result.status in (pb.STATUS_INTERNAL, pb.STATUS_TIMEOUT, pb.STATUS_SANDBOX_LOST), result.message
+    assert helpers.run(channel, helpers.math("\\boxed{3}", "3")).status == pb.STATUS_OK
