@@ -147,7 +147,7 @@ def test_a_slow_answer_does_not_hold_up_the_next_job(tmp_path) -> None:  # type:
 
     from tests.conftest import DaemonProcess
 
-    # About 3 s of parsing each for the answer and the truth.
+    # Seconds of parsing for the answer and the truth (3-6 s in all here).
     polynomial = "+".join(f"{k}x^{{{k}}}" for k in range(1, 400))
     slow = helpers.math(f"\\boxed{{{polynomial}}}", polynomial + "+1", timeout=4.0)
     daemon = DaemonProcess(tmp_path, "mathspill", extra_env={"SANDBOXD_POOL_MIN_SIZE": "1",
@@ -162,7 +162,9 @@ def test_a_slow_answer_does_not_hold_up_the_next_job(tmp_path) -> None:  # type:
             quick_result = helpers.run(channel, helpers.math("\\boxed{7}", "7"), 60)
             assert quick_result.status == pb.STATUS_OK, quick_result.message
             assert not slow_result.done(), "the quick job waited for the slow one"
-            assert slow_result.result().status == pb.STATUS_TIMEOUT
+            # Its parse takes 3-6 s on this kind of machine, around the 4 s
+            # deadline: killed at it, or judged just before.
+            assert slow_result.result().status in (pb.STATUS_TIMEOUT, pb.STATUS_WRONG_ANSWER)
     finally:
         daemon.stop()
 
