@@ -64,11 +64,19 @@ def _status(args: argparse.Namespace) -> int:
     print(f"snapshots: {'on' if info.snapshots else 'off'} ({info.snapshot_state})")
     print(f"queue: {status.queue_depth}  in flight: {status.in_flight}  jobs: {status.jobs_total}  "
           f"throughput: {status.jobs_per_second:.1f}/s")
-    print(f"{'pool':8} {'target':>6} {'ready':>6} {'busy':>5} {'start':>6} {'jobs':>8} {'recycled':>8}  snapshot")
+    print(f"{'pool':8} {'target':>6} {'ready':>6} {'busy':>5} {'start':>6} {'jobs':>8} {'recycled':>8}  "
+          f"{'starts by':36}  snapshot")
     for pool in status.pools:
         print(f"{pool.name:8} {pool.target:6d} {pool.ready:6d} {pool.busy:5d} {pool.starting:6d} "
-              f"{pool.jobs_total:8d} {pool.recycled_total:8d}  {pool.snapshot}")
+              f"{pool.jobs_total:8d} {pool.recycled_total:8d}  {_start_note(pool):36}  {pool.snapshot}")
     return 0
+
+
+def _start_note(pool: Any) -> str:
+    """"restore (1.02 s; cold 0.31 s)": the method in use and the recent medians behind the choice."""
+    times = [f"{method} {seconds:.2f} s" for method, seconds in (("restore", pool.restore_seconds),
+                                                                    ("cold", pool.cold_seconds)) if seconds]
+    return f"{pool.start_method} ({'; '.join(times)})" if times else pool.start_method
 
 
 def main(argv: list[str] | None = None) -> int:

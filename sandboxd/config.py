@@ -71,6 +71,10 @@ class PoolConfig:
     idle_seconds: float = 300.0
     scale_to_zero: bool = False
     snapshots: bool = True
+    # "auto": restore from the snapshot while restores get sandboxes ready
+    # sooner than cold starts do, measured per pool (on Docker 20.10 here they
+    # do not); "always": restore whenever the snapshot is ready.
+    restore: str = "auto"
     # Sandboxes started at once while filling the pool (Docker serialises
     # much of the work; more only adds contention on 2 cores).
     start_concurrency: int = 2
@@ -223,6 +227,7 @@ class Config:
             (self.pool.jobs_per_sandbox >= 1, "pool.jobs_per_sandbox must be >= 1"),
             (self.pool.recycle_after_jobs >= 1, "pool.recycle_after_jobs must be >= 1"),
             (self.pool.start_concurrency >= 1, "pool.start_concurrency must be >= 1"),
+            (self.pool.restore in ("auto", "always"), "pool.restore must be auto or always"),
             (set(self.pool.images) <= {"python", "langs"}, "pool.images may hold python and langs"),
             (self.sandbox.memory_bytes >= 64 * MIB, "sandbox.memory_bytes must be >= 64 MiB"),
             (self.sandbox.cpus > 0, "sandbox.cpus must be > 0"),

@@ -82,7 +82,10 @@ class Daemon:
         for pool in self.pools.values():
             status.pools.add(name=pool.name, image=pool.image, target=pool.target, ready=len(pool.ready),
                              busy=pool.busy_count(), starting=pool.starting, snapshot=pool.snapshots.state,
-                             jobs_total=pool.jobs_total, recycled_total=pool.recycled_total)
+                             jobs_total=pool.jobs_total, recycled_total=pool.recycled_total,
+                             start_method=pool.start_method,
+                             restore_seconds=pool.start_chooser.median("restore"),
+                             cold_seconds=pool.start_chooser.median("cold"))
         return status
 
     def _on_pool_change(self) -> None:
@@ -91,6 +94,7 @@ class Daemon:
             metrics.SANDBOXES.labels(pool.name, "busy").set(pool.busy_count())
             metrics.SANDBOXES.labels(pool.name, "starting").set(pool.starting)
             metrics.SNAPSHOT_READY.labels(pool.name).set(1 if pool.snapshots.usable else 0)
+            metrics.POOL_RESTORING.labels(pool.name).set(1 if pool.start_method == "restore" else 0)
         # SERVING once every pool has a warm sandbox, until shutdown: a pool that is
         # refilling after losses still queues jobs, and clients that health
         # check would otherwise fail fast on a daemon that is merely busy.

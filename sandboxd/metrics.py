@@ -24,7 +24,10 @@ SANDBOX_STARTS = Counter("sandboxd_sandbox_starts", "Sandboxes started, by metho
                          ["pool", "method"], registry=REGISTRY)
 SANDBOX_READY_SECONDS = Gauge("sandboxd_sandbox_ready_seconds", "Last start-to-ready time by method",
                               ["pool", "method"], registry=REGISTRY)
-SNAPSHOT_READY = Gauge("sandboxd_snapshot_ready", "1 when the pool restores from a snapshot", ["pool"],
+SNAPSHOT_READY = Gauge("sandboxd_snapshot_ready", "1 when the pool's snapshot is ready to restore from", ["pool"],
+                       registry=REGISTRY)
+POOL_RESTORING = Gauge("sandboxd_pool_restoring", "1 when the pool starts sandboxes by restoring its snapshot, "
+                       "0 when it cold-starts them (pool.restore = auto: cold starts were quicker)", ["pool"],
                        registry=REGISTRY)
 
 SESSIONS_OPEN = Gauge("sandboxd_sessions_open", "Sessions open now", registry=REGISTRY)

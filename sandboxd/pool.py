@@ -36,7 +36,7 @@ from sandboxd.backend import (
 )
 from sandboxd.config import Config
 from sandboxd.sandbox import Sandbox
-from sandboxd.snapshots import CHECKPOINT_NAME, SnapshotStore
+from sandboxd.snapshots import CHECKPOINT_NAME, SnapshotStore, StartChooser
 
 log = logging.getLogger("sandboxd.pool")
 # A cold math sandbox imports sympy and friends; a restore replays pages.
@@ -114,6 +114,7 @@ class Pool:
         self.code_dir = code_dir
         self.snapshots = SnapshotStore(backend, config.sandbox.state_dir, config.pool.snapshots,
                                        config.docker.temp_dir)
+        self.start_chooser = StartChooser(config.pool.restore)
         self.agent_args = ["--private-tmp", "--warm", WARM_MODULES.get(name, ""), *self._math_args(name, config)]
         self.snapshot_key = SnapshotStore.key({
             "image": image, "code": code_key, "memory": config.sandbox.memory_bytes, "cpus": config.sandbox.cpus,
@@ -324,13 +325,29 @@ class Pool:
 
     async def _start_sandbox(self) -> Sandbox:
         started = time.monotonic()
+        # Cold starts made while the snapshot was still building competed with
+        # the template's warm-up: they are not what a cold start costs.
+        measured = self.snapshots.usable
+        method = self.start_chooser.choose(measured)
         sandbox, ready = await self._boot(f"{int(time.time() * 1000) % 10**9:09d}{os.urandom(2).hex()}",
-                                          restore=self.snapshots.usable)
+                                          restore=method == "restore")
         self._on_ready(sandbox, ready)
         sandbox.ready_seconds = time.monotonic() - started
+        if measured:
+            before = self.start_method
+            self.start_chooser.record(method, sandbox.ready_seconds)
+            if self.start_method != before:
+                chooser = self.start_chooser
+                log.info("pool %s: starting sandboxes by %s now (recent medians: restore %.2f s, cold %.2f s)",
+                         self.name, self.start_method, chooser.median("restore"), chooser.median("cold"))
         metrics.SANDBOX_STARTS.labels(self.name, sandbox.started_by).inc()
         metrics.SANDBOX_READY_SECONDS.labels(self.name, sandbox.started_by).set(sandbox.ready_seconds)
         return sandbox
+
+    @property
+    def start_method(self) -> str:
+        """How this pool starts sandboxes now: "restore" or "cold" (StartChooser)."""
+        return self.start_chooser.method(self.snapshots.usable)
 
     def _on_ready(self, sandbox: Sandbox, ready: dict[str, Any]) -> None:
         """Learn from the agent's `hello` and `prepare` replies (subclasses learn more)."""

@@ -15,6 +15,7 @@ def test_defaults_need_no_file() -> None:
     loaded = config.load(environ={})
     assert loaded.server.socket == "/run/sandboxd/sandboxd.sock"
     assert loaded.pool.snapshots is True
+    assert loaded.pool.restore == "auto"
     assert loaded.limits.default_timeout_seconds <= loaded.limits.max_timeout_seconds
 
 
@@ -55,6 +56,7 @@ def test_unrelated_prefixed_variables_are_ignored() -> None:
         ("[pool]\nmin_size = 'two'\n", "expected an integer"),
         ("[pool]\nmin_size = 1.5\n", "expected an integer"),
         ("[pool]\nsnapshots = 'maybe'\n", "expected true or false"),
+        ("[pool]\nrestore = 'never'\n", "pool.restore must be auto or always"),
         ("[pool]\nmin_size = 10\nmax_size = 2\n", "pool.max_size"),
         ("[limits]\ndefault_timeout_seconds = 500.0\n", "default_timeout_seconds"),
         ("[server]\nlog_format = 'xml'\n", "log_format"),

@@ -1,0 +1,75 @@
+"""StartChooser: which way a pool starts its next sandbox (pure logic; restores themselves are integration tests)."""
+
+from __future__ import annotations
+
+import pytest
+
+from sandboxd.snapshots import StartChooser
+
+
+def measured(chooser: StartChooser, restore: float, cold: float) -> None:
+    """Let the chooser try both methods once, as a pool's first two starts do, and record their times."""
+    first, second = chooser.choose(True), chooser.choose(True)
+    assert (first, second) == ("restore", "cold")
+    chooser.record("restore", restore)
+    chooser.record("cold", cold)
+
+
+def test_without_a_usable_snapshot_every_start_is_cold() -> None:
+    for policy in ("auto", "always"):
+        chooser = StartChooser(policy)
+        assert [chooser.choose(False) for _ in range(5)] == ["cold"] * 5
+        assert chooser.method(False) == "cold"
+
+
+def test_always_restores_whatever_the_times() -> None:
+    chooser = StartChooser("always")
+    chooser.record("restore", 5.0)
+    chooser.record("cold", 0.1)
+    assert [chooser.choose(True) for _ in range(40)] == ["restore"] * 40
+    assert chooser.method(True) == "restore"
+
+
+def test_auto_tries_both_then_keeps_the_quicker_and_probes_the_other() -> None:
+    chooser = StartChooser("auto", probe_every=8)
+    measured(chooser, restore=0.97, cold=0.31)
+    assert chooser.method(True) == "cold"
+    picks = [chooser.choose(True) for _ in range(30)]
+    # Choices 8, 16, 24 and 32 (counting the two first tries) go to the slower method.
+    assert [i for i, pick in enumerate(picks, start=3) if pick == "restore"] == [8, 16, 24, 32]
+    assert picks.count("cold") == 26
+
+
+def test_auto_restores_where_restores_are_quicker() -> None:
+    chooser = StartChooser("auto", probe_every=8)
+    measured(chooser, restore=0.4, cold=4.6)
+    assert chooser.method(True) == "restore"
+    assert [chooser.choose(True) for _ in range(5)] == ["restore"] * 5
+
+
+def test_the_choice_follows_recent_starts() -> None:
+    chooser = StartChooser("auto", recent=3)
+    measured(chooser, restore=0.5, cold=1.0)
+    assert chooser.preferred == "restore"
+    # The node gets slower to restore (load, a bigger snapshot): three slow restores outvote the past.
+    for seconds in (2.0, 2.1, 2.2):
+        chooser.record("restore", seconds)
+    assert chooser.median("restore") == pytest.approx(2.1)
+    assert chooser.preferred == "cold"
+
+
+def test_a_method_not_measured_yet() -> None:
+    chooser = StartChooser("auto")
+    assert chooser.preferred == "restore"
+    assert chooser.median("restore") == chooser.median("cold") == 0.0
+    assert chooser.choose(True) == "restore"
+    # The first restore is still starting (or failed): the cold try comes next all the same,
+    # and with only a cold start measured, that is the method known to work.
+    assert chooser.choose(True) == "cold"
+    chooser.record("cold", 0.3)
+    assert chooser.preferred == "cold"
+
+
+def test_unknown_policy() -> None:
+    with pytest.raises(ValueError, match="unknown restore policy"):
+        StartChooser("sometimes")
