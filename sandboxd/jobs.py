@@ -10,6 +10,7 @@ fault a failure was.
 from __future__ import annotations
 
 import base64
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -202,15 +203,43 @@ def check_path(path: str, where: str) -> None:
         raise InvalidRequest(f"{where}: {path!r} must be a relative path without '.' or '..' parts")
 
 
-def _tests_dict(tests: pb.CodeTests) -> dict[str, Any]:
-    return {
-        "stdio": [{"stdin": c.stdin, "expected_stdout": c.expected_stdout} for c in tests.stdio],
-        "fn_name": tests.fn_name,
-        "function": [{"args_json": c.args_json, "expected_json": c.expected_json} for c in tests.function],
-        "assert_code": tests.assert_code,
-        "entry_point": tests.entry_point,
-        "dataset_json": tests.dataset_json,
-    }
+# GRPO-style batches send each prompt's tests with every one of its
+# completions (8-16 of them); parsing and checking the tests (JSON, then the
+# assert code's syntax tree) took 0.2 of the 0.56 ms that preparing a
+# HumanEval job costs. Plans are frozen, so one parse can serve them all.
+# Only tests up to PLAN_CACHE_KEY_CHARS are kept, so the cache holds at most
+# PLAN_CACHE_SIZE times that (8 MB of test text, plus its plans); 512 prompts
+# cover a rollout batch (a cache smaller than the prompts a batch cycles
+# through would keep none of them).
+PLAN_CACHE_SIZE = 512
+PLAN_CACHE_KEY_CHARS = 16 * 1024
+
+
+def _test_plan(tests: pb.CodeTests) -> code_verifier.TestPlan:
+    """normalize_tests() of a job's tests, shared by every job that sends the same tests."""
+    key = (
+        tuple((c.stdin, c.expected_stdout) for c in tests.stdio), tests.fn_name,
+        tuple((c.args_json, c.expected_json) for c in tests.function),
+        tests.assert_code, tests.entry_point, tests.dataset_json,
+    )
+    size = len(tests.dataset_json) + len(tests.assert_code) + sum(len(a) + len(b) for a, b in (*key[0], *key[2]))
+    return _cached_plan(key) if size <= PLAN_CACHE_KEY_CHARS else _plan(key)
+
+
+def _plan(key: tuple[Any, ...]) -> code_verifier.TestPlan:
+    stdio, fn_name, function, assert_code, entry_point, dataset_json = key
+    return code_verifier.normalize_tests({
+        "stdio": [{"stdin": stdin, "expected_stdout": expected} for stdin, expected in stdio],
+        "fn_name": fn_name,
+        "function": [{"args_json": args, "expected_json": expected} for args, expected in function],
+        "assert_code": assert_code,
+        "entry_point": entry_point,
+        "dataset_json": dataset_json,
+    })
+
+
+# Tests that fail to parse raise, and lru_cache keeps no exceptions: each such job gets its own error.
+_cached_plan = functools.lru_cache(maxsize=PLAN_CACHE_SIZE)(_plan)
 
 
 def _prepare_code(job: pb.Job, config: Config, limits: dict[str, Any], failure_value: float,
@@ -219,7 +248,7 @@ def _prepare_code(job: pb.Job, config: Config, limits: dict[str, Any], failure_v
     if len(request.completion.encode()) > MAX_CODE_BYTES:
         raise InvalidRequest(f"{where}.code.completion is larger than {MAX_CODE_BYTES} bytes")
     try:
-        plan = code_verifier.normalize_tests(_tests_dict(request.tests))
+        plan = _test_plan(request.tests)
     except ValueError as exc:
         raise InvalidRequest(f"{where}.code.tests: {exc}") from None
     tolerance = _tolerance(request.float_tolerance, f"{where}.code.float_tolerance")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import ast
 import cmath
 import dataclasses
+import functools
 import json
 import math
 import re
@@ -422,6 +423,12 @@ def _parse(code: str) -> ast.Module | None:
         return None
 
 
+@functools.lru_cache(maxsize=512)
+def _parses(prompt: str) -> bool:
+    """Whether a dataset's prompt parses alone: asked once per prompt, not once per completion."""
+    return _parse(prompt) is not None
+
+
 def _defines(code: str, name: str) -> bool:
     tree = _parse(code)
     return tree is not None and any(
@@ -449,7 +456,8 @@ def assemble_program(code: str, plan: TestPlan) -> str:
         return head + "\n" + code if head else code
     if not _defines(code, plan.entry_point):
         return head + plan.prompt + code
-    if _parse(plan.prompt) is not None:
+    # Cached for prompts of a usual size only: the cache would otherwise keep what a client sent, however big.
+    if _parses(plan.prompt) if len(plan.prompt) <= 16 * 1024 else _parse(plan.prompt) is not None:
         prompt = plan.prompt
     else:
         prompt = "".join(line + "\n" for line in plan.prompt.splitlines() if _IMPORT_LINE.match(line))
