@@ -198,8 +198,15 @@ class Pool:
         self._changed.set()
         try:
             async with self._available:
-                while (sandbox := self._pick()) is None:
-                    await self._available.wait()
+                try:
+                    while (sandbox := self._pick()) is None:
+                        await self._available.wait()
+                except BaseException:
+                    # A waiter cancelled just after it was woken takes the wake-up
+                    # with it (asyncio.Condition before 3.13): pass it on, or a free
+                    # slot could sit unused while others wait. Extra wake-ups are harmless.
+                    self._available.notify(1)
+                    raise
                 sandbox.in_flight += 1
                 return sandbox
         finally:
@@ -214,8 +221,11 @@ class Pool:
             sandbox.retiring = True
         if sandbox.damaged or sandbox.retiring:
             self._changed.set()
+        # One slot freed: one waiter. Waking them all (a score_batch queues its
+        # whole batch here) had each of up to a thousand waiters look for a slot
+        # after every job: 100 wake-ups per job in a 1,024-job batch.
         async with self._available:
-            self._available.notify_all()
+            self._available.notify(1)
 
     # ---- the background loop ---------------------------------------------------
     def start(self) -> None:

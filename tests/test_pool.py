@@ -1,0 +1,69 @@
+"""Handing out sandbox slots (pure logic: no engine; starting sandboxes is in integration)."""
+
+from __future__ import annotations
+
+import asyncio
+import types
+
+from sandboxd.config import Config
+from sandboxd.pool import Pool
+from sandboxd.sandbox import Sandbox
+
+
+def one_slot_pool() -> tuple[Pool, Sandbox]:
+    config = Config()
+    config.pool.jobs_per_sandbox = 1
+    backend = types.SimpleNamespace(experimental=False)
+    pool = Pool("python", "sandboxd/python:test", backend, config, instance="i", node="n",  # type: ignore[arg-type]
+                code_dir="/x", code_key="k")
+    sandbox = Sandbox(name="s", pool="python", container_id="c", control_dir="/x", started_by="cold")
+    pool.sandboxes = [sandbox]
+    return pool, sandbox
+
+
+def test_a_freed_slot_wakes_one_waiter_not_the_whole_batch() -> None:
+    async def scenario() -> int:
+        pool, sandbox = one_slot_pool()
+        held = await pool.acquire()
+        waiters = [asyncio.create_task(pool.acquire()) for _ in range(50)]
+        await asyncio.sleep(0)
+        picks = 0
+        pick = pool._pick
+
+        def counting_pick() -> Sandbox | None:
+            nonlocal picks
+            picks += 1
+            return pick()
+
+        pool._pick = counting_pick  # type: ignore[method-assign]
+        await pool.release(held)
+        done, _pending = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        assert [task.result() for task in done] == [sandbox]
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert pool.waiting == 49
+        for task in waiters:
+            task.cancel()
+        await asyncio.gather(*waiters, return_exceptions=True)
+        return picks
+
+    # Waking all 50 had each look for a slot: 50 picks for one freed slot.
+    assert asyncio.run(scenario()) == 1
+
+
+def test_a_waiter_cancelled_after_its_wake_up_passes_it_on() -> None:
+    """A client cancels (deadline, disconnect) just as its job was handed the free slot."""
+    async def scenario() -> None:
+        pool, sandbox = one_slot_pool()
+        held = await pool.acquire()
+        first = asyncio.create_task(pool.acquire())
+        second = asyncio.create_task(pool.acquire())
+        await asyncio.sleep(0)
+        await pool.release(held)  # wakes `first`...
+        first.cancel()  # ...which goes before it can take the slot
+        # A hang detector, not a timing: the slot is free, `second` must get it.
+        assert await asyncio.wait_for(second, timeout=10) is sandbox
+        assert first.cancelled()
+        assert pool.waiting == 0
+
+    asyncio.run(scenario())
