@@ -29,6 +29,8 @@ class Sandbox:
     control_dir: str
     started_by: str  # "restore" or "cold"
     ready_seconds: float = 0.0
+    # Of ready_seconds, the time spent waiting for the node's restore turn (SnapshotStore.restoring).
+    restore_wait_seconds: float = 0.0
     in_flight: int = 0
     jobs_done: int = 0
     damaged: bool = False

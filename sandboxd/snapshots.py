@@ -58,8 +58,9 @@ class StartChooser:
     replaced (1.2 against 0.4 CPU seconds for a code sandbox). A pool with a
     longer warm-up, or an engine with a cheaper restore, comes out the other
     way. So under `pool.restore = "auto"` a pool tries each method once,
-    then uses the one whose recent starts (create to agent ready, waiting
-    for the node's restore turn included) were quicker; "always" restores
+    then uses the one whose recent starts (create to agent ready, less any
+    wait for the node's restore turn, which at a daemon's start is a queue
+    of every pool's first restores) were quicker; "always" restores
     whenever the snapshot is ready.
     """
 
