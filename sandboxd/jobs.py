@@ -206,13 +206,15 @@ def check_path(path: str, where: str) -> None:
 # GRPO-style batches send each prompt's tests with every one of its
 # completions (8-16 of them); parsing and checking the tests (JSON, then the
 # assert code's syntax tree) took 0.2 of the 0.56 ms that preparing a
-# HumanEval job costs. Plans are frozen, so one parse can serve them all.
-# Only tests up to PLAN_CACHE_KEY_CHARS are kept, so the cache holds at most
-# PLAN_CACHE_SIZE times that (8 MB of test text, plus its plans); 512 prompts
-# cover a rollout batch (a cache smaller than the prompts a batch cycles
-# through would keep none of them).
+# HumanEval job costs. One parse serves them all: plans are shared, so
+# nothing may change one (or the values inside its cases) after the parse.
+# Only tests of up to PLAN_CACHE_KEY_CHARS characters, every field counted,
+# are kept: at most 4 MB of test text, and what it parses to (typically a
+# few times the text; degenerate JSON such as `[[],[],...]` about 20 times).
+# 512 prompts cover a rollout batch; a cache smaller than the prompts a batch
+# cycles through would keep none of them.
 PLAN_CACHE_SIZE = 512
-PLAN_CACHE_KEY_CHARS = 16 * 1024
+PLAN_CACHE_KEY_CHARS = 8 * 1024
 
 
 def _test_plan(tests: pb.CodeTests) -> code_verifier.TestPlan:
@@ -222,7 +224,8 @@ def _test_plan(tests: pb.CodeTests) -> code_verifier.TestPlan:
         tuple((c.args_json, c.expected_json) for c in tests.function),
         tests.assert_code, tests.entry_point, tests.dataset_json,
     )
-    size = len(tests.dataset_json) + len(tests.assert_code) + sum(len(a) + len(b) for a, b in (*key[0], *key[2]))
+    size = sum(len(text) for text in (tests.fn_name, tests.assert_code, tests.entry_point, tests.dataset_json))
+    size += sum(len(a) + len(b) for a, b in (*key[0], *key[2]))
     return _cached_plan(key) if size <= PLAN_CACHE_KEY_CHARS else _plan(key)
 
 

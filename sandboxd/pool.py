@@ -128,6 +128,8 @@ class Pool:
         self.starting = 0
         self.batch_hint = 0
         self.waiting = 0
+        # Of `waiting`, those asleep on `_available` (a newcomer queues behind them).
+        self._sleepers = 0
         self.jobs_total = 0
         self.recycled_total = 0
         self.languages: list[str] = []
@@ -193,14 +195,30 @@ class Pool:
         return min(candidates, key=lambda s: (s.in_flight, s.serial))
 
     async def acquire(self) -> Sandbox:
+        """A slot in the least loaded ready sandbox; jobs that find none wait their turn, first come first served.
+
+        A freed slot wakes one waiter (release), not all of them: a
+        score_batch queues its whole batch here, and waking every waiter had
+        each of up to a thousand look for a slot after every job (100 looks
+        per job in a 1,024-job batch). So that the one woken is not
+        overtaken, a job that arrives while others sleep queues behind them,
+        and a job that takes a slot while another is still free wakes the
+        next sleeper.
+        """
         self.waiting += 1
         self.last_busy = time.monotonic()
         self._changed.set()
         try:
             async with self._available:
                 try:
-                    while (sandbox := self._pick()) is None:
-                        await self._available.wait()
+                    sandbox = None if self._sleepers else self._pick()
+                    while sandbox is None:
+                        self._sleepers += 1
+                        try:
+                            await self._available.wait()
+                        finally:
+                            self._sleepers -= 1
+                        sandbox = self._pick()
                 except BaseException:
                     # A waiter cancelled just after it was woken takes the wake-up
                     # with it (asyncio.Condition before 3.13): pass it on, or a free
@@ -208,6 +226,8 @@ class Pool:
                     self._available.notify(1)
                     raise
                 sandbox.in_flight += 1
+                if self._sleepers and self._pick() is not None:
+                    self._available.notify(1)
                 return sandbox
         finally:
             self.waiting -= 1
@@ -221,9 +241,7 @@ class Pool:
             sandbox.retiring = True
         if sandbox.damaged or sandbox.retiring:
             self._changed.set()
-        # One slot freed: one waiter. Waking them all (a score_batch queues its
-        # whole batch here) had each of up to a thousand waiters look for a slot
-        # after every job: 100 wake-ups per job in a 1,024-job batch.
+        # One slot freed: one waiter (see acquire).
         async with self._available:
             self._available.notify(1)
 
@@ -330,7 +348,7 @@ class Pool:
         self.sandboxes.append(sandbox)
         self.languages = sandbox.languages
         async with self._available:
-            self._available.notify_all()
+            self._available.notify(self.capacity)
         self._on_change()
 
     async def _start_sandbox(self) -> Sandbox:

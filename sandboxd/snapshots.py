@@ -53,15 +53,18 @@ class StartChooser:
     round trip, and restores take turns on the node (see
     SnapshotStore.restoring), while cold starts run `pool.start_concurrency`
     at once. Measured here on Docker 20.10, a code sandbox restored in
-    0.97 s against a 0.31 s cold start, a math sandbox in 1.9 s against
-    1.2 s, each restore costing the host more CPU than the cold start it
-    replaced (1.2 against 0.4 CPU seconds for a code sandbox). A pool with a
+    0.9-1.2 s against a 0.3-0.5 s cold start, a math sandbox in 1.5-2.3 s
+    against 1.0-1.3 s, each restore costing the host more CPU than the cold
+    start it replaced (1.0-1.2 against 0.4 CPU seconds for a code sandbox). A pool with a
     longer warm-up, or an engine with a cheaper restore, comes out the other
     way. So under `pool.restore = "auto"` a pool tries each method once,
     then uses the one whose recent starts (create to agent ready, less any
     wait for the node's restore turn, which at a daemon's start is a queue
     of every pool's first restores) were quicker; "always" restores
-    whenever the snapshot is ready.
+    whenever the snapshot is ready. The choice compares one start with
+    another: it leans towards restores where a restore is only a little
+    quicker, since restores take turns on the node while a pool starts
+    `pool.start_concurrency` cold sandboxes at once.
     """
 
     def __init__(self, policy: str, *, recent: int = RECENT_STARTS, probe_every: int = PROBE_EVERY) -> None:
@@ -103,7 +106,11 @@ class StartChooser:
 
     @property
     def preferred(self) -> str:
-        """The method that was quicker recently (restore until both have been measured)."""
+        """The method that was quicker recently.
+
+        Before both have a time: restore, unless a restore was tried (it
+        failed, or has not finished) and only cold starts have a time.
+        """
         if not all(self._seconds.values()):
             return "cold" if self._seconds["cold"] and "restore" in self._tried else "restore"
         return "cold" if self.median("cold") < self.median("restore") else "restore"

@@ -39,6 +39,10 @@ def test_large_tests_are_not_kept() -> None:
     job = code_job(0, "```python\n    return 2 * x\n```", big)
     one, two = jobs._test_plan(job.code.tests), jobs._test_plan(job.code.tests)
     assert one == two and one is not two
+    # Every field counts towards the size, the entry point's name too.
+    name = "f" * jobs.PLAN_CACHE_KEY_CHARS
+    tests = pb.CodeTests(assert_code=f"assert {name}(1) == 1\n", entry_point=name)
+    assert jobs._test_plan(tests) is not jobs._test_plan(tests)
 
 
 def test_bad_tests_fail_every_job_that_sends_them() -> None:
