@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
 import struct
 from typing import Any
@@ -73,6 +74,29 @@ def recv_frame(sock: socket.socket, max_bytes: int = MAX_FRAME_BYTES) -> Any:
     if length > max_bytes:
         raise ProtocolError(f"frame of {length} bytes exceeds {max_bytes}")
     return _decode_body(_recv_exactly(sock, length))
+
+
+def recv_frame_fds(sock: socket.socket, max_fds: int, max_bytes: int = MAX_FRAME_BYTES) -> tuple[Any, list[int]]:
+    """Blocking: one frame whose descriptors ride on its 4-byte header (SCM_RIGHTS), then the body as stream data.
+
+    The sender passes the descriptors with the header alone (socket.send_fds
+    of frame[:HEADER.size]) and sends the rest with sendall. Raises EOFError
+    when the peer closed the channel before a frame began.
+    """
+    header, fds, _flags, _addr = socket.recv_fds(sock, HEADER.size, max_fds)
+    try:
+        if not header:
+            raise EOFError
+        if len(header) < HEADER.size:
+            header += _recv_exactly(sock, HEADER.size - len(header))
+        (length,) = HEADER.unpack(header)
+        if length > max_bytes:
+            raise ProtocolError(f"frame of {length} bytes exceeds {max_bytes}")
+        return _decode_body(_recv_exactly(sock, length)), fds
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
 
 
 def send_frame(sock: socket.socket, message: Any) -> None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import builtins
 import contextlib
 import ctypes
-import json
 import os
 import random
 import resource
@@ -27,7 +26,7 @@ import sys
 import traceback
 from typing import Any, NoReturn
 
-from sandboxd.agent.protocol import HEADER
+from sandboxd.agent.protocol import recv_frame_fds
 
 # Exit status of a worker whose own setup failed before any of the job ran
 # (its traceback goes to the run's stderr).
@@ -117,23 +116,10 @@ def _set_oom_score_adj(value: int) -> None:
 
 
 def _receive_job(channel: socket.socket) -> tuple[dict[str, Any], list[int]]:
-    # The descriptors ride on the 4-byte frame header; the body follows as
-    # plain stream data.
-    header, fds, _flags, _addr = socket.recv_fds(channel, HEADER.size, MAX_FDS_PER_JOB)
-    while len(header) < HEADER.size:
-        more = channel.recv(HEADER.size - len(header))
-        if not more:
-            raise EOFError("controller closed the channel")
-        header += more
-    (length,) = HEADER.unpack(header)
-    body = b""
-    while len(body) < length:
-        chunk = channel.recv(min(length - len(body), 1 << 20))
-        if not chunk:
-            raise EOFError("controller closed the channel")
-        body += chunk
-
-    return json.loads(body), fds
+    try:
+        return recv_frame_fds(channel, MAX_FDS_PER_JOB)
+    except EOFError:
+        raise EOFError("controller closed the channel") from None
 
 
 def _reseed() -> None:
