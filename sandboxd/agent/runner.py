@@ -472,6 +472,8 @@ class ResidentWorker:
         self.pid = 0
         self.exited: asyncio.Future[dict[str, Any]] | None = None
         self._max_reply_bytes = max_reply_bytes
+        # Why the last request() returned None (see there).
+        self.no_answer = ""
         self._channel: socket.socket | None = None
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
@@ -503,10 +505,13 @@ class ResidentWorker:
 
         `fds` are handed over and closed here once sent. At the timeout
         `on_timeout()` is called and the answer awaited `grace` seconds more.
-        None when no answer came: the worker died (see `alive` and
-        `describe_exit`) or is still busy.
+        None when no answer came; `no_answer` then says why: "timeout" (still
+        busy at the deadline), "malformed" (the results socket closed, or
+        carried something other than a frame of a JSON object) or "exited"
+        (the worker ended first: see `describe_exit`).
         """
         assert self._channel is not None and self._reader is not None and self.exited is not None
+        self.no_answer = ""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         reply_task = asyncio.ensure_future(read_frame(self._reader, max_bytes=self._max_reply_bytes))
@@ -519,6 +524,7 @@ class ResidentWorker:
             except OSError:
                 pass  # a dead worker: the exit future tells
             except TimeoutError:
+                self.no_answer = "timeout"
                 return None
             finally:
                 for fd in fds:
@@ -530,6 +536,7 @@ class ResidentWorker:
                 on_timeout()
                 done, _ = await asyncio.wait(waiting, timeout=grace, return_when=asyncio.FIRST_COMPLETED)
             if reply_task not in done:
+                self.no_answer = "exited" if self.exited in done else "timeout"
                 return None
             with contextlib.suppress(EOFError, ProtocolError, OSError, ConnectionError):
                 reply = reply_task.result()
@@ -537,6 +544,7 @@ class ResidentWorker:
                     return reply
             # The results socket closed first; the exit status follows from the zygote.
             await asyncio.wait([self.exited], timeout=DRAIN_SECONDS)
+            self.no_answer = "exited" if self.exited.done() else "malformed"
             return None
         finally:
             if not reply_task.done():

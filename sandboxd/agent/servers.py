@@ -8,7 +8,6 @@ back) when a request is not answered in time, when it fails, or after
 
 from __future__ import annotations
 
-import asyncio
 import ctypes
 import os
 import signal
@@ -94,18 +93,16 @@ class ResidentServer:
         answer, an exit of its own, the CPU limit of its whole life). Anything but ok leaves the server closed.
         """
         self.jobs_done += 1
-        loop = asyncio.get_running_loop()
-        started = loop.time()
         reply = await self.worker.request(request, timeout=timeout, fds=fds)
         if reply is not None and isinstance(reply.get("result"), dict):
             return "ok", reply["result"], ""
-        alive = self.worker.alive
+        no_answer = self.worker.no_answer
         detail, killed = self.worker.describe_exit()
         exit_signal = self.worker.exit_signal
         self.close()
-        if reply is None and alive:
-            if loop.time() - started >= timeout:
-                return "timeout", None, f"killed after {timeout:g} s wall clock"
+        if reply is None and no_answer == "timeout":
+            return "timeout", None, f"killed after {timeout:g} s wall clock"
+        if reply is None and no_answer == "malformed":
             return "error", None, f"{self.mode} gave a malformed or oversized answer"
         if reply is not None and reply.get("memory"):
             return "memory", None, "ran out of memory"

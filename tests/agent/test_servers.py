@@ -1,0 +1,87 @@
+"""A resident server's answer, or why there was none (the test plays the server over real sockets)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import types
+from collections.abc import Awaitable, Callable
+
+from sandboxd.agent.protocol import HEADER, encode_frame, recv_frame_fds
+from sandboxd.agent.runner import ResidentWorker
+from sandboxd.agent.servers import ResidentServer
+
+
+async def connected_worker() -> tuple[ResidentWorker, socket.socket, socket.socket]:
+    """A ResidentWorker wired to sockets whose far ends the test holds: (worker, requests, results)."""
+    worker = ResidentWorker(runner=None, max_reply_bytes=1024)  # type: ignore[arg-type]
+    control, requests = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    ours, results = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    control.setblocking(False)
+    worker._channel = control
+    worker._reader, worker._writer = await asyncio.open_unix_connection(sock=ours)
+    worker.exited = asyncio.get_running_loop().create_future()
+    return worker, requests, results
+
+
+def server_with(worker: ResidentWorker) -> ResidentServer:
+    server = ResidentServer(types.SimpleNamespace(runner=None), "math_server",  # type: ignore[arg-type]
+                            recycle_after=10, max_reply_bytes=1024)
+    server.worker = worker
+    return server
+
+
+def ask_with(behaviour: Callable[[socket.socket, socket.socket, ResidentWorker], Awaitable[None]],
+             timeout: float) -> tuple[str, str]:
+    async def scenario() -> tuple[str, str]:
+        worker, requests, results = await connected_worker()
+        server = server_with(worker)
+        asking = asyncio.ensure_future(server.ask({"op": "verify"}, timeout=timeout))
+        await asyncio.sleep(0.05)
+        request, _fds = await asyncio.to_thread(recv_frame_fds, requests, 4)
+        assert request == {"op": "verify"}
+        await behaviour(requests, results, worker)
+        outcome, _result, message = await asking
+        requests.close()
+        results.close()
+        return outcome, message
+
+    return asyncio.run(scenario())
+
+
+def test_an_answer() -> None:
+    async def answer(_requests: socket.socket, results: socket.socket, _worker: ResidentWorker) -> None:
+        results.sendall(encode_frame({"result": {"verdict": True}}))
+
+    assert ask_with(answer, timeout=5) == ("ok", "")
+
+
+def test_no_answer_by_the_deadline_is_a_timeout() -> None:
+    async def silent(*_: object) -> None:
+        pass
+
+    outcome, message = ask_with(silent, timeout=0.3)
+    assert outcome == "timeout" and "0.3 s wall clock" in message
+
+
+def test_a_malformed_answer_is_our_error_not_a_timeout_even_near_the_deadline() -> None:
+    """A broken answer is told apart from a late one by what arrived, not by the clock.
+
+    The old rule (no answer and the deadline passed: timeout) called this a
+    timeout, because a malformed answer waits a second for the server's exit
+    and that second runs past a short deadline.
+    """
+    async def garbage(_requests: socket.socket, results: socket.socket, _worker: ResidentWorker) -> None:
+        results.sendall(HEADER.pack(5) + b"nope!")
+
+    outcome, message = ask_with(garbage, timeout=0.5)
+    assert outcome == "error" and "malformed or oversized" in message
+
+
+def test_a_server_that_exits_without_answering() -> None:
+    async def exits(_requests: socket.socket, _results: socket.socket, worker: ResidentWorker) -> None:
+        assert worker.exited is not None
+        worker.exited.set_result({"status": 3 << 8, "cpu_seconds": 0.0, "max_rss_bytes": 0})
+
+    outcome, message = ask_with(exits, timeout=5)
+    assert outcome == "error" and "3" in message
