@@ -11,6 +11,7 @@ only ever waits for a sandbox that is already warm.
 from __future__ import annotations
 
 import asyncio
+import compileall
 import contextlib
 import hashlib
 import itertools
@@ -18,6 +19,7 @@ import logging
 import math
 import os
 import shutil
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -70,11 +72,18 @@ def stage_agent_code(state_dir: str) -> tuple[str, str]:
     Only what runs inside a sandbox is exposed there (not the daemon, not
     the host's site-packages), and its digest keys the snapshot, so a code
     change rebuilds the snapshot instead of restoring stale code.
+
+    The copies are byte-compiled here: a sandbox cannot write `__pycache__`
+    to a read-only mount, so every cold start compiled them again (36 ms of
+    a code sandbox's 0.4 s cold start here). The image's interpreter uses
+    them when its version matches ours (cpython-311 files for 3.11.x) and
+    compiles as before when it does not.
     """
     package = Path(sandboxd.__file__).parent
     files = sorted([package / "__init__.py", *(package / "agent").glob("*.py"),
                     *(package / "verifiers").glob("*.py")])
     digest = hashlib.sha256()
+    digest.update(f"bytecode {sys.implementation.cache_tag}".encode())
     for file in files:
         digest.update(str(file.relative_to(package)).encode())
         digest.update(file.read_bytes())
@@ -87,6 +96,9 @@ def stage_agent_code(state_dir: str) -> tuple[str, str]:
             destination = staging / "sandboxd" / file.relative_to(package)
             destination.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(file, destination)
+        # Timestamp-checked pycs: copy2 kept each source's mtime, which they record.
+        if not compileall.compile_dir(str(staging), quiet=2):
+            raise RuntimeError(f"could not byte-compile the agent code in {staging}")
         shutil.rmtree(target, ignore_errors=True)
         staging.rename(target)
     return str(target), key

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import types
+from pathlib import Path
 
 from sandboxd.config import Config
-from sandboxd.pool import Pool
+from sandboxd.pool import Pool, stage_agent_code
 from sandboxd.sandbox import Sandbox
 
 
@@ -107,3 +109,19 @@ def test_a_waiter_that_takes_a_slot_wakes_the_next_when_another_is_free() -> Non
         assert sandbox.in_flight == 2
 
     asyncio.run(scenario())
+
+
+def test_staged_agent_code_is_byte_compiled(tmp_path: Path) -> None:
+    """Sandboxes mount the agent code read-only and cannot write __pycache__: it comes compiled."""
+    folder, key = stage_agent_code(str(tmp_path))
+    sources = sorted(Path(folder).rglob("*.py"))
+    assert sources
+    for source in sources:
+        compiled = Path(importlib.util.cache_from_source(str(source)))
+        assert compiled.is_file(), f"no bytecode for {source}"
+        # Valid for the source as staged: the pyc records the source's mtime and size.
+        header = compiled.read_bytes()[:16]
+        assert int.from_bytes(header[8:12], "little") == int(source.stat().st_mtime)
+        assert int.from_bytes(header[12:16], "little") == source.stat().st_size
+    # Staged once per code (and interpreter) version.
+    assert stage_agent_code(str(tmp_path)) == (folder, key)
