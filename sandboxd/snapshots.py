@@ -19,6 +19,7 @@ and `state` says why.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import fcntl
 import functools
@@ -50,14 +51,10 @@ class StartChooser:
     """Restore from the snapshot or cold start: whichever gets this pool's sandboxes ready sooner.
 
     A restore skips the agent's warm-up but pays the engine's checkpoint
-    round trip, and restores take turns on the node (see
-    SnapshotStore.restoring), while cold starts run `pool.start_concurrency`
-    at once. Measured here on Docker 20.10, a code sandbox restored in
-    0.9-1.2 s against a 0.3-0.5 s cold start, a math sandbox in 1.5-2.3 s
-    against 1.0-1.3 s, each restore costing the host more CPU than the cold
-    start it replaced (1.0-1.2 against 0.4 CPU seconds for a code sandbox). A pool with a
-    longer warm-up, or an engine with a cheaper restore, comes out the other
-    way. So under `pool.restore = "auto"` a pool tries each method once,
+    round trip: on Docker 20.10 here every pool's restores are slower than
+    its cold starts (figures in docs/design.md); a pool with a longer
+    warm-up, or an engine with a cheaper restore, comes out the other way.
+    So under `pool.restore = "auto"` a pool tries each method once,
     then uses the one whose recent starts (create to agent ready, less any
     wait for the node's restore turn, which at a daemon's start is a queue
     of every pool's first restores) were quicker; "always" restores
@@ -71,9 +68,9 @@ class StartChooser:
         if policy not in RESTORE_POLICIES:
             raise ValueError(f"unknown restore policy {policy!r}")
         self.policy = policy
-        self._recent = recent
         self._probe_every = probe_every
-        self._seconds: dict[str, list[float]] = {method: [] for method in START_METHODS}
+        self._seconds: dict[str, collections.deque[float]] = {
+            method: collections.deque(maxlen=recent) for method in START_METHODS}
         self._tried: set[str] = set()
         self._choices = 0
 
@@ -95,9 +92,7 @@ class StartChooser:
 
     def record(self, method: str, seconds: float) -> None:
         """A start by `method` was ready after `seconds` (failed starts are not recorded)."""
-        recent = self._seconds[method]
-        recent.append(seconds)
-        del recent[: -self._recent]
+        self._seconds[method].append(seconds)
 
     def median(self, method: str) -> float:
         """Median ready seconds of the method's recent starts; 0.0 before any."""

@@ -100,9 +100,9 @@ class ResidentServer:
         detail, killed = self.worker.describe_exit()
         exit_signal = self.worker.exit_signal
         self.close()
-        if reply is None and no_answer == "timeout":
+        if no_answer == "timeout":
             return "timeout", None, f"killed after {timeout:g} s wall clock"
-        if reply is None and no_answer == "malformed":
+        if no_answer == "malformed":
             return "error", None, f"{self.mode} gave a malformed or oversized answer"
         if reply is not None and reply.get("memory"):
             return "memory", None, "ran out of memory"

@@ -399,6 +399,20 @@ class TestPlan:
     prompt: str = ""
     prelude: str = ""
 
+    @functools.cached_property
+    def prompt_head(self) -> str:
+        """What of ``prompt`` goes before a completion that defines the entry point itself.
+
+        The whole prompt when it parses alone, else its import lines. The
+        daemon shares one plan among every completion of a prompt, so the
+        prompt is parsed once, not once per completion.
+        """
+        if _parse(self.prompt) is not None:
+            prompt = self.prompt
+        else:
+            prompt = "".join(line + "\n" for line in self.prompt.splitlines() if _IMPORT_LINE.match(line))
+        return prompt if not prompt or prompt.endswith("\n") else prompt + "\n"
+
     @property
     def total(self) -> int:
         """Number of tests counted by the reward (an assert block counts as one)."""
@@ -421,12 +435,6 @@ def _parse(code: str) -> ast.Module | None:
         return ast.parse(code)
     except _PARSE_ERRORS:
         return None
-
-
-@functools.lru_cache(maxsize=512)
-def _parses(prompt: str) -> bool:
-    """Whether a dataset's prompt parses alone: asked once per prompt, not once per completion."""
-    return _parse(prompt) is not None
 
 
 def _defines(code: str, name: str) -> bool:
@@ -456,14 +464,7 @@ def assemble_program(code: str, plan: TestPlan) -> str:
         return head + "\n" + code if head else code
     if not _defines(code, plan.entry_point):
         return head + plan.prompt + code
-    # Cached for prompts of a usual size only: the cache would otherwise keep what a client sent, however big.
-    if _parses(plan.prompt) if len(plan.prompt) <= 16 * 1024 else _parse(plan.prompt) is not None:
-        prompt = plan.prompt
-    else:
-        prompt = "".join(line + "\n" for line in plan.prompt.splitlines() if _IMPORT_LINE.match(line))
-    if prompt and not prompt.endswith("\n"):
-        prompt += "\n"
-    return head + prompt + "\n" + code
+    return head + plan.prompt_head + "\n" + code
 
 
 def _get(tests: Mapping[str, Any], key: str) -> Any:
