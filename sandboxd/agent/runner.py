@@ -76,6 +76,8 @@ class RunOutcome:
     wall_seconds: float
     cpu_seconds: float
     max_rss_bytes: int
+    # The worker's exit, when the outcome came before it (Runner.run, settle=False).
+    pending_exit: asyncio.Future[dict[str, Any]] | None = None
 
     @property
     def exit_code(self) -> int:
@@ -141,17 +143,29 @@ class PipeReader:
         self._loop.add_reader(fd, self._on_readable)
 
     def _on_readable(self) -> None:
+        self._read_chunk()
+
+    def _read_chunk(self) -> bool:
+        """One read; False if the pipe had nothing for now."""
         try:
             chunk = os.read(self.fd, 1 << 16)
         except BlockingIOError:
-            return
+            return False
         if not chunk:
             self.close()
-            return
+            return True
         granted = self._budget.take(len(chunk))
         self.data += chunk[:granted]
         if granted < len(chunk):
             self.truncated = True
+        return True
+
+    def read_now(self) -> bool:
+        """Read what the pipe holds without waiting; whether it reached end of file."""
+        while self.fd >= 0:
+            if not self._read_chunk():
+                return False
+        return True
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -160,6 +174,34 @@ class PipeReader:
             self.fd = -1
         if not self.eof.done():
             self.eof.set_result(None)
+
+
+class StatusReader:
+    """The pipe on which a worker reports its exit status before exiting: one byte, or end of file."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self._loop = asyncio.get_running_loop()
+        self.status: asyncio.Future[int | None] = self._loop.create_future()
+        os.set_blocking(fd, False)
+        self._loop.add_reader(fd, self._on_readable)
+
+    def _on_readable(self) -> None:
+        try:
+            data = os.read(self.fd, 1)
+        except BlockingIOError:
+            return
+        if not self.status.done():
+            self.status.set_result(data[0] if data else None)
+        self.close()
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            self._loop.remove_reader(self.fd)
+            os.close(self.fd)
+            self.fd = -1
+        if not self.status.done():
+            self.status.set_result(None)
 
 
 class Zygote:
@@ -249,6 +291,15 @@ class Zygote:
             pass
         finally:
             self._refilling -= 1
+
+    def drop_spares(self) -> None:
+        """Kill the waiting spares: after a restore, every clone holds the same ones (same random state)."""
+        while self._spares:
+            pid, channel, _exited = self._spares.pop()
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            channel.close()
+            self.forget(pid)
 
     def forget(self, pid: int) -> None:
         """Drop `pid`'s exit future, once its exit has arrived.
@@ -359,8 +410,9 @@ class Runner:
         self.zygote = zygote
         self._reap = reap
 
-    async def launch(self, spec: RunSpec, fds: list[int]) -> tuple[int, socket.socket, asyncio.Future[dict[str, Any]]]:
-        """A worker that has been handed `spec` and `fds`; returns (pid, channel, exit future).
+    async def launch(self, spec: RunSpec, fds: list[int], extra: dict[str, Any] | None = None,
+                     ) -> tuple[int, socket.socket, asyncio.Future[dict[str, Any]]]:
+        """A worker that has been handed `spec` (plus `extra` fields) and `fds`; returns (pid, channel, exit future).
 
         `fds` stay the caller's to close. A worker that died before taking
         its job shows it in the exit future, not here.
@@ -373,6 +425,7 @@ class Runner:
             "argv": spec.argv,
             "code": spec.code,
             "rlimits": spec.rlimits,
+            **(extra or {}),
         }
         body = json.dumps(job).encode()
         if len(body) > MAX_FRAME_BYTES:
@@ -393,7 +446,23 @@ class Runner:
             raise
         return pid, channel, exited
 
-    async def run(self, spec: RunSpec) -> RunOutcome:
+    async def run(self, spec: RunSpec, *, settle: bool = True) -> RunOutcome:
+        """Run `spec` to its end.
+
+        A Python program's worker writes its status to a pipe of its own
+        right before its exit (worker._flush_and_exit), having closed its
+        other descriptors. The run then ends there: every process of the uid
+        gets SIGKILL, so nothing of the run executes after that point, and
+        the output is complete once the pipes are at end of file. Writing
+        that byte is something the program can do itself, at any time; it
+        ends the run with that status, exactly as os._exit() would.
+
+        With `settle` false the outcome can come back while the worker is
+        still being torn down (1-2 ms here): `outcome.pending_exit` is then
+        set, and the caller awaits `settle(outcome, uid)` before the uid
+        runs anything else. A run whose pipes someone else still held at its
+        report (a child it left behind) is always settled here.
+        """
         stdin_fd = os.memfd_create("stdin", os.MFD_CLOEXEC)
         os.write(stdin_fd, spec.stdin)
         os.lseek(stdin_fd, 0, os.SEEK_SET)
@@ -402,6 +471,12 @@ class Runner:
         fds = [stdin_fd, out_w, err_w]
         if spec.peer is not None:
             fds.append(spec.peer.fileno())
+        status_reader: StatusReader | None = None
+        status_w = -1
+        if spec.mode == "python":
+            status_r, status_w = os.pipe2(os.O_CLOEXEC)
+            status_reader = StatusReader(status_r)
+            fds.append(status_w)
         killed_for = ""
 
         def kill(reason: str) -> None:
@@ -413,22 +488,37 @@ class Runner:
         budget = OutputBudget(spec.output_limit, lambda: kill("output"))
         stdout = PipeReader(out_r, budget)
         stderr = PipeReader(err_r, budget)
+        extra = {"status_fd": len(fds) - 1} if status_reader is not None else None
         try:
-            pid, channel, exited = await self.launch(spec, fds)
+            pid, channel, exited = await self.launch(spec, fds, extra)
         except BaseException:
             stdout.close()
             stderr.close()
+            if status_reader is not None:
+                status_reader.close()
             raise
         finally:
             for fd in (stdin_fd, out_w, err_w):
                 os.close(fd)
+            if status_w >= 0:
+                os.close(status_w)
             # The worker has its own copy now; ours would hide the worker's
             # death from the process at the other end (no end of file).
             if spec.peer is not None:
                 spec.peer.close()
         started = time.monotonic()
+        reported: int | None = None
+        exit_message: dict[str, Any] | None = None
         try:
-            exit_message = await asyncio.wait_for(asyncio.shield(exited), spec.timeout)
+            if status_reader is not None:
+                await asyncio.wait([exited, status_reader.status], timeout=spec.timeout,
+                                   return_when=asyncio.FIRST_COMPLETED)
+                if status_reader.status.done() and not exited.done() and not killed_for:
+                    # None: it closed the pipe without a status; its exit tells.
+                    reported = status_reader.status.result()
+            if reported is None:
+                remaining = max(0.0, spec.timeout - (time.monotonic() - started))
+                exit_message = await asyncio.wait_for(asyncio.shield(exited), remaining)
         except TimeoutError:
             kill("wall_time")
             try:
@@ -437,13 +527,30 @@ class Runner:
                 raise SandboxDamaged(f"worker {pid} did not exit after SIGKILL") from None
         finally:
             self.zygote.forget(pid)
+            if status_reader is not None:
+                status_reader.close()
         wall = time.monotonic() - started
-        # Anything the run started (a daemon, a sleeping grandchild) dies with it.
-        kill_uid(spec.uid, self._reap)
+        pending_exit: asyncio.Future[dict[str, Any]] | None = None
+        if reported is not None:
+            # The worker closed its pipes before reporting: if they are not at
+            # end of file now, something it started holds them.
+            sigkill_uid(spec.uid)
+            held = not (stdout.read_now() and stderr.read_now())
+            if settle or held:
+                await self._await_exit(exited)
+            else:
+                pending_exit = exited
+        if pending_exit is None:
+            # Anything the run started (a daemon, a sleeping grandchild) dies with it.
+            kill_uid(spec.uid, self._reap)
         await asyncio.wait([stdout.eof, stderr.eof], timeout=DRAIN_SECONDS)
         stdout.close()
         stderr.close()
         channel.close()
+        if exit_message is None:
+            # The status the program reported; its resources are not known
+            # before its exit, and nothing reads them for a normal exit.
+            exit_message = {"status": (reported or 0) << 8, "cpu_seconds": 0.0, "max_rss_bytes": 0}
         return RunOutcome(
             wait_status=exit_message["status"],
             stdout=bytes(stdout.data),
@@ -454,7 +561,22 @@ class Runner:
             wall_seconds=wall,
             cpu_seconds=exit_message["cpu_seconds"],
             max_rss_bytes=exit_message["max_rss_bytes"],
+            pending_exit=pending_exit,
         )
+
+    @staticmethod
+    async def _await_exit(exited: asyncio.Future[dict[str, Any]]) -> None:
+        try:
+            await asyncio.wait_for(asyncio.shield(exited), KILL_GRACE_SECONDS)
+        except TimeoutError:
+            raise SandboxDamaged("a worker did not exit after SIGKILL") from None
+
+    async def settle(self, outcome: RunOutcome, uid: int) -> None:
+        """For a run that came back before its exit (see `run`): wait for that exit, then sweep `uid`."""
+        if outcome.pending_exit is not None:
+            await self._await_exit(outcome.pending_exit)
+            outcome.pending_exit = None
+            kill_uid(uid, self._reap)
 
 
 class ResidentWorker:

@@ -2,14 +2,17 @@
 
 Workers are forked before they are needed (a fork costs about a millisecond
 here) and wait as root; a worker takes the job's uid right after parsing the
-job's frame, so nothing the job does runs with the zygote's privileges. The job arrives over the
-worker's control channel together with the file descriptors it should use
-(stdin as a memfd, stdout and stderr as pipes the controller reads, and for
-the two-process Python harness the socket to the other side).
+job's frame, so nothing the job does runs with the zygote's privileges. The
+job arrives over the worker's control channel together with the file
+descriptors it should use (stdin as a memfd, stdout and stderr as pipes the
+controller reads, and for the two-process Python harness the socket to the
+other side).
 
 Modes that run candidate code close the control channel first: the only
 things a candidate can influence are its exit status and what it writes to
-its pipes, and the controller judges both from outside.
+its pipes, and the controller judges both from outside. A Python program's
+worker also holds a status pipe, on which it reports its exit status just
+before exiting (see _flush_and_exit); writing it early ends the run.
 """
 
 from __future__ import annotations
@@ -33,8 +36,21 @@ from sandboxd.agent.protocol import recv_frame_fds
 HARNESS_FAILURE_EXIT = 121
 PR_SET_PDEATHSIG = 1
 MAX_FDS_PER_JOB = 8
+# Above any descriptor a job can hold: RLIMIT_NOFILE is 512 for jobs, and
+# closerange() is one close_range(2) call whatever the span.
+MAX_FD = 1 << 20
 JOB_OOM_SCORE_ADJ = 1000
 RESIDENT_OOM_SCORE_ADJ = 500
+
+RLIMITS = {
+    "cpu": resource.RLIMIT_CPU,
+    "as": resource.RLIMIT_AS,
+    "fsize": resource.RLIMIT_FSIZE,
+    "nproc": resource.RLIMIT_NPROC,
+    "nofile": resource.RLIMIT_NOFILE,
+    "core": resource.RLIMIT_CORE,
+    "stack": resource.RLIMIT_STACK,
+}
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -56,6 +72,11 @@ def main(channel: socket.socket) -> NoReturn:
         _set_oom_score_adj(JOB_OOM_SCORE_ADJ)
         os.setsid()
         os.setgroups([])
+        # Seeded here, from this process's own draw of urandom: spares forked
+        # before a snapshot are dropped on the restored agent's hello.
+        _reseed()
+        # The spare's address space is the zygote's until the job runs.
+        mapped = _mapped_bytes()
         job, fds = _receive_job(channel)
         # Programs get the default SIGPIPE, as under a shell. Our own resident
         # servers must see a closed socket as an error, not be killed by it: a
@@ -73,8 +94,7 @@ def main(channel: socket.socket) -> NoReturn:
         os.setresuid(uid, uid, uid)
         # Again: the kernel clears it on a credential change.
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        _reseed()
-        _apply_limits(job.get("rlimits", {}))
+        _apply_limits(job.get("rlimits", {}), mapped)
         os.umask(0o077)
         os.chdir(job["cwd"])
         os.environ.clear()
@@ -86,7 +106,7 @@ def main(channel: socket.socket) -> NoReturn:
     mode = job["mode"]
     if mode == "python":
         channel.close()
-        _run_python(job["code"], job.get("argv", ["main.py"]))
+        _run_python(job["code"], job.get("argv", ["main.py"]), fds[job["status_fd"]] if "status_fd" in job else -1)
     elif mode == "exec":
         channel.close()
         _run_exec(job["argv"])
@@ -132,29 +152,24 @@ def _reseed() -> None:
         numpy.random.seed(int.from_bytes(os.urandom(4), "little"))
 
 
-def _apply_limits(rlimits: dict[str, int]) -> None:
-    names = {
-        "cpu": resource.RLIMIT_CPU,
-        "as": resource.RLIMIT_AS,
-        "fsize": resource.RLIMIT_FSIZE,
-        "nproc": resource.RLIMIT_NPROC,
-        "nofile": resource.RLIMIT_NOFILE,
-        "core": resource.RLIMIT_CORE,
-        "stack": resource.RLIMIT_STACK,
-    }
+def _mapped_bytes() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[0]) * resource.getpagesize()
+
+
+def _apply_limits(rlimits: dict[str, int], mapped: int) -> None:
+    """Set `rlimits`; `mapped` is the address space the process maps before its job."""
     for name, value in rlimits.items():
         if name == "as_extra":
             # Address space is the memory limit on top of what the warm
             # interpreter already maps (sympy and numpy map hundreds of MB).
-            with open("/proc/self/statm") as statm:
-                mapped = int(statm.read().split()[0]) * resource.getpagesize()
             resource.setrlimit(resource.RLIMIT_AS, (mapped + value, mapped + value))
             continue
         soft = hard = value
         if name == "cpu":
             # SIGXCPU at the soft limit, SIGKILL one second later.
             hard = value + 1
-        resource.setrlimit(names[name], (soft, hard))
+        resource.setrlimit(RLIMITS[name], (soft, hard))
 
 
 def _install_stdio(fds: list[int]) -> None:
@@ -168,14 +183,25 @@ def _install_stdio(fds: list[int]) -> None:
     sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", closefd=False)  # noqa: SIM115
 
 
-def _flush_and_exit(status: int) -> NoReturn:
+def _flush_and_exit(status: int, status_fd: int = -1) -> NoReturn:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(BaseException):
             stream.flush()
+    if status_fd >= 0:
+        # Tell the controller the run is over before the exit, which takes
+        # 1-2 ms here (a forked interpreter's memory torn down, then the
+        # zygote's reap). Every other descriptor is closed first, so the
+        # run's pipes are at end of file when the byte arrives. The program
+        # could write this byte itself; that ends its run with that status,
+        # as os._exit() would (see runner.Runner.run).
+        with contextlib.suppress(OSError):
+            os.closerange(0, status_fd)
+            os.closerange(status_fd + 1, MAX_FD)
+            os.write(status_fd, bytes([status & 0xFF]))
     os._exit(status)
 
 
-def _run_python(code: str, argv: list[str]) -> NoReturn:
+def _run_python(code: str, argv: list[str], status_fd: int = -1) -> NoReturn:
     """Run candidate Python in this (warm) interpreter with `python main.py` semantics."""
     sys.argv = list(argv)
     sys.path[0:0] = [os.getcwd()]
@@ -196,7 +222,7 @@ def _run_python(code: str, argv: list[str]) -> NoReturn:
         tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None
         traceback.print_exception(type(exc), exc, tb)
         status = 1
-    _flush_and_exit(status)
+    _flush_and_exit(status, status_fd)
 
 
 def _run_exec(argv: list[str]) -> NoReturn:

@@ -39,6 +39,10 @@ def main(control: socket.socket, warm_modules: list[str]) -> NoReturn:
                 with contextlib.suppress(OSError):
                     os.close(fd)
         _warm(warm_modules)
+        # Each worker gets the environment its job names. Emptied here once,
+        # so that a worker's clearing has nothing to undo: doing it in each
+        # worker cost 0.15 ms of copy-on-write faults.
+        os.environ.clear()
         # Move everything warmed into the permanent generation: a worker's
         # collections then skip the inherited heap instead of walking (and
         # copy-on-write faulting) it. Measured in the python image: fork +

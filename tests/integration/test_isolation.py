@@ -120,19 +120,49 @@ def test_sleeping_job_timeout(channel: grpc.Channel) -> None:
     assert result.limit_hit == pb.LIMIT_WALL_TIME
 
 
-def test_background_process_gone_before_next_job(channel: grpc.Channel) -> None:
-    spawn = ("import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
-             "        time.sleep(600)\n    os._exit(0)\nprint('spawned')")
-    for _ in range(4):  # lands on every warm sandbox at least once
-        assert outcome(channel, spawn).execute.stdout == b"spawned\n"
+def _job_processes(channel: grpc.Channel) -> int:
+    """How many job processes the sandbox that runs this has, the counting one included."""
     survivors = outcome(channel, "import os\nRESIDENT = ('sandboxd-judge\\n',)\nn = 0\n"
                                  "for p in os.listdir('/proc'):\n    if p.isdigit():\n"
                                  "        try: n += (os.stat('/proc/' + p).st_uid >= 20000 and\n"
                                  "                   open(f'/proc/{p}/comm').read() not in RESIDENT)\n"
                                  "        except OSError: pass\nprint(n)")
-    # Only the process that counts: no leftover sleepers from earlier jobs
-    # (long-lived test judges, named sandboxd-judge, are not jobs).
-    assert survivors.execute.stdout == b"1\n"
+    # Long-lived test judges, named sandboxd-judge, are not jobs.
+    return int(survivors.execute.stdout)
+
+
+def test_background_process_gone_before_next_job(channel: grpc.Channel) -> None:
+    spawn = ("import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+             "        time.sleep(600)\n    os._exit(0)\nprint('spawned')")
+    for _ in range(4):  # lands on every warm sandbox at least once
+        assert outcome(channel, spawn).execute.stdout == b"spawned\n"
+    assert _job_processes(channel) == 1  # no leftover sleepers from earlier jobs
+
+
+# A Python run reports its exit status on a pipe of its own just before it
+# exits, so that the answer need not wait for the exit. The program can find
+# that pipe and write to it: this must end its run right there, as
+# os._exit(5) would, and not leave it running past its answer.
+FAKE_STATUS = ("import os, time\nprint('before', flush=True)\n{close}"
+               "for fd in range(3, 64):\n    try: os.write(fd, bytes([5]))\n    except OSError: pass\n"
+               "time.sleep(1)\nprint('after', flush=True)\ntime.sleep(600)")
+
+
+@pytest.mark.parametrize("close", ["", "os.closerange(0, 3)\n"], ids=["output-open", "output-closed"])
+def test_status_written_early_ends_the_run_there(channel: grpc.Channel, close: str) -> None:
+    for _ in range(4):  # lands on every warm sandbox at least once
+        result = outcome(channel, FAKE_STATUS.format(close=close), timeout=60)
+        assert result.status == pb.STATUS_RUNTIME_ERROR, result.message
+        assert result.execute.exit_code == 5
+        assert result.execute.stdout == b"before\n"
+    assert _job_processes(channel) == 1
+
+
+def test_status_pipe_closed_leaves_the_real_exit(channel: grpc.Channel) -> None:
+    result = outcome(channel, "import os, sys\nos.closerange(3, 64)\nprint('x')\nsys.exit(3)")
+    assert result.status == pb.STATUS_RUNTIME_ERROR
+    assert result.execute.exit_code == 3
+    assert result.execute.stdout == b"x\n"
 
 
 def test_tmpfs_fill_is_contained(channel: grpc.Channel) -> None:
