@@ -135,18 +135,27 @@ class Controller:
         """Make `uid` free for another run: its processes gone, its files removed."""
         kill_uid(uid, self.reap)
         shutil.rmtree(f"{WORK_ROOT}/{uid}", ignore_errors=True)
+        self.remove_shared_files(uid)
+        self.uids.give_back(uid)
+
+    def remove_shared_files(self, uid: int) -> None:
+        """Delete what `uid` left where other uids can look (/dev/shm and the like).
+
+        Done before a job's reply, once its runs are over (Runner.run): a
+        later job must not find a file an earlier one left there, such as
+        an expected output that it read.
+        """
         for folder in self.shared_writable:
             remove_files_of(uid, folder)
-        self.uids.give_back(uid)
 
     def release_after_reply(self, uid: int, runs: list[RunOutcome]) -> None:
         """`release(uid)` once `runs` have exited, off the job's path.
 
-        The reply goes out first: sweeping the uid and removing its files
-        costs 0.3-0.5 ms, and a run answered before its exit (Runner.run,
-        settle=False) takes 1-2 ms more to end. Nothing of the job executes
-        meanwhile (its processes got SIGKILL before the reply), and the uid
-        is not handed out again until this is done.
+        The reply goes out first: the uid sweep and the work dir's removal
+        cost 0.2-0.4 ms, and a run answered before its exit (Runner.run,
+        settle=False) takes 1-2 ms more to end. No process of the job can
+        act meanwhile (each is in its exit), its work dir is its uid's
+        alone, and the uid is not handed out again until this is done.
         """
 
         async def release() -> None:
@@ -313,6 +322,7 @@ class Controller:
                 },
             }
         finally:
+            self.remove_shared_files(uid)
             self.release_after_reply(uid, runs)
 
     async def _code(self, job: dict[str, Any]) -> dict[str, Any]:
@@ -348,6 +358,7 @@ class Controller:
                 return _code_result(tests, plan["total"])
             return await self._python_harness(job, uid, workdir)
         finally:
+            self.remove_shared_files(uid)
             self.release_after_reply(uid, runs)
 
     async def _python_harness(self, job: dict[str, Any], uid: int, workdir: str) -> dict[str, Any]:

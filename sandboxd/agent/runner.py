@@ -41,6 +41,8 @@ KILL_GRACE_SECONDS = 5.0
 # Output still buffered in a pipe when the run's processes are gone is read
 # for at most this long.
 DRAIN_SECONDS = 1.0
+# The kernel's flag for a task in its exit (include/linux/sched.h), field 9 of /proc/<pid>/stat.
+PF_EXITING = 0x4
 # Workers forked ahead of need, per sandbox; each is a copy-on-write view of
 # the zygote that costs page tables, not pages, while it waits.
 SPARE_WORKERS = 2
@@ -349,8 +351,13 @@ def kill_uid(uid: int, reap: Callable[[], None]) -> None:
         time.sleep(0.001)
 
 
-def sigkill_uid(uid: int) -> set[int]:
-    """One sweep: SIGKILL each live process of `uid`; returns their pids (zombies excluded)."""
+def sigkill_uid(uid: int, *, count_exiting: bool = True) -> set[int]:
+    """One sweep: SIGKILL each live process of `uid`; returns their pids (zombies excluded).
+
+    With `count_exiting` false, processes already in their exit are left out
+    too: past that point a process makes no system call of its own, so it
+    can no longer create a file or a process.
+    """
     alive: set[int] = set()
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -359,10 +366,11 @@ def sigkill_uid(uid: int) -> set[int]:
             if os.stat(f"/proc/{name}").st_uid != uid:
                 continue
             with open(f"/proc/{name}/stat", "rb") as stat_file:
-                state = stat_file.read().rsplit(b")", 1)[1].split()[0]
-        except (FileNotFoundError, ProcessLookupError, IndexError):
+                fields = stat_file.read().rsplit(b")", 1)[1].split()
+            state, flags = fields[0], int(fields[6])
+        except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
             continue
-        if state in (b"Z", b"X"):
+        if state in (b"Z", b"X") or (not count_exiting and flags & PF_EXITING):
             continue
         alive.add(int(name))
         with contextlib.suppress(ProcessLookupError):
@@ -461,7 +469,9 @@ class Runner:
         still being torn down (1-2 ms here): `outcome.pending_exit` is then
         set, and the caller awaits `settle(outcome, uid)` before the uid
         runs anything else. A run whose pipes someone else still held at its
-        report (a child it left behind) is always settled here.
+        report (a child it left behind) is always settled here. Either way,
+        when the outcome comes back no process of the uid can make a system
+        call any more, so what the run left in shared folders is final.
         """
         stdin_fd = os.memfd_create("stdin", os.MFD_CLOEXEC)
         os.write(stdin_fd, spec.stdin)
@@ -532,13 +542,14 @@ class Runner:
         wall = time.monotonic() - started
         pending_exit: asyncio.Future[dict[str, Any]] | None = None
         if reported is not None:
+            stopping = sigkill_uid(spec.uid, count_exiting=False)
             # The worker closed its pipes before reporting: if they are not at
             # end of file now, something it started holds them.
-            sigkill_uid(spec.uid)
             held = not (stdout.read_now() and stderr.read_now())
             if settle or held:
                 await self._await_exit(exited)
             else:
+                await self._until_exiting(spec.uid, stopping)
                 pending_exit = exited
         if pending_exit is None:
             # Anything the run started (a daemon, a sleeping grandchild) dies with it.
@@ -563,6 +574,20 @@ class Runner:
             max_rss_bytes=exit_message["max_rss_bytes"],
             pending_exit=pending_exit,
         )
+
+    async def _until_exiting(self, uid: int, stopping: set[int]) -> None:
+        """Wait until every process of `uid` is in its exit (`stopping`: those the last sweep signalled).
+
+        Usually there is none, or only the worker between its report and
+        its exit, a few microseconds away. A process that keeps its
+        descendants coming is left to kill_uid, which waits for their end.
+        """
+        for _ in range(20):
+            if not stopping:
+                return
+            await asyncio.sleep(0.0005)
+            stopping = sigkill_uid(uid, count_exiting=False)
+        kill_uid(uid, self._reap)
 
     @staticmethod
     async def _await_exit(exited: asyncio.Future[dict[str, Any]]) -> None:

@@ -16,6 +16,7 @@ import importlib
 import json
 import os
 import random
+import re
 import select
 import signal
 import socket
@@ -48,6 +49,8 @@ def main(control: socket.socket, warm_modules: list[str]) -> NoReturn:
         # copy-on-write faulting) it. Measured in the python image: fork +
         # math verify + exit 40 ms without, 26 ms with.
         gc.collect()
+        _fill_free_blocks()
+        _fill_free_blocks()  # the first pass's own list took some
         gc.freeze()
         wake_read, wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.set_wakeup_fd(wake_write)
@@ -68,6 +71,48 @@ def _warm(module_names: list[str]) -> None:
         warm = getattr(module, "warm", None)
         if callable(warm):
             warm()
+
+
+# Objects that use up the allocator's free blocks (see _fill_free_blocks); never freed.
+_FILLER: list[object] = []
+_ALLOCATOR_CLASS = re.compile(rb"^\s*\d+\s+(\d+)\s+\d+\s+\d+\s+(\d+)\s*$", re.MULTILINE)
+
+
+def _fill_free_blocks() -> None:
+    """Take the free blocks of the small-object allocator's partly used pools.
+
+    After the warm-up they lie scattered over pages that every worker shares
+    with the zygote, and a worker's first allocation in each such page
+    copies it (a copy-on-write fault, about 4 µs here). With them taken, a
+    worker's allocations fill fresh pools a page at a time. Measured with
+    print(1) jobs: 609 -> 566 page faults and 3.1-3.5 -> 3.0-3.2 ms of CPU
+    per worker, for about 0.3 MB more in the zygote.
+
+    The free counts per size class come from sys._debugmallocstats(),
+    CPython's allocator report; a report of another shape fills nothing.
+    """
+    report = os.memfd_create("mallocstats")
+    saved_stderr = os.dup(2)
+    try:
+        sys.stderr.flush()
+        os.dup2(report, 2)
+        sys._debugmallocstats()
+    finally:
+        os.dup2(saved_stderr, 2)
+        os.close(saved_stderr)
+    text = os.pread(report, 1 << 20, 0)
+    os.close(report)
+    for size, free in _ALLOCATOR_CLASS.findall(text):
+        _FILLER.extend(_block(int(size)) for _ in range(int(free)))
+
+
+def _block(size: int) -> object:
+    """A new object that the allocator serves from its `size`-byte class."""
+    if size <= 16:
+        return object()
+    if size <= 32:
+        return float(len(_FILLER)) + 0.5
+    return bytes(size - 33)  # a bytes object of length n takes 33 + n bytes
 
 
 def _serve(control: socket.socket, wake_read: int) -> None:

@@ -115,6 +115,22 @@ def test_sigkill_uid_signals_each_process_once_without_waiting() -> None:
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching to another uid needs root")
+def test_sigkill_uid_can_leave_out_processes_in_their_exit() -> None:
+    # What a run's early answer waits for: every process of the uid past the
+    # point where it could still create a file (its exit has begun).
+    pid = _start_as(QUIET_UID, 64 << 20)
+    try:
+        assert sigkill_uid(QUIET_UID, count_exiting=False) == {pid}  # sleeping, not exiting: signalled
+        deadline = time.monotonic() + 10
+        while sigkill_uid(QUIET_UID, count_exiting=False) and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert sigkill_uid(QUIET_UID, count_exiting=False) == set()
+        assert os.WTERMSIG(os.waitpid(pid, 0)[1]) == 9
+    finally:
+        kill_uid(QUIET_UID, lambda: _reap(pid))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching to another uid needs root")
 def test_kill_uid_waits_for_a_dying_process_without_escalating(monkeypatch: pytest.MonkeyPatch) -> None:
     # A process that is already SIGKILLed but still tearing down its memory
     # is not a fork bomb: kill(-1) as the uid (a fork of the caller) is for
