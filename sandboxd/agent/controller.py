@@ -24,6 +24,7 @@ import socket
 import stat
 import sys
 import time
+import traceback
 from dataclasses import dataclass
 from typing import Any
 
@@ -163,8 +164,13 @@ class Controller:
                 for outcome in runs:
                     await self.runner.settle(outcome, uid)
                 self.release(uid)
-            except SandboxDamaged as exc:
-                print(f"sandboxd-agent: {exc}; sandbox is damaged", file=sys.stderr, flush=True)
+            except Exception as exc:
+                # A uid that could not be made clean must never be handed out
+                # again; the daemon retires the sandbox when the agent exits.
+                if not isinstance(exc, SandboxDamaged):
+                    traceback.print_exc()
+                print(f"sandboxd-agent: releasing uid {uid} failed ({exc}); sandbox is damaged",
+                      file=sys.stderr, flush=True)
                 os._exit(71)
 
         task = asyncio.ensure_future(release())

@@ -351,12 +351,15 @@ def kill_uid(uid: int, reap: Callable[[], None]) -> None:
         time.sleep(0.001)
 
 
-def sigkill_uid(uid: int, *, count_exiting: bool = True) -> set[int]:
-    """One sweep: SIGKILL each live process of `uid`; returns their pids (zombies excluded).
+def sigkill_uid(uid: int, *, count_exiting: bool = True, listed: set[int] | None = None) -> set[int]:
+    """One sweep: SIGKILL each live process of `uid`; returns their pids.
 
-    With `count_exiting` false, processes already in their exit are left out
-    too: past that point a process makes no system call of its own, so it
-    can no longer create a file or a process.
+    A zombie is left out, unless threads of it still run: its main thread
+    can end alone while the others go on. With `count_exiting` false, a
+    process in its exit is left out too (a single thread past that point
+    makes no system call of its own: it can no longer create a file or a
+    process). `listed` receives every process of `uid` seen, whatever its
+    state.
     """
     alive: set[int] = set()
     for name in os.listdir("/proc"):
@@ -367,10 +370,12 @@ def sigkill_uid(uid: int, *, count_exiting: bool = True) -> set[int]:
                 continue
             with open(f"/proc/{name}/stat", "rb") as stat_file:
                 fields = stat_file.read().rsplit(b")", 1)[1].split()
-            state, flags = fields[0], int(fields[6])
+            state, flags, threads = fields[0], int(fields[6]), int(fields[17])
         except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
             continue
-        if state in (b"Z", b"X") or (not count_exiting and flags & PF_EXITING):
+        if listed is not None:
+            listed.add(int(name))
+        if threads <= 1 and (state in (b"Z", b"X") or (not count_exiting and flags & PF_EXITING)):
             continue
         alive.add(int(name))
         with contextlib.suppress(ProcessLookupError):
@@ -542,14 +547,15 @@ class Runner:
         wall = time.monotonic() - started
         pending_exit: asyncio.Future[dict[str, Any]] | None = None
         if reported is not None:
-            stopping = sigkill_uid(spec.uid, count_exiting=False)
+            listed: set[int] = set()
+            sigkill_uid(spec.uid, count_exiting=False, listed=listed)
             # The worker closed its pipes before reporting: if they are not at
             # end of file now, something it started holds them.
             held = not (stdout.read_now() and stderr.read_now())
             if settle or held:
                 await self._await_exit(exited)
             else:
-                await self._until_exiting(spec.uid, stopping)
+                await self._until_exiting(spec.uid, listed)
                 pending_exit = exited
         if pending_exit is None:
             # Anything the run started (a daemon, a sleeping grandchild) dies with it.
@@ -575,18 +581,24 @@ class Runner:
             pending_exit=pending_exit,
         )
 
-    async def _until_exiting(self, uid: int, stopping: set[int]) -> None:
-        """Wait until every process of `uid` is in its exit (`stopping`: those the last sweep signalled).
+    async def _until_exiting(self, uid: int, listed: set[int]) -> None:
+        """Wait until every process of `uid` is in its exit; `listed`: those the last sweep saw.
 
-        Usually there is none, or only the worker between its report and
-        its exit, a few microseconds away. A process that keeps its
-        descendants coming is left to kill_uid, which waits for their end.
+        A sweep is final when it signals nothing and sees no process that
+        the one before did not: a process that exits by itself may fork just
+        before, after the sweep listed /proc, and only the next sweep sees
+        that child. Usually this takes one more sweep (the worker is in its
+        exit by then). A process that keeps its descendants coming is left
+        to kill_uid, which waits for their end.
         """
         for _ in range(20):
-            if not stopping:
+            seen: set[int] = set()
+            stopping = sigkill_uid(uid, count_exiting=False, listed=seen)
+            if not stopping and seen <= listed:
                 return
-            await asyncio.sleep(0.0005)
-            stopping = sigkill_uid(uid, count_exiting=False)
+            listed = seen
+            if stopping:
+                await asyncio.sleep(0.0005)
         kill_uid(uid, self._reap)
 
     @staticmethod

@@ -36,8 +36,7 @@ from sandboxd.agent.protocol import recv_frame_fds
 HARNESS_FAILURE_EXIT = 121
 PR_SET_PDEATHSIG = 1
 MAX_FDS_PER_JOB = 8
-# Above any descriptor a job can hold: RLIMIT_NOFILE is 512 for jobs, and
-# closerange() is one close_range(2) call whatever the span.
+# Above any descriptor a process can hold here, where RLIMIT_NOFILE has no hard limit.
 MAX_FD = 1 << 20
 JOB_OOM_SCORE_ADJ = 1000
 RESIDENT_OOM_SCORE_ADJ = 500
@@ -198,7 +197,10 @@ def _flush_and_exit(status: int, status_fd: int = -1) -> NoReturn:
         # as os._exit() would (see runner.Runner.run).
         with contextlib.suppress(OSError):
             os.closerange(0, status_fd)
-            os.closerange(status_fd + 1, MAX_FD)
+            # No descriptor reaches the hard RLIMIT_NOFILE (512 for jobs), which
+            # a job cannot raise: a bound for kernels without close_range(2).
+            highest = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+            os.closerange(status_fd + 1, MAX_FD if highest == resource.RLIM_INFINITY else min(highest, MAX_FD))
             os.write(status_fd, bytes([status & 0xFF]))
     os._exit(status)
 

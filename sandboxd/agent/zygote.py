@@ -5,7 +5,8 @@ the verifier libraries (this is the state the CRIU snapshot captures), and
 then serves two requests over a SOCK_SEQPACKET pair: fork a worker for a
 uid, and reseed after a restore. It reaps its workers and reports each exit
 status with the worker's resource usage, which is how the controller learns
-how a run ended without trusting anything the run said.
+how a run ended without trusting anything the run said. (A Python run may
+be answered on its own status report first: see runner.Runner.run.)
 """
 
 from __future__ import annotations

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import resource
+import threading
 import time
 
 import pytest
@@ -128,6 +130,42 @@ def test_sigkill_uid_can_leave_out_processes_in_their_exit() -> None:
         assert os.WTERMSIG(os.waitpid(pid, 0)[1]) == 9
     finally:
         kill_uid(QUIET_UID, lambda: _reap(pid))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching to another uid needs root")
+def test_sigkill_uid_kills_a_process_whose_main_thread_ended() -> None:
+    # /proc shows such a process as a zombie while its other threads run on.
+    ready_r, ready_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(ready_r)
+            os.setgroups([])
+            os.setresgid(QUIET_UID, QUIET_UID, QUIET_UID)
+            os.setresuid(QUIET_UID, QUIET_UID, QUIET_UID)
+            threading.Thread(target=time.sleep, args=(60,)).start()
+            os.write(ready_w, b"1")
+            ctypes.CDLL(None).pthread_exit(None)  # the main thread alone
+        finally:
+            os._exit(1)
+    os.close(ready_w)
+    try:
+        assert os.read(ready_r, 1) == b"1"
+        deadline = time.monotonic() + 10
+        while _state(pid) != (b"Z", 2) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _state(pid) == (b"Z", 2)
+        assert sigkill_uid(QUIET_UID) == {pid}
+        assert os.WTERMSIG(os.waitpid(pid, 0)[1]) == 9
+    finally:
+        os.close(ready_r)
+        kill_uid(QUIET_UID, lambda: _reap(pid))
+
+
+def _state(pid: int) -> tuple[bytes, int]:
+    with open(f"/proc/{pid}/stat", "rb") as stat_file:
+        fields = stat_file.read().rsplit(b")", 1)[1].split()
+    return fields[0], int(fields[17])
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching to another uid needs root")

@@ -158,6 +158,33 @@ def test_status_written_early_ends_the_run_there(channel: grpc.Channel, close: s
     assert _job_processes(channel) == 1
 
 
+# The same from a second thread, while the main thread ends alone (in /proc
+# the process then looks like a zombie): the thread must not outlive the
+# answer to leave files for the next job.
+THREAD_STATUS = ("import ctypes, os, threading, time\n"
+                 "def late():\n    os.closerange(0, 3)\n"
+                 "    for fd in range(3, 64):\n        try: os.write(fd, bytes([0]))\n        except OSError: pass\n"
+                 "    for i in range(400):\n"
+                 "        for d in ('/dev/shm', '/var/tmp', '/run/lock'):\n"
+                 "            try: os.close(os.open(f'{d}/late-{i}', os.O_CREAT | os.O_WRONLY, 0o644))\n"
+                 "            except OSError: pass\n"
+                 "        time.sleep(0.005)\n"
+                 "threading.Thread(target=late).start()\nctypes.CDLL(None).pthread_exit(None)\n")
+FIND_LATE = ("import os\nfound = []\nfor d in ('/dev/shm', '/var/tmp', '/run/lock'):\n"
+             "    try: found += [n for n in os.listdir(d) if n.startswith('late-')]\n    except OSError: pass\n"
+             "print(len(found))")
+
+
+def test_thread_reporting_after_the_main_thread_ended_leaves_nothing(channel: grpc.Channel) -> None:
+    # All attacks first, one per warm sandbox at least, so that the checks
+    # land where a surviving thread would still be at work (for 2 s).
+    for _ in range(4):
+        outcome(channel, THREAD_STATUS, timeout=30)
+    for _ in range(4):
+        assert outcome(channel, FIND_LATE).execute.stdout == b"0\n"
+    assert _job_processes(channel) == 1
+
+
 def test_status_pipe_closed_leaves_the_real_exit(channel: grpc.Channel) -> None:
     result = outcome(channel, "import os, sys\nos.closerange(3, 64)\nprint('x')\nsys.exit(3)")
     assert result.status == pb.STATUS_RUNTIME_ERROR
