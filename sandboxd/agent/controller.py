@@ -25,6 +25,7 @@ import stat
 import sys
 import time
 import traceback
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -132,11 +133,16 @@ class Controller:
         os.chown(path, uid, uid)
         return path
 
-    def release(self, uid: int) -> None:
-        """Make `uid` free for another run: its processes gone, its files removed."""
+    def release(self, uid: int, *, shared_files_removed: bool = False) -> None:
+        """Make `uid` free for another run: its processes gone, its files removed.
+
+        `shared_files_removed`: remove_shared_files ran once nothing of the
+        uid could add a file any more.
+        """
         kill_uid(uid, self.reap)
+        if not shared_files_removed:
+            self.remove_shared_files(uid)
         shutil.rmtree(f"{WORK_ROOT}/{uid}", ignore_errors=True)
-        self.remove_shared_files(uid)
         self.uids.give_back(uid)
 
     def remove_shared_files(self, uid: int) -> None:
@@ -149,21 +155,21 @@ class Controller:
         for folder in self.shared_writable:
             remove_files_of(uid, folder)
 
-    def release_after_reply(self, uid: int, runs: list[RunOutcome]) -> None:
+    def release_after_reply(self, uid: int, runs: list[RunOutcome], *, shared_files_removed: bool) -> None:
         """`release(uid)` once `runs` have exited, off the job's path.
 
-        The reply goes out first: the uid sweep and the work dir's removal
-        cost 0.2-0.4 ms, and a run answered before its exit (Runner.run,
-        settle=False) takes 1-2 ms more to end. No process of the job can
-        act meanwhile (each is in its exit), its work dir is its uid's
+        The reply goes out first: a run answered before its exit (Runner.run,
+        settle=False) takes 1-2 ms more to end, and the uid sweep (0.14 ms
+        here) and the work dir's removal follow it. No process of the job
+        can act meanwhile (each is in its exit), its work dir is its uid's
         alone, and the uid is not handed out again until this is done.
         """
 
         async def release() -> None:
             try:
                 for outcome in runs:
-                    await self.runner.settle(outcome, uid)
-                self.release(uid)
+                    await self.runner.settle(outcome)
+                self.release(uid, shared_files_removed=shared_files_removed)
             except Exception as exc:
                 # A uid that could not be made clean must never be handed out
                 # again; the daemon retires the sandbox when the agent exits.
@@ -278,9 +284,9 @@ class Controller:
         kind = job["kind"]
         started = time.monotonic()
         if kind == "execute":
-            result = await self._execute(job)
+            result = await self._under_own_uid(self._execute, job)
         elif kind == "code":
-            result = await self._code(job)
+            result = await self._under_own_uid(self._code, job)
         elif kind == "math":
             result = await self._math(job)
         elif kind == "reward_model" and self.reward_model is not None:
@@ -290,82 +296,90 @@ class Controller:
         result["run_seconds"] = time.monotonic() - started
         return result
 
-    async def _execute(self, job: dict[str, Any]) -> dict[str, Any]:
-        program, limits = job["program"], job["limits"]
+    async def _under_own_uid(self, body: Callable[[dict[str, Any], int, list[RunOutcome]],
+                                                  Awaitable[dict[str, Any]]],
+                             job: dict[str, Any]) -> dict[str, Any]:
+        """`body(job, uid, runs)` under a uid of its own, which is released after the reply.
+
+        `body` appends a run that may still be exiting to `runs` (Runner.run,
+        settle=False). The shared folders are cleaned before the reply: by
+        then no process of the job can add a file (Runner.run).
+        """
         uid = self.uids.take()
         runs: list[RunOutcome] = []
         try:
-            workdir = self.make_workdir(uid)
-            for item in job.get("files", []):
-                self.write_file(workdir, uid, item["path"], base64.b64decode(item["content"]))
-            ok, compile_output, _ = await self._compile(program, limits, uid, workdir)
-            if not ok:
-                return {"status": "compile_error", "message": "compilation failed",
-                        "execute": {"exit_code": 1, "stdout": "", "stderr": base64.b64encode(
-                            compile_output.encode()).decode()}}
-            spec = self._program_spec(program, limits, uid, workdir,
-                                      base64.b64decode(job.get("stdin", "")), job.get("args", []))
-            # Files are collected after the run's processes are gone.
-            outcome = await self.runner.run(spec, settle=bool(job.get("collect_files")))
-            runs.append(outcome)
-            status, limit, message = classify(outcome, spec)
-            files = []
-            for relpath in job.get("collect_files", []):
-                content = self._collect_file(workdir, relpath)
-                if content is not None:
-                    files.append({"path": relpath, "content": base64.b64encode(content).decode()})
-            return {
-                "status": status,
-                "limit": limit,
-                "message": message,
-                "execute": {
-                    "exit_code": outcome.exit_code,
-                    "stdout": base64.b64encode(outcome.stdout).decode(),
-                    "stderr": base64.b64encode(outcome.stderr).decode(),
-                    "stdout_truncated": outcome.stdout_truncated,
-                    "stderr_truncated": outcome.stderr_truncated,
-                    "files": files,
-                },
-            }
-        finally:
-            self.remove_shared_files(uid)
-            self.release_after_reply(uid, runs)
+            result = await body(job, uid, runs)
+        except BaseException:
+            self.release_after_reply(uid, runs, shared_files_removed=False)
+            raise
+        self.remove_shared_files(uid)
+        self.release_after_reply(uid, runs, shared_files_removed=True)
+        return result
 
-    async def _code(self, job: dict[str, Any]) -> dict[str, Any]:
+    async def _execute(self, job: dict[str, Any], uid: int, runs: list[RunOutcome]) -> dict[str, Any]:
+        program, limits = job["program"], job["limits"]
+        workdir = self.make_workdir(uid)
+        for item in job.get("files", []):
+            self.write_file(workdir, uid, item["path"], base64.b64decode(item["content"]))
+        ok, compile_output, _ = await self._compile(program, limits, uid, workdir)
+        if not ok:
+            return {"status": "compile_error", "message": "compilation failed",
+                    "execute": {"exit_code": 1, "stdout": "", "stderr": base64.b64encode(
+                        compile_output.encode()).decode()}}
+        spec = self._program_spec(program, limits, uid, workdir,
+                                  base64.b64decode(job.get("stdin", "")), job.get("args", []))
+        # Files are collected after the run's processes are gone.
+        outcome = await self.runner.run(spec, settle=bool(job.get("collect_files")))
+        runs.append(outcome)
+        status, limit, message = classify(outcome, spec)
+        files = []
+        for relpath in job.get("collect_files", []):
+            content = self._collect_file(workdir, relpath)
+            if content is not None:
+                files.append({"path": relpath, "content": base64.b64encode(content).decode()})
+        return {
+            "status": status,
+            "limit": limit,
+            "message": message,
+            "execute": {
+                "exit_code": outcome.exit_code,
+                "stdout": base64.b64encode(outcome.stdout).decode(),
+                "stderr": base64.b64encode(outcome.stderr).decode(),
+                "stdout_truncated": outcome.stdout_truncated,
+                "stderr_truncated": outcome.stderr_truncated,
+                "files": files,
+            },
+        }
+
+    async def _code(self, job: dict[str, Any], uid: int, runs: list[RunOutcome]) -> dict[str, Any]:
         from sandboxd.verifiers.code import compare_stdout
 
         program, limits, plan = job["program"], job["limits"], job["plan"]
-        uid = self.uids.take()
-        # The last run of a case, which may still be exiting (Runner.run, settle=False).
-        runs: list[RunOutcome] = []
-        try:
-            workdir = self.make_workdir(uid)
-            ok, compile_output, _ = await self._compile(program, limits, uid, workdir)
-            if not ok:
-                return {"status": "compile_error", "message": "compilation failed",
-                        "code": {"compile_output": compile_output, "tests_total": plan["total"]}}
-            if plan["kind"] == "stdio":
-                tests = []
-                for index, case in enumerate(plan["stdio"]):
-                    if runs:
-                        await self.runner.settle(runs.pop(), uid)
-                    spec = self._program_spec(program, limits, uid, workdir, case["stdin"].encode(), [])
-                    outcome = await self.runner.run(spec, settle=False)
-                    runs.append(outcome)
-                    status, limit, message = classify(outcome, spec)
-                    actual = outcome.stdout.decode("utf-8", errors="replace")
-                    if status == "ok" and not compare_stdout(actual, case["expected_stdout"],
-                                                             job.get("checker", "whitespace"),
-                                                             job.get("tolerance", 1e-6)):
-                        status, message = "wrong_answer", "output differs from the expected output"
-                    tests.append(_test_entry(index, status, limit, message, outcome))
-                    if status != "ok" and job.get("stop_on_first_failure"):
-                        break
-                return _code_result(tests, plan["total"])
-            return await self._python_harness(job, uid, workdir)
-        finally:
-            self.remove_shared_files(uid)
-            self.release_after_reply(uid, runs)
+        workdir = self.make_workdir(uid)
+        ok, compile_output, _ = await self._compile(program, limits, uid, workdir)
+        if not ok:
+            return {"status": "compile_error", "message": "compilation failed",
+                    "code": {"compile_output": compile_output, "tests_total": plan["total"]}}
+        if plan["kind"] == "stdio":
+            tests = []
+            for index, case in enumerate(plan["stdio"]):
+                if runs:
+                    await self.runner.settle(runs.pop())
+                    kill_uid(uid, self.reap)
+                spec = self._program_spec(program, limits, uid, workdir, case["stdin"].encode(), [])
+                outcome = await self.runner.run(spec, settle=False)
+                runs.append(outcome)
+                status, limit, message = classify(outcome, spec)
+                actual = outcome.stdout.decode("utf-8", errors="replace")
+                if status == "ok" and not compare_stdout(actual, case["expected_stdout"],
+                                                         job.get("checker", "whitespace"),
+                                                         job.get("tolerance", 1e-6)):
+                    status, message = "wrong_answer", "output differs from the expected output"
+                tests.append(_test_entry(index, status, limit, message, outcome))
+                if status != "ok" and job.get("stop_on_first_failure"):
+                    break
+            return _code_result(tests, plan["total"])
+        return await self._python_harness(job, uid, workdir)
 
     async def _python_harness(self, job: dict[str, Any], uid: int, workdir: str) -> dict[str, Any]:
         """Function-call and assert tests: the candidate in a fresh process, the judge a resident one, two uids."""

@@ -133,16 +133,40 @@ class OutputBudget:
         return granted
 
 
-class PipeReader:
-    def __init__(self, fd: int, budget: OutputBudget) -> None:
+class _ReadEnd:
+    """A pipe's read end that the event loop watches; `_closed` resolves (to None, unless set first) on close."""
+
+    def __init__(self, fd: int) -> None:
         self.fd = fd
+        self._loop = asyncio.get_running_loop()
+        self._closed: asyncio.Future[Any] = self._loop.create_future()
+        os.set_blocking(fd, False)
+        self._loop.add_reader(fd, self._on_readable)
+
+    def _on_readable(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            self._loop.remove_reader(self.fd)
+            os.close(self.fd)
+            self.fd = -1
+        if not self._closed.done():
+            self._closed.set_result(None)
+
+
+class PipeReader(_ReadEnd):
+    """A run's stdout or stderr, kept within the run's output budget."""
+
+    def __init__(self, fd: int, budget: OutputBudget) -> None:
         self.data = bytearray()
         self.truncated = False
         self._budget = budget
-        self._loop = asyncio.get_running_loop()
-        self.eof = self._loop.create_future()
-        os.set_blocking(fd, False)
-        self._loop.add_reader(fd, self._on_readable)
+        super().__init__(fd)
+
+    @property
+    def eof(self) -> asyncio.Future[None]:
+        return self._closed
 
     def _on_readable(self) -> None:
         self._read_chunk()
@@ -169,41 +193,22 @@ class PipeReader:
                 return False
         return True
 
-    def close(self) -> None:
-        if self.fd >= 0:
-            self._loop.remove_reader(self.fd)
-            os.close(self.fd)
-            self.fd = -1
-        if not self.eof.done():
-            self.eof.set_result(None)
 
+class StatusReader(_ReadEnd):
+    """The pipe on which a worker reports its exit status before exiting: one byte, or end of file (None)."""
 
-class StatusReader:
-    """The pipe on which a worker reports its exit status before exiting: one byte, or end of file."""
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        self._loop = asyncio.get_running_loop()
-        self.status: asyncio.Future[int | None] = self._loop.create_future()
-        os.set_blocking(fd, False)
-        self._loop.add_reader(fd, self._on_readable)
+    @property
+    def status(self) -> asyncio.Future[int | None]:
+        return self._closed
 
     def _on_readable(self) -> None:
         try:
             data = os.read(self.fd, 1)
         except BlockingIOError:
             return
-        if not self.status.done():
-            self.status.set_result(data[0] if data else None)
+        if data:
+            self._closed.set_result(data[0])
         self.close()
-
-    def close(self) -> None:
-        if self.fd >= 0:
-            self._loop.remove_reader(self.fd)
-            os.close(self.fd)
-            self.fd = -1
-        if not self.status.done():
-            self.status.set_result(None)
 
 
 class Zygote:
@@ -472,8 +477,8 @@ class Runner:
 
         With `settle` false the outcome can come back while the worker is
         still being torn down (1-2 ms here): `outcome.pending_exit` is then
-        set, and the caller awaits `settle(outcome, uid)` before the uid
-        runs anything else. A run whose pipes someone else still held at its
+        set, and the caller awaits `settle(outcome)`, then sweeps the uid
+        with kill_uid, before the uid runs anything else. A run whose pipes someone else still held at its
         report (a child it left behind) is always settled here. Either way,
         when the outcome comes back no process of the uid can make a system
         call any more, so what the run left in shared folders is final.
@@ -608,12 +613,11 @@ class Runner:
         except TimeoutError:
             raise SandboxDamaged("a worker did not exit after SIGKILL") from None
 
-    async def settle(self, outcome: RunOutcome, uid: int) -> None:
-        """For a run that came back before its exit (see `run`): wait for that exit, then sweep `uid`."""
+    async def settle(self, outcome: RunOutcome) -> None:
+        """For a run that came back before its exit (see `run`): wait for that exit."""
         if outcome.pending_exit is not None:
             await self._await_exit(outcome.pending_exit)
             outcome.pending_exit = None
-            kill_uid(uid, self._reap)
 
 
 class ResidentWorker:

@@ -51,8 +51,8 @@ RLIMITS = {
     "stack": resource.RLIMIT_STACK,
 }
 
-# Looked up here, in the zygote: a lookup in each worker searched the symbol
-# tables of every loaded library, faulting in about 300 KB of their pages.
+# Looked up here, in the zygote: in each worker the lookup (dlsym) searched the
+# symbol tables of every loaded library, page faults in a fresh fork.
 _prctl = ctypes.CDLL(None, use_errno=True).prctl
 
 

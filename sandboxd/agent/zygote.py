@@ -42,8 +42,8 @@ def main(control: socket.socket, warm_modules: list[str]) -> NoReturn:
                     os.close(fd)
         _warm(warm_modules)
         # Each worker gets the environment its job names. Emptied here once,
-        # so that a worker's clearing has nothing to undo: doing it in each
-        # worker cost 0.15 ms of copy-on-write faults.
+        # so that a worker's clearing has nothing to undo (a worker's
+        # environment step took 0.30 ms with it, 0.26 ms without).
         os.environ.clear()
         # Move everything warmed into the permanent generation: a worker's
         # collections then skip the inherited heap instead of walking (and

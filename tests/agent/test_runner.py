@@ -8,6 +8,7 @@ import os
 import resource
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -84,6 +85,16 @@ def _reap(*pids: int) -> None:
 
 def _start_as(uid: int, memory_bytes: int) -> int:
     """A process of `uid` that holds `memory_bytes` (slow to tear down) and sleeps."""
+
+    def hold() -> None:
+        held = bytearray(memory_bytes)
+        held[::4096] = b"x" * len(held[::4096])
+
+    return _fork_as(uid, hold, lambda: time.sleep(60))
+
+
+def _fork_as(uid: int, prepare: Callable[[], None], then: Callable[[], None]) -> int:
+    """A child running as `uid`: `prepare()`, then, once the caller knows it is ready, `then()`."""
     ready_r, ready_w = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -92,10 +103,9 @@ def _start_as(uid: int, memory_bytes: int) -> int:
             os.setgroups([])
             os.setresgid(uid, uid, uid)
             os.setresuid(uid, uid, uid)
-            held = bytearray(memory_bytes)
-            held[::4096] = b"x" * len(held[::4096])
+            prepare()
             os.write(ready_w, b"1")
-            time.sleep(60)
+            then()
         finally:
             os._exit(1)
     os.close(ready_w)
@@ -135,22 +145,9 @@ def test_sigkill_uid_can_leave_out_processes_in_their_exit() -> None:
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching to another uid needs root")
 def test_sigkill_uid_kills_a_process_whose_main_thread_ended() -> None:
     # /proc shows such a process as a zombie while its other threads run on.
-    ready_r, ready_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(ready_r)
-            os.setgroups([])
-            os.setresgid(QUIET_UID, QUIET_UID, QUIET_UID)
-            os.setresuid(QUIET_UID, QUIET_UID, QUIET_UID)
-            threading.Thread(target=time.sleep, args=(60,)).start()
-            os.write(ready_w, b"1")
-            ctypes.CDLL(None).pthread_exit(None)  # the main thread alone
-        finally:
-            os._exit(1)
-    os.close(ready_w)
+    pid = _fork_as(QUIET_UID, lambda: threading.Thread(target=time.sleep, args=(60,)).start(),
+                   lambda: ctypes.CDLL(None).pthread_exit(None))  # the main thread alone
     try:
-        assert os.read(ready_r, 1) == b"1"
         deadline = time.monotonic() + 10
         while _state(pid) != (b"Z", 2) and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -158,7 +155,6 @@ def test_sigkill_uid_kills_a_process_whose_main_thread_ended() -> None:
         assert sigkill_uid(QUIET_UID) == {pid}
         assert os.WTERMSIG(os.waitpid(pid, 0)[1]) == 9
     finally:
-        os.close(ready_r)
         kill_uid(QUIET_UID, lambda: _reap(pid))
 
 
