@@ -56,8 +56,10 @@ WARM_MODULES = {
     # zygote holds sympy and Math-Verify (about 60 MB) for the long-lived
     # math servers. Code sandboxes stay lean: a worker's fork and exit cost
     # grows with its zygote's memory, and an idle code sandbox needs about
-    # 25 MB instead of the 80 MB a math sandbox needs.
-    "math": "sandboxd.verifiers.math",
+    # 25 MB instead of the 80 MB a math sandbox needs. The math servers'
+    # own module (and asyncio under it, which code zygotes do without) is
+    # warmed too, so that a server's start imports nothing.
+    "math": "sandboxd.verifiers.math,sandboxd.agent.mathserver",
     # Sessions fork from a lean zygote: every page it holds is shared by up
     # to sessions.per_sandbox live interpreters, and a cell imports what it uses.
     "sessions": "sandboxd.agent.repl",

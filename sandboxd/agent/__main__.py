@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import os
 
-from sandboxd.agent.controller import MathSettings, serve
+from sandboxd.agent import zygote
 
 # The binary whose presence says a language is usable in this image.
 TOOLCHAINS = {
@@ -46,8 +45,15 @@ def main() -> None:
             with contextlib.suppress(OSError):
                 os.chmod(folder, 0o755)
     reward_model = json.loads(args.reward_model) if args.reward_model else None
+    # The zygote is forked before asyncio and the controller are imported:
+    # none of their memory is then copied into (and torn down after) every worker.
+    zygote_process = zygote.spawn(warm)
+    import asyncio
+
+    from sandboxd.agent.controller import MathSettings, serve
+
     math = MathSettings(args.math_servers, args.math_memory)
-    asyncio.run(serve(args.socket, warm, TOOLCHAINS, reward_model, math))
+    asyncio.run(serve(args.socket, warm, TOOLCHAINS, reward_model, math, zygote_process))
 
 
 if __name__ == "__main__":

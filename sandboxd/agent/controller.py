@@ -564,20 +564,15 @@ def available_languages(toolchains: dict[str, str]) -> list[str]:
     return sorted(lang for lang, binary in toolchains.items() if shutil.which(binary))
 
 
-def start_zygote(warm_modules: list[str]) -> Zygote:
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:
-        ours.close()
-        zygote_module.main(theirs, warm_modules)
-    theirs.close()
-    return Zygote(ours, pid)
-
-
 async def serve(socket_path: str, warm_modules: list[str], toolchains: dict[str, str],
-                reward_model: dict[str, Any] | None = None, math: MathSettings | None = None) -> None:
+                reward_model: dict[str, Any] | None = None, math: MathSettings | None = None,
+                zygote_process: tuple[socket.socket, int] | None = None) -> None:
+    """Run the agent until SIGTERM.
+
+    zygote_process is a zygote already forked with zygote.spawn(warm_modules)
+    (the entry point forks it before importing this module); without one,
+    serve forks its own, which then holds the controller's modules too.
+    """
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     os.makedirs(WORK_ROOT, mode=0o711, exist_ok=True)
@@ -586,8 +581,8 @@ async def serve(socket_path: str, warm_modules: list[str], toolchains: dict[str,
     # tables copied, then torn down: about 1 ms per 50 MB here), so the
     # daemon warms sympy and Math-Verify (60 MB) only in sandboxes of the
     # math pool, whose long-lived math servers fork rarely; programs and
-    # test harnesses fork from a zygote holding only our harness code (15 MB).
-    zygote = start_zygote(warm_modules)
+    # test harnesses fork from a zygote holding only our harness code (10 MB).
+    zygote = Zygote(*(zygote_process or zygote_module.spawn(warm_modules)))
     controller = Controller(zygote, available_languages(toolchains), math)
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGCHLD, controller.reap)

@@ -7,12 +7,15 @@ reader allocate without bound.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import socket
 import struct
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+# Workers and the zygote import this module; asyncio (5 MB) stays out of them.
+if TYPE_CHECKING:
+    import asyncio
 
 HEADER = struct.Struct(">I")
 # 64 MiB: the largest request (a program with many big test inputs) fits,
@@ -42,8 +45,8 @@ async def read_frame(reader: asyncio.StreamReader, max_bytes: int = MAX_FRAME_BY
     """Read one frame; raises EOFError on a clean end of stream."""
     try:
         header = await reader.readexactly(HEADER.size)
-    except asyncio.IncompleteReadError as exc:
-        if not exc.partial:
+    except EOFError as exc:  # asyncio.IncompleteReadError
+        if not getattr(exc, "partial", b""):
             raise EOFError from None
         raise ProtocolError("truncated frame header") from None
     (length,) = HEADER.unpack(header)
@@ -51,7 +54,7 @@ async def read_frame(reader: asyncio.StreamReader, max_bytes: int = MAX_FRAME_BY
         raise ProtocolError(f"frame of {length} bytes exceeds {max_bytes}")
     try:
         body = await reader.readexactly(length)
-    except asyncio.IncompleteReadError:
+    except EOFError:  # asyncio.IncompleteReadError
         raise ProtocolError("truncated frame body") from None
     return _decode_body(body)
 

@@ -15,12 +15,12 @@ import socket
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from sandboxd.agent.protocol import ProtocolError, send_frame
-from sandboxd.agent.runner import ResidentWorker, RunSpec
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from sandboxd.agent.controller import Controller
+    from sandboxd.agent.runner import ResidentWorker
 
 # The CPU rlimit covers the worker's whole life, not one request.
 SERVER_CPU_SECONDS = 3600
@@ -64,9 +64,13 @@ class ResidentServer:
         self.memory = memory  # its address space limit on top of the warm interpreter's; 0: none
         self.uid = 0
         self.jobs_done = 0
-        self.worker = ResidentWorker(controller.runner, max_reply_bytes)
+        # Imported here: the runner needs asyncio, which the server's own
+        # process (forked from a zygote that holds no asyncio) does not.
+        from sandboxd.agent.runner import ResidentWorker
+        self.worker: ResidentWorker = ResidentWorker(controller.runner, max_reply_bytes)
 
     async def start(self) -> None:
+        from sandboxd.agent.runner import RunSpec
         controller = self.controller
         self.uid = controller.uids.take()
         try:

@@ -1,6 +1,7 @@
 """The zygote: a warm, pristine process whose only job is to fork workers.
 
-It is forked from the controller before any job exists, imports and warms
+It is forked by the agent's entry point before any job exists, and before
+the controller's own modules are imported (see spawn). It imports and warms
 the verifier libraries (this is the state the CRIU snapshot captures), and
 then serves two requests over a SOCK_SEQPACKET pair: fork a worker for a
 uid, and reseed after a restore. It reaps its workers and reports each exit
@@ -30,11 +31,34 @@ from sandboxd.agent import worker
 MESSAGE_BYTES = 65536
 
 
+def spawn(warm_modules: list[str]) -> tuple[socket.socket, int]:
+    """Fork the zygote; returns the controller's end of its channel and its pid.
+
+    Called by the agent's entry point before it imports the controller and
+    asyncio, so the zygote holds only the interpreter, the worker and the
+    warmed modules. Every worker's fork copies its zygote's page tables and
+    its exit tears them down. Measured with print(1) jobs in a code
+    sandbox: a zygote forked after those imports held 15.4 MB, a worker took
+    about 555 page faults and 3.0-3.5 ms of CPU, the sandbox 5.8-6.6 ms per
+    job; forked before them, 10.5 MB, about 480 faults, 2.4-2.5 ms and
+    4.9-5.1 ms.
+    """
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        ours.close()
+        main(theirs, warm_modules)
+    theirs.close()
+    return ours, pid
+
+
 def main(control: socket.socket, warm_modules: list[str]) -> NoReturn:
     try:
-        # Forked from inside the controller's event loop: its epoll fd and
-        # self-pipe would otherwise reach every worker, and a job writing a
-        # signal number into that pipe could stop the controller.
+        # Whatever the controller had open must not reach a worker: if it
+        # forked from inside an event loop, its epoll fd and self-pipe (a
+        # job writing a signal number there could stop the controller).
         for name in os.listdir("/proc/self/fd"):
             fd = int(name)
             if fd > 2 and fd != control.fileno():

@@ -203,6 +203,16 @@ def test_random_state_differs_between_jobs(channel: grpc.Channel) -> None:
     assert len(draws) == 6
 
 
+def test_programs_fork_from_a_zygote_without_the_controllers_modules(channel: grpc.Channel) -> None:
+    # The zygote is forked before the controller imports asyncio and itself,
+    # so no worker copies (and tears down) the page tables of their memory.
+    code = ("import sys; print(sorted(m for m in sys.modules if m.split('.')[0] == 'asyncio'"
+            " or m in ('sandboxd.agent.controller', 'sandboxd.agent.runner')))")
+    result = outcome(channel, code)
+    assert result.status == pb.STATUS_OK, result
+    assert result.execute.stdout == b"[]\n"
+
+
 def test_files_in_and_out(channel: grpc.Channel) -> None:
     job = helpers.execute("open('out.txt', 'w').write(open('data/in.txt').read().upper())",
                           files=[pb.File(path="data/in.txt", content=b"abc")], collect_files=["out.txt"])
