@@ -485,7 +485,7 @@ class Controller:
             # whose root file system may be writable where the template's was not.
             self.shared_writable = [folder for folder in SHARED_WRITABLE if _writable_by_all(folder)]
             random.seed()
-            self.zygote.send({"op": "reseed"})
+            self.zygote.reseed()
             self.zygote.drop_spares()
             return {"ok": True, "languages": self.languages, "pid": os.getpid()}
         if op == "prepare":

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from sandboxd.agent import zygote as zygote_module
 from sandboxd.agent.protocol import HEADER, MAX_FRAME_BYTES, ProtocolError, encode_frame, read_frame
 
 # Markers that a program died of its memory limit rather than of a bug; the
@@ -236,19 +237,32 @@ class Zygote:
     def _on_readable(self) -> None:
         while True:
             try:
-                data, fds, _flags, _addr = socket.recv_fds(self._sock, 65536, 1)
+                data, fds, _flags, _addr = socket.recv_fds(self._sock, zygote_module.MESSAGE_BYTES, 1)
             except BlockingIOError:
                 return
             if not data:
                 self._died()
                 return
-            message = json.loads(data)
-            if message["op"] == "forked":
-                self._forks.pop(message["tag"]).set_result((message["pid"], fds[0]))
-            elif message["op"] == "exit":
-                self._exit_future(message["pid"]).set_result(message)
-            elif message["op"] == "ready" and not self.ready.done():
+            if data[0] == zygote_module.OP_FORKED and len(data) == zygote_module.FORKED.size and fds:
+                _op, tag, pid = zygote_module.FORKED.unpack(data)
+                future = self._forks.pop(tag, None)
+                if future is not None and not future.done():
+                    future.set_result((pid, fds[0]))
+                else:
+                    os.close(fds[0])
+            elif data[0] == zygote_module.OP_EXITED and len(data) == zygote_module.EXITED.size:
+                _op, tag, pid, status, cpu_seconds, max_rss_bytes = zygote_module.EXITED.unpack(data)
+                unannounced = self._forks.pop(tag, None)
+                if unannounced is not None and not unannounced.done():
+                    # Killed (the OOM killer) before it could announce itself.
+                    unannounced.set_exception(SandboxDamaged(f"worker {pid} exited before it started"))
+                self._exit_future(pid).set_result(
+                    {"pid": pid, "status": status, "cpu_seconds": cpu_seconds, "max_rss_bytes": max_rss_bytes})
+            elif data == zygote_module.READY and not self.ready.done():
                 self.ready.set_result(None)
+            else:
+                for fd in fds:
+                    os.close(fd)
 
     def _died(self) -> None:
         self.alive = False
@@ -259,16 +273,16 @@ class Zygote:
                 future.set_exception(error)
         self._forks.clear()
 
-    def send(self, message: dict[str, Any]) -> None:
-        self._sock.send(json.dumps(message).encode())
+    def reseed(self) -> None:
+        self._sock.send(zygote_module.REQUEST.pack(zygote_module.OP_RESEED, 0))
 
     async def fork(self) -> tuple[int, socket.socket, asyncio.Future[dict[str, Any]]]:
         if not self.alive:
             raise SandboxDamaged("zygote exited")
-        tag = next(self._tags)
+        tag = next(self._tags) % zygote_module.NO_TAG
         future: asyncio.Future[tuple[int, int]] = asyncio.get_running_loop().create_future()
         self._forks[tag] = future
-        self.send({"op": "fork", "tag": tag})
+        self._sock.send(zygote_module.REQUEST.pack(zygote_module.OP_FORK, tag))
         pid, fd = await future
         return pid, socket.socket(fileno=fd), self._exit_future(pid)
 
