@@ -237,7 +237,8 @@ class Zygote:
     def _on_readable(self) -> None:
         while True:
             try:
-                data, fds, _flags, _addr = socket.recv_fds(self._sock, zygote_module.MESSAGE_BYTES, 1)
+                # One byte more than the longest message: a longer one shows as such.
+                data, fds, _flags, _addr = socket.recv_fds(self._sock, zygote_module.MESSAGE_BYTES + 1, 1)
             except BlockingIOError:
                 return
             if not data:
@@ -247,8 +248,14 @@ class Zygote:
                 _op, tag, pid = zygote_module.FORKED.unpack(data)
                 future = self._forks.pop(tag, None)
                 if future is not None and not future.done():
+                    # An earlier process of this pid was reaped and reported
+                    # before this one could be forked: what is kept for it is stale.
+                    if pid in self._exits and self._exits[pid].done():
+                        del self._exits[pid]
+                    self._exit_future(pid)
                     future.set_result((pid, fds[0]))
                 else:
+                    # Its fork was given up (cancelled): closing its channel ends it.
                     os.close(fds[0])
             elif data[0] == zygote_module.OP_EXITED and len(data) == zygote_module.EXITED.size:
                 _op, tag, pid, status, cpu_seconds, max_rss_bytes = zygote_module.EXITED.unpack(data)
@@ -256,8 +263,11 @@ class Zygote:
                 if unannounced is not None and not unannounced.done():
                     # Killed (the OOM killer) before it could announce itself.
                     unannounced.set_exception(SandboxDamaged(f"worker {pid} exited before it started"))
-                self._exit_future(pid).set_result(
-                    {"pid": pid, "status": status, "cpu_seconds": cpu_seconds, "max_rss_bytes": max_rss_bytes})
+                # Only an announced worker has an exit to wait for; others are dropped.
+                exited = self._exits.get(pid)
+                if exited is not None and not exited.done():
+                    exited.set_result(
+                        {"pid": pid, "status": status, "cpu_seconds": cpu_seconds, "max_rss_bytes": max_rss_bytes})
             elif data == zygote_module.READY and not self.ready.done():
                 self.ready.set_result(None)
             else:
@@ -282,8 +292,20 @@ class Zygote:
         tag = next(self._tags) % zygote_module.NO_TAG
         future: asyncio.Future[tuple[int, int]] = asyncio.get_running_loop().create_future()
         self._forks[tag] = future
-        self._sock.send(zygote_module.REQUEST.pack(zygote_module.OP_FORK, tag))
-        pid, fd = await future
+        try:
+            self._sock.send(zygote_module.REQUEST.pack(zygote_module.OP_FORK, tag))
+        except OSError as exc:
+            del self._forks[tag]
+            raise SandboxDamaged(f"zygote unreachable: {exc}") from None
+        try:
+            pid, fd = await future
+        except asyncio.CancelledError:
+            if future.done() and not future.cancelled() and future.exception() is None:
+                # Announced just as we were cancelled: end the worker, forget it.
+                pid, fd = future.result()
+                os.close(fd)
+                self.forget(pid)
+            raise
         return pid, socket.socket(fileno=fd), self._exit_future(pid)
 
     async def take(self) -> tuple[int, socket.socket, asyncio.Future[dict[str, Any]]]:

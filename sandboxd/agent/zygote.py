@@ -37,10 +37,10 @@ OP_RESEED = 2
 # -> controller, from the new worker itself, its channel's other end attached (SCM_RIGHTS): (op, tag, pid)
 FORKED = struct.Struct("<BIi")
 OP_FORKED = 1
-# -> controller, from the zygote: (op, tag of its fork or NO_TAG, pid, wait status, CPU seconds, max RSS bytes)
+# -> controller, from the zygote: (op, tag of its fork, pid, wait status, CPU seconds, max RSS bytes)
 EXITED = struct.Struct("<BIiidq")
 OP_EXITED = 2
-NO_TAG = 0xFFFFFFFF
+NO_TAG = 0xFFFFFFFF  # no fork's tag: the controller's tags wrap below it
 READY = b"\x03"
 MESSAGE_BYTES = max(FORKED.size, EXITED.size, len(READY))
 
@@ -70,9 +70,10 @@ def spawn(warm_modules: list[str]) -> tuple[socket.socket, int]:
 
 def main(control: socket.socket, warm_modules: list[str]) -> NoReturn:
     try:
-        # Whatever the controller had open must not reach a worker: if it
-        # forked from inside an event loop, its epoll fd and self-pipe (a
-        # job writing a signal number there could stop the controller).
+        # Whatever the controller had open must not reach a worker: had it
+        # forked us from inside its event loop (serve's fallback, without
+        # spawn), its epoll fd and self-pipe (a job writing a signal number
+        # there could stop the controller).
         for name in os.listdir("/proc/self/fd"):
             fd = int(name)
             if fd > 2 and fd != control.fileno():
@@ -164,14 +165,22 @@ def _serve(control: socket.socket) -> None:
     """
     request = bytearray(REQUEST.size)
     forked: dict[int, int] = {}  # pid -> tag, until its exit is reported
-    signal.signal(signal.SIGCHLD, lambda *_: _reap(control, forked))
-    _reap(control, forked)
+    reaped_untagged: dict[int, tuple[int, float, int]] = {}  # pid -> its exit, until its tag is known
+    signal.signal(signal.SIGCHLD, lambda *_: _reap(control, forked, reaped_untagged))
+    _reap(control, forked, reaped_untagged)
     while True:
         if control.recv_into(request) != REQUEST.size:
             return  # the controller hung up (or broke the protocol)
         op, tag = REQUEST.unpack(request)
         if op == OP_FORK:
-            forked[_fork_worker(control, tag)] = tag
+            pid = _fork_worker(control, tag)
+            forked[pid] = tag
+            # The handler may have reaped it already (killed at once, before
+            # this line could write its tag down): reported here, with its tag.
+            early_exit = reaped_untagged.pop(pid, None)
+            if early_exit is not None:
+                del forked[pid]
+                control.send(EXITED.pack(OP_EXITED, tag, pid, *early_exit))
         elif op == OP_RESEED:
             random.seed()
 
@@ -196,7 +205,7 @@ def _fork_worker(control: socket.socket, tag: int) -> int:
     worker.main(theirs)
 
 
-def _reap(control: socket.socket, forked: dict[int, int]) -> None:
+def _reap(control: socket.socket, forked: dict[int, int], reaped_untagged: dict[int, tuple[int, float, int]]) -> None:
     while True:
         try:
             pid, status, usage = os.wait4(-1, os.WNOHANG)
@@ -204,5 +213,9 @@ def _reap(control: socket.socket, forked: dict[int, int]) -> None:
             return
         if pid == 0:
             return
-        control.send(EXITED.pack(OP_EXITED, forked.pop(pid, NO_TAG), pid, status,
-                                 usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024))
+        exit_report = (status, usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024)
+        tag = forked.pop(pid, None)
+        if tag is None:
+            reaped_untagged[pid] = exit_report  # _serve reports it once its tag is written down
+        else:
+            control.send(EXITED.pack(OP_EXITED, tag, pid, *exit_report))

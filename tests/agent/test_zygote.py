@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -28,8 +29,8 @@ def _parent_of(pid: int) -> int:
 @pytest.mark.skipif(os.geteuid() != 0, reason="a worker drops its groups, which needs root")
 def test_a_forked_worker_announces_itself_and_its_exit_is_reported() -> None:
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    process = subprocess.Popen([sys.executable, "-c", ZYGOTE_MAIN, str(theirs.fileno())],
-                               pass_fds=[theirs.fileno()])
+    zygote_fd = theirs.fileno()
+    process = subprocess.Popen([sys.executable, "-c", ZYGOTE_MAIN, str(zygote_fd)], pass_fds=[zygote_fd])
     theirs.close()
 
     async def scenario() -> None:
@@ -38,8 +39,14 @@ def test_a_forked_worker_announces_itself_and_its_exit_is_reported() -> None:
         zygote.reseed()
         workers = [await asyncio.wait_for(zygote.fork(), 10) for _ in range(3)]
         assert len({pid for pid, _channel, _exited in workers}) == 3
+        zygote_control = os.readlink(f"/proc/{process.pid}/fd/{zygote_fd}")
         for pid, channel, exited in workers:
             assert _parent_of(pid) == process.pid
+            # Nothing of the zygote's reaches a worker: stdio and its own channel only.
+            descriptors = {int(fd): os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+            assert sorted(descriptors)[:3] == [0, 1, 2] and len(descriptors) == 4, descriptors
+            assert descriptors[max(descriptors)].startswith("socket:")
+            assert zygote_control not in descriptors.values()
             # The worker waits for its job on the channel it sent us.
             channel.settimeout(0.2)
             with pytest.raises(TimeoutError):
@@ -110,3 +117,106 @@ def test_the_zygote_hanging_up_fails_waiting_forks() -> None:
 
     asyncio.run(scenario())
     ours.close()
+
+
+def test_an_exit_is_reported_with_its_forks_tag() -> None:
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    # A stand-in zygote (a child of ours), so that its reap takes no child of this process.
+    stand_in = os.fork()
+    if stand_in == 0:
+        try:
+            child = os.fork()
+            if child == 0:
+                os._exit(3)
+            while _state_of(child) != "Z":
+                pass
+            zygote_module._reap(theirs, {child: 7}, {})
+        finally:
+            os._exit(0)
+    theirs.close()
+    try:
+        op, tag, pid, status, _cpu, _rss = zygote_module.EXITED.unpack(ours.recv(64))
+        assert (op, tag) == (zygote_module.OP_EXITED, 7)
+        assert pid > 0 and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 3
+    finally:
+        os.waitpid(stand_in, 0)
+        ours.close()
+
+
+def test_a_worker_reaped_before_its_tag_was_written_down_is_reported_with_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+
+    def fork_killed_at_once(control: socket.socket, tag: int) -> int:
+        child = os.fork()
+        if child == 0:
+            os._exit(5)
+        # The zygote's SIGCHLD handler reaps it before _serve can note its tag.
+        while os.path.exists(f"/proc/{child}"):
+            time.sleep(0.001)
+        return child
+
+    stand_in = os.fork()
+    if stand_in == 0:
+        try:
+            ours.close()
+            monkeypatch.setattr(zygote_module, "_fork_worker", fork_killed_at_once)
+            zygote_module._serve(theirs)
+        finally:
+            os._exit(0)
+    theirs.close()
+    try:
+        ours.send(zygote_module.REQUEST.pack(zygote_module.OP_FORK, 11))
+        ours.settimeout(10)
+        op, tag, _pid, status, _cpu, _rss = zygote_module.EXITED.unpack(ours.recv(64))
+        assert (op, tag) == (zygote_module.OP_EXITED, 11)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 5
+    finally:
+        ours.close()
+        os.waitpid(stand_in, 0)
+
+
+def _state_of(pid: int) -> str:
+    with open(f"/proc/{pid}/stat", "rb") as stat_file:
+        return stat_file.read().rsplit(b")", 1)[1].split()[0].decode()
+
+
+def test_a_worker_announced_after_its_fork_was_given_up_is_ended_and_forgotten() -> None:
+    ours, peer = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+
+    async def scenario() -> None:
+        zygote = Zygote(ours, pid=0)
+        peer.send(zygote_module.READY)
+        await asyncio.wait_for(zygote.ready, 5)
+        fork = asyncio.ensure_future(zygote.fork())
+        await asyncio.sleep(0)
+        _op, tag = zygote_module.REQUEST.unpack(peer.recv(64))
+        fork.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await fork
+        channel, kept = socket.socketpair()
+        socket.send_fds(peer, [zygote_module.FORKED.pack(zygote_module.OP_FORKED, tag, 5555)], [kept.fileno()])
+        kept.close()
+        peer.send(zygote_module.EXITED.pack(zygote_module.OP_EXITED, zygote_module.NO_TAG, 5555, 0, 0.0, 0))
+        await asyncio.sleep(0.05)
+        channel.settimeout(5)
+        assert channel.recv(1) == b""  # its channel was closed: the worker would end
+        channel.close()
+        # Nothing is kept for that pid: a later worker given the same pid starts clean.
+        fork = asyncio.ensure_future(zygote.fork())
+        await asyncio.sleep(0)
+        _op, tag = zygote_module.REQUEST.unpack(peer.recv(64))
+        channel, kept = socket.socketpair()
+        socket.send_fds(peer, [zygote_module.FORKED.pack(zygote_module.OP_FORKED, tag, 5555)], [kept.fileno()])
+        kept.close()
+        pid, received, exited = await asyncio.wait_for(fork, 5)
+        assert pid == 5555 and not exited.done()
+        peer.send(zygote_module.EXITED.pack(zygote_module.OP_EXITED, tag, 5555, 9, 0.25, 4096))
+        report = await asyncio.wait_for(exited, 5)
+        assert (report["status"], report["cpu_seconds"], report["max_rss_bytes"]) == (9, 0.25, 4096)
+        received.close()
+        channel.close()
+
+    asyncio.run(scenario())
+    ours.close()
+    peer.close()
