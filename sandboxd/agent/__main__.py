@@ -53,7 +53,7 @@ def main() -> None:
     from sandboxd.agent.controller import MathSettings, serve
 
     math = MathSettings(args.math_servers, args.math_memory)
-    asyncio.run(serve(args.socket, warm, TOOLCHAINS, reward_model, math, zygote_process))
+    asyncio.run(serve(args.socket, zygote_process, TOOLCHAINS, reward_model, math))
 
 
 if __name__ == "__main__":

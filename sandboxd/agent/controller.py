@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from sandboxd.agent import sessions as sessions_module
-from sandboxd.agent import zygote as zygote_module
 from sandboxd.agent.judgeserver import JudgeServers
 from sandboxd.agent.mathserver import MathServers
 from sandboxd.agent.protocol import ProtocolError, encode_frame, read_frame
@@ -564,25 +563,18 @@ def available_languages(toolchains: dict[str, str]) -> list[str]:
     return sorted(lang for lang, binary in toolchains.items() if shutil.which(binary))
 
 
-async def serve(socket_path: str, warm_modules: list[str], toolchains: dict[str, str],
-                reward_model: dict[str, Any] | None = None, math: MathSettings | None = None,
-                zygote_process: tuple[socket.socket, int] | None = None) -> None:
+async def serve(socket_path: str, zygote_process: tuple[socket.socket, int], toolchains: dict[str, str],
+                reward_model: dict[str, Any] | None = None, math: MathSettings | None = None) -> None:
     """Run the agent until SIGTERM.
 
-    zygote_process is a zygote already forked with zygote.spawn(warm_modules)
-    (the entry point forks it before importing this module); without one,
-    serve forks its own, which then holds the controller's modules too.
+    zygote_process: the zygote's channel and pid, from zygote.spawn (which the
+    entry point calls before it imports this module).
     """
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     os.makedirs(WORK_ROOT, mode=0o711, exist_ok=True)
     os.chmod(WORK_ROOT, 0o711)
-    # A worker's fork and exit cost grows with its zygote's memory (page
-    # tables copied, then torn down: about 1 ms per 50 MB here), so the
-    # daemon warms sympy and Math-Verify (60 MB) only in sandboxes of the
-    # math pool, whose long-lived math servers fork rarely; programs and
-    # test harnesses fork from a zygote holding only our harness code (10 MB).
-    zygote = Zygote(*(zygote_process or zygote_module.spawn(warm_modules)))
+    zygote = Zygote(*zygote_process)
     controller = Controller(zygote, available_languages(toolchains), math)
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGCHLD, controller.reap)

@@ -229,11 +229,6 @@ class Zygote:
         sock.setblocking(False)
         asyncio.get_running_loop().add_reader(sock, self._on_readable)
 
-    def _exit_future(self, pid: int) -> asyncio.Future[dict[str, Any]]:
-        if pid not in self._exits:
-            self._exits[pid] = asyncio.get_running_loop().create_future()
-        return self._exits[pid]
-
     def _on_readable(self) -> None:
         while True:
             try:
@@ -248,11 +243,9 @@ class Zygote:
                 _op, tag, pid = zygote_module.FORKED.unpack(data)
                 future = self._forks.pop(tag, None)
                 if future is not None and not future.done():
-                    # An earlier process of this pid was reaped and reported
-                    # before this one could be forked: what is kept for it is stale.
-                    if pid in self._exits and self._exits[pid].done():
-                        del self._exits[pid]
-                    self._exit_future(pid)
+                    # Replaces what an earlier process of this pid left: it was
+                    # reaped and reported before this one could be forked.
+                    self._exits[pid] = asyncio.get_running_loop().create_future()
                     future.set_result((pid, fds[0]))
                 else:
                     # Its fork was given up (cancelled): closing its channel ends it.
@@ -289,7 +282,7 @@ class Zygote:
     async def fork(self) -> tuple[int, socket.socket, asyncio.Future[dict[str, Any]]]:
         if not self.alive:
             raise SandboxDamaged("zygote exited")
-        tag = next(self._tags) % zygote_module.NO_TAG
+        tag = next(self._tags) % (1 << 32)  # REQUEST's tag field
         future: asyncio.Future[tuple[int, int]] = asyncio.get_running_loop().create_future()
         self._forks[tag] = future
         try:
@@ -306,7 +299,7 @@ class Zygote:
                 os.close(fd)
                 self.forget(pid)
             raise
-        return pid, socket.socket(fileno=fd), self._exit_future(pid)
+        return pid, socket.socket(fileno=fd), self._exits[pid]
 
     async def take(self) -> tuple[int, socket.socket, asyncio.Future[dict[str, Any]]]:
         """A waiting worker: a spare if one is ready (the fork is then off the job's path)."""

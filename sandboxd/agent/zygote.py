@@ -8,8 +8,8 @@ reseed after a restore. A new worker announces itself to the controller
 with its own channel, before it has seen any job. The zygote reaps its
 workers and reports each exit status with the worker's resource usage,
 which is how the controller learns how a run ended without trusting
-anything the run said. (A Python run may
-be answered on its own status report first: see runner.Runner.run.)
+anything the run said. (A Python run may be answered on its own status
+report first: see runner.Runner.run.)
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ OP_FORKED = 1
 # -> controller, from the zygote: (op, tag of its fork, pid, wait status, CPU seconds, max RSS bytes)
 EXITED = struct.Struct("<BIiidq")
 OP_EXITED = 2
-NO_TAG = 0xFFFFFFFF  # no fork's tag: the controller's tags wrap below it
 READY = b"\x03"
 MESSAGE_BYTES = max(FORKED.size, EXITED.size, len(READY))
 
@@ -70,10 +69,9 @@ def spawn(warm_modules: list[str]) -> tuple[socket.socket, int]:
 
 def main(control: socket.socket, warm_modules: list[str]) -> NoReturn:
     try:
-        # Whatever the controller had open must not reach a worker: had it
-        # forked us from inside its event loop (serve's fallback, without
-        # spawn), its epoll fd and self-pipe (a job writing a signal number
-        # there could stop the controller).
+        # Nothing the agent had open may reach a worker (forked inside the
+        # controller's event loop, the zygote held its epoll fd and
+        # self-pipe, into which a job could write a signal number).
         for name in os.listdir("/proc/self/fd"):
             fd = int(name)
             if fd > 2 and fd != control.fileno():

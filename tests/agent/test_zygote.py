@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from typing import Any
 
 import pytest
 
@@ -67,28 +68,44 @@ def test_a_forked_worker_announces_itself_and_its_exit_is_reported() -> None:
         process.wait()
 
 
+async def _ready_zygote(ours: socket.socket, peer: socket.socket) -> Zygote:
+    """The controller's handle, the test playing the zygote at `peer`."""
+    zygote = Zygote(ours, pid=0)
+    peer.send(zygote_module.READY)
+    await asyncio.wait_for(zygote.ready, 5)
+    return zygote
+
+
+async def _fork_requested(zygote: Zygote, peer: socket.socket) -> tuple[asyncio.Future[Any], int]:
+    """A fork under way, and the tag of the request the zygote (`peer`) received."""
+    fork = asyncio.ensure_future(zygote.fork())
+    await asyncio.sleep(0)
+    op, tag = zygote_module.REQUEST.unpack(peer.recv(64))
+    assert op == zygote_module.OP_FORK
+    return fork, tag
+
+
+def _announce(peer: socket.socket, tag: int, pid: int) -> socket.socket:
+    """Send FORKED as a new worker would; returns the worker's end of the channel."""
+    worker_end, controller_end = socket.socketpair()
+    socket.send_fds(peer, [zygote_module.FORKED.pack(zygote_module.OP_FORKED, tag, pid)], [controller_end.fileno()])
+    controller_end.close()
+    return worker_end
+
+
 def test_a_worker_that_dies_before_announcing_itself_fails_its_fork() -> None:
     ours, peer = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
 
     async def scenario() -> None:
-        zygote = Zygote(ours, pid=0)
-        peer.send(zygote_module.READY)
-        await asyncio.wait_for(zygote.ready, 5)
-        fork = asyncio.ensure_future(zygote.fork())
-        await asyncio.sleep(0)
-        op, tag = zygote_module.REQUEST.unpack(peer.recv(64))
-        assert op == zygote_module.OP_FORK
+        zygote = await _ready_zygote(ours, peer)
+        fork, tag = await _fork_requested(zygote, peer)
         # The OOM killer took the new worker before it sent its channel.
         peer.send(zygote_module.EXITED.pack(zygote_module.OP_EXITED, tag, 4242, signal.SIGKILL, 0.0, 0))
         with pytest.raises(SandboxDamaged, match="before it started"):
             await asyncio.wait_for(fork, 5)
         # Another fork is answered as usual.
-        fork = asyncio.ensure_future(zygote.fork())
-        await asyncio.sleep(0)
-        _op, tag = zygote_module.REQUEST.unpack(peer.recv(64))
-        channel, kept = socket.socketpair()
-        socket.send_fds(peer, [zygote_module.FORKED.pack(zygote_module.OP_FORKED, tag, 4343)], [kept.fileno()])
-        kept.close()
+        fork, tag = await _fork_requested(zygote, peer)
+        channel = _announce(peer, tag, 4343)
         pid, received, _exited = await asyncio.wait_for(fork, 5)
         assert pid == 4343
         channel.sendall(b"x")
@@ -105,11 +122,8 @@ def test_the_zygote_hanging_up_fails_waiting_forks() -> None:
     ours, peer = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
 
     async def scenario() -> None:
-        zygote = Zygote(ours, pid=0)
-        peer.send(zygote_module.READY)
-        await asyncio.wait_for(zygote.ready, 5)
-        fork = asyncio.ensure_future(zygote.fork())
-        await asyncio.sleep(0)
+        zygote = await _ready_zygote(ours, peer)
+        fork, _tag = await _fork_requested(zygote, peer)
         peer.close()
         with pytest.raises(SandboxDamaged, match="zygote exited"):
             await asyncio.wait_for(fork, 5)
@@ -129,7 +143,7 @@ def test_an_exit_is_reported_with_its_forks_tag() -> None:
             if child == 0:
                 os._exit(3)
             while _state_of(child) != "Z":
-                pass
+                time.sleep(0.001)
             zygote_module._reap(theirs, {child: 7}, {})
         finally:
             os._exit(0)
@@ -185,30 +199,20 @@ def test_a_worker_announced_after_its_fork_was_given_up_is_ended_and_forgotten()
     ours, peer = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
 
     async def scenario() -> None:
-        zygote = Zygote(ours, pid=0)
-        peer.send(zygote_module.READY)
-        await asyncio.wait_for(zygote.ready, 5)
-        fork = asyncio.ensure_future(zygote.fork())
-        await asyncio.sleep(0)
-        _op, tag = zygote_module.REQUEST.unpack(peer.recv(64))
+        zygote = await _ready_zygote(ours, peer)
+        fork, tag = await _fork_requested(zygote, peer)
         fork.cancel()
         with pytest.raises(asyncio.CancelledError):
             await fork
-        channel, kept = socket.socketpair()
-        socket.send_fds(peer, [zygote_module.FORKED.pack(zygote_module.OP_FORKED, tag, 5555)], [kept.fileno()])
-        kept.close()
-        peer.send(zygote_module.EXITED.pack(zygote_module.OP_EXITED, zygote_module.NO_TAG, 5555, 0, 0.0, 0))
+        channel = _announce(peer, tag, 5555)
+        peer.send(zygote_module.EXITED.pack(zygote_module.OP_EXITED, tag, 5555, 0, 0.0, 0))
         await asyncio.sleep(0.05)
         channel.settimeout(5)
         assert channel.recv(1) == b""  # its channel was closed: the worker would end
         channel.close()
         # Nothing is kept for that pid: a later worker given the same pid starts clean.
-        fork = asyncio.ensure_future(zygote.fork())
-        await asyncio.sleep(0)
-        _op, tag = zygote_module.REQUEST.unpack(peer.recv(64))
-        channel, kept = socket.socketpair()
-        socket.send_fds(peer, [zygote_module.FORKED.pack(zygote_module.OP_FORKED, tag, 5555)], [kept.fileno()])
-        kept.close()
+        fork, tag = await _fork_requested(zygote, peer)
+        channel = _announce(peer, tag, 5555)
         pid, received, exited = await asyncio.wait_for(fork, 5)
         assert pid == 5555 and not exited.done()
         peer.send(zygote_module.EXITED.pack(zygote_module.OP_EXITED, tag, 5555, 9, 0.25, 4096))
