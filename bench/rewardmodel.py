@@ -17,9 +17,13 @@ with the model in its own process, with no isolation and no RPC. Both sides
 use the same number of torch threads and score the same pairs, in rounds that
 alternate which goes first; their scores are compared.
 
-`--in-process` skips Docker and the daemon altogether: it times the scorer at
-several batch sizes on `--device` (the GPU run in the README), using only torch,
-transformers and sandboxd's own scorer code.
+`--in-process` skips Docker and the daemon altogether (the GPU run in the
+README; the GPU machine has no Docker engine): it times the scorer in this
+process at several batch sizes on `--device`, then the same pairs through the
+agent's RewardModelHost, the code a reward-model sandbox runs (the scorer in a
+process of its own, fed over a socket, one concurrent job per pair, dynamic
+batching), and prints the ratio. It needs only torch, transformers and
+sandboxd's own code.
 """
 
 from __future__ import annotations
@@ -160,32 +164,83 @@ def run(*, quick: bool, pairs: int | None = None, threads: int = 2) -> Any:
     return result
 
 
-def in_process(device: str, size: str, pairs: int, batches: list[int], dtype: str, max_length: int) -> dict[str, Any]:
-    """The scorer alone on `device`: pairs/s and per-batch latency at each batch size."""
+def _agent_host(settings: dict[str, Any], items: list[tuple[str, str]], singles: int) -> dict[str, Any]:
+    """Score ``items`` through the agent's RewardModelHost: the scorer process, its socket and the
+    dynamic batching a sandbox runs, outside a container. Every pair is one concurrent job, as
+    the daemon sends them; then ``singles`` pairs one at a time."""
+    import asyncio
+
+    from sandboxd.agent.rewardmodel import RewardModelHost
+
+    async def main() -> dict[str, Any]:
+        host = RewardModelHost(settings)
+        t0 = time.perf_counter()
+        await host.start()
+        started = time.perf_counter() - t0
+        try:
+            if host.state.get("state") != "ready":
+                raise RuntimeError(f"the scorer did not load the model: {host.state}")
+
+            async def job(prompt: str, completion: str) -> tuple[float, dict[str, Any]]:
+                b0 = time.perf_counter()
+                answer = await host.run({"prompt": prompt, "completion": completion, "limits": {"timeout": 600}})
+                return time.perf_counter() - b0, answer
+
+            await asyncio.gather(*(job(p, c) for p, c in items[:2 * MAX_BATCH]))  # warm-up
+            before = (await host.run({"op": "status"}))["reward_model"]
+            t0 = time.perf_counter()
+            answers = await asyncio.gather(*(job(p, c) for p, c in items))
+            elapsed = time.perf_counter() - t0
+            after = (await host.run({"op": "status"}))["reward_model"]
+            alone = [(await job(p, c))[0] for p, c in items[:singles]]
+        finally:
+            await host.close()
+        failed = [a for _, a in answers if a["status"] != "ok"]
+        if failed:
+            raise RuntimeError(f"{len(failed)} jobs failed, the first: {failed[0]}")
+        latencies = sorted(seconds for seconds, _ in answers)
+        return {"start_seconds": round(started, 2), "pairs_per_s": round(len(items) / elapsed, 1),
+                "job_p50_ms": round(statistics.median(latencies) * 1000, 1),
+                "job_p99_ms": round(latencies[int(0.99 * (len(latencies) - 1))] * 1000, 1),
+                "one_pair_p50_ms": round(statistics.median(alone) * 1000, 1),
+                "mean_batch": round((after["pairs"] - before["pairs"]) / (after["batches"] - before["batches"]), 1),
+                "raw": [a["reward_model"]["raw_score"] for _, a in answers]}
+
+    return asyncio.run(main())
+
+
+def in_process(device: str, size: str, pairs: int, batches: list[int], dtype: str, max_length: int,
+               agent: bool = True) -> dict[str, Any]:
+    """No Docker, no daemon: the scorer in this process at each batch size, then (``agent``) the
+    same pairs through the agent's reward-model host, side by side, with the ratio."""
     from sandboxd.testmodels import make_reward_model
     from sandboxd.verifiers import rewardmodel
 
     folder = Path(tempfile.mkdtemp(prefix="sandboxd-rm-"))
     t0 = time.perf_counter()
-    make_reward_model(folder / "model", size=size, dtype="bfloat16" if size in ("1b", "8b") else "float32")
+    make_reward_model(folder / "model", size=size, dtype="bfloat16" if size in ("1b", "8b") else "float32",
+                      init_device=device)
     made = time.perf_counter() - t0
-    model = rewardmodel.load(rewardmodel.ScorerSettings(name=size, path=str(folder / "model"),
-                                                        device="cuda" if device == "cuda" else "cpu",
-                                                        max_length=max_length, dtype=dtype))
+    settings = {"name": size, "path": str(folder / "model"), "device": device, "max_length": max_length,
+                "dtype": dtype}
+    model = rewardmodel.load(rewardmodel.ScorerSettings(**settings))
     described = model.describe()
     items = make_pairs(pairs, prompt_words=(50, 150), completion_words=(100, 400))
     tokens = statistics.mean(len(model.encode(p, c)) for p, c in items)
     report: dict[str, Any] = {"model": described, "made_seconds": round(made, 1), "pairs": pairs,
                               "mean_tokens": round(tokens, 1), "runs": []}
+    raw: list[float | None] = []
     for batch in batches:
-        model.score(items[:batch])  # warm-up at this shape
+        model.score(items[:batch])  # warm-up at this size
         latencies = []
         t0 = time.perf_counter()
+        raw = []
         for start in range(0, pairs, batch):
             b0 = time.perf_counter()
             scores = model.score(items[start:start + batch])
             latencies.append(time.perf_counter() - b0)
             assert all(s.status == "ok" for s in scores), [s.message for s in scores if s.status != "ok"][:1]
+            raw.extend(s.raw for s in scores)
         elapsed = time.perf_counter() - t0
         run = {"batch": batch, "pairs_per_s": round(pairs / elapsed, 1),
                "batch_p50_ms": round(statistics.median(latencies) * 1000, 1),
@@ -196,6 +251,20 @@ def in_process(device: str, size: str, pairs: int, batches: list[int], dtype: st
         import torch
 
         report["peak_gpu_memory_gib"] = round(torch.cuda.max_memory_allocated() / (1 << 30), 2)
+    if agent:
+        # The in-process model stays loaded: both fit on one GPU, and the host's scorer is a
+        # process of its own, as in a sandbox.
+        through = _agent_host({**settings, "max_batch": MAX_BATCH, "batch_wait_ms": BATCH_WAIT_MS},
+                              items, singles=20)
+        agent_raw = through.pop("raw")
+        reference = next((run for run in report["runs"] if run["batch"] == MAX_BATCH), report["runs"][-1])
+        through["vs_in_process"] = f"{through['pairs_per_s'] / reference['pairs_per_s']:.2f}x of batches of " \
+                                   f"{reference['batch']}"
+        # Same pairs, same weights, but other batch neighbours and padding: bf16 rounding differs.
+        through["max_abs_diff_vs_in_process"] = max(abs(a - b) for a, b in zip(agent_raw, raw, strict=True)
+                                                    if a is not None and b is not None)
+        report["agent_host"] = through
+        print(json.dumps({"agent_host": through}), flush=True)
     shutil.rmtree(folder, ignore_errors=True)
     return report
 
@@ -211,10 +280,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--max-length", type=int, default=1024)
     parser.add_argument("--batches", default="1,8,32,64")
+    parser.add_argument("--no-agent", action="store_true",
+                        help="with --in-process: the scorer in this process only, not also through the agent's host")
     args = parser.parse_args(argv)
     if args.in_process:
         report = in_process(args.device, args.size, args.pairs or 512,
-                            [int(b) for b in args.batches.split(",")], args.dtype, args.max_length)
+                            [int(b) for b in args.batches.split(",")], args.dtype, args.max_length,
+                            agent=not args.no_agent)
         print(json.dumps(report, indent=2))
         return 0
     from bench.run import print_report

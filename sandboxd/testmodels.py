@@ -34,12 +34,14 @@ SHAPES = {
 
 
 def make_reward_model(folder: Path, *, kind: str = "llama", size: str = "tiny", seed: int = 0,
-                      dtype: str = "float32") -> Path:
+                      dtype: str = "float32", init_device: str = "cpu") -> Path:
     """Save a randomly initialised sequence-classification reward model and its tokenizer in ``folder``.
 
     ``llama``: a LlamaForSequenceClassification whose tokenizer has a chat template (the
     common shape of reward models); ``bert``: a BertForSequenceClassification without one,
-    scored as a text pair (``tiny`` only). The same seed gives the same files.
+    scored as a text pair (``tiny`` only). The same seed gives the same files on one
+    ``init_device``; ``init_device="cuda"`` initialises the weights on the GPU (an 8B shape
+    takes seconds there instead of minutes on the CPU).
     """
     import torch
     import transformers
@@ -76,7 +78,8 @@ def make_reward_model(folder: Path, *, kind: str = "llama", size: str = "tiny", 
     previous = torch.get_default_dtype()
     torch.set_default_dtype(getattr(torch, dtype))
     try:
-        model = model_class(config)
+        with torch.device(init_device):
+            model = model_class(config)
     finally:
         torch.set_default_dtype(previous)
     model.eval()

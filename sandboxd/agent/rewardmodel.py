@@ -171,6 +171,16 @@ class RewardModelHost:
         self.state = {"state": "ready", **hello["ready"]}
         self._batcher.start()
 
+    async def close(self) -> None:
+        """Stop batching and end the scorer. In a sandbox the container's end does this; the
+        agent's tests and the GPU benchmark run a host outside one."""
+        await self._batcher.close()
+        if self._writer is not None:
+            self._writer.close()
+        self._kill()
+        if self._process is not None:
+            await asyncio.to_thread(self._process.wait)
+
     def _kill(self) -> None:
         if self._process is not None:
             with contextlib.suppress(ProcessLookupError):

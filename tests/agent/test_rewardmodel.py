@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
 import pytest
 
@@ -121,3 +122,104 @@ async def test_host_without_model_answers_every_job_with_a_status() -> None:
     host.error = "OSError: no such file"
     result = await host.run({"kind": "reward_model", "prompt": "p", "completion": "c", "limits": {"timeout": 1}})
     assert result == {"status": "internal", "message": "reward model 'm' failed to load: OSError: no such file"}
+
+
+WORDS = ["one", "two", "three", "plus", "minus", "equals", "answer", "the", "is"]
+
+
+def _real_model(tmp_path: Path, size: str) -> Path:
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from sandboxd.testmodels import make_reward_model
+
+    return make_reward_model(tmp_path / "model", kind="llama", size=size)
+
+
+def _reference(folder: Path, pairs: list[tuple[str, str]], max_length: int) -> list[float | None]:
+    """The same pairs scored in this process, on the CPU, one at a time."""
+    from sandboxd.verifiers import rewardmodel
+
+    model = rewardmodel.load(rewardmodel.ScorerSettings(name="m", path=str(folder), max_length=max_length,
+                                                        dtype="float32", threads=1))
+    return [model.score([pair])[0].raw for pair in pairs]
+
+
+def _job(prompt: str, completion: str) -> dict[str, object]:
+    return {"kind": "reward_model", "prompt": prompt, "completion": completion, "limits": {"timeout": 120}}
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+needs_gpu = [pytest.mark.gpu, pytest.mark.skipif(not _cuda(), reason="no CUDA GPU here")]
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=needs_gpu)])
+async def test_host_batches_concurrent_jobs_through_the_real_scorer(tmp_path: Path, device: str) -> None:
+    """The scorer process a sandbox runs (started, fed over its socket, dropping to its uid
+    when root), outside a container: concurrent jobs come back in batches, each with its
+    own pair's score."""
+    folder = _real_model(tmp_path, "tiny")
+    pairs = [(" ".join(WORDS[: 1 + n % 9]), " ".join(WORDS[n % 5:] * (1 + n % 4))) for n in range(20)]
+    host = RewardModelHost({"name": "m", "path": str(folder), "device": device, "max_length": 64,
+                            "dtype": "float32", "threads": 1, "max_batch": 8, "batch_wait_ms": 50})
+    await host.start()
+    try:
+        assert host.state["state"] == "ready", host.state
+        assert host.state["device"] == ("cuda:0" if device == "cuda" else "cpu")
+        results = await asyncio.gather(*(host.run(_job(*pair)) for pair in pairs))
+        status = (await host.run({"op": "status"}))["reward_model"]
+    finally:
+        await host.close()
+    assert [result["status"] for result in results] == ["ok"] * len(pairs)
+    got = [result["reward_model"]["raw_score"] for result in results]
+    assert got == pytest.approx(_reference(folder, pairs, 64), rel=1e-4, abs=1e-4)
+    assert status["pairs"] == len(pairs) and status["largest_batch"] == 8 and status["batches"] <= 4
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _cuda(), reason="no CUDA GPU here")
+async def test_gpu_memory_fraction_splits_a_batch_and_reports_a_pair_that_never_fits(tmp_path: Path) -> None:
+    """Real CUDA out-of-memory errors under the sandbox's memory fraction: a batch too big
+    for it is split until its parts fit, a pair too big alone gets memory_limit, and the
+    scorer goes on serving."""
+    import torch
+
+    from sandboxd.verifiers import rewardmodel
+
+    folder = _real_model(tmp_path, "small")
+    pairs = [(" ".join(WORDS), " ".join((WORDS[n % 9:] + WORDS[: n % 9]) * 160)) for n in range(24)]
+    huge = ("what", " ".join(WORDS * 1200))
+    # The budget is three times what one of `pairs` needs (measured here, weights included):
+    # a batch of 24 cannot fit in it, one pair always does, and the huge pair (8,192 tokens
+    # against 1,450; attention grows with the square) never does.
+    local = rewardmodel.load(rewardmodel.ScorerSettings(name="m", path=str(folder), device="cuda",
+                                                        max_length=8192, dtype="float32"))
+    torch.cuda.reset_peak_memory_stats()
+    assert local.score(pairs[:1])[0].status == "ok"
+    budget = 3 * torch.cuda.max_memory_allocated()
+    del local
+    torch.cuda.empty_cache()
+    host = RewardModelHost({"name": "m", "path": str(folder), "device": "cuda", "max_length": 8192,
+                            "dtype": "float32", "max_batch": 32, "batch_wait_ms": 200,
+                            "memory_fraction": budget / torch.cuda.mem_get_info()[1]})
+    await host.start()
+    try:
+        assert host.state["state"] == "ready", host.state
+        results = await asyncio.gather(*(host.run(_job(*pair)) for pair in [*pairs, huge]))
+        after = await host.run(_job("one", "two"))
+        status = (await host.run({"op": "status"}))["reward_model"]
+    finally:
+        await host.close()
+    assert status["largest_batch"] == 25, status  # one batch went to the scorer, and was split there
+    assert [result["status"] for result in results[:-1]] == ["ok"] * len(pairs), (budget, results[0])
+    got = [result["reward_model"]["raw_score"] for result in results[:-1]]
+    assert got == pytest.approx(_reference(folder, pairs, 8192), rel=1e-4, abs=1e-4)
+    assert (results[-1]["status"], results[-1]["limit"]) == ("memory_limit", "memory"), results[-1]
+    assert "out of memory" in results[-1]["message"].lower()
+    assert after["status"] == "ok"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from pathlib import Path
 
 import pytest
@@ -103,6 +104,30 @@ def test_out_of_memory_splits_the_batch(chat_model: rewardmodel.RewardModel,
     assert "out of memory" in scores[1].message
 
 
+def test_a_failed_forward_is_released_before_its_halves_are_tried(chat_model: rewardmodel.RewardModel,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The out-of-memory split must not retry while the failed forward's frames (its
+    activations, on a GPU) are still held by the exception's traceback."""
+    original = chat_model._logits
+    failed: list[weakref.ref[object]] = []
+    still_held: list[bool] = []
+
+    class Activations:
+        pass
+
+    def logits(batch: list[list[int]]) -> list[float]:
+        activations = Activations()
+        still_held.append(any(ref() is not None for ref in failed))
+        if len(batch) > 1:
+            failed.append(weakref.ref(activations))
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 34.00 MiB")
+        return original(batch)
+
+    monkeypatch.setattr(chat_model, "_logits", logits)
+    assert [score.status for score in chat_model.score(PAIRS)] == ["ok"] * 4
+    assert len(failed) == 3 and still_held == [False] * 7
+
+
 def test_settings_that_cannot_load_raise(tmp_path: Path) -> None:
     folder = make_reward_model(tmp_path / "m", kind="bert")
     with pytest.raises(ValueError, match="label 3 is out of range"):
@@ -110,3 +135,21 @@ def test_settings_that_cannot_load_raise(tmp_path: Path) -> None:
     (folder / "model.safetensors").rename(folder / "pytorch_model.bin")
     with pytest.raises(OSError):
         rewardmodel.load(rewardmodel.ScorerSettings(name="m", path=str(folder)))
+
+
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU here")
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_gpu_scores_equal_cpu_scores(tmp_path: Path) -> None:
+    folder = make_reward_model(tmp_path / "m", kind="llama")
+    settings = {"name": "m", "path": str(folder), "max_length": 256, "dtype": "float32"}
+    cpu = rewardmodel.load(rewardmodel.ScorerSettings(**settings))
+    gpu = rewardmodel.load(rewardmodel.ScorerSettings(**settings, device="cuda"))
+    assert gpu.describe()["device"] == "cuda:0" and gpu.describe()["device_name"] != "cpu"
+    pairs = [*PAIRS, ("what is the sum", "one plus two equals three " * 40)]
+    want = [score.raw for score in cpu.score(pairs)]
+    for got in (gpu.score(pairs), [gpu.score([pair])[0] for pair in pairs]):
+        assert [score.status for score in got] == ["ok"] * len(pairs)
+        assert [score.raw for score in got] == pytest.approx(want, rel=1e-4, abs=1e-4)
