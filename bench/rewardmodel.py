@@ -164,55 +164,70 @@ def run(*, quick: bool, pairs: int | None = None, threads: int = 2) -> Any:
     return result
 
 
-def _agent_host(settings: dict[str, Any], items: list[tuple[str, str]], singles: int) -> dict[str, Any]:
-    """Score ``items`` through the agent's RewardModelHost: the scorer process, its socket and the
-    dynamic batching a sandbox runs, outside a container. Every pair is one concurrent job, as
-    the daemon sends them; then ``singles`` pairs one at a time."""
+def _agent_hosts(settings: dict[str, Any], items: list[tuple[str, str]], singles: int, hosts: int) -> dict[str, Any]:
+    """Score ``items`` through ``hosts`` of the agent's RewardModelHost: the scorer process, its
+    socket and the dynamic batching a sandbox runs, outside a container; several hosts stand
+    for several sandboxes on one GPU (``sandboxes_per_gpu``), each with its share of the GPU's
+    memory. Every pair is one concurrent job, dealt round-robin as the daemon spreads them;
+    then ``singles`` pairs one at a time."""
     import asyncio
 
     from sandboxd.agent.rewardmodel import RewardModelHost
 
     async def main() -> dict[str, Any]:
-        host = RewardModelHost(settings)
+        share = {"memory_fraction": round(0.9 / hosts, 3)} if hosts > 1 else {}
+        started_hosts = [RewardModelHost({**settings, **share}) for _ in range(hosts)]
         t0 = time.perf_counter()
-        await host.start()
+        await asyncio.gather(*(host.start() for host in started_hosts))
         started = time.perf_counter() - t0
         try:
-            if host.state.get("state") != "ready":
-                raise RuntimeError(f"the scorer did not load the model: {host.state}")
+            for host in started_hosts:
+                if host.state.get("state") != "ready":
+                    raise RuntimeError(f"a scorer did not load the model: {host.state}")
 
-            async def job(prompt: str, completion: str) -> tuple[float, dict[str, Any]]:
+            async def job(index: int, prompt: str, completion: str) -> tuple[float, dict[str, Any]]:
                 b0 = time.perf_counter()
-                answer = await host.run({"prompt": prompt, "completion": completion, "limits": {"timeout": 600}})
+                answer = await started_hosts[index % hosts].run(
+                    {"prompt": prompt, "completion": completion, "limits": {"timeout": 600}})
                 return time.perf_counter() - b0, answer
 
-            await asyncio.gather(*(job(p, c) for p, c in items[:2 * MAX_BATCH]))  # warm-up
-            before = (await host.run({"op": "status"}))["reward_model"]
+            async def status() -> tuple[int, int]:
+                states = [(await host.run({"op": "status"}))["reward_model"] for host in started_hosts]
+                return sum(state["pairs"] for state in states), sum(state["batches"] for state in states)
+
+            await asyncio.gather(*(job(n, p, c) for n, (p, c) in enumerate(items[:2 * MAX_BATCH * hosts])))
+            before = await status()
             t0 = time.perf_counter()
-            answers = await asyncio.gather(*(job(p, c) for p, c in items))
+            answers = await asyncio.gather(*(job(n, p, c) for n, (p, c) in enumerate(items)))
             elapsed = time.perf_counter() - t0
-            after = (await host.run({"op": "status"}))["reward_model"]
-            alone = [(await job(p, c))[0] for p, c in items[:singles]]
+            after = await status()
+            alone = []
+            for prompt, completion in items[:singles]:
+                scored = started_hosts[0].scoring_seconds
+                seconds, _ = await job(0, prompt, completion)
+                alone.append((seconds, started_hosts[0].scoring_seconds - scored))
         finally:
-            await host.close()
+            await asyncio.gather(*(host.close() for host in started_hosts))
         failed = [a for _, a in answers if a["status"] != "ok"]
         if failed:
             raise RuntimeError(f"{len(failed)} jobs failed, the first: {failed[0]}")
         latencies = sorted(seconds for seconds, _ in answers)
-        return {"start_seconds": round(started, 2), "pairs_per_s": round(len(items) / elapsed, 1),
+        return {"hosts": hosts, **share, "start_seconds": round(started, 2),
+                "pairs_per_s": round(len(items) / elapsed, 1),
                 "job_p50_ms": round(statistics.median(latencies) * 1000, 1),
                 "job_p99_ms": round(latencies[int(0.99 * (len(latencies) - 1))] * 1000, 1),
-                "one_pair_p50_ms": round(statistics.median(alone) * 1000, 1),
-                "mean_batch": round((after["pairs"] - before["pairs"]) / (after["batches"] - before["batches"]), 1),
+                "one_pair_p50_ms": round(statistics.median(total for total, _ in alone) * 1000, 1),
+                "one_pair_scorer_p50_ms": round(statistics.median(scorer for _, scorer in alone) * 1000, 1),
+                "mean_batch": round((after[0] - before[0]) / (after[1] - before[1]), 1),
                 "raw": [a["reward_model"]["raw_score"] for _, a in answers]}
 
     return asyncio.run(main())
 
 
 def in_process(device: str, size: str, pairs: int, batches: list[int], dtype: str, max_length: int,
-               agent: bool = True) -> dict[str, Any]:
-    """No Docker, no daemon: the scorer in this process at each batch size, then (``agent``) the
-    same pairs through the agent's reward-model host, side by side, with the ratio."""
+               hosts: list[int]) -> dict[str, Any]:
+    """No Docker, no daemon: the scorer in this process at each batch size, then the same pairs
+    through each count in ``hosts`` of the agent's reward-model host, side by side, with the ratio."""
     from sandboxd.testmodels import make_reward_model
     from sandboxd.verifiers import rewardmodel
 
@@ -251,20 +266,21 @@ def in_process(device: str, size: str, pairs: int, batches: list[int], dtype: st
         import torch
 
         report["peak_gpu_memory_gib"] = round(torch.cuda.max_memory_allocated() / (1 << 30), 2)
-    if agent:
-        # The in-process model stays loaded: both fit on one GPU, and the host's scorer is a
+    reference = next((run for run in report["runs"] if run["batch"] == MAX_BATCH), report["runs"][-1])
+    report["agent_hosts"] = []
+    for count in hosts:
+        # The in-process model stays loaded: all fit on one GPU, and each host's scorer is a
         # process of its own, as in a sandbox.
-        through = _agent_host({**settings, "max_batch": MAX_BATCH, "batch_wait_ms": BATCH_WAIT_MS},
-                              items, singles=20)
+        through = _agent_hosts({**settings, "max_batch": MAX_BATCH, "batch_wait_ms": BATCH_WAIT_MS},
+                               items, singles=20, hosts=count)
         agent_raw = through.pop("raw")
-        reference = next((run for run in report["runs"] if run["batch"] == MAX_BATCH), report["runs"][-1])
-        through["vs_in_process"] = f"{through['pairs_per_s'] / reference['pairs_per_s']:.2f}x of batches of " \
-                                   f"{reference['batch']}"
-        # Same pairs, same weights, but other batch neighbours and padding: bf16 rounding differs.
+        through["vs_in_process"] = (f"{through['pairs_per_s'] / reference['pairs_per_s']:.2f}x of batches of "
+                                    f"{reference['batch']}")
+        # Same pairs, same weights, but other batch neighbours and padding: bf16 rounding may differ.
         through["max_abs_diff_vs_in_process"] = max(abs(a - b) for a, b in zip(agent_raw, raw, strict=True)
                                                     if a is not None and b is not None)
-        report["agent_host"] = through
-        print(json.dumps({"agent_host": through}), flush=True)
+        report["agent_hosts"].append(through)
+        print(json.dumps({"agent_hosts": through}), flush=True)
     shutil.rmtree(folder, ignore_errors=True)
     return report
 
@@ -280,13 +296,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--max-length", type=int, default=1024)
     parser.add_argument("--batches", default="1,8,32,64")
-    parser.add_argument("--no-agent", action="store_true",
-                        help="with --in-process: the scorer in this process only, not also through the agent's host")
+    parser.add_argument("--hosts", default="1",
+                        help="with --in-process: also score through this many agent hosts on one device, "
+                             "each count in turn (e.g. 1,2; 0 for none)")
     args = parser.parse_args(argv)
     if args.in_process:
         report = in_process(args.device, args.size, args.pairs or 512,
                             [int(b) for b in args.batches.split(",")], args.dtype, args.max_length,
-                            agent=not args.no_agent)
+                            [int(n) for n in args.hosts.split(",") if int(n) > 0])
         print(json.dumps(report, indent=2))
         return 0
     from bench.run import print_report

@@ -141,6 +141,9 @@ class RewardModelHost:
             max(0.0, float(settings.get("batch_wait_ms", 5.0))) / 1000)
         self._batch_timeout = float(settings.get("batch_timeout_seconds", 120.0))
         self._damaged = ""
+        # Time the scorer spent formatting and scoring batches, by its own clock: the rest of a
+        # job's time is the batch window, queueing behind other batches and the socket.
+        self.scoring_seconds = 0.0
 
     async def start(self) -> None:
         """Start the scorer and wait until it loaded the model or failed to (either is a state)."""
@@ -208,6 +211,7 @@ class RewardModelHost:
         if self._damaged:
             self._kill()
             raise SandboxDamaged(self._damaged)
+        self.scoring_seconds += float(reply.get("seconds", 0.0))
         return list(reply["scores"])
 
     async def run(self, job: dict[str, Any]) -> dict[str, Any]:
@@ -215,7 +219,8 @@ class RewardModelHost:
         if job.get("op") == "status":
             batcher = self._batcher
             return {"status": "ok", "reward_model": {**self.state, "batches": batcher.batches,
-                                                     "pairs": batcher.items, "largest_batch": batcher.largest}}
+                                                     "pairs": batcher.items, "largest_batch": batcher.largest,
+                                                     "scoring_seconds": round(self.scoring_seconds, 6)}}
         if self.error:
             return {"status": "internal", "message": f"reward model {self.name!r} failed to load: {self.error}"}
         timeout = float(job["limits"]["timeout"])
@@ -284,8 +289,10 @@ def main(argv: list[str] | None = None) -> None:
         if os.geteuid() == 0:
             _drop_privileges()
         pairs = [(str(prompt), str(completion)) for prompt, completion in request["pairs"]]
+        started = time.perf_counter()
         scores = model.score(pairs)
-        send_frame(channel, {"scores": [score.to_dict() for score in scores]})
+        send_frame(channel, {"scores": [score.to_dict() for score in scores],
+                             "seconds": time.perf_counter() - started})
 
 
 if __name__ == "__main__":
