@@ -225,9 +225,11 @@ def _agent_hosts(settings: dict[str, Any], items: list[tuple[str, str]], singles
 
 
 def in_process(device: str, size: str, pairs: int, batches: list[int], dtype: str, max_length: int,
-               hosts: list[int]) -> dict[str, Any]:
+               hosts: list[int], batch_tokens: list[int] | None = None) -> dict[str, Any]:
     """No Docker, no daemon: the scorer in this process at each batch size, then the same pairs
-    through each count in ``hosts`` of the agent's reward-model host, side by side, with the ratio."""
+    through each count in ``hosts`` of the agent's reward-model host, side by side, with the ratio.
+    Each of ``batch_tokens`` (the scorer's max_batch_tokens, 0 its default) gets its own in-process
+    runs, the comparison of forward-pass sizes; the hosts use the first."""
     from sandboxd.testmodels import make_reward_model
     from sandboxd.verifiers import rewardmodel
 
@@ -245,28 +247,35 @@ def in_process(device: str, size: str, pairs: int, batches: list[int], dtype: st
     report: dict[str, Any] = {"model": described, "made_seconds": round(made, 1), "pairs": pairs,
                               "mean_tokens": round(tokens, 1), "runs": []}
     raw: list[float | None] = []
-    for batch in batches:
-        model.score(items[:batch])  # warm-up at this size
-        latencies = []
-        t0 = time.perf_counter()
-        raw = []
-        for start in range(0, pairs, batch):
-            b0 = time.perf_counter()
-            scores = model.score(items[start:start + batch])
-            latencies.append(time.perf_counter() - b0)
-            assert all(s.status == "ok" for s in scores), [s.message for s in scores if s.status != "ok"][:1]
-            raw.extend(s.raw for s in scores)
-        elapsed = time.perf_counter() - t0
-        run = {"batch": batch, "pairs_per_s": round(pairs / elapsed, 1),
-               "batch_p50_ms": round(statistics.median(latencies) * 1000, 1),
-               "batch_max_ms": round(max(latencies) * 1000, 1)}
-        report["runs"].append(run)
-        print(json.dumps(run), flush=True)
+    budgets = batch_tokens or [0]
+    for budget in budgets:
+        model.settings.max_batch_tokens = budget
+        for batch in batches:
+            model.score(items[:batch])  # warm-up at this size
+            latencies = []
+            t0 = time.perf_counter()
+            scored: list[float | None] = []
+            for start in range(0, pairs, batch):
+                b0 = time.perf_counter()
+                scores = model.score(items[start:start + batch])
+                latencies.append(time.perf_counter() - b0)
+                assert all(s.status == "ok" for s in scores), [s.message for s in scores if s.status != "ok"][:1]
+                scored.extend(s.raw for s in scores)
+            elapsed = time.perf_counter() - t0
+            run = {"batch": batch, "max_batch_tokens": budget, "pairs_per_s": round(pairs / elapsed, 1),
+                   "batch_p50_ms": round(statistics.median(latencies) * 1000, 1),
+                   "batch_max_ms": round(max(latencies) * 1000, 1)}
+            report["runs"].append(run)
+            print(json.dumps(run), flush=True)
+            if budget == budgets[0]:
+                raw = scored
+    model.settings.max_batch_tokens = budgets[0]
+    settings["max_batch_tokens"] = budgets[0]
     if device == "cuda":
         import torch
 
         report["peak_gpu_memory_gib"] = round(torch.cuda.max_memory_allocated() / (1 << 30), 2)
-    reference = next((run for run in report["runs"] if run["batch"] == MAX_BATCH), report["runs"][-1])
+    reference = next((run for run in report["runs"] if run["batch"] == MAX_BATCH), report["runs"][0])
     report["agent_hosts"] = []
     for count in hosts:
         # The in-process model stays loaded: all fit on one GPU, and each host's scorer is a
@@ -296,6 +305,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--max-length", type=int, default=1024)
     parser.add_argument("--batches", default="1,8,32,64")
+    parser.add_argument("--batch-tokens", default="0",
+                        help="with --in-process: the scorer's max_batch_tokens, each in turn (0: its default)")
     parser.add_argument("--hosts", default="1",
                         help="with --in-process: also score through this many agent hosts on one device, "
                              "each count in turn (e.g. 1,2; 0 for none)")
@@ -303,7 +314,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.in_process:
         report = in_process(args.device, args.size, args.pairs or 512,
                             [int(b) for b in args.batches.split(",")], args.dtype, args.max_length,
-                            [int(n) for n in args.hosts.split(",") if int(n) > 0])
+                            [int(n) for n in args.hosts.split(",") if int(n) > 0],
+                            [int(n) for n in args.batch_tokens.split(",")])
         print(json.dumps(report, indent=2))
         return 0
     from bench.run import print_report

@@ -175,6 +175,9 @@ class ModelConfig:
     # Dynamic batching: a batch leaves with max_batch pairs, or batch_wait_ms after its first.
     max_batch: int = 32
     batch_wait_ms: float = 5.0
+    # Padded tokens per forward pass: a batch is sorted by length and cut into passes of at
+    # most this many (pairs x the longest); 0 = 1,024 on the CPU, 8,192 on a GPU.
+    max_batch_tokens: int = 0
     load_timeout_seconds: float = 600.0
     # Restore CPU sandboxes from a snapshot taken with the model loaded. Off by default:
     # measured here, a restore was slower than a cold start (see docs/reward-models.md).
@@ -198,6 +201,7 @@ class ModelConfig:
              f"{where}: cpus, memory_bytes and threads must be >= 0"),
             (self.max_batch >= 1, f"{where}.max_batch must be >= 1"),
             (self.batch_wait_ms >= 0, f"{where}.batch_wait_ms must be >= 0"),
+            (self.max_batch_tokens >= 0, f"{where}.max_batch_tokens must be >= 0"),
             (self.load_timeout_seconds > 0, f"{where}.load_timeout_seconds must be > 0"),
         ]
 

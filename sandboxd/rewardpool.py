@@ -226,6 +226,7 @@ class RewardModelPool(Pool):
             "threads": model.threads or max(1, math.ceil(self._cpus())),
             "memory_fraction": memory_fraction(model) if attachment.gpu else 0.0,
             "max_batch": model.max_batch, "batch_wait_ms": model.batch_wait_ms,
+            "max_batch_tokens": model.max_batch_tokens,
             "load_timeout_seconds": model.load_timeout_seconds,
         }
 

@@ -115,7 +115,8 @@ def test_cdi_device_names(tmp_path: Path) -> None:
 
 
 def test_cpu_sandbox_has_no_devices_and_mounts_the_model_read_only(tmp_path: Path) -> None:
-    model = config.ModelConfig(path=str(tmp_path), sandboxes=3, cpus=2.0, memory_bytes=4 << 30, max_batch=16)
+    model = config.ModelConfig(path=str(tmp_path), sandboxes=3, cpus=2.0, memory_bytes=4 << 30, max_batch=16,
+                               max_batch_tokens=2048)
     pool = make_pool(model, "cpu", tmp_path)
     created = docker_config(pool, "a")
     assert created["device_requests"] is None
@@ -125,6 +126,7 @@ def test_cpu_sandbox_has_no_devices_and_mounts_the_model_read_only(tmp_path: Pat
     assert created["environment"]["HF_HUB_OFFLINE"] == "1"
     settings = json.loads(created["command"][-1])
     assert (settings["device"], settings["threads"], settings["path"]) == ("cpu", 2, MODEL_MOUNT)
+    assert (settings["max_batch"], settings["max_batch_tokens"]) == (16, 2048)
     assert (pool.target, pool.capacity) == (3, 16 * rewardpool.BATCHES_IN_FLIGHT)
     assert pool.recycle_after_jobs == 0  # no job code runs there: never recycled for a job count
 

@@ -149,7 +149,8 @@ class RewardModelHost:
         """Start the scorer and wait until it loaded the model or failed to (either is a state)."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         scorer_settings = {key: self.settings[key] for key in
-                           ("name", "path", "device", "max_length", "dtype", "label", "threads", "memory_fraction")
+                           ("name", "path", "device", "max_length", "dtype", "label", "threads", "memory_fraction",
+                            "max_batch_tokens")
                            if key in self.settings}
         command = [sys.executable, "-m", "sandboxd.agent.rewardmodel", "--fd", str(theirs.fileno()),
                    "--settings", json.dumps(scorer_settings)]

@@ -22,6 +22,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 NORMALIZATIONS = ("none", "sigmoid", "affine")
+# max_batch_tokens when not set, by device (CPU, GPU). On 2 CPU cores, batches of 32 pairs of
+# 150-550 tokens went from 65 pairs/s in one pass to 98-108 in passes of 512-2,048 tokens.
+# On an H100 an 8B model was busy with 8 pairs of 360 tokens (2,900); a 1B model gained 13%
+# from 8 to 32 such pairs.
+DEFAULT_BATCH_TOKENS = {False: 1024, True: 8192}
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
@@ -40,6 +45,8 @@ class ScorerSettings:
     threads: int = 0
     # Fraction of the GPU's memory this process may take; 0 = no cap.
     memory_fraction: float = 0.0
+    # Padded tokens (pairs x the longest of them) per forward pass; 0 = the device's default.
+    max_batch_tokens: int = 0
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ScorerSettings:
@@ -141,8 +148,26 @@ class RewardModel:
                 results[index] = PairScore(status="rejected", message="pair encodes to no tokens")
                 continue
             encoded.append((index, ids))
-        self._forward(encoded, results)
+        for chunk in self.chunks(encoded):
+            self._forward(chunk, results)
         return results
+
+    def chunks(self, encoded: list[tuple[int, list[int]]]) -> list[list[tuple[int, list[int]]]]:
+        """The pairs sorted by length and cut into forward passes of at most ``max_batch_tokens``
+        padded tokens (a pair longer than that goes alone).
+
+        A pass pads every pair to its longest, so a batch of mixed lengths computes mostly
+        padding: sorted, each pass holds pairs of about one length. The cap also bounds a
+        pass's memory, whatever ``max_batch`` lets in.
+        """
+        budget = self.settings.max_batch_tokens or DEFAULT_BATCH_TOKENS[self.device.startswith("cuda")]
+        chunks: list[list[tuple[int, list[int]]]] = [[]]
+        for item in sorted(encoded, key=lambda item: len(item[1])):
+            # Sorted: this pair is the longest so far, so the pass would pad to its length.
+            if chunks[-1] and (len(chunks[-1]) + 1) * len(item[1]) > budget:
+                chunks.append([])
+            chunks[-1].append(item)
+        return [chunk for chunk in chunks if chunk]
 
     def _forward(self, encoded: list[tuple[int, list[int]]], results: list[PairScore]) -> None:
         """Score `encoded` in one padded batch; on failure split it in halves, down to single pairs."""

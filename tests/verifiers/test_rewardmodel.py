@@ -42,6 +42,20 @@ def test_batched_equals_one_at_a_time(chat_model: rewardmodel.RewardModel) -> No
         assert together.raw == pytest.approx(alone.raw, abs=1e-5)
 
 
+def test_passes_are_sorted_by_length_and_capped_in_padded_tokens(chat_model: rewardmodel.RewardModel,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(chat_model.settings, "max_batch_tokens", 30)
+    encoded = [(0, [5] * 10), (1, [5] * 3), (2, [5] * 40), (3, [5] * 4), (4, [5] * 9), (5, [5] * 5)]
+    # 3 pairs padded to 5 tokens, 2 to 10, and one longer than the cap alone.
+    assert [[index for index, _ in chunk] for chunk in chat_model.chunks(encoded)] == [[1, 3, 5], [4, 0], [2]]
+    cut = chat_model.score(PAIRS)
+    monkeypatch.setattr(chat_model.settings, "max_batch_tokens", 10**6)
+    whole = chat_model.score(PAIRS)
+    assert [score.raw for score in cut] == pytest.approx([score.raw for score in whole], abs=1e-5)
+    monkeypatch.setattr(chat_model.settings, "max_batch_tokens", 0)
+    assert len(chat_model.chunks([(n, [5] * 64) for n in range(32)])) == 2  # 1,024 on the CPU
+
+
 def test_chat_template_and_truncation(chat_model: rewardmodel.RewardModel) -> None:
     text = chat_model.tokenizer.decode(chat_model.encode("what is one", "two"))
     assert text == "<s> <|user|> what is one <|end|> <|assistant|> two <|end|>"
