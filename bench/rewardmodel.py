@@ -314,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.in_process:
         report = in_process(args.device, args.size, args.pairs or 512,
                             [int(b) for b in args.batches.split(",")], args.dtype, args.max_length,
-                            [int(n) for n in args.hosts.split(",") if int(n) > 0],
+                            [int(n) for n in args.hosts.split(",") if n.strip() and int(n) > 0],
                             [int(n) for n in args.batch_tokens.split(",")])
         print(json.dumps(report, indent=2))
         return 0

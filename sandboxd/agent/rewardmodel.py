@@ -81,10 +81,16 @@ class Batcher(Generic[Item, Outcome]):
         self._task = asyncio.ensure_future(self._loop())
 
     async def close(self) -> None:
+        """Stop; every item still waiting or in the batch being scored fails with SandboxDamaged."""
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+            self._task = None
+        while self._queue:
+            waiting = self._queue.popleft()
+            if not waiting.future.done():
+                waiting.future.set_exception(SandboxDamaged("the reward model was closed"))
 
     async def submit(self, item: Item) -> Outcome:
         waiting: _Waiting[Item, Outcome] = _Waiting(item, asyncio.get_running_loop().create_future())
@@ -115,10 +121,14 @@ class Batcher(Generic[Item, Outcome]):
                 outcomes = await self.score_batch([waiting.item for waiting in batch])
                 if len(outcomes) != len(batch):
                     raise RuntimeError(f"{len(outcomes)} outcomes for {len(batch)} items")
-            except Exception as exc:
+            except (Exception, asyncio.CancelledError) as exc:
+                failure = SandboxDamaged("the reward model was closed") if isinstance(
+                    exc, asyncio.CancelledError) else exc
                 for waiting in batch:
                     if not waiting.future.done():
-                        waiting.future.set_exception(exc)
+                        waiting.future.set_exception(failure)
+                if isinstance(exc, asyncio.CancelledError):
+                    raise
                 continue
             for waiting, outcome in zip(batch, outcomes, strict=True):
                 if not waiting.future.done():
@@ -181,12 +191,14 @@ class RewardModelHost:
         await self._batcher.close()
         if self._writer is not None:
             self._writer.close()
+            self._writer = None
         self._kill()
         if self._process is not None:
             await asyncio.to_thread(self._process.wait)
 
     def _kill(self) -> None:
-        if self._process is not None:
+        # returncode is set once this process has waited for the scorer: its pid may be another's.
+        if self._process is not None and self._process.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self._process.pid, signal.SIGKILL)
 

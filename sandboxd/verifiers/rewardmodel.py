@@ -173,7 +173,7 @@ class RewardModel:
         """Score `encoded` in one padded batch; on failure split it in halves, down to single pairs."""
         if not encoded:
             return
-        failure = ""
+        failure, memory, values = "", False, []
         try:
             values = self._logits([ids for _, ids in encoded])
         except Exception as exc:

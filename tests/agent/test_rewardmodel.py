@@ -1,4 +1,5 @@
-"""The reward-model agent's dynamic batching, with a stand-in scorer (pure logic, no model)."""
+"""The reward-model agent: its dynamic batching with a stand-in scorer (pure logic), then the host
+with the real scorer process and a tiny model (on the CPU; on a GPU too where there is one)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from sandboxd.agent.rewardmodel import FRAME_BUDGET_BYTES, Batcher, RewardModelHost, _frame_sized
+from sandboxd.agent.runner import SandboxDamaged
 
 
 class Recorder:
@@ -117,6 +119,18 @@ def test_big_batches_are_split_below_the_frame_limit() -> None:
     assert _frame_sized([("a", "b")] * 5) == [[("a", "b")] * 5]
 
 
+async def test_closing_fails_the_waiting_and_the_batch_being_scored() -> None:
+    scorer = Recorder(seconds=10.0)
+    batcher = Batcher(scorer, max_batch=2, wait_seconds=0.0)
+    batcher.start()
+    jobs = [asyncio.ensure_future(batcher.submit(n)) for n in range(5)]
+    while not scorer.batches:
+        await asyncio.sleep(0.01)
+    await batcher.close()
+    outcomes = await asyncio.wait_for(asyncio.gather(*jobs, return_exceptions=True), 5)
+    assert all(isinstance(outcome, SandboxDamaged) for outcome in outcomes), outcomes
+
+
 async def test_host_without_model_answers_every_job_with_a_status() -> None:
     host = RewardModelHost({"name": "m", "max_batch": 4})
     host.error = "OSError: no such file"
@@ -197,7 +211,8 @@ async def test_gpu_memory_fraction_splits_a_batch_and_reports_a_pair_that_never_
     huge = ("what", " ".join(WORDS * 1200))
     # The budget is three times what one of `pairs` needs (measured here, weights included):
     # a batch of 24 cannot fit in it, one pair always does, and the huge pair (8,192 tokens
-    # against 1,450; attention grows with the square) never does.
+    # against 1,450; attention grows with the square) never does. Passes are not capped in
+    # tokens, so the whole batch is one pass until the out-of-memory split cuts it.
     local = rewardmodel.load(rewardmodel.ScorerSettings(name="m", path=str(folder), device="cuda",
                                                         max_length=8192, dtype="float32"))
     torch.cuda.reset_peak_memory_stats()
@@ -206,7 +221,7 @@ async def test_gpu_memory_fraction_splits_a_batch_and_reports_a_pair_that_never_
     del local
     torch.cuda.empty_cache()
     host = RewardModelHost({"name": "m", "path": str(folder), "device": "cuda", "max_length": 8192,
-                            "dtype": "float32", "max_batch": 32, "batch_wait_ms": 200,
+                            "dtype": "float32", "max_batch": 32, "batch_wait_ms": 200, "max_batch_tokens": 10**9,
                             "memory_fraction": budget / torch.cuda.mem_get_info()[1]})
     await host.start()
     try:
