@@ -164,12 +164,15 @@ def run(*, quick: bool, pairs: int | None = None, threads: int = 2) -> Any:
     return result
 
 
-def _agent_hosts(settings: dict[str, Any], items: list[tuple[str, str]], singles: int, hosts: int) -> dict[str, Any]:
+def _agent_hosts(settings: dict[str, Any], items: list[tuple[str, str]], singles: int, hosts: int,
+                 local: Any) -> dict[str, Any]:
     """Score ``items`` through ``hosts`` of the agent's RewardModelHost: the scorer process, its
     socket and the dynamic batching a sandbox runs, outside a container; several hosts stand
     for several sandboxes on one GPU (``sandboxes_per_gpu``), each with its share of the GPU's
     memory. Every pair is one concurrent job, dealt round-robin as the daemon spreads them;
-    then ``singles`` pairs one at a time."""
+    then ``singles`` pairs one at a time, each also scored by ``local`` (the in-process model)
+    just before, so that both sides of the lone-pair comparison see the same pairs at the
+    same moment."""
     import asyncio
 
     from sandboxd.agent.rewardmodel import RewardModelHost
@@ -202,7 +205,11 @@ def _agent_hosts(settings: dict[str, Any], items: list[tuple[str, str]], singles
             elapsed = time.perf_counter() - t0
             after = await status()
             alone = []
+            local_alone = []
             for prompt, completion in items[:singles]:
+                b0 = time.perf_counter()
+                local.score([(prompt, completion)])
+                local_alone.append(time.perf_counter() - b0)
                 scored = started_hosts[0].scoring_seconds
                 seconds, _ = await job(0, prompt, completion)
                 alone.append((seconds, started_hosts[0].scoring_seconds - scored))
@@ -218,6 +225,7 @@ def _agent_hosts(settings: dict[str, Any], items: list[tuple[str, str]], singles
                 "job_p99_ms": round(latencies[int(0.99 * (len(latencies) - 1))] * 1000, 1),
                 "one_pair_p50_ms": round(statistics.median(total for total, _ in alone) * 1000, 1),
                 "one_pair_scorer_p50_ms": round(statistics.median(scorer for _, scorer in alone) * 1000, 1),
+                "one_pair_in_process_p50_ms": round(statistics.median(local_alone) * 1000, 1),
                 "mean_batch": round((after[0] - before[0]) / (after[1] - before[1]), 1),
                 "raw": [a["reward_model"]["raw_score"] for _, a in answers]}
 
@@ -281,7 +289,7 @@ def in_process(device: str, size: str, pairs: int, batches: list[int], dtype: st
         # The in-process model stays loaded: all fit on one GPU, and each host's scorer is a
         # process of its own, as in a sandbox.
         through = _agent_hosts({**settings, "max_batch": MAX_BATCH, "batch_wait_ms": BATCH_WAIT_MS},
-                               items, singles=20, hosts=count)
+                               items, singles=20, hosts=count, local=model)
         agent_raw = through.pop("raw")
         through["vs_in_process"] = (f"{through['pairs_per_s'] / reference['pairs_per_s']:.2f}x of batches of "
                                     f"{reference['batch']}")
