@@ -570,10 +570,7 @@ class Runner:
                 exit_message = await asyncio.wait_for(asyncio.shield(exited), remaining)
         except TimeoutError:
             kill("wall_time")
-            try:
-                exit_message = await asyncio.wait_for(exited, KILL_GRACE_SECONDS)
-            except TimeoutError:
-                raise SandboxDamaged(f"worker {pid} did not exit after SIGKILL") from None
+            exit_message = await self._await_exit(exited)
         finally:
             self.zygote.forget(pid)
             if status_reader is not None:
@@ -636,9 +633,10 @@ class Runner:
         kill_uid(uid, self._reap)
 
     @staticmethod
-    async def _await_exit(exited: asyncio.Future[dict[str, Any]]) -> None:
+    async def _await_exit(exited: asyncio.Future[dict[str, Any]]) -> dict[str, Any]:
+        """The exit report of a worker that was sent SIGKILL (it, or its whole uid)."""
         try:
-            await asyncio.wait_for(asyncio.shield(exited), KILL_GRACE_SECONDS)
+            return await asyncio.wait_for(asyncio.shield(exited), KILL_GRACE_SECONDS)
         except TimeoutError:
             raise SandboxDamaged("a worker did not exit after SIGKILL") from None
 

@@ -69,9 +69,8 @@ def spawn(warm_modules: list[str]) -> tuple[socket.socket, int]:
 
 def main(control: socket.socket, warm_modules: list[str]) -> NoReturn:
     try:
-        # Nothing the agent had open may reach a worker (forked inside the
-        # controller's event loop, the zygote held its epoll fd and
-        # self-pipe, into which a job could write a signal number).
+        # Nothing the agent's entry point had open may reach a worker: only
+        # the zygote's channel stays (a worker gets stdio and its own channel).
         for name in os.listdir("/proc/self/fd"):
             fd = int(name)
             if fd > 2 and fd != control.fileno():

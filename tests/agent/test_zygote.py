@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -68,12 +69,17 @@ def test_a_forked_worker_announces_itself_and_its_exit_is_reported() -> None:
         process.wait()
 
 
-async def _ready_zygote(ours: socket.socket, peer: socket.socket) -> Zygote:
-    """The controller's handle, the test playing the zygote at `peer`."""
+@pytest.fixture
+async def played() -> AsyncIterator[tuple[Zygote, socket.socket]]:
+    """The controller's handle on a zygote that the test plays at the returned socket."""
+    ours, peer = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     zygote = Zygote(ours, pid=0)
     peer.send(zygote_module.READY)
     await asyncio.wait_for(zygote.ready, 5)
-    return zygote
+    yield zygote, peer
+    asyncio.get_running_loop().remove_reader(ours)
+    ours.close()
+    peer.close()
 
 
 async def _fork_requested(zygote: Zygote, peer: socket.socket) -> tuple[asyncio.Future[Any], int]:
@@ -93,44 +99,32 @@ def _announce(peer: socket.socket, tag: int, pid: int) -> socket.socket:
     return worker_end
 
 
-def test_a_worker_that_dies_before_announcing_itself_fails_its_fork() -> None:
-    ours, peer = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+async def test_a_worker_that_dies_before_announcing_itself_fails_its_fork(
+        played: tuple[Zygote, socket.socket]) -> None:
+    zygote, peer = played
+    fork, tag = await _fork_requested(zygote, peer)
+    # The OOM killer took the new worker before it sent its channel.
+    peer.send(zygote_module.EXITED.pack(zygote_module.OP_EXITED, tag, 4242, signal.SIGKILL, 0.0, 0))
+    with pytest.raises(SandboxDamaged, match="before it started"):
+        await asyncio.wait_for(fork, 5)
+    # Another fork is answered as usual.
+    fork, tag = await _fork_requested(zygote, peer)
+    channel = _announce(peer, tag, 4343)
+    pid, received, _exited = await asyncio.wait_for(fork, 5)
+    assert pid == 4343
+    channel.sendall(b"x")
+    assert received.recv(1) == b"x"
+    received.close()
+    channel.close()
 
-    async def scenario() -> None:
-        zygote = await _ready_zygote(ours, peer)
-        fork, tag = await _fork_requested(zygote, peer)
-        # The OOM killer took the new worker before it sent its channel.
-        peer.send(zygote_module.EXITED.pack(zygote_module.OP_EXITED, tag, 4242, signal.SIGKILL, 0.0, 0))
-        with pytest.raises(SandboxDamaged, match="before it started"):
-            await asyncio.wait_for(fork, 5)
-        # Another fork is answered as usual.
-        fork, tag = await _fork_requested(zygote, peer)
-        channel = _announce(peer, tag, 4343)
-        pid, received, _exited = await asyncio.wait_for(fork, 5)
-        assert pid == 4343
-        channel.sendall(b"x")
-        assert received.recv(1) == b"x"
-        received.close()
-        channel.close()
 
-    asyncio.run(scenario())
-    ours.close()
+async def test_the_zygote_hanging_up_fails_waiting_forks(played: tuple[Zygote, socket.socket]) -> None:
+    zygote, peer = played
+    fork, _tag = await _fork_requested(zygote, peer)
     peer.close()
-
-
-def test_the_zygote_hanging_up_fails_waiting_forks() -> None:
-    ours, peer = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-
-    async def scenario() -> None:
-        zygote = await _ready_zygote(ours, peer)
-        fork, _tag = await _fork_requested(zygote, peer)
-        peer.close()
-        with pytest.raises(SandboxDamaged, match="zygote exited"):
-            await asyncio.wait_for(fork, 5)
-        assert not zygote.alive
-
-    asyncio.run(scenario())
-    ours.close()
+    with pytest.raises(SandboxDamaged, match="zygote exited"):
+        await asyncio.wait_for(fork, 5)
+    assert not zygote.alive
 
 
 def test_an_exit_is_reported_with_its_forks_tag() -> None:
@@ -195,32 +189,26 @@ def _state_of(pid: int) -> str:
         return stat_file.read().rsplit(b")", 1)[1].split()[0].decode()
 
 
-def test_a_worker_announced_after_its_fork_was_given_up_is_ended_and_forgotten() -> None:
-    ours, peer = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-
-    async def scenario() -> None:
-        zygote = await _ready_zygote(ours, peer)
-        fork, tag = await _fork_requested(zygote, peer)
-        fork.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await fork
-        channel = _announce(peer, tag, 5555)
-        peer.send(zygote_module.EXITED.pack(zygote_module.OP_EXITED, tag, 5555, 0, 0.0, 0))
-        await asyncio.sleep(0.05)
-        channel.settimeout(5)
-        assert channel.recv(1) == b""  # its channel was closed: the worker would end
-        channel.close()
-        # Nothing is kept for that pid: a later worker given the same pid starts clean.
-        fork, tag = await _fork_requested(zygote, peer)
-        channel = _announce(peer, tag, 5555)
-        pid, received, exited = await asyncio.wait_for(fork, 5)
-        assert pid == 5555 and not exited.done()
-        peer.send(zygote_module.EXITED.pack(zygote_module.OP_EXITED, tag, 5555, 9, 0.25, 4096))
-        report = await asyncio.wait_for(exited, 5)
-        assert (report["status"], report["cpu_seconds"], report["max_rss_bytes"]) == (9, 0.25, 4096)
-        received.close()
-        channel.close()
-
-    asyncio.run(scenario())
-    ours.close()
-    peer.close()
+async def test_a_worker_announced_after_its_fork_was_given_up_is_ended_and_forgotten(
+        played: tuple[Zygote, socket.socket]) -> None:
+    zygote, peer = played
+    fork, tag = await _fork_requested(zygote, peer)
+    fork.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await fork
+    channel = _announce(peer, tag, 5555)
+    peer.send(zygote_module.EXITED.pack(zygote_module.OP_EXITED, tag, 5555, 0, 0.0, 0))
+    await asyncio.sleep(0.05)
+    channel.settimeout(5)
+    assert channel.recv(1) == b""  # its channel was closed: the worker would end
+    channel.close()
+    # Nothing is kept for that pid: a later worker given the same pid starts clean.
+    fork, tag = await _fork_requested(zygote, peer)
+    channel = _announce(peer, tag, 5555)
+    pid, received, exited = await asyncio.wait_for(fork, 5)
+    assert pid == 5555 and not exited.done()
+    peer.send(zygote_module.EXITED.pack(zygote_module.OP_EXITED, tag, 5555, 9, 0.25, 4096))
+    report = await asyncio.wait_for(exited, 5)
+    assert (report["status"], report["cpu_seconds"], report["max_rss_bytes"]) == (9, 0.25, 4096)
+    received.close()
+    channel.close()
