@@ -43,6 +43,7 @@ from sandboxd.agent.runner import (
     classify,
     kill_uid,
     remove_files_of,
+    remove_ipc_objects_of,
     sigkill_uid,
 )
 
@@ -145,7 +146,7 @@ class Controller:
         self.uids.give_back(uid)
 
     def remove_shared_files(self, uid: int) -> None:
-        """Delete what `uid` left where other uids can look (/dev/shm and the like).
+        """Delete what `uid` left where other uids can look: /dev/shm and the like, System V IPC objects.
 
         Done before a job's reply, once its runs are over (Runner.run): a
         later job must not find a file an earlier one left there, such as
@@ -153,6 +154,7 @@ class Controller:
         """
         for folder in self.shared_writable:
             remove_files_of(uid, folder)
+        remove_ipc_objects_of(uid)
 
     def release_after_reply(self, uid: int, runs: list[RunOutcome], *, shared_files_removed: bool) -> None:
         """`release(uid)` once `runs` have exited, off the job's path.

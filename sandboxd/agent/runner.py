@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import itertools
 import json
 import os
@@ -448,6 +449,85 @@ def remove_files_of(uid: int, folder: str) -> None:
                 os.unlink(entry.path)
         except FileNotFoundError:
             continue
+
+
+# System V IPC: the tables of the sandbox's IPC namespace, and the libc call
+# that removes an object of each (IPC_RMID is 0 for all three).
+SYSV_IPC_TABLES = ("shm", "msg", "sem")
+IPC_RMID = 0
+SHM_DEST = 0o1000  # a segment removed, kept until its last process detaches
+# Looked up here, in the controller: a child forked to remove objects only calls.
+_libc = ctypes.CDLL(None, use_errno=True)
+_REMOVE_IPC = {
+    "shm": lambda ident: _libc.shmctl(ident, IPC_RMID, None),
+    "msg": lambda ident: _libc.msgctl(ident, IPC_RMID, None),
+    "sem": lambda ident: _libc.semctl(ident, 0, IPC_RMID),
+}
+
+
+def _read_proc(path: str) -> bytes:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:  # a kernel built without System V IPC
+        return b""
+    try:
+        chunks = []
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def ipc_objects_of(uid: int) -> list[tuple[str, int]]:
+    """The System V IPC objects `uid` created or owns, as (table, id); removed segments left out."""
+    found: list[tuple[str, int]] = []
+    for table in SYSV_IPC_TABLES:
+        header, _, rows = _read_proc(f"/proc/sysvipc/{table}").partition(b"\n")
+        if not rows:
+            continue  # the usual case: the header alone
+        columns = header.split()
+        perms, owner, creator = columns.index(b"perms"), columns.index(b"uid"), columns.index(b"cuid")
+        for row in rows.splitlines():
+            fields = row.split()
+            if uid not in (int(fields[owner]), int(fields[creator])):
+                continue
+            if table == "shm" and int(fields[perms], 8) & SHM_DEST:
+                continue
+            found.append((table, int(fields[1])))
+    return found
+
+
+def remove_ipc_objects_of(uid: int) -> None:
+    """Remove the System V IPC objects (message queues, shared memory, semaphores) of `uid`.
+
+    They outlive the processes that made them: left alone, a later job of
+    the sandbox could read what an earlier one put there (msgget with the
+    same key), and a job could keep memory after its end. Only an object's
+    creator or owner may remove it (or CAP_SYS_ADMIN, which a sandbox does
+    not have), so a child of the controller becomes `uid` to do it, as
+    _kill_all_as does to signal. The table is read on every call (about
+    20 us here); the fork happens only when the uid has objects.
+    """
+    objects = ipc_objects_of(uid)
+    if not objects:
+        return
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setgroups([])
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+            for table, ident in objects:
+                _REMOVE_IPC[table](ident)
+        finally:
+            os._exit(0)
+    with contextlib.suppress(ChildProcessError):  # the SIGCHLD handler may reap it first
+        os.waitpid(pid, 0)
+    # An object its uid cannot remove would be there for the next job.
+    left = ipc_objects_of(uid)
+    if left:
+        raise SandboxDamaged(f"System V IPC objects of uid {uid} survive removal: {left}")
 
 
 class Runner:

@@ -6,6 +6,7 @@ import contextlib
 import ctypes
 import os
 import resource
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -175,3 +176,92 @@ def test_kill_uid_waits_for_a_dying_process_without_escalating(monkeypatch: pyte
     kill_uid(QUIET_UID, lambda: _reap(pid))
     assert _processes_of(QUIET_UID) == []
     assert escalations == []
+
+
+IPC_UID = 29_997
+IPC_CREAT = 0o1000
+IPC_SET = 1
+IPC_STAT = 2
+
+
+def _forked_as(uid: int, action: Callable[[], None], *, linger: bool = False) -> int:
+    """Run `action` in a child under `uid`; returns the child's pid (waited for, unless `linger`)."""
+    ready_r, ready_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        status = 1
+        try:
+            os.setgroups([])
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+            action()
+            os.write(ready_w, b"1")
+            if linger:
+                time.sleep(60)
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(ready_w)
+    assert os.read(ready_r, 1) == b"1", "the child's action failed"
+    os.close(ready_r)
+    if not linger:
+        assert os.waitpid(pid, 0)[1] == 0
+    return pid
+
+
+def _ipc_ids() -> dict[str, set[int]]:
+    ids: dict[str, set[int]] = {}
+    for table in runner.SYSV_IPC_TABLES:
+        with open(f"/proc/sysvipc/{table}") as rows:
+            ids[table] = {int(row.split()[1]) for row in rows.read().splitlines()[1:]}
+    return ids
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching to another uid needs root")
+@pytest.mark.skipif(not os.path.exists("/proc/sysvipc/msg"), reason="a kernel without System V IPC")
+def test_remove_ipc_objects_of_removes_what_a_uid_made_or_owns() -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def make() -> None:
+        assert libc.msgget(0, IPC_CREAT | 0o600) >= 0
+        assert libc.semget(0, 2, IPC_CREAT | 0o600) >= 0
+        # Handed to another owner: its creator may still remove it.
+        segment = libc.shmget(0, 4096, IPC_CREAT | 0o600)
+        shmid_ds = ctypes.create_string_buffer(512)
+        assert libc.shmctl(segment, IPC_STAT, shmid_ds) == 0
+        ctypes.memmove(ctypes.addressof(shmid_ds) + 4, ctypes.byref(ctypes.c_uint(QUIET_UID)), 4)  # ipc_perm.uid
+        assert libc.shmctl(segment, IPC_SET, shmid_ds) == 0
+
+    before = _ipc_ids()
+    _forked_as(IPC_UID, make)
+    made = runner.ipc_objects_of(IPC_UID)
+    assert sorted(table for table, _ in made) == ["msg", "sem", "shm"]
+    assert all(ident not in before[table] for table, ident in made)
+    runner.remove_ipc_objects_of(IPC_UID)
+    assert runner.ipc_objects_of(IPC_UID) == []
+    after = _ipc_ids()
+    assert all(ident not in after[table] for table, ident in made)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching to another uid needs root")
+@pytest.mark.skipif(not os.path.exists("/proc/sysvipc/shm"), reason="a kernel without System V IPC")
+def test_a_removed_segment_still_attached_counts_as_gone() -> None:
+    # A job's processes may still be in their exit, attached, when its uid's
+    # objects are removed: the segment is destroyed at their last detach.
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.shmat.restype = ctypes.c_void_p
+
+    def attach() -> None:
+        segment = libc.shmget(0, 4096, IPC_CREAT | 0o600)
+        assert libc.shmat(segment, None, 0) not in (None, ctypes.c_void_p(-1).value)
+
+    holder = _forked_as(IPC_UID, attach, linger=True)
+    try:
+        (segment,) = [ident for table, ident in runner.ipc_objects_of(IPC_UID) if table == "shm"]
+        runner.remove_ipc_objects_of(IPC_UID)
+        assert runner.ipc_objects_of(IPC_UID) == []
+        assert segment in _ipc_ids()["shm"]  # still there while attached
+    finally:
+        os.kill(holder, signal.SIGKILL)
+        os.waitpid(holder, 0)
+    assert segment not in _ipc_ids()["shm"]

@@ -1109,6 +1109,66 @@ def test_no_shared_place_to_leave_files_for_later_jobs(channel: grpc.Channel) ->
         assert_failed(result, pb.STATUS_WRONG_ANSWER)
 
 
+# System V IPC objects live in the sandbox's IPC namespace, not in a folder,
+# and outlive the processes that made them. Keys and sizes are the attack's own.
+SYSV_IPC_PRELUDE = textwrap.dedent("""
+    import ctypes, sys
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.shmat.restype = ctypes.c_void_p
+    IPC_CREAT, IPC_SET = 0o1000, 1
+    QUEUE_KEY, SEGMENT_KEY, SEMAPHORES_KEY = 0x5BD1, 0x5BD2, 0x5BD3
+    SEGMENT_BYTES = 16 << 20
+
+    class Message(ctypes.Structure):
+        _fields_ = [("mtype", ctypes.c_long), ("text", ctypes.c_char * 64)]
+""")
+LEAVE_IPC = SYSV_IPC_PRELUDE + textwrap.dedent("""
+    token = sys.stdin.read().strip().encode()
+    queue = libc.msgget(QUEUE_KEY, IPC_CREAT | 0o666)
+    libc.msgsnd(queue, ctypes.byref(Message(1, token)), 64, 0)
+    segment = libc.shmget(SEGMENT_KEY, SEGMENT_BYTES, IPC_CREAT | 0o666)
+    address = libc.shmat(segment, None, 0)
+    ctypes.memset(address, ord("x"), SEGMENT_BYTES)  # memory that outlives the job
+    ctypes.memmove(address, token, len(token))
+    libc.semget(SEMAPHORES_KEY, 4, IPC_CREAT | 0o666)
+    # One more segment, handed to root: its creator can still remove it.
+    private = libc.shmget(0, 4096, IPC_CREAT | 0o600)
+    shmid_ds = ctypes.create_string_buffer(512)
+    libc.shmctl(private, 2, shmid_ds)  # IPC_STAT; then the owner uid (after the 4-byte key) becomes 0
+    ctypes.memmove(ctypes.addressof(shmid_ds) + 4, ctypes.byref(ctypes.c_uint(0)), 4)
+    libc.shmctl(private, IPC_SET, shmid_ds)
+    print("queue", queue, "segment", segment, file=sys.stderr)
+""")
+PICK_UP_IPC = SYSV_IPC_PRELUDE + textwrap.dedent("""
+    found = b""
+    queue = libc.msgget(QUEUE_KEY, 0)
+    message = Message()
+    if queue >= 0 and libc.msgrcv(queue, ctypes.byref(message), 64, 0, 0o4000) > 0:  # IPC_NOWAIT
+        found = message.text
+    segment = libc.shmget(SEGMENT_KEY, 0, 0)
+    if not found and segment >= 0:
+        found = ctypes.string_at(libc.shmat(segment, None, 0o10000), 64).split(b"x")[0]  # SHM_RDONLY
+    left = [len(open(f"/proc/sysvipc/{table}").read().splitlines()) - 1 for table in ("shm", "msg", "sem")]
+    print(found.decode(errors="replace") or "nothing")
+    print("left:", left, file=sys.stderr)
+""")
+
+
+def test_no_system_v_ipc_objects_left_for_later_jobs(channel: grpc.Channel) -> None:
+    """A message queue, shared memory segment or semaphore set does not outlive its job.
+
+    A later program that reads the token an earlier job left in one fails;
+    one that only counts what is left finds nothing, memory included.
+    """
+    token = "zq9_" + secrets.token_hex(16)
+    leave = [stdio_job(LEAVE_IPC, [(token, "")], index=i) for i in range(8)]
+    print("\n" + "\n".join(describe(result) for result in run_batch(channel, leave).values()))
+    pick_up = [stdio_job(PICK_UP_IPC, [("", token)], index=i) for i in range(8)]
+    for result in run_batch(channel, pick_up).values():
+        assert_failed(result, pb.STATUS_WRONG_ANSWER)
+        assert "left: [0, 0, 0]" in result.tests[0].stderr, describe(result)
+
+
 # ---- reading the expected output from disk or memory ---------------------------
 
 
