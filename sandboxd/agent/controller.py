@@ -58,6 +58,11 @@ SHARED_WRITABLE = ("/dev/shm", "/dev/mqueue", "/var/tmp", "/run/lock")
 TEXT_PREVIEW_BYTES = 4096
 DEFAULT_RLIMITS = {"fsize": 64 << 20, "nproc": 256, "nofile": 512, "core": 0}
 FILE_COLLECT_BYTES = 16 << 20
+# pyharness verdicts that are about the dataset's tests, not the candidate.
+DATASET_ERRORS = {
+    "setup_error": "the dataset's setup code failed",
+    "no_calls": "the dataset's tests check nothing",
+}
 # pyharness test statuses -> ours. A candidate that exits or breaks the
 # protocol mid-test ("died": sys.exit(0), os._exit) failed that test.
 HARNESS_STATUSES = {
@@ -422,8 +427,10 @@ class Controller:
         candidate_status, candidate_limit, candidate_message = classify(candidate_outcome, candidate)
         if killed_by_us:
             candidate_status, candidate_limit, candidate_message = "ok", "", ""
-        if verdict.get("status") == "setup_error":
-            return {"status": "internal", "message": f"the dataset's setup code failed: {verdict.get('message')}",
+        if verdict.get("status") in DATASET_ERRORS:
+            # Not the model's fault, and no reason to score it as passed.
+            return {"status": "internal",
+                    "message": f"{DATASET_ERRORS[verdict['status']]}: {verdict.get('message')}",
                     "code": {"tests_total": plan["total"]}}
         tests = []
         for entry in verdict.get("tests", []):

@@ -27,6 +27,8 @@ Input (gold vs answer)           Math-Verify                 Here
                                  absolute tolerance)         ``float_tolerance`` (1e-6)
 ``1234567.891`` vs               different (absolute         equal (relative 4e-10)
 ``1234567.8915``                 ``round(6)``)
+``1000000`` vs ``1000001.0``     different                   different: against an integer the
+                                                             tolerance is absolute
 ``4`` vs ``4\\sqrt(2)``           equal (#41: ``\\sqrt(2)``    ``\\sqrt(...)`` rewritten to
                                  normalised to ``4\\\\sqrt``)  ``\\sqrt{...}``; different
 ``3*x-1*y+13=0`` vs              equal (#60: plain text      whole extracted answer parsed as
@@ -775,6 +777,15 @@ def _close(x: Any, y: Any, numeric_precision: int) -> bool:
     diff = abs(xv - yv)
     if diff == 0:
         return True
+    if x.is_Integer or y.is_Integer:
+        # Against an integer (a count, whichever side it is on) a decimal gets
+        # the tolerance as an absolute one, as Math-Verify's round(6): a
+        # relative one took 1000001.0 for 1000000 and 1.844674e19 for a
+        # 20-digit count.
+        try:
+            return bool(diff <= _float_tolerance.get() * (1 + 1e-9))
+        except TypeError:  # complex
+            return False
     scale = max(abs(xv), abs(yv))
     # Floats get the caller's tolerance; exact irrationals only need to agree to the precision.
     tol = _float_tolerance.get() if inexact else 10.0 ** (-numeric_precision)
@@ -958,7 +969,8 @@ def verify(
         extraction: ``"auto"`` (boxed, then ``<answer>`` tag, then answer phrase, then last
             math expression), or one of ``"boxed"``, ``"answer_tag"``, ``"phrase"``,
             ``"last_expression"`` to use only that rule.
-        float_tolerance: relative tolerance used whenever either side is a decimal float.
+        float_tolerance: tolerance used whenever either side is a decimal float: relative,
+            but absolute against an integer (``1000001.0`` is not ``1000000``).
 
     Returns:
         A JSON-able dict with keys ``status`` (``"ok"``, ``"wrong_answer"`` or ``"no_answer"``),

@@ -111,6 +111,9 @@ class FrameTooLarge(ProtocolError):
     """A frame longer than the size cap."""
 
 
+_ENDS_ITERATION = (StopIteration, StopAsyncIteration)
+
+
 class CandidateError(Exception):
     """An exception raised by the candidate that has no builtin equivalent.
 
@@ -520,6 +523,8 @@ class _Remote:
         self.broken: CandidateDied | CandidateTimeout | None = None
         # Exceptions the proxies raised, to tell the candidate's errors from the tests'.
         self.raised: list[BaseException] = []
+        # Requests sent: tests that never call the candidate check nothing.
+        self.calls = 0
 
     def _deadline(self) -> float | None:
         return None if self.call_timeout is None else time.monotonic() + self.call_timeout
@@ -566,6 +571,7 @@ class _Remote:
             raise TypeError(f"only plain data can be passed to the candidate: {exc}") from None
         if handle is not None:
             message["handle"] = handle
+        self.calls += 1
         try:
             self.channel.settimeout(self.call_timeout)
             send_frame(self.channel, message, self.max_frame_bytes)
@@ -599,7 +605,10 @@ class _Remote:
         """The exception to raise in test code for an error the candidate answered."""
         cls = getattr(builtins, type_name, None) if type_name.isidentifier() else None
         exc: BaseException | None = None
-        if isinstance(cls, type) and issubclass(cls, Exception):
+        # Not StopIteration: raised by a proxy inside the tests' own map(),
+        # zip() or next() loop, it would end that loop as if the data had run
+        # out, and `assert all(map(check, cases))` would pass unchecked.
+        if isinstance(cls, type) and issubclass(cls, Exception) and not issubclass(cls, _ENDS_ITERATION):
             try:
                 exc = cls(message)
             except Exception:
@@ -736,6 +745,22 @@ def _run_unittest_cases(namespace: dict[str, Any]) -> None:
         raise AssertionError(f"{len(failures)} of {result.testsRun} unittest tests failed; first: {first}")
 
 
+def _run_test_functions(namespace: dict[str, Any]) -> None:
+    """Call the pytest-style ``test*`` functions the test code defined and nothing called.
+
+    Only those that take no arguments: pytest fixtures are not provided.
+    """
+    for name, value in list(namespace.items()):
+        if (
+            name.startswith("test")
+            and isinstance(value, types.FunctionType)
+            and value.__code__.co_filename == _TEST_FILENAME
+            and value.__code__.co_argcount == len(value.__defaults__ or ())
+            and not value.__code__.co_kwonlyargcount
+        ):
+            value()
+
+
 def _run_assert(
     remote: _Remote, names: Sequence[str], assert_code: str, entry_point: str, setup_code: str
 ) -> dict[str, object]:
@@ -762,6 +787,8 @@ def _run_assert(
         if entry_point and callable(check) and not isinstance(check, _RemoteFunction):
             check(proxies[entry_point])
         _run_unittest_cases(namespace)
+        if remote.calls == 0:
+            _run_test_functions(namespace)
     except (CandidateDied, CandidateTimeout) as exc:
         return _test(0, _broken_status(exc), str(exc))
     except BaseException as exc:
@@ -778,6 +805,9 @@ def _run_assert(
     if remote.broken is not None:
         # The test code swallowed the failure (a bare except); it still fails.
         return _test(0, _broken_status(remote.broken), str(remote.broken))
+    if remote.calls == 0:
+        # Any program that loads would pass tests that check nothing.
+        return _test(0, "no_calls", "the tests never called the candidate's code, so nothing was checked")
     return _test(0, "ok")
 
 
@@ -813,7 +843,10 @@ def run_tests(
     builtin nor was defined by the setup code, and one for ``entry_point``
     always, in a fresh namespace; executes ``assert_code``; calls
     ``check(<entry_point proxy>)`` if it defined ``check``; runs the
-    ``unittest.TestCase`` classes it defined. Any exception fails the test.
+    ``unittest.TestCase`` classes it defined; if none of that called the
+    candidate, calls the pytest-style ``test*`` functions it defined (those
+    without parameters). Any exception fails the test, and so does never
+    calling the candidate (status ``no_calls``: nothing was checked).
     Calling a proxy of a class makes an instance in the candidate's process
     and returns a stand-in whose methods are called remotely (data
     attributes cannot be read); only plain data can be passed as arguments.
@@ -830,7 +863,8 @@ def run_tests(
     (the candidate raised, or the test code did), ``timeout``, ``died`` (the
     candidate exited or broke the protocol), ``load_error`` (the program
     raised while loading, ``SystemExit`` and ``SyntaxError`` included),
-    ``setup_error`` (the trusted setup code failed: not the model's fault).
+    ``setup_error`` (the trusted setup code failed: not the model's fault),
+    ``no_calls`` (the tests never called the candidate: not the model's fault either).
     ``status`` is the first failing test's, else ``ok``; ``tests`` lists the
     tests run, which is fewer than ``total`` after ``stop_on_first_failure``.
     """

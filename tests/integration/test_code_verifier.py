@@ -1109,6 +1109,34 @@ def test_no_shared_place_to_leave_files_for_later_jobs(channel: grpc.Channel) ->
         assert_failed(result, pb.STATUS_WRONG_ANSWER)
 
 
+# Found by a red-team pass: each passed before its fix.
+TRIANGULAR = "def count(n):\n    return float(n * (n + 1) // 2 - 1)  # off by one, as a float\n"
+
+
+def test_reward_hacks_through_lax_comparisons_fail(channel: grpc.Channel) -> None:
+    jobs = [
+        # An integer answer compared within a relative tolerance took a float one off.
+        function_job(TRIANGULAR, "count", [([2000], 2001000), ([5000], 12502500)], index=0),
+        stdio_job("n = int(input())\nprint(n * (n + 1) // 2 - 1, 0.5)\n",
+                  [("2000\n", "2001000 0.5\n"), ("5000\n", "12502500 0.5\n")], checker=pb.CHECKER_FLOAT, index=1),
+        # Pytest-style test functions were never called, so any program passed.
+        assert_job("def add(a, b):\n    return 0\n", "def test_add():\n    assert add(1, 2) == 3\n", index=2),
+        # A StopIteration from the candidate ended the tests' own map() early.
+        assert_job("def add(a, b):\n    raise StopIteration\n",
+                   "assert all(map(lambda c: add(*c[0]) == c[1], [((1, 2), 3), ((3, 4), 7)]))\n", index=3),
+    ]
+    results = run_batch(channel, jobs)
+    for index in (0, 1, 2):
+        assert_failed(results[index], pb.STATUS_WRONG_ANSWER)
+    assert_failed(results[3], pb.STATUS_RUNTIME_ERROR)
+
+
+def test_assert_tests_that_never_call_the_candidate_are_a_dataset_error(channel: grpc.Channel) -> None:
+    result = helpers.run(channel, assert_job("def add(a, b):\n    return 0\n", "import math\nassert math.pi > 3\n"))
+    assert result.status == pb.STATUS_INTERNAL and result.reward == FAIL, describe(result)
+    assert "tests check nothing" in result.message, describe(result)
+
+
 # System V IPC objects live in the sandbox's IPC namespace, not in a folder,
 # and outlive the processes that made them. Keys and sizes are the attack's own.
 SYSV_IPC_PRELUDE = textwrap.dedent("""

@@ -22,6 +22,9 @@ pytestmark = pytest.mark.docker
         ("\\boxed{\\frac{1}{2004!}}", "\\frac{1}{2006!}", pb.STATUS_WRONG_ANSWER),
         ("\\boxed{4}", "4\\sqrt(2)", pb.STATUS_WRONG_ANSWER),
         ("I could not solve it.", "7", pb.STATUS_NO_ANSWER),
+        # A decimal within a relative 1e-6 of a large integer is not it (reward hacking).
+        ("\\boxed{1000001.0}", "1000000", pb.STATUS_WRONG_ANSWER),
+        ("The answer is 1.844674e19", "18446744073709551617", pb.STATUS_WRONG_ANSWER),
     ],
 )
 def test_verdicts(channel: grpc.Channel, completion: str, truth: str, status: int) -> None:

@@ -388,6 +388,9 @@ def test_compare_stdout_exact_and_float() -> None:
     assert compare_stdout("0.3333333 x\n", "0.33333333333 x", "float", 1e-6)
     assert compare_stdout("1000000.5", "1000000.0", "float", 1e-6)  # relative
     assert compare_stdout("3", "3.0000000001", "float")
+    # Two integers compare exactly, however big (no relative tolerance).
+    assert not compare_stdout("12502499 0.5", "12502500 0.5", "float", 1e-6)
+    assert compare_stdout("+12502500", "12502500", "float")
     assert not compare_stdout("0.34", "0.33", "float", 1e-6)
     assert not compare_stdout("1 2", "1", "float")
     assert not compare_stdout("nan", "NaN", "float")
@@ -405,6 +408,14 @@ def test_compare_stdout_exact_and_float() -> None:
         ((1, 2), [1, 2], True),
         ([[1, (2, 3)]], [[1, [2, 3]]], True),
         (1, 1.0000000001, True),
+        (3.0, 3, True),
+        # An expected int is exact: a tolerance would take an off-by-one
+        # answer returned as a float (reward hacking by `/` instead of `//`).
+        (2000999.0, 2001000, False),
+        (1e-7, 0, False),
+        (2.9999999999, 3, False),
+        (complex(6, 1e-7), 6, False),
+        (complex(6, 0), 6, True),
         (0.1 + 0.2, 0.3, True),
         (1.0, 1.1, False),
         (10**30, 10**30 + 1, False),
@@ -1052,6 +1063,44 @@ def test_setup_error_is_reported_as_such(tmp_path: Path) -> None:
         setup_code="raise RuntimeError('bad prompt')\n",
     )
     assert result["status"] == "setup_error"
+
+
+ADD_WRONG = "def add(a, b):\n    return 0\n"
+
+
+@pytest.mark.parametrize(
+    "tests",
+    [
+        "def test_add():\n    assert add(1, 2) == 3\n    assert add(3, 4) == 7\n",
+        "def test():\n    assert add(1, 2) == 3\n\nif __name__ == '__main__':\n    test()\n",
+        "def test_add(a=1, b=2):\n    assert add(a, b) == 3\n",
+    ],
+)
+def test_pytest_style_test_functions_are_run(tests: str, tmp_path: Path) -> None:
+    """Test functions that nothing calls are called: before, any program that loaded passed them."""
+    assert harness("def add(a, b):\n    return a + b\n", tmp_path, "assert", assert_code=tests)["passed"]
+    result = harness(ADD_WRONG, tmp_path, "assert", assert_code=tests)
+    assert result["status"] == "wrong_answer", result
+
+
+def test_tests_that_never_call_the_candidate_check_nothing(tmp_path: Path) -> None:
+    # A test function that needs a fixture is not called; nothing else calls the candidate.
+    tests = "import math\nassert math.pi > 3\ndef test_add(fixture):\n    assert add(1, 2) == 3\n"
+    result = harness(ADD_WRONG, tmp_path, "assert", assert_code=tests)
+    assert not result["passed"] and result["status"] == "no_calls", result
+
+
+@pytest.mark.parametrize(
+    "tests",
+    [
+        "cases = [((1, 2), 3), ((3, 4), 7)]\nassert all(map(lambda c: add(*c[0]) == c[1], cases))\n",
+        "for got, want in zip(map(add, [1, 2], [1, 2]), [2, 4]):\n    assert got == want\n",
+    ],
+)
+def test_candidate_stop_iteration_does_not_end_the_tests_loops(tests: str, tmp_path: Path) -> None:
+    """A candidate's StopIteration, raised as itself inside map() or zip(), ended the loop: the asserts never ran."""
+    result = harness("def add(a, b):\n    raise StopIteration\n", tmp_path, "assert", assert_code=tests)
+    assert not result["passed"] and result["status"] == "runtime_error", result
 
 
 def test_run_tests_argument_errors(pair: tuple[socket.socket, socket.socket]) -> None:

@@ -403,10 +403,35 @@ def test_ground_truth_forms_and_non_boxed_answers(gold: str, completion: str, ex
 
 
 def test_float_tolerance_is_relative_and_configurable() -> None:
-    check(boxed("100.5"), "100", WRONG)
-    check(boxed("100.5"), "100", OK, float_tolerance=1e-2)
+    check(boxed("100.5"), "100.0", WRONG)
+    check(boxed("100.5"), "100.0", OK, float_tolerance=1e-2)
     check(boxed("1.0000001"), "1", OK)
     check(boxed("1.00001"), "1", WRONG)
+    check(boxed("1234567.8915"), "1234567.891", OK)
+
+
+@pytest.mark.parametrize(
+    ("answer", "gold"),
+    [
+        ("1000001.0", "1000000"),
+        ("999999.5", "1000000"),
+        ("123456.1", "123456"),
+        ("1.844674 \\times 10^{19}", "18446744073709551617"),
+        ("1.844674e19", "18446744073709551617"),
+    ],
+)
+def test_a_decimal_near_an_integer_is_not_it(answer: str, gold: str) -> None:
+    """Against an integer the tolerance is absolute: a relative one passed these off-by-ones (reward hacking)."""
+    check(boxed(answer), gold, WRONG)
+    check(boxed(answer), gold, WRONG, float_tolerance=1e-12)
+
+
+def test_against_an_integer_the_tolerance_is_absolute() -> None:
+    check(boxed("100.5"), "100", WRONG, float_tolerance=1e-2)
+    check(boxed("100.004"), "100", OK, float_tolerance=1e-2)
+    check(boxed("3.0"), "3", OK)
+    check(boxed("1.5e3"), "1500", OK)
+    check(boxed("1500"), "1.5e3", OK)
 
 
 # --------------------------------------------------------------------------------------------
@@ -604,10 +629,10 @@ def test_float_tolerance_does_not_leak_between_threads() -> None:
     out: dict[str, str] = {}
 
     def loose() -> None:
-        out["loose"] = mathv.verify(boxed("100.5"), "100", float_tolerance=1e-2)["status"]
+        out["loose"] = mathv.verify(boxed("100.5"), "100.0", float_tolerance=1e-2)["status"]
 
     t = threading.Thread(target=loose)
     t.start()
     t.join(timeout=60)
-    out["strict"] = mathv.verify(boxed("100.5"), "100")["status"]
+    out["strict"] = mathv.verify(boxed("100.5"), "100.0")["status"]
     assert out == {"loose": OK, "strict": WRONG}
