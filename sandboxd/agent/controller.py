@@ -44,6 +44,7 @@ from sandboxd.agent.runner import (
     kill_uid,
     remove_files_of,
     remove_ipc_objects_of,
+    remove_tree,
     sigkill_uid,
 )
 
@@ -133,7 +134,7 @@ class Controller:
     # ---- work dirs ------------------------------------------------------
     def make_workdir(self, uid: int) -> str:
         path = f"{WORK_ROOT}/{uid}"
-        shutil.rmtree(path, ignore_errors=True)
+        remove_tree(path)
         os.mkdir(path, 0o700)
         os.chown(path, uid, uid)
         return path
@@ -147,7 +148,7 @@ class Controller:
         kill_uid(uid, self.reap)
         if not shared_files_removed:
             self.remove_shared_files(uid)
-        shutil.rmtree(f"{WORK_ROOT}/{uid}", ignore_errors=True)
+        remove_tree(f"{WORK_ROOT}/{uid}")
         self.uids.give_back(uid)
 
     def remove_shared_files(self, uid: int) -> None:

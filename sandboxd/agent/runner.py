@@ -19,6 +19,7 @@ import shutil
 import signal
 import socket
 import stat
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -432,6 +433,32 @@ def _kill_all_as(uid: int) -> None:
         os.waitpid(pid, 0)
 
 
+def remove_tree(path: str) -> None:
+    """Remove the folder `path` and everything in it, whoever made what inside; SandboxDamaged if it stays.
+
+    shutil.rmtree is the quick way, and usually enough. It can leave the
+    folder behind: a run may make a folder of its own world-writable, and
+    another run's uid then keeps adding files to it during the removal
+    (ENOTEMPTY), and Python 3.11's rmtree recurses, so a folder nested 1,000
+    deep raises RecursionError. Then every folder in it is made root's, mode
+    000, so that no other uid can add an entry any more, and `rm -rf`
+    removes the rest at any depth; twice, for entries made while the first
+    round sealed their folder. Files someone still has open keep their space
+    until that run ends.
+    """
+    with contextlib.suppress(OSError, RecursionError):
+        shutil.rmtree(path)
+    for _ in range(2):
+        if not os.path.lexists(path):
+            return
+        for argv in (["chown", "-R", "-h", "0:0", path], ["chmod", "-R", "000", path],
+                     ["rm", "-rf", "--one-file-system", path]):
+            subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           timeout=KILL_GRACE_SECONDS * 12, check=False)
+    if os.path.lexists(path):
+        raise SandboxDamaged(f"cannot remove {path}")
+
+
 def remove_files_of(uid: int, folder: str) -> None:
     """Delete what a run left in a shared writable folder such as /dev/shm."""
     try:
@@ -444,7 +471,7 @@ def remove_files_of(uid: int, folder: str) -> None:
             if info.st_uid != uid:
                 continue
             if stat.S_ISDIR(info.st_mode):
-                shutil.rmtree(entry.path, ignore_errors=True)
+                remove_tree(entry.path)
             else:
                 os.unlink(entry.path)
         except FileNotFoundError:

@@ -10,6 +10,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -265,3 +266,52 @@ def test_a_removed_segment_still_attached_counts_as_gone() -> None:
         os.kill(holder, signal.SIGKILL)
         os.waitpid(holder, 0)
     assert segment not in _ipc_ids()["shm"]
+
+
+def test_remove_tree_takes_a_folder_too_deep_for_rmtree(tmp_path: Path) -> None:
+    # Python 3.11's shutil.rmtree recurses: 1,200 levels raise RecursionError.
+    top = tmp_path / "deep"
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        name = "deep"
+        for _ in range(1200):
+            os.mkdir(name, dir_fd=fd)
+            inner = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd, name = inner, "d"
+    finally:
+        os.close(fd)
+    runner.remove_tree(str(top))
+    assert not top.exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching to another uid needs root")
+def test_remove_tree_outlasts_another_uid_adding_files(tmp_path: Path) -> None:
+    # A run made its folder world-writable; a run of another uid keeps adding
+    # files to it while it is removed, which left rmtree with ENOTEMPTY (a
+    # race: the old rmtree lost it in the red-team run, not on every try).
+    tmp_path.chmod(0o755)
+    top = tmp_path / "relay"
+    top.mkdir(mode=0o777)
+    top.chmod(0o777)
+    os.chown(top, QUIET_UID, QUIET_UID)
+
+    def spam() -> None:
+        pid = os.fork()
+        if pid:
+            return
+        n = 0
+        deadline = time.monotonic() + 1.5
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError):
+                os.close(os.open(f"{top}/f{n}", os.O_CREAT | os.O_WRONLY, 0o644))
+                n += 1
+        os._exit(0)
+
+    writer = _forked_as(IPC_UID, spam)
+    del writer
+    time.sleep(0.3)
+    runner.remove_tree(str(top))
+    assert not top.exists()
+    time.sleep(1.5)
+    assert not top.exists()
