@@ -139,6 +139,22 @@ def test_background_process_gone_before_next_job(channel: grpc.Channel) -> None:
     assert _job_processes(channel) == 1  # no leftover sleepers from earlier jobs
 
 
+DEEP_FOLDER = ("import os\nos.chdir({where!r})\nos.mkdir('deep_rt')\nos.chdir('deep_rt')\n"
+               "for _ in range(1200):\n    os.mkdir('d')\n    os.chdir('d')\nprint('built')")
+
+
+@pytest.mark.parametrize("where", ["/dev/shm", "."])
+def test_a_folder_too_deep_for_rmtree_is_removed(channel: grpc.Channel, where: str) -> None:
+    """Python 3.11's rmtree recursed and raised RecursionError: the agent died and the job was retried 3 times."""
+    for _ in range(3):
+        result = outcome(channel, DEEP_FOLDER.format(where=where))
+        assert result.status == pb.STATUS_OK and result.attempts == 1, result
+        follow_up = outcome(channel, "print(1)")
+        assert follow_up.execute.stdout == b"1\n" and follow_up.attempts == 1, follow_up
+    listing = outcome(channel, "import os\nprint(os.path.exists('/dev/shm/deep_rt'))")
+    assert listing.execute.stdout == b"False\n"
+
+
 # A Python run reports its exit status on a pipe of its own just before it
 # exits, so that the answer need not wait for the exit. The program can find
 # that pipe and write to it: this must end its run right there, as
