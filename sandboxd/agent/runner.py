@@ -46,6 +46,9 @@ KILL_GRACE_SECONDS = 5.0
 DRAIN_SECONDS = 1.0
 # The kernel's flag for a task in its exit (include/linux/sched.h), field 9 of /proc/<pid>/stat.
 PF_EXITING = 0x4
+# Each command of remove_tree's slow path (a tree of millions of files on a
+# tmpfs takes seconds); past this the folder counts as not removable.
+REMOVE_SECONDS = 60.0
 # Workers forked ahead of need, per sandbox; each is a copy-on-write view of
 # the zygote that costs page tables, not pages, while it waits.
 SPARE_WORKERS = 2
@@ -419,18 +422,27 @@ def sigkill_uid(uid: int, *, count_exiting: bool = True, listed: set[int] | None
     return alive
 
 
-def _kill_all_as(uid: int) -> None:
+def _as_uid(uid: int, action: Callable[[], object]) -> None:
+    """Run `action` in a child of the controller that has become `uid`, and wait for it.
+
+    For what the kernel allows only a process of that uid (or a capability
+    the sandbox lacks) to do.
+    """
     pid = os.fork()
     if pid == 0:
         try:
             os.setgroups([])
             os.setresgid(uid, uid, uid)
             os.setresuid(uid, uid, uid)
-            os.kill(-1, signal.SIGKILL)  # every process of uid but this one
+            action()
         finally:
             os._exit(0)
     with contextlib.suppress(ChildProcessError):  # the SIGCHLD handler may reap it first
         os.waitpid(pid, 0)
+
+
+def _kill_all_as(uid: int) -> None:
+    _as_uid(uid, lambda: os.kill(-1, signal.SIGKILL))  # every process of uid but the child itself
 
 
 def remove_tree(path: str) -> None:
@@ -453,8 +465,9 @@ def remove_tree(path: str) -> None:
             return
         for argv in (["chown", "-R", "-h", "0:0", path], ["chmod", "-R", "000", path],
                      ["rm", "-rf", "--one-file-system", path]):
-            subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                           timeout=KILL_GRACE_SECONDS * 12, check=False)
+            with contextlib.suppress(subprocess.TimeoutExpired):  # then the folder stays: damaged
+                subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               timeout=REMOVE_SECONDS, check=False)
     if os.path.lexists(path):
         raise SandboxDamaged(f"cannot remove {path}")
 
@@ -532,25 +545,19 @@ def remove_ipc_objects_of(uid: int) -> None:
     the sandbox could read what an earlier one put there (msgget with the
     same key), and a job could keep memory after its end. Only an object's
     creator or owner may remove it (or CAP_SYS_ADMIN, which a sandbox does
-    not have), so a child of the controller becomes `uid` to do it, as
-    _kill_all_as does to signal. The table is read on every call (about
+    not have), so a child of the controller becomes `uid` to do it
+    (_as_uid). The table is read on every call (about
     20 us here); the fork happens only when the uid has objects.
     """
     objects = ipc_objects_of(uid)
     if not objects:
         return
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.setgroups([])
-            os.setresgid(uid, uid, uid)
-            os.setresuid(uid, uid, uid)
-            for table, ident in objects:
-                _REMOVE_IPC[table](ident)
-        finally:
-            os._exit(0)
-    with contextlib.suppress(ChildProcessError):  # the SIGCHLD handler may reap it first
-        os.waitpid(pid, 0)
+
+    def remove() -> None:
+        for table, ident in objects:
+            _REMOVE_IPC[table](ident)
+
+    _as_uid(uid, remove)
     # An object its uid cannot remove would be there for the next job.
     left = ipc_objects_of(uid)
     if left:

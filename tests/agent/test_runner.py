@@ -8,6 +8,7 @@ import os
 import resource
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -291,32 +292,44 @@ def test_remove_tree_takes_a_folder_too_deep_for_rmtree(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching to another uid needs root")
-def test_remove_tree_outlasts_another_uid_adding_files(tmp_path: Path) -> None:
+def test_remove_tree_outlasts_another_uid_adding_files() -> None:
     # A run made its folder world-writable; a run of another uid keeps adding
     # files to it while it is removed, which left rmtree with ENOTEMPTY (a
     # race: the old rmtree lost it in the red-team run, not on every try).
-    tmp_path.chmod(0o755)
-    top = tmp_path / "relay"
+    # Not under tmp_path: pytest's folders are 0700, closed to the writers.
+    parent = tempfile.mkdtemp(prefix="sandboxd-remove-tree-")
+    os.chmod(parent, 0o755)
+    top = Path(parent) / "relay"
     top.mkdir(mode=0o777)
     top.chmod(0o777)
     os.chown(top, QUIET_UID, QUIET_UID)
 
     def spam() -> None:
-        pid = os.fork()
-        if pid:
+        # Three writers: with one, the old rmtree often won the race here.
+        for _ in range(3):
+            if os.fork() == 0:
+                break
+        else:
             return
         n = 0
         deadline = time.monotonic() + 1.5
         while time.monotonic() < deadline:
             with contextlib.suppress(OSError):
-                os.close(os.open(f"{top}/f{n}", os.O_CREAT | os.O_WRONLY, 0o644))
+                os.close(os.open(f"{top}/{os.getpid()}-{n}", os.O_CREAT | os.O_WRONLY, 0o644))
                 n += 1
         os._exit(0)
 
-    writer = _forked_as(IPC_UID, spam)
-    del writer
-    time.sleep(0.3)
-    runner.remove_tree(str(top))
-    assert not top.exists()
-    time.sleep(1.5)
-    assert not top.exists()
+    try:
+        _forked_as(IPC_UID, spam)
+        time.sleep(0.3)
+        assert any(top.iterdir()), "the writers never wrote: the race was not run"
+        runner.remove_tree(str(top))
+        assert not top.exists()
+        time.sleep(1.5)
+        assert not top.exists()
+    finally:
+        for _ in range(30):  # the writers may still be at it (1.5 s) when an assertion failed
+            subprocess.run(["rm", "-rf", parent], check=False, capture_output=True)
+            if not os.path.exists(parent):
+                break
+            time.sleep(0.1)
