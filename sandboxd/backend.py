@@ -173,6 +173,14 @@ class DockerBackend:
         with contextlib.suppress(docker.errors.NotFound):
             self.api.remove_container(container_id, force=True, v=True)
 
+    def init_pid(self, container_id: str) -> int:
+        """The host pid of the container's first process (0 once it has stopped).
+
+        No other live container holds it, which makes it the sandbox's uid
+        slot (see agent/protocol.py).
+        """
+        return int(self.api.inspect_container(container_id)["State"].get("Pid") or 0)
+
     def is_running(self, container_id: str) -> bool:
         try:
             state = self.api.inspect_container(container_id)["State"]

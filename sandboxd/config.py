@@ -16,14 +16,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sandboxd.agent.protocol import UIDS_PER_SANDBOX
 from sandboxd.errors import ConfigError
 from sandboxd.verifiers.rewardmodel import DTYPES, NORMALIZATIONS
 
 MIB = 1 << 20
+GIB = 1 << 30
 # run_dir + "/<8-char instance>-<counter>/agent.sock" must fit in sun_path
 # (107 characters and a NUL): 72 leaves 14 digits for the counter.
 MAX_RUN_DIR_CHARS = 72
-GIB = 1 << 30
+# A sandbox has UIDS_PER_SANDBOX (500) job uids. A run takes one, its judge
+# or math server another, and a finished run's uid waits for its sweep; a
+# session holds one for its life, beside a few resident servers.
+MAX_JOBS_PER_SANDBOX = UIDS_PER_SANDBOX // 5
+MAX_SESSIONS_PER_SANDBOX = UIDS_PER_SANDBOX - 100
 
 
 def host_cpus() -> int:
@@ -228,7 +234,9 @@ class Config:
             (self.pool.min_size >= 0, "pool.min_size must be >= 0"),
             (self.pool.max_size == 0 or self.pool.max_size >= max(1, self.pool.min_size),
              "pool.max_size must be 0 (twice the host's CPUs) or >= max(1, pool.min_size)"),
-            (self.pool.jobs_per_sandbox >= 1, "pool.jobs_per_sandbox must be >= 1"),
+            (1 <= self.pool.jobs_per_sandbox <= MAX_JOBS_PER_SANDBOX,
+             f"pool.jobs_per_sandbox must be in [1, {MAX_JOBS_PER_SANDBOX}] (each run takes uids of the sandbox's "
+             f"{UIDS_PER_SANDBOX})"),
             (self.pool.recycle_after_jobs >= 1, "pool.recycle_after_jobs must be >= 1"),
             (self.pool.start_concurrency >= 1, "pool.start_concurrency must be >= 1"),
             (self.pool.restore in ("auto", "always"), "pool.restore must be auto or always"),
@@ -249,7 +257,9 @@ class Config:
              "and Unix socket paths are limited to 108 bytes)"),
             (self.scheduler.attempts >= 1, "scheduler.attempts must be >= 1"),
             (self.scheduler.max_queued >= 1, "scheduler.max_queued must be >= 1"),
-            (self.sessions.per_sandbox >= 1, "sessions.per_sandbox must be >= 1"),
+            (1 <= self.sessions.per_sandbox <= MAX_SESSIONS_PER_SANDBOX,
+             f"sessions.per_sandbox must be in [1, {MAX_SESSIONS_PER_SANDBOX}] (each session holds one of the "
+             f"sandbox's {UIDS_PER_SANDBOX} uids)"),
             (0 <= self.sessions.min_sandboxes <= self.sessions.max_sandboxes,
              "sessions: 0 <= min_sandboxes <= max_sandboxes"),
             (self.sessions.max_sandboxes >= 1, "sessions.max_sandboxes must be >= 1"),

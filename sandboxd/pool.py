@@ -427,7 +427,10 @@ class Pool:
                     raise
             else:
                 await asyncio.to_thread(self.backend.start, container_id)
-            ready = await sandbox.wait_ready(self.ready_timeout, self._alive(container_id))
+            uid_slot = await asyncio.to_thread(self.backend.init_pid, container_id)
+            if not uid_slot:
+                raise RuntimeError(f"sandbox {name} stopped as it started")
+            ready = await sandbox.wait_ready(self.ready_timeout, self._alive(container_id), uid_slot)
             if prepare:
                 ready.update(await sandbox.request({"op": "prepare"}, timeout=self.ready_timeout))
         except BaseException:

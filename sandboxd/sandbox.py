@@ -88,17 +88,22 @@ class Sandbox:
                             pass
             writer.close()
 
-    async def wait_ready(self, timeout: float, alive: Callable[[], Awaitable[bool]]) -> dict[str, Any]:
+    async def wait_ready(self, timeout: float, alive: Callable[[], Awaitable[bool]], uid_slot: int) -> dict[str, Any]:
         """Poll until the agent answers `hello` (it reseeds on it after a restore).
 
         `alive` tells whether the container still runs, so that an agent that
-        crashed at start fails now rather than at the timeout.
+        crashed at start fails now rather than at the timeout. `uid_slot`
+        places the sandbox's block of job uids (agent/protocol.py).
         """
         deadline = time.monotonic() + timeout
         polls = 0
         while True:
             try:
-                return await self.request({"op": "hello", "sandbox_id": self.name}, timeout=5.0)
+                reply = await self.request({"op": "hello", "sandbox_id": self.name, "uid_slot": uid_slot},
+                                           timeout=5.0)
+                if "error" in reply:
+                    raise RuntimeError(f"sandbox {self.name} refused hello: {reply['error']}")
+                return reply
             except SandboxLost:
                 polls += 1
                 if time.monotonic() > deadline or (polls % 20 == 0 and not await alive()):

@@ -63,6 +63,9 @@ def test_unrelated_prefixed_variables_are_ignored() -> None:
         ("pool = 3\n", "must be a [section]"),
         ("[pool\n", "not valid TOML"),
         ("[pool]\nimages = ['python', 'cobol']\n", "pool.images"),
+        # A sandbox has 500 job uids; more runs or sessions than they cover would retire it mid-job.
+        ("[pool]\njobs_per_sandbox = 101\n", "pool.jobs_per_sandbox must be in [1, 100]"),
+        ("[sessions]\nper_sandbox = 401\n", "sessions.per_sandbox must be in [1, 400]"),
     ],
 )
 def test_invalid_file(tmp_path: Path, toml: str, fragment: str) -> None:

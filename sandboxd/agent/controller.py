@@ -4,7 +4,8 @@ Requests are frames (see protocol.py) on a Unix socket in a folder the
 daemon bind-mounts from the host; only root in the sandbox can reach it
 (folder 0700), so jobs, which run under other uids, cannot talk to it.
 
-Ops: `hello` (after a start or a restore: reseed, learn the sandbox's id),
+Ops: `hello` (after a start or a restore: reseed, learn the sandbox's id and
+its uid slot),
 `prepare` (start the warm math servers; the reward model's state), `ping`, `run` (one job: execute,
 code or math), and `session_open`,
 `session_cell`, `session_close` (see sessions.py).
@@ -32,7 +33,14 @@ from typing import Any
 from sandboxd.agent import sessions as sessions_module
 from sandboxd.agent.judgeserver import JudgeServers
 from sandboxd.agent.mathserver import MathServers
-from sandboxd.agent.protocol import ProtocolError, encode_frame, read_frame
+from sandboxd.agent.protocol import (
+    UIDS_PER_SANDBOX,
+    UNSLOTTED_FIRST_UID,
+    ProtocolError,
+    encode_frame,
+    first_job_uid,
+    read_frame,
+)
 from sandboxd.agent.rewardmodel import RewardModelHost
 from sandboxd.agent.runner import (
     Runner,
@@ -49,10 +57,6 @@ from sandboxd.agent.runner import (
 )
 
 PR_SET_CHILD_SUBREAPER = 36
-# Each run gets a uid of its own from this range; 4096 concurrent runs per
-# sandbox is far beyond what its CPU quota can serve.
-FIRST_JOB_UID = 20000
-JOB_UIDS = 4096
 WORK_ROOT = "/tmp/sandboxd"
 # Writable folders every uid shares; scrubbed of a run's files after it.
 SHARED_WRITABLE = ("/dev/shm", "/dev/mqueue", "/var/tmp", "/run/lock")
@@ -84,8 +88,23 @@ class MathSettings:
 
 
 class UidPool:
-    def __init__(self) -> None:
-        self._free = list(range(FIRST_JOB_UID + JOB_UIDS - 1, FIRST_JOB_UID - 1, -1))
+    """The sandbox's block of job uids (protocol.UIDS_PER_SANDBOX), one per run, server or session."""
+
+    def __init__(self, first: int = UNSLOTTED_FIRST_UID) -> None:
+        self._reset(first)
+
+    def _reset(self, first: int) -> None:
+        self.first = first
+        # Taken from the end, lowest first; a given-back uid goes to the front, to be reused last.
+        self._free = list(range(first + UIDS_PER_SANDBOX - 1, first - 1, -1))
+
+    def place(self, first: int) -> None:
+        """Move the block, which only a sandbox with no uid taken can do (hello comes before any run)."""
+        if first == self.first:
+            return
+        if len(self._free) != UIDS_PER_SANDBOX:
+            raise SandboxDamaged(f"uid block moved to {first} while {UIDS_PER_SANDBOX - len(self._free)} are taken")
+        self._reset(first)
 
     def take(self) -> int:
         if not self._free:
@@ -489,6 +508,8 @@ class Controller:
             return {"ok": True}
         if op == "hello":
             self.sandbox_id = request.get("sandbox_id", "")
+            if "uid_slot" in request:
+                self.uids.place(first_job_uid(request["uid_slot"]))
             # Only these need scrubbing after a run; the others are locked
             # (--private-tmp) or read-only. Checked again after every restore,
             # whose root file system may be writable where the template's was not.

@@ -22,6 +22,26 @@ HEADER = struct.Struct(">I")
 # and nothing a job prints can make a reader allocate more.
 MAX_FRAME_BYTES = 64 << 20
 
+# Job uids. Containers share the host's user namespace, so the kernel counts
+# a uid's processes (RLIMIT_NPROC), inotify instances and pipe buffers across
+# every sandbox: two sandboxes handing out the same uid let a job in one make
+# a fork fail in the other. So each sandbox gets a block of its own, placed
+# by its slot: the host pid of its init process, which no other live
+# container holds and which is below the kernel's PID_MAX_LIMIT (2**22).
+# The highest uid, 100,000 + 2**22 * 500, stays below 2**31.
+UIDS_PER_SANDBOX = 500
+FIRST_SLOTTED_UID = 100_000
+MAX_UID_SLOT = 1 << 22
+# A sandbox its daemon gave no slot (an agent driven by hand) uses this block.
+UNSLOTTED_FIRST_UID = 20_000
+
+
+def first_job_uid(slot: int) -> int:
+    """The first uid of the block that `slot` (a container's host pid) places."""
+    if not isinstance(slot, int) or isinstance(slot, bool) or not 0 < slot < MAX_UID_SLOT:
+        raise ValueError(f"uid slot {slot!r} is not a pid in [1, {MAX_UID_SLOT})")
+    return FIRST_SLOTTED_UID + slot * UIDS_PER_SANDBOX
+
 
 class ProtocolError(Exception):
     """The peer sent something that is not a well-formed frame."""

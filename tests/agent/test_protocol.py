@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import socket
 import threading
 
 import pytest
 
-from sandboxd.agent.protocol import HEADER, ProtocolError, encode_frame, recv_frame_fds
+from sandboxd.agent.protocol import (
+    HEADER,
+    MAX_UID_SLOT,
+    UIDS_PER_SANDBOX,
+    UNSLOTTED_FIRST_UID,
+    ProtocolError,
+    encode_frame,
+    first_job_uid,
+    recv_frame_fds,
+)
 
 
 def send_with_fds(sock: socket.socket, message: object, fds: list[int]) -> None:
@@ -61,3 +71,16 @@ def test_an_oversized_frame_is_refused_and_its_descriptors_closed() -> None:
         os.close(read_end)
         ours.close()
         theirs.close()
+
+
+def test_uid_blocks_of_distinct_slots_do_not_overlap_and_stay_below_2_31() -> None:
+    firsts = [first_job_uid(slot) for slot in (1, 2, 4242, MAX_UID_SLOT - 1)]
+    assert all(b - a >= UIDS_PER_SANDBOX for a, b in itertools.pairwise(firsts))
+    assert firsts[0] > UNSLOTTED_FIRST_UID + UIDS_PER_SANDBOX
+    assert firsts[-1] + UIDS_PER_SANDBOX < 2**31
+
+
+@pytest.mark.parametrize("slot", [0, -1, MAX_UID_SLOT, True, 1.5, "7", None])
+def test_a_uid_slot_that_is_not_a_pid_is_refused(slot: object) -> None:
+    with pytest.raises(ValueError, match="uid slot"):
+        first_job_uid(slot)  # type: ignore[arg-type]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import grpc
@@ -49,3 +50,15 @@ def require_snapshots(info: pb.Info) -> None:
             require_snapshot(state, f"{name}: ")
     if not info.snapshots:
         pytest.skip(f"snapshots are off here: {info.snapshot_state}")
+
+
+def pool_settled(pool: pb_grpc.PoolStub, name: str, ready: int) -> pb.PoolState:
+    """Wait (up to 120 s) until pool `name` has `ready` sandboxes and starts no more."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        status = pool.GetStatus(pb.GetPoolStatusRequest(), timeout=5)
+        state = next(p for p in status.pools if p.name == name)
+        if state.ready >= ready and not state.starting:
+            return state
+        time.sleep(0.3)
+    pytest.fail(f"pool {name} did not reach {ready} ready sandboxes: {state}")

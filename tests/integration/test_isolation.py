@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import threading
+from pathlib import Path
+
 import grpc
 import pytest
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
+from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
 
+from tests.conftest import DaemonProcess
 from tests.integration import helpers
 
 pytestmark = pytest.mark.docker
@@ -129,6 +134,41 @@ def _job_processes(channel: grpc.Channel) -> int:
                                  "        except OSError: pass\nprint(n)")
     # Long-lived test judges, named sandboxd-judge, are not jobs.
     return int(survivors.execute.stdout)
+
+
+# Forks 150 children (151 processes of the job's uid, the limit being 256),
+# holds them for 3 s, and says how many forks the kernel refused.
+HOLD_PROCESSES = ("import os, time\nstart = time.time()\nchildren, refused = 0, 0\nfor _ in range(150):\n"
+                  "    try: pid = os.fork()\n    except OSError: refused += 1; continue\n"
+                  "    if pid == 0: time.sleep(6); os._exit(0)\n    children += 1\n"
+                  "while time.time() < start + 3: time.sleep(0.05)\n"
+                  "print(os.getuid(), children, refused, start, time.time())")
+
+
+def test_a_job_holding_processes_does_not_starve_another_sandboxes_job(tmp_path: Path) -> None:
+    """The kernel counts RLIMIT_NPROC per uid across the host: sandboxes that hand out the same uids let a
+    job in one make forks fail in another. Two jobs at once, one per sandbox (jobs_per_sandbox = 1)."""
+    daemon = DaemonProcess(tmp_path, "uids", extra_env={"SANDBOXD_POOL_MATH": "false", "SANDBOXD_POOL_IMAGES": "python",
+                                                        "SANDBOXD_POOL_JOBS_PER_SANDBOX": "1"})
+    try:
+        daemon.wait_serving()
+        with grpc.insecure_channel(daemon.address) as channel:
+            helpers.pool_settled(pb_grpc.PoolStub(channel), "python", 2)
+            results: list[pb.JobResult] = []
+            jobs = [threading.Thread(target=lambda: results.append(outcome(channel, HOLD_PROCESSES, timeout=20)))
+                    for _ in range(2)]
+            for job in jobs:
+                job.start()
+            for job in jobs:
+                job.join(120)
+        assert [r.status for r in results] == [pb.STATUS_OK] * 2, results
+        (uid_a, children_a, refused_a, start_a, end_a), (uid_b, children_b, refused_b, start_b, end_b) = (
+            [float(word) for word in r.execute.stdout.split()] for r in results)
+        assert start_a < end_b - 1 and start_b < end_a - 1, "the two jobs did not run at once"
+        assert (children_a, refused_a, children_b, refused_b) == (150, 0, 150, 0)
+        assert uid_a != uid_b
+    finally:
+        assert daemon.stop() == 0
 
 
 def test_background_process_gone_before_next_job(channel: grpc.Channel) -> None:

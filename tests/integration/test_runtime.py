@@ -108,17 +108,6 @@ def test_snapshots_disabled_is_reported(tmp_path: Path) -> None:
         daemon.stop()
 
 
-def _python_pool_settled(pool: pb_grpc.PoolStub, ready: int) -> pb.PoolState:
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        status = pool.GetStatus(pb.GetPoolStatusRequest(), timeout=5)
-        python = next(p for p in status.pools if p.name == "python")
-        if python.ready >= ready and not python.starting:
-            return python
-        time.sleep(0.3)
-    pytest.fail(f"the python pool did not reach {ready} ready sandboxes: {python}")
-
-
 def test_auto_restore_measures_both_starts_and_uses_the_quicker(tmp_path: Path) -> None:
     """pool.restore = auto: a pool's first two starts are a restore and a cold start; later ones take the
     quicker way (on Docker 20.10 here, cold), and the status shows the choice and the times behind it."""
@@ -130,13 +119,13 @@ def test_auto_restore_measures_both_starts_and_uses_the_quicker(tmp_path: Path) 
         with grpc.insecure_channel(daemon.address) as channel:
             helpers.require_snapshots(pb_grpc.DaemonStub(channel).GetInfo(pb.GetInfoRequest(), timeout=5))
             pool = pb_grpc.PoolStub(channel)
-            first = _python_pool_settled(pool, 2)
+            first = helpers.pool_settled(pool, "python", 2)
             assert first.restore_seconds > 0 and first.cold_seconds > 0, first
             quicker = "cold" if first.cold_seconds < first.restore_seconds else "restore"
             assert first.start_method == quicker, first
             # One more sandbox: started the quicker way, so only that method's median moves.
             pool.SetBatchHint(pb.BatchHint(batch_size=2 * 3, pools=["python"]), timeout=5)
-            after = _python_pool_settled(pool, 3)
+            after = helpers.pool_settled(pool, "python", 3)
             other = "restore" if quicker == "cold" else "cold"
             assert getattr(after, f"{other}_seconds") == getattr(first, f"{other}_seconds"), (first, after)
             assert getattr(after, f"{quicker}_seconds") != getattr(first, f"{quicker}_seconds"), (first, after)
