@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
 
 from sandboxd.agent import zygote
 
@@ -36,14 +34,6 @@ def main() -> None:
                         help="load this reward model (settings as JSON) and serve reward_model jobs")
     args = parser.parse_args()
     warm = [name for name in args.warm.split(",") if name]
-    if args.private_tmp:
-        # Docker 20.10 ignores mode= in --tmpfs options and mounts 1777; the
-        # image's own sticky folders are locked too in case the root file
-        # system is writable (a restored container's can be).
-        os.chmod("/tmp", 0o755)
-        for folder in ("/var/tmp", "/run/lock"):
-            with contextlib.suppress(OSError):
-                os.chmod(folder, 0o755)
     reward_model = json.loads(args.reward_model) if args.reward_model else None
     # The zygote is forked before asyncio and the controller are imported:
     # none of their memory is then copied into (and torn down after) every worker.
@@ -53,7 +43,7 @@ def main() -> None:
     from sandboxd.agent.controller import MathSettings, serve
 
     math = MathSettings(args.math_servers, args.math_memory)
-    asyncio.run(serve(args.socket, zygote_process, TOOLCHAINS, reward_model, math))
+    asyncio.run(serve(args.socket, zygote_process, TOOLCHAINS, reward_model, math, private_tmp=args.private_tmp))
 
 
 if __name__ == "__main__":

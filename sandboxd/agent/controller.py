@@ -60,6 +60,12 @@ PR_SET_CHILD_SUBREAPER = 36
 WORK_ROOT = "/tmp/sandboxd"
 # Writable folders every uid shares; scrubbed of a run's files after it.
 SHARED_WRITABLE = ("/dev/shm", "/dev/mqueue", "/var/tmp", "/run/lock")
+# The image's sticky folders, which --private-tmp makes root-only. They are
+# on the root file system, which a restored container has writable (the
+# engine's restore does not remount it read-only): left 1777 there, a run
+# could write to the host's disk (the container's upper layer) past every
+# tmpfs cap. So they are locked again at every hello.
+STICKY_ROOT_FOLDERS = ("/var/tmp", "/run/lock")
 TEXT_PREVIEW_BYTES = 4096
 DEFAULT_RLIMITS = {"fsize": 64 << 20, "nproc": 256, "nofile": 512, "core": 0}
 FILE_COLLECT_BYTES = 16 << 20
@@ -119,9 +125,18 @@ def _preview(data: bytes, limit: int = TEXT_PREVIEW_BYTES) -> str:
     return data[:limit].decode("utf-8", errors="replace")
 
 
+def lock_sticky_folders() -> None:
+    """Make STICKY_ROOT_FOLDERS root-only (0755) where the root file system lets us."""
+    for folder in STICKY_ROOT_FOLDERS:
+        with contextlib.suppress(OSError):  # read-only (a cold start), or not in this image
+            os.chmod(folder, 0o755)
+
+
 class Controller:
-    def __init__(self, zygote: Zygote, languages: list[str], math: MathSettings | None = None) -> None:
+    def __init__(self, zygote: Zygote, languages: list[str], math: MathSettings | None = None, *,
+                 private_tmp: bool = False) -> None:
         self.zygote = zygote
+        self.private_tmp = private_tmp
         self.runner = Runner(zygote, self.reap)
         self.uids = UidPool()
         self.languages = languages
@@ -510,6 +525,8 @@ class Controller:
             self.sandbox_id = request.get("sandbox_id", "")
             if "uid_slot" in request:
                 self.uids.place(first_job_uid(request["uid_slot"]))
+            if self.private_tmp:
+                lock_sticky_folders()
             # Only these need scrubbing after a run; the others are locked
             # (--private-tmp) or read-only. Checked again after every restore,
             # whose root file system may be writable where the template's was not.
@@ -595,18 +612,24 @@ def available_languages(toolchains: dict[str, str]) -> list[str]:
 
 
 async def serve(socket_path: str, zygote_process: tuple[socket.socket, int], toolchains: dict[str, str],
-                reward_model: dict[str, Any] | None = None, math: MathSettings | None = None) -> None:
+                reward_model: dict[str, Any] | None = None, math: MathSettings | None = None, *,
+                private_tmp: bool = False) -> None:
     """Run the agent until SIGTERM.
 
     zygote_process: the zygote's channel and pid, from zygote.spawn (which the
-    entry point calls before it imports this module).
+    entry point calls before it imports this module). private_tmp: jobs get
+    no shared place on disk to leave files (/tmp and the image's sticky folders root-only).
     """
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    if private_tmp:
+        # Docker 20.10 ignores mode= in --tmpfs options and mounts 1777.
+        os.chmod("/tmp", 0o755)
+        lock_sticky_folders()
     os.makedirs(WORK_ROOT, mode=0o711, exist_ok=True)
     os.chmod(WORK_ROOT, 0o711)
     zygote = Zygote(*zygote_process)
-    controller = Controller(zygote, available_languages(toolchains), math)
+    controller = Controller(zygote, available_languages(toolchains), math, private_tmp=private_tmp)
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGCHLD, controller.reap)
     await zygote.ready

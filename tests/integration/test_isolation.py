@@ -48,8 +48,10 @@ def test_only_loopback_interface(channel: grpc.Channel) -> None:
     assert result.execute.stdout.strip() == b"['lo']"
 
 
+# /var/tmp and /run/lock are 1777 in the image and on the root file system,
+# which a restored container has writable: there a job could fill the host's disk.
 @pytest.mark.parametrize("path", ["/etc/passwd", "/usr/bin/evil", "/opt/sandboxd/sandboxd/agent/x.py",
-                                  "/tmp/shared", "/run/sandboxd-agent/x", "/root/x"])
+                                  "/tmp/shared", "/run/sandboxd-agent/x", "/root/x", "/var/tmp/x", "/run/lock/x"])
 def test_cannot_write_outside_workdir(channel: grpc.Channel, path: str) -> None:
     result = outcome(channel, f"open({path!r}, 'w').write('x')")
     assert result.status == pb.STATUS_RUNTIME_ERROR
