@@ -121,12 +121,21 @@ def _program(language: str, code: str, config: Config, where: str) -> dict[str, 
     }
 
 
-def _tolerance(value: float, where: str) -> float:
-    """A request's float tolerance: 1e-6 when unset, INVALID_ARGUMENT unless finite and >= 0."""
-    tolerance = value or 1e-6
+DEFAULT_FLOAT_TOLERANCE = 1e-6
+
+
+def _tolerance(request: pb.CodeJob | pb.MathJob, where: str) -> float:
+    """A request's float tolerance: 1e-6 when unset, INVALID_ARGUMENT unless finite and >= 0.
+
+    The field is ``optional`` (explicit presence), so an explicit 0 is not "unset": it asks
+    for exact comparison, which the verifiers do with a tolerance of 0.
+    """
+    if not request.HasField("float_tolerance"):
+        return DEFAULT_FLOAT_TOLERANCE
+    tolerance = request.float_tolerance
     if not math.isfinite(tolerance) or tolerance < 0:
-        raise InvalidRequest(f"{where} must be a finite number >= 0")
-    return tolerance
+        raise InvalidRequest(f"{where} must be a finite number >= 0, got {tolerance!r}")
+    return tolerance + 0.0  # -0.0 is 0.0
 
 
 def _pool_for(language: str) -> str:
@@ -168,7 +177,7 @@ def prepare(job: pb.Job, config: Config) -> PreparedJob:
                                  "characters")
         if not job.math.ground_truth.strip():
             raise InvalidRequest(f"{where}.math.ground_truth is empty")
-        tolerance = _tolerance(job.math.float_tolerance, f"{where}.math.float_tolerance")
+        tolerance = _tolerance(job.math, f"{where}.math.float_tolerance")
         agent_job = {
             "kind": "math", "completion": job.math.completion, "ground_truth": job.math.ground_truth,
             "extraction": MATH_EXTRACTION.get(job.math.extraction, "auto"), "tolerance": tolerance,
@@ -254,7 +263,7 @@ def _prepare_code(job: pb.Job, config: Config, limits: dict[str, Any], failure_v
         plan = _test_plan(request.tests)
     except ValueError as exc:
         raise InvalidRequest(f"{where}.code.tests: {exc}") from None
-    tolerance = _tolerance(request.float_tolerance, f"{where}.code.float_tolerance")
+    tolerance = _tolerance(request, f"{where}.code.float_tolerance")
     language = request.language or "python"
     mode = CODE_EXTRACTION.get(request.extraction, "last_block")
     if mode == "tag" and not request.tag:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+import struct
 
 import pytest
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
@@ -49,3 +51,53 @@ def test_bad_tests_fail_every_job_that_sends_them() -> None:
     for index in (3, 4):
         with pytest.raises(InvalidRequest, match=rf"jobs\[{index}\].code.tests: dataset_json.test does not parse"):
             jobs.prepare(code_job(index, "```python\nx = 1\n```", {**TESTS, "test": "def check(:\n"}), Config())
+
+
+# -- float_tolerance: optional, so an explicit 0 (exact comparison) is not "unset" ----------------
+
+STDIO_TESTS = pb.CodeTests(stdio=[pb.StdioCase(stdin="", expected_stdout="0.3\n")])
+FUNCTION_TESTS = pb.CodeTests(fn_name="f", function=[pb.FunctionCase(args_json="[]", expected_json="0.3")])
+
+
+def tolerance_job(kind: str, tests: pb.CodeTests = STDIO_TESTS, **fields: float) -> pb.Job:
+    if kind == "code":
+        return pb.Job(code=pb.CodeJob(completion="```python\nprint(0.1 + 0.2)\n```", tests=tests,
+                                      checker=pb.CHECKER_FLOAT, **fields))
+    return pb.Job(math=pb.MathJob(completion="\\boxed{0.30000000000000004}", ground_truth="0.3", **fields))
+
+
+@pytest.mark.parametrize("kind", ["code", "math"])
+@pytest.mark.parametrize(("fields", "tolerance"), [
+    pytest.param({}, 1e-6, id="unset-is-default"),
+    pytest.param({"float_tolerance": 0.0}, 0.0, id="explicit-zero-is-exact"),
+    pytest.param({"float_tolerance": -0.0}, 0.0, id="negative-zero-is-zero"),
+    pytest.param({"float_tolerance": 1e-3}, 1e-3, id="explicit-value"),
+])
+def test_float_tolerance_reaches_the_agent_job(kind: str, fields: dict[str, float], tolerance: float) -> None:
+    job = tolerance_job(kind, **fields)
+    assert getattr(job, kind).HasField("float_tolerance") is bool(fields)
+    prepared = jobs.prepare(job, Config())
+    assert prepared.agent_job["tolerance"] == tolerance
+    assert math.copysign(1.0, prepared.agent_job["tolerance"]) == 1.0
+
+
+@pytest.mark.parametrize(("fields", "tolerance"), [({}, 1e-6), ({"float_tolerance": 0.0}, 0.0)])
+def test_float_tolerance_reaches_the_function_harness(fields: dict[str, float], tolerance: float) -> None:
+    prepared = jobs.prepare(tolerance_job("code", FUNCTION_TESTS, **fields), Config())
+    assert prepared.agent_job["tolerance"] == tolerance
+    assert prepared.agent_job["harness"]["tolerance"] == tolerance
+
+
+def test_a_job_from_an_old_client_keeps_its_tolerance() -> None:
+    """proto3 optional is wire-compatible: a plain double's bytes decode with presence, 0 omitted as unset."""
+    old_wire = b"\x39" + struct.pack("<d", 1e-3)  # field 7, fixed64: what a client without `optional` sent
+    assert pb.CodeJob.FromString(old_wire).float_tolerance == 1e-3
+    assert not pb.CodeJob.FromString(b"").HasField("float_tolerance")
+
+
+@pytest.mark.parametrize("kind", ["code", "math"])
+@pytest.mark.parametrize("value", [-1e-6, -math.inf, math.inf, math.nan])
+def test_a_bad_float_tolerance_is_invalid(kind: str, value: float) -> None:
+    job = tolerance_job(kind, float_tolerance=value)
+    with pytest.raises(InvalidRequest, match=rf"^jobs\[0\]\.{kind}\.float_tolerance must be a finite number >= 0"):
+        jobs.prepare(job, Config())

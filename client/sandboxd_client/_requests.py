@@ -454,6 +454,14 @@ def _text(value: Any) -> str:
     raise InvalidRequest(f"stdio test values must be str, got {type(value).__name__}")
 
 
+def _set_tolerance(request: pb.CodeJob | pb.MathJob, float_tolerance: float | None) -> None:
+    """Sets ``float_tolerance`` only when given: unset means the daemon's default (1e-6), while an
+    explicit 0.0 (the field is proto3 ``optional``) asks for exact comparison."""
+    tolerance = _check_finite(float_tolerance, "float_tolerance")
+    if tolerance is not None:
+        request.float_tolerance = tolerance
+
+
 def code_job(
     completion: str,
     tests: CodeTestsLike,
@@ -476,6 +484,8 @@ def code_job(
 
     ``tests`` takes any shape :func:`code_tests` accepts. ``timeout`` is per test
     case; ``failure_value`` is the reward for a model failure (daemon default -1.0).
+    ``float_tolerance`` (float checker and function tests): None for the daemon's default
+    (1e-6, absolute and relative), 0.0 for exact comparison.
     """
     extraction_value = _enum(
         pb.CodeExtraction, "CODE_EXTRACTION_", extraction, _CODE_EXTRACTION, "extraction"
@@ -493,11 +503,11 @@ def code_job(
             extraction=extraction_value,
             tag=tag or "",
             checker=_enum(pb.Checker, "CHECKER_", checker, _CHECKERS, "checker"),
-            float_tolerance=_check_finite(float_tolerance, "float_tolerance") or 0.0,
             reward_mode=_enum(pb.RewardMode, "REWARD_MODE_", reward_mode, _REWARD_MODES, "reward_mode"),
             stop_on_first_failure=bool(stop_on_first_failure),
         )
     )
+    _set_tolerance(job.code, float_tolerance)
     return job
 
 
@@ -511,7 +521,11 @@ def math_job(
     memory_bytes: int | None = None,
     failure_value: float | None = None,
 ) -> pb.Job:
-    """A job that extracts the answer from ``completion`` and checks it against ``ground_truth``."""
+    """A job that extracts the answer from ``completion`` and checks it against ``ground_truth``.
+
+    ``float_tolerance``: None for the daemon's default (1e-6, relative; absolute against an
+    integer), 0.0 for exact comparison.
+    """
     if isinstance(ground_truth, bool) or not isinstance(ground_truth, (str, int, float)):
         raise InvalidRequest(f"ground_truth must be a str or number, got {type(ground_truth).__name__}")
     if isinstance(ground_truth, float) and not math.isfinite(ground_truth):
@@ -527,9 +541,9 @@ def math_job(
             extraction=_enum(
                 pb.MathExtraction, "MATH_EXTRACTION_", extraction, _MATH_EXTRACTION, "extraction"
             ),
-            float_tolerance=_check_finite(float_tolerance, "float_tolerance") or 0.0,
         )
     )
+    _set_tolerance(job.math, float_tolerance)
     return job
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import random
+from typing import Any
 
 import grpc
 import pytest
@@ -200,6 +201,29 @@ def test_code_job_options() -> None:
     assert job.code.reward_mode == pb.REWARD_MODE_FRACTION and job.limits.timeout_seconds == 2.0
     assert job.HasField("failure_value") and job.failure_value == 0.0
     assert not code_job("x", [("1", "1")]).HasField("failure_value")
+
+
+@pytest.mark.parametrize("kind", ["code", "math"])
+def test_float_tolerance_is_sent_only_when_given(kind: str) -> None:
+    """0.0 (exact comparison) goes on the wire with presence; None leaves the field unset (daemon default)."""
+    from sandboxd_client.requests import job_from_row
+
+    def build(**kwargs: Any) -> pb.CodeJob | pb.MathJob:
+        job = code_job("x", [("1", "1")], **kwargs) if kind == "code" else math_job("x", "1", **kwargs)
+        return getattr(job, kind)
+
+    for given in ({}, {"float_tolerance": None}):
+        unset = build(**given)
+        assert not unset.HasField("float_tolerance")
+        assert not type(unset).FromString(unset.SerializeToString()).HasField("float_tolerance")
+    for value in (0.0, 0, 1e-9):
+        sent = type(build()).FromString(build(float_tolerance=value).SerializeToString())
+        assert sent.HasField("float_tolerance") and sent.float_tolerance == value
+    row = {"kind": "code", "tests": [["1", "1"]]} if kind == "code" else {"ground_truth": "1"}
+    assert getattr(job_from_row({**row, "completion": "x", "float_tolerance": 0.0}), kind).HasField("float_tolerance")
+    assert not getattr(job_from_row({**row, "completion": "x"}), kind).HasField("float_tolerance")
+    with pytest.raises(InvalidRequest, match="float_tolerance must be finite"):
+        build(float_tolerance=math.nan)
 
 
 @pytest.mark.parametrize(

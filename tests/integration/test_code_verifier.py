@@ -607,29 +607,33 @@ def test_stop_on_first_failure(channel: grpc.Channel) -> None:
 
 
 @pytest.mark.parametrize(
-    ("program", "expected", "checker", "tolerance", "passes"),
+    ("program", "expected", "checker", "tolerance", "passes"),  # tolerance None: the field left unset
     [
-        pytest.param("print(3)", "3\n", pb.CHECKER_EXACT, 0.0, True, id="exact-equal"),
-        pytest.param("print(3, end='')", "3\n", pb.CHECKER_EXACT, 0.0, False, id="exact-missing-newline"),
-        pytest.param("print('3 ')", "3\n", pb.CHECKER_EXACT, 0.0, False, id="exact-trailing-space"),
-        pytest.param("print('1  2 ')\nprint()\nprint('3')", "1 2\n3\n", pb.CHECKER_WHITESPACE, 0.0, True,
+        pytest.param("print(3)", "3\n", pb.CHECKER_EXACT, None, True, id="exact-equal"),
+        pytest.param("print(3, end='')", "3\n", pb.CHECKER_EXACT, None, False, id="exact-missing-newline"),
+        pytest.param("print('3 ')", "3\n", pb.CHECKER_EXACT, None, False, id="exact-trailing-space"),
+        pytest.param("print('1  2 ')\nprint()\nprint('3')", "1 2\n3\n", pb.CHECKER_WHITESPACE, None, True,
                      id="whitespace-spacing-and-blank-lines"),
-        pytest.param("print('1  2 ')\nprint()\nprint('3')", "1 2\n3\n", pb.CHECKER_EXACT, 0.0, False,
+        pytest.param("print('1  2 ')\nprint()\nprint('3')", "1 2\n3\n", pb.CHECKER_EXACT, None, False,
                      id="exact-spacing-and-blank-lines"),
-        pytest.param("print('3', end='')", "3\r\n", pb.CHECKER_UNSPECIFIED, 0.0, True, id="default-is-whitespace"),
-        pytest.param("print('12')", "1 2\n", pb.CHECKER_WHITESPACE, 0.0, False, id="whitespace-tokens-differ"),
-        pytest.param("print(1/3)", "0.333333333\n", pb.CHECKER_FLOAT, 0.0, True, id="float-default-tolerance"),
-        pytest.param("print(1/3)", "0.333333333\n", pb.CHECKER_WHITESPACE, 0.0, False, id="whitespace-not-float"),
-        pytest.param("print(0.3334)", "0.333333333\n", pb.CHECKER_FLOAT, 0.0, False, id="float-outside-default"),
+        pytest.param("print('3', end='')", "3\r\n", pb.CHECKER_UNSPECIFIED, None, True, id="default-is-whitespace"),
+        pytest.param("print('12')", "1 2\n", pb.CHECKER_WHITESPACE, None, False, id="whitespace-tokens-differ"),
+        pytest.param("print(1/3)", "0.333333333\n", pb.CHECKER_FLOAT, None, True, id="float-default-tolerance"),
+        pytest.param("print(1/3)", "0.333333333\n", pb.CHECKER_WHITESPACE, None, False, id="whitespace-not-float"),
+        pytest.param("print(0.3334)", "0.333333333\n", pb.CHECKER_FLOAT, None, False, id="float-outside-default"),
         pytest.param("print(3.14)", "3.14159\n", pb.CHECKER_FLOAT, 1e-3, True, id="float-custom-tolerance"),
         pytest.param("print('3.14 abc')", "3.14159 abd\n", pb.CHECKER_FLOAT, 1e-3, False, id="float-words-exact"),
-        pytest.param("print(1e9 + 1)", "1000000000\n", pb.CHECKER_FLOAT, 0.0, True, id="float-relative"),
-        pytest.param("print('3 4')", "3\n", pb.CHECKER_FLOAT, 0.0, False, id="float-extra-token"),
+        pytest.param("print(1e9 + 1)", "1000000000\n", pb.CHECKER_FLOAT, None, True, id="float-relative"),
+        pytest.param("print('3 4')", "3\n", pb.CHECKER_FLOAT, None, False, id="float-extra-token"),
+        pytest.param("print(0.1 + 0.2)", "0.3\n", pb.CHECKER_FLOAT, None, True, id="float-unset-is-default"),
+        pytest.param("print(0.1 + 0.2)", "0.3\n", pb.CHECKER_FLOAT, 0.0, False, id="float-zero-is-exact"),
+        pytest.param("print(0.5, 3.0)", "0.50 3\n", pb.CHECKER_FLOAT, 0.0, True, id="float-zero-equal-values"),
     ],
 )
-def test_checkers(channel: grpc.Channel, program: str, expected: str, checker: int, tolerance: float,
+def test_checkers(channel: grpc.Channel, program: str, expected: str, checker: int, tolerance: float | None,
                   passes: bool) -> None:
-    job = stdio_job(program, [("", expected)], checker=checker, float_tolerance=tolerance)
+    fields = {} if tolerance is None else {"float_tolerance": tolerance}  # optional: 0.0 means exact
+    job = stdio_job(program, [("", expected)], checker=checker, **fields)
     result = helpers.run(channel, job)
     if passes:
         assert_ok(result)

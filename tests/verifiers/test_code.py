@@ -401,6 +401,25 @@ def test_compare_stdout_exact_and_float() -> None:
         compare_stdout("1", "1", "fuzzy")
 
 
+def test_a_zero_float_tolerance_is_exact() -> None:
+    """float_tolerance=0 (an explicit 0 in the API) compares floats exactly, without dividing by it."""
+    assert compare_stdout("0.30000000000000004\n", "0.3\n", "float")
+    assert not compare_stdout("0.30000000000000004\n", "0.3\n", "float", 0.0)
+    assert not compare_stdout("1000000000.0000001", "1000000000.0000002", "float", 0.0)  # not relative either
+    assert compare_stdout("0.30 1e3 -0.0\n", "0.3 1000.0 0", "float", 0.0)  # equal numbers, other spellings
+    assert compare_stdout("0.3 abc", "0.3 abc", "float", 0.0)
+    assert compare_stdout("1e999", "1e999", "float", 0.0)  # equal tokens, even past the float range
+    assert compare_values(0.1 + 0.2, 0.3)
+    assert not compare_values(0.1 + 0.2, 0.3, 0.0)
+    assert not compare_values([1.0, 0.1 + 0.2], [1.0, 0.3], 0.0)
+    assert not compare_values(complex(0.1 + 0.2, 1), complex(0.3, 1), 0.0)
+    assert compare_values(0.5, 0.5, 0.0) and compare_values(0.0, -0.0, 0.0)
+    assert compare_values(float("inf"), float("inf"), 0.0) and compare_values(float("nan"), float("nan"), 0.0)
+    assert compare_values({"x": [0.25]}, {"x": (0.25,)}, 0.0)
+    with pytest.raises(ValueError):
+        compare_values(1.0, 1.0, -1e-9)
+
+
 @pytest.mark.parametrize(
     ("actual", "expected", "equal"),
     [
@@ -742,6 +761,15 @@ def test_correct_function_passes(tmp_path: Path) -> None:
     result = harness("def add(a, b):\n    return a + b\n", tmp_path, fn_name="add", cases=ADD_CASES)
     assert result["passed"] and result["passed_count"] == 3 and result["status"] == "ok"
     assert [t["status"] for t in result["tests"]] == ["ok", "ok", "ok"]
+
+
+def test_function_tests_with_a_zero_tolerance_compare_exactly(tmp_path: Path) -> None:
+    code = "def third():\n    return 0.1 + 0.2\n"
+    cases = [FunctionCase((), 0.3)]
+    assert harness(code, tmp_path, fn_name="third", cases=cases)["passed"]
+    exact = harness(code, tmp_path, fn_name="third", cases=cases, tolerance=0.0)
+    assert not exact["passed"] and exact["tests"][0]["status"] == "wrong_answer"
+    assert harness("def third():\n    return 0.3\n", tmp_path, fn_name="third", cases=cases, tolerance=0.0)["passed"]
 
 
 def test_wrong_function_fails_per_case(tmp_path: Path) -> None:

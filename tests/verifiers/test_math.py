@@ -410,6 +410,19 @@ def test_float_tolerance_is_relative_and_configurable() -> None:
     check(boxed("1234567.8915"), "1234567.891", OK)
 
 
+def test_a_zero_float_tolerance_is_exact() -> None:
+    """float_tolerance=0 (an explicit 0 in the API) compares floats exactly, without dividing by it."""
+    check(boxed("0.30000000000000004"), "0.3", OK)
+    check(boxed("0.30000000000000004"), "0.3", WRONG, float_tolerance=0.0)
+    check(boxed("1234567.8915"), "1234567.891", WRONG, float_tolerance=0.0)  # relative 4e-10: not exact
+    check(boxed("100.0000001"), "100", WRONG, float_tolerance=0.0)  # absolute against an integer: not exact
+    check(boxed("\\frac{1}{3}"), "0.333333333333333", WRONG, float_tolerance=0.0)
+    # Equal values still match, whatever their spelling.
+    for answer, gold in [("0.3", "0.3"), ("0.30", "0.3"), ("1.5e3", "1500"), ("3.0", "3"), ("\\frac{3}{10}", "0.3"),
+                         ("0", "0.0"), ("-2.5", "-2.5")]:
+        check(boxed(answer), gold, OK, float_tolerance=0.0)
+
+
 @pytest.mark.parametrize(
     ("answer", "gold"),
     [
