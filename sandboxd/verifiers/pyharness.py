@@ -28,6 +28,11 @@ ASCII JSON (non-ASCII is escaped, so lone surrogates survive). Frames:
   constructed an instance of a top-level class (it stays in the candidate's
   process), or ``{"error": {"type": str, "message": str}}``.
 
+Tests that import the candidate as a module (KodCode and other pytest-style
+datasets: ``from solution import f``, ``import solution``) get, while they run,
+a module named ``solution`` in the test process that holds the same proxies
+(see :func:`_candidate_module`); the candidate's code is never imported there.
+
 End of file on the socket means the candidate is gone: the call in flight and
 every later one fail. ``SystemExit`` (or any other ``BaseException`` that is
 not an ``Exception``) raised by a call ends the candidate process, as it would
@@ -54,7 +59,7 @@ import time
 import traceback
 import types
 import unittest
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, NoReturn
 
 from .code import FunctionCase, _parse
@@ -92,6 +97,7 @@ MESSAGE_LIMIT = 2000
 # Name of the candidate's module: not "__main__", so that a completion's
 # `if __name__ == "__main__":` block (reading stdin, unittest.main() which
 # calls sys.exit) does not run, as in HumanEval's and LiveCodeBench's harnesses.
+# Also the name under which the tests import it (KodCode's `from solution import f`).
 CANDIDATE_MODULE = "solution"
 
 _HEADER = struct.Struct(">I")
@@ -745,20 +751,101 @@ def _run_unittest_cases(namespace: dict[str, Any]) -> None:
         raise AssertionError(f"{len(failures)} of {result.testsRun} unittest tests failed; first: {first}")
 
 
-def _run_test_functions(namespace: dict[str, Any]) -> None:
-    """Call the pytest-style ``test*`` functions the test code defined and nothing called.
+def _is_main_guard(node: ast.If) -> bool:
+    """``if __name__ == "__main__":`` (either way round): its body never runs in the test namespace."""
+    test = node.test
+    if not isinstance(test, ast.Compare) or len(test.ops) != 1 or not isinstance(test.ops[0], ast.Eq):
+        return False
+    sides = (test.left, test.comparators[0])
+    return any(isinstance(side, ast.Name) and side.id == "__name__" for side in sides) and any(
+        isinstance(side, ast.Constant) and side.value == "__main__" for side in sides
+    )
 
-    Only those that take no arguments: pytest fixtures are not provided.
+
+def _names_used(source: str) -> set[str]:
+    """Names the test code reads anywhere, except in top-level ``__main__`` blocks (which never run here)."""
+    tree = _parse(source)
+    if tree is None:
+        return set()
+    used: set[str] = set()
+    for statement in tree.body:
+        runs = statement.orelse if isinstance(statement, ast.If) and _is_main_guard(statement) else [statement]
+        for part in runs:
+            used.update(node.id for node in ast.walk(part) if isinstance(node, ast.Name) and type(node.ctx) is ast.Load)
+    return used
+
+
+def _run_test_functions(namespace: dict[str, Any], source: str, called_candidate: bool) -> None:
+    """Call the pytest-style ``test*`` functions the test code defined and does not call itself.
+
+    Only those that take no arguments: pytest fixtures are not provided. When
+    the code already called the candidate (a script that calls its own test
+    functions, or a module-level instance the tests share), the functions its
+    code refers to by name are left out, so that none runs twice; the others
+    still run, or a module-level ``Counter()`` would pass them unchecked.
     """
-    for name, value in list(namespace.items()):
+    functions = [
+        (name, value)
+        for name, value in list(namespace.items())
         if (
             name.startswith("test")
             and isinstance(value, types.FunctionType)
             and value.__code__.co_filename == _TEST_FILENAME
             and value.__code__.co_argcount == len(value.__defaults__ or ())
             and not value.__code__.co_kwonlyargcount
-        ):
-            value()
+        )
+    ]
+    if functions and called_candidate:
+        used = _names_used(source)
+        functions = [(name, value) for name, value in functions if name not in used]
+    for _, function in functions:
+        function()
+
+
+def _candidate_module(
+    remote: _Remote, names: Sequence[str], proxies: Mapping[str, _RemoteFunction]
+) -> types.ModuleType:
+    """The module the tests get for ``import solution``: the candidate's top-level names, as proxies.
+
+    It holds proxies and nothing else, so the tests reach through it nothing
+    that their namespace did not already give them. Every top-level name the
+    candidate defines is an attribute (the namespace's own proxy where it has
+    one): ``from solution import f`` for a name the candidate does not define
+    raises ImportError, as it would. ``from solution import *`` binds
+    ``__all__``: the public names that the namespace binds anyway, so a star
+    import does not make the tests' own ``abs`` or ``len`` the candidate's,
+    nor replace the helpers the trusted setup code defined; naming such a name
+    in the import gets the candidate's, as the test asked.
+    """
+    module = types.ModuleType(CANDIDATE_MODULE)
+    defined: set[str] = set()
+    for name in names:
+        # No dunders: a candidate's `__getattr__` or `__path__` would change how imports resolve.
+        if name.isidentifier() and not (name.startswith("__") and name.endswith("__")):
+            setattr(module, name, proxies.get(name) or _RemoteFunction(remote, name))
+            defined.add(name)
+    module.__all__ = [name for name in proxies if name in defined and not name.startswith("_")]
+    return module
+
+
+@contextlib.contextmanager
+def _importable(module: types.ModuleType) -> Iterator[None]:
+    """``module`` in ``sys.modules`` while the tests run; afterwards what was there before (nothing, in a judge).
+
+    The judge judges job after job: a later job's tests must not import an
+    earlier job's module, whatever the tests did to ``sys.modules`` or raised.
+    """
+    name = module.__name__
+    missing = object()
+    before = sys.modules.get(name, missing)
+    sys.modules[name] = module
+    try:
+        yield
+    finally:
+        if before is missing:
+            sys.modules.pop(name, None)
+        else:
+            sys.modules[name] = before  # type: ignore[assignment]
 
 
 def _run_assert(
@@ -781,14 +868,15 @@ def _run_assert(
     if entry_point:
         proxies[entry_point] = _RemoteFunction(remote, entry_point)
     namespace.update(proxies)
+    module = _candidate_module(remote, names, proxies)
     try:
-        exec(compile(assert_code, _TEST_FILENAME, "exec"), namespace)
-        check = namespace.get("check")
-        if entry_point and callable(check) and not isinstance(check, _RemoteFunction):
-            check(proxies[entry_point])
-        _run_unittest_cases(namespace)
-        if remote.calls == 0:
-            _run_test_functions(namespace)
+        with _importable(module):
+            exec(compile(assert_code, _TEST_FILENAME, "exec"), namespace)
+            check = namespace.get("check")
+            if entry_point and callable(check) and not isinstance(check, _RemoteFunction):
+                check(proxies[entry_point])
+            _run_unittest_cases(namespace)
+            _run_test_functions(namespace, assert_code, remote.calls > 0)
     except (CandidateDied, CandidateTimeout) as exc:
         return _test(0, _broken_status(exc), str(exc))
     except BaseException as exc:
@@ -843,9 +931,13 @@ def run_tests(
     builtin nor was defined by the setup code, and one for ``entry_point``
     always, in a fresh namespace; executes ``assert_code``; calls
     ``check(<entry_point proxy>)`` if it defined ``check``; runs the
-    ``unittest.TestCase`` classes it defined; if none of that called the
-    candidate, calls the pytest-style ``test*`` functions it defined (those
-    without parameters). Any exception fails the test, and so does never
+    ``unittest.TestCase`` classes it defined; calls the pytest-style
+    ``test*`` functions it defined (those without parameters), except, when
+    something already called the candidate, those its code refers to by name
+    (it calls them itself). Meanwhile ``import solution`` (KodCode's
+    ``from solution import f``) gives a module of the candidate's names as
+    proxies, removed from ``sys.modules`` again when the tests end (see
+    :func:`_candidate_module`). Any exception fails the test, and so does never
     calling the candidate (status ``no_calls``: nothing was checked).
     Calling a proxy of a class makes an instance in the candidate's process
     and returns a stand-in whose methods are called remotely (data

@@ -547,6 +547,77 @@ def test_python_explicit_function_and_assert_tests(channel: grpc.Channel) -> Non
     assert_failed(helpers.run(channel, assert_job(ADD_WRONG, check, "add")))
 
 
+# A KodCode-V1 row (question, solution, test, test_info): pytest-style tests that import the program as `solution`.
+KODCODE = {
+    "question": "Write max_subarray_sum(nums) (Kadane) and a MinStack class with push, pop and get_min.",
+    "solution": "(the dataset's reference solution: not used)",
+    "test": textwrap.dedent("""
+        from solution import max_subarray_sum, MinStack
+
+        def test_max_subarray_sum_mixed():
+            assert max_subarray_sum([-2, 1, -3, 4, -1, 2, 1, -5, 4]) == 6
+
+        def test_max_subarray_sum_all_negative():
+            assert max_subarray_sum([-3, -1, -2]) == -1
+
+        def test_min_stack():
+            stack = MinStack()
+            stack.push(3)
+            stack.push(1)
+            stack.push(2)
+            assert stack.get_min() == 1
+            stack.pop()
+            stack.pop()
+            assert stack.get_min() == 3
+    """),
+    "test_info": [{"function_name": "max_subarray_sum", "parameter_list": "(nums)"}],
+}
+KODCODE_SOLUTION = textwrap.dedent("""
+    def max_subarray_sum(nums):
+        best = current = nums[0]
+        for x in nums[1:]:
+            current = max(x, current + x)
+            best = max(best, current)
+        return best
+
+    class MinStack:
+        def __init__(self):
+            self.items = []
+
+        def push(self, x):
+            self.items.append((x, min(x, self.items[-1][1]) if self.items else x))
+
+        def pop(self):
+            self.items.pop()
+
+        def get_min(self):
+            return self.items[-1][1]
+""")
+
+
+@pytest.mark.parametrize(
+    ("code", "status"),
+    [
+        pytest.param(KODCODE_SOLUTION, pb.STATUS_OK, id="correct"),
+        # Right on mixed input, wrong when every number is negative (the empty subarray is not allowed).
+        pytest.param(KODCODE_SOLUTION.replace("best = current = nums[0]", "best = current = 0"),
+                     pb.STATUS_WRONG_ANSWER, id="wrong-function"),
+        pytest.param(KODCODE_SOLUTION.replace("min(x, self.items[-1][1])", "x"), pb.STATUS_WRONG_ANSWER,
+                     id="wrong-class"),
+        # `from solution import MinStack` for a program without one fails as Python would (ImportError).
+        pytest.param(KODCODE_SOLUTION.split("class MinStack")[0], pb.STATUS_RUNTIME_ERROR, id="missing-name"),
+    ],
+)
+def test_kodcode_tests_import_the_program_as_solution(channel: grpc.Channel, code: str, status: int) -> None:
+    """`from solution import ...` was a ModuleNotFoundError in the judge: every answer failed, right ones too."""
+    result = helpers.run(channel, dataset_job(code, KODCODE))
+    if status == pb.STATUS_OK:
+        assert_ok(result)
+    else:
+        assert_failed(result, status)
+    assert result.code.tests_total == 1, describe(result)
+
+
 # ---------------------------------------------------------------------------
 # 3. Reward modes, stop_on_first_failure, checkers, no answer
 # ---------------------------------------------------------------------------

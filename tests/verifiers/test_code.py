@@ -1118,6 +1118,162 @@ def test_tests_that_never_call_the_candidate_check_nothing(tmp_path: Path) -> No
     assert not result["passed"] and result["status"] == "no_calls", result
 
 
+# --- tests that import the candidate as a module (KodCode, pytest-style datasets) ---
+
+CALCULATOR = (
+    "def add(a, b):\n    return a + b\n\n"
+    "class Solution:\n    def twoSum(self, nums, target):\n"
+    "        seen = {}\n        for i, x in enumerate(nums):\n"
+    "            if target - x in seen:\n                return [seen[target - x], i]\n"
+    "            seen[x] = i\n\n"
+    "class Counter:\n    def __init__(self):\n        self.n = 0\n"
+    "    def inc(self):\n        self.n += 1\n        return self.n\n"
+    "def _helper():\n    return 1\n"
+)
+CALCULATOR_WRONG = CALCULATOR.replace("return a + b", "return a - b").replace("[seen[target - x], i]", "[i, 0]")
+
+
+@pytest.mark.parametrize(
+    "tests",
+    [
+        pytest.param(
+            "from solution import add, Solution\n\n"
+            "def test_add():\n    assert add(1, 2) == 3\n    assert add(-1, 1) == 0\n\n"
+            "def test_two_sum():\n    assert Solution().twoSum([2, 7, 11, 15], 9) == [0, 1]\n",
+            id="from-import",
+        ),
+        pytest.param(
+            "import solution\n\ndef test_add():\n    assert solution.add(1, 2) == 3\n"
+            "    assert solution.Solution().twoSum([3, 2, 4], 6) == [1, 2]\n",
+            id="import-module",
+        ),
+        pytest.param(
+            "import solution as s\nfrom solution import (\n    add,\n)\n\n"
+            "def test_add():\n    assert s.add is add and add(2, 2) == 4\n",
+            id="import-as-and-parenthesized",
+        ),
+        pytest.param(
+            "from solution import *\n\ndef test_add():\n    assert add(1, 2) == 3\n"
+            "    assert Solution().twoSum([3, 3], 6) == [0, 1]\n",
+            id="star-import",
+        ),
+        pytest.param(
+            "import importlib\n\ndef test_add():\n    assert importlib.import_module('solution').add(5, 5) == 10\n",
+            id="import-module-function",
+        ),
+    ],
+)
+def test_tests_that_import_the_solution_module(tests: str, tmp_path: Path) -> None:
+    """KodCode's tests start with `from solution import ...`: it was a ModuleNotFoundError, so a false negative."""
+    result = harness(CALCULATOR, tmp_path, "assert", assert_code=tests)
+    assert result["passed"], result
+    wrong = harness(CALCULATOR_WRONG, tmp_path, "assert", assert_code=tests)
+    assert wrong["status"] == "wrong_answer", wrong
+
+
+@pytest.mark.parametrize(
+    ("tests", "error", "message"),
+    [
+        pytest.param("from solution import add, subtract\n\ndef test_add():\n    assert add(1, 2) == 3\n",
+                     "ImportError at line 1", "cannot import name 'subtract' from 'solution'", id="from-import"),
+        pytest.param("import solution\n\ndef test_sub():\n    assert solution.subtract(3, 2) == 1\n",
+                     "AttributeError at line 4", "module 'solution' has no attribute 'subtract'", id="attribute"),
+        pytest.param("import solution.add\n\ndef test_add():\n    assert add(1, 2) == 3\n",
+                     "ModuleNotFoundError at line 1", "No module named 'solution.add'; 'solution' is not a package",
+                     id="submodule"),
+    ],
+)
+def test_importing_a_name_the_candidate_does_not_define_fails(tests: str, error: str, message: str,
+                                                              tmp_path: Path) -> None:
+    result = harness(CALCULATOR, tmp_path, "assert", assert_code=tests)
+    assert result["status"] == "runtime_error", result
+    assert result["message"].startswith(error) and message in result["message"], result
+
+
+def test_star_import_binds_public_names_and_never_shadows_builtins(tmp_path: Path) -> None:
+    code = "def abs(x):\n    return 0\ndef pow(x, y):\n    return x ** y % 1000\ndef f(x):\n    return 99.0\n"
+    code += "def _private():\n    return 1\n"
+    tests = "from solution import *\n\ndef test_f():\n    assert abs(f(1.0) - 0.5) < 1e-6\n"
+    result = harness(code, tmp_path, "assert", assert_code=tests)
+    assert result["status"] == "wrong_answer" and "assert abs(f(1.0) - 0.5)" in result["message"], result
+    # A name asked for explicitly is the candidate's, builtin or private: the test chose it.
+    tests = "from solution import pow, _private\n\ndef test_pow():\n    assert pow(2, 10) == 24 and _private() == 1\n"
+    assert harness(code, tmp_path, "assert", assert_code=tests)["passed"]
+
+
+def test_the_solution_module_holds_only_this_runs_proxies(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The judge serves many jobs: a later job must not see an earlier job's module, names or proxies."""
+    before = object()
+    monkeypatch.setitem(sys.modules, "solution", before)  # type: ignore[arg-type]
+    first = (
+        "import sys, solution\nassert sys.modules['solution'] is solution\n"
+        "assert type(solution).__name__ == 'module' and solution.__name__ == 'solution'\n"
+        "assert sorted(solution.__all__) == ['Counter', 'Solution', 'add']\n"
+        "assert add(1, 2) == 3\n"
+        # Test code that removes or replaces the module does not outlive its run either.
+        "del sys.modules['solution']\n"
+    )
+    assert harness(CALCULATOR, tmp_path, "assert", assert_code=first)["passed"]
+    assert sys.modules["solution"] is before
+    later = (
+        "import solution\nassert not hasattr(solution, 'Counter') and solution.__all__ == ['add']\n"
+        "assert solution.add(1, 2) == 3\n"
+    )
+    assert harness("def add(a, b):\n    return a + b\n", tmp_path, "assert", assert_code=later)["passed"]
+    # Restored after failing tests, after a candidate that died, and after one that failed to load.
+    raising = "import sys\nfrom solution import add\nsys.modules['solution'] = 'replaced'\nraise ValueError('x')\n"
+    assert harness(CALCULATOR, tmp_path, "assert", assert_code=raising)["status"] == "runtime_error"
+    assert sys.modules["solution"] is before
+    died = harness("import os\ndef add(a, b):\n    os._exit(0)\n", tmp_path, "assert",
+                   assert_code="from solution import add\nadd(1, 2)\n")
+    assert died["status"] == "died" and sys.modules["solution"] is before
+    failed = harness("raise SystemExit(0)\ndef add(a, b):\n    pass\n", tmp_path, "assert",
+                     assert_code="from solution import add\nadd(1, 2)\n")
+    assert failed["status"] == "load_error" and sys.modules["solution"] is before
+    monkeypatch.delitem(sys.modules, "solution")
+    assert harness(CALCULATOR, tmp_path, "assert", assert_code="from solution import add\nassert add(1, 2) == 3\n")[
+        "passed"
+    ]
+    assert "solution" not in sys.modules
+
+
+@pytest.mark.parametrize("header", ["from solution import Counter\n\n", ""], ids=["import", "no-import"])
+def test_test_functions_run_after_module_level_calls(header: str, tmp_path: Path) -> None:
+    """A module-level call (an instance the tests share) no longer stops the test functions from running:
+    before, any program whose Counter() constructed passed these tests unchecked."""
+    tests = header + "counter = Counter()\n\ndef test_inc():\n    assert counter.inc() == 1\n"
+    tests += "    assert counter.inc() == 2\n"
+    assert harness(CALCULATOR, tmp_path, "assert", assert_code=tests)["passed"]
+    wrong = CALCULATOR.replace("self.n += 1", "self.n += 2")
+    result = harness(wrong, tmp_path, "assert", assert_code=tests)
+    assert result["status"] == "wrong_answer" and "assert counter.inc() == 1" in result["message"], result
+    # Test functions the code calls itself are not called again (a second run would see the state of the first).
+    for calls in ("test_inc()\n", "for test in [test_inc]:\n    test()\n", "def main():\n    test_inc()\nmain()\n"):
+        assert harness(CALCULATOR, tmp_path, "assert", assert_code=tests + calls)["passed"], calls
+        result = harness(wrong, tmp_path, "assert", assert_code=tests + calls)
+        assert result["status"] == "wrong_answer", (calls, result)
+    # A call under a __main__ guard never runs here, so the function is called by the harness.
+    guarded = tests + "if __name__ == '__main__':\n    test_inc()\n"
+    assert harness(wrong, tmp_path, "assert", assert_code=guarded)["status"] == "wrong_answer"
+
+
+def test_plan_from_a_kodcode_row_end_to_end(tmp_path: Path) -> None:
+    row = {
+        "question": "Write a function add(a, b) that returns the sum of a and b.",
+        "solution": "def add(a, b):\n    return a + b\n",
+        "test": "from solution import add\n\ndef test_add_positive():\n    assert add(2, 3) == 5\n\n"
+        "def test_add_negative():\n    assert add(-1, -1) == -2\n",
+        "test_info": [{"function_name": "add", "parameter_list": "(a, b)"}],
+    }
+    plan = normalize_tests({"dataset_json": row})
+    assert (plan.kind, plan.entry_point, plan.prompt) == ("assert", "", "")
+    program = assemble_program("def add(a, b):\n    return a + b\n", plan)
+    assert harness(program, tmp_path, "assert", assert_code=plan.assert_code)["passed"]
+    program = assemble_program("def add(a, b):\n    return a * b\n", plan)
+    wrong = harness(program, tmp_path, "assert", assert_code=plan.assert_code)
+    assert wrong["status"] == "wrong_answer" and "line 4: assert add(2, 3) == 5" in wrong["message"], wrong
+
+
 @pytest.mark.parametrize(
     "tests",
     [
