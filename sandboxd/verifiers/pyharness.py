@@ -48,6 +48,7 @@ import base64
 import binascii
 import builtins
 import contextlib
+import inspect
 import io
 import json
 import math
@@ -775,31 +776,136 @@ def _names_used(source: str) -> set[str]:
     return used
 
 
-def _run_test_functions(namespace: dict[str, Any], source: str, called_candidate: bool) -> None:
-    """Call the pytest-style ``test*`` functions the test code defined and does not call itself.
+# pytest marks that say a test is not expected to pass here: such a test, or
+# such a parameter set, is left out, as pytest would not count its failure.
+_NOT_RUN_MARKS = frozenset({"skip", "xfail"})
 
-    Only those that take no arguments: pytest fixtures are not provided. When
-    the code already called the candidate (a script that calls its own test
-    functions, or a module-level instance the tests share), the functions its
-    code refers to by name are left out, so that none runs twice; the others
-    still run, or a module-level ``Counter()`` would pass them unchecked.
+
+def _marks(obj: object) -> list[Any]:
+    """The pytest marks on a test function or class (duck-typed: the harness never imports pytest)."""
+    return [mark for mark in (getattr(obj, "pytestmark", None) or ()) if isinstance(getattr(mark, "name", None), str)]
+
+
+def _skipped(marks: Iterable[Any]) -> bool:
+    for mark in marks:
+        if mark.name in _NOT_RUN_MARKS:
+            return True
+        # skipif(condition, reason=...): a bool condition; a string one (evaluated by pytest) is not ours to run.
+        if mark.name == "skipif" and any(bool(condition) for condition in getattr(mark, "args", ())):
+            return True
+    return False
+
+
+def _parameter_sets(marks: Sequence[Any]) -> list[dict[str, object]] | None:
+    """The keyword arguments of each call ``@pytest.mark.parametrize`` asks for (stacked ones multiply).
+
+    ``[{}]`` without parametrize; None where a parametrize needs what the
+    harness does not provide (``indirect``: fixtures) or does not parse.
     """
-    functions = [
-        (name, value)
-        for name, value in list(namespace.items())
-        if (
-            name.startswith("test")
-            and isinstance(value, types.FunctionType)
-            and value.__code__.co_filename == _TEST_FILENAME
-            and value.__code__.co_argcount == len(value.__defaults__ or ())
-            and not value.__code__.co_kwonlyargcount
-        )
-    ]
-    if functions and called_candidate:
+    calls: list[dict[str, object]] = [{}]
+    for mark in marks:
+        if mark.name != "parametrize":
+            continue
+        args, kwargs = tuple(getattr(mark, "args", ())), dict(getattr(mark, "kwargs", {}))
+        names = args[0] if args else kwargs.get("argnames")
+        values = args[1] if len(args) > 1 else kwargs.get("argvalues")
+        if kwargs.get("indirect") or names is None or values is None:
+            return None
+        if isinstance(names, str):
+            names = [name.strip() for name in names.split(",") if name.strip()]
+        names = list(names)
+        rows: list[dict[str, object]] = []
+        for value in values:
+            if hasattr(value, "values") and hasattr(value, "marks") and hasattr(value, "id"):  # pytest.param()
+                if _skipped(mark for mark in value.marks if isinstance(getattr(mark, "name", None), str)):
+                    continue
+                value = value.values[0] if len(names) == 1 else value.values
+            row = [value] if len(names) == 1 else list(value)
+            if len(row) != len(names):
+                return None
+            rows.append(dict(zip(names, row, strict=True)))
+        calls = [{**done, **row} for done in calls for row in rows]
+    return calls
+
+
+def _run_pytest_style(test: Callable[..., object], setup: Callable[[], object] | None = None) -> None:
+    """Call one pytest-style test once per parameter set; a test that needs fixtures is not called."""
+    marks = _marks(getattr(test, "__func__", test))
+    calls = None if _skipped(marks) else _parameter_sets(marks)
+    if calls is None:
+        return
+    try:
+        parameters = inspect.signature(test).parameters
+    except (TypeError, ValueError):
+        return
+    required = {
+        name
+        for name, parameter in parameters.items()
+        if parameter.default is inspect.Parameter.empty
+        and parameter.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    }
+    for arguments in calls:
+        if required <= arguments.keys():
+            if setup is not None:
+                setup()
+            test(**{name: value for name, value in arguments.items() if name in parameters})
+
+
+def _pytest_tests(namespace: dict[str, Any]) -> list[tuple[str, Callable[..., object], Callable[[], object] | None]]:
+    """(name in the namespace, test, setup) for the pytest-style tests the test code defined.
+
+    ``test*`` functions, and the ``test*`` methods of ``Test*`` classes that
+    are not unittest's (those run on their own) and have no ``__init__``,
+    each on an instance of its own, with ``setup_method`` before each call.
+    """
+    tests: list[tuple[str, Callable[..., object], Callable[[], object] | None]] = []
+    for name, value in list(namespace.items()):
+        if name.startswith("test") and isinstance(value, types.FunctionType):
+            if value.__code__.co_filename == _TEST_FILENAME:
+                tests.append((name, value, None))
+        elif (
+            name.startswith("Test")
+            and isinstance(value, type)
+            and not issubclass(value, unittest.TestCase)
+            and value.__module__ == namespace.get("__name__")
+            and "__init__" not in vars(value)
+            and not _skipped(_marks(value))
+        ):
+            for method_name, method in list(vars(value).items()):
+                if method_name.startswith("test") and isinstance(method, types.FunctionType):
+                    bound = getattr(value(), method_name)
+                    setup = getattr(bound.__self__, "setup_method", None)
+                    tests.append((name, bound, (lambda s=setup, b=bound: s(b)) if callable(setup) else None))
+    return tests
+
+
+def _run_test_functions(namespace: dict[str, Any], source: str, called_candidate: bool) -> None:
+    """Call the pytest-style tests the test code defined and does not call itself.
+
+    As pytest would: ``test*`` functions and ``Test*`` classes' ``test*``
+    methods, once per ``@pytest.mark.parametrize`` parameter set, leaving out
+    those marked ``skip``/``xfail``. Tests that need fixtures are not called:
+    the harness provides none. When the code already called the candidate (a
+    script that calls its own test functions, or a module-level instance the
+    tests share), the tests its code refers to by name are left out, so that
+    none runs twice; the others still run, or a module-level ``Counter()``
+    would pass them unchecked.
+    """
+    tests = _pytest_tests(namespace)
+    if tests and called_candidate:
         used = _names_used(source)
-        functions = [(name, value) for name, value in functions if name not in used]
-    for _, function in functions:
-        function()
+        tests = [test for test in tests if test[0] not in used]
+    for _, test, setup in tests:
+        _run_pytest_style(test, setup)
+
+
+def _is_test_failure(exc: BaseException) -> bool:
+    """An assert that failed, or pytest's own failure (``pytest.fail``, ``pytest.raises``' "DID NOT RAISE")."""
+    cls = type(exc)
+    # Failed says its module is "builtins"; its base, OutcomeException, lives in _pytest.outcomes.
+    return isinstance(exc, AssertionError) or (
+        cls.__name__ == "Failed" and any(base.__module__ == "_pytest.outcomes" for base in cls.__mro__)
+    )
 
 
 def _candidate_module(
@@ -887,7 +993,7 @@ def _run_assert(
         text = f"{description['type']}{where}" + (
             f": {description['message']}" if description["message"] else ""
         )
-        if isinstance(exc, AssertionError) and not any(exc is raised for raised in remote.raised):
+        if _is_test_failure(exc) and not any(exc is raised for raised in remote.raised):
             return _test(0, "wrong_answer", text)
         return _test(0, "runtime_error", text)
     if remote.broken is not None:

@@ -552,7 +552,16 @@ KODCODE = {
     "question": "Write max_subarray_sum(nums) (Kadane) and a MinStack class with push, pop and get_min.",
     "solution": "(the dataset's reference solution: not used)",
     "test": textwrap.dedent("""
+        import pytest
         from solution import max_subarray_sum, MinStack
+
+        @pytest.mark.parametrize("nums, expected", [([1, 2, 3], 6), ([5], 5)])
+        def test_max_subarray_sum_small(nums, expected):
+            assert max_subarray_sum(nums) == expected
+
+        def test_max_subarray_sum_empty():
+            with pytest.raises(IndexError):
+                max_subarray_sum([])
 
         def test_max_subarray_sum_mixed():
             assert max_subarray_sum([-2, 1, -3, 4, -1, 2, 1, -5, 4]) == 6
@@ -604,12 +613,21 @@ KODCODE_SOLUTION = textwrap.dedent("""
                      pb.STATUS_WRONG_ANSWER, id="wrong-function"),
         pytest.param(KODCODE_SOLUTION.replace("min(x, self.items[-1][1])", "x"), pb.STATUS_WRONG_ANSWER,
                      id="wrong-class"),
+        # Wrong only for one number, which only the parametrized test tries (it was never called before).
+        pytest.param(KODCODE_SOLUTION.replace("best = current = nums[0]",
+                                              "best = current = nums[0] if len(nums) > 1 else 0"),
+                     pb.STATUS_WRONG_ANSWER, id="wrong-only-in-a-parametrized-case"),
+        # No IndexError for an empty list: pytest.raises says DID NOT RAISE.
+        pytest.param(KODCODE_SOLUTION.replace("best = current = nums[0]",
+                                              "best = current = nums[0] if nums else 0"),
+                     pb.STATUS_WRONG_ANSWER, id="wrong-no-raise"),
         # `from solution import MinStack` for a program without one fails as Python would (ImportError).
         pytest.param(KODCODE_SOLUTION.split("class MinStack")[0], pb.STATUS_RUNTIME_ERROR, id="missing-name"),
     ],
 )
 def test_kodcode_tests_import_the_program_as_solution(channel: grpc.Channel, code: str, status: int) -> None:
-    """`from solution import ...` was a ModuleNotFoundError in the judge: every answer failed, right ones too."""
+    """`from solution import ...` was a ModuleNotFoundError in the judge, and so was `import pytest` (not in the
+    image): every answer failed, right ones too. Parametrized tests were never called."""
     result = helpers.run(channel, dataset_job(code, KODCODE))
     if status == pb.STATUS_OK:
         assert_ok(result)

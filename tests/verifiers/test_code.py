@@ -1451,3 +1451,53 @@ def test_humaneval_canonical_solutions_pass_and_stubs_fail(tmp_path: Path) -> No
             call_timeout=20,
         )
         assert not result["passed"], problem["task_id"]
+
+
+KODCODE_DIVIDE = "def divide(a, b):\n    if b == 0:\n        raise ValueError('b is 0')\n    return a // b\n"
+WRONG_ABOVE_7 = KODCODE_DIVIDE.replace("a // b", "a // b + (a > 7)")
+WRONG_NO_RAISE = KODCODE_DIVIDE.replace("raise ValueError('b is 0')", "return 0")
+# id: (tests, a wrong program they must catch)
+PYTEST_STYLE_TESTS = {
+    "parametrize": ("import pytest\nfrom solution import divide\n\n"
+                    "@pytest.mark.parametrize('a, b, expected', [(6, 3, 2), (7, 2, 3), pytest.param(9, 3, 3)])\n"
+                    "def test_divide(a, b, expected):\n    assert divide(a, b) == expected\n", WRONG_ABOVE_7),
+    "stacked-parametrize": ("import pytest\nfrom solution import divide\n\n"
+                            "@pytest.mark.parametrize('b', [1, 2])\n@pytest.mark.parametrize('a', [4, 8])\n"
+                            "def test_divide(a, b):\n    assert divide(a, b) == a // b\n", WRONG_ABOVE_7),
+    "raises": ("import pytest\nfrom solution import divide\n\n"
+               "def test_zero():\n    with pytest.raises(ValueError):\n        divide(1, 0)\n", WRONG_NO_RAISE),
+    "test-class": ("import pytest\nfrom solution import divide\n\nclass TestDivide:\n"
+                   "    def setup_method(self, method):\n        self.pairs = [(6, 3), (9, 3)]\n"
+                   "    def test_exact(self):\n        assert [divide(a, b) for a, b in self.pairs] == [2, 3]\n",
+                   WRONG_ABOVE_7),
+    "parametrized-method": ("import pytest\nfrom solution import divide\n\nclass TestDivide:\n"
+                            "    @pytest.mark.parametrize('a', [10, 11])\n"
+                            "    def test_floor(self, a):\n        assert divide(a, 5) == 2\n", WRONG_ABOVE_7),
+    "approx": ("import pytest\nfrom solution import divide\n\n"
+               "def test_approx():\n    assert divide(10, 5) == pytest.approx(2.0)\n", WRONG_ABOVE_7),
+}
+
+
+@pytest.mark.parametrize(("tests", "wrong"), PYTEST_STYLE_TESTS.values(), ids=PYTEST_STYLE_TESTS.keys())
+def test_pytest_style_tests_run_as_pytest_would(tests: str, wrong: str, tmp_path: Path) -> None:
+    """KodCode's tests use pytest: parametrize (stacked, pytest.param), pytest.raises, approx, Test* classes.
+    Before, parametrized tests and Test* classes were never called, and nothing checked the program."""
+    assert harness(KODCODE_DIVIDE, tmp_path, "assert", assert_code=tests)["passed"]
+    result = harness(wrong, tmp_path, "assert", assert_code=tests)
+    assert result["status"] == "wrong_answer" and not result["passed"], result
+
+
+def test_skipped_xfail_and_fixture_tests_are_not_called(tmp_path: Path) -> None:
+    tests = ("import pytest\nfrom solution import divide\n\n"
+             "def test_runs():\n    assert divide(4, 2) == 2\n\n"
+             "@pytest.mark.skip(reason='later')\ndef test_skip():\n    assert False\n\n"
+             "@pytest.mark.skipif(True, reason='not here')\ndef test_skipif():\n    assert False\n\n"
+             "@pytest.mark.xfail\ndef test_xfail():\n    assert False\n\n"
+             "@pytest.mark.parametrize('x', [1, pytest.param(2, marks=pytest.mark.xfail)])\n"
+             "def test_param_xfail(x):\n    assert x == 1\n\n"
+             "def test_fixture(tmp_path):\n    assert False\n\n"
+             "@pytest.mark.parametrize('n', [1], indirect=True)\ndef test_indirect(n):\n    assert False\n")
+    assert harness(KODCODE_DIVIDE, tmp_path, "assert", assert_code=tests)["passed"]
+    # Only fixture-needing tests: nothing checks the program, which is not a pass.
+    only_fixtures = "from solution import divide\n\ndef test_fixture(capsys):\n    assert divide(1, 1) == 1\n"
+    assert harness(KODCODE_DIVIDE, tmp_path, "assert", assert_code=only_fixtures)["status"] == "no_calls"
