@@ -16,6 +16,7 @@ bookworm, Python 3.11, no third-party packages):
 from __future__ import annotations
 
 import ast
+import bisect
 import cmath
 import dataclasses
 import functools
@@ -164,46 +165,93 @@ def _canonical_language(language: str) -> str:
 
 
 # Java: comments and literals are blanked before looking for classes, so that a
-# "class Foo" inside a string or comment is not taken for a declaration.
+# "class Foo" inside a string or comment is not taken for a declaration. An
+# unclosed one runs to the end of the text (or of its line, for a literal):
+# otherwise each opening would scan the rest of the text in vain, quadratic
+# in a degenerate completion ("/*" repeated), on the daemon's event loop.
 _JAVA_BLANK = re.compile(
-    r'//[^\n]*|/\*.*?\*/|"""(?:.|\n)*?"""|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.DOTALL
+    r'//[^\n]*|/\*.*?(?:\*/|\Z)|"""(?:.|\n)*?(?:"""|\Z)|"(?:\\.|[^"\\\n])*(?:"|(?=\n)|\Z)'
+    r"|'(?:\\.|[^'\\\n])*(?:'|(?=\n)|\Z)",
+    re.DOTALL,
 )
 _JAVA_CLASS = re.compile(r"\b(class|interface|enum|record)\s+([A-Za-z_$][\w$]*)")
-_JAVA_PUBLIC = re.compile(r"\bpublic\b[\w\s]*$")
 _JAVA_MAIN = re.compile(r"\bstatic\s+(?:final\s+)?void\s+main\s*\(")
+_JAVA_BRACE = re.compile(r"[{}]")
+# Modifiers and annotations before a class keyword: looked for within this many characters.
+_JAVA_MODIFIERS_CHARS = 256
+# Top-level declarations looked at: real programs have a handful; a degenerate
+# completion ("class A" repeated) would otherwise cost a loop turn per repeat.
+_JAVA_MAX_TOP_LEVEL_CLASSES = 1000
+_WORDS_AND_SPACES = re.compile(r"[\w\s]*")
+_PUBLIC_REVERSED = re.compile(r"\bcilbup\b")
 
 
 def _java_classes(code: str) -> tuple[str | None, str | None]:
-    """(public top-level class, top-level class holding ``main``) in Java source."""
+    """(public top-level class, top-level class holding ``main``) in Java source.
+
+    Linear in the text: a completion of a million characters of ``class A``
+    repeated took minutes with a scan per class, on the daemon's event loop.
+    """
     text = _JAVA_BLANK.sub(lambda m: " " * len(m.group()), code)
+    brace_at: list[int] = []  # position of every brace, in order
+    depth_after: list[int] = []  # nesting depth after that brace
+    opens: list[int] = []  # position of every "{"
+    close_of: dict[int, int] = {}  # a "{" -> the "}" that closes it
+    stack: list[int] = []
     depth = 0
-    depth_at: list[int] = []
-    for ch in text:
-        depth_at.append(depth)
-        if ch == "{":
+    for brace in _JAVA_BRACE.finditer(text):
+        at = brace.start()
+        if brace.group() == "{":
+            opens.append(at)
+            stack.append(at)
             depth += 1
-        elif ch == "}":
+        else:
+            if stack:
+                close_of[stack.pop()] = at
             depth -= 1
+        brace_at.append(at)
+        depth_after.append(depth)
     public_name: str | None = None
     main_name: str | None = None
+    searched: set[int] = set()
+    top_level = 0
     for match in _JAVA_CLASS.finditer(text):
-        if depth_at[match.start()] != 0:
+        start = match.start()
+        before = bisect.bisect_left(brace_at, start)
+        if (depth_after[before - 1] if before else 0) != 0:
             continue
+        top_level += 1
+        if top_level > _JAVA_MAX_TOP_LEVEL_CLASSES:
+            break
         name = match.group(2)
-        line_start = text.rfind(";", 0, match.start())
-        line_start = max(line_start, text.rfind("}", 0, match.start()))
-        modifiers = text[line_start + 1 : match.start()]
-        if public_name is None and _JAVA_PUBLIC.search(modifiers):
-            public_name = name
-        open_at = text.find("{", match.end())
-        if open_at < 0:
+        if public_name is None:
+            low = max(0, start - _JAVA_MODIFIERS_CHARS)
+            statement_start = max(text.rfind(";", low, start), text.rfind("}", low, start)) + 1
+            modifiers = text[max(low, statement_start) : start]
+            # The words right before the keyword (`public final class`), read backwards: linear.
+            words = _WORDS_AND_SPACES.match(modifiers[::-1])
+            if words is not None and _PUBLIC_REVERSED.search(words.group()):
+                public_name = name
+        if main_name is not None:
             continue
-        close_at = open_at
-        while close_at < len(text) and not (depth_at[close_at] == 1 and text[close_at] == "}"):
-            close_at += 1
-        if main_name is None and _JAVA_MAIN.search(text, open_at, close_at):
+        next_open = bisect.bisect_left(opens, match.end())
+        if next_open == len(opens):
+            continue
+        open_at = opens[next_open]
+        if open_at in searched:  # classes without a body of their own share the next one
+            continue
+        searched.add(open_at)
+        if _JAVA_MAIN.search(text, open_at, close_of.get(open_at, len(text))):
             main_name = name
     return public_name, main_name
+
+
+def _last_match(pattern: re.Pattern[str], text: str, end: int) -> re.Match[str] | None:
+    """The last of ``pattern``'s non-overlapping matches that end by ``end``."""
+    last = None
+    for last in pattern.finditer(text, 0, end):  # noqa: B007 (the loop only walks to the last)
+        pass
+    return last
 
 
 def resolve_language(language: str, code: str = "") -> Language:
@@ -315,12 +363,16 @@ def extract_code(completion: str, language: str, mode: str = "last_block", tag: 
     elif normalized == "tag":
         if not tag or not re.fullmatch(r"[A-Za-z_][\w.:-]*", tag):
             raise ValueError(f"extraction mode 'tag' needs a tag name, got {tag!r}")
-        found = re.findall(
-            rf"<{re.escape(tag)}(?:\s[^>]*)?>(.*?)</{re.escape(tag)}\s*>", completion, re.DOTALL
-        )
-        if not found:
+        # The last closing tag, then the last opening tag before it: linear, where
+        # a lazy `<tag>(.*?)</tag>` scanned the rest of the text from every opening
+        # tag ("<code>" repeated without a close took 45 s for 240 KB).
+        closing = _last_match(re.compile(rf"</{re.escape(tag)}\s{{0,64}}>"), completion, len(completion))
+        if closing is None:
             return None
-        body = found[-1]
+        opening = _last_match(re.compile(rf"<{re.escape(tag)}(?:\s[^<>]{{0,256}})?>"), completion, closing.start())
+        if opening is None:
+            return None
+        body = completion[opening.end() : closing.start()]
         code = _pick_block(body, language, last=True) if _fenced_blocks(body) else body.strip("\n")
     else:
         raise ValueError(f"unknown extraction mode {mode!r}")

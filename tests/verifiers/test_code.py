@@ -121,6 +121,15 @@ def test_whole_and_tag_modes() -> None:
     assert extract_code("x", "python", "CODE_EXTRACTION_WHOLE") == "x"
 
 
+def test_tag_mode_takes_the_last_closed_tag_and_copes_with_degenerate_text() -> None:
+    text = '<code lang="py">a = 1</code> prose <code>\nb = 2\n</code > trailing <code>unclosed'
+    assert extract_code(text, "python", "tag", "code") == "b = 2"
+    assert extract_code("<code>a<code>b = 3</code>", "python", "tag", "code") == "b = 3"  # the innermost
+    # A model stuck repeating an opening tag: no code (the lazy regex this replaced took 45 s for 240 KB).
+    assert extract_code("<code>" * 100_000, "python", "tag", "code") is None
+    assert extract_code("<code " * 100_000 + "</code>", "python", "tag", "code") is None
+
+
 def test_extraction_errors() -> None:
     with pytest.raises(ValueError, match="tag name"):
         extract_code("<a>x</a>", "python", "tag")
@@ -166,6 +175,18 @@ def test_java_file_and_class_names() -> None:
     helper_first = "class Helper { int x; }\nclass Runner {\n  public static void main(String[] a) {}\n}\n"
     lang = resolve_language("java", helper_first)
     assert (lang.source_file, lang.run_argv[-1]) == ("Main.java", "Runner")
+
+
+def test_java_names_from_degenerate_completions() -> None:
+    """Unclosed comments and literals run to the end of the text (or line) instead of being rescanned from every
+    opening; "class A" repeated is looked at only up to 1,000 top-level declarations. Each took seconds to
+    minutes on the daemon's event loop before (a 96 KB completion froze it for 8.7 s)."""
+    assert resolve_language("java", "class A " * 200_000).source_file == "Main.java"
+    assert resolve_language("java", "class A " * 400 + "{" + " " * 200_000).source_file == "Main.java"
+    tail = "\npublic class Real { public static void main(String[] a) {} }\n"
+    assert resolve_language("java", '"unclosed literal\n' * 50_000 + tail).source_file == "Real.java"
+    assert resolve_language("java", "/* never closed" + tail).source_file == "Main.java"  # all comment
+    assert resolve_language("java", "public " * 30 + "( class A " + tail).source_file == "Real.java"
 
 
 _HELLO = {
