@@ -157,8 +157,14 @@ def prepare(job: pb.Job, config: Config) -> PreparedJob:
         if len(execute.code.encode()) > MAX_CODE_BYTES:
             raise InvalidRequest(f"{where}.execute.code is larger than {MAX_CODE_BYTES} bytes")
         program = _program(execute.language, execute.code, config, f"{where}.execute")
-        for item in execute.files:
-            check_path(item.path, f"{where}.execute.files")
+        if len(execute.files) > MAX_EXECUTE_FILES:
+            raise InvalidRequest(f"{where}.execute.files: {len(execute.files)} files; at most {MAX_EXECUTE_FILES}")
+        if sum(len(item.content) for item in execute.files) > MAX_EXECUTE_FILES_BYTES:
+            raise InvalidRequest(f"{where}.execute.files hold more than {MAX_EXECUTE_FILES_BYTES} bytes")
+        check_files([item.path for item in execute.files], f"{where}.execute.files")
+        if len(execute.collect_files) > MAX_COLLECT_FILES:
+            raise InvalidRequest(f"{where}.execute.collect_files: {len(execute.collect_files)} paths; at most "
+                                 f"{MAX_COLLECT_FILES}")
         for path in execute.collect_files:
             check_path(path, f"{where}.execute.collect_files")
         agent_job = {
@@ -206,10 +212,36 @@ def _prepare_reward_model(job: pb.Job, config: Config, limits: dict[str, Any], f
                        limits["timeout"], normalize=(model.normalize, model.scale, model.shift))
 
 
+# Linux's limits (PATH_MAX, NAME_MAX): a longer path fails in the sandbox,
+# and resolving one of hundreds of KB there took seconds of the agent's loop.
+MAX_PATH_BYTES = 4096
+MAX_NAME_BYTES = 255
+# What an execute job may send in and ask back: the agent's frames are 64 MiB,
+# base64 included, and a file collected is at most 16 MiB.
+MAX_EXECUTE_FILES = 1024
+MAX_EXECUTE_FILES_BYTES = 32 << 20
+MAX_COLLECT_FILES = 64
+
+
 def check_path(path: str, where: str) -> None:
     parts = path.split("/")
     if not path or path.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\0" in path:
         raise InvalidRequest(f"{where}: {path!r} must be a relative path without '.' or '..' parts")
+    if len(path.encode()) > MAX_PATH_BYTES or any(len(part.encode()) > MAX_NAME_BYTES for part in parts):
+        raise InvalidRequest(f"{where}: {path[:64]!r}... is longer than {MAX_PATH_BYTES} bytes, or has a part "
+                             f"longer than {MAX_NAME_BYTES}")
+
+
+def check_files(paths: list[str], where: str) -> None:
+    """Files to write in a sandbox: valid paths, none twice, none inside another (`a` and `a/b`)."""
+    for path in paths:
+        check_path(path, where)
+    if len(set(paths)) != len(paths):
+        raise InvalidRequest(f"{where}: a path appears twice")
+    folders = {"/".join(path.split("/")[:end]) for path in paths for end in range(1, path.count("/") + 1)}
+    clash = folders & set(paths)
+    if clash:
+        raise InvalidRequest(f"{where}: {sorted(clash)[0]!r} is both a file and a folder of another file")
 
 
 # GRPO-style batches send each prompt's tests with every one of its

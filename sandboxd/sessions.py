@@ -36,7 +36,7 @@ from sandboxd.errors import (
     SessionNotFound,
     Unsupported,
 )
-from sandboxd.jobs import LIMITS, MODEL_STATUSES, check_path, resolve_limits
+from sandboxd.jobs import LIMITS, MODEL_STATUSES, check_files, resolve_limits
 from sandboxd.pool import Pool
 from sandboxd.sandbox import Sandbox
 
@@ -109,14 +109,12 @@ class SessionManager:
                                  f"{settings.max_idle_timeout_seconds:g}")
         total = 0
         files = []
+        check_files([item.path for item in request.files], "files")
         for item in request.files:
-            check_path(item.path, "files")
             total += len(item.content)
             files.append({"path": item.path, "content": base64.b64encode(item.content).decode()})
         if total > MAX_SESSION_FILES_BYTES:
             raise InvalidRequest(f"files hold {total} bytes; at most {MAX_SESSION_FILES_BYTES} per session")
-        if len({f["path"] for f in files}) != len(files):
-            raise InvalidRequest("files: a path appears twice")
         return language, limits, idle, files
 
     async def open(self, request: pb.OpenSessionRequest) -> Session:

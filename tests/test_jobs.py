@@ -101,3 +101,26 @@ def test_a_bad_float_tolerance_is_invalid(kind: str, value: float) -> None:
     job = tolerance_job(kind, float_tolerance=value)
     with pytest.raises(InvalidRequest, match=rf"^jobs\[0\]\.{kind}\.float_tolerance must be a finite number >= 0"):
         jobs.prepare(job, Config())
+
+
+def _execute(**fields: object) -> pb.Job:
+    return pb.Job(execute=pb.ExecuteJob(language="python", code="print(1)", **fields))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        # Each of these reached the agent, failed there (EEXIST, ENAMETOOLONG, a reply past the frame
+        # limit) and lost three sandboxes with the job answered SANDBOX_LOST (red-team finding).
+        ({"files": [pb.File(path="a", content=b"1"), pb.File(path="a/b", content=b"2")]}, "both a file and a folder"),
+        ({"files": [pb.File(path="a", content=b"1"), pb.File(path="a", content=b"2")]}, "appears twice"),
+        ({"files": [pb.File(path="x" * 300, content=b"1")]}, "part longer than 255"),
+        ({"collect_files": ["a/" * 150_000 + "b"]}, "longer than 4096 bytes"),
+        ({"collect_files": [f"f{i}" for i in range(65)]}, "at most 64"),
+        ({"files": [pb.File(path=f"f{i}", content=b"x" * (9 << 20)) for i in range(4)]}, "more than 33554432 bytes"),
+    ],
+)
+def test_execute_files_that_cannot_be_written_or_sent_back_are_invalid(fields: dict[str, object],
+                                                                       message: str) -> None:
+    with pytest.raises(InvalidRequest, match=message):
+        jobs.prepare(_execute(**fields), Config())

@@ -69,6 +69,7 @@ STICKY_ROOT_FOLDERS = ("/var/tmp", "/run/lock")
 TEXT_PREVIEW_BYTES = 4096
 DEFAULT_RLIMITS = {"fsize": 64 << 20, "nproc": 256, "nofile": 512, "core": 0}
 FILE_COLLECT_BYTES = 16 << 20
+COLLECT_TOTAL_BYTES = 24 << 20
 # pyharness verdicts that are about the dataset's tests, not the candidate.
 DATASET_ERRORS = {
     "setup_error": "the dataset's setup code failed",
@@ -244,7 +245,11 @@ class Controller:
 
     @staticmethod
     def _collect_file(workdir: str, relpath: str) -> bytes | None:
-        path = os.path.realpath(os.path.join(workdir, relpath))
+        try:
+            # A chain of 1,500 symlinks made realpath raise RecursionError, which took the connection down.
+            path = os.path.realpath(os.path.join(workdir, relpath))
+        except (OSError, RecursionError, ValueError):
+            return None
         if not path.startswith(workdir + "/"):
             return None
         try:
@@ -374,9 +379,12 @@ class Controller:
         runs.append(outcome)
         status, limit, message = classify(outcome, spec)
         files = []
+        collected = 0
         for relpath in job.get("collect_files", []):
             content = self._collect_file(workdir, relpath)
-            if content is not None:
+            # The reply must fit a frame (64 MiB, base64 included): files past 24 MiB in all are left out.
+            if content is not None and collected + len(content) <= COLLECT_TOTAL_BYTES:
+                collected += len(content)
                 files.append({"path": relpath, "content": base64.b64encode(content).decode()})
         return {
             "status": status,

@@ -59,6 +59,10 @@ def _decode_body(body: bytes) -> Any:
         return json.loads(body)
     except ValueError as exc:
         raise ProtocolError(f"frame is not JSON: {exc}") from None
+    except RecursionError:
+        # "[" * 200,000: a session cell wrote this to its results socket, and the
+        # RecursionError took the controller's connection down with every session.
+        raise ProtocolError("frame nests too deep") from None
 
 
 async def read_frame(reader: asyncio.StreamReader, max_bytes: int = MAX_FRAME_BYTES) -> Any:

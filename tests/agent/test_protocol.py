@@ -84,3 +84,15 @@ def test_uid_blocks_of_distinct_slots_do_not_overlap_and_stay_below_2_31() -> No
 def test_a_uid_slot_that_is_not_a_pid_is_refused(slot: object) -> None:
     with pytest.raises(ValueError, match="uid slot"):
         first_job_uid(slot)  # type: ignore[arg-type]
+
+
+def test_a_frame_nested_past_the_recursion_limit_is_a_protocol_error() -> None:
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    with ours, theirs:
+        body = b"[" * 200_000 + b"]" * 200_000
+        # Sent from a thread: larger than a socket buffer, it blocks until read.
+        sender = threading.Thread(target=ours.sendall, args=(HEADER.pack(len(body)) + body,))
+        sender.start()
+        with pytest.raises(ProtocolError, match="nests too deep"):
+            recv_frame_fds(theirs, 0)
+        sender.join()

@@ -283,3 +283,13 @@ def test_collect_does_not_follow_symlinks(channel: grpc.Channel) -> None:
     job = helpers.execute("import os; os.symlink('/etc/shadow', 'out.txt')", collect_files=["out.txt"])
     result = helpers.run(channel, job)
     assert list(result.execute.files) == []
+
+
+def test_collecting_a_symlink_chain_is_answered_on_the_first_sandbox(channel: grpc.Channel) -> None:
+    """realpath of a 1,500-link chain raised RecursionError in the agent, which dropped its connection: the job
+    was retried on three sandboxes, each lost, and answered SANDBOX_LOST (red-team finding)."""
+    job = helpers.execute("import os\nfor i in range(1500):\n    os.symlink(f'l{i + 1}', f'l{i}')\n"
+                          "open('l1500', 'w').write('x')", collect_files=["l0"])
+    result = helpers.run(channel, job)
+    assert result.status == pb.STATUS_OK and result.attempts == 1, result
+    assert list(result.execute.files) == []
