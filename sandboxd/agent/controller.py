@@ -631,9 +631,10 @@ async def serve(socket_path: str, zygote_process: tuple[socket.socket, int], too
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     if private_tmp:
-        # Docker 20.10 ignores mode= in --tmpfs options and mounts 1777.
+        # Docker 20.10 ignores mode= in --tmpfs options and mounts 1777. (The
+        # sticky folders on the root file system are locked at hello, the only
+        # time they can be: a cold start's root is read-only.)
         os.chmod("/tmp", 0o755)
-        lock_sticky_folders()
     os.makedirs(WORK_ROOT, mode=0o711, exist_ok=True)
     os.chmod(WORK_ROOT, 0o711)
     zygote = Zygote(*zygote_process)

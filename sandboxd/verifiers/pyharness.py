@@ -781,9 +781,12 @@ def _names_used(source: str) -> set[str]:
 _NOT_RUN_MARKS = frozenset({"skip", "xfail"})
 
 
-def _marks(obj: object) -> list[Any]:
-    """The pytest marks on a test function or class (duck-typed: the harness never imports pytest)."""
-    return [mark for mark in (getattr(obj, "pytestmark", None) or ()) if isinstance(getattr(mark, "name", None), str)]
+def _marks(marks: Iterable[Any] | None) -> list[Any]:
+    """The pytest marks among `marks` (a test's ``pytestmark``, a ``pytest.param``'s ``marks``).
+
+    Duck-typed: the harness never imports pytest.
+    """
+    return [mark for mark in (marks or ()) if isinstance(getattr(mark, "name", None), str)]
 
 
 def _skipped(marks: Iterable[Any]) -> bool:
@@ -817,7 +820,7 @@ def _parameter_sets(marks: Sequence[Any]) -> list[dict[str, object]] | None:
         rows: list[dict[str, object]] = []
         for value in values:
             if hasattr(value, "values") and hasattr(value, "marks") and hasattr(value, "id"):  # pytest.param()
-                if _skipped(mark for mark in value.marks if isinstance(getattr(mark, "name", None), str)):
+                if _skipped(_marks(value.marks)):
                     continue
                 value = value.values[0] if len(names) == 1 else value.values
             row = [value] if len(names) == 1 else list(value)
@@ -830,7 +833,7 @@ def _parameter_sets(marks: Sequence[Any]) -> list[dict[str, object]] | None:
 
 def _run_pytest_style(test: Callable[..., object], setup: Callable[[], object] | None = None) -> None:
     """Call one pytest-style test once per parameter set; a test that needs fixtures is not called."""
-    marks = _marks(getattr(test, "__func__", test))
+    marks = _marks(getattr(getattr(test, "__func__", test), "pytestmark", None))
     calls = None if _skipped(marks) else _parameter_sets(marks)
     if calls is None:
         return
@@ -869,7 +872,7 @@ def _pytest_tests(namespace: dict[str, Any]) -> list[tuple[str, Callable[..., ob
             and not issubclass(value, unittest.TestCase)
             and value.__module__ == namespace.get("__name__")
             and "__init__" not in vars(value)
-            and not _skipped(_marks(value))
+            and not _skipped(_marks(getattr(value, "pytestmark", None)))
         ):
             for method_name, method in list(vars(value).items()):
                 if method_name.startswith("test") and isinstance(method, types.FunctionType):

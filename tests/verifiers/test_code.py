@@ -121,6 +121,7 @@ def test_whole_and_tag_modes() -> None:
     assert extract_code("x", "python", "CODE_EXTRACTION_WHOLE") == "x"
 
 
+@pytest.mark.timeout(20)  # the time bound: these took minutes to hours before
 def test_tag_mode_takes_the_last_closed_tag_and_copes_with_degenerate_text() -> None:
     text = '<code lang="py">a = 1</code> prose <code>\nb = 2\n</code > trailing <code>unclosed'
     assert extract_code(text, "python", "tag", "code") == "b = 2"
@@ -177,6 +178,7 @@ def test_java_file_and_class_names() -> None:
     assert (lang.source_file, lang.run_argv[-1]) == ("Main.java", "Runner")
 
 
+@pytest.mark.timeout(20)  # the time bound: these took minutes to hours before
 def test_java_names_from_degenerate_completions() -> None:
     """Unclosed comments and literals run to the end of the text (or line) instead of being rescanned from every
     opening; "class A" repeated is looked at only up to 1,000 top-level declarations. Each took seconds to
