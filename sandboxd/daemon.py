@@ -202,6 +202,7 @@ class Daemon:
         self.serving = False
         await self.health.enter_graceful_shutdown()
         await server.stop(config.server.grace_seconds)
+        await self.scheduler.close()
         sweeper.cancel()
         await self.sessions.close_all()
         await asyncio.gather(*(pool.close() for pool in self.pools.values()))

@@ -5,13 +5,21 @@ RESOURCE_EXHAUSTED and a retry hint while `max_queued` jobs already wait),
 waits for a warm sandbox from the job's pool, runs the job there and, when
 the sandbox dies under it, runs it again on another sandbox, up to
 `attempts` times. Every admitted job gets exactly one answer.
+
+A caller that gives up (a client deadline, a cancelled RPC or batch) does
+not free the job's slot: the agent runs the job to its own deadline
+regardless, so the slot stays taken until the agent answers, and the answer
+is dropped. Freeing it at once let a trainer with short deadlines pile
+30 endless loops into sandboxes that were counted as idle.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import deque
+from typing import Any
 
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 
@@ -20,6 +28,7 @@ from sandboxd.config import Config
 from sandboxd.errors import Overloaded, SandboxLost, Unsupported
 from sandboxd.jobs import PreparedJob, infrastructure_result, to_result
 from sandboxd.pool import MATH_POOL, Pool
+from sandboxd.sandbox import Sandbox
 
 log = logging.getLogger("sandboxd.scheduler")
 # Slack over the job's own budget before the daemon gives up on a sandbox
@@ -35,6 +44,8 @@ class Scheduler:
         self.in_flight = 0
         self.jobs_total = 0
         self._finished: deque[float] = deque(maxlen=100_000)
+        # Attempts whose caller gave up, running on until the agent answers.
+        self._abandoned: set[asyncio.Task[dict[str, Any]]] = set()
 
     def admit(self, prepared: list[PreparedJob]) -> None:
         """Admit `prepared` as a whole, or refuse it: a job no pool serves, or a full queue."""
@@ -102,21 +113,18 @@ class Scheduler:
                     self.queued -= 1
                     metrics.QUEUE_DEPTH.set(self.queued)
                     queued_seconds = time.monotonic() - admitted
-                self.in_flight += 1
-                metrics.IN_FLIGHT.set(self.in_flight)
+                attempt_task = asyncio.ensure_future(self._attempt(pool, sandbox, prepared))
                 try:
-                    outcome = await sandbox.run(prepared.agent_job or {},
-                                                timeout=prepared.budget_seconds + AGENT_SLACK_SECONDS)
+                    outcome = await asyncio.shield(attempt_task)
                 except SandboxLost as exc:
                     last_error = str(exc)
-                    pool.mark_lost(sandbox)
                     metrics.RETRIES.inc()
                     log.warning("job %d: %s (attempt %d)", prepared.index, exc, attempt)
                     continue
-                finally:
-                    self.in_flight -= 1
-                    metrics.IN_FLIGHT.set(self.in_flight)
-                    await pool.release(sandbox)
+                except asyncio.CancelledError:
+                    if not attempt_task.done():
+                        self._abandon(attempt_task, prepared)
+                    raise
                 result = to_result(prepared, outcome, attempt)
                 result.timings.queued_seconds = queued_seconds
                 return result
@@ -129,3 +137,36 @@ class Scheduler:
                                        self.config.scheduler.attempts)
         result.timings.queued_seconds = queued_seconds
         return result
+
+    async def _attempt(self, pool: Pool, sandbox: Sandbox, prepared: PreparedJob) -> dict[str, Any]:
+        """Run the job on `sandbox`, whose slot is released only once the agent has answered (or is lost)."""
+        self.in_flight += 1
+        metrics.IN_FLIGHT.set(self.in_flight)
+        try:
+            return await sandbox.run(prepared.agent_job or {}, timeout=prepared.budget_seconds + AGENT_SLACK_SECONDS)
+        except SandboxLost:
+            pool.mark_lost(sandbox)
+            raise
+        finally:
+            self.in_flight -= 1
+            metrics.IN_FLIGHT.set(self.in_flight)
+            await pool.release(sandbox)
+
+    def _abandon(self, attempt_task: asyncio.Task[dict[str, Any]], prepared: PreparedJob) -> None:
+        metrics.ABANDONED.labels(prepared.kind).inc()
+        self._abandoned.add(attempt_task)
+
+        def done(task: asyncio.Task[dict[str, Any]]) -> None:
+            self._abandoned.discard(task)
+            error = None if task.cancelled() else task.exception()
+            if error is not None:
+                log.warning("job %d, abandoned by its caller, ended in %s: %s", prepared.index,
+                            type(error).__name__, error)
+
+        attempt_task.add_done_callback(done)
+
+    async def close(self) -> None:
+        """At shutdown, after the server's grace: stop waiting for the answers nobody will read."""
+        for task in list(self._abandoned):
+            task.cancel()
+        await asyncio.gather(*self._abandoned, return_exceptions=True)

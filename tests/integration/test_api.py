@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -125,3 +127,31 @@ def test_batch_streams_every_index_once(channel: grpc.Channel) -> None:
         assert result.status == pb.STATUS_OK
         assert result.execute.stdout.decode().strip() == str(result.index - 100)
         assert result.reward == 1.0
+
+
+def _in_flight(pool: pb_grpc.PoolStub) -> tuple[int, int]:
+    status = pool.GetStatus(pb.GetPoolStatusRequest(), timeout=5)
+    return status.in_flight, next(p.busy for p in status.pools if p.name == "python")
+
+
+@pytest.mark.parametrize("batch", [False, True], ids=["run", "batch"])
+def test_a_job_abandoned_by_its_caller_keeps_its_slot_until_it_ends(channel: grpc.Channel, batch: bool) -> None:
+    """A client deadline cancels the RPC, not the job: the agent runs it to its own deadline. Its slot used to
+    come back at once, so a trainer with short deadlines piled endless loops into sandboxes counted as idle."""
+    pool = pb_grpc.PoolStub(channel)
+    helpers.pool_settled(pool, "python", 1)
+    assert _in_flight(pool) == (0, 0)
+    spin = helpers.execute("while True: pass", timeout=4.0)
+    stub = pb_grpc.JobsStub(channel)
+    with pytest.raises(grpc.RpcError) as caught:
+        if batch:
+            list(stub.RunBatch(pb.RunBatchRequest(jobs=[spin]), timeout=1.0))
+        else:
+            stub.Run(spin, timeout=1.0)
+    assert caught.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert _in_flight(pool) == (1, 1)
+    deadline = time.monotonic() + 60
+    while _in_flight(pool) != (0, 0) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _in_flight(pool) == (0, 0), "the slot did not come back after the job's own deadline"
+    assert helpers.run(channel, helpers.execute("print(1)")).execute.stdout == b"1\n"
