@@ -210,6 +210,11 @@ def _reap(control: socket.socket, forked: dict[int, int], reaped_untagged: dict[
             return
         if pid == 0:
             return
+        if os.WIFSTOPPED(status) or os.WIFCONTINUED(status):
+            # A worker that made the zygote its tracer (PTRACE_TRACEME) reports
+            # its stops here without WUNTRACED. Not an exit: the run goes on to
+            # its deadline, and the process is there for the uid sweep.
+            continue
         exit_report = (status, usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024)
         tag = forked.pop(pid, None)
         if tag is None:

@@ -212,3 +212,37 @@ async def test_a_worker_announced_after_its_fork_was_given_up_is_ended_and_forgo
     assert (report["status"], report["cpu_seconds"], report["max_rss_bytes"]) == (9, 0.25, 4096)
     received.close()
     channel.close()
+
+
+def test_a_traced_workers_stop_is_not_reported_as_its_exit() -> None:
+    """A worker that calls ptrace(PTRACE_TRACEME) makes the zygote its tracer; its stops then reach the zygote's
+    wait4. One was reported as an exit with status 19, and the run ended while its process lived on, stopped."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    stand_in = os.fork()
+    if stand_in == 0:
+        try:
+            child = os.fork()
+            if child == 0:
+                import ctypes
+
+                ctypes.CDLL(None, use_errno=True).ptrace(0, 0, None, None)  # PTRACE_TRACEME
+                os.kill(os.getpid(), signal.SIGSTOP)
+                os._exit(0)
+            while _state_of(child) != "t":
+                time.sleep(0.001)
+            zygote_module._reap(theirs, {child: 7}, {})
+            os.kill(child, signal.SIGKILL)
+            while _state_of(child) != "Z":
+                time.sleep(0.001)
+            zygote_module._reap(theirs, {child: 7}, {})
+        finally:
+            os._exit(0)
+    theirs.close()
+    try:
+        ours.settimeout(10)
+        op, tag, _pid, status, _cpu, _rss = zygote_module.EXITED.unpack(ours.recv(64))
+        assert (op, tag) == (zygote_module.OP_EXITED, 7)
+        assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, hex(status)
+    finally:
+        os.waitpid(stand_in, 0)
+        ours.close()

@@ -293,3 +293,14 @@ def test_collecting_a_symlink_chain_is_answered_on_the_first_sandbox(channel: gr
     result = helpers.run(channel, job)
     assert result.status == pb.STATUS_OK and result.attempts == 1, result
     assert list(result.execute.files) == []
+
+
+def test_a_job_that_stops_itself_under_ptrace_runs_to_its_deadline(channel: grpc.Channel) -> None:
+    """PTRACE_TRACEME makes the zygote the job's tracer: its stop was reported as an exit (status 19), and the run
+    ended while its process lived on, stopped."""
+    result = outcome(channel, "import ctypes, os, signal\nprint('tracing', flush=True)\n"
+                              "ctypes.CDLL(None).ptrace(0, 0, None, None)\nos.kill(os.getpid(), signal.SIGSTOP)\n"
+                              "print('continued')", timeout=1.5)
+    assert (result.status, result.limit_hit) == (pb.STATUS_TIMEOUT, pb.LIMIT_WALL_TIME), result
+    assert result.execute.stdout == b"tracing\n"
+    assert _job_processes(channel) == 1
