@@ -9,6 +9,8 @@ in a thread (asyncio.to_thread) so the event loop never waits on Docker.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +21,8 @@ import docker.errors
 import requests.exceptions
 from docker.types import DeviceRequest, Mount, Ulimit
 
+from sandboxd import seccomp
+from sandboxd.config import DEFAULT_TMPFS_INODES
 from sandboxd.errors import BackendUnavailable, SandboxLost
 
 LABEL_MANAGED = "io.sandboxd.managed"
@@ -36,6 +40,14 @@ LABEL_IMAGE = "io.sandboxd.image"
 # from 0 clears the capability sets, and no-new-privileges keeps them clear.
 AGENT_CAPABILITIES = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "SETUID", "SETGID", "KILL"]
 
+# PTYs are a host-wide count (kernel.pty.max): a job that opened every one
+# made `docker run -t` fail on the host. An empty, read-only tmpfs replaces
+# the container's devpts (Docker drops its default mount where ours has the
+# same path), so /dev/ptmx, a link to pts/ptmx, leads nowhere and openpty()
+# fails with ENOENT; without CAP_MKNOD or CAP_SYS_ADMIN nothing in the
+# sandbox can make another. Nothing there needs a terminal.
+MASKED_PTS = "/dev/pts"
+
 
 @dataclass
 class SandboxSpec:
@@ -51,6 +63,8 @@ class SandboxSpec:
     nano_cpus: int
     pids: int
     tmpfs_bytes: int
+    # Entries (files, folders, hard links) /tmp and /dev/shm may each hold: config.DEFAULT_TMPFS_INODES.
+    tmpfs_inodes: int = DEFAULT_TMPFS_INODES
     # GPUs: Docker picks `gpu_count` (-1: all), or exactly `gpu_device_ids` (indexes or UUIDs),
     # through the engine's NVIDIA driver; `cdi_devices` names devices for the engine's CDI
     # driver instead ("nvidia.com/gpu=0"). Either way the container sees only those.
@@ -85,11 +99,15 @@ def container_config(spec: SandboxSpec) -> dict[str, Any]:
         "network_mode": "none",
         "cap_drop": ["ALL"],
         "cap_add": AGENT_CAPABILITIES,
-        "security_opt": ["no-new-privileges"],
+        # Docker's default seccomp profile less kernel AIO, io_uring, memfd_secret and Landlock (sandboxd/seccomp.py).
+        "security_opt": ["no-new-privileges", f"seccomp={seccomp.profile_json()}"],
         "read_only": True,
         # mode=755: only the agent creates folders here, one per run, so a
-        # job has no shared place to leave files for the next one.
-        "tmpfs": {"/tmp": f"rw,exec,nosuid,nodev,size={spec.tmpfs_bytes},mode=755"},
+        # job has no shared place to leave files for the next one. nr_inodes:
+        # the size caps bytes only, and hard links take none (see config).
+        # /dev/shm is mounted here too, as Docker would (64 MiB), for its nr_inodes.
+        "tmpfs": {"/tmp": f"rw,exec,nosuid,nodev,size={spec.tmpfs_bytes},nr_inodes={spec.tmpfs_inodes},mode=755",
+                  "/dev/shm": f"rw,noexec,nosuid,nodev,size={64 << 20},nr_inodes={spec.tmpfs_inodes},mode=1777"},
         "mem_limit": spec.memory_bytes,
         "memswap_limit": spec.memory_bytes,
         "nano_cpus": spec.nano_cpus,
@@ -98,13 +116,27 @@ def container_config(spec: SandboxSpec) -> dict[str, Any]:
         "mounts": [
             Mount(target=CONTROL_MOUNT, source=spec.control_dir, type="bind"),
             Mount(target=CODE_MOUNT, source=spec.code_dir, type="bind", read_only=True),
+            Mount(target=MASKED_PTS, source=None, type="tmpfs", read_only=True, tmpfs_size=4096, tmpfs_mode=0o755),
             *(Mount(target=target, source=source, type="bind", read_only=True)
               for source, target in spec.read_only_mounts),
         ],
         "device_requests": device_requests or None,
-        "shm_size": 64 << 20,
         "detach": True,
     }
+
+
+def profile_key() -> str:
+    """A digest of what container_config() sets beyond a pool's settings: the seccomp profile, mounts, limits.
+
+    It keys snapshots (SnapshotStore.key): a restored process keeps what
+    CRIU dumped from the template, its seccomp filter, rlimits and tmpfs
+    mounts included, not what its clone's container asks for, so a
+    checkpoint made under another profile must not be restored.
+    """
+    probe = SandboxSpec(name="", image="", command=[], control_dir="/control", code_dir="/code", labels={},
+                        memory_bytes=1, nano_cpus=1, pids=1, tmpfs_bytes=1)
+    text = json.dumps(container_config(probe), sort_keys=True, default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 class DockerBackend:

@@ -30,6 +30,16 @@ MAX_RUN_DIR_CHARS = 72
 # session holds one for its life, beside a few resident servers.
 MAX_JOBS_PER_SANDBOX = UIDS_PER_SANDBOX // 5
 MAX_SESSIONS_PER_SANDBOX = UIDS_PER_SANDBOX - 100
+# Entries each of a sandbox's tmpfs mounts (/tmp, which holds the work dirs,
+# and /dev/shm) may hold: files, folders, symlinks and hard links, which
+# tmpfs counts one by one although they take no space. The size caps bytes
+# only, and without this a job made 2.5 million hard links of one file,
+# whose removal took seconds. 65,536 took 0.4-0.6 s to remove here (off the
+# agent's event loop) and 60 MiB of kernel memory as files (8 MiB as links),
+# charged to the sandbox; a Go build with a cold cache of a dozen standard
+# packages makes about 270 entries, rustc, javac and g++ a few.
+DEFAULT_TMPFS_INODES = 65_536
+MIN_TMPFS_INODES = 1024
 
 
 def host_cpus() -> int:
@@ -102,6 +112,9 @@ class SandboxConfig:
     cpus: float = 1.0
     pids: int = 1024
     tmpfs_bytes: int = 512 * MIB
+    # Entries (files, folders, links) /tmp and /dev/shm may each hold; shared by
+    # a sandbox's concurrent runs and sessions, as tmpfs_bytes is.
+    tmpfs_inodes: int = DEFAULT_TMPFS_INODES
     state_dir: str = "/var/lib/sandboxd"
     run_dir: str = "/run/sandboxd/sandboxes"
 
@@ -244,6 +257,8 @@ class Config:
             (self.sandbox.memory_bytes >= 64 * MIB, "sandbox.memory_bytes must be >= 64 MiB"),
             (self.sandbox.cpus > 0, "sandbox.cpus must be > 0"),
             (self.sandbox.pids >= 16, "sandbox.pids must be >= 16"),
+            (self.sandbox.tmpfs_inodes >= MIN_TMPFS_INODES,
+             f"sandbox.tmpfs_inodes must be >= {MIN_TMPFS_INODES} (0 would mean no limit to tmpfs)"),
             (0 < self.limits.default_timeout_seconds <= self.limits.max_timeout_seconds,
              "limits: 0 < default_timeout_seconds <= max_timeout_seconds"),
             (0 < self.limits.default_memory_bytes <= self.limits.max_memory_bytes,

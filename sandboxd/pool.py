@@ -132,7 +132,8 @@ class Pool:
         self.agent_args = ["--private-tmp", "--warm", WARM_MODULES.get(name, ""), *self._math_args(name, config)]
         self.snapshot_key = SnapshotStore.key({
             "image": image, "code": code_key, "memory": config.sandbox.memory_bytes, "cpus": config.sandbox.cpus,
-            "pids": config.sandbox.pids, "tmpfs": config.sandbox.tmpfs_bytes, "agent": self.agent_args,
+            "pids": config.sandbox.pids, "tmpfs": config.sandbox.tmpfs_bytes,
+            "tmpfs_inodes": config.sandbox.tmpfs_inodes, "agent": self.agent_args,
         })
         # Subclasses whose sandboxes load more at start (a reward model) allow longer,
         # and those that run no job code need no recycling (0: never).
@@ -326,6 +327,7 @@ class Pool:
             nano_cpus=int(sandbox.cpus * 1e9),
             pids=sandbox.pids,
             tmpfs_bytes=sandbox.tmpfs_bytes,
+            tmpfs_inodes=sandbox.tmpfs_inodes,
         )
 
     def _new_name(self, suffix: str) -> tuple[str, str]:

@@ -31,7 +31,7 @@ import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
-from sandboxd.backend import DockerBackend
+from sandboxd.backend import DockerBackend, profile_key
 
 CHECKPOINT_NAME = "warm"
 COMPLETE_MARKER = "complete"
@@ -169,6 +169,14 @@ class SnapshotStore:
 
     @staticmethod
     def key(parts: dict[str, object]) -> str:
+        """The snapshot's name: a digest of `parts` and of the sandboxes' hardening profile.
+
+        CRIU restores a template's seccomp filter, rlimits and tmpfs mounts
+        into its clones whatever their containers ask for, so a profile
+        change (sandboxd/backend.py) must build a new snapshot, as a code
+        change does.
+        """
+        parts = {**parts, "profile": profile_key()}
         return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
     async def prepare(self, key: str, make_template: Callable[[], Awaitable[str]]) -> None:

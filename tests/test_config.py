@@ -66,6 +66,9 @@ def test_unrelated_prefixed_variables_are_ignored() -> None:
         # A sandbox has 500 job uids; more runs or sessions than they cover would retire it mid-job.
         ("[pool]\njobs_per_sandbox = 101\n", "pool.jobs_per_sandbox must be in [1, 100]"),
         ("[sessions]\nper_sandbox = 401\n", "sessions.per_sandbox must be in [1, 400]"),
+        # 0 is tmpfs's "no limit"; a handful of entries would fail the agent's own folders.
+        ("[sandbox]\ntmpfs_inodes = 0\n", "sandbox.tmpfs_inodes must be >= 1024"),
+        ("[sandbox]\ntmpfs_inodes = 100\n", "sandbox.tmpfs_inodes must be >= 1024"),
     ],
 )
 def test_invalid_file(tmp_path: Path, toml: str, fragment: str) -> None:
@@ -101,3 +104,19 @@ def test_pool_size_limit_follows_the_host_unless_set(monkeypatch: pytest.MonkeyP
     assert config.load(environ={"SANDBOXD_POOL_MAX_SIZE": "7"}).pool.size_limit == 7
     # A floor above twice the CPUs wins: min_size sandboxes are always kept.
     assert config.load(environ={"SANDBOXD_POOL_MIN_SIZE": "500"}).pool.size_limit == 500
+
+
+def test_tmpfs_entries_are_capped_on_every_tmpfs_a_job_can_write() -> None:
+    """tmpfs caps bytes, not entries: hard links take none, and a job made 2.5 million of them."""
+    from sandboxd.backend import SandboxSpec, container_config
+
+    assert config.load(environ={}).sandbox.tmpfs_inodes == config.DEFAULT_TMPFS_INODES == 65_536
+    assert config.load(environ={"SANDBOXD_SANDBOX_TMPFS_INODES": "4096"}).sandbox.tmpfs_inodes == 4096
+    spec = SandboxSpec(name="s", image="i", command=[], control_dir="/c", code_dir="/o", labels={},
+                       memory_bytes=1 << 30, nano_cpus=10**9, pids=64, tmpfs_bytes=1 << 20)
+    assert spec.tmpfs_inodes == config.DEFAULT_TMPFS_INODES
+    spec.tmpfs_inodes = 4096
+    tmpfs = container_config(spec)["tmpfs"]
+    assert set(tmpfs) == {"/tmp", "/dev/shm"}
+    for options in tmpfs.values():
+        assert "nr_inodes=4096" in options.split(",")

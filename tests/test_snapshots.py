@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sandboxd.snapshots import StartChooser
+from sandboxd.snapshots import SnapshotStore, StartChooser
 
 
 def measured(chooser: StartChooser, restore: float, cold: float) -> None:
@@ -73,3 +73,13 @@ def test_a_method_not_measured_yet() -> None:
 def test_unknown_policy() -> None:
     with pytest.raises(ValueError, match="unknown restore policy"):
         StartChooser("sometimes")
+
+
+def test_the_snapshot_key_covers_the_sandbox_profile(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A restored process keeps the template's seccomp filter and mounts: another profile needs another snapshot."""
+    from sandboxd import snapshots
+
+    key = SnapshotStore.key({"image": "i"})
+    assert SnapshotStore.key({"image": "i"}) == key
+    monkeypatch.setattr(snapshots, "profile_key", lambda: "another profile")
+    assert SnapshotStore.key({"image": "i"}) != key

@@ -17,6 +17,7 @@ import asyncio
 import base64
 import contextlib
 import ctypes
+import json
 import os
 import random
 import shutil
@@ -34,6 +35,8 @@ from sandboxd.agent import sessions as sessions_module
 from sandboxd.agent.judgeserver import JudgeServers
 from sandboxd.agent.mathserver import MathServers
 from sandboxd.agent.protocol import (
+    HEADER,
+    MAX_FRAME_BYTES,
     UIDS_PER_SANDBOX,
     UNSLOTTED_FIRST_UID,
     ProtocolError,
@@ -70,6 +73,8 @@ TEXT_PREVIEW_BYTES = 4096
 DEFAULT_RLIMITS = {"fsize": 64 << 20, "nproc": 256, "nofile": 512, "core": 0}
 FILE_COLLECT_BYTES = 16 << 20
 COLLECT_TOTAL_BYTES = 24 << 20
+# An error reply's message is cut here.
+MAX_ERROR_CHARS = 2000
 # pyharness verdicts that are about the dataset's tests, not the candidate.
 DATASET_ERRORS = {
     "setup_error": "the dataset's setup code failed",
@@ -167,63 +172,85 @@ class Controller:
                 os._exit(70)
 
     # ---- work dirs ------------------------------------------------------
-    def make_workdir(self, uid: int) -> str:
+    async def make_workdir(self, uid: int) -> str:
         path = f"{WORK_ROOT}/{uid}"
-        remove_tree(path)
+        if os.path.lexists(path):
+            # Not expected: a uid comes back only once its folder is gone (release).
+            await asyncio.to_thread(remove_tree, path)
         os.mkdir(path, 0o700)
         os.chown(path, uid, uid)
         return path
 
-    def release(self, uid: int, *, shared_files_removed: bool = False) -> None:
-        """Make `uid` free for another run: its processes gone, its files removed.
+    async def release(self, uid: int, *, shared_files_removed: bool = False) -> None:
+        """Make `uid` free for another run: its processes gone, its files removed, then the uid given back.
 
         `shared_files_removed`: remove_shared_files ran once nothing of the
-        uid could add a file any more.
+        uid could add a file any more. The files are removed in a thread:
+        a run can leave as many entries as the tmpfs holds (hard links cost
+        no space), and removing them on the event loop held up every other
+        job and session of the sandbox (2.5 million links: a concurrent 1 s
+        job timed out and the sandbox was lost). The uid is given back only
+        once they are gone, so no later run of it can find them. SandboxDamaged
+        when they cannot be removed (remove_tree's bound).
         """
         kill_uid(uid, self.reap)
         if not shared_files_removed:
-            self.remove_shared_files(uid)
-        remove_tree(f"{WORK_ROOT}/{uid}")
+            await self.remove_shared_files(uid)
+        await asyncio.to_thread(remove_tree, f"{WORK_ROOT}/{uid}")
         self.uids.give_back(uid)
 
-    def remove_shared_files(self, uid: int) -> None:
+    async def remove_shared_files(self, uid: int) -> None:
         """Delete what `uid` left where other uids can look: /dev/shm and the like, System V IPC objects.
 
         Done before a job's reply, once its runs are over (Runner.run): a
         later job must not find a file an earlier one left there, such as
-        an expected output that it read.
+        an expected output that it read. The files go in a thread, as in
+        `release`, unless a look on the loop finds the folders empty (the
+        usual case; a thread's round trip costs about 0.1 ms here): no
+        process of the uid is left to add one. The IPC objects go on the
+        loop (a table read, and a fork only when the uid has some).
         """
-        for folder in self.shared_writable:
-            remove_files_of(uid, folder)
+        if any(map(_has_entries, self.shared_writable)):
+            await asyncio.to_thread(self._remove_files_in_shared_folders, uid)
         remove_ipc_objects_of(uid)
 
-    def release_after_reply(self, uid: int, runs: list[RunOutcome], *, shared_files_removed: bool) -> None:
-        """`release(uid)` once `runs` have exited, off the job's path.
+    def _remove_files_in_shared_folders(self, uid: int) -> None:
+        for folder in self.shared_writable:
+            remove_files_of(uid, folder)
+
+    def release_later(self, uid: int, runs: list[RunOutcome] | None = None, *,
+                      shared_files_removed: bool = False) -> None:
+        """`release(uid)` in the background once `runs` have exited: off the job's path, or a caller's that cannot wait.
 
         The reply goes out first: a run answered before its exit (Runner.run,
         settle=False) takes 1-2 ms more to end, and the uid sweep (0.14 ms
         here) and the work dir's removal follow it. No process of the job
         can act meanwhile (each is in its exit), its work dir is its uid's
-        alone, and the uid is not handed out again until this is done.
+        alone, and the uid is not handed out again until this is done. A
+        release that fails ends the agent: the sandbox is damaged.
         """
 
         async def release() -> None:
             try:
-                for outcome in runs:
+                for outcome in runs or ():
                     await self.runner.settle(outcome)
-                self.release(uid, shared_files_removed=shared_files_removed)
+                await self.release(uid, shared_files_removed=shared_files_removed)
             except Exception as exc:
                 # A uid that could not be made clean must never be handed out
                 # again; the daemon retires the sandbox when the agent exits.
                 if not isinstance(exc, SandboxDamaged):
                     traceback.print_exc()
-                print(f"sandboxd-agent: releasing uid {uid} failed ({exc}); sandbox is damaged",
-                      file=sys.stderr, flush=True)
-                os._exit(71)
+                self.damaged(f"releasing uid {uid} failed ({exc})")
 
         task = asyncio.ensure_future(release())
         self._releasing.add(task)
         task.add_done_callback(self._releasing.discard)
+
+    @staticmethod
+    def damaged(why: str) -> None:
+        """End the agent: the sandbox can no longer run jobs safely, and the daemon retires it when we exit."""
+        print(f"sandboxd-agent: {why}; sandbox is damaged", file=sys.stderr, flush=True)
+        os._exit(71)
 
     @staticmethod
     def write_file(workdir: str, uid: int, relpath: str, content: bytes, mode: int = 0o600) -> None:
@@ -356,15 +383,19 @@ class Controller:
         try:
             result = await body(job, uid, runs)
         except BaseException:
-            self.release_after_reply(uid, runs, shared_files_removed=False)
+            self.release_later(uid, runs)
             raise
-        self.remove_shared_files(uid)
-        self.release_after_reply(uid, runs, shared_files_removed=True)
+        try:
+            await self.remove_shared_files(uid)
+        except BaseException:
+            self.release_later(uid, runs)
+            raise
+        self.release_later(uid, runs, shared_files_removed=True)
         return result
 
     async def _execute(self, job: dict[str, Any], uid: int, runs: list[RunOutcome]) -> dict[str, Any]:
         program, limits = job["program"], job["limits"]
-        workdir = self.make_workdir(uid)
+        workdir = await self.make_workdir(uid)
         for item in job.get("files", []):
             self.write_file(workdir, uid, item["path"], base64.b64decode(item["content"]))
         ok, compile_output, _ = await self._compile(program, limits, uid, workdir)
@@ -404,7 +435,7 @@ class Controller:
         from sandboxd.verifiers.code import compare_stdout
 
         program, limits, plan = job["program"], job["limits"], job["plan"]
-        workdir = self.make_workdir(uid)
+        workdir = await self.make_workdir(uid)
         ok, compile_output, _ = await self._compile(program, limits, uid, workdir)
         if not ok:
             return {"status": "compile_error", "message": "compilation failed",
@@ -504,19 +535,21 @@ class Controller:
 
     # ---- the control socket ----------------------------------------------
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Serve one connection, request after request, until the daemon closes it.
+
+        Only a broken stream (end of file, a malformed frame, a reset) ends
+        it. Whatever serving one request raises is that request's error
+        reply (see `answer`): the daemon reads a dropped connection as a
+        lost sandbox, and retires it with every job and session it holds.
+        """
         try:
             while True:
                 try:
                     request = await read_frame(reader)
                 except (EOFError, ProtocolError, ConnectionError):
                     return
-                try:
-                    reply = await self._dispatch(request)
-                except SandboxDamaged as exc:
-                    reply = {"error": str(exc), "damaged": True}
-                except (KeyError, TypeError, ValueError) as exc:
-                    reply = {"error": f"bad request: {type(exc).__name__}: {exc}"}
-                writer.write(encode_frame(reply))
+                reply = await self.answer(request)
+                writer.write(encode_reply(reply))
                 await writer.drain()
                 if reply.get("damaged"):
                     os._exit(71)
@@ -524,6 +557,24 @@ class Controller:
             pass
         finally:
             writer.close()
+
+    async def answer(self, request: Any) -> dict[str, Any]:
+        """The reply to one request, errors included: nothing but cancellation escapes."""
+        try:
+            if not isinstance(request, dict):
+                raise TypeError(f"a request is a JSON object, not {type(request).__name__}")
+            return await self._dispatch(request)
+        except SandboxDamaged as exc:
+            return {"error": str(exc), "damaged": True}
+        except (KeyError, TypeError, ValueError) as exc:
+            return {"error": f"bad request: {type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]}
+        except Exception as exc:
+            # A bug of ours that one request hit: that request fails, the others go on.
+            op = request.get("op") if isinstance(request, dict) else None
+            print(f"sandboxd-agent: internal error serving {op!r}:", file=sys.stderr, flush=True)
+            traceback.print_exc()
+            sys.stderr.flush()
+            return {"error": f"internal error in the agent: {type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]}
 
     async def _dispatch(self, request: dict[str, Any]) -> dict[str, Any]:
         op = request.get("op")
@@ -564,7 +615,14 @@ class Controller:
             session = self.sessions.get(int(request["session"]))
             if session is None:
                 return {"result": {"status": "gone", "message": "no such session", "alive": False}}
-            result = await session.run_cell(str(request["code"]), float(request["timeout"]), int(request["output"]))
+            try:
+                result = await session.run_cell(str(request["code"]), float(request["timeout"]),
+                                                int(request["output"]))
+            except Exception:
+                # The daemon ends a session whose cell got no result without
+                # telling us (it counts it dead): end it here too.
+                self.close_session(session.uid)
+                raise
             if not session.alive:
                 self.close_session(session.uid)
             return {"result": result}
@@ -574,10 +632,65 @@ class Controller:
         raise ValueError(f"unknown op {op!r}")
 
     def close_session(self, uid: int) -> None:
+        """End a session: its interpreter killed now, its uid swept and its files removed in the background.
+
+        A session's folder can hold as many entries as the tmpfs allows; its
+        removal held the Close (3 million links: more than 10 s) and with it
+        every other session of the sandbox.
+        """
         session = self.sessions.pop(uid, None)
         if session is not None:
             session.close()
-            self.release(uid)
+            self.release_later(uid)
+
+
+def encode_reply(reply: dict[str, Any]) -> bytes:
+    """`reply` as a frame the daemon can turn into protobuf strings, which must be valid UTF-8.
+
+    A lone surrogate (from a file name that is not UTF-8, or a message a
+    job made) passes JSON, but the daemon's protobuf refused it and the
+    call failed with UNKNOWN. Such strings are sent with each surrogate
+    written out as its escape (\\udcff). A reply that cannot be a frame
+    at all (too large) is answered as an internal error.
+    """
+    try:
+        body = json.dumps(reply, ensure_ascii=False, separators=(",", ":")).encode()
+    except UnicodeEncodeError:
+        body = json.dumps(_valid_text(reply), ensure_ascii=False, separators=(",", ":")).encode()
+    except (TypeError, ValueError, RecursionError) as exc:
+        return _error_frame(reply, exc)
+    if len(body) > MAX_FRAME_BYTES:
+        return _error_frame(reply, ProtocolError(f"reply of {len(body)} bytes exceeds {MAX_FRAME_BYTES}"))
+    return HEADER.pack(len(body)) + body
+
+
+def _error_frame(reply: dict[str, Any], exc: BaseException) -> bytes:
+    print(f"sandboxd-agent: a reply could not be sent: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+    error: dict[str, Any] = {"error": f"internal error in the agent: its reply could not be sent: "
+                                      f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]}
+    if reply.get("damaged"):
+        error["damaged"] = True
+    return encode_frame(_valid_text(error))
+
+
+def _valid_text(value: Any) -> Any:
+    """`value` with every string made valid UTF-8 (lone surrogates escaped)."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {_valid_text(key): _valid_text(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_valid_text(item) for item in value]
+    return value
+
+
+def _has_entries(folder: str) -> bool:
+    """Whether `folder` holds anything, from its first entry alone."""
+    try:
+        with os.scandir(folder) as entries:
+            return next(entries, None) is not None
+    except FileNotFoundError:
+        return False
 
 
 def _writable_by_all(folder: str) -> bool:

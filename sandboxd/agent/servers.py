@@ -74,7 +74,7 @@ class ResidentServer:
         controller = self.controller
         self.uid = controller.uids.take()
         try:
-            workdir = controller.make_workdir(self.uid)
+            workdir = await controller.make_workdir(self.uid)
             rlimits = controller.rlimits({"timeout": SERVER_CPU_SECONDS, "memory": self.memory}, address_space=True)
             await self.worker.start(RunSpec(mode=self.mode, uid=self.uid, cwd=workdir, timeout=0, output_limit=0,
                                             rlimits=rlimits, env=controller.env(workdir)))
@@ -125,6 +125,6 @@ class ResidentServer:
         """Kill the server and give its uid back. Idempotent."""
         self.worker.close()
         if self.uid:
-            # Kills whatever else runs under the uid, then removes its files.
-            self.controller.release(self.uid)
+            # In the background: kills whatever else runs under the uid, removes its files, gives it back.
+            self.controller.release_later(self.uid)
             self.uid = 0

@@ -99,8 +99,18 @@ def scan(workdir: str) -> dict[str, tuple[int, int]]:
 
 
 def changed_files(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> list[str]:
-    """Created, modified or deleted paths, sorted."""
-    return sorted(path for path in before.keys() | after.keys() if before.get(path) != after.get(path))
+    """Created, modified or deleted paths, as reply_name gives them, sorted."""
+    return sorted({reply_name(path) for path in before.keys() | after.keys() if before.get(path) != after.get(path)})
+
+
+def reply_name(path: str) -> str:
+    """A path from the file system as valid UTF-8, for a reply: bytes that are not UTF-8 written out as \\xNN.
+
+    Python hands a name that is not UTF-8 over with its bad bytes as lone
+    surrogates (surrogateescape); the daemon could not put those in a
+    protobuf string, and a cell that made `b"bad\\xff"` failed with UNKNOWN.
+    """
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
 class Session:
@@ -255,12 +265,12 @@ async def open_session(controller: Controller, language: str, files: list[tuple[
         raise ValueError(f"sessions speak {', '.join(SESSION_TYPES)}, not {language!r}")
     uid = controller.uids.take()
     try:
-        workdir = controller.make_workdir(uid)
+        workdir = await controller.make_workdir(uid)
         for relpath, content in files:
             controller.write_file(workdir, uid, relpath, content)
         session = kind(controller, uid, workdir, limits)
         await session.start()
     except BaseException:
-        controller.release(uid)
+        controller.release_later(uid)
         raise
     return session

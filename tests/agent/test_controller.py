@@ -1,11 +1,30 @@
-"""The controller's pure bookkeeping: its block of job uids."""
+"""The controller's bookkeeping (its block of job uids) and its control socket, with no sandbox around it."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
+import socket
+import threading
+import types
+from pathlib import Path
+from typing import Any
+
 import pytest
 
+from sandboxd.agent import controller as controller_module
+from sandboxd.agent import runner
 from sandboxd.agent.controller import UidPool
-from sandboxd.agent.protocol import UIDS_PER_SANDBOX, UNSLOTTED_FIRST_UID, first_job_uid
+from sandboxd.agent.protocol import (
+    HEADER,
+    MAX_FRAME_BYTES,
+    UIDS_PER_SANDBOX,
+    UNSLOTTED_FIRST_UID,
+    encode_frame,
+    first_job_uid,
+    read_frame,
+)
 from sandboxd.agent.runner import SandboxDamaged
 
 
@@ -36,3 +55,272 @@ def test_the_block_moves_only_while_no_uid_is_taken() -> None:
     uids.give_back(UNSLOTTED_FIRST_UID)
     uids.place(first_job_uid(99))
     assert uids.take() == first_job_uid(99)
+
+
+# ---- the control socket and releases, against a controller with no zygote -------------------------------------------
+
+TEST_FIRST_UID = 28_000  # a block no agent on a test machine uses (test_runner takes 29,998 and 29,999)
+_serving: set[asyncio.Future[None]] = set()  # the controller's ends of the tests' connections
+
+
+def bare_controller(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> controller_module.Controller:
+    """A Controller whose work dirs and shared folder are under tmp_path; it forks nothing."""
+    monkeypatch.setattr(controller_module, "WORK_ROOT", str(tmp_path / "work"))
+    (tmp_path / "work").mkdir()
+    (tmp_path / "shm").mkdir()
+    zygote = types.SimpleNamespace(pid=-1)
+    controller = controller_module.Controller(zygote, ["python"])  # type: ignore[arg-type]
+    controller.uids = UidPool(TEST_FIRST_UID)
+    controller.shared_writable = [str(tmp_path / "shm")]
+    return controller
+
+
+async def connect(controller: controller_module.Controller) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection to controller.handle, as the daemon has one."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    server_reader, server_writer = await asyncio.open_unix_connection(sock=theirs)
+    task = asyncio.ensure_future(controller.handle(server_reader, server_writer))
+    _serving.add(task)
+    task.add_done_callback(_serving.discard)
+    return await asyncio.open_unix_connection(sock=ours)
+
+
+async def ask(connection: tuple[asyncio.StreamReader, asyncio.StreamWriter], request: Any) -> Any:
+    reader, writer = connection
+    writer.write(encode_frame(request))
+    await writer.drain()
+    return await asyncio.wait_for(read_frame(reader), 10)
+
+
+class FakeSession:
+    def __init__(self, uid: int, cell: Any = None) -> None:
+        self.uid = uid
+        self.alive = True
+        self._cell = cell
+
+    async def run_cell(self, code: str, timeout: float, output: int) -> dict[str, Any]:
+        return await self._cell()
+
+    def close(self) -> None:
+        self.alive = False
+
+
+def test_a_sessions_files_are_removed_while_the_agent_serves_other_requests(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A session left 3 million hard links: removing them on the event loop held its Close for more than 10 s,
+    and every other session of the sandbox was lost. The removal here waits until a ping on another
+    connection has been answered: on the loop, that ping could not be."""
+    controller = bare_controller(tmp_path, monkeypatch)
+    removal_started, ping_answered = threading.Event(), threading.Event()
+    during: list[Any] = []
+    real_remove_tree = runner.remove_tree
+
+    def slow_remove_tree(path: str) -> None:
+        if path.endswith(f"/{uid}"):
+            removal_started.set()
+            during.append(ping_answered.wait(10))
+            during.append(uid in controller.uids._free)
+        real_remove_tree(path)
+
+    monkeypatch.setattr(controller_module, "remove_tree", slow_remove_tree)
+
+    async def scenario() -> None:
+        closer, other = await connect(controller), await connect(controller)
+        closing = asyncio.ensure_future(ask(closer, {"op": "session_close", "session": uid}))
+        assert await asyncio.to_thread(removal_started.wait, 20)
+        assert await ask(other, {"op": "ping"}) == {"ok": True}
+        ping_answered.set()
+        assert await closing == {"ok": True}
+        while controller._releasing:
+            await asyncio.sleep(0.01)
+
+    uid = controller.uids.take()
+    workdir = tmp_path / "work" / str(uid)
+    workdir.mkdir()
+    (workdir / "a").write_text("x")
+    for index in range(100):
+        os.link(workdir / "a", workdir / f"link{index}")
+    controller.sessions[uid] = FakeSession(uid)  # type: ignore[assignment]
+    asyncio.run(scenario())
+    assert during == [True, False], "the removal ran on the event loop, or the uid came back before it ended"
+    assert not workdir.exists()
+    assert uid in controller.uids._free
+    assert uid not in controller.sessions
+
+
+def test_a_jobs_uid_comes_back_only_after_its_files_are_gone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    controller = bare_controller(tmp_path, monkeypatch)
+    uid = controller.uids.take()
+    (tmp_path / "work" / str(uid)).mkdir()
+    (tmp_path / "shm" / "left").write_text("x")
+    os.chown(tmp_path / "shm" / "left", uid, uid)
+    seen: list[bool] = []
+    real_remove_tree = runner.remove_tree
+
+    def checking_remove_tree(path: str) -> None:
+        seen.append(uid in controller.uids._free)
+        real_remove_tree(path)
+
+    monkeypatch.setattr(controller_module, "remove_tree", checking_remove_tree)
+
+    async def scenario() -> None:
+        await controller.release(uid)
+
+    asyncio.run(scenario())
+    assert seen == [False]
+    assert uid in controller.uids._free
+    assert not (tmp_path / "work" / str(uid)).exists()
+    assert not (tmp_path / "shm" / "left").exists()
+
+
+def test_a_jobs_files_in_shared_folders_are_removed_off_the_event_loop(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before a job's reply, what its uid left in /dev/shm goes (up to tmpfs_inodes entries): in a thread, which
+    here waits until the loop has run something else."""
+    controller = bare_controller(tmp_path, monkeypatch)
+    uid = controller.uids.take()
+    (tmp_path / "shm" / "left").write_text("x")
+    os.chown(tmp_path / "shm" / "left", uid, uid)
+    (tmp_path / "shm" / "another_uids").write_text("x")
+    loop_ran = threading.Event()
+    during: list[bool] = []
+    real_remove_files_of = runner.remove_files_of
+
+    def slow_remove_files_of(owner: int, folder: str) -> None:
+        during.append(loop_ran.wait(10))
+        real_remove_files_of(owner, folder)
+
+    monkeypatch.setattr(controller_module, "remove_files_of", slow_remove_files_of)
+
+    async def scenario() -> None:
+        removing = asyncio.ensure_future(controller.remove_shared_files(uid))
+        await asyncio.sleep(0.05)
+        loop_ran.set()
+        await removing
+
+    asyncio.run(scenario())
+    assert during == [True]
+    assert sorted(os.listdir(tmp_path / "shm")) == ["another_uids"]
+
+
+def test_a_removal_that_fails_damages_the_sandbox_and_keeps_the_uid(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    controller = bare_controller(tmp_path, monkeypatch)
+    uid = controller.uids.take()
+
+    def stuck(path: str) -> None:
+        raise runner.SandboxDamaged(f"cannot remove {path}")
+
+    monkeypatch.setattr(controller_module, "remove_tree", stuck)
+    damaged: list[str] = []
+    controller.damaged = damaged.append  # type: ignore[method-assign]
+
+    async def scenario() -> None:
+        controller.release_later(uid)
+        while controller._releasing:
+            await asyncio.sleep(0.01)
+
+    asyncio.run(scenario())
+    assert len(damaged) == 1 and f"releasing uid {uid} failed (cannot remove" in damaged[0]
+    assert uid not in controller.uids._free
+
+
+def test_a_bug_hit_by_one_request_fails_that_request_only(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
+    """Any exception but four dropped the connection, which the daemon reads as a lost sandbox: every job and
+    session in it ended. It is that request's error now, logged with its traceback; the connection goes on."""
+    controller = bare_controller(tmp_path, monkeypatch)
+    real_dispatch = controller._dispatch
+
+    async def buggy_dispatch(request: dict[str, Any]) -> dict[str, Any]:
+        if request.get("op") == "boom":
+            raise RuntimeError("a bug of ours")
+        if request.get("op") == "oserror":
+            raise OSError(28, "No space left on device")
+        return await real_dispatch(request)
+
+    monkeypatch.setattr(controller, "_dispatch", buggy_dispatch)
+
+    async def scenario() -> None:
+        connection = await connect(controller)
+        reply = await ask(connection, {"op": "boom"})
+        assert reply == {"error": "internal error in the agent: RuntimeError: a bug of ours"}
+        assert "No space left" in (await ask(connection, {"op": "oserror"}))["error"]
+        assert "bad request" in (await ask(connection, ["not", "an", "object"]))["error"]
+        assert await ask(connection, {"op": "ping"}) == {"ok": True}
+
+    asyncio.run(scenario())
+    err = capfd.readouterr().err
+    assert "internal error serving 'boom'" in err and "Traceback" in err and "RuntimeError: a bug of ours" in err
+
+
+def test_a_session_whose_cell_hit_a_bug_is_closed_in_the_agent_too(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The daemon ends a session whose cell got no result without telling the agent.
+    controller = bare_controller(tmp_path, monkeypatch)
+    uid = controller.uids.take()
+    (tmp_path / "work" / str(uid)).mkdir()
+
+    async def failing_cell() -> dict[str, Any]:
+        raise RuntimeError("a bug of ours")
+
+    controller.sessions[uid] = FakeSession(uid, failing_cell)  # type: ignore[assignment]
+
+    async def scenario() -> None:
+        connection = await connect(controller)
+        reply = await ask(connection, {"op": "session_cell", "session": uid, "code": "1", "timeout": 1, "output": 10})
+        assert "internal error" in reply["error"]
+        assert await ask(connection, {"op": "ping"}) == {"ok": True}
+        while uid not in controller.uids._free:
+            await asyncio.sleep(0.01)
+
+    asyncio.run(asyncio.wait_for(scenario(), 20))
+    assert uid not in controller.sessions
+    assert not (tmp_path / "work" / str(uid)).exists()
+
+
+def test_a_broken_stream_still_ends_the_connection(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    controller = bare_controller(tmp_path, monkeypatch)
+
+    async def scenario() -> bytes:
+        reader, writer = await connect(controller)
+        writer.write(HEADER.pack(MAX_FRAME_BYTES + 1))
+        await writer.drain()
+        return await asyncio.wait_for(reader.read(), 10)
+
+    assert asyncio.run(scenario()) == b""
+
+
+def test_reply_strings_are_valid_utf8(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lone surrogate (a file name that is not UTF-8, a message a job made) passed the agent's JSON, and the
+    daemon's protobuf refused it: the call failed with UNKNOWN."""
+    controller = bare_controller(tmp_path, monkeypatch)
+
+    async def dispatch(request: dict[str, Any]) -> dict[str, Any]:
+        return {"result": {"message": "ValueError: bad\udcff\ud800", "files_changed": ["ok.txt", "b\udcffd"]}}
+
+    monkeypatch.setattr(controller, "_dispatch", dispatch)
+
+    async def scenario() -> Any:
+        return await ask(await connect(controller), {"op": "run"})
+
+    result = asyncio.run(scenario())["result"]
+    assert result == {"message": "ValueError: bad\\udcff\\ud800", "files_changed": ["ok.txt", "b\\udcffd"]}
+    json.dumps(result, ensure_ascii=False).encode()  # what protobuf needs: no UnicodeEncodeError
+
+
+def test_a_reply_too_large_for_a_frame_is_an_error_reply(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    controller = bare_controller(tmp_path, monkeypatch)
+
+    async def dispatch(request: dict[str, Any]) -> dict[str, Any]:
+        return {"result": {"stdout": "x" * (MAX_FRAME_BYTES + 1)}} if request["op"] == "run" else {"ok": True}
+
+    monkeypatch.setattr(controller, "_dispatch", dispatch)
+
+    async def scenario() -> tuple[Any, Any]:
+        connection = await connect(controller)
+        return await ask(connection, {"op": "run"}), await ask(connection, {"op": "ping"})
+
+    too_large, ping = asyncio.run(scenario())
+    assert "its reply could not be sent" in too_large["error"] and "exceeds" in too_large["error"]
+    assert ping == {"ok": True}

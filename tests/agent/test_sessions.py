@@ -74,3 +74,18 @@ def test_scan_stops_at_its_entry_cap_even_for_empty_folders(tmp_path, monkeypatc
     monkeypatch.setattr(sessions.os, "scandir", lambda path: opened.append(path) or real_scandir(path))
     assert scan(str(tmp_path)) == {}
     assert len(opened) <= 11
+
+
+def test_file_names_that_are_not_utf8_are_reported_as_valid_text(tmp_path: Path) -> None:
+    """A cell that made b"bad\\xff" failed with UNKNOWN: the name reached the daemon's protobuf as a lone surrogate.
+    Each bad byte is written out as \\xNN; distinct names stay distinct, and the order is the same every time."""
+    before = scan(str(tmp_path))
+    folder = os.fsencode(tmp_path)
+    for name in (b"bad\xff", b"bad\xfe", b"caf\xc3\xa9", b"sub\x80"):
+        os.close(os.open(folder + b"/" + name, os.O_CREAT | os.O_WRONLY, 0o644))
+    os.mkdir(folder + b"/dir\xff")
+    os.close(os.open(folder + b"/dir\xff/in\xff", os.O_CREAT | os.O_WRONLY, 0o644))
+    changed = changed_files(before, scan(str(tmp_path)))
+    assert changed == ["bad\\xfe", "bad\\xff", "café", "dir\\xff/in\\xff", "sub\\x80"]
+    for name in changed:
+        name.encode("utf-8")  # what the daemon's protobuf does; a lone surrogate raised here

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import platform
 import threading
+import time
 from pathlib import Path
 
 import grpc
@@ -10,6 +12,7 @@ import pytest
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
 
+from sandboxd import config
 from tests.conftest import DaemonProcess
 from tests.integration import helpers
 
@@ -304,3 +307,126 @@ def test_a_job_that_stops_itself_under_ptrace_runs_to_its_deadline(channel: grpc
     assert (result.status, result.limit_hit) == (pb.STATUS_TIMEOUT, pb.LIMIT_WALL_TIME), result
     assert result.execute.stdout == b"tracing\n"
     assert _job_processes(channel) == 1
+
+
+# Hard links of one file until the file system refuses one (or LINKS_TRIED exist), in a folder of its own
+# under {where}; prints how many, why it stopped, and the sandbox; then holds them a moment.
+LINKS_TRIED = 300_000
+LINK_MAKER = ("import errno, os, socket, time\nos.chdir({where!r})\nos.mkdir(f'links-{{os.getpid()}}')\n"
+              "os.chdir(f'links-{{os.getpid()}}')\nopen('f', 'w').close()\nn, why = 0, 'none'\n"
+              f"while n < {LINKS_TRIED}:\n"
+              "    try: os.link('f', f'l{{n}}')\n"
+              "    except OSError as exc: why = errno.errorcode[exc.errno]; break\n"
+              "    n += 1\nprint(n, why, socket.gethostname(), flush=True)\ntime.sleep(1)")
+INNOCENT = "import socket, time\ntime.sleep(4)\nprint(socket.gethostname())"
+
+
+def test_hard_links_stop_at_the_entry_cap_and_a_concurrent_job_is_answered(tmp_path: Path) -> None:
+    """tmpfs caps bytes, not entries, and a hard link takes none: a job made 2.5 million links of one file, whose
+    removal on the agent's event loop made a concurrent 1 s job time out, and the sandbox was lost (red-team).
+    Now /tmp and /dev/shm hold at most sandbox.tmpfs_inodes entries each, and removals run off the loop.
+    One sandbox of two slots, so that the innocent job runs beside the link maker."""
+    daemon = DaemonProcess(tmp_path, "links", extra_env={
+        "SANDBOXD_POOL_MATH": "false", "SANDBOXD_POOL_IMAGES": "python", "SANDBOXD_SESSIONS_ENABLED": "false",
+        "SANDBOXD_POOL_MIN_SIZE": "1", "SANDBOXD_POOL_MAX_SIZE": "1", "SANDBOXD_POOL_JOBS_PER_SANDBOX": "2"})
+    try:
+        daemon.wait_serving()
+        with grpc.insecure_channel(daemon.address) as channel:
+            helpers.pool_settled(pb_grpc.PoolStub(channel), "python", 1)
+            # In a restored sandbox (pool.restore = always here, where snapshots work) too: CRIU remounts
+            # the template's tmpfs with the options it was dumped with.
+            capped = outcome(channel, "import os\nprint(os.statvfs('/tmp').f_files, os.statvfs('/dev/shm').f_files)")
+            assert capped.execute.stdout.split() == [str(config.DEFAULT_TMPFS_INODES).encode()] * 2, capped
+            for where in (".", "/dev/shm"):
+                innocent: list[pb.JobResult] = []
+                running = threading.Thread(
+                    target=lambda answers=innocent: answers.append(outcome(channel, INNOCENT, timeout=30)))
+                running.start()
+                # The innocent job has its work dir before the link maker takes every entry.
+                time.sleep(1.0)
+                maker = outcome(channel, LINK_MAKER.format(where=where), timeout=60)
+                running.join(120)
+                assert maker.status == pb.STATUS_OK and maker.attempts == 1, maker
+                made, why, maker_host = maker.execute.stdout.decode().split()
+                assert why == "ENOSPC" and int(made) < config.DEFAULT_TMPFS_INODES, (where, made, why)
+                (answered,) = innocent
+                assert answered.status == pb.STATUS_OK and answered.attempts == 1, answered
+                assert answered.execute.stdout.decode().strip() == maker_host, "the two jobs ran in two sandboxes"
+                # The links are gone once the maker's uid is released: a new job can make files again.
+                follow_up = outcome(channel, "import socket\nopen('x', 'w').write('ok')\nprint(socket.gethostname())")
+                assert follow_up.status == pb.STATUS_OK and follow_up.attempts == 1, follow_up
+                assert follow_up.execute.stdout.decode().strip() == maker_host
+            assert outcome(channel, "import os\nprint(sorted(n for n in os.listdir('/dev/shm') if "
+                                    "n.startswith('links-')))").execute.stdout == b"[]\n"
+    finally:
+        assert daemon.stop() == 0
+
+
+# Host-wide kernel counters and surface a job must not reach (red-team
+# findings): a job took all 65,536 AIO contexts (fs.aio-max-nr) and all
+# PTYs, after which io_setup() and `docker run -t` failed on the host. Our
+# seccomp profile answers AIO, io_uring, memfd_secret and Landlock with
+# ENOSYS, and /dev/pts is an empty read-only tmpfs. Syscall numbers: x86_64.
+SYSCALL = ("import ctypes, errno, os\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.syscall.restype = ctypes.c_long\n"
+           "def call(number, *args):\n    ctypes.set_errno(0)\n"
+           "    return 'allowed' if libc.syscall(number, *args) >= 0 else errno.errorcode[ctypes.get_errno()]\n")
+KERNEL_PROBES = {
+    "io_setup": "context = ctypes.c_ulong(0)\nprint(call(206, 1, ctypes.byref(context)))",
+    "io_uring_setup": "print(call(425, 1, (ctypes.c_char * 120)()))",
+    "memfd_secret": "print(call(447, 0))",
+    "landlock_create_ruleset": "print(call(444, None, 0, 1))",  # LANDLOCK_CREATE_RULESET_VERSION
+    "os.openpty": "try: os.openpty(); print('allowed')\nexcept OSError as e: print(errno.errorcode[e.errno])",
+    "pty.openpty": "import pty\ntry: pty.openpty(); print('allowed')\nexcept OSError: print('OSError')",
+}
+EXPECTED = {"io_setup": "ENOSYS", "io_uring_setup": "ENOSYS", "memfd_secret": "ENOSYS",
+            "landlock_create_ruleset": "ENOSYS", "os.openpty": "ENOENT", "pty.openpty": "OSError"}
+x86_64_only = pytest.mark.skipif(platform.machine() != "x86_64", reason="the probes use x86_64 syscall numbers")
+
+
+@x86_64_only
+@pytest.mark.parametrize("probe", list(KERNEL_PROBES))
+def test_host_wide_kernel_resources_are_out_of_reach(channel: grpc.Channel, probe: str) -> None:
+    result = outcome(channel, SYSCALL + KERNEL_PROBES[probe])
+    assert result.status == pb.STATUS_OK, result
+    assert result.execute.stdout.decode().strip() == EXPECTED[probe]
+
+
+@x86_64_only
+def test_restored_sandboxes_keep_the_seccomp_filter_and_the_masked_ptys(daemon: DaemonProcess,
+                                                                        channel: grpc.Channel) -> None:
+    """CRIU restores a process with the seccomp filter and mounts of the template it was dumped from, not with
+    those its clone's container asks for: every sandbox of this pool is such a clone (pool.restore = always)."""
+    helpers.require_snapshots(pb_grpc.DaemonStub(channel).GetInfo(pb.GetInfoRequest(), timeout=5))
+    assert "falling back to cold" not in daemon.log_path.read_text()
+    python = helpers.pool_settled(pb_grpc.PoolStub(channel), "python", 2)
+    assert (python.start_method, python.cold_seconds) == ("restore", 0), python
+    probes = SYSCALL + "".join(f"print({name!r}, end=' ')\n{code}\n" for name, code in KERNEL_PROBES.items())
+    for _ in range(4):  # lands on every warm sandbox at least once
+        result = outcome(channel, probes)
+        assert result.status == pb.STATUS_OK, result
+        assert dict(line.split(" ", 1) for line in result.execute.stdout.decode().splitlines()) == EXPECTED
+
+
+def test_node_file_io_works_without_io_uring(channel: grpc.Channel) -> None:
+    """libuv (1.45 and later) tries io_uring for file I/O and falls back to its thread pool on ENOSYS."""
+    code = ("const fs = require('fs');\nfs.writeFileSync('a.txt', 'hello');\n"
+            "fs.readFile('a.txt', 'utf8', (err, first) => {\n  if (err) throw err;\n"
+            "  fs.promises.readFile('a.txt', 'utf8').then((second) => console.log(first, second));\n});\n")
+    result = outcome(channel, code, language="javascript", timeout=10)
+    assert result.status == pb.STATUS_OK, result
+    assert result.execute.stdout == b"hello hello\n"
+
+
+@pytest.mark.parametrize("tests", [
+    pb.CodeTests(fn_name="f", function=[pb.FunctionCase(args_json="[1]", expected_json="1")]),
+    pb.CodeTests(assert_code="assert f(1) == 1", entry_point="f"),
+], ids=["function", "assert"])
+def test_a_candidates_message_that_is_not_utf8_is_scored_as_its_error(channel: grpc.Channel,
+                                                                       tests: pb.CodeTests) -> None:
+    """A candidate raising ValueError('bad\\udcff') made its job INTERNAL (the daemon could not encode the message),
+    which a trainer may score as unscorable instead of a failure: a way out of a wrong answer's penalty."""
+    completion = "```python\ndef f(x):\n    raise ValueError('bad\\udcff')\n```"
+    job = pb.Job(limits=pb.Limits(timeout_seconds=5), code=pb.CodeJob(completion=completion, tests=tests))
+    result = helpers.run(channel, job)
+    assert result.status == pb.STATUS_RUNTIME_ERROR and result.attempts == 1, result
+    assert "bad\\udcff" in result.message

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from sandboxd_client import AsyncSandboxClient, InvalidRequest, SandboxClient, S
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
 
+from sandboxd import config
 from tests.conftest import DaemonProcess
 
 
@@ -296,3 +298,54 @@ def test_multi_turn_rollout_example_runs(daemon: DaemonProcess) -> None:
     rewards = [line for line in done.stdout.splitlines() if line.startswith("reward")]
     assert len(rewards) == 4 and all(line.startswith("reward +1.0 after 2 tool calls") for line in rewards)
     assert "(True, 385)" in done.stdout  # turn two used `terms`, defined in turn one
+
+
+def test_file_names_and_messages_that_are_not_utf8_leave_the_cell_answered(client: SandboxClient) -> None:
+    """A cell that made a file named b"bad\\xff" failed with UNKNOWN: the name reached the daemon's protobuf as a
+    lone surrogate (red-team). So did a message holding one. Bad bytes are written out as \\xNN, surrogates as
+    \\udcff, and the session lives on."""
+    with client.open_session() as session:
+        made = session.run("open(b'bad\\xff', 'w').write('x')\nopen('ok.txt', 'w').write('y')")
+        assert made.status == Status.OK and made.session_alive, made
+        assert made.files_changed == ("bad\\xff", "ok.txt")
+        error = session.run("raise ValueError('bad\\udcff')")
+        assert error.status == Status.RUNTIME_ERROR and error.session_alive, error
+        assert error.message == "ValueError: bad\\udcff"
+        assert session.run("import os\nos.remove(b'bad\\xff')").files_changed == ("bad\\xff",)
+    with client.open_session("bash") as session:
+        made = session.run("touch $'caf\\xc3\\xa9' $'caf\\xff'")
+        assert made.status == Status.OK and made.files_changed == ("caf\\xff", "café"), made
+
+
+LINK_CELL = ("import errno, os\nos.mkdir('links')\nopen('links/f', 'w').close()\nn, why = 0, 'none'\n"
+             "while n < 300_000:\n    try: os.link('links/f', f'links/l{n}')\n"
+             "    except OSError as exc: why = errno.errorcode[exc.errno]; break\n    n += 1\nn, why")
+
+
+def test_a_session_full_of_hard_links_closes_without_ending_its_neighbours(client: SandboxClient) -> None:
+    """3 million hard links in a session: its Close removed them on the agent's event loop for more than 10 s,
+    and every session in the sandbox ended (red-team). Now a session holds at most sandbox.tmpfs_inodes entries,
+    and its files go in the background, off the loop; its neighbour goes on and can write files again."""
+    opened = [client.open_session() for _ in range(4)]
+    try:
+        by_host: dict[str, list] = {}
+        for session in opened:
+            by_host.setdefault(session.run("import socket\nsocket.gethostname()").value, []).append(session)
+        maker, neighbour = next(group for group in by_host.values() if len(group) >= 2)[:2]
+        filled = maker.run(LINK_CELL, timeout=60)
+        assert filled.status == Status.OK, filled
+        made, why = ast.literal_eval(filled.value)
+        assert why == "ENOSPC" and made < config.DEFAULT_TMPFS_INODES, filled.value
+        maker.close()
+        assert neighbour.run("1").value == "1"
+        deadline = time.monotonic() + 60
+        while True:  # the maker's links are removed in the background
+            wrote = neighbour.run("open('after.txt', 'w').write('ok')")
+            if wrote.status == Status.OK or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert wrote.status == Status.OK and wrote.session_alive, wrote
+        assert neighbour.run("open('after.txt').read()").value == "'ok'"
+    finally:
+        for session in opened:
+            session.close()

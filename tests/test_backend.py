@@ -1,0 +1,41 @@
+"""The container config sent to Docker: the hardening every sandbox gets (no engine needed)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sandboxd import backend, seccomp
+from sandboxd.backend import SandboxSpec, container_config
+
+
+def spec() -> SandboxSpec:
+    return SandboxSpec(name="s", image="sandboxd/python:x", command=["python3"], control_dir="/run/x/s",
+                       code_dir="/code", labels={}, memory_bytes=1 << 30, nano_cpus=10**9, pids=256,
+                       tmpfs_bytes=64 << 20)
+
+
+def test_sandboxes_get_our_seccomp_profile() -> None:
+    options = container_config(spec())["security_opt"]
+    assert "no-new-privileges" in options
+    profiles = [option.removeprefix("seccomp=") for option in options if option.startswith("seccomp=")]
+    assert len(profiles) == 1
+    assert json.loads(profiles[0]) == json.loads(seccomp.profile_json())
+
+
+def test_dev_pts_is_an_empty_read_only_tmpfs() -> None:
+    """Docker replaces its devpts with a mount at the same path: /dev/ptmx (a link to pts/ptmx) leads nowhere."""
+    config = container_config(spec())
+    pts = [mount for mount in config["mounts"] if mount["Target"] == "/dev/pts"]
+    assert len(pts) == 1
+    assert pts[0]["Type"] == "tmpfs" and pts[0]["ReadOnly"] is True and not pts[0]["Source"]
+    assert "/dev/pts" not in config["tmpfs"]
+
+
+def test_profile_key_follows_the_profile(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Snapshots are keyed by it: CRIU restores a template's filter and mounts into every clone."""
+    key = backend.profile_key()
+    assert key == backend.profile_key()
+    monkeypatch.setattr(seccomp, "profile_json", lambda: "{}")
+    assert backend.profile_key() != key
