@@ -18,7 +18,8 @@ RETRIES = Counter("sandboxd_job_retries", "Jobs retried on another sandbox after
 REJECTED = Counter("sandboxd_admission_rejected", "Requests refused with RESOURCE_EXHAUSTED",
                    registry=REGISTRY)
 ABANDONED = Counter("sandboxd_jobs_abandoned", "Jobs whose caller gave up (deadline, cancel) while they ran; "
-                    "each keeps its sandbox slot until the agent answers", ["kind"], registry=REGISTRY)
+                    "each is withdrawn from its sandbox, whose slot comes back when the agent answers", ["kind"],
+                    registry=REGISTRY)
 QUEUE_DEPTH = Gauge("sandboxd_queue_depth", "Jobs admitted, waiting for a sandbox", registry=REGISTRY)
 IN_FLIGHT = Gauge("sandboxd_jobs_in_flight", "Jobs running in sandboxes", registry=REGISTRY)
 SANDBOXES = Gauge("sandboxd_sandboxes", "Sandboxes by pool and state", ["pool", "state"], registry=REGISTRY)

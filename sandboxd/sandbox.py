@@ -21,6 +21,38 @@ from sandboxd.errors import SandboxLost
 _serial = itertools.count(1)
 
 
+class Withdrawal:
+    """Lets a job's caller that gave up withdraw it from the agent while it runs.
+
+    `withdraw()` closes the daemon's side of the job's connection (a
+    half-close: the reply can still come back). The agent reads that end of
+    file, kills the job's runs and answers at once (agent/controller.py,
+    `answer_job`), so the sandbox's slot comes back within milliseconds
+    rather than at the job's deadline.
+    """
+
+    def __init__(self) -> None:
+        self.withdrawn = False
+        self._writer: asyncio.StreamWriter | None = None
+
+    def withdraw(self) -> None:
+        self.withdrawn = True
+        if self._writer is not None:
+            self._half_close(self._writer)
+
+    def _attach(self, writer: asyncio.StreamWriter) -> None:
+        self._writer = writer
+        if self.withdrawn:
+            self._half_close(writer)
+
+    @staticmethod
+    def _half_close(writer: asyncio.StreamWriter) -> None:
+        # After what is buffered: the agent reads the whole request first.
+        with contextlib.suppress(OSError, RuntimeError):
+            if not writer.is_closing():
+                writer.write_eof()
+
+
 @dataclass(eq=False)
 class Sandbox:
     name: str
@@ -43,12 +75,15 @@ class Sandbox:
     def socket_path(self) -> str:
         return f"{self.control_dir}/agent.sock"
 
-    async def request(self, message: dict[str, Any], timeout: float) -> dict[str, Any]:
+    async def request(self, message: dict[str, Any], timeout: float,
+                      withdrawal: Withdrawal | None = None) -> dict[str, Any]:
         """One request/response with the agent; any failure marks the sandbox damaged.
 
         Connections are kept open between requests (one per request in
         flight; the agent serves each in order): a connect and accept on both
-        sides cost more than a trivial job's frames.
+        sides cost more than a trivial job's frames. A request that was
+        withdrawn (`withdrawal`) still waits for its reply, and its
+        connection, half-closed, is not kept.
         """
         connection = None
         try:
@@ -56,6 +91,8 @@ class Sandbox:
                 connection = self._idle.pop() if self._idle else await asyncio.open_unix_connection(self.socket_path)
                 reader, writer = connection
                 writer.write(encode_frame(message))
+                if withdrawal is not None:
+                    withdrawal._attach(writer)
                 await writer.drain()
                 reply = await read_frame(reader)
         except BaseException as exc:
@@ -66,7 +103,10 @@ class Sandbox:
                 raise
             self.damaged = True
             raise SandboxLost(f"sandbox {self.name}: {type(exc).__name__}: {exc}") from None
-        self._idle.append(connection)
+        if withdrawal is not None and withdrawal.withdrawn:
+            connection[1].close()
+        else:
+            self._idle.append(connection)
         if reply.get("damaged"):
             self.damaged = True
             raise SandboxLost(f"sandbox {self.name}: {reply.get('error')}")
@@ -111,8 +151,10 @@ class Sandbox:
                 self.damaged = False
                 await asyncio.sleep(0.05)
 
-    async def run(self, job: dict[str, Any], timeout: float) -> dict[str, Any]:
-        reply = await self.request({"op": "run", "job": job}, timeout=timeout)
+    async def run(self, job: dict[str, Any], timeout: float, withdrawal: Withdrawal | None = None) -> dict[str, Any]:
+        reply = await self.request({"op": "run", "job": job}, timeout=timeout, withdrawal=withdrawal)
+        if reply.get("cancelled"):
+            return {"status": "internal", "message": "withdrawn: its caller gave up"}
         if "result" not in reply:
             # The agent refused the job as malformed: a sandboxd bug, not the model's.
             return {"status": "internal", "message": reply.get("error", "agent gave no result")}

@@ -6,11 +6,12 @@ waits for a warm sandbox from the job's pool, runs the job there and, when
 the sandbox dies under it, runs it again on another sandbox, up to
 `attempts` times. Every admitted job gets exactly one answer.
 
-A caller that gives up (a client deadline, a cancelled RPC or batch) does
-not free the job's slot: the agent runs the job to its own deadline
-regardless, so the slot stays taken until the agent answers, and the answer
-is dropped. Freeing it at once let a trainer with short deadlines pile
-30 endless loops into sandboxes that were counted as idle.
+A caller that gives up (a client deadline, a cancelled RPC or batch)
+withdraws its job from the agent, which kills the job's runs and answers
+at once; the slot stays taken until that answer, which is dropped. Freeing
+the slot at once, while the agent ran the job on to its own deadline, let a
+trainer with short deadlines pile 30 endless loops into sandboxes that were
+counted as idle.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from sandboxd.config import Config
 from sandboxd.errors import Overloaded, SandboxLost, Unsupported
 from sandboxd.jobs import PreparedJob, infrastructure_result, to_result
 from sandboxd.pool import MATH_POOL, Pool
-from sandboxd.sandbox import Sandbox
+from sandboxd.sandbox import Sandbox, Withdrawal
 
 log = logging.getLogger("sandboxd.scheduler")
 # Slack over the job's own budget before the daemon gives up on a sandbox
@@ -113,7 +114,8 @@ class Scheduler:
                     self.queued -= 1
                     metrics.QUEUE_DEPTH.set(self.queued)
                     queued_seconds = time.monotonic() - admitted
-                attempt_task = asyncio.ensure_future(self._attempt(pool, sandbox, prepared))
+                withdrawal = Withdrawal()
+                attempt_task = asyncio.ensure_future(self._attempt(pool, sandbox, prepared, withdrawal))
                 try:
                     outcome = await asyncio.shield(attempt_task)
                 except SandboxLost as exc:
@@ -123,6 +125,7 @@ class Scheduler:
                     continue
                 except asyncio.CancelledError:
                     if not attempt_task.done():
+                        withdrawal.withdraw()
                         self._abandon(attempt_task, prepared)
                     raise
                 result = to_result(prepared, outcome, attempt)
@@ -138,12 +141,14 @@ class Scheduler:
         result.timings.queued_seconds = queued_seconds
         return result
 
-    async def _attempt(self, pool: Pool, sandbox: Sandbox, prepared: PreparedJob) -> dict[str, Any]:
+    async def _attempt(self, pool: Pool, sandbox: Sandbox, prepared: PreparedJob,
+                       withdrawal: Withdrawal) -> dict[str, Any]:
         """Run the job on `sandbox`, whose slot is released only once the agent has answered (or is lost)."""
         self.in_flight += 1
         metrics.IN_FLIGHT.set(self.in_flight)
         try:
-            return await sandbox.run(prepared.agent_job or {}, timeout=prepared.budget_seconds + AGENT_SLACK_SECONDS)
+            return await sandbox.run(prepared.agent_job or {}, timeout=prepared.budget_seconds + AGENT_SLACK_SECONDS,
+                                     withdrawal=withdrawal)
         except SandboxLost:
             pool.mark_lost(sandbox)
             raise

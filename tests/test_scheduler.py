@@ -11,7 +11,7 @@ from sandboxd.config import Config
 from sandboxd.errors import SandboxLost
 from sandboxd.jobs import PreparedJob
 from sandboxd.pool import Pool
-from sandboxd.sandbox import Sandbox
+from sandboxd.sandbox import Sandbox, Withdrawal
 from sandboxd.scheduler import Scheduler
 from tests.test_pool import one_slot_pool
 
@@ -22,9 +22,12 @@ class HeldSandbox(Sandbox):
     answer: asyncio.Event
     runs: int = 0
     lose: bool = False
+    withdrawals: list[Withdrawal]
 
-    async def run(self, job: dict[str, Any], timeout: float) -> dict[str, Any]:
+    async def run(self, job: dict[str, Any], timeout: float, withdrawal: Withdrawal | None = None) -> dict[str, Any]:
         self.runs += 1
+        assert withdrawal is not None
+        self.withdrawals.append(withdrawal)
         await self.answer.wait()
         if self.lose:
             raise SandboxLost("gone")
@@ -35,6 +38,7 @@ def scheduler_with_held_sandbox() -> tuple[Scheduler, Pool, HeldSandbox]:
     pool, _ = one_slot_pool()
     sandbox = HeldSandbox(name="s", pool="python", container_id="c", control_dir="/x", started_by="cold")
     sandbox.answer = asyncio.Event()
+    sandbox.withdrawals = []
     pool.sandboxes = [sandbox]
     return Scheduler({"python": pool}, Config()), pool, sandbox
 
@@ -51,7 +55,8 @@ async def _settle() -> None:
 
 def test_a_job_whose_caller_gave_up_keeps_its_slot_until_the_agent_answers() -> None:
     """A client deadline cancelled the RPC, and its slot went to the next job while the agent still ran the first:
-    30 endless loops piled into sandboxes counted as idle, and an innocent job timed out among them."""
+    30 endless loops piled into sandboxes counted as idle, and an innocent job timed out among them. The job is
+    withdrawn from the agent now, and its slot comes back with the agent's answer."""
 
     async def scenario() -> None:
         scheduler, pool, sandbox = scheduler_with_held_sandbox()
@@ -61,6 +66,7 @@ def test_a_job_whose_caller_gave_up_keeps_its_slot_until_the_agent_answers() -> 
         first.cancel()
         await _settle()
         assert first.cancelled()
+        assert [w.withdrawn for w in sandbox.withdrawals] == [True], "the agent is told to stop the job"
         assert (scheduler.in_flight, sandbox.in_flight, pool.busy_count()) == (1, 1, 1)
         second = asyncio.create_task(scheduler.run(job(1)))
         await _settle()

@@ -46,6 +46,9 @@ from sandboxd.agent.protocol import (
 )
 from sandboxd.agent.rewardmodel import RewardModelHost
 from sandboxd.agent.runner import (
+    CURRENT_JOB,
+    JobCancel,
+    JobCancelled,
     Runner,
     RunOutcome,
     RunSpec,
@@ -541,6 +544,8 @@ class Controller:
         it. Whatever serving one request raises is that request's error
         reply (see `answer`): the daemon reads a dropped connection as a
         lost sandbox, and retires it with every job and session it holds.
+        The daemon withdraws a job by closing its side of the connection
+        while it runs (`answer_job`); the reply still goes out.
         """
         try:
             while True:
@@ -548,15 +553,54 @@ class Controller:
                     request = await read_frame(reader)
                 except (EOFError, ProtocolError, ConnectionError):
                     return
-                reply = await self.answer(request)
+                stream_broken = False
+                if isinstance(request, dict) and request.get("op") == "run":
+                    reply, stream_broken = await self.answer_job(request, reader)
+                else:
+                    reply = await self.answer(request)
                 writer.write(encode_reply(reply))
                 await writer.drain()
                 if reply.get("damaged"):
                     os._exit(71)
+                if stream_broken:
+                    return
         except ConnectionError:
             pass
         finally:
             writer.close()
+
+    async def answer_job(self, request: dict[str, Any],
+                         reader: asyncio.StreamReader) -> tuple[dict[str, Any], bool]:
+        """`answer(request)` for a job, which the daemon withdraws by an end of file on `reader` meanwhile.
+
+        The daemon sends nothing else while it waits for a reply, so the
+        only thing a read can return before the reply is that end of file
+        (its caller gave up: a client deadline, a cancelled batch). The
+        job's runs are then killed and no other starts (JobCancel), and the
+        reply comes within milliseconds: the daemon holds the job's slot
+        until it does. Anything else read there is a broken stream: the job
+        is withdrawn too, and the connection ends after the reply: returns
+        (reply, whether the stream is broken).
+        """
+        job = JobCancel()
+        token = CURRENT_JOB.set(job)
+        try:
+            answering = asyncio.ensure_future(self.answer(request))  # copies the context, and `job` with it
+        finally:
+            CURRENT_JOB.reset(token)
+        hangup = asyncio.ensure_future(reader.read(1))
+        try:
+            await asyncio.wait((answering, hangup), return_when=asyncio.FIRST_COMPLETED)
+            if not answering.done():
+                job.cancel()
+        finally:
+            if not hangup.done():
+                hangup.cancel()
+                # Its wait on the reader must end before the next frame's read starts.
+                await asyncio.wait((hangup,))
+        # Bytes mid-request (one of them now read) or a reset: no frame can be read from here on.
+        broken = hangup.done() and not hangup.cancelled() and (hangup.exception() is not None or hangup.result() != b"")
+        return await answering, broken
 
     async def answer(self, request: Any) -> dict[str, Any]:
         """The reply to one request, errors included: nothing but cancellation escapes."""
@@ -566,6 +610,8 @@ class Controller:
             return await self._dispatch(request)
         except SandboxDamaged as exc:
             return {"error": str(exc), "damaged": True}
+        except JobCancelled as exc:
+            return {"error": str(exc), "cancelled": True}
         except (KeyError, TypeError, ValueError) as exc:
             return {"error": f"bad request: {type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]}
         except Exception as exc:

@@ -22,6 +22,7 @@ import stat
 import subprocess
 import time
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +59,31 @@ class SandboxDamaged(Exception):
     """The sandbox can no longer run jobs safely (zygote gone, unkillable process)."""
 
 
+class JobCancelled(Exception):
+    """The daemon withdrew the job (its caller gave up): no run of it starts any more."""
+
+
+class JobCancel:
+    """A job's withdrawal by the daemon: its runs are killed, and none starts after it.
+
+    The controller sets one per job in CURRENT_JOB; each Runner.run of the
+    job registers its kill here while it runs, so that the daemon gets its
+    slot back within milliseconds instead of at the job's deadline.
+    """
+
+    def __init__(self) -> None:
+        self.cancelled = False
+        self._kills: set[Callable[[], None]] = set()
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        for kill in list(self._kills):
+            kill()
+
+
+CURRENT_JOB: ContextVar[JobCancel | None] = ContextVar("sandboxd_current_job", default=None)
+
+
 @dataclass
 class RunSpec:
     mode: str  # python | exec | py_callee | py_judge | math_server | py_session
@@ -80,7 +106,7 @@ class RunOutcome:
     stderr: bytes
     stdout_truncated: bool
     stderr_truncated: bool
-    killed_for: str  # "", "wall_time" or "output"
+    killed_for: str  # "", "wall_time", "output" or "cancelled"
     wall_seconds: float
     cpu_seconds: float
     max_rss_bytes: int
@@ -100,6 +126,8 @@ def classify(outcome: RunOutcome, spec: RunSpec) -> tuple[str, str, str]:
         return "timeout", "wall_time", f"killed after {spec.timeout:g} s wall clock"
     if outcome.killed_for == "output":
         return "output_limit", "output", f"more than {spec.output_limit} bytes of output"
+    if outcome.killed_for == "cancelled":
+        return "internal", "", "cancelled: the daemon withdrew the job"
     tail = outcome.stderr[-4096:]
     if os.WIFSIGNALED(outcome.wait_status):
         sig = os.WTERMSIG(outcome.wait_status)
@@ -626,6 +654,11 @@ class Runner:
         when the outcome comes back no process of the uid can make a system
         call any more, so what the run left in shared folders is final.
         """
+        job = CURRENT_JOB.get()
+        if job is not None and job.cancelled:
+            if spec.peer is not None:
+                spec.peer.close()  # whoever waits at the other end reads end of file
+            raise JobCancelled("the daemon withdrew the job")
         stdin_fd = os.memfd_create("stdin", os.MFD_CLOEXEC)
         os.write(stdin_fd, spec.stdin)
         os.lseek(stdin_fd, 0, os.SEEK_SET)
@@ -672,6 +705,18 @@ class Runner:
         started = time.monotonic()
         reported: int | None = None
         exit_message: dict[str, Any] | None = None
+
+        def cancel() -> None:
+            kill("cancelled")
+            if not exited.done():
+                # A worker not yet under its uid, which the sweep does not find.
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+
+        if job is not None:
+            job._kills.add(cancel)
+            if job.cancelled:
+                cancel()
         try:
             if status_reader is not None:
                 await asyncio.wait([exited, status_reader.status], timeout=spec.timeout,
@@ -689,6 +734,8 @@ class Runner:
             self.zygote.forget(pid)
             if status_reader is not None:
                 status_reader.close()
+            if job is not None:
+                job._kills.discard(cancel)
         wall = time.monotonic() - started
         pending_exit: asyncio.Future[dict[str, Any]] | None = None
         if reported is not None:

@@ -324,3 +324,102 @@ def test_a_reply_too_large_for_a_frame_is_an_error_reply(tmp_path: Path, monkeyp
     too_large, ping = asyncio.run(scenario())
     assert "its reply could not be sent" in too_large["error"] and "exceeds" in too_large["error"]
     assert ping == {"ok": True}
+
+
+# ---- withdrawing a job: the daemon half-closes the job's connection ----------------------------------------------
+
+
+def withdrawable_controller(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[
+        controller_module.Controller, list[str]]:
+    """A controller whose jobs run until withdrawn, as a run registers its kill with the job's JobCancel."""
+    controller = bare_controller(tmp_path, monkeypatch)
+    events: list[str] = []
+
+    async def run_job(job: dict[str, Any]) -> dict[str, Any]:
+        if job.get("quick"):
+            return {"status": "ok"}
+        cancel = runner.CURRENT_JOB.get()
+        assert cancel is not None
+        killed = asyncio.Event()
+        cancel._kills.add(lambda: (events.append("killed"), killed.set()))
+        await killed.wait()
+        events.append("answered")
+        return {"status": "internal", "message": "killed"}
+
+    monkeypatch.setattr(controller, "run_job", run_job)
+    return controller, events
+
+
+def test_a_withdrawn_job_is_killed_and_answered_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A caller gave up; its job ran on to its deadline in the agent while the daemon held (or, before, freed) its
+    slot. Now the daemon half-closes the connection: the agent kills the job's runs and still sends the reply."""
+    controller, events = withdrawable_controller(tmp_path, monkeypatch)
+
+    async def scenario() -> tuple[Any, bytes]:
+        reader, writer = await connect(controller)
+        writer.write(encode_frame({"op": "run", "job": {"kind": "execute"}}))
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        assert events == []
+        writer.write_eof()
+        reply = await asyncio.wait_for(read_frame(reader), 10)
+        return reply, await asyncio.wait_for(reader.read(), 10)
+
+    reply, rest = asyncio.run(scenario())
+    assert events == ["killed", "answered"]
+    assert reply["result"]["message"] == "killed"
+    assert rest == b"", "the connection ends after the reply"
+
+
+def test_jobs_that_are_not_withdrawn_share_the_connection_as_before(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    controller, events = withdrawable_controller(tmp_path, monkeypatch)
+
+    async def scenario() -> None:
+        connection = await connect(controller)
+        for _ in range(3):
+            reply = await ask(connection, {"op": "run", "job": {"kind": "execute", "quick": True}})
+            assert reply["result"]["status"] == "ok"
+        assert await ask(connection, {"op": "ping"}) == {"ok": True}
+
+    asyncio.run(scenario())
+    assert events == []
+
+
+def test_bytes_sent_while_a_job_runs_withdraw_it_and_end_the_connection(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    controller, events = withdrawable_controller(tmp_path, monkeypatch)
+
+    async def scenario() -> tuple[Any, bytes]:
+        reader, writer = await connect(controller)
+        writer.write(encode_frame({"op": "run", "job": {"kind": "execute"}}))
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.write(encode_frame({"op": "ping"}))
+        await writer.drain()
+        reply = await asyncio.wait_for(read_frame(reader), 10)
+        return reply, await asyncio.wait_for(reader.read(), 10)
+
+    reply, rest = asyncio.run(scenario())
+    assert events == ["killed", "answered"] and "result" in reply
+    assert rest == b""
+
+
+def test_a_run_of_a_withdrawn_job_does_not_start(tmp_path: Path) -> None:
+    """A job withdrawn between two runs (the next stdio case, the compile's run): the next run is refused before it
+    forks, and the other end of its peer socket (a judge waiting for the candidate) reads end of file."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    cancel = runner.JobCancel()
+    cancel.cancel()
+    spec = runner.RunSpec(mode="python", uid=TEST_FIRST_UID, cwd=str(tmp_path), timeout=1, output_limit=100,
+                          rlimits={}, code="print(1)", peer=theirs)
+
+    async def scenario() -> None:
+        runner.CURRENT_JOB.set(cancel)
+        await runner.Runner(None, lambda: None).run(spec)  # type: ignore[arg-type]
+
+    with pytest.raises(runner.JobCancelled):
+        asyncio.run(scenario())
+    ours.settimeout(5)
+    assert ours.recv(1) == b""
+    ours.close()
