@@ -103,6 +103,9 @@ class Sandbox:
                 raise
             self.damaged = True
             raise SandboxLost(f"sandbox {self.name}: {type(exc).__name__}: {exc}") from None
+        if withdrawal is not None:
+            # Answered: a withdrawal from now on must not reach the connection, kept for the next request.
+            withdrawal._writer = None
         if withdrawal is not None and withdrawal.withdrawn:
             connection[1].close()
         else:

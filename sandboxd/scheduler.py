@@ -127,6 +127,8 @@ class Scheduler:
                     if not attempt_task.done():
                         withdrawal.withdraw()
                         self._abandon(attempt_task, prepared)
+                    elif not attempt_task.cancelled():
+                        attempt_task.exception()  # nobody reads it now: not "never retrieved"
                     raise
                 result = to_result(prepared, outcome, attempt)
                 result.timings.queued_seconds = queued_seconds

@@ -179,7 +179,7 @@ class Controller:
         path = f"{WORK_ROOT}/{uid}"
         if os.path.lexists(path):
             # Not expected: a uid comes back only once its folder is gone (release).
-            await asyncio.to_thread(remove_tree, path)
+            await _off_loop(remove_tree, path)
         os.mkdir(path, 0o700)
         os.chown(path, uid, uid)
         return path
@@ -199,7 +199,7 @@ class Controller:
         kill_uid(uid, self.reap)
         if not shared_files_removed:
             await self.remove_shared_files(uid)
-        await asyncio.to_thread(remove_tree, f"{WORK_ROOT}/{uid}")
+        await _off_loop(remove_tree, f"{WORK_ROOT}/{uid}")
         self.uids.give_back(uid)
 
     async def remove_shared_files(self, uid: int) -> None:
@@ -214,7 +214,7 @@ class Controller:
         loop (a table read, and a fork only when the uid has some).
         """
         if any(map(_has_entries, self.shared_writable)):
-            await asyncio.to_thread(self._remove_files_in_shared_folders, uid)
+            await _off_loop(self._remove_files_in_shared_folders, uid)
         remove_ipc_objects_of(uid)
 
     def _remove_files_in_shared_folders(self, uid: int) -> None:
@@ -592,7 +592,10 @@ class Controller:
         try:
             await asyncio.wait((answering, hangup), return_when=asyncio.FIRST_COMPLETED)
             if not answering.done():
-                job.cancel()
+                try:
+                    job.cancel()
+                except SandboxDamaged as exc:
+                    self.damaged(f"withdrawing a job failed ({exc})")
         finally:
             if not hangup.done():
                 hangup.cancel()
@@ -728,6 +731,21 @@ def _valid_text(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_valid_text(item) for item in value]
     return value
+
+
+async def _off_loop(remove: Callable[..., None], *args: Any) -> None:
+    """`remove(*args)` in a thread, off the event loop; on the loop where no thread can start.
+
+    A thread counts against the sandbox's pids limit, which concurrent runs
+    can fill: a removal that failed for that retired the whole sandbox.
+    """
+    loop = asyncio.get_running_loop()
+    try:
+        future = loop.run_in_executor(None, remove, *args)
+    except RuntimeError:  # "can't start new thread"
+        remove(*args)
+        return
+    await future
 
 
 def _has_entries(folder: str) -> bool:

@@ -19,10 +19,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
 import socket
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from sandboxd.agent.protocol import recv_frame
+from sandboxd.agent.runner import CURRENT_JOB
 from sandboxd.agent.servers import ResidentServer, serve_requests
 
 if TYPE_CHECKING:
@@ -154,11 +157,25 @@ class MathServers:
         limits = job["limits"]
         memory = int(limits.get("memory") or 0)
         server = await self._borrow(memory)
+
+        def kill() -> None:
+            # Withdrawn (its caller gave up): the server dies as at a deadline, and is replaced.
+            exited = server.worker.exited
+            if exited is not None and not exited.done():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(server.worker.pid, signal.SIGKILL)
+
+        withdrawal = CURRENT_JOB.get()
+        if withdrawal is not None:
+            withdrawal.watch(kill)
         try:
             outcome, verdict, message = await server.verify(job, float(limits["timeout"]))
         except BaseException:
             self._closed(server)
             raise
+        finally:
+            if withdrawal is not None:
+                withdrawal.unwatch(kill)
         idle = self._idle.setdefault(memory, [])
         if outcome != "ok" or not server.usable:
             self._closed(server)

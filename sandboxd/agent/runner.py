@@ -75,10 +75,26 @@ class JobCancel:
         self.cancelled = False
         self._kills: set[Callable[[], None]] = set()
 
-    def cancel(self) -> None:
-        self.cancelled = True
-        for kill in list(self._kills):
+    def watch(self, kill: Callable[[], None]) -> None:
+        """Call `kill` on withdrawal (now, if the job is withdrawn already) until `unwatch(kill)`."""
+        self._kills.add(kill)
+        if self.cancelled:
             kill()
+
+    def unwatch(self, kill: Callable[[], None]) -> None:
+        self._kills.discard(kill)
+
+    def cancel(self) -> None:
+        """Withdraw the job: every kill is tried; the first that failed (SandboxDamaged) is raised after."""
+        self.cancelled = True
+        failed: BaseException | None = None
+        for kill in list(self._kills):
+            try:
+                kill()
+            except Exception as exc:
+                failed = failed or exc
+        if failed is not None:
+            raise failed
 
 
 CURRENT_JOB: ContextVar[JobCancel | None] = ContextVar("sandboxd_current_job", default=None)
@@ -714,9 +730,7 @@ class Runner:
                     os.kill(pid, signal.SIGKILL)
 
         if job is not None:
-            job._kills.add(cancel)
-            if job.cancelled:
-                cancel()
+            job.watch(cancel)
         try:
             if status_reader is not None:
                 await asyncio.wait([exited, status_reader.status], timeout=spec.timeout,
@@ -735,7 +749,7 @@ class Runner:
             if status_reader is not None:
                 status_reader.close()
             if job is not None:
-                job._kills.discard(cancel)
+                job.unwatch(cancel)
         wall = time.monotonic() - started
         pending_exit: asyncio.Future[dict[str, Any]] | None = None
         if reported is not None:

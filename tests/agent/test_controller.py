@@ -341,7 +341,7 @@ def withdrawable_controller(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
         cancel = runner.CURRENT_JOB.get()
         assert cancel is not None
         killed = asyncio.Event()
-        cancel._kills.add(lambda: (events.append("killed"), killed.set()))
+        cancel.watch(lambda: (events.append("killed"), killed.set()))
         await killed.wait()
         events.append("answered")
         return {"status": "internal", "message": "killed"}
@@ -423,3 +423,39 @@ def test_a_run_of_a_withdrawn_job_does_not_start(tmp_path: Path) -> None:
     ours.settimeout(5)
     assert ours.recv(1) == b""
     ours.close()
+
+
+def test_a_withdrawal_tries_every_kill_and_reports_the_first_that_failed() -> None:
+    cancel = runner.JobCancel()
+    killed: list[str] = []
+
+    def failing() -> None:
+        killed.append("failing")
+        raise SandboxDamaged("processes of uid 1 survive SIGKILL")
+
+    cancel.watch(failing)
+    cancel.watch(lambda: killed.append("other"))
+    with pytest.raises(SandboxDamaged):
+        cancel.cancel()
+    assert sorted(killed) == ["failing", "other"]
+    late: list[str] = []
+    cancel.watch(lambda: late.append("at once"))
+    assert late == ["at once"], "a run watched after the withdrawal is killed when it registers"
+
+
+def test_a_removal_runs_on_the_loop_when_no_thread_can_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Threads count against the sandbox's pids limit, which concurrent runs can fill; a release that failed for
+    that would retire the sandbox with every job and session in it."""
+    removed: list[str] = []
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+
+        def no_thread(*args: Any) -> None:
+            raise RuntimeError("can't start new thread")
+
+        monkeypatch.setattr(loop, "run_in_executor", no_thread)
+        await controller_module._off_loop(removed.append, "/tmp/sandboxd/100500")
+
+    asyncio.run(scenario())
+    assert removed == ["/tmp/sandboxd/100500"]

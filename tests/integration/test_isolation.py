@@ -131,11 +131,18 @@ def test_sleeping_job_timeout(channel: grpc.Channel) -> None:
 
 
 def _job_processes(channel: grpc.Channel) -> int:
-    """How many job processes the sandbox that runs this has, the counting one included."""
+    """How many live job processes the sandbox that runs this has, the counting one included.
+
+    A process in its exit (a zombie, or PF_EXITING while the kernel tears its memory down, which takes longer on
+    a loaded host) can no longer act and is not counted.
+    """
     survivors = outcome(channel, "import os\nRESIDENT = ('sandboxd-judge\\n',)\nn = 0\n"
                                  "for p in os.listdir('/proc'):\n    if p.isdigit():\n"
-                                 "        try: n += (os.stat('/proc/' + p).st_uid >= 20000 and\n"
-                                 "                   open(f'/proc/{p}/comm').read() not in RESIDENT)\n"
+                                 "        try:\n"
+                                 "            fields = open(f'/proc/{p}/stat').read().rsplit(')', 1)[1].split()\n"
+                                 "            live = fields[0] not in 'ZX' and not int(fields[6]) & 0x4\n"
+                                 "            n += (live and os.stat('/proc/' + p).st_uid >= 20000 and\n"
+                                 "                  open(f'/proc/{p}/comm').read() not in RESIDENT)\n"
                                  "        except OSError: pass\nprint(n)")
     # Long-lived test judges, named sandboxd-judge, are not jobs.
     return int(survivors.execute.stdout)
