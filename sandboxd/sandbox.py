@@ -40,6 +40,11 @@ class Withdrawal:
         if self._writer is not None:
             self._half_close(self._writer)
 
+    def _answered(self) -> bool:
+        """The reply came: a withdrawal from now on must not reach the connection. Whether it was withdrawn."""
+        self._writer = None
+        return self.withdrawn
+
     def _attach(self, writer: asyncio.StreamWriter) -> None:
         self._writer = writer
         if self.withdrawn:
@@ -103,11 +108,8 @@ class Sandbox:
                 raise
             self.damaged = True
             raise SandboxLost(f"sandbox {self.name}: {type(exc).__name__}: {exc}") from None
-        if withdrawal is not None:
-            # Answered: a withdrawal from now on must not reach the connection, kept for the next request.
-            withdrawal._writer = None
-        if withdrawal is not None and withdrawal.withdrawn:
-            connection[1].close()
+        if withdrawal is not None and withdrawal._answered():
+            connection[1].close()  # half-closed
         else:
             self._idle.append(connection)
         if reply.get("damaged"):
@@ -156,8 +158,6 @@ class Sandbox:
 
     async def run(self, job: dict[str, Any], timeout: float, withdrawal: Withdrawal | None = None) -> dict[str, Any]:
         reply = await self.request({"op": "run", "job": job}, timeout=timeout, withdrawal=withdrawal)
-        if reply.get("cancelled"):
-            return {"status": "internal", "message": "withdrawn: its caller gave up"}
         if "result" not in reply:
             # The agent refused the job as malformed: a sandboxd bug, not the model's.
             return {"status": "internal", "message": reply.get("error", "agent gave no result")}

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -103,10 +102,6 @@ def build(base: dict[str, Any]) -> dict[str, Any]:
 def profile_json() -> str:
     """The profile as compact JSON: what `security_opt=["seccomp=..."]` carries to the engine."""
     return json.dumps(build(upstream()), separators=(",", ":"))
-
-
-def profile_digest() -> str:
-    return hashlib.sha256(profile_json().encode()).hexdigest()
 
 
 if __name__ == "__main__":

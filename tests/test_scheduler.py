@@ -53,6 +53,15 @@ async def _settle() -> None:
         await asyncio.sleep(0)
 
 
+async def _abandoned_job(scheduler: Scheduler) -> asyncio.Task[pb.JobResult]:
+    """A job that reached its sandbox, and whose caller then gave up."""
+    first = asyncio.create_task(scheduler.run(job(0)))
+    await _settle()
+    first.cancel()
+    await _settle()
+    return first
+
+
 def test_a_job_whose_caller_gave_up_keeps_its_slot_until_the_agent_answers() -> None:
     """A client deadline cancelled the RPC, and its slot went to the next job while the agent still ran the first:
     30 endless loops piled into sandboxes counted as idle, and an innocent job timed out among them. The job is
@@ -60,12 +69,8 @@ def test_a_job_whose_caller_gave_up_keeps_its_slot_until_the_agent_answers() -> 
 
     async def scenario() -> None:
         scheduler, pool, sandbox = scheduler_with_held_sandbox()
-        first = asyncio.create_task(scheduler.run(job(0)))
-        await _settle()
-        assert sandbox.runs == 1
-        first.cancel()
-        await _settle()
-        assert first.cancelled()
+        first = await _abandoned_job(scheduler)
+        assert sandbox.runs == 1 and first.cancelled()
         assert [w.withdrawn for w in sandbox.withdrawals] == [True], "the agent is told to stop the job"
         assert (scheduler.in_flight, sandbox.in_flight, pool.busy_count()) == (1, 1, 1)
         second = asyncio.create_task(scheduler.run(job(1)))
@@ -83,10 +88,7 @@ def test_a_job_whose_caller_gave_up_keeps_its_slot_until_the_agent_answers() -> 
 def test_an_abandoned_job_whose_sandbox_is_lost_is_not_retried() -> None:
     async def scenario() -> None:
         scheduler, _pool, sandbox = scheduler_with_held_sandbox()
-        first = asyncio.create_task(scheduler.run(job(0)))
-        await _settle()
-        first.cancel()
-        await _settle()
+        await _abandoned_job(scheduler)
         sandbox.lose = True
         sandbox.answer.set()
         await _settle()
@@ -99,10 +101,7 @@ def test_an_abandoned_job_whose_sandbox_is_lost_is_not_retried() -> None:
 def test_close_stops_waiting_for_abandoned_jobs() -> None:
     async def scenario() -> None:
         scheduler, _pool, sandbox = scheduler_with_held_sandbox()
-        first = asyncio.create_task(scheduler.run(job(0)))
-        await _settle()
-        first.cancel()
-        await _settle()
+        await _abandoned_job(scheduler)
         assert len(scheduler._abandoned) == 1
         await asyncio.wait_for(scheduler.close(), 5)
         assert not scheduler._abandoned and sandbox.in_flight == 0 and scheduler.in_flight == 0

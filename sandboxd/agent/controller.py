@@ -47,8 +47,8 @@ from sandboxd.agent.protocol import (
 from sandboxd.agent.rewardmodel import RewardModelHost
 from sandboxd.agent.runner import (
     CURRENT_JOB,
-    JobCancel,
-    JobCancelled,
+    JobWithdrawal,
+    JobWithdrawn,
     Runner,
     RunOutcome,
     RunSpec,
@@ -576,13 +576,13 @@ class Controller:
         The daemon sends nothing else while it waits for a reply, so the
         only thing a read can return before the reply is that end of file
         (its caller gave up: a client deadline, a cancelled batch). The
-        job's runs are then killed and no other starts (JobCancel), and the
+        job's runs are then killed and no other starts (JobWithdrawal), and the
         reply comes within milliseconds: the daemon holds the job's slot
         until it does. Anything else read there is a broken stream: the job
         is withdrawn too, and the connection ends after the reply: returns
         (reply, whether the stream is broken).
         """
-        job = JobCancel()
+        job = JobWithdrawal()
         token = CURRENT_JOB.set(job)
         try:
             answering = asyncio.ensure_future(self.answer(request))  # copies the context, and `job` with it
@@ -593,7 +593,7 @@ class Controller:
             await asyncio.wait((answering, hangup), return_when=asyncio.FIRST_COMPLETED)
             if not answering.done():
                 try:
-                    job.cancel()
+                    job.withdraw()
                 except SandboxDamaged as exc:
                     self.damaged(f"withdrawing a job failed ({exc})")
         finally:
@@ -613,8 +613,8 @@ class Controller:
             return await self._dispatch(request)
         except SandboxDamaged as exc:
             return {"error": str(exc), "damaged": True}
-        except JobCancelled as exc:
-            return {"error": str(exc), "cancelled": True}
+        except JobWithdrawn as exc:
+            return {"error": str(exc)}
         except (KeyError, TypeError, ValueError) as exc:
             return {"error": f"bad request: {type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]}
         except Exception as exc:

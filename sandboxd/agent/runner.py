@@ -59,11 +59,11 @@ class SandboxDamaged(Exception):
     """The sandbox can no longer run jobs safely (zygote gone, unkillable process)."""
 
 
-class JobCancelled(Exception):
+class JobWithdrawn(Exception):
     """The daemon withdrew the job (its caller gave up): no run of it starts any more."""
 
 
-class JobCancel:
+class JobWithdrawal:
     """A job's withdrawal by the daemon: its runs are killed, and none starts after it.
 
     The controller sets one per job in CURRENT_JOB; each Runner.run of the
@@ -72,21 +72,21 @@ class JobCancel:
     """
 
     def __init__(self) -> None:
-        self.cancelled = False
+        self.withdrawn = False
         self._kills: set[Callable[[], None]] = set()
 
     def watch(self, kill: Callable[[], None]) -> None:
         """Call `kill` on withdrawal (now, if the job is withdrawn already) until `unwatch(kill)`."""
         self._kills.add(kill)
-        if self.cancelled:
+        if self.withdrawn:
             kill()
 
     def unwatch(self, kill: Callable[[], None]) -> None:
         self._kills.discard(kill)
 
-    def cancel(self) -> None:
+    def withdraw(self) -> None:
         """Withdraw the job: every kill is tried; the first that failed (SandboxDamaged) is raised after."""
-        self.cancelled = True
+        self.withdrawn = True
         failed: BaseException | None = None
         for kill in list(self._kills):
             try:
@@ -97,7 +97,7 @@ class JobCancel:
             raise failed
 
 
-CURRENT_JOB: ContextVar[JobCancel | None] = ContextVar("sandboxd_current_job", default=None)
+CURRENT_JOB: ContextVar[JobWithdrawal | None] = ContextVar("sandboxd_current_job", default=None)
 
 
 @dataclass
@@ -122,7 +122,7 @@ class RunOutcome:
     stderr: bytes
     stdout_truncated: bool
     stderr_truncated: bool
-    killed_for: str  # "", "wall_time", "output" or "cancelled"
+    killed_for: str  # "", "wall_time", "output" or "withdrawn"
     wall_seconds: float
     cpu_seconds: float
     max_rss_bytes: int
@@ -142,8 +142,8 @@ def classify(outcome: RunOutcome, spec: RunSpec) -> tuple[str, str, str]:
         return "timeout", "wall_time", f"killed after {spec.timeout:g} s wall clock"
     if outcome.killed_for == "output":
         return "output_limit", "output", f"more than {spec.output_limit} bytes of output"
-    if outcome.killed_for == "cancelled":
-        return "internal", "", "cancelled: the daemon withdrew the job"
+    if outcome.killed_for == "withdrawn":
+        return "internal", "", "the daemon withdrew the job"
     tail = outcome.stderr[-4096:]
     if os.WIFSIGNALED(outcome.wait_status):
         sig = os.WTERMSIG(outcome.wait_status)
@@ -671,10 +671,10 @@ class Runner:
         call any more, so what the run left in shared folders is final.
         """
         job = CURRENT_JOB.get()
-        if job is not None and job.cancelled:
+        if job is not None and job.withdrawn:
             if spec.peer is not None:
                 spec.peer.close()  # whoever waits at the other end reads end of file
-            raise JobCancelled("the daemon withdrew the job")
+            raise JobWithdrawn("the daemon withdrew the job")
         stdin_fd = os.memfd_create("stdin", os.MFD_CLOEXEC)
         os.write(stdin_fd, spec.stdin)
         os.lseek(stdin_fd, 0, os.SEEK_SET)
@@ -722,15 +722,15 @@ class Runner:
         reported: int | None = None
         exit_message: dict[str, Any] | None = None
 
-        def cancel() -> None:
-            kill("cancelled")
+        def withdraw() -> None:
+            kill("withdrawn")
             if not exited.done():
                 # A worker not yet under its uid, which the sweep does not find.
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
 
         if job is not None:
-            job.watch(cancel)
+            job.watch(withdraw)
         try:
             if status_reader is not None:
                 await asyncio.wait([exited, status_reader.status], timeout=spec.timeout,
@@ -749,7 +749,7 @@ class Runner:
             if status_reader is not None:
                 status_reader.close()
             if job is not None:
-                job.unwatch(cancel)
+                job.unwatch(withdraw)
         wall = time.monotonic() - started
         pending_exit: asyncio.Future[dict[str, Any]] | None = None
         if reported is not None:

@@ -8,6 +8,7 @@ import os
 import socket
 import threading
 import types
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -331,17 +332,17 @@ def test_a_reply_too_large_for_a_frame_is_an_error_reply(tmp_path: Path, monkeyp
 
 def withdrawable_controller(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[
         controller_module.Controller, list[str]]:
-    """A controller whose jobs run until withdrawn, as a run registers its kill with the job's JobCancel."""
+    """A controller whose jobs run until withdrawn, as a run registers its kill with the job's JobWithdrawal."""
     controller = bare_controller(tmp_path, monkeypatch)
     events: list[str] = []
 
     async def run_job(job: dict[str, Any]) -> dict[str, Any]:
         if job.get("quick"):
             return {"status": "ok"}
-        cancel = runner.CURRENT_JOB.get()
-        assert cancel is not None
+        withdrawal = runner.CURRENT_JOB.get()
+        assert withdrawal is not None
         killed = asyncio.Event()
-        cancel.watch(lambda: (events.append("killed"), killed.set()))
+        withdrawal.watch(lambda: (events.append("killed"), killed.set()))
         await killed.wait()
         events.append("answered")
         return {"status": "internal", "message": "killed"}
@@ -350,10 +351,9 @@ def withdrawable_controller(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     return controller, events
 
 
-def test_a_withdrawn_job_is_killed_and_answered_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A caller gave up; its job ran on to its deadline in the agent while the daemon held (or, before, freed) its
-    slot. Now the daemon half-closes the connection: the agent kills the job's runs and still sends the reply."""
-    controller, events = withdrawable_controller(tmp_path, monkeypatch)
+def _withdrawn_by(controller: controller_module.Controller, events: list[str],
+                  signal: Callable[[asyncio.StreamWriter], None]) -> tuple[Any, bytes]:
+    """A job started on a connection, then `signal(writer)` while it runs: (the reply, what follows it)."""
 
     async def scenario() -> tuple[Any, bytes]:
         reader, writer = await connect(controller)
@@ -361,11 +361,19 @@ def test_a_withdrawn_job_is_killed_and_answered_at_once(tmp_path: Path, monkeypa
         await writer.drain()
         await asyncio.sleep(0.05)
         assert events == []
-        writer.write_eof()
+        signal(writer)
+        await writer.drain()
         reply = await asyncio.wait_for(read_frame(reader), 10)
         return reply, await asyncio.wait_for(reader.read(), 10)
 
-    reply, rest = asyncio.run(scenario())
+    return asyncio.run(scenario())
+
+
+def test_a_withdrawn_job_is_killed_and_answered_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A caller gave up; its job ran on to its deadline in the agent while the daemon held (or, before, freed) its
+    slot. Now the daemon half-closes the connection: the agent kills the job's runs and still sends the reply."""
+    controller, events = withdrawable_controller(tmp_path, monkeypatch)
+    reply, rest = _withdrawn_by(controller, events, lambda writer: writer.write_eof())
     assert events == ["killed", "answered"]
     assert reply["result"]["message"] == "killed"
     assert rest == b"", "the connection ends after the reply"
@@ -389,18 +397,7 @@ def test_jobs_that_are_not_withdrawn_share_the_connection_as_before(
 def test_bytes_sent_while_a_job_runs_withdraw_it_and_end_the_connection(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     controller, events = withdrawable_controller(tmp_path, monkeypatch)
-
-    async def scenario() -> tuple[Any, bytes]:
-        reader, writer = await connect(controller)
-        writer.write(encode_frame({"op": "run", "job": {"kind": "execute"}}))
-        await writer.drain()
-        await asyncio.sleep(0.05)
-        writer.write(encode_frame({"op": "ping"}))
-        await writer.drain()
-        reply = await asyncio.wait_for(read_frame(reader), 10)
-        return reply, await asyncio.wait_for(reader.read(), 10)
-
-    reply, rest = asyncio.run(scenario())
+    reply, rest = _withdrawn_by(controller, events, lambda writer: writer.write(encode_frame({"op": "ping"})))
     assert events == ["killed", "answered"] and "result" in reply
     assert rest == b""
 
@@ -409,16 +406,16 @@ def test_a_run_of_a_withdrawn_job_does_not_start(tmp_path: Path) -> None:
     """A job withdrawn between two runs (the next stdio case, the compile's run): the next run is refused before it
     forks, and the other end of its peer socket (a judge waiting for the candidate) reads end of file."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    cancel = runner.JobCancel()
-    cancel.cancel()
+    withdrawal = runner.JobWithdrawal()
+    withdrawal.withdraw()
     spec = runner.RunSpec(mode="python", uid=TEST_FIRST_UID, cwd=str(tmp_path), timeout=1, output_limit=100,
                           rlimits={}, code="print(1)", peer=theirs)
 
     async def scenario() -> None:
-        runner.CURRENT_JOB.set(cancel)
+        runner.CURRENT_JOB.set(withdrawal)
         await runner.Runner(None, lambda: None).run(spec)  # type: ignore[arg-type]
 
-    with pytest.raises(runner.JobCancelled):
+    with pytest.raises(runner.JobWithdrawn):
         asyncio.run(scenario())
     ours.settimeout(5)
     assert ours.recv(1) == b""
@@ -426,20 +423,20 @@ def test_a_run_of_a_withdrawn_job_does_not_start(tmp_path: Path) -> None:
 
 
 def test_a_withdrawal_tries_every_kill_and_reports_the_first_that_failed() -> None:
-    cancel = runner.JobCancel()
+    withdrawal = runner.JobWithdrawal()
     killed: list[str] = []
 
     def failing() -> None:
         killed.append("failing")
         raise SandboxDamaged("processes of uid 1 survive SIGKILL")
 
-    cancel.watch(failing)
-    cancel.watch(lambda: killed.append("other"))
+    withdrawal.watch(failing)
+    withdrawal.watch(lambda: killed.append("other"))
     with pytest.raises(SandboxDamaged):
-        cancel.cancel()
+        withdrawal.withdraw()
     assert sorted(killed) == ["failing", "other"]
     late: list[str] = []
-    cancel.watch(lambda: late.append("at once"))
+    withdrawal.watch(lambda: late.append("at once"))
     assert late == ["at once"], "a run watched after the withdrawal is killed when it registers"
 
 

@@ -9,7 +9,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -127,28 +127,41 @@ async def test_the_zygote_hanging_up_fails_waiting_forks(played: tuple[Zygote, s
     assert not zygote.alive
 
 
-def test_an_exit_is_reported_with_its_forks_tag() -> None:
+def _first_report_of_stand_in(reap: Callable[[socket.socket], None]) -> tuple[int, ...]:
+    """The first message that `reap(channel)` sends, run in a stand-in zygote (a child of ours, so that its reap
+    takes no child of this process)."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    # A stand-in zygote (a child of ours), so that its reap takes no child of this process.
     stand_in = os.fork()
     if stand_in == 0:
         try:
-            child = os.fork()
-            if child == 0:
-                os._exit(3)
-            while _state_of(child) != "Z":
-                time.sleep(0.001)
-            zygote_module._reap(theirs, {child: 7}, {})
+            reap(theirs)
         finally:
             os._exit(0)
     theirs.close()
     try:
-        op, tag, pid, status, _cpu, _rss = zygote_module.EXITED.unpack(ours.recv(64))
-        assert (op, tag) == (zygote_module.OP_EXITED, 7)
-        assert pid > 0 and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 3
+        ours.settimeout(10)
+        return zygote_module.EXITED.unpack(ours.recv(64))
     finally:
         os.waitpid(stand_in, 0)
         ours.close()
+
+
+def _until_state(pid: int, state: str) -> None:
+    while _state_of(pid) != state:
+        time.sleep(0.001)
+
+
+def test_an_exit_is_reported_with_its_forks_tag() -> None:
+    def reap(channel: socket.socket) -> None:
+        child = os.fork()
+        if child == 0:
+            os._exit(3)
+        _until_state(child, "Z")
+        zygote_module._reap(channel, {child: 7}, {})
+
+    op, tag, pid, status, _cpu, _rss = _first_report_of_stand_in(reap)
+    assert (op, tag) == (zygote_module.OP_EXITED, 7)
+    assert pid > 0 and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 3
 
 
 def test_a_worker_reaped_before_its_tag_was_written_down_is_reported_with_it(
@@ -217,32 +230,21 @@ async def test_a_worker_announced_after_its_fork_was_given_up_is_ended_and_forgo
 def test_a_traced_workers_stop_is_not_reported_as_its_exit() -> None:
     """A worker that calls ptrace(PTRACE_TRACEME) makes the zygote its tracer; its stops then reach the zygote's
     wait4. One was reported as an exit with status 19, and the run ended while its process lived on, stopped."""
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    stand_in = os.fork()
-    if stand_in == 0:
-        try:
-            child = os.fork()
-            if child == 0:
-                import ctypes
 
-                ctypes.CDLL(None, use_errno=True).ptrace(0, 0, None, None)  # PTRACE_TRACEME
-                os.kill(os.getpid(), signal.SIGSTOP)
-                os._exit(0)
-            while _state_of(child) != "t":
-                time.sleep(0.001)
-            zygote_module._reap(theirs, {child: 7}, {})
-            os.kill(child, signal.SIGKILL)
-            while _state_of(child) != "Z":
-                time.sleep(0.001)
-            zygote_module._reap(theirs, {child: 7}, {})
-        finally:
+    def reap(channel: socket.socket) -> None:
+        child = os.fork()
+        if child == 0:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).ptrace(0, 0, None, None)  # PTRACE_TRACEME
+            os.kill(os.getpid(), signal.SIGSTOP)
             os._exit(0)
-    theirs.close()
-    try:
-        ours.settimeout(10)
-        op, tag, _pid, status, _cpu, _rss = zygote_module.EXITED.unpack(ours.recv(64))
-        assert (op, tag) == (zygote_module.OP_EXITED, 7)
-        assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, hex(status)
-    finally:
-        os.waitpid(stand_in, 0)
-        ours.close()
+        _until_state(child, "t")
+        zygote_module._reap(channel, {child: 7}, {})  # must report nothing
+        os.kill(child, signal.SIGKILL)
+        _until_state(child, "Z")
+        zygote_module._reap(channel, {child: 7}, {})
+
+    op, tag, _pid, status, _cpu, _rss = _first_report_of_stand_in(reap)
+    assert (op, tag) == (zygote_module.OP_EXITED, 7)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, hex(status)
