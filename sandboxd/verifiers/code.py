@@ -930,10 +930,27 @@ def _compare(actual: Any, expected: Any, tolerance: float, depth: int) -> bool:
             return False
         return all(_compare(actual[got[k]], expected[want[k]], tolerance, depth + 1) for k in want)
     if ta in (set, frozenset) and te in (set, frozenset):
-        return actual == expected
+        # Python's own == would take {True} for {1}, as it would True for 1.
+        return len(actual) == len(expected) and _set_items(actual) == _set_items(expected)
     if ta in (str, bytes) and ta is te:
         return actual == expected
     return False
+
+
+def _set_item(item: Any) -> Any:
+    """`item` as a set member that equals another only when `_compare` would: bools apart from numbers."""
+    kind = type(item)
+    if kind is bool:
+        return (bool, item)
+    if kind is tuple:
+        return (tuple, tuple(_set_item(part) for part in item))
+    if kind is frozenset:
+        return (frozenset, _set_items(item))
+    return item
+
+
+def _set_items(items: set[Any] | frozenset[Any]) -> frozenset[Any]:
+    return frozenset(_set_item(item) for item in items)
 
 
 def compare_values(actual: Any, expected: Any, tolerance: float = 1e-6) -> bool:
