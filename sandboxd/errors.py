@@ -58,6 +58,14 @@ class SandboxLost(SandboxdError):
     code = grpc.StatusCode.UNAVAILABLE
 
 
+class SandboxFull(SandboxLost):
+    """A job ran out of space in a sandbox's /tmp that other runs there hold: retried elsewhere, as when lost.
+
+    The sandbox itself lives on, and takes no job until its space is back
+    (Pool.mark_full).
+    """
+
+
 class SessionNotFound(SandboxdError):
     """No live session has this id: never opened, closed, expired, or lost with its sandbox."""
 

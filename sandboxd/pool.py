@@ -37,6 +37,7 @@ from sandboxd.backend import (
     SandboxSpec,
 )
 from sandboxd.config import Config
+from sandboxd.errors import SandboxLost
 from sandboxd.sandbox import Sandbox
 from sandboxd.snapshots import CHECKPOINT_NAME, SnapshotStore, StartChooser
 
@@ -45,6 +46,12 @@ log = logging.getLogger("sandboxd.pool")
 # Both take seconds on the 2-core machine (bench/ready.py measures them).
 READY_TIMEOUT_SECONDS = 120.0
 MAINTAIN_INTERVAL_SECONDS = 0.5
+# A sandbox whose /tmp other runs filled (mark_full) is asked this often
+# whether its space is back; its filler's files go once that job ends. One
+# still full after FULL_RECYCLE_SECONDS (a filler that holds it to its
+# deadline) is replaced instead: a start costs less than a slot held idle.
+ROOM_POLL_SECONDS = 0.25
+FULL_RECYCLE_SECONDS = 10.0
 _control_serial = itertools.count()
 # Consecutive failed restores before a pool gives up on its snapshot.
 RESTORE_FAILURES_BEFORE_COLD = 3
@@ -155,6 +162,7 @@ class Pool:
         self._start_slots = asyncio.Semaphore(config.pool.start_concurrency)
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
+        self._watched_full: set[Sandbox] = set()
         self._restore_failures = 0
         self._template_dir = ""
 
@@ -203,7 +211,7 @@ class Pool:
 
     # ---- acquiring ------------------------------------------------------------
     def _pick(self) -> Sandbox | None:
-        candidates = [s for s in self.ready if s.in_flight < self.capacity]
+        candidates = [s for s in self.ready if s.in_flight < self.capacity and not s.full]
         if not candidates:
             return None
         # Least loaded first, then the longest-warm: spreads jobs over CPUs.
@@ -457,6 +465,43 @@ class Pool:
     def mark_lost(self, sandbox: Sandbox) -> None:
         sandbox.damaged = True
         self._changed.set()
+
+    def mark_full(self, sandbox: Sandbox) -> None:
+        """Give `sandbox` no job until its /tmp has room again (`Sandbox.has_room`), or replace it past a bound.
+
+        A job that found the space taken by other runs there was not at
+        fault (SandboxFull): it runs elsewhere. Handed new jobs, the sandbox
+        would only send each of them elsewhere too, an attempt spent per job.
+        """
+        sandbox.full = True
+        if sandbox not in self._watched_full:
+            self._watched_full.add(sandbox)
+            self._spawn(self._until_room(sandbox))
+
+    async def _until_room(self, sandbox: Sandbox) -> None:
+        give_up_at = time.monotonic() + FULL_RECYCLE_SECONDS
+        try:
+            while not (sandbox.damaged or sandbox.retiring or self._closed):
+                await asyncio.sleep(ROOM_POLL_SECONDS)
+                try:
+                    room = await sandbox.has_room()
+                except SandboxLost as exc:
+                    log.warning("pool %s: %s", self.name, exc)
+                    self.mark_lost(sandbox)
+                    return
+                if room:
+                    sandbox.full = False
+                    async with self._available:
+                        self._available.notify(self.capacity)
+                    return
+                if time.monotonic() >= give_up_at:
+                    log.warning("pool %s: %s is still full after %g s; replacing it", self.name, sandbox.name,
+                                FULL_RECYCLE_SECONDS)
+                    sandbox.retiring = True
+                    self._changed.set()
+                    return
+        finally:
+            self._watched_full.discard(sandbox)
 
     async def close(self) -> None:
         self._closed = True

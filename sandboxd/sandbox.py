@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sandboxd.agent.protocol import ProtocolError, encode_frame, read_frame
-from sandboxd.errors import SandboxLost
+from sandboxd.errors import SandboxFull, SandboxLost
 
 _serial = itertools.count(1)
 
@@ -72,6 +72,8 @@ class Sandbox:
     jobs_done: int = 0
     damaged: bool = False
     retiring: bool = False
+    # A job found its /tmp taken by other runs: it takes no job until `has_room` (Pool.mark_full).
+    full: bool = False
     languages: list[str] = field(default_factory=list)
     serial: int = field(default_factory=lambda: next(_serial))
     _idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = field(default_factory=list, repr=False)
@@ -115,7 +117,15 @@ class Sandbox:
         if reply.get("damaged"):
             self.damaged = True
             raise SandboxLost(f"sandbox {self.name}: {reply.get('error')}")
+        if reply.get("full"):
+            # The agent answered (it is fine) without running the job: the job goes elsewhere.
+            self.full = True
+            raise SandboxFull(f"sandbox {self.name}: {reply.get('error')}")
         return reply
+
+    async def has_room(self) -> bool:
+        """Whether the sandbox's /tmp has space for jobs again; SandboxLost as `request`."""
+        return bool((await self.request({"op": "room"}, timeout=5.0)).get("room"))
 
     async def close_connections(self, *, wait: bool = False) -> None:
         """Close the kept-open connections; with `wait`, until the agent has closed its ends too.

@@ -26,7 +26,7 @@ from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 
 from sandboxd import metrics
 from sandboxd.config import Config
-from sandboxd.errors import Overloaded, SandboxLost, Unsupported
+from sandboxd.errors import Overloaded, SandboxFull, SandboxLost, Unsupported
 from sandboxd.jobs import PreparedJob, infrastructure_result, to_result
 from sandboxd.pool import MATH_POOL, Pool
 from sandboxd.sandbox import Sandbox, Withdrawal
@@ -106,8 +106,9 @@ class Scheduler:
         metrics.QUEUE_DEPTH.set(self.queued)
         try:
             for attempt in range(1, self.config.scheduler.attempts + 1):
-                # A lost sandbox is marked damaged and leaves the ready set, so a
-                # retry always lands on another one.
+                # A lost sandbox is marked damaged and leaves the ready set, and a
+                # full one takes no job until its space is back, so a retry lands
+                # on another sandbox (or on that one, emptied).
                 sandbox = await pool.acquire()
                 if queued:
                     queued = False
@@ -151,6 +152,9 @@ class Scheduler:
         try:
             return await sandbox.run(prepared.agent_job or {}, timeout=prepared.budget_seconds + AGENT_SLACK_SECONDS,
                                      withdrawal=withdrawal)
+        except SandboxFull:
+            pool.mark_full(sandbox)
+            raise
         except SandboxLost:
             pool.mark_lost(sandbox)
             raise

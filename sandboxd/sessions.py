@@ -31,6 +31,7 @@ from sandboxd.errors import (
     InvalidRequest,
     Overloaded,
     SandboxdError,
+    SandboxFull,
     SandboxLost,
     SessionBusy,
     SessionNotFound,
@@ -132,6 +133,12 @@ class SessionManager:
                 try:
                     reply = await sandbox.request({"op": "session_open", "language": language, "files": files,
                                                    "limits": agent_limits}, timeout=AGENT_SLACK_SECONDS * 3)
+                except SandboxFull as exc:
+                    # Its other sessions are fine: it only takes no new one until its space is back.
+                    await pool.release(sandbox)
+                    pool.mark_full(sandbox)
+                    log.warning("session open: %s (attempt %d of %d)", exc, attempt, OPEN_ATTEMPTS)
+                    continue
                 except SandboxLost as exc:
                     await pool.release(sandbox)
                     self._sandbox_lost(sandbox)

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
+import tempfile
 from typing import Any
 
+import pytest
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 
+from sandboxd import pool as pool_module
+from sandboxd.agent.protocol import encode_frame, read_frame
 from sandboxd.config import Config
-from sandboxd.errors import SandboxLost
+from sandboxd.errors import SandboxFull, SandboxLost
 from sandboxd.jobs import PreparedJob
 from sandboxd.pool import Pool
 from sandboxd.sandbox import Sandbox, Withdrawal
@@ -107,3 +112,100 @@ def test_close_stops_waiting_for_abandoned_jobs() -> None:
         assert not scheduler._abandoned and sandbox.in_flight == 0 and scheduler.in_flight == 0
 
     asyncio.run(scenario())
+
+
+# ---- a job crowded out of a sandbox's /tmp by its neighbours ------------------------------------------------------
+
+
+class CrowdedSandbox(Sandbox):
+    """Answers its first job "full" (SandboxFull, as Sandbox.request raises it); has room after `full_polls` asks."""
+
+    full_polls: int
+    room_asks: int
+    asks_at_run: list[int]
+
+    async def run(self, job: dict[str, Any], timeout: float, withdrawal: Withdrawal | None = None) -> dict[str, Any]:
+        self.asks_at_run.append(self.room_asks)
+        if len(self.asks_at_run) == 1:
+            self.full = True
+            raise SandboxFull(f"sandbox {self.name}: /tmp of the sandbox is full (making a work dir)")
+        return {"status": "ok", "execute": {"exit_code": 0}}
+
+    async def has_room(self) -> bool:
+        self.room_asks += 1
+        return self.room_asks > self.full_polls
+
+
+def crowded_pool(monkeypatch: pytest.MonkeyPatch, full_polls: int) -> tuple[Scheduler, Pool, CrowdedSandbox]:
+    monkeypatch.setattr(pool_module, "ROOM_POLL_SECONDS", 0.001)
+    pool, _ = one_slot_pool(slots=2)
+    sandbox = CrowdedSandbox(name="s", pool="python", container_id="c", control_dir="/x", started_by="cold")
+    sandbox.full_polls, sandbox.room_asks, sandbox.asks_at_run = full_polls, 0, []
+    pool.sandboxes = [sandbox]
+    return Scheduler({"python": pool}, Config()), pool, sandbox
+
+
+def test_a_job_crowded_out_of_tmp_runs_again_once_the_sandbox_has_room(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A neighbour filled the sandbox's /tmp and an innocent job was answered INTERNAL. It runs again now, and the
+    full sandbox (here the only one) is given no job until it says it has room."""
+
+    async def scenario() -> None:
+        scheduler, _pool, sandbox = crowded_pool(monkeypatch, full_polls=3)
+        result = await asyncio.wait_for(scheduler.run(job(0)), 5)
+        assert (result.status, result.attempts) == (pb.STATUS_OK, 2), result
+        assert sandbox.asks_at_run == [0, 4], "the retry ran before the sandbox had room"
+        assert not (sandbox.full or sandbox.damaged or sandbox.retiring)
+        assert (sandbox.in_flight, scheduler.in_flight, scheduler.queued) == (0, 0, 0)
+
+    asyncio.run(scenario())
+
+
+def test_a_sandbox_that_stays_full_is_replaced(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pool_module, "FULL_RECYCLE_SECONDS", 0.02)
+
+    async def scenario() -> None:
+        _scheduler, pool, sandbox = crowded_pool(monkeypatch, full_polls=10**9)
+        pool.mark_full(sandbox)
+        pool.mark_full(sandbox)  # a second job crowded out meanwhile: one watch
+        async with asyncio.timeout(5):
+            while not sandbox.retiring:
+                await asyncio.sleep(0.005)
+        assert sandbox.room_asks >= 2 and not sandbox.damaged
+        assert pool._pick() is None
+        await pool.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_full_reply_is_sandbox_full_and_leaves_the_sandbox_undamaged() -> None:
+    """The agent answers "full" for a job it did not run: a retry, and its connection is kept."""
+    folder = tempfile.mkdtemp(prefix="sbf-", dir="/tmp")
+
+    async def agent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            try:
+                request = await read_frame(reader)
+            except EOFError:
+                break
+            if request["op"] == "run":
+                writer.write(encode_frame({"error": "/tmp of the sandbox is full (making a work dir)", "full": True}))
+            else:
+                writer.write(encode_frame({"room": True}))
+            await writer.drain()
+        writer.close()
+
+    async def scenario() -> None:
+        server = await asyncio.start_unix_server(agent, path=f"{folder}/agent.sock")
+        async with server:
+            sandbox = Sandbox(name="s", pool="python", container_id="c", control_dir=folder, started_by="cold")
+            with pytest.raises(SandboxFull, match="is full"):
+                await sandbox.run({"kind": "execute"}, timeout=5)
+            assert sandbox.full and not sandbox.damaged
+            assert await sandbox.has_room()
+            assert len(sandbox._idle) == 1, "the connection was dropped"
+            await sandbox.close_connections()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -9,7 +9,7 @@ import pytest
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 
 from sandboxd.config import Config
-from sandboxd.errors import InvalidRequest, SessionNotFound, Unsupported
+from sandboxd.errors import InvalidRequest, SandboxFull, SessionNotFound, Unsupported
 from sandboxd.pool import Pool
 from sandboxd.sandbox import Sandbox
 from sandboxd.sessions import SessionManager
@@ -87,3 +87,35 @@ async def test_unknown_ids_are_not_found() -> None:
     with pytest.raises(SessionNotFound):
         await manager.close("x")
     assert manager.list() == []
+
+
+class ScriptedSandbox(Sandbox):
+    """Answers each request with the next of `replies`; a reply with "full" raises as Sandbox.request does."""
+
+    replies: list[dict]
+
+    async def request(self, message: dict, timeout: float, withdrawal: object = None) -> dict:
+        reply = self.replies.pop(0) if message["op"] == "session_open" else {"room": False}
+        if reply.get("full"):
+            self.full = True
+            raise SandboxFull(f"sandbox {self.name}: {reply['error']}")
+        return reply
+
+
+async def test_an_open_that_finds_tmp_full_goes_to_another_sandbox_and_ends_no_session() -> None:
+    """A sandbox whose /tmp its sessions filled is not lost: its sessions live on, and it takes no new one."""
+    config = Config()
+    pool = _pool(config, "sessions")
+    crowded, spare = (ScriptedSandbox(name=f"s{i}", pool="sessions", container_id=str(i), control_dir="/x",
+                                      started_by="cold") for i in range(2))
+    crowded.replies = [{"error": "/tmp of the sandbox is full (making a work dir)", "full": True}]
+    spare.replies = [{"session": 7}]
+    pool.sandboxes = [crowded, spare]
+    manager = SessionManager(pool, config)
+    try:
+        session = await manager.open(pb.OpenSessionRequest())
+        assert session.sandbox is spare and session.handle == 7
+        assert crowded.full and not crowded.damaged and crowded.in_flight == 0
+        assert pool._pick() is spare
+    finally:
+        await pool.close()

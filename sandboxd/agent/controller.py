@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import binascii
 import contextlib
 import ctypes
+import errno
 import json
 import os
 import random
@@ -27,9 +29,9 @@ import stat
 import sys
 import time
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from sandboxd.agent import sessions as sessions_module
 from sandboxd.agent.judgeserver import JudgeServers
@@ -39,10 +41,12 @@ from sandboxd.agent.protocol import (
     MAX_FRAME_BYTES,
     UIDS_PER_SANDBOX,
     UNSLOTTED_FIRST_UID,
+    BadRequest,
     ProtocolError,
     encode_frame,
     first_job_uid,
     read_frame,
+    require,
 )
 from sandboxd.agent.rewardmodel import RewardModelHost
 from sandboxd.agent.runner import (
@@ -53,6 +57,7 @@ from sandboxd.agent.runner import (
     RunOutcome,
     RunSpec,
     SandboxDamaged,
+    SandboxFull,
     Zygote,
     classify,
     kill_uid,
@@ -78,6 +83,17 @@ FILE_COLLECT_BYTES = 16 << 20
 COLLECT_TOTAL_BYTES = 24 << 20
 # An error reply's message is cut here.
 MAX_ERROR_CHARS = 2000
+# Concurrent runs share /tmp (sandbox.tmpfs_bytes and tmpfs_inodes). A job
+# that gets ENOSPC where the agent writes for it (its work dir, its input
+# files, before any process of it runs) or where its compiler writes, while
+# the other runs hold at least this share of /tmp's bytes or entries, was
+# crowded out: it is retried elsewhere (SandboxFull) rather than answered
+# INTERNAL or compile_error. Its own files do not count, so a job whose
+# own compile fills /tmp keeps its compile_error. The sandbox takes jobs
+# again once less than this share is used (`room`).
+NEIGHBOURS_SHARE = 0.5
+# strerror(ENOSPC), as compilers print it (Go in lower case).
+NO_SPACE = b"no space left on device"
 # pyharness verdicts that are about the dataset's tests, not the candidate.
 DATASET_ERRORS = {
     "setup_error": "the dataset's setup code failed",
@@ -176,13 +192,40 @@ class Controller:
 
     # ---- work dirs ------------------------------------------------------
     async def make_workdir(self, uid: int) -> str:
+        """A fresh 0700 folder of `uid`'s; SandboxFull when other runs took /tmp's space (NEIGHBOURS_SHARE)."""
         path = f"{WORK_ROOT}/{uid}"
         if os.path.lexists(path):
             # Not expected: a uid comes back only once its folder is gone (release).
             await _off_loop(remove_tree, path)
-        os.mkdir(path, 0o700)
+        try:
+            os.mkdir(path, 0o700)
+        except OSError as exc:
+            if exc.errno == errno.ENOSPC:
+                await self.charge_neighbours(None, f"making a work dir: {exc.strerror}")
+            raise
         os.chown(path, uid, uid)
         return path
+
+    async def write_files(self, workdir: str, uid: int, files: Iterable[tuple[str, bytes]]) -> None:
+        """`write_file` each of `files`, before any process of `uid` runs; SandboxFull as in `make_workdir`."""
+        for relpath, content in files:
+            try:
+                self.write_file(workdir, uid, relpath, content)
+            except OSError as exc:
+                if exc.errno == errno.ENOSPC:
+                    await self.charge_neighbours(workdir, f"writing {relpath!r}: {exc.strerror}")
+                raise
+
+    @staticmethod
+    async def charge_neighbours(workdir: str | None, what: str) -> None:
+        """Raise SandboxFull if other runs than the one in `workdir` hold /tmp (NEIGHBOURS_SHARE); else return.
+
+        For a job that ran out of space in /tmp (`what`): the caller raises
+        its own error when this returns. The look at `workdir` runs in a
+        thread: a run can fill it with tmpfs_inodes entries.
+        """
+        if await _off_loop(neighbours_hold, WORK_ROOT, workdir):
+            raise SandboxFull(f"/tmp of the sandbox is full ({what}); other runs hold its space")
 
     async def release(self, uid: int, *, shared_files_removed: bool = False) -> None:
         """Make `uid` free for another run: its processes gone, its files removed, then the uid given back.
@@ -196,7 +239,7 @@ class Controller:
         once they are gone, so no later run of it can find them. SandboxDamaged
         when they cannot be removed (remove_tree's bound).
         """
-        kill_uid(uid, self.reap)
+        await kill_uid(uid, self.reap)
         if not shared_files_removed:
             await self.remove_shared_files(uid)
         await _off_loop(remove_tree, f"{WORK_ROOT}/{uid}")
@@ -259,7 +302,7 @@ class Controller:
     def write_file(workdir: str, uid: int, relpath: str, content: bytes, mode: int = 0o600) -> None:
         parts = [p for p in relpath.split("/") if p]
         if not parts or any(p in (".", "..") for p in parts):
-            raise ValueError(f"bad file path {relpath!r}")
+            raise BadRequest(f"bad file path {relpath!r}")
         folder = workdir
         for part in parts[:-1]:
             folder = os.path.join(folder, part)
@@ -341,7 +384,7 @@ class Controller:
         """Write the source and compile it once; (ok, compiler output, seconds)."""
         if program["language"] == "python":
             return True, "", 0.0  # runs in-process from the code itself
-        self.write_file(workdir, uid, program.get("source", "main.py"), program["code"].encode())
+        await self.write_files(workdir, uid, [(program.get("source", "main.py"), program["code"].encode())])
         if not program.get("compile"):
             return True, "", 0.0
         spec = RunSpec(
@@ -350,6 +393,8 @@ class Controller:
             rlimits=dict(DEFAULT_RLIMITS, nproc=512), env=self.env(workdir, program.get("env")),
         )
         outcome = await self.runner.run(spec)
+        if outcome.exit_code and not outcome.killed_for and NO_SPACE in (outcome.stderr + outcome.stdout).lower():
+            await self.charge_neighbours(workdir, "compiling")
         output = _preview(outcome.stderr + outcome.stdout, 8192)
         if outcome.killed_for == "wall_time":
             return False, f"compilation timed out after {spec.timeout:g} s\n{output}", outcome.wall_seconds
@@ -357,7 +402,7 @@ class Controller:
 
     # ---- jobs ------------------------------------------------------------
     async def run_job(self, job: dict[str, Any]) -> dict[str, Any]:
-        kind = job["kind"]
+        kind = validate_job(job)
         started = time.monotonic()
         if kind == "execute":
             result = await self._under_own_uid(self._execute, job)
@@ -368,7 +413,7 @@ class Controller:
         elif kind == "reward_model" and self.reward_model is not None:
             result = await self.reward_model.run(job)
         else:
-            raise ValueError(f"unknown job kind {kind!r}")
+            raise BadRequest(f"no {kind!r} jobs here")
         result["run_seconds"] = time.monotonic() - started
         return result
 
@@ -399,15 +444,14 @@ class Controller:
     async def _execute(self, job: dict[str, Any], uid: int, runs: list[RunOutcome]) -> dict[str, Any]:
         program, limits = job["program"], job["limits"]
         workdir = await self.make_workdir(uid)
-        for item in job.get("files", []):
-            self.write_file(workdir, uid, item["path"], base64.b64decode(item["content"]))
+        await self.write_files(workdir, uid, decode_files(job.get("files", []), "job.files"))
         ok, compile_output, _ = await self._compile(program, limits, uid, workdir)
         if not ok:
             return {"status": "compile_error", "message": "compilation failed",
                     "execute": {"exit_code": 1, "stdout": "", "stderr": base64.b64encode(
                         compile_output.encode()).decode()}}
         spec = self._program_spec(program, limits, uid, workdir,
-                                  base64.b64decode(job.get("stdin", "")), job.get("args", []))
+                                  decode_base64(job.get("stdin", ""), "job.stdin"), job.get("args", []))
         # Files are collected after the run's processes are gone.
         outcome = await self.runner.run(spec, settle=bool(job.get("collect_files")))
         runs.append(outcome)
@@ -448,7 +492,7 @@ class Controller:
             for index, case in enumerate(plan["stdio"]):
                 if runs:
                     await self.runner.settle(runs.pop())
-                    kill_uid(uid, self.reap)
+                    await kill_uid(uid, self.reap)
                 spec = self._program_spec(program, limits, uid, workdir, case["stdin"].encode(), [])
                 outcome = await self.runner.run(spec, settle=False)
                 runs.append(outcome)
@@ -482,6 +526,15 @@ class Controller:
             candidate_task = asyncio.ensure_future(self.runner.run(candidate))
             try:
                 judged, verdict, message = await self.judges.judge(request, judge_end, timeout)
+            except SandboxFull:
+                candidate_task.cancel()
+                await asyncio.wait((candidate_task,))
+                # A judge starting beside the candidate counts the candidate's own files as others':
+                # a candidate that filled /tmp first must not be retried (its answer spared) for it.
+                if await _off_loop(neighbours_hold, WORK_ROOT, workdir):
+                    raise
+                return _code_result([], plan["total"], status="runtime_error",
+                                    message="the program filled /tmp before its tests could start")
             except BaseException:
                 candidate_task.cancel()
                 raise
@@ -609,14 +662,18 @@ class Controller:
         """The reply to one request, errors included: nothing but cancellation escapes."""
         try:
             if not isinstance(request, dict):
-                raise TypeError(f"a request is a JSON object, not {type(request).__name__}")
+                raise BadRequest(f"a request is a JSON object, not {type(request).__name__}")
             return await self._dispatch(request)
         except SandboxDamaged as exc:
             return {"error": str(exc), "damaged": True}
+        except SandboxFull as exc:
+            # Not the job's doing: the daemon runs it elsewhere, and gives this sandbox no job until `room`.
+            return {"error": str(exc), "full": True}
         except JobWithdrawn as exc:
             return {"error": str(exc)}
-        except (KeyError, TypeError, ValueError) as exc:
-            return {"error": f"bad request: {type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]}
+        except BadRequest as exc:
+            # The daemon's request, refused on purpose where it is checked: nothing of ours to trace.
+            return {"error": f"bad request: {exc}"[:MAX_ERROR_CHARS]}
         except Exception as exc:
             # A bug of ours that one request hit: that request fails, the others go on.
             op = request.get("op") if isinstance(request, dict) else None
@@ -630,7 +687,7 @@ class Controller:
         if op == "ping":
             return {"ok": True}
         if op == "hello":
-            self.sandbox_id = request.get("sandbox_id", "")
+            self.sandbox_id = require(request, "sandbox_id", str, default="")
             if "uid_slot" in request:
                 self.uids.place(first_job_uid(request["uid_slot"]))
             if self.private_tmp:
@@ -653,20 +710,24 @@ class Controller:
             if self.reward_model is not None:
                 reply["reward_model"] = (await self.reward_model.run({"op": "status"}))["reward_model"]
             return reply
+        if op == "room":
+            return {"room": has_room(WORK_ROOT)}
         if op == "run":
-            return {"result": await self.run_job(request["job"])}
+            return {"result": await self.run_job(require(request, "job", dict))}
         if op == "session_open":
-            files = [(item["path"], base64.b64decode(item["content"])) for item in request.get("files", [])]
-            session = await sessions_module.open_session(self, request["language"], files, request["limits"])
+            files = decode_files(require(request, "files", list, default=[]), "files")
+            session = await sessions_module.open_session(self, require(request, "language", str), files,
+                                                         require(request, "limits", dict))
             self.sessions[session.uid] = session
             return {"session": session.uid}
         if op == "session_cell":
-            session = self.sessions.get(int(request["session"]))
+            session = self.sessions.get(require(request, "session", int))
             if session is None:
                 return {"result": {"status": "gone", "message": "no such session", "alive": False}}
             try:
-                result = await session.run_cell(str(request["code"]), float(request["timeout"]),
-                                                int(request["output"]))
+                result = await session.run_cell(require(request, "code", str),
+                                                float(require(request, "timeout", (int, float))),
+                                                require(request, "output", int))
             except Exception:
                 # The daemon ends a session whose cell got no result without
                 # telling us (it counts it dead): end it here too.
@@ -676,9 +737,9 @@ class Controller:
                 self.close_session(session.uid)
             return {"result": result}
         if op == "session_close":
-            self.close_session(int(request["session"]))
+            self.close_session(require(request, "session", int))
             return {"ok": True}
-        raise ValueError(f"unknown op {op!r}")
+        raise BadRequest(f"unknown op {op!r}")
 
     def close_session(self, uid: int) -> None:
         """End a session: its interpreter killed now, its uid swept and its files removed in the background.
@@ -733,19 +794,120 @@ def _valid_text(value: Any) -> Any:
     return value
 
 
-async def _off_loop(remove: Callable[..., None], *args: Any) -> None:
-    """`remove(*args)` in a thread, off the event loop; on the loop where no thread can start.
+_T = TypeVar("_T")
+
+
+async def _off_loop(call: Callable[..., _T], *args: Any) -> _T:
+    """`call(*args)` in a thread, off the event loop; on the loop where no thread can start.
 
     A thread counts against the sandbox's pids limit, which concurrent runs
     can fill: a removal that failed for that retired the whole sandbox.
     """
     loop = asyncio.get_running_loop()
     try:
-        future = loop.run_in_executor(None, remove, *args)
+        future = loop.run_in_executor(None, call, *args)
     except RuntimeError:  # "can't start new thread"
-        remove(*args)
-        return
-    await future
+        return call(*args)
+    return await future
+
+
+def usage_of(folder: str) -> tuple[int, int]:
+    """(bytes, entries) that what is under `folder`, the folder included, takes of its file system.
+
+    A file's bytes count once whatever its links; each link is an entry, as
+    tmpfs counts them (a hard link takes one of nr_inodes).
+    """
+    total_bytes, entries = 0, 0
+    seen: set[int] = set()
+    stack = [folder]
+    while stack:
+        path = stack.pop()
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        entries += 1
+        if info.st_ino not in seen:
+            seen.add(info.st_ino)
+            total_bytes += info.st_blocks * 512
+        if stat.S_ISDIR(info.st_mode):
+            with contextlib.suppress(OSError):
+                stack.extend(os.path.join(path, name) for name in os.listdir(path))
+    return total_bytes, entries
+
+
+def neighbours_hold(root: str, own: str | None) -> bool:
+    """Whether what is on `root`'s file system outside the folder `own` takes NEIGHBOURS_SHARE of its bytes or entries.
+
+    A file system with no cap on one of them (size or nr_inodes 0) is not
+    counted full on that one.
+    """
+    fs = os.statvfs(root)
+    own_bytes, own_entries = usage_of(own) if own else (0, 0)
+    size = fs.f_blocks * fs.f_frsize
+    other_bytes = (fs.f_blocks - fs.f_bfree) * fs.f_frsize - own_bytes
+    other_entries = fs.f_files - fs.f_ffree - own_entries
+    return ((size > 0 and other_bytes >= NEIGHBOURS_SHARE * size)
+            or (fs.f_files > 0 and other_entries >= NEIGHBOURS_SHARE * fs.f_files))
+
+
+def has_room(root: str) -> bool:
+    """Whether less than NEIGHBOURS_SHARE of `root`'s file system's bytes and entries is used: jobs can come back."""
+    return not neighbours_hold(root, None)
+
+
+def decode_base64(value: Any, what: str) -> bytes:
+    if not isinstance(value, str):
+        raise BadRequest(f"{what} must be base64 text, not {type(value).__name__}")
+    try:
+        return base64.b64decode(value, validate=True)
+    except binascii.Error as exc:
+        raise BadRequest(f"{what} is not base64: {exc}") from None
+
+
+def decode_files(items: Any, what: str) -> list[tuple[str, bytes]]:
+    """[(path, content)] from a request's [{"path", "content" (base64)}]; BadRequest for any other shape."""
+    if not isinstance(items, list):
+        raise BadRequest(f"{what} must be a list, not {type(items).__name__}")
+    files = []
+    for index, item in enumerate(items):
+        where = f"{what}[{index}]"
+        if not isinstance(item, dict):
+            raise BadRequest(f"{where} must be an object, not {type(item).__name__}")
+        files.append((require(item, "path", str, what=where),
+                      decode_base64(require(item, "content", str, what=where), f"{where}.content")))
+    return files
+
+
+# What the agent reads of a job of each kind before its own code takes over: a request that lacks one is refused as
+# a bad request (the daemon's fault, jobs.py), while a KeyError past these checks is a bug of ours. A reward-model
+# job is its host's to check (it also carries the host's own ops).
+JOB_FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
+    "execute": {"program": dict, "limits": dict},
+    "code": {"program": dict, "limits": dict, "plan": dict},
+    "math": {"completion": str, "ground_truth": str, "limits": dict},
+    "reward_model": {},
+}
+
+
+def validate_job(job: dict[str, Any]) -> str:
+    """The job's kind, once the fields JOB_FIELDS names are there with their types; BadRequest where not."""
+    kind = require(job, "kind", str, what="job")
+    fields = JOB_FIELDS.get(kind)
+    if fields is None:
+        raise BadRequest(f"unknown job kind {kind!r}")
+    for name, kinds in fields.items():
+        require(job, name, kinds, what="job")
+    if "limits" in fields:
+        require(job["limits"], "timeout", (int, float), what="job.limits")
+    if "program" in fields:
+        require(job["limits"], "output", int, what="job.limits")
+        require(job["program"], "language", str, what="job.program")
+        require(job["program"], "code", str, what="job.program")
+    if "plan" in fields:
+        require(job["plan"], "kind", str, what="job.plan")
+        require(job["plan"], "total", int, what="job.plan")
+    return kind
 
 
 def _has_entries(folder: str) -> bool:

@@ -36,10 +36,44 @@ MAX_UID_SLOT = 1 << 22
 UNSLOTTED_FIRST_UID = 20_000
 
 
+class BadRequest(ValueError):
+    """A request the agent refuses as malformed where it checks one: a missing or mistyped field, an unknown op.
+
+    The controller answers it as a bad request, without a traceback: it is
+    the sender's fault. Any other exception while serving a request is a bug
+    of ours, answered as an internal error with its traceback on stderr.
+    """
+
+
+_MISSING = object()
+
+
+def require(
+    message: dict[str, Any], key: str, kinds: type | tuple[type, ...], *, what: str = "request", default: Any = _MISSING
+) -> Any:
+    """`message[key]`, which must be of `kinds` (bool is no int here); BadRequest if not, or `default` if absent."""
+    value = message.get(key, _MISSING)
+    if value is _MISSING:
+        if default is not _MISSING:
+            return default
+        raise BadRequest(f"{what} has no {key!r}")
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in _as_tuple(kinds)):
+        raise BadRequest(f"{what}.{key} is a {type(value).__name__}, not {_names(kinds)}")
+    return value
+
+
+def _as_tuple(kinds: type | tuple[type, ...]) -> tuple[type, ...]:
+    return kinds if isinstance(kinds, tuple) else (kinds,)
+
+
+def _names(kinds: type | tuple[type, ...]) -> str:
+    return " or ".join(kind.__name__ for kind in _as_tuple(kinds))
+
+
 def first_job_uid(slot: int) -> int:
-    """The first uid of the block that `slot` (a container's host pid) places."""
+    """The first uid of the block that `slot` (a container's host pid) places; BadRequest for anything else."""
     if not isinstance(slot, int) or isinstance(slot, bool) or not 0 < slot < MAX_UID_SLOT:
-        raise ValueError(f"uid slot {slot!r} is not a pid in [1, {MAX_UID_SLOT})")
+        raise BadRequest(f"uid slot {slot!r} is not a pid in [1, {MAX_UID_SLOT})")
     return FIRST_SLOTTED_UID + slot * UIDS_PER_SANDBOX
 
 

@@ -42,6 +42,8 @@ MEMORY_MARKERS = (
 # After SIGKILL the kernel needs a moment to tear processes down; past this
 # the sandbox is considered damaged.
 KILL_GRACE_SECONDS = 5.0
+# Between two sweeps of kill_uid.
+KILL_SWEEP_SECONDS = 0.001
 # Output still buffered in a pipe when the run's processes are gone is read
 # for at most this long.
 DRAIN_SECONDS = 1.0
@@ -57,6 +59,14 @@ SPARE_WORKERS = 2
 
 class SandboxDamaged(Exception):
     """The sandbox can no longer run jobs safely (zygote gone, unkillable process)."""
+
+
+class SandboxFull(Exception):
+    """A job ran out of /tmp that other runs of the sandbox hold (controller.NEIGHBOURS_SHARE): not its fault.
+
+    The daemon runs it on another sandbox, and gives this one no job until
+    its space is back.
+    """
 
 
 class JobWithdrawn(Exception):
@@ -405,12 +415,20 @@ class Zygote:
         future.add_done_callback(drop)
 
 
-def kill_uid(uid: int, reap: Callable[[], None]) -> None:
+async def kill_uid(uid: int, reap: Callable[[], None]) -> None:
     """SIGKILL every process of `uid`, wherever it moved, until none is left.
 
     Process groups are not enough: a job can setsid() a daemon out of its
     group. Each run has a uid of its own, so the uid names exactly the run's
-    processes, and without capabilities they cannot change it.
+    processes, and without capabilities they cannot change it. SandboxDamaged
+    when some survive KILL_GRACE_SECONDS.
+
+    The waits between sweeps yield to the event loop: a fork bomb (or a
+    process slow to tear down its memory) kept it for up to 5 s, and every
+    other job and session of the sandbox with it. The usual uid, empty at
+    the first sweep, returns without yielding. A caller that cannot await
+    (a callback) sends the first sweep with `sigkill_uid` and leaves the
+    wait to an async path that comes after it.
     """
     deadline = time.monotonic() + KILL_GRACE_SECONDS
     signalled: set[int] = set()
@@ -431,7 +449,7 @@ def kill_uid(uid: int, reap: Callable[[], None]) -> None:
         signalled |= alive
         if time.monotonic() > deadline:
             raise SandboxDamaged(f"processes of uid {uid} survive SIGKILL")
-        time.sleep(0.001)
+        await asyncio.sleep(KILL_SWEEP_SECONDS)
 
 
 def sigkill_uid(uid: int, *, count_exiting: bool = True, listed: set[int] | None = None) -> set[int]:
@@ -692,10 +710,13 @@ class Runner:
         killed_for = ""
 
         def kill(reason: str) -> None:
+            # Called back (output over budget, a withdrawal) where nothing can
+            # wait: the first sweep only. The run's end waits until the uid is
+            # empty (kill_uid below, or _until_exiting), off the event loop's back.
             nonlocal killed_for
             if not killed_for:
                 killed_for = reason
-                kill_uid(spec.uid, self._reap)
+                sigkill_uid(spec.uid)
 
         budget = OutputBudget(spec.output_limit, lambda: kill("output"))
         stdout = PipeReader(out_r, budget)
@@ -765,7 +786,7 @@ class Runner:
                 pending_exit = exited
         if pending_exit is None:
             # Anything the run started (a daemon, a sleeping grandchild) dies with it.
-            kill_uid(spec.uid, self._reap)
+            await kill_uid(spec.uid, self._reap)
         await asyncio.wait([stdout.eof, stderr.eof], timeout=DRAIN_SECONDS)
         stdout.close()
         stderr.close()
@@ -805,7 +826,7 @@ class Runner:
             listed = seen
             if stopping:
                 await asyncio.sleep(0.0005)
-        kill_uid(uid, self._reap)
+        await kill_uid(uid, self._reap)
 
     @staticmethod
     async def _await_exit(exited: asyncio.Future[dict[str, Any]]) -> dict[str, Any]:

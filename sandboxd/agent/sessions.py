@@ -24,6 +24,7 @@ import signal
 import time
 from typing import TYPE_CHECKING, Any
 
+from sandboxd.agent.protocol import BadRequest
 from sandboxd.agent.runner import OutputBudget, PipeReader, ResidentWorker, RunSpec, classify
 
 if TYPE_CHECKING:
@@ -262,12 +263,11 @@ async def open_session(controller: Controller, language: str, files: list[tuple[
     """A started session of `language` with `files` in its folder; the uid is released on failure."""
     kind = SESSION_TYPES.get(language)
     if kind is None:
-        raise ValueError(f"sessions speak {', '.join(SESSION_TYPES)}, not {language!r}")
+        raise BadRequest(f"sessions speak {', '.join(SESSION_TYPES)}, not {language!r}")
     uid = controller.uids.take()
     try:
         workdir = await controller.make_workdir(uid)
-        for relpath, content in files:
-            controller.write_file(workdir, uid, relpath, content)
+        await controller.write_files(workdir, uid, files)
         session = kind(controller, uid, workdir, limits)
         await session.start()
     except BaseException:

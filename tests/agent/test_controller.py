@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import errno
 import json
 import os
 import socket
@@ -456,3 +458,252 @@ def test_a_removal_runs_on_the_loop_when_no_thread_can_start(monkeypatch: pytest
 
     asyncio.run(scenario())
     assert removed == ["/tmp/sandboxd/100500"]
+
+
+# ---- bad requests, and bugs of ours ----------------------------------------------------------------------------------
+
+EXECUTE = {"kind": "execute", "program": {"language": "python", "code": "print(1)"},
+           "limits": {"timeout": 1, "output": 100, "memory": 0}}
+
+
+def test_a_keyerror_of_ours_is_an_internal_error_with_its_traceback(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
+    """Every KeyError, TypeError and ValueError was answered "bad request", with no trace: a bug in the agent read
+    as the daemon's fault. Only what the agent refuses on purpose (BadRequest) is a bad request now."""
+    controller = bare_controller(tmp_path, monkeypatch)
+
+    async def buggy_execute(job: dict[str, Any], uid: int, runs: list[Any]) -> dict[str, Any]:
+        settings: dict[str, Any] = {}
+        return settings["a key we forgot"]
+
+    monkeypatch.setattr(controller, "_execute", buggy_execute)
+
+    async def scenario() -> Any:
+        connection = await connect(controller)
+        reply = await ask(connection, {"op": "run", "job": EXECUTE})
+        while controller._releasing:
+            await asyncio.sleep(0.01)
+        return reply
+
+    reply = asyncio.run(scenario())
+    assert reply == {"error": "internal error in the agent: KeyError: 'a key we forgot'"}
+    err = capfd.readouterr().err
+    assert "internal error serving 'run'" in err and "Traceback" in err and "in buggy_execute" in err
+    assert TEST_FIRST_UID in controller.uids._free
+
+
+@pytest.mark.parametrize("request_", [
+    ["not", "an", "object"],
+    {"op": "no such op"},
+    {"op": "run"},
+    {"op": "run", "job": "execute"},
+    {"op": "run", "job": {"kind": "no such kind"}},
+    {"op": "run", "job": {"kind": "execute", "limits": {"timeout": 1, "output": 100}}},
+    {"op": "run", "job": dict(EXECUTE, program={"language": "python"})},
+    {"op": "run", "job": dict(EXECUTE, files=[{"path": "../up", "content": ""}])},
+    {"op": "run", "job": dict(EXECUTE, files=[{"path": "in.txt", "content": "not base64!"}])},
+    {"op": "run", "job": dict(EXECUTE, stdin=7)},
+    {"op": "hello", "uid_slot": -1},
+    {"op": "session_open", "language": "cobol", "limits": {}},
+    {"op": "session_cell", "session": "one", "code": "1", "timeout": 1, "output": 10},
+    {"op": "session_close"},
+], ids=lambda request: json.dumps(request)[:60])
+def test_a_malformed_request_is_a_bad_request_without_a_traceback(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str], request_: Any) -> None:
+    controller = bare_controller(tmp_path, monkeypatch)
+
+    async def scenario() -> tuple[Any, Any]:
+        connection = await connect(controller)
+        reply = await ask(connection, request_)
+        ping = await ask(connection, {"op": "ping"})
+        while controller._releasing:
+            await asyncio.sleep(0.01)
+        return reply, ping
+
+    reply, ping = asyncio.run(scenario())
+    assert reply["error"].startswith("bad request: "), reply
+    assert ping == {"ok": True}
+    assert "Traceback" not in capfd.readouterr().err
+    assert len(controller.uids._free) == UIDS_PER_SANDBOX
+
+
+# ---- a job crowded out of /tmp by its neighbours ---------------------------------------------------------------------
+
+
+def fake_tmp(monkeypatch: pytest.MonkeyPatch, root: Path, *, entries: tuple[int, int],
+             pages: tuple[int, int]) -> None:
+    """statvfs of `root` (the work root) as a tmpfs of `entries` = (total, free) entries and `pages` of 4 KiB."""
+    real_statvfs = os.statvfs
+
+    def statvfs(path: Any) -> Any:
+        if str(path) != str(root):
+            return real_statvfs(path)
+        return types.SimpleNamespace(f_files=entries[0], f_ffree=entries[1], f_blocks=pages[0], f_bfree=pages[1],
+                                     f_frsize=4096)
+
+    monkeypatch.setattr(controller_module.os, "statvfs", statvfs)
+
+
+def no_space_for(monkeypatch: pytest.MonkeyPatch, root: Path) -> None:
+    """mkdir under `root` fails as on a tmpfs whose entries are all taken."""
+    real_mkdir = os.mkdir
+
+    def mkdir(path: Any, *args: Any, **kwargs: Any) -> None:
+        if str(path).startswith(f"{root}/"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        real_mkdir(path, *args, **kwargs)
+
+    monkeypatch.setattr(controller_module.os, "mkdir", mkdir)
+
+
+def _run(controller: controller_module.Controller, job: dict[str, Any]) -> Any:
+    async def scenario() -> Any:
+        reply = await ask(await connect(controller), {"op": "run", "job": job})
+        while controller._releasing:
+            await asyncio.sleep(0.01)
+        return reply
+
+    return asyncio.run(scenario())
+
+
+def test_a_job_whose_work_dir_finds_tmp_full_of_others_files_is_sent_elsewhere(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A neighbour took every entry of /tmp; the next job's work dir failed with ENOSPC and that job was answered
+    INTERNAL. The agent answers "full" now: the daemon runs the job elsewhere."""
+    controller = bare_controller(tmp_path, monkeypatch)
+    fake_tmp(monkeypatch, tmp_path / "work", entries=(1000, 0), pages=(1000, 990))
+    no_space_for(monkeypatch, tmp_path / "work")
+    reply = _run(controller, EXECUTE)
+    assert reply["full"] is True and "other runs hold its space" in reply["error"], reply
+    assert "result" not in reply and not reply.get("damaged")
+    assert len(controller.uids._free) == UIDS_PER_SANDBOX
+
+
+def test_a_job_that_fills_tmp_itself_is_not_sent_elsewhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its own input file takes the space: no neighbour to blame, so no retry (it would fail anywhere)."""
+    controller = bare_controller(tmp_path, monkeypatch)
+    fake_tmp(monkeypatch, tmp_path / "work", entries=(1000, 990), pages=(100, 0))
+
+    def write_file(workdir: str, uid: int, relpath: str, content: bytes, mode: int = 0o600) -> None:
+        Path(workdir, relpath).write_bytes(content)
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(controller, "write_file", write_file)
+    job = dict(EXECUTE, files=[{"path": "in.txt", "content": base64.b64encode(os.urandom(300 << 10)).decode()}])
+    reply = _run(controller, job)
+    assert "full" not in reply and "No space left on device" in reply["error"], reply
+
+
+@pytest.mark.parametrize(("free_entries", "full"), [(0, True), (990, False)], ids=["others-hold-tmp", "room"])
+def test_a_compile_out_of_space_is_sent_elsewhere_only_when_others_hold_tmp(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, free_entries: int, full: bool) -> None:
+    controller = bare_controller(tmp_path, monkeypatch)
+    fake_tmp(monkeypatch, tmp_path / "work", entries=(1000, free_entries), pages=(1000, 990))
+
+    async def compile_run(spec: runner.RunSpec, *, settle: bool = True) -> runner.RunOutcome:
+        return runner.RunOutcome(wait_status=1 << 8, stdout=b"", stderr=b"/usr/bin/ld: final link failed: "
+                                 b"No space left on device\n", stdout_truncated=False, stderr_truncated=False,
+                                 killed_for="", wall_seconds=0.1, cpu_seconds=0.1, max_rss_bytes=0)
+
+    monkeypatch.setattr(controller.runner, "run", compile_run)
+    job = dict(EXECUTE, program={"language": "cpp", "code": "int main() {}", "source": "main.cpp",
+                                 "compile": ["g++", "main.cpp"], "run": ["./a.out"]})
+    reply = _run(controller, job)
+    if full:
+        assert reply.get("full") is True and "compiling" in reply["error"], reply
+    else:
+        assert reply["result"]["status"] == "compile_error", reply
+
+
+def test_neighbours_hold_counts_what_is_outside_the_jobs_own_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / "big").write_bytes(os.urandom(1 << 20))  # 256 pages
+    for index in range(40):
+        os.link(own / "big", own / f"link{index}")  # an entry each, no bytes
+    root = tmp_path / "root"
+    root.mkdir()
+    fake_tmp(monkeypatch, root, entries=(100, 50), pages=(1000, 1000 - 300))  # 50 entries, 300 pages used
+    assert not controller_module.neighbours_hold(str(root), str(own)), "the job's own 256 pages and 42 entries"
+    assert controller_module.neighbours_hold(str(root), None)
+    assert not controller_module.has_room(str(root))
+    fake_tmp(monkeypatch, root, entries=(0, 0), pages=(1000, 1000 - 100))  # no nr_inodes cap
+    assert controller_module.has_room(str(root))
+
+
+def test_room_tells_whether_jobs_can_come_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    controller = bare_controller(tmp_path, monkeypatch)
+
+    async def scenario() -> Any:
+        return await ask(await connect(controller), {"op": "room"})
+
+    fake_tmp(monkeypatch, tmp_path / "work", entries=(1000, 100), pages=(1000, 1000))
+    assert asyncio.run(scenario()) == {"room": False}
+    fake_tmp(monkeypatch, tmp_path / "work", entries=(1000, 900), pages=(1000, 900))
+    assert asyncio.run(scenario()) == {"room": True}
+
+
+# ---- a kill that waits leaves the agent serving ----------------------------------------------------------------------
+
+
+def test_a_request_is_answered_while_a_release_waits_for_the_uids_processes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """kill_uid waited on the event loop (time.sleep) for a uid's processes to go, up to 5 s: one job's fork bomb
+    stalled every other job and session of the sandbox. Here the uid's process goes only once a ping on another
+    connection has been answered, which a kill holding the loop would never let happen."""
+    controller = bare_controller(tmp_path, monkeypatch)
+    uid = controller.uids.take()
+    (tmp_path / "work" / str(uid)).mkdir()
+    events: list[str] = []
+
+    def sweep(swept: int, **_: Any) -> set[int]:
+        if swept != uid:
+            return set()
+        events.append("sweep")
+        return set() if "ping answered" in events else {4242}
+
+    monkeypatch.setattr(runner, "sigkill_uid", sweep)
+    monkeypatch.setattr(runner, "_kill_all_as", lambda swept: pytest.fail("one process, signalled again"))
+
+    async def scenario() -> None:
+        connection = await connect(controller)
+        releasing = asyncio.ensure_future(controller.release(uid))
+        await asyncio.sleep(0)
+        assert await ask(connection, {"op": "ping"}) == {"ok": True}
+        events.append("ping answered")
+        await asyncio.wait_for(releasing, 10)
+
+    asyncio.run(scenario())
+    assert events.index("ping answered") >= 1 and events[-1] == "sweep", events
+    assert uid in controller.uids._free
+
+
+@pytest.mark.parametrize(("entries", "full"), [((1000, 0), True), ((1000, 990), False)],
+                         ids=["others-hold-tmp", "the-candidate-filled-it"])
+def test_a_judge_that_cannot_start_for_lack_of_space_blames_the_candidate_only_if_it_filled_tmp(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, entries: tuple[int, int], full: bool) -> None:
+    """A judge starts beside its job's candidate, whose files count as others' to the judge's work dir: a candidate
+    that filled /tmp itself would have its job retried, its wrong answer spared, without the second look."""
+    controller = bare_controller(tmp_path, monkeypatch)
+    fake_tmp(monkeypatch, tmp_path / "work", entries=entries, pages=(100, 0))
+
+    async def candidate_run(spec: runner.RunSpec, *, settle: bool = True) -> runner.RunOutcome:
+        Path(spec.cwd, "filler").write_bytes(os.urandom(300 << 10))  # 75 of the 100 pages
+        await asyncio.Event().wait()
+        raise AssertionError("not reached")
+
+    async def judge(request: dict[str, Any], peer: socket.socket, timeout: float) -> Any:
+        await asyncio.sleep(0.01)
+        await controller.charge_neighbours(None, "making a work dir: No space left on device")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(controller.runner, "run", candidate_run)
+    monkeypatch.setattr(controller.judges, "judge", judge)
+    job = dict(EXECUTE, kind="code", plan={"kind": "function", "total": 2, "stdio": []}, harness={})
+    reply = _run(controller, job)
+    if full:
+        assert reply.get("full") is True, reply
+    else:
+        assert reply["result"]["status"] == "runtime_error" and "filled /tmp" in reply["result"]["message"], reply
+    assert len(controller.uids._free) == UIDS_PER_SANDBOX

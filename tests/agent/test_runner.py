@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ctypes
+import itertools
 import os
 import resource
 import signal
@@ -13,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -71,10 +74,10 @@ def test_kill_uid_ends_a_fork_bomb() -> None:
             time.sleep(0.05)
         assert len(_processes_of(BOMB_UID)) >= 32, "the bomb did not start"
 
-        kill_uid(BOMB_UID, lambda: _reap(pid))
+        asyncio.run(kill_uid(BOMB_UID, lambda: _reap(pid)))
         assert _processes_of(BOMB_UID) == []
     finally:
-        kill_uid(BOMB_UID, lambda: None)
+        asyncio.run(kill_uid(BOMB_UID, lambda: None))
         # Only the bomb's first process is ours: the rest were reparented.
         # Waiting on any child would hang on other tests' daemons.
         with contextlib.suppress(ChildProcessError):
@@ -127,7 +130,7 @@ def test_sigkill_uid_signals_each_process_once_without_waiting() -> None:
             assert os.WTERMSIG(os.waitpid(pid, 0)[1]) == 9
         assert sigkill_uid(QUIET_UID) == set()
     finally:
-        kill_uid(QUIET_UID, lambda: _reap(*pids))
+        asyncio.run(kill_uid(QUIET_UID, lambda: _reap(*pids)))
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching to another uid needs root")
@@ -143,7 +146,7 @@ def test_sigkill_uid_can_leave_out_processes_in_their_exit() -> None:
         assert sigkill_uid(QUIET_UID, count_exiting=False) == set()
         assert os.WTERMSIG(os.waitpid(pid, 0)[1]) == 9
     finally:
-        kill_uid(QUIET_UID, lambda: _reap(pid))
+        asyncio.run(kill_uid(QUIET_UID, lambda: _reap(pid)))
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching to another uid needs root")
@@ -159,7 +162,7 @@ def test_sigkill_uid_kills_a_process_whose_main_thread_ended() -> None:
         assert sigkill_uid(QUIET_UID) == {pid}
         assert os.WTERMSIG(os.waitpid(pid, 0)[1]) == 9
     finally:
-        kill_uid(QUIET_UID, lambda: _reap(pid))
+        asyncio.run(kill_uid(QUIET_UID, lambda: _reap(pid)))
 
 
 def _state(pid: int) -> tuple[bytes, int]:
@@ -176,7 +179,7 @@ def test_kill_uid_waits_for_a_dying_process_without_escalating(monkeypatch: pyte
     escalations: list[int] = []
     monkeypatch.setattr(runner, "_kill_all_as", escalations.append)
     pid = _start_as(QUIET_UID, 256 << 20)
-    kill_uid(QUIET_UID, lambda: _reap(pid))
+    asyncio.run(kill_uid(QUIET_UID, lambda: _reap(pid)))
     assert _processes_of(QUIET_UID) == []
     assert escalations == []
 
@@ -333,3 +336,79 @@ def test_remove_tree_outlasts_another_uid_adding_files() -> None:
             if not os.path.exists(parent):
                 break
             time.sleep(0.1)
+
+
+# ---- kill_uid waits without holding the agent's event loop (fake sweeps: no processes, no root) --------------------
+
+
+class Ticker:
+    """A coroutine that counts its turns on the event loop while `async with` lasts."""
+
+    def __init__(self) -> None:
+        self.ticks = 0
+        self._task: asyncio.Future[None] | None = None
+
+    async def __aenter__(self) -> Ticker:
+        self._task = asyncio.ensure_future(self._tick())
+        await asyncio.sleep(0)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+    async def _tick(self) -> None:
+        while True:
+            self.ticks += 1
+            await asyncio.sleep(0)
+
+
+def test_kill_uid_lets_the_event_loop_run_between_its_sweeps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """kill_uid slept on the event loop (time.sleep) between sweeps, for up to 5 s against a fork bomb: every other
+    job and session of the sandbox stood still meanwhile. Here a process takes three sweeps to go: another
+    coroutine must have run between each two."""
+    ticker = Ticker()
+    ticks_at_sweep: list[int] = []
+    survives = [3]
+
+    def sweep(uid: int, **_: Any) -> set[int]:
+        ticks_at_sweep.append(ticker.ticks)
+        if survives[0]:
+            survives[0] -= 1
+            return {4242}
+        return set()
+
+    monkeypatch.setattr(runner, "sigkill_uid", sweep)
+    monkeypatch.setattr(runner, "_kill_all_as", lambda uid: pytest.fail("one process, signalled again: no escalation"))
+
+    async def scenario() -> None:
+        async with ticker:
+            await runner.kill_uid(QUIET_UID, lambda: None)
+
+    asyncio.run(scenario())
+    assert len(ticks_at_sweep) == 4
+    assert all(before < after for before, after in itertools.pairwise(ticks_at_sweep)), (
+        "another coroutine did not run between two sweeps", ticks_at_sweep)
+
+
+def test_processes_that_survive_sigkill_still_damage_the_sandbox(monkeypatch: pytest.MonkeyPatch) -> None:
+    sweeps = 0
+
+    def sweep(uid: int, **_: Any) -> set[int]:
+        nonlocal sweeps
+        sweeps += 1
+        return {4242}
+
+    monkeypatch.setattr(runner, "sigkill_uid", sweep)
+    monkeypatch.setattr(runner, "KILL_GRACE_SECONDS", 0.05)
+
+    async def scenario() -> int:
+        async with Ticker() as ticker:
+            with pytest.raises(runner.SandboxDamaged, match=f"uid {QUIET_UID} survive SIGKILL"):
+                await runner.kill_uid(QUIET_UID, lambda: None)
+        return ticker.ticks
+
+    ticks = asyncio.run(scenario())
+    assert sweeps >= 2 and ticks >= sweeps - 1, "the wait held the loop"

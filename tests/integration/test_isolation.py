@@ -369,6 +369,48 @@ def test_hard_links_stop_at_the_entry_cap_and_a_concurrent_job_is_answered(tmp_p
         assert daemon.stop() == 0
 
 
+# Takes every entry of /tmp (hard links of one file in its work dir), says so with the time, holds them, then fails
+# with its own ENOSPC.
+ENTRY_FILLER = ("import errno, os, time\nopen('f', 'w').close()\nn = 0\ntry:\n    while True:\n"
+                "        os.link('f', f'l{n}')\n        n += 1\nexcept OSError as exc:\n    error = exc\n"
+                "print(errno.errorcode[error.errno], n, time.time(), flush=True)\ntime.sleep(4)\nraise error")
+DOUBLE = "```python\nprint(int(input()) * 2)\n```"
+
+
+def test_a_job_crowded_out_of_tmp_by_its_neighbour_is_retried_not_charged(tmp_path: Path) -> None:
+    """A job that took every entry of the sandbox's /tmp made a concurrent job's work dir fail with ENOSPC, which
+    answered that innocent job INTERNAL. Now it runs again, once the sandbox has room (here the only one: it is given
+    no job meanwhile), and is scored; the filler gets its own ENOSPC. One sandbox of two slots."""
+    daemon = DaemonProcess(tmp_path, "crowd", extra_env={
+        "SANDBOXD_POOL_MATH": "false", "SANDBOXD_POOL_IMAGES": "python", "SANDBOXD_SESSIONS_ENABLED": "false",
+        "SANDBOXD_POOL_MIN_SIZE": "1", "SANDBOXD_POOL_MAX_SIZE": "1", "SANDBOXD_POOL_JOBS_PER_SANDBOX": "2"})
+    try:
+        daemon.wait_serving()
+        with grpc.insecure_channel(daemon.address) as channel:
+            helpers.pool_settled(pb_grpc.PoolStub(channel), "python", 1)
+            filler: list[pb.JobResult] = []
+            filling = threading.Thread(target=lambda: filler.append(outcome(channel, ENTRY_FILLER, timeout=30)))
+            filling.start()
+            time.sleep(2.0)  # 65,536 links take well under a second; checked below from the filler's own clock
+            submitted = time.time()
+            tests = {"inputs": ["3\n", "5\n"], "outputs": ["6\n", "10\n"]}
+            innocent = helpers.run(channel, helpers.code(DOUBLE, tests))
+            filling.join(120)
+            (filled,) = filler
+            why, links, filled_at = filled.execute.stdout.split()
+            assert why == b"ENOSPC" and float(filled_at) < submitted, ("the filler was not done first", filled)
+            assert int(links) > config.DEFAULT_TMPFS_INODES // 2, filled
+            assert (filled.status, filled.attempts) == (pb.STATUS_RUNTIME_ERROR, 1), filled
+            assert b"No space left on device" in filled.execute.stderr
+            assert (innocent.status, innocent.reward, innocent.attempts) == (pb.STATUS_OK, 1.0, 2), innocent
+            assert innocent.code.tests_passed == 2
+            follow_up = outcome(channel, "open('x', 'w').write('ok')\nprint(open('x').read())")
+            assert (follow_up.status, follow_up.attempts, follow_up.execute.stdout) == (pb.STATUS_OK, 1, b"ok\n")
+        assert "replacing it" not in daemon.log_path.read_text(), "the sandbox was replaced, not waited for"
+    finally:
+        assert daemon.stop() == 0
+
+
 # Host-wide kernel counters and surface a job must not reach (red-team
 # findings): a job took all 65,536 AIO contexts (fs.aio-max-nr) and all
 # PTYs, after which io_setup() and `docker run -t` failed on the host. Our
