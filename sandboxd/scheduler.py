@@ -63,6 +63,10 @@ class Scheduler:
 
     def pool_for(self, prepared: PreparedJob) -> Pool:
         pool = self.pools.get(prepared.pool)
+        if pool is None and prepared.pool == "python" and prepared.kind in ("execute", "code"):
+            # The langs image is built on the python image: a daemon running
+            # only langs sandboxes lists python and bash, and serves them there.
+            pool = self.pools.get("langs")
         if pool is None:
             if prepared.pool == MATH_POOL:
                 why = "pool.math is false" if not self.config.pool.math else "python is not in pool.images"

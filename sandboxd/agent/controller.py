@@ -375,9 +375,10 @@ class Controller:
         if program["language"] == "python":
             return RunSpec(mode="python", code=program["code"], argv=[program.get("source", "main.py"), *args],
                            rlimits=self.rlimits(limits, address_space=True), **common)
+        address_space = program.get("address_space_limit", True)
         return RunSpec(mode="exec", argv=[*program["run"], *args],
-                       rlimits=self.rlimits(limits, address_space=program.get("address_space_limit", True)),
-                       **common)
+                       rlimits=self.rlimits(limits, address_space=address_space),
+                       peak_memory_limit=0 if address_space else int(limits.get("memory") or 0), **common)
 
     async def _compile(self, program: dict[str, Any], limits: dict[str, Any], uid: int,
                        workdir: str) -> tuple[bool, str, float]:

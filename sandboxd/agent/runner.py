@@ -123,6 +123,10 @@ class RunSpec:
     stdin: bytes = b""
     env: dict[str, str] = field(default_factory=dict)
     peer: socket.socket | None = None
+    # A run with no RLIMIT_AS (Go, Java and Node reserve far more address
+    # space than they use) is held to its memory limit by its peak resident
+    # memory, from its exit report: over it, the run is a memory limit.
+    peak_memory_limit: int = 0
 
 
 @dataclass
@@ -154,6 +158,9 @@ def classify(outcome: RunOutcome, spec: RunSpec) -> tuple[str, str, str]:
         return "output_limit", "output", f"more than {spec.output_limit} bytes of output"
     if outcome.killed_for == "withdrawn":
         return "internal", "", "the daemon withdrew the job"
+    if spec.peak_memory_limit and outcome.max_rss_bytes > spec.peak_memory_limit:
+        return ("memory_limit", "memory",
+                f"peak memory {outcome.max_rss_bytes >> 20} MiB over the limit of {spec.peak_memory_limit >> 20} MiB")
     tail = outcome.stderr[-4096:]
     if os.WIFSIGNALED(outcome.wait_status):
         sig = os.WTERMSIG(outcome.wait_status)

@@ -77,6 +77,11 @@ def expand_env(env: Mapping[str, str], workdir: str) -> dict[str, str]:
     return {key: value.replace("{workdir}", workdir) for key, value in env.items()}
 
 
+NODE_BLOCKING_STDIO = (
+    "data:text/javascript,[process.stdout,process.stderr].forEach("
+    "s=>s._handle&&s._handle.setBlocking&&s._handle.setBlocking(true))"
+)
+
 LANGUAGES: dict[str, Language] = {
     lang.name: lang
     for lang in (
@@ -103,11 +108,16 @@ LANGUAGES: dict[str, Language] = {
             30.0,
             address_space_limit=False,
         ),
+        # Node writes to a pipe asynchronously once the pipe is full: a program
+        # that ends with process.exit() lost all but the first 64 KiB of its
+        # output (a judge's file would have taken it all). The preload makes
+        # stdout and stderr blocking, as Node makes them for files. It is a
+        # data: URL, so no file has to be in the image (no "?" or "#" in it).
         Language(
             "javascript",
             "main.js",
             None,
-            ("node", "main.js"),
+            ("node", "--import", NODE_BLOCKING_STDIO, "main.js"),
             0.0,
             ("js", "node", "nodejs"),
             address_space_limit=False,
@@ -175,14 +185,18 @@ _JAVA_BLANK = re.compile(
     re.DOTALL,
 )
 _JAVA_CLASS = re.compile(r"\b(class|interface|enum|record)\s+([A-Za-z_$][\w$]*)")
-_JAVA_MAIN = re.compile(r"\bstatic\s+(?:final\s+)?void\s+main\s*\(")
+# Java takes method modifiers in any order: `static public void main` too.
+_JAVA_MAIN = re.compile(r"\bstatic\s+(?:(?:public|protected|private|final|synchronized|strictfp)\s+)*void\s+main\s*\(")
 _JAVA_BRACE = re.compile(r"[{}]")
 # Modifiers and annotations before a class keyword: looked for within this many characters.
 _JAVA_MODIFIERS_CHARS = 256
 # Top-level declarations looked at: real programs have a handful; a degenerate
 # completion ("class A" repeated) would otherwise cost a loop turn per repeat.
 _JAVA_MAX_TOP_LEVEL_CLASSES = 1000
-_WORDS_AND_SPACES = re.compile(r"[\w\s]*")
+# NAME_MAX (255 bytes on Linux file systems) less ".java".
+_JAVA_MAX_FILE_CLASS_BYTES = 255 - len(".java")
+# Words, spaces and hyphens (`public non-sealed class`).
+_WORDS_AND_SPACES = re.compile(r"[\w\s-]*")
 _PUBLIC_REVERSED = re.compile(r"\bcilbup\b")
 
 
@@ -261,12 +275,17 @@ def resolve_language(language: str, code: str = "") -> Language:
     top-level class must live in a file of its name, so the source file is
     named after it (``Main.java`` when there is none), and the class run is the
     top-level class that declares ``main`` (else the public one, else ``Main``).
-    Raises ``ValueError`` for an unknown language.
+    A public class whose file name would be too long for the file system is
+    left to javac in ``Main.java``: it fails there as a compile error, not in
+    the agent when it writes the file. Raises ``ValueError`` for an unknown
+    language.
     """
     lang = LANGUAGES[_canonical_language(language)]
     if lang.name != "java" or not code:
         return lang
     public_name, main_name = _java_classes(code)
+    if public_name is not None and len(public_name.encode()) > _JAVA_MAX_FILE_CLASS_BYTES:
+        public_name = None
     file_class = public_name or "Main"
     run_class = main_name or public_name or "Main"
     source = f"{file_class}.java"

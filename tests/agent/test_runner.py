@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from sandboxd.agent import runner
-from sandboxd.agent.runner import kill_uid, sigkill_uid
+from sandboxd.agent.runner import RunOutcome, RunSpec, classify, kill_uid, sigkill_uid
 
 BOMB_UID = 29_999  # outside the agent's job range, unused on a test machine
 QUIET_UID = 29_998
@@ -412,3 +412,17 @@ def test_processes_that_survive_sigkill_still_damage_the_sandbox(monkeypatch: py
 
     ticks = asyncio.run(scenario())
     assert sweeps >= 2 and ticks >= sweeps - 1, "the wait held the loop"
+
+
+def test_peak_memory_over_the_limit_is_a_memory_limit() -> None:
+    # Go, Java and Node run without RLIMIT_AS: their exit report's peak RSS is what holds them to the limit.
+    spec = RunSpec(mode="exec", uid=1, cwd="/", timeout=1.0, output_limit=1, rlimits={},
+                   peak_memory_limit=256 << 20)
+    outcome = RunOutcome(wait_status=0, stdout=b"3\n", stderr=b"", stdout_truncated=False, stderr_truncated=False,
+                         killed_for="", wall_seconds=0.1, cpu_seconds=0.1, max_rss_bytes=(256 << 20) + 4096)
+    assert classify(outcome, spec)[:2] == ("memory_limit", "memory")
+    outcome.max_rss_bytes = 256 << 20
+    assert classify(outcome, spec)[0] == "ok"
+    spec.peak_memory_limit = 0  # a run under RLIMIT_AS: its peak is not looked at
+    outcome.max_rss_bytes = 1 << 40
+    assert classify(outcome, spec)[0] == "ok"

@@ -178,6 +178,56 @@ def test_java_file_and_class_names() -> None:
     assert (lang.source_file, lang.run_argv[-1]) == ("Main.java", "Runner")
 
 
+@pytest.mark.parametrize(
+    ("code", "source", "run"),
+    [
+        # Modifiers in any order (red-team: the main class was missed, and `java Main` failed).
+        ("class Solution { static public void main(String[] a) {} }", "Main.java", "Solution"),
+        ("class Helper {}\nclass Solution { final static public void main(String[] a) {} }", "Main.java", "Solution"),
+        ("class Solution { public static synchronized void main(String[] a) {} }", "Main.java", "Solution"),
+        (
+            "class Solution { static void mainly() {} }\nclass Runner { static void main(String[] a) {} }",
+            "Main.java",
+            "Runner",
+        ),
+        # A hyphenated modifier (red-team: the public class was missed, and javac refused Main.java).
+        (
+            "public non-sealed class Sol extends B { public static void main(String[] a) {} }\n"
+            "sealed class B permits Sol {}",
+            "Sol.java",
+            "Sol",
+        ),
+        # A file name past NAME_MAX (red-team: the agent's write failed, and the job was answered INTERNAL).
+        ("public class " + "A" * 251 + " { public static void main(String[] a) {} }", "Main.java", "A" * 251),
+        # 251 bytes in UTF-8.
+        (
+            "public class A" + "\u00e9" * 125 + " { public static void main(String[] a) {} }",
+            "Main.java",
+            "A" + "\u00e9" * 125,
+        ),
+        ("public class " + "A" * 250 + " { public static void main(String[] a) {} }", "A" * 250 + ".java", "A" * 250),
+    ],
+)
+def test_java_names_of_valid_and_unwritable_programs(code: str, source: str, run: str) -> None:
+    lang = resolve_language("java", code)
+    assert (lang.source_file, lang.run_argv[-1]) == (source, run)
+    assert lang.compile_argv == ("javac", "-encoding", "UTF-8", source)
+
+
+def test_node_output_is_whole_when_a_program_exits_through_a_pipe(tmp_path: Path) -> None:
+    """Node wrote to a full pipe asynchronously: process.exit() kept only the first 64 KiB (red-team)."""
+    lang = LANGUAGES["javascript"]
+    if shutil.which(lang.run_argv[0]) is None:
+        pytest.skip("node is not installed on this machine")
+    lines = 200_000
+    (tmp_path / lang.source_file).write_text(
+        f'let s = ""; for (let i = 0; i < {lines}; i++) s += i + "\\n";\nprocess.stdout.write(s);\nprocess.exit(0);\n'
+    )
+    out = subprocess.run(lang.run_argv, cwd=tmp_path, capture_output=True, timeout=60)
+    assert (out.returncode, out.stderr) == (0, b"")
+    assert out.stdout == "".join(f"{i}\n" for i in range(lines)).encode()
+
+
 @pytest.mark.timeout(20)  # the time bound: these took minutes to hours before
 def test_java_names_from_degenerate_completions() -> None:
     """Unclosed comments and literals run to the end of the text (or line) instead of being rescanned from every
