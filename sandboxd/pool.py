@@ -193,6 +193,13 @@ class Pool:
         return max(floor, min(pool.size_limit, wanted))
 
     @property
+    def _ceiling(self) -> int:
+        """The most sandboxes the pool may hold, starting ones included."""
+        if self.kind == "sessions":
+            return self.config.sessions.max_sandboxes
+        return self.config.pool.size_limit
+
+    @property
     def min_ready(self) -> int:
         """Sandboxes that must be warm before the daemon reports SERVING."""
         return min(1, self.config.sessions.min_sandboxes if self.kind == "sessions" else self.config.pool.min_size)
@@ -298,13 +305,16 @@ class Pool:
                 self.recycled_total += 1
                 self._spawn(self._remove(sandbox))
         target = self.target
-        live = len(self.ready) + self.starting
-        for _ in range(target - live):
+        # A full sandbox (mark_full) takes no job until its space is back: it
+        # does not count towards the target, but does towards the ceiling.
+        live = sum(1 for s in self.ready if not s.full) + self.starting
+        room = self._ceiling - len(self.ready) - self.starting
+        for _ in range(min(target - live, room)):
             self.starting += 1
             self._spawn(self._add_one())
-        # Shrink: retire idle sandboxes beyond the target, newest first.
+        # Shrink: retire idle sandboxes beyond the target, full ones first, then newest first.
         extra = len(self.ready) - target
-        for sandbox in sorted(self.ready, key=lambda s: -s.serial):
+        for sandbox in sorted(self.ready, key=lambda s: (not s.full, -s.serial)):
             if extra <= 0:
                 break
             if sandbox.in_flight == 0:
@@ -474,6 +484,7 @@ class Pool:
         would only send each of them elsewhere too, an attempt spent per job.
         """
         sandbox.full = True
+        self._changed.set()  # a replacement may start meanwhile (_reconcile)
         if sandbox not in self._watched_full:
             self._watched_full.add(sandbox)
             self._spawn(self._until_room(sandbox))
@@ -481,16 +492,22 @@ class Pool:
     async def _until_room(self, sandbox: Sandbox) -> None:
         give_up_at = time.monotonic() + FULL_RECYCLE_SECONDS
         try:
-            while not (sandbox.damaged or sandbox.retiring or self._closed):
+            while True:
                 await asyncio.sleep(ROOM_POLL_SECONDS)
+                # Retired, lost or closed meanwhile: the sandbox may be gone, its connections closed.
+                if sandbox.damaged or sandbox.retiring or self._closed:
+                    return
+                reports = sandbox.full_reports
                 try:
                     room = await sandbox.has_room()
                 except SandboxLost as exc:
                     log.warning("pool %s: %s", self.name, exc)
                     self.mark_lost(sandbox)
                     return
-                if room:
+                # A job that found it full while `room` was asked: that answer is stale.
+                if room and sandbox.full_reports == reports:
                     sandbox.full = False
+                    self._changed.set()  # the replacement started meanwhile is extra now
                     async with self._available:
                         self._available.notify(self.capacity)
                     return

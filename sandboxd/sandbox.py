@@ -74,6 +74,8 @@ class Sandbox:
     retiring: bool = False
     # A job found its /tmp taken by other runs: it takes no job until `has_room` (Pool.mark_full).
     full: bool = False
+    # How many replies said so: a `room` answer given while another came is stale.
+    full_reports: int = 0
     languages: list[str] = field(default_factory=list)
     serial: int = field(default_factory=lambda: next(_serial))
     _idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = field(default_factory=list, repr=False)
@@ -120,6 +122,7 @@ class Sandbox:
         if reply.get("full"):
             # The agent answered (it is fine) without running the job: the job goes elsewhere.
             self.full = True
+            self.full_reports += 1
             raise SandboxFull(f"sandbox {self.name}: {reply.get('error')}")
         return reply
 

@@ -7,6 +7,9 @@ import importlib.util
 import types
 from pathlib import Path
 
+import pytest
+
+from sandboxd import pool as pool_module
 from sandboxd.config import Config
 from sandboxd.pool import Pool, stage_agent_code
 from sandboxd.sandbox import Sandbox
@@ -125,3 +128,91 @@ def test_staged_agent_code_is_byte_compiled(tmp_path: Path) -> None:
         assert int.from_bytes(header[12:16], "little") == source.stat().st_size
     # Staged once per code (and interpreter) version.
     assert stage_agent_code(str(tmp_path)) == (folder, key)
+
+
+def pool_with_stand_in_starts(sandboxes: list[Sandbox], **settings: int) -> tuple[Pool, list[int]]:
+    """A pool holding `sandboxes` whose starts only count themselves (in the list returned)."""
+    pool, _ = one_slot_pool(slots=2)
+    for name, value in settings.items():
+        setattr(pool.config.pool, name, value)
+    pool.sandboxes = sandboxes
+    started: list[int] = []
+
+    async def add_one() -> None:
+        started.append(1)
+        pool.starting -= 1
+
+    pool._add_one = add_one  # type: ignore[method-assign]
+    return pool, started
+
+
+def full_sandbox(name: str, in_flight: int = 0) -> Sandbox:
+    sandbox = Sandbox(name=name, pool="python", container_id=name, control_dir="/x", started_by="cold")
+    sandbox.full, sandbox.in_flight = True, in_flight
+    return sandbox
+
+
+def test_a_waiting_job_gets_a_start_when_the_only_sandbox_is_full() -> None:
+    """A full sandbox takes no job: counted as live, it left a waiting job without a sandbox for up to 10 s."""
+
+    async def scenario() -> int:
+        pool, started = pool_with_stand_in_starts([full_sandbox("a", in_flight=1)], min_size=1)
+        waiter = asyncio.ensure_future(pool.acquire())
+        await asyncio.sleep(0)
+        await pool._reconcile()
+        await asyncio.sleep(0)
+        waiter.cancel()
+        return len(started)
+
+    assert asyncio.run(scenario()) == 1
+
+
+def test_a_full_sandbox_still_counts_towards_the_pools_ceiling() -> None:
+    async def scenario() -> int:
+        pool, started = pool_with_stand_in_starts([full_sandbox("a", in_flight=1)], min_size=1, max_size=1)
+        waiter = asyncio.ensure_future(pool.acquire())
+        await asyncio.sleep(0)
+        await pool._reconcile()
+        await asyncio.sleep(0)
+        waiter.cancel()
+        return len(started)
+
+    assert asyncio.run(scenario()) == 0
+
+
+def test_the_shrink_retires_an_idle_full_sandbox_before_a_healthy_one() -> None:
+    async def scenario() -> tuple[bool, bool]:
+        full = full_sandbox("f")  # the older one: newest first alone would keep it
+        healthy = Sandbox(name="h", pool="python", container_id="h", control_dir="/x", started_by="cold")
+        pool, _ = pool_with_stand_in_starts([full, healthy], min_size=1)
+        await pool._reconcile()
+        return full.retiring, healthy.retiring
+
+    assert asyncio.run(scenario()) == (True, False)
+
+
+def test_a_room_answer_given_while_another_job_found_it_full_is_stale(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The watch asked `room`; meanwhile a job came back "full". The room answer must not put the sandbox back."""
+    monkeypatch.setattr(pool_module, "ROOM_POLL_SECONDS", 0.001)
+
+    class Flapping(Sandbox):
+        asks = 0
+
+        async def has_room(self) -> bool:
+            self.asks += 1
+            if self.asks == 1:
+                self.full_reports += 1  # a job's "full" reply arrived while this request was out
+            return True
+
+    async def scenario() -> tuple[bool, int]:
+        pool, _ = one_slot_pool(slots=2)
+        sandbox = Flapping(name="s", pool="python", container_id="c", control_dir="/x", started_by="cold")
+        pool.sandboxes = [sandbox]
+        pool.mark_full(sandbox)
+        async with asyncio.timeout(5):
+            while sandbox.full:
+                await asyncio.sleep(0.001)
+        await pool.close()
+        return sandbox.full, sandbox.asks
+
+    assert asyncio.run(scenario()) == (False, 2)

@@ -92,6 +92,9 @@ MAX_ERROR_CHARS = 2000
 # own compile fills /tmp keeps its compile_error. The sandbox takes jobs
 # again once less than this share is used (`room`).
 NEIGHBOURS_SHARE = 0.5
+# A compile's "no space left on device" counts only when the space within its
+# reach (free, plus what its own folder holds) is under this share of /tmp.
+STARVED_SHARE = 0.1
 # strerror(ENOSPC), as compilers print it (Go in lower case).
 NO_SPACE = b"no space left on device"
 # pyharness verdicts that are about the dataset's tests, not the candidate.
@@ -394,7 +397,10 @@ class Controller:
             rlimits=dict(DEFAULT_RLIMITS, nproc=512), env=self.env(workdir, program.get("env")),
         )
         outcome = await self.runner.run(spec)
-        if outcome.exit_code and not outcome.killed_for and NO_SPACE in (outcome.stderr + outcome.stdout).lower():
+        if (outcome.exit_code and not outcome.killed_for and NO_SPACE in (outcome.stderr + outcome.stdout).lower()
+                and await _off_loop(starved, WORK_ROOT, workdir)):
+            # The compiler's words are the candidate's to write (`#error No space left on device`):
+            # only a /tmp that really left this job no room makes them an excuse.
             await self.charge_neighbours(workdir, "compiling")
         output = _preview(outcome.stderr + outcome.stdout, 8192)
         if outcome.killed_for == "wall_time":
@@ -530,9 +536,15 @@ class Controller:
             except SandboxFull:
                 candidate_task.cancel()
                 await asyncio.wait((candidate_task,))
-                # A judge starting beside the candidate counts the candidate's own files as others':
-                # a candidate that filled /tmp first must not be retried (its answer spared) for it.
-                if await _off_loop(neighbours_hold, WORK_ROOT, workdir):
+                # A cancelled run kills nothing, and shared folders are cleaned
+                # right after a return: nothing of the candidate may act past here.
+                await kill_uid(uid, self.reap)
+                # The judge's look counted the candidate's files as others'. A
+                # candidate that itself holds NEIGHBOURS_SHARE of /tmp, while the
+                # others do not, filled it: it must not be retried (its answer
+                # spared) for that. Anything else is the neighbours' doing, though
+                # they may have left since.
+                if not await _off_loop(filled_alone, WORK_ROOT, workdir):
                     raise
                 return _code_result([], plan["total"], status="runtime_error",
                                     message="the program filled /tmp before its tests could start")
@@ -850,6 +862,31 @@ def neighbours_hold(root: str, own: str | None) -> bool:
     other_entries = fs.f_files - fs.f_ffree - own_entries
     return ((size > 0 and other_bytes >= NEIGHBOURS_SHARE * size)
             or (fs.f_files > 0 and other_entries >= NEIGHBOURS_SHARE * fs.f_files))
+
+
+def filled_alone(root: str, own: str) -> bool:
+    """Whether `own` takes NEIGHBOURS_SHARE of `root`'s file system (bytes or entries) and the rest does not."""
+    fs = os.statvfs(root)
+    own_bytes, own_entries = usage_of(own)
+    size = fs.f_blocks * fs.f_frsize
+    used_bytes, used_entries = size - fs.f_bfree * fs.f_frsize, fs.f_files - fs.f_ffree
+    others_hold = ((size > 0 and used_bytes - own_bytes >= NEIGHBOURS_SHARE * size)
+                   or (fs.f_files > 0 and used_entries - own_entries >= NEIGHBOURS_SHARE * fs.f_files))
+    holds = ((size > 0 and own_bytes >= NEIGHBOURS_SHARE * size)
+             or (fs.f_files > 0 and own_entries >= NEIGHBOURS_SHARE * fs.f_files))
+    return holds and not others_hold
+
+
+def starved(root: str, own: str) -> bool:
+    """Whether the space left on `root`'s file system plus what `own` holds is under STARVED_SHARE (bytes or entries).
+
+    A compile that got ENOSPC with more than that within reach ran out of
+    its own accord, or only says it did.
+    """
+    fs = os.statvfs(root)
+    own_bytes, own_entries = usage_of(own)
+    return ((fs.f_blocks > 0 and fs.f_bfree * fs.f_frsize + own_bytes < STARVED_SHARE * fs.f_blocks * fs.f_frsize)
+            or (fs.f_files > 0 and fs.f_ffree + own_entries < STARVED_SHARE * fs.f_files))
 
 
 def has_room(root: str) -> bool:

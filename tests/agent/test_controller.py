@@ -707,3 +707,105 @@ def test_a_judge_that_cannot_start_for_lack_of_space_blames_the_candidate_only_i
     else:
         assert reply["result"]["status"] == "runtime_error" and "filled /tmp" in reply["result"]["message"], reply
     assert len(controller.uids._free) == UIDS_PER_SANDBOX
+
+
+JUDGED_JOB = dict(EXECUTE, kind="code", plan={"kind": "function", "total": 2, "stdio": []}, harness={})
+
+
+def test_an_innocent_candidate_is_not_charged_when_the_neighbour_leaves_between_the_two_looks(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A neighbour took every entry of /tmp; this job's judge could not make its work dir (SandboxFull). The
+    candidate wrote nothing. The neighbour's job ends (its files removed) before _python_harness's second look:
+    the candidate is answered runtime_error "the program filled /tmp" -- a wrong verdict for an innocent job."""
+    controller = bare_controller(tmp_path, monkeypatch)
+    root = str(tmp_path / "work")
+    looks = {"n": 0}
+    real_statvfs = os.statvfs
+
+    def statvfs(path: Any) -> Any:
+        if str(path) != root:
+            return real_statvfs(path)
+        looks["n"] += 1
+        free = 0 if looks["n"] == 1 else 990  # full at the judge's look, the neighbour gone at the second
+        return types.SimpleNamespace(f_files=1000, f_ffree=free, f_blocks=1000, f_bfree=1000, f_frsize=4096)
+
+    monkeypatch.setattr(controller_module.os, "statvfs", statvfs)
+
+    async def candidate_run(spec: runner.RunSpec, *, settle: bool = True) -> runner.RunOutcome:
+        await asyncio.Event().wait()  # writes nothing
+        raise AssertionError("not reached")
+
+    async def judge(request: dict[str, Any], peer: socket.socket, timeout: float) -> Any:
+        # As JudgeServer.start -> make_workdir: mkdir got ENOSPC before the candidate ran at all.
+        await controller.charge_neighbours(None, "making a work dir: No space left on device")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(controller.runner, "run", candidate_run)
+    monkeypatch.setattr(controller.judges, "judge", judge)
+    reply = _run(controller, JUDGED_JOB)
+    assert reply.get("full") is True, f"innocent candidate charged: {reply}"
+
+
+def test_the_candidate_is_killed_before_shared_folders_are_cleaned_on_the_runtime_error_path(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The commit's own scenario (a candidate that filled /tmp before its judge started). candidate_task.cancel()
+    does not kill the candidate's worker (Runner.run kills nothing on cancellation), yet the job returns normally:
+    _under_own_uid removes the uid's files from /dev/shm & co. and then release_later(shared_files_removed=True)
+    kills the uid. Anything the still-running candidate writes to /dev/shm in between survives for later jobs."""
+    controller = bare_controller(tmp_path, monkeypatch)
+    fake_tmp(monkeypatch, tmp_path / "work", entries=(1000, 990), pages=(100, 0))
+    events: list[str] = []
+
+    async def candidate_run(spec: runner.RunSpec, *, settle: bool = True) -> runner.RunOutcome:
+        Path(spec.cwd, "filler").write_bytes(os.urandom(300 << 10))
+        await asyncio.Event().wait()
+        raise AssertionError("not reached")
+
+    async def judge(request: dict[str, Any], peer: socket.socket, timeout: float) -> Any:
+        await asyncio.sleep(0.01)
+        await controller.charge_neighbours(None, "making a work dir: No space left on device")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    real_remove_shared = controller.remove_shared_files
+
+    async def remove_shared_files(uid: int) -> None:
+        events.append("shared files removed")
+        await real_remove_shared(uid)
+
+    async def kill_uid(uid: int, reap: Any) -> None:
+        events.append("uid killed")
+
+    def sigkill_uid(uid: int, **_: Any) -> set[int]:
+        events.append("uid killed")
+        return set()
+
+    monkeypatch.setattr(controller.runner, "run", candidate_run)
+    monkeypatch.setattr(controller.judges, "judge", judge)
+    monkeypatch.setattr(controller, "remove_shared_files", remove_shared_files)
+    monkeypatch.setattr(controller_module, "kill_uid", kill_uid)
+    monkeypatch.setattr(controller_module, "sigkill_uid", sigkill_uid)
+    reply = _run(controller, JUDGED_JOB)
+    assert reply["result"]["status"] == "runtime_error", reply
+    assert "uid killed" in events and events.index("uid killed") < events.index("shared files removed"), events
+
+
+def test_a_compile_error_that_merely_says_no_space_is_not_sent_elsewhere(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`#error No space left on device` (or a string constant in any type error) puts the phrase in the compiler's
+    output. With a legitimate neighbour holding half of /tmp's entries but /tmp far from full (no ENOSPC anywhere),
+    the candidate's compile_error is turned into {"full": true}: a free retry for it, and the sandbox taken out of
+    service (room stays false while the neighbour holds half; replaced after 10 s)."""
+    controller = bare_controller(tmp_path, monkeypatch)
+    fake_tmp(monkeypatch, tmp_path / "work", entries=(1000, 480), pages=(1000, 1000))  # half the entries, no bytes
+
+    async def compile_run(spec: runner.RunSpec, *, settle: bool = True) -> runner.RunOutcome:
+        return runner.RunOutcome(wait_status=1 << 8, stdout=b"",
+                                 stderr=b"main.c:1:2: error: #error No space left on device\n",
+                                 stdout_truncated=False, stderr_truncated=False, killed_for="", wall_seconds=0.1,
+                                 cpu_seconds=0.1, max_rss_bytes=0)
+
+    monkeypatch.setattr(controller.runner, "run", compile_run)
+    job = dict(EXECUTE, program={"language": "c", "code": "#error No space left on device\n", "source": "main.c",
+                                 "compile": ["gcc", "main.c"], "run": ["./a.out"]})
+    reply: Any = _run(controller, job)
+    assert "result" in reply and reply["result"]["status"] == "compile_error", reply
