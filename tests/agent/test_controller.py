@@ -809,3 +809,16 @@ def test_a_compile_error_that_merely_says_no_space_is_not_sent_elsewhere(
                                  "compile": ["gcc", "main.c"], "run": ["./a.out"]})
     reply: Any = _run(controller, job)
     assert "result" in reply and reply["result"]["status"] == "compile_error", reply
+
+
+def test_runs_without_an_address_space_limit_are_held_by_their_peak_memory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    controller = bare_controller(tmp_path, monkeypatch)
+    limits = {"timeout": 1.0, "output": 1024, "memory": 256 << 20}
+    go = {"language": "go", "run": ["./main"], "address_space_limit": False}
+    spec = controller._program_spec(go, limits, TEST_FIRST_UID, str(tmp_path), b"", [])
+    assert spec.peak_memory_limit == 256 << 20 and "as_extra" not in spec.rlimits
+    assert spec.env["GOMEMLIMIT"] == f"{256 << 20}B"
+    c = {"language": "c", "run": ["./main"]}
+    spec = controller._program_spec(c, limits, TEST_FIRST_UID, str(tmp_path), b"", [])
+    assert spec.peak_memory_limit == 0 and spec.rlimits["as_extra"] == 256 << 20 and "GOMEMLIMIT" not in spec.env
