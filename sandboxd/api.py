@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -14,17 +15,92 @@ from sandboxd import jobs
 from sandboxd.errors import InvalidRequest, Overloaded, SandboxdError
 from sandboxd.pool import MATH_POOL
 from sandboxd.rewardpool import RewardModelPool
+from sandboxd.scheduler import Scheduler
 
 if TYPE_CHECKING:
     from sandboxd.daemon import Daemon
 
 RETRY_AFTER_KEY = "retry-after-seconds"
+# The status message travels percent-encoded in a header, and gRPC clients drop
+# a response whose metadata passes 8-16 KiB (by default), reporting
+# RESOURCE_EXHAUSTED "Stream removed" instead: which clients retry. Errors that
+# quote the request (a 100 KB language name, pool or session id) are cut.
+MAX_DETAILS_BYTES = 4096
+# A RunBatch stream runs ahead of its reader by at most this many results: jobs
+# past it start when the client has read some. A client that never read held
+# every result of its batch in the daemon (1 MiB of output each by default,
+# 16,384 jobs), and an OOM kill of the daemon took every other client's jobs.
+MIN_BATCH_WINDOW_JOBS = 64
+MAX_UNSENT_RESULT_BYTES = 64 << 20
+
+
+def status_details(message: str) -> str:
+    """`message`, cut so that its percent-encoding stays within MAX_DETAILS_BYTES."""
+    size = 0
+    for end, char in enumerate(message):
+        size += 1 if " " <= char <= "~" and char != "%" else 3 * len(char.encode("utf-8", "replace"))
+        if size > MAX_DETAILS_BYTES - 16:
+            return message[:end] + " [cut]"
+    return message
 
 
 async def _abort(context: grpc.aio.ServicerContext, error: SandboxdError) -> None:
     if isinstance(error, Overloaded):
         context.set_trailing_metadata(((RETRY_AFTER_KEY, f"{error.retry_after_seconds:.3f}"),))
-    await context.abort(error.code, str(error))
+    await context.abort(error.code, status_details(str(error)))
+
+
+class _ResultWindow:
+    """Jobs of one RunBatch between their start and the send of their result, bounded.
+
+    A job starts (enters the scheduler) only while fewer than `max_jobs` of its
+    batch have started and not been sent, and the finished ones not yet sent
+    hold less than `max_bytes`; the others wait, first come first served, and
+    count as admitted meanwhile (Scheduler.reserved).
+    """
+
+    def __init__(self, scheduler: Scheduler, max_jobs: int, max_bytes: int) -> None:
+        self.scheduler = scheduler
+        self.max_jobs = max_jobs
+        self.max_bytes = max_bytes
+        self.open = 0
+        self.unsent_bytes = 0
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    def _room(self) -> bool:
+        return self.open < self.max_jobs and self.unsent_bytes < self.max_bytes
+
+    async def run(self, item: jobs.PreparedJob) -> tuple[pb.JobResult, int]:
+        if self._waiters or not self._room():
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            await waiter  # _wake() counted this job as open
+        else:
+            self.open += 1
+        result = await self.scheduler.run(item)
+        size = result.ByteSize()
+        self.unsent_bytes += size
+        return result, size
+
+    def sent(self, size: int) -> None:
+        self.open -= 1
+        self.unsent_bytes -= size
+        while self._waiters and self._room():
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                self.open += 1
+                waiter.set_result(None)
+
+
+def batch_window_jobs(daemon: Daemon) -> int:
+    """Twice the job slots of every job pool at its largest: a reading client's batch always keeps them busy."""
+    slots = 0
+    for pool in daemon.pools.values():
+        if pool.kind == "sessions":
+            continue
+        size = pool.target if isinstance(pool, RewardModelPool) else daemon.config.pool.size_limit
+        slots += size * pool.capacity
+    return max(MIN_BATCH_WINDOW_JOBS, 2 * slots)
 
 
 class JobsServicer(pb_grpc.JobsServicer):
@@ -49,18 +125,25 @@ class JobsServicer(pb_grpc.JobsServicer):
             if len(request.jobs) > self.daemon.config.scheduler.max_batch:
                 raise InvalidRequest(f"{len(request.jobs)} jobs exceed the batch limit of "
                                      f"{self.daemon.config.scheduler.max_batch}")
-            # All or nothing: a malformed item rejects the batch before any runs.
-            prepared = [jobs.prepare(job, self.daemon.config) for job in request.jobs]
+            # All or nothing: a malformed item rejects the batch before any runs. Errors
+            # name an item by its place in `jobs`: Job.index may be unset or repeated.
+            prepared = [jobs.prepare(job, self.daemon.config, f"jobs[{position}]")
+                        for position, job in enumerate(request.jobs)]
             scheduler.admit(prepared)
         except SandboxdError as error:
             await _abort(context, error)
-        tasks = [asyncio.ensure_future(scheduler.run(item)) for item in prepared]
+        window = _ResultWindow(scheduler, batch_window_jobs(self.daemon), MAX_UNSENT_RESULT_BYTES)
+        tasks = [asyncio.ensure_future(window.run(item)) for item in prepared]
         try:
             for next_done in asyncio.as_completed(tasks):
-                yield await next_done
+                result, size = await next_done
+                yield result
+                window.sent(size)
         finally:
             for task in tasks:
                 task.cancel()
+            for item in prepared:
+                scheduler.unreserve(item)  # those that never started
 
 
 class PoolServicer(pb_grpc.PoolServicer):

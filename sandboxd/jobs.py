@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import json
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 
 from sandboxd import rewardpool
+from sandboxd.agent.protocol import MAX_FRAME_BYTES
 from sandboxd.config import Config
 from sandboxd.errors import InvalidRequest, Unsupported
 from sandboxd.pool import MATH_POOL
@@ -78,6 +80,12 @@ class PreparedJob:
     extracted_code: str = ""
     reward_mode: str = "binary"
     normalize: tuple[str, float, float] = ("none", 1.0, 0.0)
+    # The request field that names the job in errors: jobs[POSITION] in a batch.
+    where: str = ""
+    # Set by Scheduler.admit: when, and whether the job still counts as admitted
+    # but not yet in Scheduler.run (a batch's jobs start a moment later).
+    admitted_at: float = 0.0
+    reserved: bool = False
 
 
 def resolve_limits(requested: pb.Limits, config: Config, where: str) -> dict[str, Any]:
@@ -100,8 +108,8 @@ def resolve_limits(requested: pb.Limits, config: Config, where: str) -> dict[str
     return {"timeout": timeout, "memory": memory, "output": output}
 
 
-def _limits(job: pb.Job, config: Config) -> dict[str, Any]:
-    return resolve_limits(job.limits, config, f"jobs[{job.index}].limits")
+def _limits(job: pb.Job, config: Config, where: str) -> dict[str, Any]:
+    return resolve_limits(job.limits, config, f"{where}.limits")
 
 
 def _program(language: str, code: str, config: Config, where: str) -> dict[str, Any]:
@@ -142,16 +150,56 @@ def _pool_for(language: str) -> str:
     return "python" if language in PYTHON_POOL_LANGUAGES else "langs"
 
 
-def prepare(job: pb.Job, config: Config) -> PreparedJob:
-    """Validate one Job; raises InvalidRequest naming the offending field."""
-    where = f"jobs[{job.index}]"
+def prepare(job: pb.Job, config: Config, where: str = "") -> PreparedJob:
+    """Validate one Job; raises InvalidRequest naming the offending field (`where`: jobs[INDEX] by default)."""
+    where = where or f"jobs[{job.index}]"
+    prepared = _prepare(job, config, where)
+    prepared.where = where
+    if prepared.agent_job is not None:
+        check_frame_size(job, prepared.agent_job, where)
+    return prepared
+
+
+# A request whose protobuf is below this is far below the agent's frame limit
+# once JSON-encoded (at most 6 bytes per byte, a few copies), so only larger
+# ones pay for a trial encoding.
+FRAME_CHECK_BYTES = MAX_FRAME_BYTES // 32
+
+
+def check_frame_size(job: pb.Job, agent_job: dict[str, Any], where: str) -> None:
+    """INVALID_ARGUMENT for a job too large for the agent's frames.
+
+    Sent anyway, such a job failed to encode at the daemon, which took it for a
+    lost sandbox: each attempt recycled a healthy sandbox, and the caller got
+    STATUS_SANDBOX_LOST (which clients retry) after three.
+    """
+    if job.ByteSize() <= FRAME_CHECK_BYTES:
+        return
+    size = len(json.dumps({"op": "run", "job": agent_job}, separators=(",", ":")))
+    if size <= MAX_FRAME_BYTES - 4096:
+        return
+    kind = job.WhichOneof("kind")
+    if kind == "execute":
+        execute = job.execute
+        parts = {"execute.stdin": len(execute.stdin), "execute.files": sum(f.ByteSize() for f in execute.files),
+                 "execute.args": sum(len(a) for a in execute.args), "execute.code": len(execute.code)}
+    elif kind == "code":
+        parts = {"code.tests": job.code.tests.ByteSize(), "code.completion": len(job.code.completion)}
+    else:
+        parts = {kind or "job": job.ByteSize()}
+    largest = max(parts, key=lambda name: parts[name])
+    raise InvalidRequest(f"{where}.{largest} is too large: the job is {size} bytes as sent to the sandbox "
+                         f"(JSON, bytes in base64), over the limit of {MAX_FRAME_BYTES}")
+
+
+def _prepare(job: pb.Job, config: Config, where: str) -> PreparedJob:
     failure_value = job.failure_value if job.HasField("failure_value") else DEFAULT_FAILURE_VALUE
     if not math.isfinite(failure_value):
         raise InvalidRequest(f"{where}.failure_value must be a finite number")
     kind = job.WhichOneof("kind")
     if kind is None:
         raise InvalidRequest(f"{where}: set one of execute, code, math, reward_model")
-    limits = _limits(job, config)
+    limits = _limits(job, config, where)
     if kind == "execute":
         execute = job.execute
         if len(execute.code.encode()) > MAX_CODE_BYTES:

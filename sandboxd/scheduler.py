@@ -26,7 +26,7 @@ from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 
 from sandboxd import metrics
 from sandboxd.config import Config
-from sandboxd.errors import Overloaded, SandboxFull, SandboxLost, Unsupported
+from sandboxd.errors import InvalidRequest, Overloaded, SandboxFull, SandboxLost, Unsupported
 from sandboxd.jobs import PreparedJob, infrastructure_result, to_result
 from sandboxd.pool import MATH_POOL, Pool
 from sandboxd.sandbox import Sandbox, Withdrawal
@@ -42,6 +42,10 @@ class Scheduler:
         self.pools = pools
         self.config = config
         self.queued = 0
+        # Admitted jobs not yet in run(): a batch's jobs start a moment after their
+        # admission (or later, while their caller does not read its results), and
+        # another batch admitted meanwhile must count them.
+        self.reserved = 0
         self.in_flight = 0
         self.jobs_total = 0
         self._finished: deque[float] = deque(maxlen=100_000)
@@ -49,17 +53,40 @@ class Scheduler:
         self._abandoned: set[asyncio.Task[dict[str, Any]]] = set()
 
     def admit(self, prepared: list[PreparedJob]) -> None:
-        """Admit `prepared` as a whole, or refuse it: a job no pool serves, or a full queue."""
+        """Admit `prepared` as a whole, or refuse it: a job no pool serves, or a full queue.
+
+        Admitted jobs that need a sandbox count against `max_queued` from here until
+        they enter run() (or the caller calls unreserve() for those that never will).
+        """
         for item in prepared:
             self.pool_for(item)
-        count = len(prepared)
-        if self.queued + count > self.config.scheduler.max_queued:
+        # Jobs decided without a sandbox (no code in the completion) never queue.
+        count = sum(1 for item in prepared if item.early_result is None)
+        limit = self.config.scheduler.max_queued
+        if count > limit:
+            # Never admissible, however idle the daemon: RESOURCE_EXHAUSTED would have
+            # clients retry it forever.
+            raise InvalidRequest(f"jobs: {count} jobs need a sandbox, more than the daemon queues at once "
+                                 f"(scheduler.max_queued={limit}); send at most {limit} per batch")
+        waiting = self.queued + self.reserved
+        if waiting + count > limit:
             metrics.REJECTED.inc()
             # Time to drain the queue at the current throughput, within reason.
             rate = max(self.jobs_per_second(), 1.0)
-            retry_after = min(30.0, max(0.5, (self.queued + count) / rate / 2))
-            raise Overloaded(f"{self.queued} jobs are queued (limit {self.config.scheduler.max_queued})",
-                             retry_after)
+            retry_after = min(30.0, max(0.5, (waiting + count) / rate / 2))
+            raise Overloaded(f"{waiting} jobs are queued (limit {limit})", retry_after)
+        now = time.monotonic()
+        for item in prepared:
+            item.admitted_at = now
+            if item.early_result is None and not item.reserved:
+                item.reserved = True
+                self.reserved += 1
+
+    def unreserve(self, prepared: PreparedJob) -> None:
+        """`prepared` no longer waits to enter run(): it has, or it never will (its caller went away)."""
+        if prepared.reserved:
+            prepared.reserved = False
+            self.reserved -= 1
 
     def pool_for(self, prepared: PreparedJob) -> Pool:
         pool = self.pools.get(prepared.pool)
@@ -68,10 +95,11 @@ class Scheduler:
             # only langs sandboxes lists python and bash, and serves them there.
             pool = self.pools.get("langs")
         if pool is None:
+            where = prepared.where or f"jobs[{prepared.index}]"
             if prepared.pool == MATH_POOL:
                 why = "pool.math is false" if not self.config.pool.math else "python is not in pool.images"
-                raise Unsupported(f"jobs[{prepared.index}] is a math job, and this daemon runs no math pool ({why})")
-            raise Unsupported(f"jobs[{prepared.index}] needs the {prepared.pool} image, which this daemon "
+                raise Unsupported(f"{where} is a math job, and this daemon runs no math pool ({why})")
+            raise Unsupported(f"{where} needs the {prepared.pool} image, which this daemon "
                               "does not run (build it with `python -m sandboxd.images build langs`)")
         return pool
 
@@ -83,7 +111,8 @@ class Scheduler:
 
     async def run(self, prepared: PreparedJob) -> pb.JobResult:
         """Run one admitted job to its single answer."""
-        admitted = time.monotonic()
+        self.unreserve(prepared)
+        admitted = prepared.admitted_at or time.monotonic()
         try:
             if prepared.early_result is not None:
                 result = to_result(prepared, prepared.early_result, 0)
