@@ -94,12 +94,16 @@ class Sandbox:
         withdrawn (`withdrawal`) still waits for its reply, and its
         connection, half-closed, is not kept.
         """
+        # Before any connection: a message that cannot be a frame (too large) is
+        # the request's fault, raised as is; taken for a lost sandbox, it
+        # recycled a healthy one per attempt.
+        frame = encode_frame(message)
         connection = None
         try:
             async with asyncio.timeout(timeout):
                 connection = self._idle.pop() if self._idle else await asyncio.open_unix_connection(self.socket_path)
                 reader, writer = connection
-                writer.write(encode_frame(message))
+                writer.write(frame)
                 if withdrawal is not None:
                     withdrawal._attach(writer)
                 await writer.drain()

@@ -11,7 +11,7 @@ import pytest
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 
 from sandboxd import pool as pool_module
-from sandboxd.agent.protocol import encode_frame, read_frame
+from sandboxd.agent.protocol import ProtocolError, encode_frame, read_frame
 from sandboxd.config import Config
 from sandboxd.errors import SandboxFull, SandboxLost
 from sandboxd.jobs import PreparedJob
@@ -209,3 +209,12 @@ def test_a_full_reply_is_sandbox_full_and_leaves_the_sandbox_undamaged() -> None
         asyncio.run(scenario())
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_request_too_large_for_a_frame_leaves_the_sandbox_undamaged(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Taken for a lost sandbox, a job that could not be encoded recycled a healthy sandbox per attempt."""
+    monkeypatch.setattr("sandboxd.agent.protocol.MAX_FRAME_BYTES", 1024)
+    sandbox = Sandbox(name="s", pool="python", container_id="c", control_dir="/nonexistent", started_by="cold")
+    with pytest.raises(ProtocolError):
+        asyncio.run(sandbox.run({"kind": "execute", "stdin": "x" * 4096}, timeout=5))
+    assert not sandbox.damaged
