@@ -380,12 +380,10 @@ class Controller:
                            rlimits=self.rlimits(limits, address_space=True), **common)
         address_space = program.get("address_space_limit", True)
         peak_memory_limit = 0 if address_space else int(limits.get("memory") or 0)
+        argv = [*program["run"], *args]
         if peak_memory_limit:
-            # Held to the limit by its peak resident memory: Go's collector then
-            # works harder near it instead of letting garbage reach twice the live heap.
-            common["env"]["GOMEMLIMIT"] = f"{peak_memory_limit}B"
-        return RunSpec(mode="exec", argv=[*program["run"], *args],
-                       rlimits=self.rlimits(limits, address_space=address_space),
+            argv = _sized_to(argv, peak_memory_limit, common["env"])
+        return RunSpec(mode="exec", argv=argv, rlimits=self.rlimits(limits, address_space=address_space),
                        peak_memory_limit=peak_memory_limit, **common)
 
     async def _compile(self, program: dict[str, Any], limits: dict[str, Any], uid: int,
@@ -827,6 +825,27 @@ async def _off_loop(call: Callable[..., _T], *args: Any) -> _T:
     except RuntimeError:  # "can't start new thread"
         return call(*args)
     return await future
+
+
+# Of a run's memory limit, what a managed runtime's heap may take: the rest is
+# its code, stacks and collector (a JVM's non-heap is 30-60 MB here).
+HEAP_SHARE = 0.75
+
+
+def _sized_to(argv: list[str], limit: int, env: dict[str, str]) -> list[str]:
+    """`argv` of a run held to `limit` by its peak resident memory, with its runtime told that limit.
+
+    Left to their defaults, the JVM sizes its heap from the container's
+    memory (a quarter of 2 GiB), Node's V8 from the host's, and Go lets
+    garbage reach twice the live heap: a correct program that allocates
+    freely would be judged over the limit instead of collecting.
+    """
+    if argv[0] == "java":
+        return [argv[0], f"-XX:MaxRAM={limit}", f"-XX:MaxRAMPercentage={HEAP_SHARE * 100:g}", *argv[1:]]
+    if argv[0] == "node":
+        return [argv[0], f"--max-old-space-size={max(16, int(limit * HEAP_SHARE) >> 20)}", *argv[1:]]
+    env["GOMEMLIMIT"] = f"{limit}B"  # a soft limit: the collector works harder near it
+    return argv
 
 
 def usage_of(folder: str) -> tuple[int, int]:

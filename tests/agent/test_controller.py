@@ -819,6 +819,12 @@ def test_runs_without_an_address_space_limit_are_held_by_their_peak_memory(
     spec = controller._program_spec(go, limits, TEST_FIRST_UID, str(tmp_path), b"", [])
     assert spec.peak_memory_limit == 256 << 20 and "as_extra" not in spec.rlimits
     assert spec.env["GOMEMLIMIT"] == f"{256 << 20}B"
+    java = {"language": "java", "run": ["java", "-cp", ".", "Main"], "address_space_limit": False}
+    spec = controller._program_spec(java, limits, TEST_FIRST_UID, str(tmp_path), b"", ["x"])
+    assert spec.argv == ["java", f"-XX:MaxRAM={256 << 20}", "-XX:MaxRAMPercentage=75", "-cp", ".", "Main", "x"]
+    node = {"language": "javascript", "run": ["node", "main.js"], "address_space_limit": False}
+    spec = controller._program_spec(node, limits, TEST_FIRST_UID, str(tmp_path), b"", [])
+    assert spec.argv == ["node", "--max-old-space-size=192", "main.js"] and "GOMEMLIMIT" not in spec.env
     c = {"language": "c", "run": ["./main"]}
     spec = controller._program_spec(c, limits, TEST_FIRST_UID, str(tmp_path), b"", [])
     assert spec.peak_memory_limit == 0 and spec.rlimits["as_extra"] == 256 << 20 and "GOMEMLIMIT" not in spec.env

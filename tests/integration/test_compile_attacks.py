@@ -324,6 +324,36 @@ def test_memory_limit_holds_in_every_language(channel: grpc.Channel, languages: 
     assert_failed(result, pb.STATUS_MEMORY_LIMIT, pb.STATUS_RUNTIME_ERROR)
 
 
+# 96 MiB kept and 1.5 GiB of garbage on top, under the 256 MiB limit: a correct program, if its runtime collects.
+CHURNERS = {
+    "go": 'package main\nimport "fmt"\nvar keep [][]byte\nvar sink []byte\nfunc main() {\n'
+    "  for i := 0; i < 96; i++ { x := make([]byte, 1<<20); for j := range x { x[j] = 1 }; keep = append(keep, x) }\n"
+    "  for i := 0; i < 1536; i++ { sink = make([]byte, 1<<20); sink[len(sink)-1] = 1 }\n"
+    "  var a, b int; fmt.Scan(&a, &b); fmt.Println(a + b)\n}\n",
+    "java": "import java.util.*;\npublic class Main {\n  static List<byte[]> keep = new ArrayList<>();\n"
+    "  static byte[] sink;\n  public static void main(String[] x) {\n"
+    "    for (int i = 0; i < 96; i++) { byte[] y = new byte[1 << 20]; Arrays.fill(y, (byte) 1); keep.add(y); }\n"
+    "    for (int i = 0; i < 1536; i++) { sink = new byte[1 << 20]; sink[sink.length - 1] = 1; }\n"
+    "    Scanner s = new Scanner(System.in); System.out.println(s.nextLong() + s.nextLong());\n  }\n}\n",
+    "javascript": "const keep = [];\nlet sink;\n"
+    "for (let i = 0; i < 96; i++) keep.push(new Array(1 << 17).fill(i));\n"
+    "for (let i = 0; i < 1536; i++) { sink = new Array(1 << 17).fill(i); }\n"
+    'const [a, b] = require("fs").readFileSync(0, "utf8").trim().split(/\\s+/).map(Number);\n'
+    "console.log(a + b);\n",
+}
+
+
+@pytest.mark.parametrize("language", sorted(CHURNERS))
+def test_a_program_that_allocates_freely_within_the_limit_passes(
+        channel: grpc.Channel, languages: set[str], language: str) -> None:
+    """Held to the limit by peak memory, a runtime must be told the limit (heap size, GOMEMLIMIT): left to its
+    defaults it sizes its heap from the container or lets garbage pile up, and a correct program is judged over."""
+    need(languages, language)
+    job = stdio_job(CHURNERS[language], SUM_CASES[:1], language=language, timeout=20.0)
+    job.limits.memory_bytes = MEMORY_LIMIT
+    assert_ok(helpers.run(channel, job))
+
+
 # ---------------------------------------------------------------------------
 # One langs sandbox of two slots: a job beside another, and a short compile timeout
 # ---------------------------------------------------------------------------
