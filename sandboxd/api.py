@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import grpc
+from google.protobuf.message import DecodeError
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
 
@@ -48,6 +50,72 @@ async def _abort(context: grpc.aio.ServicerContext, error: SandboxdError) -> Non
     if isinstance(error, Overloaded):
         context.set_trailing_metadata(((RETRY_AFTER_KEY, f"{error.retry_after_seconds:.3f}"),))
     await context.abort(error.code, status_details(str(error)))
+
+
+OUR_METHODS = f"/{pb.DESCRIPTOR.package}."
+
+
+class _Undecodable:
+    """What a request that is not its method's message decodes to: answered INVALID_ARGUMENT by DecodeErrors."""
+
+    def __init__(self, error: DecodeError) -> None:
+        self.error = error
+
+
+class DecodeErrors(grpc.aio.ServerInterceptor):
+    """A request that does not decode as its method's message is INVALID_ARGUMENT.
+
+    grpc decodes a request before any servicer sees it, and answered such a
+    request (a string field holding bytes that are not UTF-8, corrupt wire
+    bytes) UNKNOWN "Unexpected DecodeError", with a traceback in the log per
+    request. Each of our methods takes one request message; its streamed
+    answers come from an async generator.
+    """
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        # Ours only: health's Watch streams through context.write, not a generator, and
+        # reflection streams requests.
+        if (handler is None or handler.request_streaming or handler.request_deserializer is None
+                or not handler_call_details.method.startswith(OUR_METHODS)):
+            return handler
+        decode = handler.request_deserializer
+
+        def decode_or_mark(data: bytes) -> Any:
+            try:
+                return decode(data)
+            except DecodeError as exc:
+                return _Undecodable(exc)
+
+        async def refuse(request: _Undecodable, context: grpc.aio.ServicerContext) -> None:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                status_details(f"the request is not a valid {handler_call_details.method} "
+                                               f"message: {request.error}"))
+
+        if handler.response_streaming:
+            stream = handler.unary_stream
+
+            async def unary_stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+                if isinstance(request, _Undecodable):
+                    await refuse(request, context)
+                async for response in stream(request, context):
+                    yield response
+
+            return grpc.unary_stream_rpc_method_handler(unary_stream, request_deserializer=decode_or_mark,
+                                                        response_serializer=handler.response_serializer)
+        unary = handler.unary_unary
+
+        async def unary_unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            if isinstance(request, _Undecodable):
+                await refuse(request, context)
+            return await unary(request, context)
+
+        return grpc.unary_unary_rpc_method_handler(unary_unary, request_deserializer=decode_or_mark,
+                                                   response_serializer=handler.response_serializer)
 
 
 class _ResultWindow:

@@ -140,7 +140,8 @@ class Daemon:
     async def run(self) -> None:
         config = self.config
         server = grpc.aio.server(options=[("grpc.max_receive_message_length", 256 << 20),
-                                          ("grpc.max_send_message_length", 256 << 20)])
+                                          ("grpc.max_send_message_length", 256 << 20)],
+                                 interceptors=[api.DecodeErrors()])
         pb_grpc.add_JobsServicer_to_server(api.JobsServicer(self), server)
         pb_grpc.add_PoolServicer_to_server(api.PoolServicer(self), server)
         pb_grpc.add_DaemonServicer_to_server(api.DaemonServicer(self), server)
