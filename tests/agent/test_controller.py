@@ -679,17 +679,12 @@ def test_a_request_is_answered_while_a_release_waits_for_the_uids_processes(
     assert uid in controller.uids._free
 
 
-@pytest.mark.parametrize(("entries", "full"), [((1000, 0), True), ((1000, 990), False)],
-                         ids=["others-hold-tmp", "the-candidate-filled-it"])
-def test_a_judge_that_cannot_start_for_lack_of_space_blames_the_candidate_only_if_it_filled_tmp(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, entries: tuple[int, int], full: bool) -> None:
-    """A judge starts beside its job's candidate, whose files count as others' to the judge's work dir: a candidate
-    that filled /tmp itself would have its job retried, its wrong answer spared, without the second look."""
-    controller = bare_controller(tmp_path, monkeypatch)
-    fake_tmp(monkeypatch, tmp_path / "work", entries=entries, pages=(100, 0))
+def candidate_fills_then_judge_finds_no_room(controller: controller_module.Controller,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The candidate writes 300 KiB (75 of fake_tmp's 100 pages) and runs on; its judge then cannot make a work dir."""
 
     async def candidate_run(spec: runner.RunSpec, *, settle: bool = True) -> runner.RunOutcome:
-        Path(spec.cwd, "filler").write_bytes(os.urandom(300 << 10))  # 75 of the 100 pages
+        Path(spec.cwd, "filler").write_bytes(os.urandom(300 << 10))
         await asyncio.Event().wait()
         raise AssertionError("not reached")
 
@@ -700,6 +695,18 @@ def test_a_judge_that_cannot_start_for_lack_of_space_blames_the_candidate_only_i
 
     monkeypatch.setattr(controller.runner, "run", candidate_run)
     monkeypatch.setattr(controller.judges, "judge", judge)
+
+
+@pytest.mark.parametrize(("entries", "full"), [((1000, 0), True), ((1000, 990), False)],
+                         ids=["others-hold-tmp", "the-candidate-filled-it"])
+def test_a_judge_that_cannot_start_for_lack_of_space_blames_the_candidate_only_if_it_filled_tmp(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, entries: tuple[int, int], full: bool) -> None:
+    """A judge starts beside its job's candidate, whose files count as others' to the judge's work dir: a candidate
+    that filled /tmp itself would have its job retried, its wrong answer spared, without the second look."""
+    controller = bare_controller(tmp_path, monkeypatch)
+    fake_tmp(monkeypatch, tmp_path / "work", entries=entries, pages=(100, 0))
+
+    candidate_fills_then_judge_finds_no_room(controller, monkeypatch)
     job = dict(EXECUTE, kind="code", plan={"kind": "function", "total": 2, "stdio": []}, harness={})
     reply = _run(controller, job)
     if full:
@@ -756,15 +763,6 @@ def test_the_candidate_is_killed_before_shared_folders_are_cleaned_on_the_runtim
     fake_tmp(monkeypatch, tmp_path / "work", entries=(1000, 990), pages=(100, 0))
     events: list[str] = []
 
-    async def candidate_run(spec: runner.RunSpec, *, settle: bool = True) -> runner.RunOutcome:
-        Path(spec.cwd, "filler").write_bytes(os.urandom(300 << 10))
-        await asyncio.Event().wait()
-        raise AssertionError("not reached")
-
-    async def judge(request: dict[str, Any], peer: socket.socket, timeout: float) -> Any:
-        await asyncio.sleep(0.01)
-        await controller.charge_neighbours(None, "making a work dir: No space left on device")
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     real_remove_shared = controller.remove_shared_files
 
@@ -779,8 +777,7 @@ def test_the_candidate_is_killed_before_shared_folders_are_cleaned_on_the_runtim
         events.append("uid killed")
         return set()
 
-    monkeypatch.setattr(controller.runner, "run", candidate_run)
-    monkeypatch.setattr(controller.judges, "judge", judge)
+    candidate_fills_then_judge_finds_no_room(controller, monkeypatch)
     monkeypatch.setattr(controller, "remove_shared_files", remove_shared_files)
     monkeypatch.setattr(controller_module, "kill_uid", kill_uid)
     monkeypatch.setattr(controller_module, "sigkill_uid", sigkill_uid)
