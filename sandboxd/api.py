@@ -102,8 +102,14 @@ class DecodeErrors(grpc.aio.ServerInterceptor):
             async def unary_stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
                 if isinstance(request, _Undecodable):
                     await refuse(request, context)
-                async for response in stream(request, context):
-                    yield response
+                responses = stream(request, context)
+                try:
+                    async for response in responses:
+                        yield response
+                finally:
+                    # Closed with this one (a cancelled or abandoned stream), not whenever it is collected:
+                    # RunBatch withdraws its jobs in its own `finally`.
+                    await responses.aclose()
 
             return grpc.unary_stream_rpc_method_handler(unary_stream, request_deserializer=decode_or_mark,
                                                         response_serializer=handler.response_serializer)
