@@ -72,17 +72,30 @@ class DecodeErrors(grpc.aio.ServerInterceptor):
     answers come from an async generator.
     """
 
+    def __init__(self) -> None:
+        # Our handlers are fixed once the server starts: each is wrapped once, not per call.
+        self._wrapped: dict[str, grpc.RpcMethodHandler] = {}
+
     async def intercept_service(
         self,
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
+        method = handler_call_details.method
+        wrapped = self._wrapped.get(method)
+        if wrapped is not None:
+            return wrapped
         handler = await continuation(handler_call_details)
         # Ours only: health's Watch streams through context.write, not a generator, and
         # reflection streams requests.
         if (handler is None or handler.request_streaming or handler.request_deserializer is None
-                or not handler_call_details.method.startswith(OUR_METHODS)):
+                or not method.startswith(OUR_METHODS)):
             return handler
+        self._wrapped[method] = wrapped = self._wrap(handler, method)
+        return wrapped
+
+    @staticmethod
+    def _wrap(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
         decode = handler.request_deserializer
 
         def decode_or_mark(data: bytes) -> Any:
@@ -93,8 +106,7 @@ class DecodeErrors(grpc.aio.ServerInterceptor):
 
         async def refuse(request: _Undecodable, context: grpc.aio.ServicerContext) -> None:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                status_details(f"the request is not a valid {handler_call_details.method} "
-                                               f"message: {request.error}"))
+                                status_details(f"the request is not a valid {method} message: {request.error}"))
 
         if handler.response_streaming:
             stream = handler.unary_stream
@@ -168,12 +180,7 @@ class _ResultWindow:
 
 def batch_window_jobs(daemon: Daemon) -> int:
     """Twice the job slots of every job pool at its largest: a reading client's batch always keeps them busy."""
-    slots = 0
-    for pool in daemon.pools.values():
-        if pool.kind == "sessions":
-            continue
-        size = pool.target if isinstance(pool, RewardModelPool) else daemon.config.pool.size_limit
-        slots += size * pool.capacity
+    slots = sum(pool.most_sandboxes * pool.capacity for pool in daemon.pools.values() if pool.kind != "sessions")
     return max(MIN_BATCH_WINDOW_JOBS, 2 * slots)
 
 

@@ -193,7 +193,7 @@ class Pool:
         return max(floor, min(pool.size_limit, wanted))
 
     @property
-    def _ceiling(self) -> int:
+    def most_sandboxes(self) -> int:
         """The most sandboxes the pool may hold, starting ones included."""
         if self.kind == "sessions":
             return self.config.sessions.max_sandboxes
@@ -308,7 +308,7 @@ class Pool:
         # A full sandbox (mark_full) takes no job until its space is back: it
         # does not count towards the target, but does towards the ceiling.
         live = sum(1 for s in self.ready if not s.full) + self.starting
-        room = self._ceiling - len(self.ready) - self.starting
+        room = self.most_sandboxes - len(self.ready) - self.starting
         for _ in range(min(target - live, room)):
             self.starting += 1
             self._spawn(self._add_one())

@@ -207,6 +207,10 @@ class RewardModelPool(Pool):
         return len(self.attachments)
 
     @property
+    def most_sandboxes(self) -> int:
+        return len(self.attachments)
+
+    @property
     def min_ready(self) -> int:
         return 1
 

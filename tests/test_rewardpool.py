@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 from pathlib import Path
@@ -210,3 +211,18 @@ def test_reward_model_result_is_normalised_and_never_nan() -> None:
     assert (broken.status, broken.reward) == (pb.STATUS_INTERNAL, -1.0)
     oom = jobs.to_result(prepared, {"status": "memory_limit", "limit": "memory", "message": "CUDA out of memory"}, 1)
     assert (oom.status, oom.limit_hit, oom.reward) == (pb.STATUS_MEMORY_LIMIT, pb.LIMIT_MEMORY, -1.0)
+
+
+def test_a_model_starts_all_its_sandboxes_whatever_the_job_pools_ceiling(tmp_path: Path) -> None:
+    """pool.max_size caps the job pools; a reward model's sandboxes are its own count (regression: capped at 2)."""
+    pool = make_pool(config.ModelConfig(path=str(tmp_path), sandboxes=6, device="cpu"), "cpu", tmp_path)
+    pool.config.pool.max_size = 2
+    started: list[int] = []
+
+    async def add_one() -> None:
+        started.append(1)
+        pool.starting -= 1
+
+    pool._add_one = add_one  # type: ignore[method-assign]
+    asyncio.run(pool._reconcile())
+    assert (pool.most_sandboxes, len(started)) == (6, 6)
