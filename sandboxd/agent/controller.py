@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import concurrent.futures
 import contextlib
 import ctypes
 import errno
@@ -27,6 +28,7 @@ import signal
 import socket
 import stat
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Awaitable, Callable, Iterable
@@ -400,11 +402,12 @@ class Controller:
             rlimits=dict(DEFAULT_RLIMITS, nproc=512), env=self.env(workdir, program.get("env")),
         )
         outcome = await self.runner.run(spec)
-        if (outcome.exit_code and not outcome.killed_for and NO_SPACE in (outcome.stderr + outcome.stdout).lower()
-                and await _off_loop(starved, WORK_ROOT, workdir)):
+        if outcome.exit_code and not outcome.killed_for and NO_SPACE in (outcome.stderr + outcome.stdout).lower():
             # The compiler's words are the candidate's to write (`#error No space left on device`):
-            # only a /tmp that really left this job no room makes them an excuse.
-            await self.charge_neighbours(workdir, "compiling")
+            # only a /tmp that really left this job no room, the others holding it, makes them an excuse.
+            usage = await _off_loop(TmpUsage.read, WORK_ROOT, workdir)
+            if usage.starved() and usage.others_hold():
+                raise SandboxFull("/tmp of the sandbox is full (compiling); other runs hold its space")
         output = _preview(outcome.stderr + outcome.stdout, 8192)
         if outcome.killed_for == "wall_time":
             return False, f"compilation timed out after {spec.timeout:g} s\n{output}", outcome.wall_seconds
@@ -440,10 +443,6 @@ class Controller:
         runs: list[RunOutcome] = []
         try:
             result = await body(job, uid, runs)
-        except BaseException:
-            self.release_later(uid, runs)
-            raise
-        try:
             await self.remove_shared_files(uid)
         except BaseException:
             self.release_later(uid, runs)
@@ -534,23 +533,12 @@ class Controller:
             )
             request = {"plan_kind": plan["kind"], "harness": dict(job["harness"], call_timeout=limits["timeout"])}
             candidate_task = asyncio.ensure_future(self.runner.run(candidate))
+            no_room: SandboxFull | None = None
             try:
                 judged, verdict, message = await self.judges.judge(request, judge_end, timeout)
-            except SandboxFull:
-                candidate_task.cancel()
-                await asyncio.wait((candidate_task,))
-                # A cancelled run kills nothing, and shared folders are cleaned
-                # right after a return: nothing of the candidate may act past here.
-                await kill_uid(uid, self.reap)
-                # The judge's look counted the candidate's files as others'. A
-                # candidate that itself holds NEIGHBOURS_SHARE of /tmp, while the
-                # others do not, filled it: it must not be retried (its answer
-                # spared) for that. Anything else is the neighbours' doing, though
-                # they may have left since.
-                if not await _off_loop(filled_alone, WORK_ROOT, workdir):
-                    raise
-                return _code_result([], plan["total"], status="runtime_error",
-                                    message="the program filled /tmp before its tests could start")
+            except SandboxFull as exc:
+                # The candidate ends as below, so that nothing of it acts once this returns.
+                no_room, judged, verdict, message = exc, "", None, ""
             except BaseException:
                 candidate_task.cancel()
                 raise
@@ -566,6 +554,16 @@ class Controller:
         finally:
             candidate_end.close()
             judge_end.close()
+        if no_room is not None:
+            # The judge's look counted the candidate's files as others'. A
+            # candidate that itself holds NEIGHBOURS_SHARE of /tmp, while the
+            # others do not, filled it: it must not be retried (its answer
+            # spared) for that. Anything else is the neighbours' doing, though
+            # they may have left since.
+            if not (await _off_loop(TmpUsage.read, WORK_ROOT, workdir)).filled_alone():
+                raise no_room
+            return _code_result([], plan["total"], status="runtime_error",
+                                message="the program filled /tmp before its tests could start")
         if judged == "timeout":
             return _code_result([], plan["total"], status="timeout", limit="wall_time", message=message)
         if judged != "ok" or not isinstance(verdict, dict):
@@ -814,21 +812,35 @@ _T = TypeVar("_T")
 
 
 async def _off_loop(call: Callable[..., _T], *args: Any) -> _T:
-    """`call(*args)` in a thread, off the event loop; on the loop where no thread can start.
+    """`call(*args)`, once, in a thread, off the event loop; on the loop where no thread can start.
 
     A thread counts against the sandbox's pids limit, which concurrent runs
-    can fill: a removal that failed for that retired the whole sandbox.
+    can fill: a removal that failed for that retired the whole sandbox. The
+    executor queues the call before it starts a thread, so when the start
+    fails the call is still queued: whichever of the loop and a worker comes
+    first runs it, and the other only waits for its result (run twice, a
+    removal hit a folder that was by then another job's).
     """
-    loop = asyncio.get_running_loop()
+    outcome: concurrent.futures.Future[_T] = concurrent.futures.Future()
+    claim = threading.Lock()
+
+    def once() -> None:
+        if not claim.acquire(blocking=False):
+            return
+        try:
+            outcome.set_result(call(*args))
+        except BaseException as exc:
+            outcome.set_exception(exc)
+
     try:
-        future = loop.run_in_executor(None, call, *args)
+        asyncio.get_running_loop().run_in_executor(None, once)
     except RuntimeError:  # "can't start new thread"
-        return call(*args)
-    return await future
+        once()
+    return await asyncio.wrap_future(outcome)
 
 
 # Of a run's memory limit, what a managed runtime's heap may take: the rest is
-# its code, stacks and collector (a JVM's non-heap is 30-60 MB here).
+# its code, stacks and collector.
 HEAP_SHARE = 0.75
 
 
@@ -844,7 +856,9 @@ def _sized_to(argv: list[str], limit: int, env: dict[str, str]) -> list[str]:
         return [argv[0], f"-XX:MaxRAM={limit}", f"-XX:MaxRAMPercentage={HEAP_SHARE * 100:g}", *argv[1:]]
     if argv[0] == "node":
         return [argv[0], f"--max-old-space-size={max(16, int(limit * HEAP_SHARE) >> 20)}", *argv[1:]]
-    env["GOMEMLIMIT"] = f"{limit}B"  # a soft limit: the collector works harder near it
+    # A soft limit on the runtime's own memory, which the binary's pages come on top of: at the full limit a
+    # loaded host's run peaked 1 MiB over it.
+    env["GOMEMLIMIT"] = f"{int(limit * HEAP_SHARE)}B"
     return argv
 
 
@@ -873,44 +887,54 @@ def usage_of(folder: str) -> tuple[int, int]:
     return total_bytes, entries
 
 
+@dataclass(frozen=True)
+class TmpUsage:
+    """One look at a file system (/tmp): its size and entries, what is used, and what the folder `own` holds of it.
+
+    A file system with no cap on bytes or entries (size or nr_inodes 0) is
+    never counted full on that one.
+    """
+
+    size: int
+    used_bytes: int
+    entries: int
+    used_entries: int
+    own_bytes: int = 0
+    own_entries: int = 0
+
+    @classmethod
+    def read(cls, root: str, own: str | None = None) -> TmpUsage:
+        """The usage of `root`'s file system; `own` is walked (a thread's work: up to tmpfs_inodes entries)."""
+        fs = os.statvfs(root)
+        own_bytes, own_entries = usage_of(own) if own else (0, 0)
+        return cls(fs.f_blocks * fs.f_frsize, (fs.f_blocks - fs.f_bfree) * fs.f_frsize, fs.f_files,
+                   fs.f_files - fs.f_ffree, own_bytes, own_entries)
+
+    def _reaches(self, nbytes: int, entries: int, share: float) -> bool:
+        return (self.size > 0 and nbytes >= share * self.size) or (self.entries > 0 and entries >= share * self.entries)
+
+    def others_hold(self) -> bool:
+        """Whether what is outside `own` takes NEIGHBOURS_SHARE of the bytes or the entries."""
+        return self._reaches(self.used_bytes - self.own_bytes, self.used_entries - self.own_entries, NEIGHBOURS_SHARE)
+
+    def filled_alone(self) -> bool:
+        """Whether `own` takes NEIGHBOURS_SHARE of the bytes or entries, and the rest does not."""
+        return self._reaches(self.own_bytes, self.own_entries, NEIGHBOURS_SHARE) and not self.others_hold()
+
+    def starved(self) -> bool:
+        """Whether what is free plus what `own` holds is under STARVED_SHARE (bytes or entries).
+
+        A compile that got ENOSPC with more than that within reach ran out of
+        its own accord, or only says it did.
+        """
+        free_bytes, free_entries = self.size - self.used_bytes, self.entries - self.used_entries
+        return ((self.size > 0 and free_bytes + self.own_bytes < STARVED_SHARE * self.size)
+                or (self.entries > 0 and free_entries + self.own_entries < STARVED_SHARE * self.entries))
+
+
 def neighbours_hold(root: str, own: str | None) -> bool:
-    """Whether what is on `root`'s file system outside the folder `own` takes NEIGHBOURS_SHARE of its bytes or entries.
-
-    A file system with no cap on one of them (size or nr_inodes 0) is not
-    counted full on that one.
-    """
-    fs = os.statvfs(root)
-    own_bytes, own_entries = usage_of(own) if own else (0, 0)
-    size = fs.f_blocks * fs.f_frsize
-    other_bytes = (fs.f_blocks - fs.f_bfree) * fs.f_frsize - own_bytes
-    other_entries = fs.f_files - fs.f_ffree - own_entries
-    return ((size > 0 and other_bytes >= NEIGHBOURS_SHARE * size)
-            or (fs.f_files > 0 and other_entries >= NEIGHBOURS_SHARE * fs.f_files))
-
-
-def filled_alone(root: str, own: str) -> bool:
-    """Whether `own` takes NEIGHBOURS_SHARE of `root`'s file system (bytes or entries) and the rest does not."""
-    fs = os.statvfs(root)
-    own_bytes, own_entries = usage_of(own)
-    size = fs.f_blocks * fs.f_frsize
-    used_bytes, used_entries = size - fs.f_bfree * fs.f_frsize, fs.f_files - fs.f_ffree
-    others_hold = ((size > 0 and used_bytes - own_bytes >= NEIGHBOURS_SHARE * size)
-                   or (fs.f_files > 0 and used_entries - own_entries >= NEIGHBOURS_SHARE * fs.f_files))
-    holds = ((size > 0 and own_bytes >= NEIGHBOURS_SHARE * size)
-             or (fs.f_files > 0 and own_entries >= NEIGHBOURS_SHARE * fs.f_files))
-    return holds and not others_hold
-
-
-def starved(root: str, own: str) -> bool:
-    """Whether the space left on `root`'s file system plus what `own` holds is under STARVED_SHARE (bytes or entries).
-
-    A compile that got ENOSPC with more than that within reach ran out of
-    its own accord, or only says it did.
-    """
-    fs = os.statvfs(root)
-    own_bytes, own_entries = usage_of(own)
-    return ((fs.f_blocks > 0 and fs.f_bfree * fs.f_frsize + own_bytes < STARVED_SHARE * fs.f_blocks * fs.f_frsize)
-            or (fs.f_files > 0 and fs.f_ffree + own_entries < STARVED_SHARE * fs.f_files))
+    """Whether what is on `root`'s file system outside the folder `own` takes NEIGHBOURS_SHARE of it."""
+    return TmpUsage.read(root, own).others_hold()
 
 
 def has_room(root: str) -> bool:

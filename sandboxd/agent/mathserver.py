@@ -160,8 +160,7 @@ class MathServers:
 
         def kill() -> None:
             # Withdrawn (its caller gave up): the server dies as at a deadline, and is replaced.
-            exited = server.worker.exited
-            if exited is not None and not exited.done():
+            if server.worker.alive:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(server.worker.pid, signal.SIGKILL)
 

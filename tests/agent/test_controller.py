@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import concurrent.futures
 import errno
 import json
 import os
+import signal
 import socket
 import threading
 import types
@@ -679,14 +681,23 @@ def test_a_request_is_answered_while_a_release_waits_for_the_uids_processes(
     assert uid in controller.uids._free
 
 
+async def until_the_judge_hangs_up(spec: runner.RunSpec) -> runner.RunOutcome:
+    """A stand-in candidate run: it lasts until the judge's end of its socket closes, as a real candidate's does."""
+    assert spec.peer is not None
+    spec.peer.setblocking(False)
+    while await asyncio.get_running_loop().sock_recv(spec.peer, 1):
+        pass
+    return runner.RunOutcome(wait_status=signal.SIGKILL, stdout=b"", stderr=b"", stdout_truncated=False,
+                             stderr_truncated=False, killed_for="", wall_seconds=0.0, cpu_seconds=0.0, max_rss_bytes=0)
+
+
 def candidate_fills_then_judge_finds_no_room(controller: controller_module.Controller,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """The candidate writes 300 KiB (75 of fake_tmp's 100 pages) and runs on; its judge then cannot make a work dir."""
 
     async def candidate_run(spec: runner.RunSpec, *, settle: bool = True) -> runner.RunOutcome:
         Path(spec.cwd, "filler").write_bytes(os.urandom(300 << 10))
-        await asyncio.Event().wait()
-        raise AssertionError("not reached")
+        return await until_the_judge_hangs_up(spec)
 
     async def judge(request: dict[str, Any], peer: socket.socket, timeout: float) -> Any:
         await asyncio.sleep(0.01)
@@ -722,8 +733,8 @@ JUDGED_JOB = dict(EXECUTE, kind="code", plan={"kind": "function", "total": 2, "s
 def test_an_innocent_candidate_is_not_charged_when_the_neighbour_leaves_between_the_two_looks(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A neighbour took every entry of /tmp; this job's judge could not make its work dir (SandboxFull). The
-    candidate wrote nothing. The neighbour's job ends (its files removed) before _python_harness's second look:
-    the candidate is answered runtime_error "the program filled /tmp" -- a wrong verdict for an innocent job."""
+    candidate wrote nothing, and the neighbour's job ends (its files removed) before _python_harness's second look.
+    The job goes elsewhere; it was answered runtime_error "the program filled /tmp", a wrong verdict."""
     controller = bare_controller(tmp_path, monkeypatch)
     root = str(tmp_path / "work")
     looks = {"n": 0}
@@ -739,8 +750,7 @@ def test_an_innocent_candidate_is_not_charged_when_the_neighbour_leaves_between_
     monkeypatch.setattr(controller_module.os, "statvfs", statvfs)
 
     async def candidate_run(spec: runner.RunSpec, *, settle: bool = True) -> runner.RunOutcome:
-        await asyncio.Event().wait()  # writes nothing
-        raise AssertionError("not reached")
+        return await until_the_judge_hangs_up(spec)  # writes nothing
 
     async def judge(request: dict[str, Any], peer: socket.socket, timeout: float) -> Any:
         # As JudgeServer.start -> make_workdir: mkdir got ENOSPC before the candidate ran at all.
@@ -755,10 +765,9 @@ def test_an_innocent_candidate_is_not_charged_when_the_neighbour_leaves_between_
 
 def test_the_candidate_is_killed_before_shared_folders_are_cleaned_on_the_runtime_error_path(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The commit's own scenario (a candidate that filled /tmp before its judge started). candidate_task.cancel()
-    does not kill the candidate's worker (Runner.run kills nothing on cancellation), yet the job returns normally:
-    _under_own_uid removes the uid's files from /dev/shm & co. and then release_later(shared_files_removed=True)
-    kills the uid. Anything the still-running candidate writes to /dev/shm in between survives for later jobs."""
+    """A candidate that filled /tmp before its judge started is answered runtime_error, and its uid is killed before
+    _under_own_uid removes its files from /dev/shm & co.: killed after (a cancelled run kills nothing), what it wrote
+    to /dev/shm in between stayed for later jobs."""
     controller = bare_controller(tmp_path, monkeypatch)
     fake_tmp(monkeypatch, tmp_path / "work", entries=(1000, 990), pages=(100, 0))
     events: list[str] = []
@@ -790,8 +799,8 @@ def test_a_compile_error_that_merely_says_no_space_is_not_sent_elsewhere(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`#error No space left on device` (or a string constant in any type error) puts the phrase in the compiler's
     output. With a legitimate neighbour holding half of /tmp's entries but /tmp far from full (no ENOSPC anywhere),
-    the candidate's compile_error is turned into {"full": true}: a free retry for it, and the sandbox taken out of
-    service (room stays false while the neighbour holds half; replaced after 10 s)."""
+    the candidate keeps its compile_error; taken at its word, it became {"full": true}: a free retry, and the
+    sandbox taken out of service (room stays false while the neighbour holds half; replaced after 10 s)."""
     controller = bare_controller(tmp_path, monkeypatch)
     fake_tmp(monkeypatch, tmp_path / "work", entries=(1000, 480), pages=(1000, 1000))  # half the entries, no bytes
 
@@ -815,7 +824,7 @@ def test_runs_without_an_address_space_limit_are_held_by_their_peak_memory(
     go = {"language": "go", "run": ["./main"], "address_space_limit": False}
     spec = controller._program_spec(go, limits, TEST_FIRST_UID, str(tmp_path), b"", [])
     assert spec.peak_memory_limit == 256 << 20 and "as_extra" not in spec.rlimits
-    assert spec.env["GOMEMLIMIT"] == f"{256 << 20}B"
+    assert spec.env["GOMEMLIMIT"] == f"{192 << 20}B"
     java = {"language": "java", "run": ["java", "-cp", ".", "Main"], "address_space_limit": False}
     spec = controller._program_spec(java, limits, TEST_FIRST_UID, str(tmp_path), b"", ["x"])
     assert spec.argv == ["java", f"-XX:MaxRAM={256 << 20}", "-XX:MaxRAMPercentage=75", "-cp", ".", "Main", "x"]
@@ -825,3 +834,29 @@ def test_runs_without_an_address_space_limit_are_held_by_their_peak_memory(
     c = {"language": "c", "run": ["./main"]}
     spec = controller._program_spec(c, limits, TEST_FIRST_UID, str(tmp_path), b"", [])
     assert spec.peak_memory_limit == 0 and spec.rlimits["as_extra"] == 256 << 20 and "GOMEMLIMIT" not in spec.env
+
+
+def test_a_call_off_the_loop_runs_once_when_no_thread_can_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The executor queues a call before it starts a thread: when the start failed, the loop ran the call and a
+    worker that came free later ran it again (a removal then hit a folder that was another job's by then)."""
+    calls: list[int] = []
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        executor = concurrent.futures.ThreadPoolExecutor(max_workers=2)
+        loop.set_default_executor(executor)
+        busy = threading.Event()
+        holding = loop.run_in_executor(None, busy.wait)  # the one worker there is, busy
+
+        def no_thread(self: threading.Thread) -> None:
+            raise RuntimeError("can't start new thread")
+
+        monkeypatch.setattr(threading.Thread, "start", no_thread)
+        assert await controller_module._off_loop(calls.append, 1) is None
+        monkeypatch.undo()
+        busy.set()
+        await holding
+        executor.shutdown(wait=True)  # the worker has taken the queued call by now
+
+    asyncio.run(scenario())
+    assert calls == [1]
