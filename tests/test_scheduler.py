@@ -13,7 +13,7 @@ from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 from sandboxd import pool as pool_module
 from sandboxd.agent.protocol import ProtocolError, encode_frame, read_frame
 from sandboxd.config import Config
-from sandboxd.errors import SandboxFull, SandboxLost
+from sandboxd.errors import InvalidRequest, Overloaded, SandboxFull, SandboxLost
 from sandboxd.jobs import PreparedJob
 from sandboxd.pool import Pool
 from sandboxd.sandbox import Sandbox, Withdrawal
@@ -167,6 +167,7 @@ def test_a_sandbox_that_stays_full_is_replaced(monkeypatch: pytest.MonkeyPatch) 
         _scheduler, pool, sandbox = crowded_pool(monkeypatch, full_polls=10**9)
         pool.mark_full(sandbox)
         pool.mark_full(sandbox)  # a second job crowded out meanwhile: one watch
+        assert len(pool._tasks) == 1
         async with asyncio.timeout(5):
             while not sandbox.retiring:
                 await asyncio.sleep(0.005)
@@ -218,3 +219,21 @@ def test_a_request_too_large_for_a_frame_leaves_the_sandbox_undamaged(monkeypatc
     with pytest.raises(ProtocolError):
         asyncio.run(sandbox.run({"kind": "execute", "stdin": "x" * 4096}, timeout=5))
     assert not sandbox.damaged
+
+
+def test_admitted_jobs_count_against_the_queue_until_they_start() -> None:
+    """A batch's jobs start a moment after admission: counted only once queued, concurrent batches were all admitted
+    (19,998 jobs queued against a limit of 8,192)."""
+    pool, _ = one_slot_pool()
+    config = Config()
+    config.scheduler.max_queued = 400
+    scheduler = Scheduler({"python": pool}, config)
+    first = [job(i) for i in range(250)]
+    scheduler.admit(first)
+    with pytest.raises(Overloaded):
+        scheduler.admit([job(i) for i in range(250)])
+    for item in first:  # they start (Scheduler.run), or their stream ends
+        scheduler.unreserve(item)
+    scheduler.admit([job(i) for i in range(250)])
+    with pytest.raises(InvalidRequest, match="max_queued=400"):
+        scheduler.admit([job(i) for i in range(401)])  # never admissible: not a retry hint

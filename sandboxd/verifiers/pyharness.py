@@ -1041,9 +1041,10 @@ def run_tests(
     always, in a fresh namespace; executes ``assert_code``; calls
     ``check(<entry_point proxy>)`` if it defined ``check``; runs the
     ``unittest.TestCase`` classes it defined; calls the pytest-style
-    ``test*`` functions it defined (those without parameters), except, when
-    something already called the candidate, those its code refers to by name
-    (it calls them itself). Meanwhile ``import solution`` (KodCode's
+    ``test*`` functions and ``Test*`` classes' methods it defined, as pytest
+    would (parametrized ones once per parameter set; those needing fixtures,
+    skipped or xfail are not called), except those its code refers to by name
+    when something already called the candidate (it calls them itself). Meanwhile ``import solution`` (KodCode's
     ``from solution import f``) gives a module of the candidate's names as
     proxies, removed from ``sys.modules`` again when the tests end (see
     :func:`_candidate_module`). Any exception fails the test, and so does never

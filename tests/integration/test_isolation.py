@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import platform
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -328,45 +330,52 @@ LINK_MAKER = ("import errno, os, socket, time\nos.chdir({where!r})\nos.mkdir(f'l
 INNOCENT = "import socket, time\ntime.sleep(4)\nprint(socket.gethostname())"
 
 
-def test_hard_links_stop_at_the_entry_cap_and_a_concurrent_job_is_answered(tmp_path: Path) -> None:
-    """tmpfs caps bytes, not entries, and a hard link takes none: a job made 2.5 million links of one file, whose
-    removal on the agent's event loop made a concurrent 1 s job time out, and the sandbox was lost (red-team).
-    Now /tmp and /dev/shm hold at most sandbox.tmpfs_inodes entries each, and removals run off the loop.
-    One sandbox of two slots, so that the innocent job runs beside the link maker."""
-    daemon = DaemonProcess(tmp_path, "links", extra_env={
+@contextlib.contextmanager
+def one_sandbox_of_two_slots(tmp_path: Path, name: str) -> Iterator[tuple[DaemonProcess, grpc.Channel]]:
+    """A daemon whose python pool is one sandbox of two slots (so two jobs share it), and a channel to it."""
+    daemon = DaemonProcess(tmp_path, name, extra_env={
         "SANDBOXD_POOL_MATH": "false", "SANDBOXD_POOL_IMAGES": "python", "SANDBOXD_SESSIONS_ENABLED": "false",
         "SANDBOXD_POOL_MIN_SIZE": "1", "SANDBOXD_POOL_MAX_SIZE": "1", "SANDBOXD_POOL_JOBS_PER_SANDBOX": "2"})
     try:
         daemon.wait_serving()
         with grpc.insecure_channel(daemon.address) as channel:
             helpers.pool_settled(pb_grpc.PoolStub(channel), "python", 1)
-            # In a restored sandbox (pool.restore = always here, where snapshots work) too: CRIU remounts
-            # the template's tmpfs with the options it was dumped with.
-            capped = outcome(channel, "import os\nprint(os.statvfs('/tmp').f_files, os.statvfs('/dev/shm').f_files)")
-            assert capped.execute.stdout.split() == [str(config.DEFAULT_TMPFS_INODES).encode()] * 2, capped
-            for where in (".", "/dev/shm"):
-                innocent: list[pb.JobResult] = []
-                running = threading.Thread(
-                    target=lambda answers=innocent: answers.append(outcome(channel, INNOCENT, timeout=30)))
-                running.start()
-                # The innocent job has its work dir before the link maker takes every entry.
-                time.sleep(1.0)
-                maker = outcome(channel, LINK_MAKER.format(where=where), timeout=60)
-                running.join(120)
-                assert maker.status == pb.STATUS_OK and maker.attempts == 1, maker
-                made, why, maker_host = maker.execute.stdout.decode().split()
-                assert why == "ENOSPC" and int(made) < config.DEFAULT_TMPFS_INODES, (where, made, why)
-                (answered,) = innocent
-                assert answered.status == pb.STATUS_OK and answered.attempts == 1, answered
-                assert answered.execute.stdout.decode().strip() == maker_host, "the two jobs ran in two sandboxes"
-                # The links are gone once the maker's uid is released: a new job can make files again.
-                follow_up = outcome(channel, "import socket\nopen('x', 'w').write('ok')\nprint(socket.gethostname())")
-                assert follow_up.status == pb.STATUS_OK and follow_up.attempts == 1, follow_up
-                assert follow_up.execute.stdout.decode().strip() == maker_host
-            assert outcome(channel, "import os\nprint(sorted(n for n in os.listdir('/dev/shm') if "
-                                    "n.startswith('links-')))").execute.stdout == b"[]\n"
+            yield daemon, channel
     finally:
         assert daemon.stop() == 0
+
+
+def test_hard_links_stop_at_the_entry_cap_and_a_concurrent_job_is_answered(tmp_path: Path) -> None:
+    """tmpfs caps bytes, not entries, and a hard link takes none: a job made 2.5 million links of one file, whose
+    removal on the agent's event loop made a concurrent 1 s job time out, and the sandbox was lost (red-team).
+    Now /tmp and /dev/shm hold at most sandbox.tmpfs_inodes entries each, and removals run off the loop.
+    One sandbox of two slots, so that the innocent job runs beside the link maker."""
+    with one_sandbox_of_two_slots(tmp_path, "links") as (_, channel):
+        # In a restored sandbox (pool.restore = always here, where snapshots work) too: CRIU remounts
+        # the template's tmpfs with the options it was dumped with.
+        capped = outcome(channel, "import os\nprint(os.statvfs('/tmp').f_files, os.statvfs('/dev/shm').f_files)")
+        assert capped.execute.stdout.split() == [str(config.DEFAULT_TMPFS_INODES).encode()] * 2, capped
+        for where in (".", "/dev/shm"):
+            innocent: list[pb.JobResult] = []
+            running = threading.Thread(
+                target=lambda answers=innocent: answers.append(outcome(channel, INNOCENT, timeout=30)))
+            running.start()
+            # The innocent job has its work dir before the link maker takes every entry.
+            time.sleep(1.0)
+            maker = outcome(channel, LINK_MAKER.format(where=where), timeout=60)
+            running.join(120)
+            assert maker.status == pb.STATUS_OK and maker.attempts == 1, maker
+            made, why, maker_host = maker.execute.stdout.decode().split()
+            assert why == "ENOSPC" and int(made) < config.DEFAULT_TMPFS_INODES, (where, made, why)
+            (answered,) = innocent
+            assert answered.status == pb.STATUS_OK and answered.attempts == 1, answered
+            assert answered.execute.stdout.decode().strip() == maker_host, "the two jobs ran in two sandboxes"
+            # The links are gone once the maker's uid is released: a new job can make files again.
+            follow_up = outcome(channel, "import socket\nopen('x', 'w').write('ok')\nprint(socket.gethostname())")
+            assert follow_up.status == pb.STATUS_OK and follow_up.attempts == 1, follow_up
+            assert follow_up.execute.stdout.decode().strip() == maker_host
+        assert outcome(channel, "import os\nprint(sorted(n for n in os.listdir('/dev/shm') if "
+                                "n.startswith('links-')))").execute.stdout == b"[]\n"
 
 
 # Takes every entry of /tmp (hard links of one file in its work dir), says so with the time, holds them, then fails
@@ -381,34 +390,26 @@ def test_a_job_crowded_out_of_tmp_by_its_neighbour_is_retried_not_charged(tmp_pa
     """A job that took every entry of the sandbox's /tmp made a concurrent job's work dir fail with ENOSPC, which
     answered that innocent job INTERNAL. Now it runs again, once the sandbox has room (here the only one: it is given
     no job meanwhile), and is scored; the filler gets its own ENOSPC. One sandbox of two slots."""
-    daemon = DaemonProcess(tmp_path, "crowd", extra_env={
-        "SANDBOXD_POOL_MATH": "false", "SANDBOXD_POOL_IMAGES": "python", "SANDBOXD_SESSIONS_ENABLED": "false",
-        "SANDBOXD_POOL_MIN_SIZE": "1", "SANDBOXD_POOL_MAX_SIZE": "1", "SANDBOXD_POOL_JOBS_PER_SANDBOX": "2"})
-    try:
-        daemon.wait_serving()
-        with grpc.insecure_channel(daemon.address) as channel:
-            helpers.pool_settled(pb_grpc.PoolStub(channel), "python", 1)
-            filler: list[pb.JobResult] = []
-            filling = threading.Thread(target=lambda: filler.append(outcome(channel, ENTRY_FILLER, timeout=30)))
-            filling.start()
-            time.sleep(2.0)  # 65,536 links take well under a second; checked below from the filler's own clock
-            submitted = time.time()
-            tests = {"inputs": ["3\n", "5\n"], "outputs": ["6\n", "10\n"]}
-            innocent = helpers.run(channel, helpers.code(DOUBLE, tests))
-            filling.join(120)
-            (filled,) = filler
-            why, links, filled_at = filled.execute.stdout.split()
-            assert why == b"ENOSPC" and float(filled_at) < submitted, ("the filler was not done first", filled)
-            assert int(links) > config.DEFAULT_TMPFS_INODES // 2, filled
-            assert (filled.status, filled.attempts) == (pb.STATUS_RUNTIME_ERROR, 1), filled
-            assert b"No space left on device" in filled.execute.stderr
-            assert (innocent.status, innocent.reward, innocent.attempts) == (pb.STATUS_OK, 1.0, 2), innocent
-            assert innocent.code.tests_passed == 2
-            follow_up = outcome(channel, "open('x', 'w').write('ok')\nprint(open('x').read())")
-            assert (follow_up.status, follow_up.attempts, follow_up.execute.stdout) == (pb.STATUS_OK, 1, b"ok\n")
+    with one_sandbox_of_two_slots(tmp_path, "crowd") as (daemon, channel):
+        filler: list[pb.JobResult] = []
+        filling = threading.Thread(target=lambda: filler.append(outcome(channel, ENTRY_FILLER, timeout=30)))
+        filling.start()
+        time.sleep(2.0)  # 65,536 links take well under a second; checked below from the filler's own clock
+        submitted = time.time()
+        tests = {"inputs": ["3\n", "5\n"], "outputs": ["6\n", "10\n"]}
+        innocent = helpers.run(channel, helpers.code(DOUBLE, tests))
+        filling.join(120)
+        (filled,) = filler
+        why, links, filled_at = filled.execute.stdout.split()
+        assert why == b"ENOSPC" and float(filled_at) < submitted, ("the filler was not done first", filled)
+        assert int(links) > config.DEFAULT_TMPFS_INODES // 2, filled
+        assert (filled.status, filled.attempts) == (pb.STATUS_RUNTIME_ERROR, 1), filled
+        assert b"No space left on device" in filled.execute.stderr
+        assert (innocent.status, innocent.reward, innocent.attempts) == (pb.STATUS_OK, 1.0, 2), innocent
+        assert innocent.code.tests_passed == 2
+        follow_up = outcome(channel, "open('x', 'w').write('ok')\nprint(open('x').read())")
+        assert (follow_up.status, follow_up.attempts, follow_up.execute.stdout) == (pb.STATUS_OK, 1, b"ok\n")
         assert "replacing it" not in daemon.log_path.read_text(), "the sandbox was replaced, not waited for"
-    finally:
-        assert daemon.stop() == 0
 
 
 # Host-wide kernel counters and surface a job must not reach (red-team
