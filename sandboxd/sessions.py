@@ -209,17 +209,22 @@ class SessionManager:
         finally:
             session.busy = False
             session.last_used = time.monotonic()
+        # An agent that answers without a result (an error: a reply too large to send, a failure of its
+        # own) may still hold the session, its interpreter and whatever it started: it is told to end
+        # it. Left alone, those outlived the session, its uid was never given back, and a cell could
+        # do that on purpose (16 MiB of control characters, which JSON sends as 96 MiB).
+        agent_holds_it = "result" not in reply
         result = reply.get("result") or {}
         status = str(result.get("status", "internal"))
         session.cells_run += 1
         alive = bool(result.get("alive", False))
-        message = str(result.get("message", ""))
+        message = str(result.get("message", "") or reply.get("error", ""))
         if status == "gone":
             status, alive = "internal", False
         if status == "busy":
             raise SessionBusy(message)
         if not alive:
-            await self._end(session, f"the session died: {message}", "died", tell_agent=False)
+            await self._end(session, f"the session died: {message}", "died", tell_agent=agent_holds_it)
         elif session.cells_run >= self.config.sessions.max_cells:
             alive = False
             message = (message + "; " if message else "") + \

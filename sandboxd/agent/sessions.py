@@ -21,10 +21,12 @@ import asyncio
 import contextlib
 import os
 import signal
+import stat
 import time
 from typing import TYPE_CHECKING, Any
 
 from sandboxd.agent.protocol import BadRequest
+from sandboxd.agent.repl import VALUE_PREVIEW_CHARS
 from sandboxd.agent.runner import OutputBudget, PipeReader, ResidentWorker, RunSpec, classify
 
 if TYPE_CHECKING:
@@ -36,6 +38,8 @@ CELL_DRAIN_SECONDS = 0.5
 # files_changed lists at most this many paths; the scan stops there too.
 MAX_SCANNED_ENTRIES = 2000
 RESULT_FRAME_BYTES = 1 << 20
+# repl.VALUE_PREVIEW_CHARS and the note on what was cut.
+MAX_VALUE_CHARS = VALUE_PREVIEW_CHARS + 64
 BASH_STATE_FILE = ".sandboxd-bash-state"
 # Restores the previous cell's state, runs the cell (from stdin, so that the
 # controller never writes into the session's folder), saves the state on any
@@ -71,31 +75,51 @@ def scan(workdir: str) -> dict[str, tuple[int, int]]:
     At most MAX_SCANNED_ENTRIES entries are looked at, folders included: the
     walk runs on the controller's event loop, and a tree of empty folders
     must not stall every other job of the sandbox.
+
+    The session's processes change the tree while it is walked, and the
+    controller may read any folder: a folder listed here and swapped for a
+    link to another session's folder before it was opened (renameat2's
+    RENAME_EXCHANGE, in a loop) had that folder's names in files_changed.
+    So each folder is opened without following a link and walked only if it
+    is still the folder (device and inode) that its parent listed.
     """
     found: dict[str, tuple[int, int]] = {}
-    stack = [workdir]
+    try:
+        info = os.stat(workdir, follow_symlinks=False)
+    except OSError:
+        return found
+    stack = [("", (info.st_dev, info.st_ino))]
     seen = 0
     while stack and seen < MAX_SCANNED_ENTRIES:
-        folder = stack.pop()
+        prefix, identity = stack.pop()
         try:
-            entries = os.scandir(folder)
+            path = os.path.join(workdir, prefix) if prefix else workdir
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:
             continue
-        with entries:
-            for entry in entries:
-                seen += 1
-                if seen > MAX_SCANNED_ENTRIES:
-                    break
-                try:
-                    if entry.is_dir(follow_symlinks=False):
-                        stack.append(entry.path)
+        try:
+            opened = os.fstat(fd)
+            if (opened.st_dev, opened.st_ino) != identity:
+                continue
+            with os.scandir(fd) as entries:
+                for entry in entries:
+                    seen += 1
+                    if seen > MAX_SCANNED_ENTRIES:
+                        break
+                    relpath = os.path.join(prefix, entry.name)
+                    try:
+                        # Relative to `fd`, the folder checked above.
+                        info = entry.stat(follow_symlinks=False)
+                    except OSError:
                         continue
-                    info = entry.stat(follow_symlinks=False)
-                except OSError:
-                    continue
-                relpath = os.path.relpath(entry.path, workdir)
-                if not relpath.startswith(BASH_STATE_FILE):
-                    found[relpath] = (info.st_mtime_ns, info.st_size)
+                    if stat.S_ISDIR(info.st_mode):
+                        stack.append((relpath, (info.st_dev, info.st_ino)))
+                    elif not relpath.startswith(BASH_STATE_FILE):
+                        found[relpath] = (info.st_mtime_ns, info.st_size)
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
     return found
 
 
@@ -219,8 +243,16 @@ class PythonSession(Session):
                   "stderr": bytes(stderr.data).decode("utf-8", "replace")}
         if reply is None:
             return dict(output, **self._died(interrupted_for, timeout))
+        if reply.get("seq") != self._seq:
+            # The interpreter answers each cell once, under its seq. Another frame was written to the
+            # results socket by a cell (which can forge its own result, but not this): every later cell
+            # would get the answer of the one before, so the session cannot go on.
+            self.close()
+            return dict(output, status="runtime_error", limit="", value="",
+                        message="a cell wrote to the session's results socket; the session was closed")
         status = str(reply.get("status", ""))
-        value = str(reply.get("value", ""))
+        # The interpreter cuts its values there; a forged result must not be longer (docs/sessions.md).
+        value = str(reply.get("value", ""))[:MAX_VALUE_CHARS]
         message = str(reply.get("message", ""))[:2000]
         if interrupted_for == "wall_time":
             return dict(output, status="timeout", limit="wall_time", value="",

@@ -1,0 +1,84 @@
+"""Red-team attacks on the agent's session code that need no sandbox (the real ones: integration)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sandboxd.agent import sessions
+from sandboxd.agent.sessions import scan
+
+
+class _SwapAfterListing:
+    """os.scandir that, once a listing of `target`'s parent is done, swaps `target` for a link to `elsewhere`.
+
+    What a session's background process does with renameat2(RENAME_EXCHANGE) in a loop, at the worst moment:
+    after the scan saw `target` as a folder, before it opened it.
+    """
+
+    def __init__(self, real: Any, parent: Path, target: Path, elsewhere: Path) -> None:
+        self.real, self.parent, self.target, self.elsewhere = real, parent, target, elsewhere
+        self.done = False
+
+    def __call__(self, path: Any) -> Any:
+        listing = self.real(path)
+        is_parent = os.path.samestat(os.stat(path), os.stat(self.parent))
+        swap = self._swap if is_parent and not self.done else None
+
+        class Listing:
+            def __enter__(self) -> Any:
+                return listing.__enter__()
+
+            def __exit__(self, *exc: object) -> None:
+                listing.__exit__(*exc)
+                if swap is not None:
+                    swap()
+
+            def __iter__(self) -> Any:
+                return iter(listing)
+
+        return Listing()
+
+    def _swap(self) -> None:
+        self.done = True
+        os.rename(self.target, self.target.with_name("moved"))
+        os.symlink(self.elsewhere, self.target)
+
+
+@pytest.mark.parametrize("swapped", ["d", "d/inner"])
+def test_scan_does_not_follow_a_folder_swapped_for_a_link(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          swapped: str) -> None:
+    """files_changed listed a neighbour's file names: a folder the scan had listed was swapped for a link to the
+    neighbour's folder before the scan opened it (red-team). A folder is now walked only if it is, by device and
+    inode, the one its parent listed, whatever path leads to it."""
+    neighbour = tmp_path / "neighbour"
+    (neighbour / "inner").mkdir(parents=True)
+    (neighbour / "TOPSECRET.txt").write_text("x")
+    (neighbour / "inner" / "TOPSECRET2.txt").write_text("x")
+    work = tmp_path / "work"
+    (work / "d" / "inner").mkdir(parents=True)
+    (work / "d" / "inner" / "mine.txt").write_text("m")
+    target = work / swapped
+    swapper = _SwapAfterListing(os.scandir, target.parent, target, neighbour)
+    monkeypatch.setattr(sessions.os, "scandir", swapper)
+    found = scan(str(work))
+    assert swapper.done
+    assert not [path for path in found if "TOPSECRET" in path], found
+
+
+def test_scan_still_finds_what_a_session_made(tmp_path: Path) -> None:
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "a" / "b" / "deep.txt").write_text("deep")
+    (tmp_path / "top.txt").write_text("t")
+    os.symlink("/etc", tmp_path / "a" / "link")
+    assert sorted(scan(str(tmp_path))) == ["a/b/deep.txt", "a/link", "top.txt"]
+
+
+def test_scan_of_a_workdir_that_is_a_link_finds_nothing(tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "f.txt").write_text("f")
+    os.symlink(tmp_path / "real", tmp_path / "link")
+    assert scan(str(tmp_path / "link")) == {}
