@@ -29,6 +29,10 @@ Input (gold vs answer)           Math-Verify                 Here
 ``1234567.8915``                 ``round(6)``)
 ``1000000`` vs ``1000001.0``     different                   different: against an integer the
                                                              tolerance is absolute
+``0.0000005`` vs ``0``           equal (``round(6)``)        different: never looser than the
+                                                             relative tolerance
+``10^{20}+1`` vs                 equal (``simplify`` of the  different: no symbolic fallback
+``1.0 \\times 10^{20}``           difference at 53 bits)      for an integer the float rounds
 ``4`` vs ``4\\sqrt(2)``           equal (#41: ``\\sqrt(2)``    ``\\sqrt(...)`` rewritten to
                                  normalised to ``4\\\\sqrt``)  ``\\sqrt{...}``; different
 ``3*x-1*y+13=0`` vs              equal (#60: plain text      whole extracted answer parsed as
@@ -54,6 +58,7 @@ from __future__ import annotations
 
 import contextvars
 import importlib.util
+import itertools
 import logging
 import math as _pymath
 import re
@@ -185,6 +190,26 @@ def _extract_boxed(text: str) -> str | None:
         if content is not None and content.strip():
             return content.strip()
     return None
+
+
+def _ground_truth_boxes(text: str) -> list[str]:
+    """Contents of the outermost well-formed, non-empty boxes of a ground truth, in order, once each.
+
+    A ground truth with several boxes ("the roots are \\boxed{2} and \\boxed{3}") has them all
+    in its answer, as Math-Verify reads it; the last one alone would reward a partial answer.
+    """
+    found: list[str] = []
+    end = 0
+    for m in itertools.islice(_BOX_RE.finditer(text), _MAX_BOX_TRIES):
+        if m.start() < end:
+            continue  # a box inside the previous one
+        content = _box_content(text, m.end())
+        if content is None or not content.strip():
+            continue
+        end = text.find(content, m.end()) + len(content)
+        if content.strip() not in found:
+            found.append(content.strip())
+    return found
 
 
 def _span_text(m: re.Match[str]) -> str:
@@ -572,15 +597,19 @@ def _normalize(s: str, *, single_number_gold: bool) -> str:
         # "1\,000", "1 000", "1{,}000": SI-style thousands separators.
         s = re.sub(r"\\[,!; ]|\{,\}|~|\s", "", s)
     compact = s.replace(" ", "") if re.fullmatch(r"[-\d ,.eE+]+", s) else s
+    # A comma and a space separate list items ("2, 5", and "2 or 5" rewritten above): never a
+    # decimal comma, or a hedged "2 or 5" would be the single number 2.5.
+    listed = bool(re.search(r",\s", s))
     if m := _SCI_RE.match(compact):
         s = f"{m.group(1)}\\times 10^{{{m.group(2)}}}"
     elif m := _MIXED_RE.match(s):
         s = f"{m.group(1)}{m.group(2)}\\frac{{{m.group(3)}}}{{{m.group(4)}}}"
-    elif single_number_gold and _DECIMAL_COMMA_RE.match(compact):
+    elif single_number_gold and not listed and _DECIMAL_COMMA_RE.match(compact):
         # "3,5" is 3.5 in much of the world; "1,234" stays a thousands separator.
         s = compact.replace(",", ".")
     elif (
         single_number_gold
+        and not listed
         and _EURO_THOUSANDS_RE.match(compact)
         and ("," in compact or compact.count(".") >= 2)
     ):
@@ -734,9 +763,11 @@ def _load() -> ModuleType:
         raise ImportError("cannot load math_verify.grader")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    if not hasattr(module, "sympy_numeric_eq"):  # pragma: no cover - future Math-Verify
-        raise ImportError("math_verify.grader.sympy_numeric_eq not found; update sandboxd")
+    for name in ("sympy_numeric_eq", "sympy_symbolic_eq"):
+        if not hasattr(module, name):  # pragma: no cover - future Math-Verify
+            raise ImportError(f"math_verify.grader.{name} not found; update sandboxd")
     module.sympy_numeric_eq = _numeric_eq  # type: ignore[attr-defined]
+    module.sympy_symbolic_eq = _symbolic_eq_for(module.sympy_symbolic_eq)  # type: ignore[attr-defined]
     _latex_cfg = LatexExtractionConfig(boxed_match_priority=0)
     _expr_cfg = ExprExtractionConfig()
     _grader = module
@@ -777,18 +808,17 @@ def _close(x: Any, y: Any, numeric_precision: int) -> bool:
     diff = abs(xv - yv)
     if diff == 0:
         return True
-    if x.is_Integer or y.is_Integer:
-        # Against an integer (a count, whichever side it is on) a decimal gets
-        # the tolerance as an absolute one, as Math-Verify's round(6): a
-        # relative one took 1000001.0 for 1000000 and 1.844674e19 for a
-        # 20-digit count.
-        try:
-            return bool(diff <= _float_tolerance.get() * (1 + 1e-9))
-        except TypeError:  # complex
-            return False
     scale = max(abs(xv), abs(yv))
     # Floats get the caller's tolerance; exact irrationals only need to agree to the precision.
     tol = _float_tolerance.get() if inexact else 10.0 ** (-numeric_precision)
+    if inexact and (x.is_Integer or y.is_Integer):
+        # Against an integer (a count, whichever side it is on) a decimal gets
+        # the tolerance as an absolute one, as Math-Verify's round(6): a
+        # relative one took 1000001.0 for 1000000 and 1.844674e19 for a
+        # 20-digit count. Never looser than the relative one, though: near 0
+        # an absolute 1e-6 took 0 for 0.0000005. (Exact irrationals keep the
+        # precision: with the float tolerance, 2 + pi/10^7 was 2.)
+        scale = min(scale, 1)
     try:
         return bool(diff <= scale * tol * (1 + 1e-9))
     except TypeError:  # complex comparisons
@@ -814,11 +844,48 @@ def _numeric_eq(a: Any, b: Any, float_rounding: int, numeric_precision: int) -> 
             )
         return False
     try:
-        xs = [_doit(a)] + ([p] if (p := _pct_value(a)) is not None else [])
-        ys = [_doit(b)] + ([p] if (p := _pct_value(b)) is not None else [])
+        pct_a, pct_b = _pct_value(a), _pct_value(b)
+        if pct_a is not None and pct_b is not None:
+            # Two percentages compare by value only: the cross terms below would take 1% for
+            # 100% (1 against 100% = 1) and 0.5% for 50%.
+            return _close(_doit(a), _doit(b), numeric_precision)
+        xs = [_doit(a)] + ([pct_a] if pct_a is not None else [])
+        ys = [_doit(b)] + ([pct_b] if pct_b is not None else [])
         return any(_close(x, y, numeric_precision) for x in xs for y in ys)
     except Exception:
         return False
+
+
+def _symbolic_eq_for(symbolic_eq: Any) -> Any:
+    """Math-Verify's ``sympy_symbolic_eq``, but not for an integer that a float's precision rounds.
+
+    The grader falls back to ``simplify(a - b) == 0`` when the numeric comparison says no, and
+    that subtraction runs at the float's precision: ``1.0 \\times 10^{20}`` minus the integer
+    ``10^{20}+1`` is 0 at 53 bits. Against an integer the tolerance is absolute (:func:`_close`);
+    a zero that only comes from rounding the integer must not overrule it.
+    """
+
+    def eq(a: Any, b: Any) -> bool:
+        if _rounded_away(a, b) or _rounded_away(b, a):
+            return False
+        return bool(symbolic_eq(a, b))
+
+    return eq
+
+
+def _rounded_away(exact: Any, inexact: Any) -> bool:
+    """Whether ``exact`` is an integer that the precision of the floats in ``inexact`` cannot hold."""
+    from sympy import Basic, Float
+
+    if not (isinstance(exact, Basic) and isinstance(inexact, Basic)):
+        return False
+    if exact.free_symbols or inexact.free_symbols or exact.has(Float) or exact.is_integer is not True:
+        return False
+    floats = inexact.atoms(Float)
+    if not floats:
+        return False
+    n = _doit(exact)
+    return bool(n.is_Integer and Float(n, precision=min(f._prec for f in floats)) != n)
 
 
 def _log2_bound(expr: Any, depth: int = 0) -> float:
@@ -1008,8 +1075,8 @@ def _judge(answer: str, rule: str, ground_truth: str) -> dict[str, str]:
     base: dict[str, str] = {"extracted": answer, "rule": rule}
 
     gold_raw = _strip_delims(ground_truth)
-    if (boxed := _extract_boxed(gold_raw)) is not None:
-        gold_raw = _strip_delims(boxed)
+    if boxes := _ground_truth_boxes(gold_raw):
+        gold_raw = ", ".join(_strip_delims(box) for box in boxes)
 
     # Multiple choice: a single capital letter as gold means "compare letters".
     if (gold_letter := _choice_letter(gold_raw, gold=True)) is not None:

@@ -1,0 +1,459 @@
+"""Red-team tests for the math verifier: answers an RL policy could learn that score 1.0 without being right.
+
+Each case is a completion a policy could emit; the verdict must be what a careful grader gives. Cases
+marked "fixed" failed before the fix next to them in sandboxd/verifiers/math.py; the others are attacks
+that were already defended and are pinned here so that they stay so.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("math_verify")
+
+from sandboxd.verifiers import math as mathv
+
+OK, WRONG, NONE = "ok", "wrong_answer", "no_answer"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _warm() -> None:
+    mathv.warm()
+
+
+def boxed(s: str) -> str:
+    return f"Let me think step by step... so the result is $\\boxed{{{s}}}$."
+
+
+def check(completion: str, gold: str, expected: str, **kwargs: object) -> dict:
+    result = mathv.verify(completion, gold, **kwargs)
+    assert result["status"] == expected, result
+    assert json.loads(json.dumps(result)) == result
+    return result
+
+
+# --------------------------------------------------------------------------------------------
+# Fixed: two percentages were compared crosswise (1% "equalled" 100%, since 100% is 1)
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("answer", "gold"),
+    [
+        ("1\\%", "100\\%"),
+        ("100\\%", "1\\%"),
+        ("0.5\\%", "50\\%"),
+        ("50\\%", "5000\\%"),
+        ("20\\%", "0.2\\%"),
+        ("\\{1\\%, 2\\}", "\\{100\\%, 2\\}"),  # the same comparison inside a set
+    ],
+)
+def test_a_percentage_is_not_a_hundred_times_another(answer: str, gold: str) -> None:
+    check(boxed(answer), gold, WRONG)
+
+
+@pytest.mark.parametrize(
+    ("answer", "gold"),
+    [
+        ("50\\%", "50\\%"),
+        ("50.0\\%", "50\\%"),
+        ("\\frac{1}{2}\\%", "0.5\\%"),
+        # One side a percentage: Math-Verify's readings (value, or "%" as a unit) still hold.
+        ("50\\%", "0.5"),
+        ("0.5", "50\\%"),
+        ("50\\%", "50"),
+        ("50", "50\\%"),
+        ("12.5", "12.5\\%"),
+    ],
+)
+def test_percentages_still_match_their_value(answer: str, gold: str) -> None:
+    check(boxed(answer), gold, OK)
+
+
+# --------------------------------------------------------------------------------------------
+# Fixed: a hedged list "2 or 5" became the decimal 2.5 (decimal comma after the list rewrite)
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("completion", "gold"),
+    [
+        (boxed("2 or 5"), "2.5"),
+        (boxed("2 and 5"), "2.5"),
+        (boxed("2, 5"), "2.5"),
+        (boxed("2 \\text{ or } 5"), "2.5"),  # (already wrong before: Math-Verify's own list)
+        ("The answer is 2 or 5", "2.5"),
+        ("so x could be 2 or 5", "2.5"),
+        (boxed("1.234 or 5"), "1234.5"),  # nor European thousands
+        (boxed("1.234, 5"), "1234.5"),
+    ],
+)
+def test_a_list_of_two_numbers_is_not_a_decimal(completion: str, gold: str) -> None:
+    check(completion, gold, WRONG)
+
+
+@pytest.mark.parametrize(
+    ("answer", "gold"),
+    [("2,5", "2.5"), ("1.234,5", "1234.5"), ("1 234,5", "1234.5"), ("2.5", "2.5"), ("1,234", "1234")],
+)
+def test_decimal_commas_still_read_as_decimals(answer: str, gold: str) -> None:
+    check(boxed(answer), gold, OK)
+
+
+def test_a_list_still_matches_a_list_gold() -> None:
+    check(boxed("2 or 5"), "2, 5", OK)
+    check(boxed("5, 2"), "\\{2, 5\\}", OK)
+
+
+# --------------------------------------------------------------------------------------------
+# Fixed: a float matched a large integer it does not equal, through the symbolic fallback
+# (simplify(a - b) runs at the float's 53 bits, where 10^20 + 1 is 10^20)
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("answer", "gold"),
+    [
+        ("1.0 \\times 10^{20}", "100000000000000000001"),
+        ("1.0e20", "100000000000000000001"),
+        ("1.0 \\times 10^{20}", "10^{20}+1"),
+        ("1.0 \\cdot 10^{20}", "10^{20}+1"),
+        ("1.8446744073709552e19", "2^{64}+1"),  # (already wrong before: 17 digits are 57 bits)
+        ("\\{1.0 \\times 10^{20}, 2\\}", "\\{10^{20}+1, 2\\}"),
+    ],
+)
+def test_a_float_is_not_an_integer_it_rounds_to(answer: str, gold: str) -> None:
+    check(boxed(answer), gold, WRONG)
+    check(boxed(answer), gold, WRONG, float_tolerance=1e-3)  # absolute against an integer, whatever the tolerance
+
+
+@pytest.mark.parametrize(
+    ("answer", "gold", "tolerance"),
+    [
+        ("1.0 \\times 10^{20}", "10^{20}", 1e-6),  # the float holds this integer exactly
+        ("10^{20}", "1.0 \\times 10^{20}", 1e-6),
+        ("1e20", "100000000000000000000", 1e-6),
+        ("0.1 \\times 10^{1}", "1", 0.0),  # equal at the float's precision: still Math-Verify's call
+        ("\\frac{3}{10}", "0.3", 0.0),
+        ("1.4142136", "\\sqrt{2}", 1e-6),
+    ],
+)
+def test_floats_still_match_exact_values(answer: str, gold: str, tolerance: float) -> None:
+    check(boxed(answer), gold, OK, float_tolerance=tolerance)
+
+
+# --------------------------------------------------------------------------------------------
+# Fixed: against an integer the absolute tolerance was looser than the relative one near 0, and
+# applied to exact irrationals too (Math-Verify compares those exactly)
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("answer", "gold"),
+    [
+        ("0", "0.0000005"),  # the "0.0000001 vs 0.0000002" fix, for an answer of 0
+        ("0", "0.000001"),
+        ("0.0000005", "0"),
+        ("\\frac{\\pi}{10^{7}}", "0"),
+        ("2 + \\frac{\\pi}{10^{7}}", "2"),
+        ("\\frac{\\sqrt{4000001}}{1000}", "2"),
+        ("\\sqrt{10^{12}+1}", "1000000"),
+    ],
+)
+def test_near_an_integer_is_not_the_integer(answer: str, gold: str) -> None:
+    check(boxed(answer), gold, WRONG)
+
+
+@pytest.mark.parametrize(
+    ("answer", "gold"),
+    [
+        ("3.0000001", "3"),  # a decimal within the (absolute) tolerance of a count
+        ("2.9999999", "3"),
+        ("0.0", "0"),
+        ("-0", "0"),
+        ("0", "0.0"),
+        ("\\log_{2} 8", "3"),  # exact values that equal the integer
+        ("\\sqrt{2}\\sqrt{8}", "4"),
+        ("\\sin(\\pi)", "0"),
+        ("\\ln 1", "0"),
+        ("\\frac{0.0000005}{0.0000005}", "1"),
+        ("10^{20}\\sin^{2}(1) + 10^{20}\\cos^{2}(1)", "10^{20}"),
+    ],
+)
+def test_values_at_an_integer_still_match_it(answer: str, gold: str) -> None:
+    check(boxed(answer), gold, OK)
+
+
+def test_huge_integers_compare_exactly() -> None:
+    check(boxed("10^{20}+1"), "10^{20}", WRONG)
+    check(boxed("10^{20}"), "10^{20}+1", WRONG)
+    check(boxed("100000000000000000001"), "100000000000000000000", WRONG)
+    check(boxed("99999999999999999999.9"), "100000000000000000000", WRONG)
+
+
+# --------------------------------------------------------------------------------------------
+# Fixed: a ground truth with several boxes was cut to its last box (a partial answer scored)
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "gold",
+    [
+        "\\boxed{2} and \\boxed{3}",
+        "$\\boxed{2}$ and $\\boxed{3}$",
+        "The solutions are $x = \\boxed{2}$ and $x = \\boxed{3}$.",
+        "(a) \\boxed{2} (b) \\boxed{3}",
+    ],
+)
+def test_every_box_of_a_ground_truth_is_in_the_answer(gold: str) -> None:
+    check(boxed("3"), gold, WRONG)
+    check(boxed("2"), gold, WRONG)
+    check(boxed("2, 3"), gold, OK)
+    check(boxed("\\{3, 2\\}"), gold, OK)
+    check("The roots are 2 and 3.", gold, OK)
+
+
+@pytest.mark.parametrize(
+    "gold",
+    ["\\boxed{5}", "So \\boxed{5}. Thus the answer is $\\boxed{5}$.", "\\boxed{\\boxed{5}}", "\\boxed{} \\boxed{5}"],
+)
+def test_a_repeated_nested_or_empty_box_of_a_ground_truth_is_one_answer(gold: str) -> None:
+    check(boxed("5"), gold, OK)
+    check(boxed("6"), gold, WRONG)
+
+
+# --------------------------------------------------------------------------------------------
+# Already defended: hedging with several answers at once
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("completion", "gold"),
+    [
+        # Several boxes: only the last one is the answer, so an earlier box earns nothing.
+        ("\\boxed{1} \\boxed{2}", "1"),
+        ("\\boxed{1}\n\nor maybe \\boxed{2}", "1"),
+        # Lists, sets, ranges, intervals and relations that contain the true value.
+        (boxed("1 \\text{ or } 2"), "2"),
+        (boxed("1 or 2"), "1"),
+        (boxed("x = 2 \\text{ or } x = 3"), "2"),
+        (boxed("x = 2 or x = 3"), "3"),
+        (boxed("1, 2, 3, \\ldots, 100"), "2"),
+        (boxed("1, 2, 3, ..., 100"), "2"),
+        (boxed("1,2,3,4,5,6,7,8,9,10"), "2"),
+        (boxed("\\{1, 2, 3\\}"), "2"),
+        (boxed("[0, 10]"), "2"),
+        (boxed("(0, 10)"), "2"),
+        (boxed("(-\\infty, \\infty)"), "2"),
+        (boxed("\\mathbb{R}"), "2"),
+        (boxed("x \\in \\mathbb{R}"), "2"),
+        (boxed("\\pm 2"), "2"),
+        (boxed("\\pm 2"), "-2"),
+        (boxed("x \\le 10^9"), "2"),
+        (boxed("x \\ge 0"), "2"),
+        (boxed("0 < x < 10"), "2"),
+        (boxed("x \\neq 3"), "2"),
+        (boxed("x = 5, y = 6"), "5"),
+        (boxed("2 ; 3"), "2"),
+        (boxed("2 \\quad 3"), "2"),
+        (boxed("2 \\\\ 3"), "2"),
+        (boxed("2 & 3"), "2"),
+        (boxed("\\{x : x > 0\\}"), "2"),
+        (boxed("(2, 2)"), "2"),
+        (boxed("\\text{2 or 3}"), "2"),
+        (boxed("\\text{between 1 and 3}"), "2"),
+        (boxed("\\text{anything but 2}"), "2"),
+        (boxed("\\{1, 2\\}"), "\\{1, 2, 3\\}"),
+        (boxed("\\{1, 2, 3, 4\\}"), "\\{1, 2, 3\\}"),
+        (boxed("(0, \\infty)"), "x > 1"),
+        (boxed("x > 1 \\text{ or } x < 5"), "x > 1"),
+        (boxed("[1, 2]"), "(1, 2)"),
+        (boxed("2 \\text{ or } 3"), "2"),
+        ("The answer is 2 or 3.", "3"),
+        ("The answer is 2. The answer is 3.", "2"),
+        ("<answer>1</answer> <answer>2</answer>", "1"),
+    ],
+)
+def test_hedged_answers_get_no_credit(completion: str, gold: str) -> None:
+    check(completion, gold, WRONG)
+
+
+@pytest.mark.parametrize(
+    ("completion", "gold"),
+    [
+        ("\\boxed{A} or \\boxed{B}", "A"),  # last box only
+        (boxed("\\text{A, B}"), "A"),
+        (boxed("ABCD"), "A"),
+        (boxed("A/B"), "A"),
+        (boxed("\\text{(B) or (C)}"), "C"),  # the first letter is the choice, not any of them
+    ],
+)
+def test_hedged_choice_letters_get_no_credit(completion: str, gold: str) -> None:
+    check(completion, gold, WRONG)
+
+
+# --------------------------------------------------------------------------------------------
+# Already defended: hidden, invisible or look-alike answers
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("answer", "gold"),
+    [
+        ("\\phantom{2} 3", "2"),
+        ("\\hphantom{2} 3", "2"),
+        ("\\vphantom{2}3", "2"),
+        ("\\color{white}{2} 3", "2"),
+        ("{\\color{white}2} 3", "2"),
+        ("\\textcolor{white}{2} 3", "2"),
+        ("3\\label{2}", "2"),
+        ("\\cancel{3} 2", "2"),
+        ("\\overset{2}{3}", "2"),
+        ("\\underbrace{3}_{2}", "2"),
+        ("3_{2}", "2"),
+        ("3 % 2", "2"),
+        ("\\text{not } 2", "2"),
+        ("\\text{not 2}", "2"),
+        ("\\not 2", "2"),
+        ("\\text{two}", "2"),
+        # Unicode look-alikes are not digits or letters: unparsable, not the value they mimic.
+        ("\uff12", "2"),  # full-width 2
+        ("\u0662", "2"),  # Arabic-Indic 2
+        ("\U0001d7d0", "2"),  # mathematical bold 2
+        ("\u00b2", "2"),  # superscript 2
+        ("\u2161", "2"),  # Roman numeral two
+        ("1\u200b2", "12"),  # zero-width space
+        ("1\u202e2", "21"),  # right-to-left override
+        ("\u0445", "x"),  # Cyrillic x
+        ("2\ufe0f\u20e3", "2"),  # keycap 2
+    ],
+)
+def test_invisible_and_look_alike_answers_get_no_credit(answer: str, gold: str) -> None:
+    check(boxed(answer), gold, WRONG)
+
+
+def test_a_comment_does_not_hide_the_answer() -> None:
+    # "%" is a percent sign to the parser, not a LaTeX comment that would hide the rest.
+    check(boxed("3 % 2"), "3", WRONG)
+
+
+# --------------------------------------------------------------------------------------------
+# Already defended: tolerance tricks and special values
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("answer", "gold"),
+    [
+        ("0.99999", "1"),
+        ("0.999...", "1"),
+        ("0.999\\ldots", "1"),
+        ("0.3333", "\\frac{1}{3}"),
+        ("3.1416", "\\pi"),
+        ("\\frac{22}{7}", "\\pi"),
+        ("2.718", "e"),
+        ("1.41421", "\\sqrt{2}"),
+        ("1\\%", "100"),
+        ("100", "1\\%"),
+        ("50", "0.5"),
+        ("0.5", "50"),
+        ("20", "0.2\\%"),
+        ("5\\times10^{6}", "5"),
+        ("5 \\text{ m}", "500 \\text{ cm}"),
+        ("500", "5 \\text{ m}"),
+        ("5 \\cdot 10^{-7}", "0"),
+        ("10^{-100}", "0"),
+        ("\\frac{1}{10^{30}}", "0"),
+        ("0.0000011", "0"),
+        ("1e-7", "0"),
+        ("1.0 \\times 10^{20}", "10^{20}+12345"),
+    ],
+)
+def test_near_misses_are_wrong(answer: str, gold: str) -> None:
+    check(boxed(answer), gold, WRONG)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "\\infty",
+        "-\\infty",
+        "inf",
+        "nan",
+        "NaN",
+        "\\text{nan}",
+        "zoo",
+        "\\tilde{\\infty}",
+        "\\frac{1}{0}",
+        "\\frac{0}{0}",
+        "\\infty - \\infty",
+        "0 \\cdot \\infty",
+        "\\frac{\\infty}{\\infty}",
+        "\\log 0",
+        "\\tan(\\pi/2)",
+        "x",
+        "n",
+        "\\alpha",
+        "f(x)",
+        "\\emptyset",
+        "\\{\\}",
+        "\\text{undefined}",
+        "\\text{any}",
+        "\\text{all real numbers}",
+        "\\mathbb{Z}",
+        "\\sum_{k=1}^{n} 1",
+    ],
+)
+def test_special_values_and_free_symbols_match_nothing_else(answer: str) -> None:
+    check(boxed(answer), "2", WRONG)
+    check(boxed(answer), "-7", WRONG)
+
+
+def test_nan_does_not_match_nan() -> None:
+    check(boxed("\\frac{0}{0}"), "\\frac{0}{0}", WRONG)
+
+
+def test_symbols_must_be_the_same_symbols() -> None:
+    check(boxed("x"), "x", OK)
+    check(boxed("y"), "x", WRONG)
+    check(boxed("x_1"), "x_2", WRONG)
+    check(boxed("5x"), "5", WRONG)
+    check(boxed("5"), "5x", WRONG)
+    check(boxed("y = 5"), "x = 5", WRONG)
+    check(boxed("x = y"), "5", WRONG)
+    check(boxed("x = x"), "5", WRONG)
+
+
+def test_matrices_are_not_scalars() -> None:
+    check(boxed("\\begin{pmatrix} 2 \\end{pmatrix}"), "2", WRONG)
+    check(boxed("\\begin{pmatrix} 1 & 0 \\\\ 0 & 1 \\end{pmatrix}"), "1", WRONG)
+    check(boxed("I"), "\\begin{pmatrix} 1 & 0 \\\\ 0 & 1 \\end{pmatrix}", WRONG)
+
+
+# --------------------------------------------------------------------------------------------
+# Already defended: the ground-truth side
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("completion", "gold"),
+    [
+        (boxed("2"), "\\text{}"),
+        (boxed("anything"), "\\text{}"),
+        (boxed("2"), "\uff12"),  # full-width 2: unparsable
+        (boxed("0"), "\\text{none}"),
+        (boxed("1"), "1 \\text{ or } 2"),  # a list gold needs the whole list
+        (boxed("\\text{no solution}"), "\\emptyset"),
+        ("I don't know.", "\\boxed{}"),
+    ],
+)
+def test_odd_ground_truths_do_not_reward_garbage(completion: str, gold: str) -> None:
+    assert mathv.verify(completion, gold)["status"] in (WRONG, NONE)
+
+
+def test_an_unparsable_ground_truth_needs_the_same_string() -> None:
+    # Math-Verify's own fallback: an unparsable gold is compared as a string, exactly.
+    check(boxed("\uff12"), "\uff12", OK)
+    check(boxed("2"), "\uff12", WRONG)
