@@ -37,6 +37,11 @@ Input (gold vs answer)           Math-Verify                 Here
                                  normalised to ``4\\\\sqrt``)  ``\\sqrt{...}``; different
 ``3*x-1*y+13=0`` vs              equal (#60: plain text      whole extracted answer parsed as
 ``3x + 4y + 14=0``               extraction takes the ``0``) LaTeX first; different lines
+``1/3`` vs ``\\int_0^1 x^2 dx``  equal (evaluated)           different: an integral, sum,
+                                                             product, limit, derivative,
+                                                             max/min or gcd/lcm the ground
+                                                             truth lacks is the question
+                                                             restated, not its answer
 ``Paris`` vs ``sirap``           equal (letters parsed as a  text answers compared as
                                  commutative product)        normalised text
 ``B`` vs ``(B)`` / ``B) 42``     parsed as symbols           choice letters compared
@@ -649,6 +654,24 @@ def _is_text_answer(gold: str) -> bool:
     return had_text_cmd or any(len(w) >= 3 and w.lower() not in _MATH_WORDS for w in words)
 
 
+# Operators that state a computation instead of its result. Math-Verify evaluates them, so a
+# policy could copy the question ("compute the integral ...") into its box and be paid for it.
+_UNEVALUATED_RE = re.compile(
+    r"\\(?:[iot]*int|sum|prod|lim(?:sup|inf)?|max|min|gcd|partial)(?![a-zA-Z])"
+    r"|\\(?:operatorname|mathrm|text)\s*\{\s*(?:lcm|gcd|max|min)\s*\}"
+    # d/dx: \frac{d}{dx}, \frac{d^2 y}{d x^2}, \frac{\mathrm{d}}{\mathrm{d}x}
+    r"|\\d?frac\s*\{\s*(?:d|\\mathrm\s*\{\s*d\s*\})(?:\^\{?\d+\}?)?\s*[a-zA-Z]?\s*\}"
+    r"\s*\{\s*(?:d|\\mathrm\s*\{\s*d\s*\})\s*[a-zA-Z](?:\^\{?\d+\}?)?\s*\}"
+    "|[\u222b-\u2233\u2211\u220f\u2202]"  # the Unicode integrals, sum, product, partial
+)
+
+
+def _unevaluated_operator(s: str) -> str | None:
+    """The first integral, sum, product, limit, derivative, max/min or gcd/lcm in ``s``, or ``None``."""
+    m = _UNEVALUATED_RE.search(s)
+    return m.group(0) if m else None
+
+
 def _structure_problem(s: str) -> str | None:
     """Reason to refuse parsing ``s`` (too long / too deeply nested), or ``None``."""
     if len(s) > MAX_ANSWER_CHARS:
@@ -1105,6 +1128,9 @@ def _judge(answer: str, rule: str, ground_truth: str) -> dict[str, str]:
     for text, who in ((answer, "answer"), (gold_raw, "ground truth")):
         if problem := _structure_problem(text):
             return _result("wrong_answer", message=f"{who}: {problem}", **base)
+    if (operator := _unevaluated_operator(answer)) and not _unevaluated_operator(gold_raw):
+        # The question restated: its value may be the ground truth, but nothing was solved.
+        return _result("wrong_answer", message=f"answer: {operator.strip()} is left to evaluate", **base)
 
     single_number_gold = bool(re.fullmatch(r"\s*-?[\d.,\s]+\s*", gold_raw)) and "," not in gold_raw
     gold_s = _normalize(gold_raw, single_number_gold=False)

@@ -457,3 +457,49 @@ def test_an_unparsable_ground_truth_needs_the_same_string() -> None:
     # Math-Verify's own fallback: an unparsable gold is compared as a string, exactly.
     check(boxed("\uff12"), "\uff12", OK)
     check(boxed("2"), "\uff12", WRONG)
+
+
+# --------------------------------------------------------------------------------------------
+# Fixed: the question restated as the answer. Math-Verify evaluates integrals, sums, products,
+# limits, derivatives, max/min and gcd/lcm, so a box holding the computation that was asked for
+# was paid as its result.
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("answer", "gold"),
+    [
+        ("\\int_0^1 x^2 \\, dx", "\\frac{1}{3}"),
+        ("\\int_0^1 2\\,dx", "2"),
+        ("\\iint_D 1 \\, dA", "2"),
+        ("\\displaystyle\\sum\\limits_{k=1}^{4} k", "10"),
+        ("\\sum_{k=1}^{n} k", "\\frac{n(n+1)}{2}"),
+        ("\\prod_{k=1}^{4} k", "24"),
+        ("\\lim_{x \\to 0} \\frac{\\sin x}{x}", "1"),
+        ("\\frac{d}{dx}(x^2)", "2x"),
+        ("\\frac{\\mathrm{d}}{\\mathrm{d}x} x^3", "3x^2"),
+        ("\\max(3, 5)", "5"),
+        ("\\gcd(12, 18)", "6"),
+        ("\\operatorname{lcm}(4, 6)", "12"),
+        ("\u2211_{k=1}^4 k", "10"),
+    ],
+)
+def test_the_question_restated_is_not_its_answer(answer: str, gold: str) -> None:
+    result = check(boxed(answer), gold, WRONG)
+    assert "left to evaluate" in result["message"]
+
+
+@pytest.mark.parametrize(
+    ("answer", "gold"),
+    [
+        ("\\sum_{k=1}^{n} k", "\\sum_{k=1}^{n} k"),  # the ground truth is itself a sum
+        ("\\min(a, b)", "\\min(a,b)"),
+        ("\\binom{10}{3}", "120"),  # closed forms stay answers
+        ("10!", "3628800"),
+        ("\\frac{d}{d+1}", "\\frac{d}{d+1}"),  # a variable named d is no derivative
+        ("x \\in [0, \\infty)", "[0,\\infty)"),
+        ("5 \\text{ mins}", "5"),
+    ],
+)
+def test_answers_near_the_restatement_rule_still_score(answer: str, gold: str) -> None:
+    check(boxed(answer), gold, OK)
