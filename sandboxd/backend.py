@@ -8,7 +8,6 @@ in a thread (asyncio.to_thread) so the event loop never waits on Docker.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import shutil
@@ -202,8 +201,14 @@ class DockerBackend:
         (target / CLONE_NONCE_FILE).write_text(container_id)
 
     def remove(self, container_id: str) -> None:
-        with contextlib.suppress(docker.errors.NotFound):
+        try:
             self.api.remove_container(container_id, force=True, v=True)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError as exc:
+            # Someone else removes it already (an operator's `docker rm -f`): it goes either way.
+            if exc.status_code != 409 or "already in progress" not in str(exc):
+                raise
 
     def init_pid(self, container_id: str) -> int:
         """The host pid of the container's first process (0 once it has stopped).

@@ -30,6 +30,10 @@ from sandboxd.sessions import SessionManager
 
 log = logging.getLogger("sandboxd")
 ORPHAN_SWEEP_SECONDS = 60.0
+# How often the engine is asked which of our containers run: a sandbox that died
+# idle (an engine restart, `docker rm -f`, a pause) is replaced within this, and
+# health says NOT_SERVING within it of the engine going away.
+ENGINE_WATCH_SECONDS = 1.0
 
 
 def check_socket_path(path: str) -> None:
@@ -69,11 +73,26 @@ class Daemon:
         self.health = health.aio.HealthServicer()
         self.serving = False
         self.stopping = False
+        # Why the Docker engine cannot be used now ("" while it answers): no sandbox can start or be removed.
+        self.engine_problem = ""
         self._background: set[asyncio.Future[None]] = set()
 
     def check_ready(self) -> None:
+        if self.engine_problem:
+            raise NotReady(f"the Docker engine does not answer ({self.engine_problem}); retry once it is back")
         if not self.serving:
+            # At start-up, or while the pools refill after the engine came back.
             raise NotReady("sandboxd is starting: no warm sandbox yet")
+
+    def _set_serving(self, serving: bool) -> None:
+        if serving == self.serving:
+            return
+        self.serving = serving
+        status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        for service in ("", "sandboxd.v1.Jobs"):
+            task = asyncio.ensure_future(self.health.set(service, status))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
 
     def pool_status(self) -> pb.PoolStatus:
         status = pb.PoolStatus(queue_depth=self.scheduler.queued, in_flight=self.scheduler.in_flight,
@@ -95,16 +114,13 @@ class Daemon:
             metrics.SANDBOXES.labels(pool.name, "starting").set(pool.starting)
             metrics.SNAPSHOT_READY.labels(pool.name).set(1 if pool.snapshots.usable else 0)
             metrics.POOL_RESTORING.labels(pool.name).set(1 if pool.start_method == "restore" else 0)
-        # SERVING once every pool has a warm sandbox, until shutdown: a pool that is
-        # refilling after losses still queues jobs, and clients that health
-        # check would otherwise fail fast on a daemon that is merely busy.
+        # SERVING once every pool has a warm sandbox, until shutdown or until the
+        # engine goes away (_watch_engine): a pool that is refilling after losses
+        # still queues jobs, and clients that health check would otherwise fail
+        # fast on a daemon that is merely busy.
         warm = all(len(pool.ready) >= pool.min_ready for pool in self.pools.values())
-        if not self.serving and not self.stopping and self.pools and warm:
-            self.serving = True
-            for service in ("", "sandboxd.v1.Jobs"):
-                task = asyncio.ensure_future(self.health.set(service, health_pb2.HealthCheckResponse.SERVING))
-                self._background.add(task)
-                task.add_done_callback(self._background.discard)
+        if not self.serving and not self.stopping and not self.engine_problem and self.pools and warm:
+            self._set_serving(True)
 
     async def _bind(self, server: grpc.aio.Server) -> list[str]:
         addresses = []
@@ -192,6 +208,7 @@ class Daemon:
             pool.start()
         self.sessions.start()
         sweeper = asyncio.ensure_future(self._sweep_orphans())
+        watcher = asyncio.ensure_future(self._watch_engine())
         log.info("sandboxd %s listening on %s", self.instance, ", ".join(addresses))
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -205,12 +222,45 @@ class Daemon:
         await server.stop(config.server.grace_seconds)
         await self.scheduler.close()
         sweeper.cancel()
+        watcher.cancel()
         await self.sessions.close_all()
         await asyncio.gather(*(pool.close() for pool in self.pools.values()))
+        # A start cut short by the shutdown (its create still in the engine when its task was
+        # cancelled) or a removal that failed while the engine was away left containers no
+        # pool knows: they outlived the daemon until the next one on this node reaped them.
+        # The engine calls of cancelled tasks run on in their threads: wait for them first.
+        await asyncio.get_running_loop().shutdown_default_executor()
+        try:
+            for container in self.backend.list_ours(self.instance):
+                self.backend.remove(container["Id"])
+        except Exception as exc:
+            log.warning("could not remove every sandbox at shutdown (the next start reaps them): %s", exc)
         with contextlib.suppress(FileNotFoundError):
             if config.server.socket:
                 os.unlink(config.server.socket)
         log.info("stopped")
+
+    async def _watch_engine(self) -> None:
+        """Follow the engine: NOT_SERVING while it does not answer, and dead or frozen sandboxes lost at once."""
+        while True:
+            await asyncio.sleep(ENGINE_WATCH_SECONDS)
+            # Before the list: a sandbox that becomes ready meanwhile is not in it, and is not dead.
+            watched = {name: list(pool.sandboxes) for name, pool in self.pools.items()}
+            try:
+                containers = await asyncio.to_thread(self.backend.list_ours, self.instance)
+            except Exception as exc:
+                if not self.engine_problem:
+                    log.warning("the Docker engine does not answer: %s; not serving until it does", exc)
+                self.engine_problem = f"{type(exc).__name__}: {exc}"[:300]
+                self._set_serving(False)
+                continue
+            if self.engine_problem:
+                log.info("the Docker engine answers again")
+                self.engine_problem = ""
+            running = {container["Id"] for container in containers if container.get("State") == "running"}
+            for name, pool in self.pools.items():
+                pool.check_alive(running, watched[name])
+            self._on_pool_change()
 
     async def _sweep_orphans(self) -> None:
         """Remove our containers that no pool knows (a crash between create and ready)."""

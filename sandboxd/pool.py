@@ -430,9 +430,11 @@ class Pool:
         try:
             if restore:
                 assert self.snapshots.path is not None
-                await asyncio.to_thread(self.backend.install_checkpoint, container_id, self.snapshots.path,
-                                        CHECKPOINT_NAME)
                 try:
+                    # Counted as a failed restore too: a checkpoint deleted from the store
+                    # failed every start here, uncounted, so the pool never fell back to cold.
+                    await asyncio.to_thread(self.backend.install_checkpoint, container_id, self.snapshots.path,
+                                            CHECKPOINT_NAME)
                     waiting_since = time.monotonic()
                     async with self.snapshots.restoring():
                         sandbox.restore_wait_seconds = time.monotonic() - waiting_since
@@ -471,6 +473,21 @@ class Pool:
         except Exception as exc:
             log.warning("pool %s: could not remove %s: %s", self.name, sandbox.name, exc)
         shutil.rmtree(sandbox.control_dir, ignore_errors=True)
+
+    def check_alive(self, running: set[str], watched: list[Sandbox]) -> None:
+        """The engine's list of running containers (taken after `watched`, the pool's sandboxes then) came in:
+        a sandbox whose container stopped, vanished or is paused is lost now, not when a job finds out.
+
+        Until a job hit them, dead sandboxes counted as ready (in the status
+        too) and were not replaced, and a job spent its attempts on them: after
+        the engine restarted, or every container was removed, a job on a pool
+        of 4 was answered SANDBOX_LOST in 12 ms by a healthy engine.
+        """
+        for sandbox in watched:
+            if sandbox.container_id not in running and not sandbox.damaged and sandbox in self.sandboxes:
+                log.warning("pool %s: %s is no longer running; replacing it", self.name, sandbox.name)
+                sandbox.abort()
+                self.mark_lost(sandbox)
 
     def mark_lost(self, sandbox: Sandbox) -> None:
         sandbox.damaged = True

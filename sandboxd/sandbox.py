@@ -21,6 +21,17 @@ from sandboxd.errors import SandboxFull, SandboxLost
 _serial = itertools.count(1)
 
 
+class SandboxGone(SandboxLost):
+    """The sandbox was dead before the request reached its agent: nothing of the job ran there.
+
+    Its socket refused the connection (or is gone), or the kept-open
+    connection had been closed by the agent while idle. The scheduler does
+    not count such a sandbox as one of the job's attempts: after a mass loss
+    (the engine restarted, every container removed at once) a job would
+    otherwise spend all of them in milliseconds on sandboxes that died idle.
+    """
+
+
 class Withdrawal:
     """Lets a job's caller that gave up withdraw it from the agent while it runs.
 
@@ -58,6 +69,10 @@ class Withdrawal:
                 writer.write_eof()
 
 
+class _Unreached(Exception):
+    """Raised inside Sandbox.request when its agent was gone before the request reached it."""
+
+
 @dataclass(eq=False)
 class Sandbox:
     name: str
@@ -79,6 +94,8 @@ class Sandbox:
     languages: list[str] = field(default_factory=list)
     serial: int = field(default_factory=lambda: next(_serial))
     _idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = field(default_factory=list, repr=False)
+    # Connections with a request in flight: abort() ends them (a frozen agent never answers).
+    _active: set[asyncio.StreamWriter] = field(default_factory=set, repr=False)
 
     @property
     def socket_path(self) -> str:
@@ -101,8 +118,12 @@ class Sandbox:
         connection = None
         try:
             async with asyncio.timeout(timeout):
-                connection = self._idle.pop() if self._idle else await asyncio.open_unix_connection(self.socket_path)
+                connection = self._idle.pop() if self._idle else await self._connect()
                 reader, writer = connection
+                if reader.at_eof() or reader.exception() is not None:
+                    # The agent closes a connection only at our end of file: it died while this one was idle.
+                    raise _Unreached("the agent closed its idle connection")
+                self._active.add(writer)
                 writer.write(frame)
                 if withdrawal is not None:
                     withdrawal._attach(writer)
@@ -112,10 +133,16 @@ class Sandbox:
             # Cancelled mid-request too: the reply may still arrive on this connection.
             if connection is not None:
                 connection[1].close()
+            if isinstance(exc, _Unreached):
+                self.damaged = True
+                raise SandboxGone(f"sandbox {self.name}: {exc}") from None
             if not isinstance(exc, OSError | EOFError | ProtocolError | TimeoutError):
                 raise
             self.damaged = True
             raise SandboxLost(f"sandbox {self.name}: {type(exc).__name__}: {exc}") from None
+        finally:
+            if connection is not None:
+                self._active.discard(connection[1])
         if withdrawal is not None and withdrawal._answered():
             connection[1].close()  # half-closed
         else:
@@ -129,6 +156,25 @@ class Sandbox:
             self.full_reports += 1
             raise SandboxFull(f"sandbox {self.name}: {reply.get('error')}")
         return reply
+
+    async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        try:
+            return await asyncio.open_unix_connection(self.socket_path)
+        except (FileNotFoundError, ConnectionRefusedError) as exc:
+            # Nothing listens (the container is gone) or the socket's folder is: no byte of ours got there.
+            raise _Unreached(f"{type(exc).__name__}: {exc}") from None
+
+    def abort(self) -> None:
+        """The container is gone or frozen (the engine says so): end every connection to it now.
+
+        A request in flight then fails at once (SandboxLost) instead of at
+        its timeout, a job's budget plus slack later: a paused container's
+        agent never answers, and its jobs sat there for the whole timeout.
+        """
+        self.damaged = True
+        for writer in [*self._active, *(writer for _reader, writer in self._idle)]:
+            writer.transport.abort()  # not close(): that would wait to flush to an agent that reads nothing
+        self._idle.clear()
 
     async def has_room(self) -> bool:
         """Whether the sandbox's /tmp has space for jobs again; SandboxLost as `request`."""

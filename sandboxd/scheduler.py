@@ -29,7 +29,7 @@ from sandboxd.config import Config
 from sandboxd.errors import InvalidRequest, Overloaded, SandboxFull, SandboxLost, Unsupported
 from sandboxd.jobs import PreparedJob, infrastructure_result, to_result
 from sandboxd.pool import MATH_POOL, Pool
-from sandboxd.sandbox import Sandbox, Withdrawal
+from sandboxd.sandbox import Sandbox, SandboxGone, Withdrawal
 
 log = logging.getLogger("sandboxd.scheduler")
 # Slack over the job's own budget before the daemon gives up on a sandbox
@@ -138,7 +138,11 @@ class Scheduler:
         self.queued += 1
         metrics.QUEUE_DEPTH.set(self.queued)
         try:
-            for attempt in range(1, self.config.scheduler.attempts + 1):
+            attempt = 1
+            # Sandboxes found dead before the job reached them (SandboxGone) cost no attempt, up to as
+            # many as the pool holds: each leaves the ready set, so this cannot go round for ever.
+            unreached = 0
+            while attempt <= self.config.scheduler.attempts:
                 # A lost sandbox is marked damaged and leaves the ready set, and a
                 # full one takes no job until its space is back, so a retry lands
                 # on another sandbox (or on that one, emptied).
@@ -152,10 +156,19 @@ class Scheduler:
                 attempt_task = asyncio.ensure_future(self._attempt(pool, sandbox, prepared, withdrawal))
                 try:
                     outcome = await asyncio.shield(attempt_task)
+                except SandboxGone as exc:
+                    last_error = str(exc)
+                    metrics.RETRIES.inc()
+                    log.warning("job %d: %s (before attempt %d)", prepared.index, exc, attempt)
+                    unreached += 1
+                    if unreached > pool.most_sandboxes:
+                        attempt += 1
+                    continue
                 except SandboxLost as exc:
                     last_error = str(exc)
                     metrics.RETRIES.inc()
                     log.warning("job %d: %s (attempt %d)", prepared.index, exc, attempt)
+                    attempt += 1
                     continue
                 except asyncio.CancelledError:
                     if not attempt_task.done():

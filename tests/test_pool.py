@@ -205,3 +205,17 @@ def test_a_room_answer_given_while_another_job_found_it_full_is_stale(monkeypatc
         return sandbox.full, sandbox.asks
 
     assert asyncio.run(scenario()) == (False, 2)
+
+
+def test_sandboxes_the_engine_no_longer_runs_are_lost_at_once() -> None:
+    """Dead idle sandboxes counted as ready until a job hit them (chaos pass). One started after the engine
+    was asked (not in `watched`) is left alone: it was not in the list because it did not exist yet."""
+    pool, sandbox = one_slot_pool()
+    paused = Sandbox(name="p", pool="python", container_id="p", control_dir="/x", started_by="cold")
+    newer = Sandbox(name="n", pool="python", container_id="n", control_dir="/x", started_by="cold")
+    pool.sandboxes = [sandbox, paused]
+    watched = list(pool.sandboxes)
+    pool.sandboxes.append(newer)
+    pool.check_alive({"c"}, watched)  # "p" is paused or gone: not among the running containers
+    assert not sandbox.damaged and paused.damaged and not newer.damaged
+    assert pool.ready == [sandbox, newer]

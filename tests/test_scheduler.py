@@ -16,7 +16,7 @@ from sandboxd.config import Config
 from sandboxd.errors import InvalidRequest, Overloaded, SandboxFull, SandboxLost
 from sandboxd.jobs import PreparedJob
 from sandboxd.pool import Pool
-from sandboxd.sandbox import Sandbox, Withdrawal
+from sandboxd.sandbox import Sandbox, SandboxGone, Withdrawal
 from sandboxd.scheduler import Scheduler
 from tests.test_pool import one_slot_pool
 
@@ -237,3 +237,44 @@ def test_admitted_jobs_count_against_the_queue_until_they_start() -> None:
     scheduler.admit([job(i) for i in range(250)])
     with pytest.raises(InvalidRequest, match="max_queued=400"):
         scheduler.admit([job(i) for i in range(401)])  # never admissible: not a retry hint
+
+
+class GoneSandbox(Sandbox):
+    """Dead before the job reached it: its agent's socket refuses the connection."""
+
+    runs: int = 0
+
+    async def run(self, job: dict[str, Any], timeout: float, withdrawal: Withdrawal | None = None) -> dict[str, Any]:
+        self.runs += 1
+        raise SandboxGone(f"sandbox {self.name}: ConnectionRefusedError")
+
+
+def test_sandboxes_dead_before_the_job_reached_them_cost_no_attempt() -> None:
+    """After every idle sandbox died (the engine restarted, `docker rm -f`), a job spent its three attempts on
+    them in milliseconds and was answered SANDBOX_LOST by a healthy engine (chaos pass). Such a sandbox leaves
+    the ready set and the job goes on to the next, still on its first attempt."""
+
+    async def scenario() -> None:
+        pool, _ = one_slot_pool()
+        gone = [GoneSandbox(name=f"g{i}", pool="python", container_id=f"g{i}", control_dir="/x", started_by="cold")
+                for i in range(3)]
+        alive = HeldSandbox(name="ok", pool="python", container_id="ok", control_dir="/x", started_by="cold")
+        alive.answer, alive.withdrawals = asyncio.Event(), []
+        alive.answer.set()
+        pool.sandboxes = [*gone, alive]
+        result = await asyncio.wait_for(Scheduler({"python": pool}, Config()).run(job(0)), 5)
+        assert (result.status, result.attempts) == (pb.STATUS_OK, 1), result
+        assert sum(s.runs for s in gone) == 3 and all(s.damaged for s in gone)
+
+    asyncio.run(scenario())
+
+
+def test_a_sandbox_without_a_listening_agent_is_gone_not_lost() -> None:
+    folder = tempfile.mkdtemp(prefix="sbg-", dir="/tmp")
+    try:
+        sandbox = Sandbox(name="s", pool="python", container_id="c", control_dir=folder, started_by="cold")
+        with pytest.raises(SandboxGone):
+            asyncio.run(sandbox.run({"kind": "execute"}, timeout=5))
+        assert sandbox.damaged
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
