@@ -34,6 +34,7 @@ def boxed(s: str) -> str:
 def check(completion: str, gold: str, expected: str, **kwargs: object) -> dict:
     result = mathv.verify(completion, gold, **kwargs)
     assert result["status"] == expected, result
+    assert json.loads(json.dumps(result)) == result
     return result
 
 

@@ -7,31 +7,16 @@ that were already defended and are pinned here so that they stay so.
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 pytest.importorskip("math_verify")
 
 from sandboxd.verifiers import math as mathv
-
-OK, WRONG, NONE = "ok", "wrong_answer", "no_answer"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _warm() -> None:
-    mathv.warm()
+from tests.verifiers.test_math import NONE, OK, WRONG, _warm, check  # noqa: F401 (_warm: an autouse fixture)
 
 
 def boxed(s: str) -> str:
     return f"Let me think step by step... so the result is $\\boxed{{{s}}}$."
-
-
-def check(completion: str, gold: str, expected: str, **kwargs: object) -> dict:
-    result = mathv.verify(completion, gold, **kwargs)
-    assert result["status"] == expected, result
-    assert json.loads(json.dumps(result)) == result
-    return result
 
 
 # --------------------------------------------------------------------------------------------
