@@ -59,12 +59,9 @@ docker_ok() { docker info >/dev/null 2>&1; }
 docker_experimental() { [ "$(docker version -f '{{.Server.Experimental}}' 2>/dev/null)" = true ]; }
 systemd_docker() { [ -d /run/systemd/system ] && systemctl cat docker.service >/dev/null 2>&1; }
 dockerd_alive() {
-    # A killed dockerd not yet reaped (a zombie, state Z) keeps its name: it is not alive.
-    local comm state
+    local comm
     for comm in /proc/[0-9]*/comm; do
-        [ "$(cat "$comm" 2>/dev/null)" = dockerd ] || continue
-        state=$(sed -n 's/^State:[[:space:]]*\([A-Z]\).*/\1/p' "${comm%/comm}/status" 2>/dev/null)
-        [ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ] && return 0
+        [ "$(cat "$comm" 2>/dev/null)" = dockerd ] && return 0
     done
     return 1
 }
