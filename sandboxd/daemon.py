@@ -12,6 +12,7 @@ import socket
 import stat
 import time
 import uuid
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -207,7 +208,6 @@ class Daemon:
         for pool in self.pools.values():
             pool.start()
         self.sessions.start()
-        sweeper = asyncio.ensure_future(self._sweep_orphans())
         watcher = asyncio.ensure_future(self._watch_engine())
         log.info("sandboxd %s listening on %s", self.instance, ", ".join(addresses))
         stop = asyncio.Event()
@@ -221,7 +221,6 @@ class Daemon:
         await self.health.enter_graceful_shutdown()
         await server.stop(config.server.grace_seconds)
         await self.scheduler.close()
-        sweeper.cancel()
         watcher.cancel()
         await self.sessions.close_all()
         await asyncio.gather(*(pool.close() for pool in self.pools.values()))
@@ -241,7 +240,9 @@ class Daemon:
         log.info("stopped")
 
     async def _watch_engine(self) -> None:
-        """Follow the engine: NOT_SERVING while it does not answer, and dead or frozen sandboxes lost at once."""
+        """Follow the engine: NOT_SERVING while it does not answer, dead or frozen sandboxes lost at once,
+        and every ORPHAN_SWEEP_SECONDS our containers that no pool knows removed (from the same list)."""
+        next_sweep = time.monotonic() + ORPHAN_SWEEP_SECONDS
         while True:
             await asyncio.sleep(ENGINE_WATCH_SECONDS)
             # Before the list: a sandbox that becomes ready meanwhile is not in it, and is not dead.
@@ -261,17 +262,17 @@ class Daemon:
             for name, pool in self.pools.items():
                 pool.check_alive(running, watched[name])
             self._on_pool_change()
+            if time.monotonic() >= next_sweep:
+                next_sweep = time.monotonic() + ORPHAN_SWEEP_SECONDS
+                await self._sweep_orphans(containers)
 
-    async def _sweep_orphans(self) -> None:
-        """Remove our containers that no pool knows (a crash between create and ready)."""
-        while True:
-            await asyncio.sleep(ORPHAN_SWEEP_SECONDS)
-            known = {s.container_id for pool in self.pools.values() for s in pool.sandboxes}
-            try:
-                containers = await asyncio.to_thread(self.backend.list_ours, self.instance)
-                for container in containers:
-                    too_young = time.time() - container.get("Created", 0) < 300
-                    if container["Id"] not in known and not too_young and "template" not in container["Names"][0]:
-                        await asyncio.to_thread(self.backend.remove, container["Id"])
-            except Exception:
-                log.exception("orphan sweep failed")
+    async def _sweep_orphans(self, containers: list[dict[str, Any]]) -> None:
+        """Remove those of `containers` (ours) that no pool knows (a crash between create and ready)."""
+        known = {s.container_id for pool in self.pools.values() for s in pool.sandboxes}
+        try:
+            for container in containers:
+                too_young = time.time() - container.get("Created", 0) < 300
+                if container["Id"] not in known and not too_young and "template" not in container["Names"][0]:
+                    await asyncio.to_thread(self.backend.remove, container["Id"])
+        except Exception:
+            log.exception("orphan sweep failed")

@@ -156,19 +156,13 @@ class Scheduler:
                 attempt_task = asyncio.ensure_future(self._attempt(pool, sandbox, prepared, withdrawal))
                 try:
                     outcome = await asyncio.shield(attempt_task)
-                except SandboxGone as exc:
-                    last_error = str(exc)
-                    metrics.RETRIES.inc()
-                    log.warning("job %d: %s (before attempt %d)", prepared.index, exc, attempt)
-                    unreached += 1
-                    if unreached > pool.most_sandboxes:
-                        attempt += 1
-                    continue
                 except SandboxLost as exc:
                     last_error = str(exc)
                     metrics.RETRIES.inc()
                     log.warning("job %d: %s (attempt %d)", prepared.index, exc, attempt)
-                    attempt += 1
+                    unreached += isinstance(exc, SandboxGone)
+                    if not isinstance(exc, SandboxGone) or unreached > pool.most_sandboxes:
+                        attempt += 1
                     continue
                 except asyncio.CancelledError:
                     if not attempt_task.done():

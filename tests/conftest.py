@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shutil
@@ -51,16 +52,24 @@ class DaemonProcess(testing.DaemonProcess):
         super().__init__(tmp, name, env=env, args=[*(args or []), *(["--tcp", tcp] if tcp else [])])
 
 
-@pytest.fixture(scope="session")
-def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
+@contextlib.contextmanager
+def serving_daemon(folder: Path, name: str = "d", *,
+                   extra_env: dict[str, str] | None = None) -> Iterator[DaemonProcess]:
+    """A daemon of the tests' settings, serving, stopped on exit; the test is skipped without a Docker engine."""
     if not docker_available():
         pytest.skip("no Docker engine: run scripts/setup.sh (make test does)")
-    process = DaemonProcess(tmp_path_factory.mktemp("daemon"))
+    process = DaemonProcess(folder, name, extra_env=extra_env)
     try:
         process.wait_serving()
         yield process
     finally:
         process.stop()
+
+
+@pytest.fixture(scope="session")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
+    with serving_daemon(tmp_path_factory.mktemp("daemon")) as process:
+        yield process
 
 
 @pytest.fixture(scope="session")

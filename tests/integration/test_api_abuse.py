@@ -13,7 +13,7 @@ import pytest
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
 
-from tests.conftest import DaemonProcess, docker_available
+from tests.conftest import DaemonProcess, serving_daemon
 from tests.integration import helpers
 
 pytestmark = pytest.mark.docker
@@ -26,18 +26,12 @@ OPTIONS = [("grpc.max_send_message_length", BIG), ("grpc.max_receive_message_len
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
     """A small daemon of its own: one python pool of at most 2 sandboxes, a short queue."""
-    if not docker_available():
-        pytest.skip("no Docker engine: run scripts/setup.sh (make test does)")
-    process = DaemonProcess(tmp_path_factory.mktemp("abuse"), "abuse", extra_env={
+    with serving_daemon(tmp_path_factory.mktemp("abuse"), "abuse", extra_env={
         "SANDBOXD_POOL_MATH": "false", "SANDBOXD_POOL_IMAGES": "python", "SANDBOXD_POOL_MIN_SIZE": "1",
         "SANDBOXD_POOL_MAX_SIZE": "2", "SANDBOXD_SESSIONS_MAX_SANDBOXES": "1",
         "SANDBOXD_SCHEDULER_MAX_QUEUED": str(MAX_QUEUED), "SANDBOXD_SCHEDULER_MAX_BATCH": "1000",
-    })
-    try:
-        process.wait_serving()
+    }) as process:
         yield process
-    finally:
-        process.stop()
 
 
 @pytest.fixture(scope="module")

@@ -49,6 +49,19 @@ def remove_all(instance: str) -> None:
     subprocess.run(["docker", "rm", "-f", *containers(f"io.sandboxd.instance={instance}")], capture_output=True)
 
 
+def batch_in_background(channel: grpc.Channel, count: int, *, sleep: float,
+                        ) -> tuple[threading.Thread, list[pb.JobResult]]:
+    """A RunBatch of `count` jobs that sleep, then print their index, read by a thread (results fill the list)."""
+    jobs = [helpers.execute(f"import time; time.sleep({sleep}); print({i})") for i in range(count)]
+    for i, job in enumerate(jobs):
+        job.index = i
+    results: list[pb.JobResult] = []
+    reader = threading.Thread(target=lambda: results.extend(
+        pb_grpc.JobsStub(channel).RunBatch(pb.RunBatchRequest(jobs=jobs), timeout=120)))
+    reader.start()
+    return reader, results
+
+
 @pytest.fixture(scope="module")
 def four(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
     """A daemon with 4 warm python sandboxes (2 slots each), for the tests that kill or freeze them."""
@@ -95,13 +108,7 @@ def test_batch_survives_every_sandbox_removed(four: DaemonProcess) -> None:
     instance = instance_of(four)
     with grpc.insecure_channel(four.address) as channel:
         helpers.pool_settled(pb_grpc.PoolStub(channel), "python", 4)
-        jobs = [helpers.execute(f"import time; time.sleep(0.3); print({i})") for i in range(40)]
-        for i, job in enumerate(jobs):
-            job.index = i
-        results: list[pb.JobResult] = []
-        reader = threading.Thread(target=lambda: results.extend(
-            pb_grpc.JobsStub(channel).RunBatch(pb.RunBatchRequest(jobs=jobs), timeout=120)))
-        reader.start()
+        reader, results = batch_in_background(channel, 40, sleep=0.3)
         time.sleep(1.0)
         remove_all(instance)
         reader.join(120)
@@ -185,13 +192,7 @@ def test_sigterm_answers_every_accepted_job_within_the_grace(tmp_path: Path) -> 
         daemon.wait_serving()
         instance = instance_of(daemon)
         with grpc.insecure_channel(daemon.address) as channel:
-            jobs = [helpers.execute(f"import time; time.sleep(0.5); print({i})") for i in range(24)]
-            for i, job in enumerate(jobs):
-                job.index = i
-            results: list[pb.JobResult] = []
-            reader = threading.Thread(target=lambda: results.extend(
-                pb_grpc.JobsStub(channel).RunBatch(pb.RunBatchRequest(jobs=jobs), timeout=60)))
-            reader.start()
+            reader, results = batch_in_background(channel, 24, sleep=0.5)
             time.sleep(1.0)
             daemon.process.send_signal(signal.SIGTERM)
             reader.join(60)

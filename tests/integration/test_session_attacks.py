@@ -15,26 +15,20 @@ from sandboxd_client import SandboxClient, SessionNotFound, Status
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
 
-from tests.conftest import DaemonProcess, docker_available
+from tests.conftest import DaemonProcess, serving_daemon
 
 
 @pytest.fixture(scope="module")
 def attack_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
     """One sessions sandbox of 6 slots: every session is in the same container as the others."""
-    if not docker_available():
-        pytest.skip("no Docker engine: run scripts/setup.sh (make test does)")
-    process = DaemonProcess(tmp_path_factory.mktemp("attacks"), "attacks", extra_env={
+    with serving_daemon(tmp_path_factory.mktemp("attacks"), "attacks", extra_env={
         "SANDBOXD_POOL_IMAGES": "python",
         "SANDBOXD_POOL_MATH": "false",
         "SANDBOXD_POOL_MIN_SIZE": "1",
         "SANDBOXD_SESSIONS_PER_SANDBOX": "6",
         "SANDBOXD_SESSIONS_MAX_SANDBOXES": "1",
-    })
-    try:
-        process.wait_serving()
+    }) as process:
         yield process
-    finally:
-        process.stop()
 
 
 @pytest.fixture(scope="module")
