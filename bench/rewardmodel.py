@@ -70,8 +70,13 @@ def _in_process_scores(model: Any, pairs: list[tuple[str, str]], batch: int) -> 
     return scores
 
 
-def run(*, quick: bool, pairs: int | None = None, threads: int = 2) -> Any:
-    """The sandboxd-vs-in-process comparison as a BenchResult (bench/run.py calls this)."""
+def run(*, quick: bool, pairs: int | None = None, threads: int = 2, gpu: str = "", size: str = "small",
+        dtype: str = "auto") -> Any:
+    """The sandboxd-vs-in-process comparison as a BenchResult (bench/run.py calls this).
+
+    ``gpu`` (a TOML line naming the GPU, e.g. ``cdi_devices = ["nvidia.com/gpu=0"]``) puts the
+    sandbox's model on that GPU through the engine, and the in-process baseline on CUDA.
+    """
     from bench import common
     from bench.common import BenchDaemon, BenchResult, Target, alternate, fmt, fmt_ratio, log, ratio
 
@@ -94,18 +99,22 @@ def run(*, quick: bool, pairs: int | None = None, threads: int = 2) -> Any:
     singles = 10 if quick else 30
     images.ensure_images(["reward-model"], progress=False)
     folder = Path(tempfile.mkdtemp(prefix="sandboxd-bench-rm-"))
-    model_dir = make_reward_model(folder / "model", size="small")
+    model_dir = make_reward_model(folder / "model", size=size)
     config = folder / "sandboxd.toml"
+    # On a GPU the weights pass through host memory on their way to the device: 32 GiB covers 8B in bf16.
+    placement = f'device = "gpu"\n{gpu}\nmemory_bytes = {32 << 30}\n' if gpu else ""
     config.write_text(f'[models.bench]\npath = "{model_dir}"\nmax_length = {MAX_LENGTH}\nmax_batch = {MAX_BATCH}\n'
-                      f"batch_wait_ms = {BATCH_WAIT_MS}\ncpus = {threads}\nthreads = {threads}\n")
+                      f'batch_wait_ms = {BATCH_WAIT_MS}\ncpus = {threads}\nthreads = {threads}\ndtype = "{dtype}"\n'
+                      f"{placement}")
     items = make_pairs(total)
     spans = common.spans(total, rounds)
     daemon = BenchDaemon({"SANDBOXD_CONFIG": str(config), "SANDBOXD_POOL_IMAGES": ""})
     try:
         log(f"rewardmodel: starting a daemon with the model (log {daemon.log_path})")
         daemon.wait_serving()
-        local = rewardmodel.load(rewardmodel.ScorerSettings(name="bench", path=str(model_dir),
-                                                            max_length=MAX_LENGTH, threads=threads))
+        local = rewardmodel.load(rewardmodel.ScorerSettings(name="bench", path=str(model_dir), max_length=MAX_LENGTH,
+                                                            threads=threads, device="cuda" if gpu else "cpu",
+                                                            dtype=dtype))
         with SandboxClient(daemon.address, job_timeout=120.0) as client:
             info = client.info()
             pool = next(p for p in client.pool_status().pools if p.name == "rm-bench")
@@ -141,17 +150,19 @@ def run(*, quick: bool, pairs: int | None = None, threads: int = 2) -> Any:
     p50 = {side: statistics.median(values) * 1000 for side, values in one.items()}
     diffs = [abs(a - b) for a, b in zip(scores["sandboxd"], scores["in_process"], strict=True)
              if a is not None and b is not None]
+    where = f"on {local.describe()['device_name']}" if gpu else f"{threads} threads"
     result.rows = [
-        [f"same scorer in-process, batches of {MAX_BATCH}, {threads} threads (no isolation)", str(total),
+        [f"same scorer in-process, batches of {MAX_BATCH}, {where} (no isolation)", str(total),
          fmt(seconds["in_process"], 2), fmt(rate["in_process"], 1), "1.00x", fmt(p50["in_process"], 1)],
-        [f"sandboxd score_batch, 1 CPU sandbox ({threads} CPUs), dynamic batching", str(total),
+        [f"sandboxd score_batch, 1 sandbox ({where}), dynamic batching", str(total),
          fmt(seconds["sandboxd"], 2), fmt(rate["sandboxd"], 1), fmt_ratio(ratio(rate["sandboxd"], rate["in_process"])),
          fmt(p50["sandboxd"], 1)],
     ]
     result.targets = [Target("reward-model overhead", "reported, no target in the issue",
                              f"in-process / sandboxd = {overhead:.2f}x", None)]
     result.notes.append(f"overhead ratio (in-process pairs/s / sandboxd pairs/s): {overhead:.2f}x")
-    result.notes.append(f"model: {local.describe()['parameters'] / 1e6:.1f} M parameters, max_length {MAX_LENGTH}, "
+    result.notes.append(f"model: {local.describe()['parameters'] / 1e6:.1f} M parameters, {local.describe()['dtype']}, "
+                        f"max_length {MAX_LENGTH}, "
                         f"{statistics.mean(len(local.encode(p, c)) for p, c in items):.0f} tokens per pair on average")
     result.notes.append(f"scores agree: max |sandboxd - in-process| = {max(diffs) if diffs else float('nan'):.2e} "
                         f"over {len(diffs)} pairs; {failures} failed jobs")
@@ -160,7 +171,8 @@ def run(*, quick: bool, pairs: int | None = None, threads: int = 2) -> Any:
     result.notes.append(f"pool: {pool.ready} ready, snapshot {pool.snapshot}; daemon {info.version}")
     result.data = {"pairs": total, "rounds": len(spans), "seconds": seconds, "pairs_per_s": rate,
                    "overhead_ratio": overhead, "one_pair_p50_ms": p50, "max_abs_diff": max(diffs) if diffs else None,
-                   "failures": failures, "threads": threads, "max_batch": MAX_BATCH, "max_length": MAX_LENGTH}
+                   "failures": failures, "threads": threads, "max_batch": MAX_BATCH, "max_length": MAX_LENGTH,
+                   "gpu": gpu, "size": size, "device": local.describe()["device_name"] if gpu else "cpu"}
     return result
 
 
@@ -315,6 +327,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", default="1,8,32,64")
     parser.add_argument("--batch-tokens", default="0",
                         help="with --in-process: the scorer's max_batch_tokens, each in turn (0: its default)")
+    parser.add_argument("--gpu", default="",
+                        help="through the daemon: the TOML line that gives the model's sandbox its GPU, "
+                             "e.g. 'cdi_devices = [\"nvidia.com/gpu=0\"]' or 'gpu_ids = [\"0\"]'")
     parser.add_argument("--hosts", default="1",
                         help="with --in-process: also score through this many agent hosts on one device, "
                              "each count in turn (e.g. 1,2; 0 for none)")
@@ -328,7 +343,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from bench.run import print_report
 
-    result = run(quick=args.quick, pairs=args.pairs, threads=args.threads)
+    result = run(quick=args.quick, pairs=args.pairs, threads=args.threads, gpu=args.gpu, size=args.size,
+                 dtype=args.dtype)
     print_report([result], "sandboxd bench: rewardmodel")
     return 1 if result.error else 0
 
