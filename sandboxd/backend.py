@@ -160,6 +160,9 @@ class DockerBackend:
             return False
         return True
 
+    def image_labels(self, name: str) -> dict[str, str]:
+        return dict(self.api.inspect_image(name).get("Config", {}).get("Labels") or {})
+
     def create(self, spec: SandboxSpec) -> str:
         config = container_config(spec)
         config.pop("detach")

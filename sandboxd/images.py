@@ -19,6 +19,9 @@ Environment:
                             is an http(s) URL, else pip's default)
     SANDBOXD_DEBIAN_MIRROR  mirror for debootstrap (default: read from the host's apt sources)
     SANDBOXD_WHEELS_DIR     where to look for the torch CPU wheel (default /opt/wheels)
+    SANDBOXD_TORCH          the reward-model image's torch: ``cpu`` (default: the CPU build,
+                            about 1 GB) or ``cuda`` (PyPI's default build, with the CUDA
+                            libraries: several GB), for nodes whose reward models run on GPUs
     SANDBOXD_IMAGES_DIR     the images/ folder (default: next to this package)
 """
 
@@ -56,6 +59,9 @@ TORCH_WHEEL_GLOB = "torch-2.13.0+cpu-cp311-*.whl"
 CA_FILE = ".sandboxd-ca.crt"
 LABEL_NAME = "org.sandboxd.image"
 LABEL_HASH = "org.sandboxd.content-hash"
+# The torch build inside the reward-model image: "cpu" or "cuda" (SANDBOXD_TORCH).
+LABEL_TORCH = "org.sandboxd.torch"
+TORCH_BUILDS = ("cpu", "cuda")
 # Builds stream output, but a quiet pip download can stay silent for minutes.
 BUILD_TIMEOUT_S = 3600
 ROOTFS_ENV = [
@@ -141,6 +147,14 @@ def torch_wheel() -> Path | None:
     return wheels[-1] if wheels else None
 
 
+def torch_build() -> str:
+    """Which torch the reward-model image gets: ``SANDBOXD_TORCH``, "cpu" unless it says "cuda"."""
+    build = os.environ.get("SANDBOXD_TORCH", "cpu").strip().lower() or "cpu"
+    if build not in TORCH_BUILDS:
+        raise ImageError(f"SANDBOXD_TORCH={build!r}: expected one of {', '.join(TORCH_BUILDS)}")
+    return build
+
+
 def _hash_args(name: str) -> dict[str, str]:
     """Build arguments that decide the image's content (and so belong in its hash)."""
     spec = _spec(name)
@@ -148,9 +162,13 @@ def _hash_args(name: str) -> dict[str, str]:
         return {"suite": DEBIAN_SUITE, "variant": "minbase", "changes": json.dumps(ROOTFS_ENV)}
     args = {"BASE_IMAGE": image_tag(spec.parent)}
     if name == "reward-model":
-        # Where torch comes from: the same version either way, but not byte-identical files.
+        # Where torch comes from: the same CPU version from the wheel or the index, but not
+        # byte-identical files; the CUDA build is another image altogether.
         wheel = torch_wheel()
-        args["torch"] = f"{wheel.name}:{wheel.stat().st_size}" if wheel else "pypi"
+        if torch_build() == "cuda":
+            args["torch"] = "pypi-cuda"
+        else:
+            args["torch"] = f"{wheel.name}:{wheel.stat().st_size}" if wheel else "pypi"
     return args
 
 
@@ -350,7 +368,7 @@ def _prepare_context(name: str, dest: Path) -> None:
     if name == "reward-model":
         wheels = dest / "wheels"
         wheels.mkdir(exist_ok=True)
-        if wheel := torch_wheel():
+        if torch_build() == "cpu" and (wheel := torch_wheel()):
             try:
                 os.link(wheel, wheels / wheel.name)
             except OSError:
@@ -364,6 +382,10 @@ def _build_dockerfile(client: docker.APIClient, name: str, ref: str, progress: _
     # Squashing drops the layers that held the CA bundle or the torch wheel before the
     # RUN that removed them (200 MB for the wheel); it needs an experimental engine.
     squash = bool(client.version().get("Experimental"))
+    extra_args: dict[str, str] = {}
+    extra_labels: dict[str, str] = {}
+    if name == "reward-model":
+        extra_args["TORCH"] = extra_labels[LABEL_TORCH] = torch_build()
     with tempfile.TemporaryDirectory(prefix=f"sandboxd-ctx-{name}-") as ctx:
         _prepare_context(name, Path(ctx))
         stream = client.build(
@@ -372,8 +394,8 @@ def _build_dockerfile(client: docker.APIClient, name: str, ref: str, progress: _
             rm=True,
             forcerm=True,
             decode=True,
-            buildargs={"BASE_IMAGE": parent, **_runtime_build_args()},
-            labels={LABEL_NAME: name, LABEL_HASH: ref.rsplit(":", 1)[1]},
+            buildargs={"BASE_IMAGE": parent, **extra_args, **_runtime_build_args()},
+            labels={LABEL_NAME: name, LABEL_HASH: ref.rsplit(":", 1)[1], **extra_labels},
             squash=squash,
         )
         for chunk in stream:

@@ -39,6 +39,7 @@ from sandboxd.agent.rewardmodel import MODEL_MOUNT
 from sandboxd.backend import DockerBackend, SandboxSpec
 from sandboxd.config import Config, ModelConfig
 from sandboxd.errors import ConfigError
+from sandboxd.images import LABEL_NAME, LABEL_TORCH
 from sandboxd.pool import Pool
 from sandboxd.sandbox import Sandbox
 from sandboxd.snapshots import SnapshotStore
@@ -113,11 +114,25 @@ def gpu_runtime_problem(info: dict[str, Any], model: ModelConfig, *, local_engin
             "install the NVIDIA Container Toolkit and run `nvidia-ctk runtime configure --runtime=docker`")
 
 
-def resolve_device(name: str, model: ModelConfig, info: dict[str, Any], *, local_engine: bool = True) -> str:
-    """"gpu" or "cpu" for ``model``; ConfigError for a GPU model the engine cannot serve."""
+def image_torch_problem(image: str, labels: dict[str, str]) -> str:
+    """'' unless the reward-model image (its ``labels``) is known to hold the CPU build of torch.
+
+    Images sandboxd built say which build they hold (images.LABEL_TORCH); those built before
+    that label were all CPU builds. An image from elsewhere (no labels) is taken as it is.
+    """
+    build = labels.get(LABEL_TORCH) or ("cpu" if labels.get(LABEL_NAME) == IMAGE else "")
+    if build != "cpu":
+        return ""
+    return (f"the image {image} has the CPU build of torch: rebuild it with the CUDA build, "
+            "`SANDBOXD_TORCH=cuda python -m sandboxd.images build reward-model`")
+
+
+def resolve_device(name: str, model: ModelConfig, info: dict[str, Any], *, local_engine: bool = True,
+                   image_problem: str = "") -> str:
+    """"gpu" or "cpu" for ``model``; ConfigError for a GPU model the engine or the image cannot serve."""
     if model.device == "cpu":
         return "cpu"
-    problem = gpu_runtime_problem(info, model, local_engine=local_engine)
+    problem = gpu_runtime_problem(info, model, local_engine=local_engine) or image_problem
     if not problem:
         return "gpu"
     if model.device == "gpu":
@@ -138,12 +153,13 @@ def check_models(config: Config, backend: DockerBackend, image: str) -> dict[str
                           "`python -m sandboxd.images build reward-model`")
     # The hook can only be looked for on this machine, so only for a local engine.
     local = config.docker.url.startswith("unix://")
+    image_problem = image_torch_problem(image, backend.image_labels(image))
     devices = {}
     for name, model in config.models.items():
         folder = Path(model.path)
         if not (folder / "config.json").is_file():
             raise ConfigError(f"models.{name}.path: {folder} is not a model folder (no config.json)")
-        devices[name] = resolve_device(name, model, backend.info, local_engine=local)
+        devices[name] = resolve_device(name, model, backend.info, local_engine=local, image_problem=image_problem)
     return devices
 
 

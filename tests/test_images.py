@@ -112,6 +112,24 @@ def test_reward_model_tag_depends_on_the_torch_wheel(tree: Path, tmp_path: Path,
     assert images.image_tag("python") == python  # only the reward-model image installs torch
 
 
+def test_reward_model_tag_depends_on_the_torch_build(tree: Path, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    (wheels / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"wheel")
+    monkeypatch.setenv("SANDBOXD_WHEELS_DIR", str(wheels))
+    cpu, python = images.image_tag("reward-model"), images.image_tag("python")
+    monkeypatch.setenv("SANDBOXD_TORCH", "CUDA")
+    assert images.torch_build() == "cuda"
+    cuda = images.image_tag("reward-model")
+    assert cuda != cpu and images.image_tag("python") == python
+    monkeypatch.delenv("SANDBOXD_WHEELS_DIR")
+    assert images.image_tag("reward-model") == cuda  # the CPU wheel has no say in a CUDA build
+    monkeypatch.setenv("SANDBOXD_TORCH", "rocm")
+    with pytest.raises(images.ImageError, match="SANDBOXD_TORCH='rocm': expected one of cpu, cuda"):
+        images.image_tag("reward-model")
+
+
 def test_unknown_or_missing_images_are_errors(tree: Path) -> None:
     with pytest.raises(images.ImageError):
         images.image_tag("nope")

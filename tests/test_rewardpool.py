@@ -149,6 +149,24 @@ def test_auto_falls_back_to_cpu_and_uses_a_gpu_runtime() -> None:
     assert rewardpool.resolve_device("m", config.ModelConfig(path="/m", device="cpu"), NVIDIA_INFO) == "cpu"
 
 
+def test_a_gpu_model_needs_an_image_with_cuda_torch() -> None:
+    image = "sandboxd/reward-model:abc"
+    cpu_image = rewardpool.image_torch_problem(image, {"org.sandboxd.image": "reward-model",
+                                                        "org.sandboxd.torch": "cpu"})
+    assert "has the CPU build of torch" in cpu_image and "SANDBOXD_TORCH=cuda" in cpu_image
+    # Built before the label: every such image holds the CPU build.
+    assert rewardpool.image_torch_problem(image, {"org.sandboxd.image": "reward-model"}) == cpu_image
+    assert rewardpool.image_torch_problem(image, {"org.sandboxd.image": "reward-model",
+                                                   "org.sandboxd.torch": "cuda"}) == ""
+    assert rewardpool.image_torch_problem(image, {}) == ""  # an image from elsewhere is taken as it is
+    with pytest.raises(ConfigError) as error:
+        rewardpool.resolve_device("big", config.ModelConfig(path="/m", device="gpu"), NVIDIA_INFO,
+                                  image_problem=cpu_image)
+    assert str(error.value).startswith(f'models.big: device = "gpu", but the image {image} has the CPU build')
+    assert rewardpool.resolve_device("m", config.ModelConfig(path="/m"), NVIDIA_INFO, image_problem=cpu_image) == "cpu"
+    assert rewardpool.resolve_device("m", config.ModelConfig(path="/m"), NVIDIA_INFO, image_problem="") == "gpu"
+
+
 def test_cdi_needs_an_engine_with_cdi() -> None:
     model = config.ModelConfig(path="/m", device="gpu", cdi_devices=["nvidia.com/gpu=1"])
     assert "no CDI support" in rewardpool.gpu_runtime_problem(NO_GPU_INFO, model)

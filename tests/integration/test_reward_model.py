@@ -10,6 +10,7 @@ come from plain transformers code in this process, not from sandboxd's scorer.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 import socket
@@ -55,6 +56,21 @@ def reward_image() -> str:
         skip_or_fail(f"the reward-model image cannot be built here: {exc}")
 
 
+@contextlib.contextmanager
+def model_daemon(folder: Path, name: str) -> Iterator[tuple[DaemonProcess, Path]]:
+    """A serving daemon configured by ``folder/sandboxd.toml``, with a state dir of its own; and
+    the run dir that holds its sandboxes' agent sockets."""
+    run_dir = Path(tempfile.mkdtemp(prefix="sbd-"))
+    daemon = DaemonProcess(folder, name, extra_env={"SANDBOXD_CONFIG": str(folder / "sandboxd.toml"),
+                                                     "SANDBOXD_SANDBOX_RUN_DIR": str(run_dir),
+                                                     "SANDBOXD_SANDBOX_STATE_DIR": str(folder / "state")})
+    try:
+        daemon.wait_serving(timeout=300)
+        yield daemon, run_dir
+    finally:
+        daemon.stop()
+
+
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("models")
@@ -90,17 +106,10 @@ threads = 1
 [models.broken]
 path = "{models['broken']}"
 """)
-    run_dir = Path(tempfile.mkdtemp(prefix="sbd-"))
     # A state dir of its own: the chat model's checkpoint (about 275 MB, torch's heap) is
     # rebuilt whenever the agent code changes, and pytest's temp folders are pruned.
-    daemon = DaemonProcess(folder, "rm", extra_env={"SANDBOXD_CONFIG": str(config),
-                                                     "SANDBOXD_SANDBOX_RUN_DIR": str(run_dir),
-                                                     "SANDBOXD_SANDBOX_STATE_DIR": str(folder / "state")})
-    try:
-        daemon.wait_serving(timeout=300)
-        yield daemon, run_dir
-    finally:
-        daemon.stop()
+    with model_daemon(folder, "rm") as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
@@ -144,8 +153,9 @@ def job(model: str, prompt: str, completion: str, index: int = 0) -> pb.Job:
                   reward_model=pb.RewardModelJob(model=model, prompt=prompt, completion=completion))
 
 
-def agent_status(run_dir: Path, model: str) -> dict[str, Any]:
-    """The model's state as its sandbox's agent reports it (batch counts included)."""
+def sandbox_states(run_dir: Path) -> list[dict[str, Any]]:
+    """The model state each live sandbox's agent reports (batch counts included)."""
+    states = []
     for path in sorted(run_dir.glob("*/agent.sock")):
         with socket.socket(socket.AF_UNIX) as conn:
             try:
@@ -153,7 +163,13 @@ def agent_status(run_dir: Path, model: str) -> dict[str, Any]:
             except OSError:
                 continue
             conn.sendall(encode_frame({"op": "run", "job": {"kind": "reward_model", "op": "status"}}))
-            state = recv_frame(conn).get("result", {}).get("reward_model", {})
+            states.append(recv_frame(conn).get("result", {}).get("reward_model", {}))
+    return states
+
+
+def agent_status(run_dir: Path, model: str) -> dict[str, Any]:
+    """The state of the first sandbox of ``model``."""
+    for state in sandbox_states(run_dir):
         if state.get("name") == model:
             return state
     raise AssertionError(f"no sandbox of model {model} under {run_dir}")

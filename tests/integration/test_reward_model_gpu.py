@@ -13,8 +13,6 @@ everywhere else, CI included: CI has no GPU, so these are skips, never failures.
 from __future__ import annotations
 
 import shutil
-import socket
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,11 +24,10 @@ from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
 
 from sandboxd import images, rewardpool
-from sandboxd.agent.protocol import encode_frame, recv_frame
 from sandboxd.backend import LABEL_POOL
 from sandboxd.testmodels import make_reward_model
 from tests.conftest import DaemonProcess
-from tests.integration.test_reward_model import job, make_pairs, reference_scores
+from tests.integration.test_reward_model import job, make_pairs, model_daemon, reference_scores, sandbox_states
 
 torch = pytest.importorskip("torch")
 docker = pytest.importorskip("docker")
@@ -106,35 +103,14 @@ max_length = {MAX_LENGTH}
 max_batch = {MAX_BATCH}
 batch_wait_ms = 20
 """)
-    run_dir = Path(tempfile.mkdtemp(prefix="sbd-"))
-    daemon = DaemonProcess(folder, "gpu", extra_env={"SANDBOXD_CONFIG": str(config),
-                                                      "SANDBOXD_SANDBOX_RUN_DIR": str(run_dir),
-                                                      "SANDBOXD_SANDBOX_STATE_DIR": str(folder / "state")})
-    try:
-        daemon.wait_serving(timeout=300)
-        yield daemon, run_dir
-    finally:
-        daemon.stop()
+    with model_daemon(folder, "gpu") as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
 def channel(gpu_daemon: tuple[DaemonProcess, Path]) -> Iterator[grpc.Channel]:
     with grpc.insecure_channel(gpu_daemon[0].address) as channel:
         yield channel
-
-
-def sandbox_states(run_dir: Path) -> list[dict[str, Any]]:
-    """The model state each live sandbox's agent reports."""
-    states = []
-    for path in sorted(run_dir.glob("*/agent.sock")):
-        with socket.socket(socket.AF_UNIX) as conn:
-            try:
-                conn.connect(str(path))
-            except OSError:
-                continue
-            conn.sendall(encode_frame({"op": "run", "job": {"kind": "reward_model", "op": "status"}}))
-            states.append(recv_frame(conn).get("result", {}).get("reward_model", {}))
-    return states
 
 
 def pool_containers(engine: Any) -> list[Any]:
