@@ -137,6 +137,9 @@ class SchedulerConfig:
     # Attempts on distinct sandboxes when a sandbox dies under a job.
     attempts: int = 3
     max_batch: int = 16384
+    # Jobs waiting for a sandbox while the Docker engine does not answer (no sandbox can
+    # start) get STATUS_SANDBOX_LOST after this long, rather than waiting for it without end.
+    engine_outage_seconds: float = 30.0
 
 
 @dataclass
@@ -272,6 +275,7 @@ class Config:
              "and Unix socket paths are limited to 108 bytes)"),
             (self.scheduler.attempts >= 1, "scheduler.attempts must be >= 1"),
             (self.scheduler.max_queued >= 1, "scheduler.max_queued must be >= 1"),
+            (self.scheduler.engine_outage_seconds >= 0, "scheduler.engine_outage_seconds must be >= 0"),
             (1 <= self.sessions.per_sandbox <= MAX_SESSIONS_PER_SANDBOX,
              f"sessions.per_sandbox must be in [1, {MAX_SESSIONS_PER_SANDBOX}] (each session holds one of the "
              f"sandbox's {UIDS_PER_SANDBOX} uids)"),

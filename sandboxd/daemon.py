@@ -243,6 +243,7 @@ class Daemon:
         """Follow the engine: NOT_SERVING while it does not answer, dead or frozen sandboxes lost at once,
         and every ORPHAN_SWEEP_SECONDS our containers that no pool knows removed (from the same list)."""
         next_sweep = time.monotonic() + ORPHAN_SWEEP_SECONDS
+        down_since = 0.0
         while True:
             await asyncio.sleep(ENGINE_WATCH_SECONDS)
             # Before the list: a sandbox that becomes ready meanwhile is not in it, and is not dead.
@@ -254,10 +255,14 @@ class Daemon:
                     log.warning("the Docker engine does not answer: %s; not serving until it does", exc)
                 self.engine_problem = f"{type(exc).__name__}: {exc}"[:300]
                 self._set_serving(False)
+                down_since = down_since or time.monotonic()
+                if time.monotonic() - down_since >= self.config.scheduler.engine_outage_seconds:
+                    await self._fail_waiters()
                 continue
             if self.engine_problem:
                 log.info("the Docker engine answers again")
                 self.engine_problem = ""
+            down_since = 0.0
             running = {container["Id"] for container in containers if container.get("State") == "running"}
             for name, pool in self.pools.items():
                 pool.check_alive(running, watched[name])
@@ -265,6 +270,15 @@ class Daemon:
             if time.monotonic() >= next_sweep:
                 next_sweep = time.monotonic() + ORPHAN_SWEEP_SECONDS
                 await self._sweep_orphans(containers)
+
+    async def _fail_waiters(self) -> None:
+        """Answer the jobs waiting for a sandbox that no engine can start (scheduler.engine_outage_seconds)."""
+        reason = (f"the Docker engine has not answered for {self.config.scheduler.engine_outage_seconds:g} s "
+                  f"({self.engine_problem})")
+        for pool in self.pools.values():
+            if failed := await pool.fail_waiters(reason):
+                log.warning("pool %s: %d jobs waiting for a sandbox answered SANDBOX_LOST: %s", pool.name, failed,
+                            reason)
 
     async def _sweep_orphans(self, containers: list[dict[str, Any]]) -> None:
         """Remove those of `containers` (ours) that no pool knows (a crash between create and ready)."""

@@ -52,6 +52,12 @@ class BackendUnavailable(SandboxdError):
     code = grpc.StatusCode.UNAVAILABLE
 
 
+class NoSandbox(SandboxdError):
+    """A job waited for a sandbox that cannot come: the engine that would start one does not answer."""
+
+    code = grpc.StatusCode.UNAVAILABLE
+
+
 class SandboxLost(SandboxdError):
     """A sandbox died or stopped answering under a job: retried elsewhere."""
 

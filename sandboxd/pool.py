@@ -37,7 +37,7 @@ from sandboxd.backend import (
     SandboxSpec,
 )
 from sandboxd.config import Config
-from sandboxd.errors import SandboxLost
+from sandboxd.errors import NoSandbox, SandboxLost
 from sandboxd.sandbox import Sandbox
 from sandboxd.snapshots import CHECKPOINT_NAME, SnapshotStore, StartChooser
 
@@ -152,6 +152,9 @@ class Pool:
         self.waiting = 0
         # Of `waiting`, those asleep on `_available` (a newcomer queues behind them).
         self._sleepers = 0
+        # fail_waiters() calls so far, and the last one's reason: a waiter woken by one gives up.
+        self._outages = 0
+        self._outage_reason = ""
         self.jobs_total = 0
         self.recycled_total = 0
         self.languages: list[str] = []
@@ -238,6 +241,7 @@ class Pool:
         self.waiting += 1
         self.last_busy = time.monotonic()
         self._changed.set()
+        outages = self._outages
         try:
             async with self._available:
                 try:
@@ -249,6 +253,8 @@ class Pool:
                         finally:
                             self._sleepers -= 1
                         sandbox = self._pick()
+                        if sandbox is None and self._outages != outages:
+                            raise NoSandbox(self._outage_reason)
                 except BaseException:
                     # A waiter cancelled just after it was woken takes the wake-up
                     # with it (asyncio.Condition before 3.13): pass it on, or a free
@@ -261,6 +267,20 @@ class Pool:
                 return sandbox
         finally:
             self.waiting -= 1
+
+    async def fail_waiters(self, reason: str) -> int:
+        """Answer every job now waiting for a sandbox with NoSandbox(reason); how many there were.
+
+        For an engine outage: no sandbox can start, so a waiter could wait for ever.
+        Jobs that come to wait after this call wait as usual.
+        """
+        async with self._available:
+            waiters = self._sleepers
+            if waiters:
+                self._outages += 1
+                self._outage_reason = reason
+                self._available.notify_all()
+        return waiters
 
     async def release(self, sandbox: Sandbox) -> None:
         sandbox.in_flight -= 1

@@ -26,7 +26,7 @@ from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 
 from sandboxd import metrics
 from sandboxd.config import Config
-from sandboxd.errors import InvalidRequest, Overloaded, SandboxFull, SandboxLost, Unsupported
+from sandboxd.errors import InvalidRequest, NoSandbox, Overloaded, SandboxFull, SandboxLost, Unsupported
 from sandboxd.jobs import PreparedJob, infrastructure_result, to_result
 from sandboxd.pool import MATH_POOL, Pool
 from sandboxd.sandbox import Sandbox, SandboxGone, Withdrawal
@@ -146,7 +146,12 @@ class Scheduler:
                 # A lost sandbox is marked damaged and leaves the ready set, and a
                 # full one takes no job until its space is back, so a retry lands
                 # on another sandbox (or on that one, emptied).
-                sandbox = await pool.acquire()
+                try:
+                    sandbox = await pool.acquire()
+                except NoSandbox as exc:
+                    result = infrastructure_result(prepared, pb.STATUS_SANDBOX_LOST, f"no sandbox: {exc}", attempt - 1)
+                    result.timings.queued_seconds = time.monotonic() - admitted
+                    return result
                 if queued:
                     queued = False
                     self.queued -= 1

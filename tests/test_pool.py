@@ -11,6 +11,7 @@ import pytest
 
 from sandboxd import pool as pool_module
 from sandboxd.config import Config
+from sandboxd.errors import NoSandbox
 from sandboxd.pool import Pool, stage_agent_code
 from sandboxd.sandbox import Sandbox
 
@@ -219,3 +220,24 @@ def test_sandboxes_the_engine_no_longer_runs_are_lost_at_once() -> None:
     pool.check_alive({"c"}, watched)  # "p" is paused or gone: not among the running containers
     assert not sandbox.damaged and paused.damaged and not newer.damaged
     assert pool.ready == [sandbox, newer]
+
+
+def test_fail_waiters_answers_the_jobs_waiting_then_and_no_later_ones() -> None:
+    """An engine outage: no sandbox can start, so the jobs waiting are answered instead of waiting for ever."""
+    async def scenario() -> None:
+        pool, sandbox = one_slot_pool()
+        held = await pool.acquire()
+        waiting = [asyncio.create_task(pool.acquire()) for _ in range(3)]
+        await asyncio.sleep(0)
+        assert await pool.fail_waiters("engine gone") == 3
+        for task in waiting:
+            with pytest.raises(NoSandbox, match="engine gone"):
+                await asyncio.wait_for(task, timeout=10)
+        assert await pool.fail_waiters("engine gone") == 0  # nobody waits: nothing to answer
+        later = asyncio.create_task(pool.acquire())
+        await asyncio.sleep(0)
+        await pool.release(held)
+        assert await asyncio.wait_for(later, timeout=10) is sandbox
+        assert pool.waiting == 0
+
+    asyncio.run(scenario())

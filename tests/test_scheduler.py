@@ -278,3 +278,21 @@ def test_a_sandbox_without_a_listening_agent_is_gone_not_lost() -> None:
         assert sandbox.damaged
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_job_waiting_through_an_engine_outage_is_answered_sandbox_lost() -> None:
+    async def scenario() -> None:
+        scheduler, pool, sandbox = scheduler_with_held_sandbox()
+        first = asyncio.create_task(scheduler.run(job(0)))
+        waiting = asyncio.create_task(scheduler.run(job(1)))
+        await _settle()
+        assert scheduler.queued == 1
+        await pool.fail_waiters("the Docker engine has not answered for 30 s")
+        result = await asyncio.wait_for(waiting, 10)
+        assert (result.status, result.reward, result.attempts) == (pb.STATUS_SANDBOX_LOST, -1.0, 0)
+        assert result.message == "no sandbox: the Docker engine has not answered for 30 s"
+        assert scheduler.queued == 0
+        sandbox.answer.set()  # the job that had a sandbox is not touched
+        assert (await asyncio.wait_for(first, 10)).status == pb.STATUS_OK
+
+    asyncio.run(scenario())

@@ -269,3 +269,40 @@ def test_engine_killed_and_restarted(tmp_path: Path, engine_restorer: None, daem
     finally:
         assert own.stop() == 0
     assert containers(f"io.sandboxd.instance={instance}") == []
+
+
+def test_jobs_waiting_out_an_engine_outage_are_answered(tmp_path: Path, engine_restorer: None,
+                                                        daemon: DaemonProcess) -> None:
+    """dockerd frozen (SIGSTOP) and the only sandbox's agent killed: the admitted jobs can get no sandbox, since
+    none can start, and they waited for the engine without end. After scheduler.engine_outage_seconds each is
+    answered SANDBOX_LOST with its failure value; once the engine is back the daemon serves again."""
+    own = DaemonProcess(tmp_path, "outage", extra_env={
+        **PYTHON_ONLY, "SANDBOXD_POOL_MIN_SIZE": "1", "SANDBOXD_POOL_MAX_SIZE": "1",
+        "SANDBOXD_SCHEDULER_ENGINE_OUTAGE_SECONDS": "3", "SANDBOXD_DOCKER_TIMEOUT_SECONDS": "8"})
+    dockerd = int(subprocess.run(["pgrep", "-x", "dockerd"], capture_output=True, text=True).stdout.split()[0])
+    try:
+        own.wait_serving()
+        [container] = running(instance_of(own))
+        agent = int(subprocess.run(["docker", "inspect", "-f", "{{.State.Pid}}", container], capture_output=True,
+                                   text=True, check=True).stdout)
+        with grpc.insecure_channel(own.address) as channel:
+            os.kill(dockerd, signal.SIGSTOP)
+            try:
+                os.kill(agent, signal.SIGKILL)
+                # Sent at once: admitted before the engine watch finds the engine gone (it then refuses jobs).
+                reader, results = batch_in_background(channel, 4, sleep=0)
+                reader.join(timeout=90)  # a hang detector: without the outage limit it waited for ever
+            finally:
+                os.kill(dockerd, signal.SIGCONT)
+            assert not reader.is_alive(), "jobs still waiting for a sandbox 90 s into the outage"
+            assert sorted(r.index for r in results) == [0, 1, 2, 3]
+            for result in results:
+                assert (result.status, result.reward) == (pb.STATUS_SANDBOX_LOST, -1.0), result
+                assert result.message.startswith("no sandbox: the Docker engine has not answered for 3 s"), result
+            own.wait_serving(timeout=60)
+            result = helpers.run(channel, helpers.execute("print(6 * 7)"), timeout=30)
+            assert result.status == pb.STATUS_OK, result
+        daemon.wait_serving(timeout=60)
+    finally:
+        os.kill(dockerd, signal.SIGCONT)
+        assert own.stop() == 0
