@@ -153,15 +153,15 @@ class DockerBackend:
         self.root_dir = Path(info.get("DockerRootDir", "/var/lib/docker"))
         self.experimental = bool(info.get("ExperimentalBuild"))
 
-    def image_exists(self, name: str) -> bool:
+    def image_labels(self, name: str) -> dict[str, str] | None:
+        """The image's labels; None when there is no such image."""
         try:
-            self.client.images.get(name)
+            return dict(self.api.inspect_image(name).get("Config", {}).get("Labels") or {})
         except docker.errors.ImageNotFound:
-            return False
-        return True
+            return None
 
-    def image_labels(self, name: str) -> dict[str, str]:
-        return dict(self.api.inspect_image(name).get("Config", {}).get("Labels") or {})
+    def image_exists(self, name: str) -> bool:
+        return self.image_labels(name) is not None
 
     def create(self, spec: SandboxSpec) -> str:
         config = container_config(spec)

@@ -164,11 +164,12 @@ def _hash_args(name: str) -> dict[str, str]:
     if name == "reward-model":
         # Where torch comes from: the same CPU version from the wheel or the index, but not
         # byte-identical files; the CUDA build is another image altogether.
-        wheel = torch_wheel()
         if torch_build() == "cuda":
             args["torch"] = "pypi-cuda"
+        elif wheel := torch_wheel():
+            args["torch"] = f"{wheel.name}:{wheel.stat().st_size}"
         else:
-            args["torch"] = f"{wheel.name}:{wheel.stat().st_size}" if wheel else "pypi"
+            args["torch"] = "pypi"
     return args
 
 

@@ -148,12 +148,13 @@ def check_models(config: Config, backend: DockerBackend, image: str) -> dict[str
     """
     if not config.models:
         return {}
-    if not backend.image_exists(image):
+    labels = backend.image_labels(image)
+    if labels is None:
         raise ConfigError(f"image {image} does not exist (reward models need it): run "
                           "`python -m sandboxd.images build reward-model`")
     # The hook can only be looked for on this machine, so only for a local engine.
     local = config.docker.url.startswith("unix://")
-    image_problem = image_torch_problem(image, backend.image_labels(image))
+    image_problem = image_torch_problem(image, labels)
     devices = {}
     for name, model in config.models.items():
         folder = Path(model.path)

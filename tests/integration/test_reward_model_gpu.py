@@ -12,11 +12,11 @@ everywhere else, CI included: CI has no GPU, so these are skips, never failures.
 
 from __future__ import annotations
 
-import shutil
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import grpc
 import pytest
@@ -25,6 +25,7 @@ from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
 
 from sandboxd import images, rewardpool
 from sandboxd.backend import LABEL_POOL
+from sandboxd.config import ModelConfig
 from sandboxd.testmodels import make_reward_model
 from tests.conftest import DaemonProcess
 from tests.integration.test_reward_model import job, make_pairs, model_daemon, reference_scores, sandbox_states
@@ -41,14 +42,40 @@ POOL = rewardpool.pool_name("chat")
 REL, ABS = 1e-4, 1e-4
 
 
-def engine_attachment(info: dict[str, Any]) -> tuple[str, str]:
-    """(TOML line naming the GPU for the model, the device request the containers must carry), or skip."""
+class Attachment(NamedTuple):
+    """How the engine attaches the GPU: a CDI device, or a GPU id through the NVIDIA runtime."""
+
+    driver: str  # "cdi" | "nvidia"
+    device_ids: list[str]
+
+    @property
+    def toml(self) -> str:
+        key = "cdi_devices" if self.driver == "cdi" else "gpu_ids"
+        return f"{key} = {json.dumps(self.device_ids)}"
+
+    def request(self) -> Any:
+        if self.driver == "cdi":
+            return docker.types.DeviceRequest(driver="cdi", device_ids=self.device_ids)
+        return docker.types.DeviceRequest(device_ids=self.device_ids, capabilities=[["gpu"]])
+
+    def assert_carried_by(self, container: Any) -> None:
+        [request] = container.attrs["HostConfig"]["DeviceRequests"]
+        assert request["DeviceIDs"] == self.device_ids, request
+        if self.driver == "cdi":
+            assert request["Driver"] == "cdi", request
+        else:
+            assert request["Capabilities"] == [["gpu"]], request
+
+
+def engine_attachment(info: dict[str, Any]) -> Attachment:
+    """The GPU attachment the engine can make, or skip."""
     for folder in info.get("CDISpecDirs") or []:
         specs = [path for path in sorted(Path(folder).glob("*")) if path.suffix in (".json", ".yaml", ".yml")]
+        # An engine with CDI on lists its spec folders whether or not they name a GPU.
         if any("nvidia.com/gpu" in path.read_text(errors="replace") for path in specs):
-            return 'cdi_devices = ["nvidia.com/gpu=0"]', "cdi"
-    if "nvidia" in (info.get("Runtimes") or {}) or shutil.which(rewardpool.NVIDIA_HOOK):
-        return 'gpu_ids = ["0"]', "nvidia"
+            return Attachment("cdi", ["nvidia.com/gpu=0"])
+    if not rewardpool.gpu_runtime_problem(info, ModelConfig(path="-", gpu_ids=["0"])):
+        return Attachment("nvidia", ["0"])
     pytest.skip("the Docker engine cannot attach a GPU (no NVIDIA CDI spec, no NVIDIA runtime)")
 
 
@@ -68,7 +95,7 @@ def engine() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="module")
-def attachment(engine: Any) -> tuple[str, str]:
+def attachment(engine: Any) -> Attachment:
     return engine_attachment(engine.info())
 
 
@@ -86,7 +113,7 @@ def reward_image(engine: Any) -> str:
 
 
 @pytest.fixture(scope="module")
-def gpu_daemon(reward_image: str, attachment: tuple[str, str], model: Path,
+def gpu_daemon(reward_image: str, attachment: Attachment, model: Path,
                tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[DaemonProcess, Path]]:
     folder = tmp_path_factory.mktemp("gpu-daemon")
     config = folder / "sandboxd.toml"
@@ -96,7 +123,7 @@ images = []
 [models.chat]
 path = "{model}"
 device = "gpu"
-{attachment[0]}
+{attachment.toml}
 sandboxes_per_gpu = {SANDBOXES_PER_GPU}
 dtype = "float32"
 max_length = {MAX_LENGTH}
@@ -142,15 +169,12 @@ def assert_scores(results: list[pb.JobResult], expected: list[float]) -> None:
         assert result.reward_model.raw_score == pytest.approx(want, rel=REL, abs=ABS), result.index
 
 
-def test_only_an_attached_container_sees_the_gpu(engine: Any, reward_image: str,
-                                                 attachment: tuple[str, str]) -> None:
+def test_only_an_attached_container_sees_the_gpu(engine: Any, reward_image: str, attachment: Attachment) -> None:
     """The image holds no GPU of its own: the device nodes come from the engine's attachment alone."""
-    request = (docker.types.DeviceRequest(driver="cdi", device_ids=["nvidia.com/gpu=0"]) if attachment[1] == "cdi"
-               else docker.types.DeviceRequest(device_ids=["0"], capabilities=[["gpu"]]))
     listing = ["python3", "-c", "import os; print(sorted(n for n in os.listdir('/dev') if n.startswith('nvidia')))"]
     plain = engine.containers.run(reward_image, listing, network_mode="none", remove=True)
     attached = engine.containers.run(reward_image, listing, network_mode="none", remove=True,
-                                     device_requests=[request])
+                                     device_requests=[attachment.request()])
     assert plain.decode().strip() == "[]"
     assert "nvidia0" in attached.decode() and "nvidiactl" in attached.decode()
 
@@ -167,16 +191,12 @@ def test_scores_on_the_gpu_equal_the_cpu_reference(channel: grpc.Channel, model:
 
 def test_every_sandbox_is_on_the_gpu_the_engine_attached(channel: grpc.Channel, engine: Any,
                                                          gpu_daemon: tuple[DaemonProcess, Path],
-                                                         attachment: tuple[str, str]) -> None:
+                                                         attachment: Attachment) -> None:
     wait_ready(channel, SANDBOXES_PER_GPU)
     containers = pool_containers(engine)
     assert len(containers) == SANDBOXES_PER_GPU
     for container in containers:
-        [request] = container.attrs["HostConfig"]["DeviceRequests"]
-        if attachment[1] == "cdi":
-            assert (request["Driver"], request["DeviceIDs"]) == ("cdi", ["nvidia.com/gpu=0"])
-        else:
-            assert request["DeviceIDs"] == ["0"] and request["Capabilities"] == [["gpu"]]
+        attachment.assert_carried_by(container)
     states = [state for state in sandbox_states(gpu_daemon[1]) if state.get("name") == "chat"]
     assert len(states) == SANDBOXES_PER_GPU
     for state in states:
@@ -184,11 +204,11 @@ def test_every_sandbox_is_on_the_gpu_the_engine_attached(channel: grpc.Channel, 
         assert state["device_name"] != "cpu"
     info = pb_grpc.DaemonStub(channel).GetInfo(pb.GetInfoRequest(), timeout=10)
     [gpu] = info.gpus
-    assert gpu == f"{'nvidia.com/gpu=0' if attachment[1] == 'cdi' else '0'} ({states[0]['device_name']})"
+    assert gpu == f"{attachment.device_ids[0]} ({states[0]['device_name']})"
 
 
 def test_a_killed_gpu_sandbox_costs_no_pair_and_is_replaced_on_the_gpu(
-        channel: grpc.Channel, engine: Any, model: Path, attachment: tuple[str, str]) -> None:
+        channel: grpc.Channel, engine: Any, model: Path, attachment: Attachment) -> None:
     wait_ready(channel, SANDBOXES_PER_GPU)
     victim = pool_containers(engine)[0]
     pairs = make_pairs(64, seed=12)
@@ -203,6 +223,5 @@ def test_a_killed_gpu_sandbox_costs_no_pair_and_is_replaced_on_the_gpu(
         time.sleep(1)
     wait_ready(channel, SANDBOXES_PER_GPU)
     for container in replacements:
-        [request] = container.attrs["HostConfig"]["DeviceRequests"]
-        assert request["DeviceIDs"] == (["nvidia.com/gpu=0"] if attachment[1] == "cdi" else ["0"])
+        attachment.assert_carried_by(container)
     assert_scores(score_batch(channel, pairs[:16]), expected[:16])
