@@ -71,7 +71,7 @@ def _in_process_scores(model: Any, pairs: list[tuple[str, str]], batch: int) -> 
 
 
 def run(*, quick: bool, pairs: int | None = None, threads: int = 2, gpu: str = "", size: str = "small",
-        dtype: str = "auto") -> Any:
+        dtype: str = "auto", memory_bytes: int = 0) -> Any:
     """The sandboxd-vs-in-process comparison as a BenchResult (bench/run.py calls this).
 
     ``gpu`` (a TOML line naming the GPU, e.g. ``cdi_devices = ["nvidia.com/gpu=0"]``) puts the
@@ -101,8 +101,9 @@ def run(*, quick: bool, pairs: int | None = None, threads: int = 2, gpu: str = "
     folder = Path(tempfile.mkdtemp(prefix="sandboxd-bench-rm-"))
     model_dir = make_reward_model(folder / "model", size=size)
     config = folder / "sandboxd.toml"
-    # On a GPU the weights pass through host memory on their way to the device: 32 GiB covers 8B in bf16.
-    placement = f'device = "gpu"\n{gpu}\nmemory_bytes = {32 << 30}\n' if gpu else ""
+    placement = f'device = "gpu"\n{gpu}\n' if gpu else ""
+    if memory_bytes:
+        placement += f"memory_bytes = {memory_bytes}\n"
     config.write_text(f'[models.bench]\npath = "{model_dir}"\nmax_length = {MAX_LENGTH}\nmax_batch = {MAX_BATCH}\n'
                       f'batch_wait_ms = {BATCH_WAIT_MS}\ncpus = {threads}\nthreads = {threads}\ndtype = "{dtype}"\n'
                       f"{placement}")
@@ -142,6 +143,7 @@ def run(*, quick: bool, pairs: int | None = None, threads: int = 2, gpu: str = "
                 t0 = time.perf_counter()
                 local.score([(prompt, completion)])
                 one["in_process"].append(time.perf_counter() - t0)
+        sandbox_memory = _sandbox_memory("rm-bench")
     finally:
         daemon.stop()
         shutil.rmtree(folder, ignore_errors=True)
@@ -169,11 +171,43 @@ def run(*, quick: bool, pairs: int | None = None, threads: int = 2, gpu: str = "
     result.notes.append(f"one pair alone (serial): sandboxd p50 {p50['sandboxd']:.1f} ms (includes the "
                         f"{BATCH_WAIT_MS} ms batch window), in-process {p50['in_process']:.1f} ms")
     result.notes.append(f"pool: {pool.ready} ready, snapshot {pool.snapshot}; daemon {info.version}")
+    if sandbox_memory:
+        result.notes.append("model sandbox's memory (cgroup, MiB): " + ", ".join(
+            f"{key} {value / 2**20:.0f}" for key, value in sandbox_memory.items()))
     result.data = {"pairs": total, "rounds": len(spans), "seconds": seconds, "pairs_per_s": rate,
                    "overhead_ratio": overhead, "one_pair_p50_ms": p50, "max_abs_diff": max(diffs) if diffs else None,
                    "failures": failures, "threads": threads, "max_batch": MAX_BATCH, "max_length": MAX_LENGTH,
-                   "gpu": gpu, "size": size, "device": local.describe()["device_name"] if gpu else "cpu"}
+                   "gpu": gpu, "size": size, "device": local.describe()["device_name"] if gpu else "cpu",
+                   "sandbox_memory": sandbox_memory}
     return result
+
+
+def _sandbox_memory(pool: str) -> dict[str, int]:
+    """The memory cgroup's limit, current use and peak of ``pool``'s first sandbox, in bytes:
+    what the model costs the host, GPU or not. Empty where the cgroup cannot be read (v1)."""
+    import docker
+
+    from sandboxd.backend import LABEL_POOL
+
+    client = docker.from_env()
+    try:
+        containers = client.containers.list(filters={"label": f"{LABEL_POOL}={pool}"})
+        if not containers:
+            return {}
+        full_id = containers[0].id
+        # The systemd cgroup driver's folder, then cgroupfs's (dockerd without systemd).
+        for folder in (Path(f"/sys/fs/cgroup/system.slice/docker-{full_id}.scope"),
+                       Path(f"/sys/fs/cgroup/docker/{full_id}")):
+            if (folder / "memory.current").exists():
+                found = {}
+                for key in ("max", "current", "peak"):
+                    text = (folder / f"memory.{key}").read_text().strip() if (folder / f"memory.{key}").exists() else ""
+                    if text.isdigit():
+                        found[key] = int(text)
+                return found
+        return {}
+    finally:
+        client.close()
 
 
 def _agent_hosts(settings: dict[str, Any], items: list[tuple[str, str]], singles: int, hosts: int,
@@ -330,6 +364,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpu", default="",
                         help="through the daemon: the TOML line that gives the model's sandbox its GPU, "
                              "e.g. 'cdi_devices = [\"nvidia.com/gpu=0\"]' or 'gpu_ids = [\"0\"]'")
+    parser.add_argument("--memory-bytes", type=int, default=0,
+                        help="through the daemon: the model sandbox's memory limit (0: the [sandbox] default)")
     parser.add_argument("--hosts", default="1",
                         help="with --in-process: also score through this many agent hosts on one device, "
                              "each count in turn (e.g. 1,2; 0 for none)")
@@ -344,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
     from bench.run import print_report
 
     result = run(quick=args.quick, pairs=args.pairs, threads=args.threads, gpu=args.gpu, size=args.size,
-                 dtype=args.dtype)
+                 dtype=args.dtype, memory_bytes=args.memory_bytes)
     print_report([result], "sandboxd bench: rewardmodel")
     return 1 if result.error else 0
 

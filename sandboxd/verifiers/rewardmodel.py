@@ -237,6 +237,22 @@ def _torch_dtype(torch: Any, name: str, device: str) -> Any:
     return getattr(torch, name)
 
 
+def _placement(device: str) -> dict[str, Any]:
+    """from_pretrained's arguments that put the weights straight on ``device``, or none.
+
+    Loaded without them, a model is built in host memory and then moved: a GPU sandbox would
+    need host memory for all its weights (16 GB for 8B in bf16) though they live on the GPU.
+    With ``device_map`` transformers reads each tensor from the mmapped safetensors file onto
+    the device, so the sandbox's memory holds file pages the kernel can drop, not a copy. That
+    path needs accelerate (in sandboxd's reward-model image); without it, the model is moved.
+    """
+    if not device.startswith("cuda"):
+        return {}
+    from transformers.utils import is_accelerate_available
+
+    return {"device_map": device} if is_accelerate_available() else {}
+
+
 def load(settings: ScorerSettings) -> RewardModel:
     """Load the model in ``settings.path`` onto its device; raises on any failure to do so.
 
@@ -271,8 +287,10 @@ def load(settings: ScorerSettings) -> RewardModel:
                                                            trust_remote_code=False)
     # `torch_dtype` was renamed `dtype` in transformers 4.56 (the image has 5.x).
     dtype_key = "dtype" if tuple(int(p) for p in transformers.__version__.split(".")[:2]) >= (4, 56) else "torch_dtype"
+    placement = _placement(device)
     model = transformers.AutoModelForSequenceClassification.from_pretrained(
         settings.path, local_files_only=True, trust_remote_code=False, use_safetensors=True, **{dtype_key: dtype},
+        **placement,
     )
     if settings.label >= model.config.num_labels:
         raise ValueError(f"label {settings.label} is out of range: the model has {model.config.num_labels} labels")
@@ -282,13 +300,15 @@ def load(settings: ScorerSettings) -> RewardModel:
         tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tokenizer.pad_token_id
-    model.to(device)
+    if not placement:
+        model.to(device)
     model.eval()
     chat_template = bool(getattr(tokenizer, "chat_template", None))
     loaded = RewardModel(settings=settings, model=model, tokenizer=tokenizer, device=device,
                          device_name=device_name, dtype=str(dtype).removeprefix("torch."), load_seconds=0.0,
                          chat_template=chat_template,
-                         info={"parameters": sum(p.numel() for p in model.parameters())})
+                         info={"parameters": sum(p.numel() for p in model.parameters()),
+                               "loaded_to": "device" if placement else "host"})
     # One pass before the first job (and before a CPU snapshot): lazy kernel set-up and
     # allocator growth happen here, not on the first batch a trainer waits for.
     loaded.score([("warm-up", "warm-up")])

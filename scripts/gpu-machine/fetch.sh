@@ -35,5 +35,5 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$PYVE
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
     -d "$DEST/whl" grpcio==1.85.1 grpcio-health-checking==1.85.1 grpcio-reflection==1.85.1 protobuf==7.36.2 \
     docker==7.2.0 pytest-asyncio==1.5.0 math-verify==0.9.0 latex2sympy2_extended==1.11.0 \
-    antlr4-python3-runtime==4.13.2
+    antlr4-python3-runtime==4.13.2 accelerate==1.15.0 psutil==7.2.2
 du -sh "$DEST"/engine.tar.xz "$DEST"/whl

@@ -151,6 +151,16 @@ def test_settings_that_cannot_load_raise(tmp_path: Path) -> None:
         rewardmodel.load(rewardmodel.ScorerSettings(name="m", path=str(folder)))
 
 
+def test_a_gpu_model_is_placed_by_from_pretrained_where_accelerate_allows(monkeypatch: pytest.MonkeyPatch) -> None:
+    import transformers.utils
+
+    assert rewardmodel._placement("cpu") == {}
+    monkeypatch.setattr(transformers.utils, "is_accelerate_available", lambda: True)
+    assert rewardmodel._placement("cuda:0") == {"device_map": "cuda:0"}
+    monkeypatch.setattr(transformers.utils, "is_accelerate_available", lambda: False)
+    assert rewardmodel._placement("cuda:0") == {}
+
+
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU here")
 
 
@@ -162,6 +172,9 @@ def test_gpu_scores_equal_cpu_scores(tmp_path: Path) -> None:
     cpu = rewardmodel.load(rewardmodel.ScorerSettings(**settings))
     gpu = rewardmodel.load(rewardmodel.ScorerSettings(**settings, device="cuda"))
     assert gpu.describe()["device"] == "cuda:0" and gpu.describe()["device_name"] != "cpu"
+    assert all(parameter.device.type == "cuda" for parameter in gpu.model.parameters())
+    assert cpu.describe()["loaded_to"] == "host"
+    assert gpu.describe()["loaded_to"] == ("device" if rewardmodel._placement("cuda:0") else "host")
     pairs = [*PAIRS, ("what is the sum", "one plus two equals three " * 40)]
     want = [score.raw for score in cpu.score(pairs)]
     for got in (gpu.score(pairs), [gpu.score([pair])[0] for pair in pairs]):
