@@ -52,6 +52,10 @@ MAINTAIN_INTERVAL_SECONDS = 0.5
 # deadline) is replaced instead: a start costs less than a slot held idle.
 ROOM_POLL_SECONDS = 0.25
 FULL_RECYCLE_SECONDS = 10.0
+# A removal the engine refused (a hiccup, a busy containerd) is tried again after these pauses
+# rather than left to the daemon's orphan sweep, 5 minutes away: until it goes, a sandbox keeps
+# its memory, its processes and whatever a job left running in it.
+REMOVE_RETRY_SECONDS = (1.0, 4.0, 15.0, 60.0)
 _control_serial = itertools.count()
 # Consecutive failed restores before a pool gives up on its snapshot.
 RESTORE_FAILURES_BEFORE_COLD = 3
@@ -488,11 +492,27 @@ class Pool:
 
     async def _remove(self, sandbox: Sandbox) -> None:
         await sandbox.close_connections()
+        if not await self._try_remove(sandbox) and not self._closed:
+            self._spawn(self._remove_again(sandbox))
+        shutil.rmtree(sandbox.control_dir, ignore_errors=True)
+
+    async def _try_remove(self, sandbox: Sandbox) -> bool:
         try:
             await asyncio.to_thread(self.backend.remove, sandbox.container_id)
         except Exception as exc:
             log.warning("pool %s: could not remove %s: %s", self.name, sandbox.name, exc)
-        shutil.rmtree(sandbox.control_dir, ignore_errors=True)
+            return False
+        return True
+
+    async def _remove_again(self, sandbox: Sandbox) -> None:
+        for pause in REMOVE_RETRY_SECONDS:
+            await asyncio.sleep(pause)
+            if self._closed:
+                return  # the next daemon's start-up reaps it
+            if await self._try_remove(sandbox):
+                log.info("pool %s: removed %s on a later try", self.name, sandbox.name)
+                return
+        log.warning("pool %s: gave up removing %s; the orphan sweep will", self.name, sandbox.name)
 
     def check_alive(self, running: set[str], watched: list[Sandbox]) -> None:
         """The engine's list of running containers (taken after `watched`, the pool's sandboxes then) came in:

@@ -241,3 +241,55 @@ def test_fail_waiters_answers_the_jobs_waiting_then_and_no_later_ones() -> None:
         assert pool.waiting == 0
 
     asyncio.run(scenario())
+
+
+class RefusingRemovals:
+    """A backend whose engine refuses the first `refusals` removals (a hiccup), then removes."""
+
+    experimental = False
+
+    def __init__(self, refusals: int) -> None:
+        self.refusals = refusals
+        self.tries: list[str] = []
+
+    def remove(self, container_id: str) -> None:
+        self.tries.append(container_id)
+        if len(self.tries) <= self.refusals:
+            raise RuntimeError("500 Server Error: containerd is busy")
+
+
+@pytest.mark.parametrize(("refusals", "tries"), [(0, 1), (2, 3), (10, 5)])
+def test_a_refused_removal_is_tried_again_off_the_callers_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                                caplog: pytest.LogCaptureFixture, refusals: int,
+                                                                tries: int) -> None:
+    """A sandbox the engine would not remove waited for the 5-minute orphan sweep, holding its memory."""
+    monkeypatch.setattr(pool_module, "REMOVE_RETRY_SECONDS", (0.0, 0.0, 0.0, 0.0))
+
+    async def scenario() -> list[str]:
+        pool, sandbox = one_slot_pool()
+        backend = RefusingRemovals(refusals)
+        pool.backend = backend  # type: ignore[assignment]
+        sandbox.control_dir = str(tmp_path / "control")
+        (tmp_path / "control").mkdir()
+        await pool._remove(sandbox)
+        assert backend.tries == ["c"]  # one try on the caller's path; the rest in the background
+        assert not (tmp_path / "control").exists()
+        await asyncio.gather(*pool._tasks)
+        return backend.tries
+
+    assert asyncio.run(scenario()) == ["c"] * tries
+    assert ("gave up removing s" in caplog.text) == (refusals >= tries)
+
+
+def test_a_closed_pool_does_not_retry_removals(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At shutdown a leftover is the next daemon's to reap (reap_orphans), not a task left pending."""
+    monkeypatch.setattr(pool_module, "REMOVE_RETRY_SECONDS", (0.0,))
+
+    async def scenario() -> tuple[list[str], int]:
+        pool, _sandbox = one_slot_pool()
+        backend = RefusingRemovals(10)
+        pool.backend = backend  # type: ignore[assignment]
+        await pool.close()
+        return backend.tries, len(pool._tasks)
+
+    assert asyncio.run(scenario()) == (["c"], 0)
