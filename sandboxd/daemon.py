@@ -26,6 +26,7 @@ from sandboxd.config import Config, split_address
 from sandboxd.errors import ConfigError, NotReady
 from sandboxd.images import image_tag
 from sandboxd.pool import MATH_POOL, Pool, reap_orphans, stage_agent_code
+from sandboxd.sandbox import Sandbox
 from sandboxd.scheduler import Scheduler
 from sandboxd.sessions import SessionManager
 
@@ -35,6 +36,11 @@ ORPHAN_SWEEP_SECONDS = 60.0
 # idle (an engine restart, `docker rm -f`, a pause) is replaced within this, and
 # health says NOT_SERVING within it of the engine going away.
 ENGINE_WATCH_SECONDS = 1.0
+# A list of our containers not answered in this long counts as an engine that does not answer.
+# A frozen dockerd (SIGSTOP, a wedged containerd) holds the call until docker.timeout_seconds
+# (60 s), and health said SERVING all that while; a live engine lists in milliseconds, and tens
+# of seconds on a badly overloaded node.
+ENGINE_ANSWER_SECONDS = 10.0
 
 
 def check_socket_path(path: str) -> None:
@@ -244,32 +250,50 @@ class Daemon:
         and every ORPHAN_SWEEP_SECONDS our containers that no pool knows removed (from the same list)."""
         next_sweep = time.monotonic() + ORPHAN_SWEEP_SECONDS
         down_since = 0.0
-        while True:
-            await asyncio.sleep(ENGINE_WATCH_SECONDS)
-            # Before the list: a sandbox that becomes ready meanwhile is not in it, and is not dead.
-            watched = {name: list(pool.sandboxes) for name, pool in self.pools.items()}
-            try:
-                containers = await asyncio.to_thread(self.backend.list_ours, self.instance)
-            except Exception as exc:
-                if not self.engine_problem:
-                    log.warning("the Docker engine does not answer: %s; not serving until it does", exc)
-                self.engine_problem = f"{type(exc).__name__}: {exc}"[:300]
-                self._set_serving(False)
-                down_since = down_since or time.monotonic()
-                if time.monotonic() - down_since >= self.config.scheduler.engine_outage_seconds:
-                    await self._fail_waiters()
-                continue
-            if self.engine_problem:
-                log.info("the Docker engine answers again")
-                self.engine_problem = ""
-            down_since = 0.0
-            running = {container["Id"] for container in containers if container.get("State") == "running"}
-            for name, pool in self.pools.items():
-                pool.check_alive(running, watched[name])
-            self._on_pool_change()
-            if time.monotonic() >= next_sweep:
-                next_sweep = time.monotonic() + ORPHAN_SWEEP_SECONDS
-                await self._sweep_orphans(containers)
+        # One list in flight at a time: one the engine holds is waited on again, not asked anew.
+        listing: asyncio.Future[list[dict[str, Any]]] | None = None
+        asked_at = 0.0
+        watched: dict[str, list[Sandbox]] = {}
+        try:
+            while True:
+                await asyncio.sleep(ENGINE_WATCH_SECONDS)
+                if listing is None:
+                    # Before the list: a sandbox that becomes ready meanwhile is not in it, and is not dead.
+                    watched = {name: list(pool.sandboxes) for name, pool in self.pools.items()}
+                    listing = asyncio.ensure_future(asyncio.to_thread(self.backend.list_ours, self.instance))
+                    asked_at = time.monotonic()
+                await asyncio.wait([listing], timeout=max(0.0, asked_at + ENGINE_ANSWER_SECONDS - time.monotonic()))
+                try:
+                    if not listing.done():
+                        raise TimeoutError(f"no answer in {ENGINE_ANSWER_SECONDS:g} s")
+                    containers = listing.result()
+                except Exception as exc:
+                    if listing.done():
+                        listing = None
+                    if not self.engine_problem:
+                        log.warning("the Docker engine does not answer: %s; not serving until it does", exc)
+                    self.engine_problem = f"{type(exc).__name__}: {exc}"[:300]
+                    self._set_serving(False)
+                    # The outage began when the engine was asked, not when it failed to answer.
+                    down_since = down_since or asked_at
+                    if time.monotonic() - down_since >= self.config.scheduler.engine_outage_seconds:
+                        await self._fail_waiters()
+                    continue
+                listing = None
+                if self.engine_problem:
+                    log.info("the Docker engine answers again")
+                    self.engine_problem = ""
+                down_since = 0.0
+                running = {container["Id"] for container in containers if container.get("State") == "running"}
+                for name, pool in self.pools.items():
+                    pool.check_alive(running, watched[name])
+                self._on_pool_change()
+                if time.monotonic() >= next_sweep:
+                    next_sweep = time.monotonic() + ORPHAN_SWEEP_SECONDS
+                    await self._sweep_orphans(containers)
+        finally:
+            if listing is not None:
+                listing.cancel()  # its thread ends with docker.timeout_seconds
 
     async def _fail_waiters(self) -> None:
         """Answer the jobs waiting for a sandbox that no engine can start (scheduler.engine_outage_seconds)."""

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 import types
+from collections.abc import Callable
 
 import pytest
 
@@ -41,3 +43,66 @@ def test_an_orphan_sweep_that_fails_is_logged_not_raised(caplog: pytest.LogCaptu
     daemon.backend = types.SimpleNamespace(remove=refuse)  # type: ignore[assignment]
     asyncio.run(daemon._sweep_orphans([{"Id": "x", "Created": 0, "Names": ["/sandboxd-i-python-1"]}]))
     assert "orphan sweep failed" in caplog.text
+
+
+def test_a_frozen_engine_is_an_outage_from_when_it_was_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A SIGSTOPped dockerd holds the watch's list until docker.timeout_seconds (60 s): health said SERVING and
+    the outage clock had not started all that while. Now an unanswered list is an outage after
+    ENGINE_ANSWER_SECONDS, counted from the question, and it is waited on again rather than asked anew."""
+    from sandboxd import daemon as daemon_module
+    from sandboxd.config import Config
+
+    monkeypatch.setattr(daemon_module, "ENGINE_WATCH_SECONDS", 0.01)
+    monkeypatch.setattr(daemon_module, "ENGINE_ANSWER_SECONDS", 0.2)
+    thawed = threading.Event()
+    asked: list[float] = []
+
+    def list_ours(instance: str) -> list[dict[str, object]]:
+        asked.append(time.monotonic())
+        if len(asked) == 1:
+            thawed.wait(30)  # the frozen engine
+        return []
+
+    async def scenario() -> tuple[list[bool], list[str], int]:
+        pool, _sandbox = one_slot_pool()
+        daemon = object.__new__(Daemon)
+        daemon.pools = {"python": pool}
+        daemon.instance = "i"
+        daemon.config = Config()
+        daemon.config.scheduler.engine_outage_seconds = 0.2
+        daemon.engine_problem = ""
+        daemon.backend = types.SimpleNamespace(list_ours=list_ours)  # type: ignore[assignment]
+        serving: list[bool] = []
+        problems: list[str] = []
+        fails = 0
+
+        async def fail_waiters() -> None:
+            nonlocal fails
+            fails += 1
+            problems.append(daemon.engine_problem)
+
+        daemon._set_serving = serving.append  # type: ignore[method-assign]
+        daemon._on_pool_change = lambda: None  # type: ignore[method-assign]
+        daemon._fail_waiters = fail_waiters  # type: ignore[method-assign]
+        watcher = asyncio.ensure_future(daemon._watch_engine())
+        try:
+            # Hang detectors, not timings: the frozen list itself gives up after 30 s.
+            await asyncio.wait_for(until(lambda: fails > 0), timeout=20)
+            assert len(asked) == 1, "a second list was asked while the first was still held"
+            thawed.set()
+            await asyncio.wait_for(until(lambda: len(asked) >= 2 and not daemon.engine_problem), timeout=20)
+        finally:
+            thawed.set()
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
+        return serving, problems, len(asked)
+
+    serving, problems, lists = asyncio.run(scenario())
+    assert serving == [False]  # back to SERVING is _on_pool_change's, once the pools have sandboxes again
+    assert problems[0] == "TimeoutError: no answer in 0.2 s"
+    assert lists >= 2
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    while not condition():
+        await asyncio.sleep(0.01)

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 import types
+from collections.abc import Callable
 
+import grpc
 import pytest
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 
 from sandboxd.config import Config
-from sandboxd.errors import InvalidRequest, SandboxFull, SessionNotFound, Unsupported
+from sandboxd.errors import InvalidRequest, NoSandbox, SandboxFull, SessionNotFound, Unsupported
 from sandboxd.pool import Pool
 from sandboxd.sandbox import Sandbox
 from sandboxd.sessions import SessionManager
@@ -119,3 +122,26 @@ async def test_an_open_that_finds_tmp_full_goes_to_another_sandbox_and_ends_no_s
         assert pool._pick() is spare
     finally:
         await pool.close()
+
+
+async def test_an_open_waiting_out_an_engine_outage_is_answered_unavailable() -> None:
+    """The daemon's engine watch fails every pool's waiters after scheduler.engine_outage_seconds, the sessions
+    pool's included: an open waiting for a slot that no engine can start gets UNAVAILABLE, not a 30 s wait."""
+    config = Config()
+    pool = _pool(config, "sessions")
+    manager = SessionManager(pool, config)
+    try:
+        opening = asyncio.create_task(manager.open(pb.OpenSessionRequest()))
+        await until(lambda: pool.waiting == 1)
+        assert await pool.fail_waiters("the Docker engine has not answered for 30 s") == 1
+        with pytest.raises(NoSandbox, match="has not answered") as raised:
+            await asyncio.wait_for(opening, timeout=10)
+        assert raised.value.code == grpc.StatusCode.UNAVAILABLE
+        assert manager._opening == 0 and manager.list() == []
+    finally:
+        await pool.close()
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    while not condition():
+        await asyncio.sleep(0.01)
