@@ -163,6 +163,13 @@ class DockerBackend:
     def image_exists(self, name: str) -> bool:
         return self.image_labels(name) is not None
 
+    def images_labelled(self, key: str, value: str) -> list[tuple[str, dict[str, str]]]:
+        """(reference, labels) of every tagged image whose label ``key`` is ``value``, newest first."""
+        found = sorted(self.api.images(filters={"label": f"{key}={value}"}), key=lambda image: image.get("Created", 0),
+                       reverse=True)
+        return [(ref, dict(image.get("Labels") or {})) for image in found for ref in image.get("RepoTags") or []
+                if ref != "<none>:<none>"]
+
     def create(self, spec: SandboxSpec) -> str:
         config = container_config(spec)
         config.pop("detach")

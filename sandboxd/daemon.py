@@ -24,7 +24,7 @@ from sandboxd import api, metrics, rewardpool
 from sandboxd.backend import DockerBackend
 from sandboxd.config import Config, split_address
 from sandboxd.errors import ConfigError, NotReady
-from sandboxd.images import image_tag
+from sandboxd.images import LABEL_NAME, image_tag, missing_image_message
 from sandboxd.pool import MATH_POOL, Pool, reap_orphans, stage_agent_code
 from sandboxd.sandbox import Sandbox
 from sandboxd.scheduler import Scheduler
@@ -201,7 +201,8 @@ class Daemon:
             image = image_tag(name)
             if not await asyncio.to_thread(self.backend.image_exists, image):
                 if name == "python":
-                    raise ConfigError(f"image {image} does not exist: run `python -m sandboxd.images build`")
+                    others = await asyncio.to_thread(self.backend.images_labelled, LABEL_NAME, name)
+                    raise ConfigError(missing_image_message(name, image, others))
                 log.warning("image %s is missing: languages other than python and bash are unavailable", image)
                 continue
             self.pools[name] = pool(name, image)

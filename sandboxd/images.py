@@ -188,6 +188,25 @@ def image_tag(name: str) -> str:
     return f"{repo}:{content_hash(name, context_files(folder), _hash_args(name))}"
 
 
+def missing_image_message(name: str, ref: str, others: list[tuple[str, dict[str, str]]]) -> str:
+    """What to say when this tree's ``name`` image, ``ref``, is not in the engine.
+
+    ``others`` are the engine's images of that name (``DockerBackend.images_labelled``). An image's
+    tag is the hash of its sources and its build settings: a daemon run from another checkout, or
+    without the build's SANDBOXD_TORCH or SANDBOXD_BASE_IMAGE, looks for another tag than the one
+    built, and "does not exist" alone sent operators to rebuild a multi-GB image that was there.
+    """
+    message = f"image {ref} does not exist: run `python -m sandboxd.images build {name}`"
+    builds = [(other, labels) for other, labels in others if other != ref and not other.endswith(":latest")]
+    if not builds:
+        return message
+    shown = ", ".join(f"{other}" + (f" (torch {labels[LABEL_TORCH]})" if labels.get(LABEL_TORCH) else "")
+                      for other, labels in builds[:3])
+    return (f"{message}. The engine has {shown}: built from other sources or with other build settings. The "
+            f"tag is the hash of both, so the daemon must run from the same checkout with the build's "
+            f"SANDBOXD_TORCH (now {torch_build()}) and SANDBOXD_BASE_IMAGE (now {_base_override() or 'unset'})")
+
+
 def build_order(names: Iterable[str]) -> list[str]:
     """``names`` plus their ancestors, parents first, each once."""
     order: list[str] = []

@@ -39,7 +39,7 @@ from sandboxd.agent.rewardmodel import MODEL_MOUNT
 from sandboxd.backend import DockerBackend, SandboxSpec
 from sandboxd.config import Config, ModelConfig
 from sandboxd.errors import ConfigError
-from sandboxd.images import LABEL_NAME, LABEL_TORCH
+from sandboxd.images import LABEL_NAME, LABEL_TORCH, missing_image_message
 from sandboxd.pool import Pool
 from sandboxd.sandbox import Sandbox
 from sandboxd.snapshots import SnapshotStore
@@ -150,8 +150,8 @@ def check_models(config: Config, backend: DockerBackend, image: str) -> dict[str
         return {}
     labels = backend.image_labels(image)
     if labels is None:
-        raise ConfigError(f"image {image} does not exist (reward models need it): run "
-                          "`python -m sandboxd.images build reward-model`")
+        others = backend.images_labelled(LABEL_NAME, IMAGE)
+        raise ConfigError(f"reward models need the reward-model image; {missing_image_message(IMAGE, image, others)}")
     # The hook can only be looked for on this machine, so only for a local engine.
     local = config.docker.url.startswith("unix://")
     image_problem = image_torch_problem(image, labels)

@@ -184,3 +184,19 @@ def test_python_image_runs_the_verifier_libraries_offline() -> None:
         security_opt=["no-new-privileges"], remove=True,
     )
     assert out.decode().strip() == "True"
+
+
+def test_a_missing_image_names_the_builds_of_it_the_engine_has(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SANDBOXD_TORCH", "cpu")
+    monkeypatch.delenv("SANDBOXD_BASE_IMAGE", raising=False)
+    ref = "sandboxd/reward-model:aaaa"
+    alone = images.missing_image_message("reward-model", ref, [])
+    assert alone == f"image {ref} does not exist: run `python -m sandboxd.images build reward-model`"
+    # ":latest" is one of the tagged builds again, and the image itself cannot be "another" build.
+    assert images.missing_image_message("reward-model", ref, [("sandboxd/reward-model:latest", {})]) == alone
+    others = [("sandboxd/reward-model:bbbb", {images.LABEL_TORCH: "cuda"}), ("sandboxd/reward-model:latest", {}),
+              ("sandboxd/reward-model:cccc", {})]
+    message = images.missing_image_message("reward-model", ref, others)
+    assert message.startswith(alone + ". The engine has sandboxd/reward-model:bbbb (torch cuda), "
+                                      "sandboxd/reward-model:cccc: built from other sources")
+    assert "SANDBOXD_TORCH (now cpu) and SANDBOXD_BASE_IMAGE (now unset)" in message

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import random
 import socket
 import subprocess
@@ -277,3 +278,20 @@ def test_gpu_model_is_refused_without_gpu_runtime(reward_image: str, models: dic
     lines = completed.stderr.strip().splitlines()
     assert len(lines) == 1, completed.stderr
     assert lines[0].startswith('sandboxd: error: models.big: device = "gpu", but the Docker engine has no GPU runtime')
+
+
+def test_a_reward_model_image_built_with_other_settings_is_named(reward_image: str, models: dict[str, Path],
+                                                                 tmp_path: Path) -> None:
+    """A daemon run without the build's SANDBOXD_TORCH looks for another tag (the tag hashes the build settings):
+    "does not exist" alone sent operators to rebuild a multi-GB image that was there under another tag."""
+    config = tmp_path / "m.toml"
+    config.write_text(f'[pool]\nimages = []\n[models.chat]\npath = "{models["chat"]}"\n')
+    completed = subprocess.run(
+        [sys.executable, "-m", "sandboxd", "serve", "--config", str(config), "--socket", str(tmp_path / "m.sock"),
+         "--metrics", "", "--state-dir", str(tmp_path / "state"), "--run-dir", tempfile.mkdtemp(prefix="sbd-")],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "SANDBOXD_TORCH": "cuda"})
+    assert completed.returncode == 2
+    [line] = completed.stderr.strip().splitlines()
+    assert line.startswith("sandboxd: error: reward models need the reward-model image; image sandboxd/reward-model:")
+    assert f"The engine has {reward_image} (torch cpu)" in line, line
+    assert "SANDBOXD_TORCH (now cuda)" in line, line
