@@ -24,6 +24,7 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PYTHON=${PYTHON:-python3}
 DOCKERD_LOG=/var/log/sandboxd-dockerd.log
 DOCKER_PIDFILE=/var/run/docker.pid
+CONTAINERD_PIDFILE=/var/run/docker/containerd/containerd.pid
 DAEMON_JSON=/etc/docker/daemon.json
 DOCKER_WAIT_S=60
 SKIP_CRIU=${SANDBOXD_SKIP_CRIU:-0}
@@ -58,13 +59,23 @@ cd "$REPO"
 docker_ok() { docker info >/dev/null 2>&1; }
 docker_experimental() { [ "$(docker version -f '{{.Server.Experimental}}' 2>/dev/null)" = true ]; }
 systemd_docker() { [ -d /run/systemd/system ] && systemctl cat docker.service >/dev/null 2>&1; }
-dockerd_alive() {
-    local comm
+# A process named $1 that runs: a killed one not yet reaped (a zombie, state Z or X) keeps its
+# name in /proc, and was taken for a live engine, so none was started and the wait timed out.
+pid_alive() {
+    local state
+    state=$(sed -n 's/^State:[[:space:]]*\([A-Z]\).*/\1/p' "/proc/$1/status" 2>/dev/null)
+    case $state in Z|X|"") return 1 ;; *) return 0 ;; esac
+}
+process_alive() {
+    local comm pid
     for comm in /proc/[0-9]*/comm; do
-        [ "$(cat "$comm" 2>/dev/null)" = dockerd ] && return 0
+        [ "$(cat "$comm" 2>/dev/null)" = "$1" ] || continue
+        pid=${comm#/proc/}
+        pid_alive "${pid%/comm}" && return 0
     done
     return 1
 }
+dockerd_alive() { process_alive dockerd; }
 is_debian() { grep -qs '^ID=debian' /etc/os-release; }
 json_has_experimental() {
     [ -f "$DAEMON_JSON" ] && "$PYTHON" -c 'import json,sys; sys.exit("experimental" not in json.load(open(sys.argv[1])))' \
@@ -136,6 +147,12 @@ else
             if [ -f "$DOCKER_PIDFILE" ]; then
                 say "removing stale $DOCKER_PIDFILE (pid $(cat "$DOCKER_PIDFILE" 2>/dev/null), no dockerd alive)"
                 rm -f "$DOCKER_PIDFILE"
+            fi
+            # The containerd a killed dockerd started may be gone or a zombie too: its pid file
+            # would send the next dockerd to it instead of starting its own.
+            if [ -f "$CONTAINERD_PIDFILE" ] && ! pid_alive "$(cat "$CONTAINERD_PIDFILE" 2>/dev/null)"; then
+                say "removing stale $CONTAINERD_PIDFILE (pid $(cat "$CONTAINERD_PIDFILE" 2>/dev/null) not alive)"
+                rm -f "$CONTAINERD_PIDFILE"
             fi
             # dockerd refuses a setting given both as a flag and in daemon.json.
             flags=()
