@@ -93,6 +93,24 @@ _MAX_TOTAL_DEPTH = 40
 _MAX_POWER_DEPTH = 5
 # Upper bound (in bits) on the magnitude of any numeric sub-expression we let sympy evaluate.
 _MAX_NUMBER_BITS = 1_000_000
+# \binom and \Gamma of integers are worked out as they are parsed (latex2sympy collapses
+# 1000000 or 10^{6} to an Integer, and sympy's binomial and gamma evaluate at once), in time
+# quadratic in the size: binom(10^5, 5*10^4) took 0.56 s here and binom(10^6, 5*10^5) over 20 s,
+# in sympy's own loops where only the math server's kill reaches. A binomial whose arguments are
+# both written as integers over this is refused before the parse (its cost follows the smaller
+# of k and n - k; binom(3*10^4, 1.5*10^4) took 0.05 s), and so is a Gamma whose value would be
+# over _MAX_NUMBER_BITS anyway (Gamma(70000) has 1.06 million bits).
+_MAX_EAGER_BINOMIAL_ARG = 20_000
+_MAX_EAGER_GAMMA_ARG = 70_000
+_LITERAL_ARG = r"((?:[^{}()]|\{[^{}]*\})*)"
+_EAGER_CALL_RES = (
+    ("binomial", re.compile(r"\\[dt]?binom\s*\{" + _LITERAL_ARG + r"\}\s*\{" + _LITERAL_ARG + r"\}")),
+    ("binomial", re.compile(r"\{" + _LITERAL_ARG + r"\\choose" + _LITERAL_ARG + r"\}")),
+    ("gamma", re.compile(r"\\Gamma\s*(?:\\left\s*)?[({]" + _LITERAL_ARG + r"(?:\\right\s*)?[)}]")),
+)
+# An integer as written: digits, optionally raised to a braced or one-digit power.
+_INTEGER_TOKEN_RE = re.compile(r"(\d+)(?:\s*\^\s*(?:\{\s*(\d+)\s*\}|(\d)))?")
+_LITERAL_GLUE_RE = re.compile(r"\\(?:cdot|times|left|right)|[\s{}()+*\-]")
 # Only the tail of a long completion is searched for a "last expression": the final answer is at
 # the end, and regex scans over megabytes of text are wasted work.
 _LAST_EXPR_TAIL_CHARS = 10_000
@@ -711,6 +729,37 @@ def _structure_problem(s: str) -> str | None:
         return "answer nested too deeply"
     if _power_depth(s) > _MAX_POWER_DEPTH:
         return "exponents nested too deeply"
+    return _eager_problem(s)
+
+
+def _literal_log10(text: str) -> float | None:
+    """log10 of an upper bound on the integer ``text`` writes, or None unless ``text`` is only
+    integers (and integer powers) joined by ``+ - * \\cdot \\times`` and brackets.
+
+    The bound is the product of each integer plus one, which is at least their sum or product.
+    """
+    if not text.strip() or _LITERAL_GLUE_RE.sub("", _INTEGER_TOKEN_RE.sub("", text)):
+        return None
+    total = 0.0
+    for digits, braced, single in _INTEGER_TOKEN_RE.findall(text):
+        # (a^b + 1) <= (a + 1)^b; a run of more than 30 digits counts 1 per digit past the 30th.
+        base = _pymath.log10(int(digits[:30]) + 1) + max(0, len(digits) - 30)
+        total += base * int((braced or single or "1")[:12])
+    return total
+
+
+def _eager_problem(s: str) -> str | None:
+    """Reason to refuse ``s`` before the parse works out a huge binomial or Gamma, or ``None``."""
+    if "binom" not in s and "choose" not in s and "Gamma" not in s:
+        return None
+    for kind, pattern in _EAGER_CALL_RES:
+        for match in pattern.finditer(s):
+            sizes = [_literal_log10(argument) for argument in match.groups()]
+            if None in sizes:
+                continue  # a symbol or an expression: sympy leaves the call as it is
+            limit = _MAX_EAGER_BINOMIAL_ARG if kind == "binomial" else _MAX_EAGER_GAMMA_ARG
+            if min(sizes) > _pymath.log10(limit + 1):  # type: ignore[type-var]
+                return f"number too large to evaluate ({kind} of integers over {limit})"
     return None
 
 
@@ -915,7 +964,10 @@ def _log2_bound(expr: Any, depth: int = 0) -> float:
     """Cheap upper bound of log2|value| for the numeric parts of ``expr``; ``inf`` if huge.
 
     Walks the unevaluated tree so that ``9^{9^{9^9}}`` or ``(10^6)!`` is refused before any
-    sympy routine tries to evaluate it.
+    sympy routine tries to evaluate it. Functions that grow like a factorial (``\\Gamma``,
+    ``n!!``) or exponentially in their first argument (``\\binom``, ``\\exp``, ``\\cosh``) are
+    bounded from that argument: sympy computes ``\\binom{10^9}{5 \\cdot 10^8}`` or
+    ``\\Gamma(10^{12})`` as exact integers in C, where no deadline short of a kill reaches.
     """
     from sympy import Float, Pow, Rational, factorial
 
@@ -941,12 +993,18 @@ def _log2_bound(expr: Any, depth: int = 0) -> float:
         if exp_bits > 64:
             return _pymath.inf
         return base_bits * (2.0**exp_bits) + 1.0  # |b^e| <= 2^(log2|b| * |e|); +1 for rounding
-    if isinstance(expr, factorial):
+    growth = _GROWTH.get(type(expr).__name__) if args else None
+    if isinstance(expr, factorial) or growth == "factorial":
         n_bits = _log2_bound(expr.args[0], depth + 1)
         if n_bits > 40:
             return _pymath.inf
         n = 2.0**n_bits
         return n * n_bits
+    if growth == "exponential":
+        n_bits = _log2_bound(expr.args[0], depth + 1)
+        if n_bits > 40:
+            return _pymath.inf
+        return 2.0 * 2.0**n_bits + 1.0  # binomial(n, k) <= 2^n, catalan(n) <= 4^n, e^x < 2^(1.45 x)
     total = 1.0
     for arg in args:
         if hasattr(arg, "args"):
@@ -954,6 +1012,18 @@ def _log2_bound(expr: Any, depth: int = 0) -> float:
             if total > _MAX_NUMBER_BITS:
                 return _pymath.inf
     return total
+
+
+# sympy functions by how their value grows with their first argument n: like n! (log2 about
+# n log2 n) or like c^n with c <= 4 (log2 at most 2n). Rising and falling factorials grow with
+# their second argument too, and are bounded as factorials of the first, which undercounts
+# only when the second is larger than it is.
+_GROWTH = {
+    **dict.fromkeys(("factorial2", "subfactorial", "gamma", "bell", "RisingFactorial", "FallingFactorial",
+                     "multigamma", "primorial"), "factorial"),
+    **dict.fromkeys(("binomial", "catalan", "fibonacci", "lucas", "tribonacci", "exp", "sinh", "cosh",
+                     "partition", "motzkin"), "exponential"),
+}
 
 
 def _too_big(obj: Any) -> bool:

@@ -585,6 +585,44 @@ def test_exponent_towers_are_refused_cheaply() -> None:
     check(boxed("2^{2^{2^{2}}}"), "2^{16}", OK)  # realistic towers still parse
 
 
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize(
+    ("answer", "message"),
+    [
+        # sympy worked these out as they were parsed (binom(10^6, 5*10^5): over 20 s in its own loops).
+        ("\\binom{10^{6}}{500000}", "binomial of integers over 20000"),
+        ("\\dbinom{1000000}{5 \\cdot 10^{5}}", "binomial of integers over 20000"),
+        ("{1000000 \\choose 500000}", "binomial of integers over 20000"),
+        ("\\Gamma(10^{7})", "gamma of integers over 70000"),
+        ("\\Gamma\\left(1000000\\right)", "gamma of integers over 70000"),
+        # Left unevaluated by the parse, then bounded by how the function grows.
+        ("\\binom{10^{9}}{5 \\cdot 10^{8}}", "binomial of integers over 20000"),
+        ("\\Gamma(10^{12})", "gamma of integers over 70000"),
+        ("\\exp(\\exp(\\exp(10)))", "number too large to evaluate"),
+        ("\\cosh(\\cosh(100))", "number too large to evaluate"),
+        ("(10^{7})!!", "number too large to evaluate"),
+    ],
+)
+def test_fast_growing_functions_of_huge_integers_are_refused_cheaply(answer: str, message: str) -> None:
+    result = check(boxed(answer), "5", WRONG)
+    assert message in result["message"]
+
+
+@pytest.mark.parametrize(
+    ("answer", "truth"),
+    [
+        ("\\binom{10}{3}", "120"),
+        ("\\binom{1000000}{2}", "499999500000"),  # a huge n with a small k is cheap, and kept
+        ("{6 \\choose 2}", "15"),
+        ("\\Gamma(5)", "24"),
+        ("\\binom{2n}{n}", "\\binom{2n}{n}"),
+        ("e^{2}", "\\exp(2)"),
+    ],
+)
+def test_binomials_gammas_and_exponentials_of_sensible_size_still_compare(answer: str, truth: str) -> None:
+    check(boxed(answer), truth, OK)
+
+
 def test_no_alarm_signal_is_installed() -> None:
     import signal
 
