@@ -138,7 +138,7 @@ class Pool:
         self.node = node
         self.code_dir = code_dir
         self.snapshots = SnapshotStore(backend, config.sandbox.state_dir, config.pool.snapshots,
-                                       config.docker.temp_dir)
+                                       config.docker.temp_dir, pool=name)
         self.start_chooser = StartChooser(config.pool.restore)
         self.agent_args = ["--private-tmp", "--warm", WARM_MODULES.get(name, ""), *self._math_args(name, config)]
         self.snapshot_key = SnapshotStore.key({
@@ -468,8 +468,6 @@ class Pool:
                     self._restore_failures += 1
                     if self._restore_failures >= RESTORE_FAILURES_BEFORE_COLD:
                         self.snapshots.fail(f"restore failed {self._restore_failures} times: {exc}")
-                        log.warning("pool %s: restores keep failing, falling back to cold starts: %s",
-                                    self.name, exc)
                     raise
             else:
                 await asyncio.to_thread(self.backend.start, container_id)

@@ -25,6 +25,7 @@ import fcntl
 import functools
 import hashlib
 import json
+import logging
 import shutil
 import statistics
 import subprocess
@@ -33,6 +34,7 @@ from pathlib import Path
 
 from sandboxd.backend import DockerBackend, profile_key
 
+log = logging.getLogger("sandboxd.snapshots")
 CHECKPOINT_NAME = "warm"
 COMPLETE_MARKER = "complete"
 # Node-wide, not per state dir: every daemon on the node restores through one engine.
@@ -136,8 +138,10 @@ def criu_problem() -> str:
 class SnapshotStore:
     """Per-pool snapshot state: disabled, building, ready or failed."""
 
-    def __init__(self, backend: DockerBackend, state_dir: str, enabled: bool, engine_temp_dir: str) -> None:
+    def __init__(self, backend: DockerBackend, state_dir: str, enabled: bool, engine_temp_dir: str,
+                 pool: str = "") -> None:
         self._backend = backend
+        self._pool = pool
         self._engine_temp_dir = engine_temp_dir
         self._root = Path(state_dir) / "snapshots"
         self.state = "building"
@@ -183,10 +187,20 @@ class SnapshotStore:
         """Make the checkpoint for `key` exist, building it from a fresh template if needed.
 
         `make_template` starts a warmed template sandbox and returns its
-        container id; the template is checkpointed, then removed.
+        container id; the template is checkpointed, then removed. Never
+        raises for the store's own files: a state dir that is full or cannot
+        be written (ENOSPC on the lock file or the marker) fails the
+        snapshot, and the pool starts cold. Raised, it ended the pool's
+        upkeep, and the pool never started a sandbox.
         """
         if self.problem:
             return
+        try:
+            await self._prepare(key, make_template)
+        except OSError as exc:
+            self.fail(f"the snapshot store {self._root} cannot be written: {exc}")
+
+    async def _prepare(self, key: str, make_template: Callable[[], Awaitable[str]]) -> None:
         async with self._lock:
             folder = self._root / key
             self._root.mkdir(parents=True, exist_ok=True)
@@ -252,3 +266,5 @@ class SnapshotStore:
         self.path = None
         self.state = f"failed: {why}"[:500]
         self.problem = why
+        # Info and metrics show the state; the log says when, and why (a full disk, say).
+        log.warning("pool %s: snapshot %s; its sandboxes start cold from now on", self._pool, self.state)

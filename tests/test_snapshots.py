@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import types
+from pathlib import Path
+
 import pytest
 
 from sandboxd.snapshots import SnapshotStore, StartChooser
@@ -83,3 +87,24 @@ def test_the_snapshot_key_covers_the_sandbox_profile(monkeypatch: pytest.MonkeyP
     assert SnapshotStore.key({"image": "i"}) == key
     monkeypatch.setattr(snapshots, "profile_key", lambda: "another profile")
     assert SnapshotStore.key({"image": "i"}) != key
+
+
+def test_a_store_that_cannot_be_written_fails_the_snapshot_not_the_pool(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """ENOSPC or EROFS on the store's own files raised out of prepare() and ended the pool's upkeep: the pool
+    never started a sandbox. Now the snapshot fails, the log says why, and the pool starts cold."""
+    from sandboxd import snapshots
+
+    monkeypatch.setattr(snapshots, "criu_problem", lambda: "")
+    (tmp_path / "state").write_text("a file where the state dir's snapshots folder should go")
+    backend = types.SimpleNamespace(experimental=True)
+    store = SnapshotStore(backend, str(tmp_path / "state"), True, str(tmp_path), pool="python")  # type: ignore[arg-type]
+    assert store.state == "building" and not store.problem
+
+    async def never() -> str:
+        raise AssertionError("no template is started for a store that cannot be written")
+
+    asyncio.run(store.prepare("key", never))
+    assert store.state.startswith("failed: the snapshot store") and not store.usable
+    assert "pool python: snapshot failed: the snapshot store" in caplog.text
+    assert "start cold from now on" in caplog.text

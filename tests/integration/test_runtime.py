@@ -85,7 +85,7 @@ def test_snapshot_clones_answer_independently(daemon: DaemonProcess, channel: gr
     info = pb_grpc.DaemonStub(channel).GetInfo(pb.GetInfoRequest(), timeout=5)
     helpers.require_snapshots(info)
     log = daemon.log_path.read_text()
-    assert "falling back to cold" not in log
+    assert "pool python: snapshot failed" not in log
     draws = set()
     for _ in range(6):
         result = helpers.run(channel, helpers.execute(
