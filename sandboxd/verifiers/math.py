@@ -93,24 +93,14 @@ _MAX_TOTAL_DEPTH = 40
 _MAX_POWER_DEPTH = 5
 # Upper bound (in bits) on the magnitude of any numeric sub-expression we let sympy evaluate.
 _MAX_NUMBER_BITS = 1_000_000
-# \binom and \Gamma of integers are worked out as they are parsed (latex2sympy collapses
-# 1000000 or 10^{6} to an Integer, and sympy's binomial and gamma evaluate at once), in time
-# quadratic in the size: binom(10^5, 5*10^4) took 0.56 s here and binom(10^6, 5*10^5) over 20 s,
-# in sympy's own loops where only the math server's kill reaches. A binomial whose arguments are
-# both written as integers over this is refused before the parse (its cost follows the smaller
-# of k and n - k; binom(3*10^4, 1.5*10^4) took 0.05 s), and so is a Gamma whose value would be
-# over _MAX_NUMBER_BITS anyway (Gamma(70000) has 1.06 million bits).
-_MAX_EAGER_BINOMIAL_ARG = 20_000
-_MAX_EAGER_GAMMA_ARG = 70_000
-_LITERAL_ARG = r"((?:[^{}()]|\{[^{}]*\})*)"
-_EAGER_CALL_RES = (
-    ("binomial", re.compile(r"\\[dt]?binom\s*\{" + _LITERAL_ARG + r"\}\s*\{" + _LITERAL_ARG + r"\}")),
-    ("binomial", re.compile(r"\{" + _LITERAL_ARG + r"\\choose" + _LITERAL_ARG + r"\}")),
-    ("gamma", re.compile(r"\\Gamma\s*(?:\\left\s*)?[({]" + _LITERAL_ARG + r"(?:\\right\s*)?[)}]")),
-)
-# An integer as written: digits, optionally raised to a braced or one-digit power.
-_INTEGER_TOKEN_RE = re.compile(r"(\d+)(?:\s*\^\s*(?:\{\s*(\d+)\s*\}|(\d)))?")
-_LITERAL_GLUE_RE = re.compile(r"\\(?:cdot|times|left|right)|[\s{}()+*\-]")
+# sympy works out a binomial or a Gamma of concrete numbers as soon as latex2sympy builds it,
+# in pure-Python loops whose time grows with the square of the result's size (binom(10^5,
+# 5*10^4), 10^5 bits: 0.56 s here; binom(10^6, 5*10^5): over 20 s), where only the math
+# server's kill reaches. Above these sizes the call is left unevaluated (see
+# _guard_eager_evaluation), and _log2_bound then refuses it as too large.
+_MAX_EAGER_RESULT_BITS = 50_000
+_MAX_EAGER_TERMS = 20_000
+_MAX_EAGER_GAMMA_ARG = 70_000  # Gamma(70000) has 1.06 million bits: over _MAX_NUMBER_BITS anyway
 # Only the tail of a long completion is searched for a "last expression": the final answer is at
 # the end, and regex scans over megabytes of text are wasted work.
 _LAST_EXPR_TAIL_CHARS = 10_000
@@ -729,37 +719,6 @@ def _structure_problem(s: str) -> str | None:
         return "answer nested too deeply"
     if _power_depth(s) > _MAX_POWER_DEPTH:
         return "exponents nested too deeply"
-    return _eager_problem(s)
-
-
-def _literal_log10(text: str) -> float | None:
-    """log10 of an upper bound on the integer ``text`` writes, or None unless ``text`` is only
-    integers (and integer powers) joined by ``+ - * \\cdot \\times`` and brackets.
-
-    The bound is the product of each integer plus one, which is at least their sum or product.
-    """
-    if not text.strip() or _LITERAL_GLUE_RE.sub("", _INTEGER_TOKEN_RE.sub("", text)):
-        return None
-    total = 0.0
-    for digits, braced, single in _INTEGER_TOKEN_RE.findall(text):
-        # (a^b + 1) <= (a + 1)^b; a run of more than 30 digits counts 1 per digit past the 30th.
-        base = _pymath.log10(int(digits[:30]) + 1) + max(0, len(digits) - 30)
-        total += base * int((braced or single or "1")[:12])
-    return total
-
-
-def _eager_problem(s: str) -> str | None:
-    """Reason to refuse ``s`` before the parse works out a huge binomial or Gamma, or ``None``."""
-    if "binom" not in s and "choose" not in s and "Gamma" not in s:
-        return None
-    for kind, pattern in _EAGER_CALL_RES:
-        for match in pattern.finditer(s):
-            sizes = [_literal_log10(argument) for argument in match.groups()]
-            if None in sizes:
-                continue  # a symbol or an expression: sympy leaves the call as it is
-            limit = _MAX_EAGER_BINOMIAL_ARG if kind == "binomial" else _MAX_EAGER_GAMMA_ARG
-            if min(sizes) > _pymath.log10(limit + 1):  # type: ignore[type-var]
-                return f"number too large to evaluate ({kind} of integers over {limit})"
     return None
 
 
@@ -842,8 +801,58 @@ def _load() -> ModuleType:
     module.sympy_symbolic_eq = _symbolic_eq_for(module.sympy_symbolic_eq)  # type: ignore[attr-defined]
     _latex_cfg = LatexExtractionConfig(boxed_match_priority=0)
     _expr_cfg = ExprExtractionConfig()
+    _guard_eager_evaluation()
     _grader = module
     return module
+
+
+def _binomial_work_bits(n: Any, k: Any) -> float:
+    """Upper bound of the bits sympy's binomial(n, k) loop builds (n and k numbers, k integral)."""
+    k_bits = _safe_log2_bound(k)
+    if k_bits > 40:
+        return _pymath.inf  # int(k) alone could be 10^(10^10)
+    k_int = int(k)
+    if n.is_Integer and n >= 0:
+        terms = min(k_int, int(n) - k_int)
+        if terms <= 0:
+            return 0.0
+        # log2 binom(n, m) <= m log2(e n / m); n's bit length stands in for log2 n (n may be huge).
+        return terms * max(1.0, int(n).bit_length() - _pymath.log2(terms) + 1.45)
+    # Any other n (negative, a fraction, a float, an unevaluated power): |k| terms of n's size.
+    terms = abs(k_int)
+    if terms > _MAX_EAGER_TERMS:
+        return _pymath.inf
+    return terms * (max(1.0, _safe_log2_bound(n)) + _pymath.log2(terms + 1))
+
+
+def _guard_eager_evaluation() -> None:
+    """Leave huge binomials and Gammas of numbers unevaluated (see _MAX_EAGER_RESULT_BITS).
+
+    Patches sympy's own evaluation, in this process, for those calls only: a check of the text
+    before the parse missed `\\binom{(1000000)}{500000}`, `\\binom{-1}{200000}`,
+    `\\binom{0.5}{10^6}` and `\\Gamma(\\frac{2000001}{2})`, each over 15 s, and refused the cheap
+    `\\binom{10^6}{999999}`. Every other call evaluates as sympy would.
+    """
+    from sympy import binomial, gamma
+
+    if getattr(binomial, "_sandboxd_guarded", False):
+        return
+    binomial_eval = binomial._eval.__func__
+    gamma_eval = gamma.eval.__func__
+
+    def guarded_binomial_eval(cls: Any, n: Any, k: Any) -> Any:
+        if _binomial_work_bits(n, k) > _MAX_EAGER_RESULT_BITS:
+            return None  # sympy's "no value": the call stays binomial(n, k)
+        return binomial_eval(cls, n, k)
+
+    def guarded_gamma_eval(cls: Any, arg: Any) -> Any:
+        if getattr(arg, "is_Rational", False) and abs(arg) > _MAX_EAGER_GAMMA_ARG:
+            return None
+        return gamma_eval(cls, arg)
+
+    binomial._eval = classmethod(guarded_binomial_eval)  # type: ignore[method-assign,assignment]
+    gamma.eval = classmethod(guarded_gamma_eval)  # type: ignore[method-assign,assignment]
+    binomial._sandboxd_guarded = True  # type: ignore[attr-defined]
 
 
 def _pct_value(expr: Any) -> Any:
@@ -969,7 +978,7 @@ def _log2_bound(expr: Any, depth: int = 0) -> float:
     bounded from that argument: sympy computes ``\\binom{10^9}{5 \\cdot 10^8}`` or
     ``\\Gamma(10^{12})`` as exact integers in C, where no deadline short of a kill reaches.
     """
-    from sympy import Float, Pow, Rational, factorial
+    from sympy import Float, Pow, Rational, binomial, factorial
 
     if depth > 200:
         return _pymath.inf
@@ -1004,7 +1013,15 @@ def _log2_bound(expr: Any, depth: int = 0) -> float:
         n_bits = _log2_bound(expr.args[0], depth + 1)
         if n_bits > 40:
             return _pymath.inf
-        return 2.0 * 2.0**n_bits + 1.0  # binomial(n, k) <= 2^n, catalan(n) <= 4^n, e^x < 2^(1.45 x)
+        bound = 2.0 * 2.0**n_bits + 1.0  # binomial(n, k) <= 2^n, catalan(n) <= 4^n, e^x < 2^(1.45 x)
+        if isinstance(expr, binomial):
+            # One left unevaluated (_guard_eager_evaluation) may have a negative or fractional n,
+            # whose exact value's numerator and denominator grow with k: binom(1/2, 10^6).
+            k_bits = _log2_bound(expr.args[1], depth + 1)
+            if k_bits > 40:
+                return _pymath.inf
+            bound = max(bound, 2.0**k_bits * (n_bits + k_bits + 2.0))
+        return bound
     total = 1.0
     for arg in args:
         if hasattr(arg, "args"):
@@ -1026,11 +1043,15 @@ _GROWTH = {
 }
 
 
-def _too_big(obj: Any) -> bool:
+def _safe_log2_bound(obj: Any) -> float:
     try:
-        return _log2_bound(obj) > _MAX_NUMBER_BITS
+        return _log2_bound(obj)
     except RecursionError:
-        return True
+        return _pymath.inf
+
+
+def _too_big(obj: Any) -> bool:
+    return _safe_log2_bound(obj) > _MAX_NUMBER_BITS
 
 
 # Digits, operators and currency only: text that Math-Verify's plain-expression extractor reads
