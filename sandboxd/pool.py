@@ -490,9 +490,14 @@ class Pool:
 
     async def _remove(self, sandbox: Sandbox) -> None:
         await sandbox.close_connections()
-        if not await self._try_remove(sandbox) and not self._closed:
+        if await self._try_remove(sandbox) or self._closed:
+            self._removed(sandbox)
+        else:
             self._spawn(self._remove_again(sandbox))
         shutil.rmtree(sandbox.control_dir, ignore_errors=True)
+
+    def _removed(self, sandbox: Sandbox) -> None:
+        """`sandbox`'s container is gone (or given up on): what it held (a GPU) may go to another."""
 
     async def _try_remove(self, sandbox: Sandbox) -> bool:
         try:
@@ -503,14 +508,17 @@ class Pool:
         return True
 
     async def _remove_again(self, sandbox: Sandbox) -> None:
-        for pause in REMOVE_RETRY_SECONDS:
-            await asyncio.sleep(pause)
-            if self._closed:
-                return  # the next daemon's start-up reaps it
-            if await self._try_remove(sandbox):
-                log.info("pool %s: removed %s on a later try", self.name, sandbox.name)
-                return
-        log.warning("pool %s: gave up removing %s; the orphan sweep will", self.name, sandbox.name)
+        try:
+            for pause in REMOVE_RETRY_SECONDS:
+                await asyncio.sleep(pause)
+                if self._closed:
+                    return  # the next daemon's start-up reaps it
+                if await self._try_remove(sandbox):
+                    log.info("pool %s: removed %s on a later try", self.name, sandbox.name)
+                    return
+            log.warning("pool %s: gave up removing %s; the orphan sweep will", self.name, sandbox.name)
+        finally:
+            self._removed(sandbox)
 
     def check_alive(self, running: set[str], watched: list[Sandbox]) -> None:
         """The engine's list of running containers (taken after `watched`, the pool's sandboxes then) came in:

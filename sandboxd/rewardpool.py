@@ -282,9 +282,10 @@ class RewardModelPool(Pool):
             log.error("pool %s: model %s failed to load: %s", self.name, self.model_name,
                       self.model_state.get("error", ""))
 
-    async def _remove(self, sandbox: Sandbox) -> None:
+    def _removed(self, sandbox: Sandbox) -> None:
+        # Only once the container is gone: while a removal is retried it still holds its GPU's
+        # memory, and a replacement should go to another GPU if the pool has one.
         self._attached.pop(sandbox.name, None)
-        await super()._remove(sandbox)
 
     def gpus(self) -> list[str]:
         """The GPUs this pool's sandboxes use, for Info.gpus."""

@@ -109,6 +109,31 @@ async def test_replacement_takes_the_freed_gpu(tmp_path: Path) -> None:
     assert docker_config(pool, "c")["device_requests"] == first["device_requests"]
 
 
+async def test_a_gpu_is_not_handed_on_while_its_sandbox_removal_is_retried(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A container the engine would not remove yet still holds its GPU's memory: its replacement goes to
+    another GPU, and the place is freed once the container is gone."""
+    from sandboxd import pool as pool_module
+
+    monkeypatch.setattr(pool_module, "REMOVE_RETRY_SECONDS", (0.0,))
+    pool = make_pool(config.ModelConfig(path=str(tmp_path), gpu_ids=["0", "1"]), "gpu", tmp_path)
+    first, _second, _third = docker_config(pool, "a"), docker_config(pool, "b"), docker_config(pool, "x")
+    tries: list[str] = []
+
+    def refuse_once(container_id: str) -> None:
+        tries.append(container_id)
+        if len(tries) == 1:
+            raise RuntimeError("500 Server Error: containerd is busy")
+
+    pool.backend = SimpleNamespace(experimental=False, remove=refuse_once)  # type: ignore[assignment]
+    await pool._remove(Sandbox(name="a", pool="rm", container_id="a", control_dir=str(tmp_path / "a"),
+                               started_by="cold"))
+    assert docker_config(pool, "c")["device_requests"] != first["device_requests"]  # a still holds its GPU
+    await asyncio.gather(*pool._tasks)
+    assert tries == ["a", "a"]
+    assert docker_config(pool, "d")["device_requests"] == first["device_requests"]
+
+
 def test_cdi_device_names(tmp_path: Path) -> None:
     pool = make_pool(config.ModelConfig(path=str(tmp_path), cdi_devices=["nvidia.com/gpu=0"]), "gpu", tmp_path)
     assert docker_config(pool, "a")["device_requests"] == [DeviceRequest(driver="cdi",
