@@ -36,11 +36,6 @@ ORPHAN_SWEEP_SECONDS = 60.0
 # idle (an engine restart, `docker rm -f`, a pause) is replaced within this, and
 # health says NOT_SERVING within it of the engine going away.
 ENGINE_WATCH_SECONDS = 1.0
-# A list of our containers not answered in this long counts as an engine that does not answer.
-# A frozen dockerd (SIGSTOP, a wedged containerd) holds the call until docker.timeout_seconds
-# (60 s), and health said SERVING all that while; a live engine lists in milliseconds, and tens
-# of seconds on a badly overloaded node.
-ENGINE_ANSWER_SECONDS = 10.0
 
 
 def check_socket_path(path: str) -> None:
@@ -263,10 +258,15 @@ class Daemon:
                     watched = {name: list(pool.sandboxes) for name, pool in self.pools.items()}
                     listing = asyncio.ensure_future(asyncio.to_thread(self.backend.list_ours, self.instance))
                     asked_at = time.monotonic()
-                await asyncio.wait([listing], timeout=max(0.0, asked_at + ENGINE_ANSWER_SECONDS - time.monotonic()))
+                # A frozen dockerd (SIGSTOP, a wedged containerd) held the list for docker.timeout_seconds
+                # (60 s) with health SERVING, and the outage clock started only then. A list unanswered for
+                # the outage limit is the outage; a slow one before that (a badly loaded node lists in tens
+                # of seconds) turns no job away.
+                outage = self.config.scheduler.engine_outage_seconds
+                await asyncio.wait([listing], timeout=max(0.0, asked_at + outage - time.monotonic()))
                 try:
                     if not listing.done():
-                        raise TimeoutError(f"no answer in {ENGINE_ANSWER_SECONDS:g} s")
+                        raise TimeoutError(f"no answer in {outage:g} s")
                     containers = listing.result()
                 except Exception as exc:
                     if listing.done():

@@ -47,13 +47,12 @@ def test_an_orphan_sweep_that_fails_is_logged_not_raised(caplog: pytest.LogCaptu
 
 def test_a_frozen_engine_is_an_outage_from_when_it_was_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     """A SIGSTOPped dockerd holds the watch's list until docker.timeout_seconds (60 s): health said SERVING and
-    the outage clock had not started all that while. Now an unanswered list is an outage after
-    ENGINE_ANSWER_SECONDS, counted from the question, and it is waited on again rather than asked anew."""
+    the outage clock had not started all that while. Now a list unanswered for scheduler.engine_outage_seconds,
+    counted from the question, is the outage, and it is waited on again rather than asked anew."""
     from sandboxd import daemon as daemon_module
     from sandboxd.config import Config
 
     monkeypatch.setattr(daemon_module, "ENGINE_WATCH_SECONDS", 0.01)
-    monkeypatch.setattr(daemon_module, "ENGINE_ANSWER_SECONDS", 0.2)
     thawed = threading.Event()
     asked: list[float] = []
 
@@ -106,3 +105,41 @@ def test_a_frozen_engine_is_an_outage_from_when_it_was_asked(monkeypatch: pytest
 async def until(condition: Callable[[], bool]) -> None:
     while not condition():
         await asyncio.sleep(0.01)
+
+
+def test_a_slow_list_within_the_outage_limit_turns_no_job_away(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loaded node's engine may take seconds to list: warm sandboxes need no engine, so that is no outage."""
+    from sandboxd import daemon as daemon_module
+    from sandboxd.config import Config
+
+    monkeypatch.setattr(daemon_module, "ENGINE_WATCH_SECONDS", 0.01)
+    lists = 0
+
+    def slow_list(instance: str) -> list[dict[str, object]]:
+        nonlocal lists
+        time.sleep(0.3)
+        lists += 1
+        return []
+
+    async def scenario() -> list[bool]:
+        pool, _sandbox = one_slot_pool()
+        daemon = object.__new__(Daemon)
+        daemon.pools = {"python": pool}
+        daemon.instance = "i"
+        daemon.config = Config()
+        daemon.config.scheduler.engine_outage_seconds = 2.0
+        daemon.engine_problem = ""
+        daemon.backend = types.SimpleNamespace(list_ours=slow_list)  # type: ignore[assignment]
+        serving: list[bool] = []
+        daemon._set_serving = serving.append  # type: ignore[method-assign]
+        daemon._on_pool_change = lambda: None  # type: ignore[method-assign]
+        watcher = asyncio.ensure_future(daemon._watch_engine())
+        try:
+            await asyncio.wait_for(until(lambda: lists >= 3), timeout=20)
+        finally:
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
+        assert daemon.engine_problem == ""
+        return serving
+
+    assert asyncio.run(scenario()) == []
