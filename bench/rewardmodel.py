@@ -184,14 +184,19 @@ def run(*, quick: bool, pairs: int | None = None, threads: int = 2, gpu: str = "
 
 def _sandbox_memory(pool: str) -> dict[str, int]:
     """The memory cgroup's limit, current use and peak of ``pool``'s first sandbox, in bytes:
-    what the model costs the host, GPU or not. Empty where the cgroup cannot be read (v1)."""
+    what the model costs the host, GPU or not. Empty where it cannot be read (cgroup v1, a
+    remote engine, an engine error): a report without it rather than none."""
     import docker
 
+    from bench.common import log
     from sandboxd.backend import LABEL_POOL
 
-    client = docker.from_env()
     try:
-        containers = client.containers.list(filters={"label": f"{LABEL_POOL}={pool}"})
+        client = docker.from_env()
+        try:
+            containers = client.containers.list(filters={"label": f"{LABEL_POOL}={pool}"})
+        finally:
+            client.close()
         if not containers:
             return {}
         full_id = containers[0].id
@@ -199,15 +204,12 @@ def _sandbox_memory(pool: str) -> dict[str, int]:
         for folder in (Path(f"/sys/fs/cgroup/system.slice/docker-{full_id}.scope"),
                        Path(f"/sys/fs/cgroup/docker/{full_id}")):
             if (folder / "memory.current").exists():
-                found = {}
-                for key in ("max", "current", "peak"):
-                    text = (folder / f"memory.{key}").read_text().strip() if (folder / f"memory.{key}").exists() else ""
-                    if text.isdigit():
-                        found[key] = int(text)
-                return found
-        return {}
-    finally:
-        client.close()
+                texts = {key: (folder / f"memory.{key}").read_text().strip() for key in ("max", "current", "peak")
+                         if (folder / f"memory.{key}").exists()}
+                return {key: int(text) for key, text in texts.items() if text.isdigit()}
+    except Exception as exc:  # a figure of the report, not the run
+        log(f"rewardmodel: could not read the model sandbox's memory: {exc}")
+    return {}
 
 
 def _agent_hosts(settings: dict[str, Any], items: list[tuple[str, str]], singles: int, hosts: int,

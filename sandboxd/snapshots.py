@@ -231,7 +231,13 @@ class SnapshotStore:
             return
         finally:
             if container_id:
-                await asyncio.to_thread(self._backend.remove, container_id)
+                try:
+                    await asyncio.to_thread(self._backend.remove, container_id)
+                except Exception as exc:
+                    # An engine error here is no fault of the store's (prepare() takes OSError, which
+                    # docker's errors are, for one); the checkpoint is made, the template is left over.
+                    log.warning("pool %s: could not remove the snapshot template %s: %s", self._pool,
+                                container_id[:12], exc)
         # Written last: a dump interrupted half-way is rebuilt, never restored.
         (folder / COMPLETE_MARKER).touch()
         self.path, self.state = folder / CHECKPOINT_NAME, "ready"
