@@ -837,8 +837,14 @@ def _guard_eager_evaluation() -> None:
 
     if getattr(binomial, "_sandboxd_guarded", False):
         return
-    binomial_eval = binomial._eval.__func__
-    gamma_eval = gamma.eval.__func__
+    try:
+        binomial_eval = binomial._eval.__func__
+        gamma_eval = gamma.eval.__func__
+    except AttributeError:  # pragma: no cover - a sympy other than the images' 1.14
+        logging.getLogger("sandboxd.verifiers.math").warning(
+            "sympy's binomial._eval or gamma.eval is not there: huge binomials and Gammas are evaluated as "
+            "they are parsed (only the job's deadline stops them)")
+        return
 
     def guarded_binomial_eval(cls: Any, n: Any, k: Any) -> Any:
         if _binomial_work_bits(n, k) > _MAX_EAGER_RESULT_BITS:
