@@ -277,7 +277,7 @@ class Daemon:
                     self._set_serving(False)
                     # The outage began when the engine was asked, not when it failed to answer.
                     down_since = down_since or asked_at
-                    if time.monotonic() - down_since >= self.config.scheduler.engine_outage_seconds:
+                    if time.monotonic() - down_since >= outage:
                         await self._fail_waiters()
                     continue
                 listing = None

@@ -45,12 +45,30 @@ def test_an_orphan_sweep_that_fails_is_logged_not_raised(caplog: pytest.LogCaptu
     assert "orphan sweep failed" in caplog.text
 
 
+def watching_daemon(list_ours: Callable[[str], list[dict[str, object]]], outage_seconds: float,
+                    serving: list[bool]) -> Daemon:
+    """A Daemon with only what _watch_engine reads: one pool, `list_ours` as the engine, its health calls
+    appended to `serving`."""
+    from sandboxd.config import Config
+
+    pool, _sandbox = one_slot_pool()
+    daemon = object.__new__(Daemon)
+    daemon.pools = {"python": pool}
+    daemon.instance = "i"
+    daemon.config = Config()
+    daemon.config.scheduler.engine_outage_seconds = outage_seconds
+    daemon.engine_problem = ""
+    daemon.backend = types.SimpleNamespace(list_ours=list_ours)  # type: ignore[assignment]
+    daemon._set_serving = serving.append  # type: ignore[method-assign]
+    daemon._on_pool_change = lambda: None  # type: ignore[method-assign]
+    return daemon
+
+
 def test_a_frozen_engine_is_an_outage_from_when_it_was_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     """A SIGSTOPped dockerd holds the watch's list until docker.timeout_seconds (60 s): health said SERVING and
     the outage clock had not started all that while. Now a list unanswered for scheduler.engine_outage_seconds,
     counted from the question, is the outage, and it is waited on again rather than asked anew."""
     from sandboxd import daemon as daemon_module
-    from sandboxd.config import Config
 
     monkeypatch.setattr(daemon_module, "ENGINE_WATCH_SECONDS", 0.01)
     thawed = threading.Event()
@@ -63,15 +81,8 @@ def test_a_frozen_engine_is_an_outage_from_when_it_was_asked(monkeypatch: pytest
         return []
 
     async def scenario() -> tuple[list[bool], list[str], int]:
-        pool, _sandbox = one_slot_pool()
-        daemon = object.__new__(Daemon)
-        daemon.pools = {"python": pool}
-        daemon.instance = "i"
-        daemon.config = Config()
-        daemon.config.scheduler.engine_outage_seconds = 0.2
-        daemon.engine_problem = ""
-        daemon.backend = types.SimpleNamespace(list_ours=list_ours)  # type: ignore[assignment]
         serving: list[bool] = []
+        daemon = watching_daemon(list_ours, 0.2, serving)
         problems: list[str] = []
         fails = 0
 
@@ -80,8 +91,6 @@ def test_a_frozen_engine_is_an_outage_from_when_it_was_asked(monkeypatch: pytest
             fails += 1
             problems.append(daemon.engine_problem)
 
-        daemon._set_serving = serving.append  # type: ignore[method-assign]
-        daemon._on_pool_change = lambda: None  # type: ignore[method-assign]
         daemon._fail_waiters = fail_waiters  # type: ignore[method-assign]
         watcher = asyncio.ensure_future(daemon._watch_engine())
         try:
@@ -112,7 +121,6 @@ async def until(condition: Callable[[], bool]) -> None:
 def test_a_slow_list_within_the_outage_limit_turns_no_job_away(monkeypatch: pytest.MonkeyPatch) -> None:
     """A loaded node's engine may take seconds to list: warm sandboxes need no engine, so that is no outage."""
     from sandboxd import daemon as daemon_module
-    from sandboxd.config import Config
 
     monkeypatch.setattr(daemon_module, "ENGINE_WATCH_SECONDS", 0.01)
     lists = 0
@@ -124,17 +132,9 @@ def test_a_slow_list_within_the_outage_limit_turns_no_job_away(monkeypatch: pyte
         return []
 
     async def scenario() -> list[bool]:
-        pool, _sandbox = one_slot_pool()
-        daemon = object.__new__(Daemon)
-        daemon.pools = {"python": pool}
-        daemon.instance = "i"
-        daemon.config = Config()
-        daemon.config.scheduler.engine_outage_seconds = 10.0  # well over the 0.3 s lists, on a loaded machine too
-        daemon.engine_problem = ""
-        daemon.backend = types.SimpleNamespace(list_ours=slow_list)  # type: ignore[assignment]
         serving: list[bool] = []
-        daemon._set_serving = serving.append  # type: ignore[method-assign]
-        daemon._on_pool_change = lambda: None  # type: ignore[method-assign]
+        # 10 s: far over the 0.3 s lists, on a loaded machine too.
+        daemon = watching_daemon(slow_list, 10.0, serving)
         watcher = asyncio.ensure_future(daemon._watch_engine())
         try:
             await asyncio.wait_for(until(lambda: lists >= 3), timeout=20)

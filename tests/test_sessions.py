@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import math
 import types
-from collections.abc import Callable
 
 import grpc
 import pytest
@@ -16,6 +15,7 @@ from sandboxd.errors import InvalidRequest, NoSandbox, SandboxFull, SessionNotFo
 from sandboxd.pool import Pool
 from sandboxd.sandbox import Sandbox
 from sandboxd.sessions import SessionManager
+from tests.test_daemon import until
 
 
 def _pool(config: Config, kind: str) -> Pool:
@@ -141,7 +141,3 @@ async def test_an_open_waiting_out_an_engine_outage_is_answered_unavailable() ->
     finally:
         await pool.close()
 
-
-async def until(condition: Callable[[], bool]) -> None:
-    while not condition():
-        await asyncio.sleep(0.01)

@@ -981,10 +981,10 @@ def _log2_bound(expr: Any, depth: int = 0) -> float:
     Walks the unevaluated tree so that ``9^{9^{9^9}}`` or ``(10^6)!`` is refused before any
     sympy routine tries to evaluate it. Functions that grow like a factorial (``\\Gamma``,
     ``n!!``) or exponentially in their first argument (``\\binom``, ``\\exp``, ``\\cosh``) are
-    bounded from that argument: sympy computes ``\\binom{10^9}{5 \\cdot 10^8}`` or
-    ``\\Gamma(10^{12})`` as exact integers in C, where no deadline short of a kill reaches.
+    bounded from that argument: sympy would work ``\\binom{10^9}{5 \\cdot 10^8}`` or
+    ``\\Gamma(10^{12})`` out as exact integers, in loops no deadline short of a kill reaches.
     """
-    from sympy import Float, Pow, Rational, binomial, factorial
+    from sympy import Float, Pow, Rational, binomial
 
     if depth > 200:
         return _pymath.inf
@@ -1009,7 +1009,7 @@ def _log2_bound(expr: Any, depth: int = 0) -> float:
             return _pymath.inf
         return base_bits * (2.0**exp_bits) + 1.0  # |b^e| <= 2^(log2|b| * |e|); +1 for rounding
     growth = _GROWTH.get(type(expr).__name__) if args else None
-    if isinstance(expr, factorial) or growth == "factorial":
+    if growth == "factorial":
         n_bits = _log2_bound(expr.args[0], depth + 1)
         if n_bits > 40:
             return _pymath.inf
@@ -1042,8 +1042,8 @@ def _log2_bound(expr: Any, depth: int = 0) -> float:
 # their second argument too, and are bounded as factorials of the first, which undercounts
 # only when the second is larger than it is.
 _GROWTH = {
-    **dict.fromkeys(("factorial2", "subfactorial", "gamma", "bell", "RisingFactorial", "FallingFactorial",
-                     "multigamma", "primorial"), "factorial"),
+    **dict.fromkeys(("factorial", "factorial2", "subfactorial", "gamma", "bell", "RisingFactorial",
+                     "FallingFactorial", "multigamma", "primorial"), "factorial"),
     **dict.fromkeys(("binomial", "catalan", "fibonacci", "lucas", "tribonacci", "exp", "sinh", "cosh",
                      "partition", "motzkin"), "exponential"),
 }

@@ -241,7 +241,7 @@ def _placement(device: str) -> dict[str, Any]:
     """from_pretrained's arguments that put the weights straight on ``device``, or none.
 
     Loaded without them, a model is built in host memory and then moved: a GPU sandbox would
-    need host memory for all its weights (16 GB for 8B in bf16) though they live on the GPU.
+    need host memory for all its weights (14 GB for 8B in bf16) though they live on the GPU.
     With ``device_map`` transformers reads each tensor from the mmapped safetensors file onto
     the device, so the sandbox's memory holds file pages the kernel can drop, not a copy. That
     path needs accelerate (in sandboxd's reward-model image); without it, the model is moved.
