@@ -145,7 +145,10 @@ def test_batch_streams_and_matches_the_python_client(tcp_daemon: tuple[DaemonPro
     results = node_ok(daemon.address, "batch", messages)
     indices = [int(r["index"]) for r in results]  # uint64 travels as a string
     assert sorted(indices) == list(range(len(messages)))
-    assert indices[-1] == 0, f"results did not stream as they finished: {indices}"
+    # A stream in input order would open with the slow job. Asserting that it comes last would
+    # also ask every other job to finish within its 2 s, which a loaded CI machine does not
+    # promise (a cold code sandbox took longer once).
+    assert indices[0] != 0, f"results did not stream as they finished: {indices}"
 
     with SandboxClient(daemon.address) as client:
         expected = client.score_batch([
