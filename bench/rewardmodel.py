@@ -136,20 +136,28 @@ def run(*, quick: bool, pairs: int | None = None, threads: int = 2, gpu: str = "
             for lo, got in rounds.outputs["in_process"]:
                 scores["in_process"][lo:lo + len(got)] = got
             one = {"sandboxd": [], "in_process": []}
+            on_sandbox = []  # the daemon's run_seconds: its sandbox's part of a lone pair
+            cpu_before = _sandbox_cgroup("rm-bench")
             for prompt, completion in items[:singles]:
                 t0 = time.perf_counter()
-                client.run(reward_model_job(prompt, completion, model="bench"))
+                answer = client.run(reward_model_job(prompt, completion, model="bench"))
                 one["sandboxd"].append(time.perf_counter() - t0)
+                on_sandbox.append(answer.timings.run_seconds)
                 t0 = time.perf_counter()
                 local.score([(prompt, completion)])
                 one["in_process"].append(time.perf_counter() - t0)
-        sandbox_memory = _sandbox_memory("rm-bench")
+            cpu_after = _sandbox_cgroup("rm-bench")
+        sandbox_cgroup = cpu_after
     finally:
         daemon.stop()
         shutil.rmtree(folder, ignore_errors=True)
     rate = {side: total / s for side, s in seconds.items()}
     overhead = ratio(rate["in_process"], rate["sandboxd"])
     p50 = {side: statistics.median(values) * 1000 for side, values in one.items()}
+    p50_on_sandbox = statistics.median(on_sandbox) * 1000
+    # CFS throttling while the lone pairs ran: a sandbox over its cpus quota waits out the period.
+    throttled = {key: cpu_after[key] - cpu_before[key] for key in ("nr_throttled", "throttled_usec", "usage_usec")
+                 if key in cpu_after and key in cpu_before}
     diffs = [abs(a - b) for a, b in zip(scores["sandboxd"], scores["in_process"], strict=True)
              if a is not None and b is not None]
     where = f"on {local.describe()['device_name']}" if gpu else f"{threads} threads"
@@ -169,23 +177,34 @@ def run(*, quick: bool, pairs: int | None = None, threads: int = 2, gpu: str = "
     result.notes.append(f"scores agree: max |sandboxd - in-process| = {max(diffs) if diffs else float('nan'):.2e} "
                         f"over {len(diffs)} pairs; {failures} failed jobs")
     result.notes.append(f"one pair alone (serial): sandboxd p50 {p50['sandboxd']:.1f} ms (includes the "
-                        f"{BATCH_WAIT_MS} ms batch window), in-process {p50['in_process']:.1f} ms")
+                        f"{BATCH_WAIT_MS} ms batch window), of it on the sandbox (the daemon's run_seconds) "
+                        f"{p50_on_sandbox:.1f} ms; in-process {p50['in_process']:.1f} ms")
+    if throttled:
+        result.notes.append(f"model sandbox over its {threads} cpus during the {singles} lone pairs: "
+                            f"throttled {throttled.get('nr_throttled', 0)} times, "
+                            f"{throttled.get('throttled_usec', 0) / 1000:.1f} ms in all; "
+                            f"{throttled.get('usage_usec', 0) / 1000 / singles:.1f} ms of CPU per pair")
     result.notes.append(f"pool: {pool.ready} ready, snapshot {pool.snapshot}; daemon {info.version}")
+    sandbox_memory = {key: value for key, value in sandbox_cgroup.items() if key in ("max", "current", "peak")}
     if sandbox_memory:
         result.notes.append("model sandbox's memory (cgroup, MiB): " + ", ".join(
             f"{key} {value / 2**20:.0f}" for key, value in sandbox_memory.items()))
     result.data = {"pairs": total, "rounds": len(spans), "seconds": seconds, "pairs_per_s": rate,
-                   "overhead_ratio": overhead, "one_pair_p50_ms": p50, "max_abs_diff": max(diffs) if diffs else None,
+                   "overhead_ratio": overhead, "one_pair_p50_ms": p50,
+                   "one_pair_on_sandbox_p50_ms": p50_on_sandbox, "lone_pairs_cpu": throttled,
+                   "max_abs_diff": max(diffs) if diffs else None,
                    "failures": failures, "threads": threads, "max_batch": MAX_BATCH, "max_length": MAX_LENGTH,
                    "gpu": gpu, "size": size, "device": local.describe()["device_name"] if gpu else "cpu",
                    "sandbox_memory": sandbox_memory}
     return result
 
 
-def _sandbox_memory(pool: str) -> dict[str, int]:
-    """The memory cgroup's limit, current use and peak of ``pool``'s first sandbox, in bytes:
-    what the model costs the host, GPU or not. Empty where it cannot be read (cgroup v1, a
-    remote engine, an engine error): a report without it rather than none."""
+def _sandbox_cgroup(pool: str) -> dict[str, int]:
+    """The cgroup figures of ``pool``'s first sandbox: memory (``max``, ``current``, ``peak``, in
+    bytes: what the model costs the host, GPU or not) and cpu.stat's counters (``usage_usec``,
+    ``nr_throttled``, ``throttled_usec``: time the sandbox waited over its ``cpus`` quota), from
+    cgroup v2 or v1. Empty where they cannot be read (a remote engine, the systemd driver on
+    v1, an engine error): a report without them rather than none."""
     import docker
 
     from bench.common import log
@@ -200,16 +219,34 @@ def _sandbox_memory(pool: str) -> dict[str, int]:
         if not containers:
             return {}
         full_id = containers[0].id
-        # The systemd cgroup driver's folder, then cgroupfs's (dockerd without systemd).
+        # cgroup v2: the systemd cgroup driver's folder, then cgroupfs's (dockerd without systemd).
         for folder in (Path(f"/sys/fs/cgroup/system.slice/docker-{full_id}.scope"),
                        Path(f"/sys/fs/cgroup/docker/{full_id}")):
             if (folder / "memory.current").exists():
-                texts = {key: (folder / f"memory.{key}").read_text().strip() for key in ("max", "current", "peak")
-                         if (folder / f"memory.{key}").exists()}
-                return {key: int(text) for key, text in texts.items() if text.isdigit()}
+                return _cgroup_figures({f"memory.{key}": key for key in ("max", "current", "peak")}, folder, folder)
+        # cgroup v1 (cgroupfs driver): one hierarchy per controller, other names, ns for the CPU's times.
+        memory, cpu = Path(f"/sys/fs/cgroup/memory/docker/{full_id}"), Path(f"/sys/fs/cgroup/cpu/docker/{full_id}")
+        if memory.exists():
+            figures = _cgroup_figures({"memory.limit_in_bytes": "max", "memory.usage_in_bytes": "current",
+                                       "memory.max_usage_in_bytes": "peak"}, memory, cpu)
+            if "throttled_time" in figures:
+                figures["throttled_usec"] = figures.pop("throttled_time") // 1000
+            usage = Path(f"/sys/fs/cgroup/cpuacct/docker/{full_id}/cpuacct.usage")
+            if usage.exists():
+                figures["usage_usec"] = int(usage.read_text()) // 1000
+            return figures
     except Exception as exc:  # a figure of the report, not the run
-        log(f"rewardmodel: could not read the model sandbox's memory: {exc}")
+        log(f"rewardmodel: could not read the model sandbox's cgroup: {exc}")
     return {}
+
+
+def _cgroup_figures(memory_files: dict[str, str], memory: Path, cpu: Path) -> dict[str, int]:
+    """The named memory files of the folder ``memory`` and the counters of ``cpu``/cpu.stat."""
+    texts = {key: (memory / name).read_text().strip() for name, key in memory_files.items()
+             if (memory / name).exists()}
+    if (cpu / "cpu.stat").exists():
+        texts.update(line.split() for line in (cpu / "cpu.stat").read_text().splitlines() if len(line.split()) == 2)
+    return {key: int(text) for key, text in texts.items() if text.isdigit()}
 
 
 def _agent_hosts(settings: dict[str, Any], items: list[tuple[str, str]], singles: int, hosts: int,
