@@ -1019,9 +1019,10 @@ def test_quick_wrong_answer_is_not_a_memory_limit(channel: grpc.Channel) -> None
 @pytest.mark.parametrize("fmt", ["function", "check"])
 @pytest.mark.parametrize("attack", ["os_exit_in_call", "sys_exit_in_call", "os_exit_at_load"])
 def test_dead_candidate_is_a_prompt_runtime_error(channel: grpc.Channel, attack: str, fmt: str) -> None:
-    result = helpers.run(channel, harness_job(fmt, HARNESS_ATTACKS[attack], timeout=3.0))
+    result = helpers.run(channel, harness_job(fmt, HARNESS_ATTACKS[attack], timeout=10.0))
     assert_failed(result, pb.STATUS_RUNTIME_ERROR)
-    assert result.timings.run_seconds < 2.0, describe(result)
+    # Answered when the candidate died, not when its limit ran out (the margin is for a loaded CI machine).
+    assert result.timings.run_seconds < 5.0, describe(result)
 
 
 # ---- attacks on stdin/stdout tests --------------------------------------------
