@@ -13,7 +13,8 @@ after job. Each job hands it the socket to that job's candidate.
 What a judge keeps between jobs is what the trusted test code leaves in
 modules it imported; every job's tests run in a fresh namespace. A judge
 past its job's deadline is killed (SIGKILL to every process of its uid) and
-replaced; one that dies, answers with an error, or has judged
+replaced; one that dies, answers with an error, holds far more memory than
+it started with (servers.RECYCLE_GROWTH_BYTES), or has judged
 RECYCLE_AFTER_JOBS jobs is replaced too. The candidate can only send plain
 data to a judge (pyharness caps its size and depth), and cannot signal,
 trace or read the judge's memory: it runs under another uid.

@@ -9,9 +9,10 @@ worker forked once, under a uid of its own, that verifies job after job.
 What a hostile answer can still do is what it could do before: make the
 parser slow or hungry. A server past its job's deadline is killed (SIGKILL
 to every process of its uid, as for any run) and replaced; one that dies,
-answers with an error, or has verified RECYCLE_AFTER_JOBS answers is
-replaced too, so no state that one answer leaves in sympy's caches lives
-long. Jobs see the same limits as before: the deadline per job, the
+answers with an error, holds far more memory than it started with
+(servers.RECYCLE_GROWTH_BYTES), or has verified RECYCLE_AFTER_JOBS answers
+is replaced too, so no state that one answer leaves in sympy's caches
+lives long. Jobs see the same limits as before: the deadline per job, the
 address space per server (servers are kept per memory limit).
 """
 

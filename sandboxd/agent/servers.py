@@ -2,7 +2,8 @@
 
 Such a worker is forked once, answers request after request, and is closed
 (SIGKILL to every process of its uid, its files removed, the uid given
-back) when a request is not answered in time, when it fails, or after
+back) when a request is not answered in time, when it fails, when one
+request left it holding much more memory than it started with, or after
 `recycle_after` requests, so that no state one request leaves lives long.
 """
 
@@ -25,6 +26,14 @@ if TYPE_CHECKING:
 # The CPU rlimit covers the worker's whole life, not one request.
 SERVER_CPU_SECONDS = 3600
 PR_SET_NAME = 15
+# A server whose resident memory grew by more than this since it started is replaced after its
+# answer. A hostile math answer that ends in a MemoryError, which Math-Verify's own handlers
+# turn into "not equal", left its server holding about 500 MB of freed heap that the allocator
+# keeps (585 MB, measured under the default 512 MiB limit) for up to 500 more jobs. A few such
+# servers (one per CPU, plus those started when all are busy) would fill a 2 GiB sandbox, and
+# the OOM killer would then take a server in the middle of another job. Ordinary math jobs
+# grow a server by about 2 MB in 300.
+RECYCLE_GROWTH_BYTES = 64 << 20
 
 
 def serve_requests(name: bytes, receive: Callable[[], tuple[dict[str, Any], list[int]]],
@@ -33,10 +42,13 @@ def serve_requests(name: bytes, receive: Callable[[], tuple[dict[str, Any], list
     """Worker side: one answer on `results` per request `receive` returns, until the channel closes.
 
     What `handle` raises is answered as an error (a MemoryError flagged as
-    such), after which the controller replaces this server.
+    such), after which the controller replaces this server. So is an answer
+    after which this process holds RECYCLE_GROWTH_BYTES more than when it
+    began: flagged ``worn``, answered, then replaced.
     """
     # Named, so that a look at /proc tells the server from a job's leftovers.
     ctypes.CDLL(None).prctl(PR_SET_NAME, name, 0, 0, 0)
+    started_with = resident_bytes()
     while True:
         try:
             request, fds = receive()
@@ -49,10 +61,18 @@ def serve_requests(name: bytes, receive: Callable[[], tuple[dict[str, Any], list
             reply = {"error": "MemoryError", "memory": True}
         except BaseException as exc:  # our own code's failure: reported, then this server is replaced
             reply = {"error": f"{type(exc).__name__}: {exc}"[:2000]}
+        if resident_bytes() - started_with > RECYCLE_GROWTH_BYTES:
+            reply["worn"] = True
         try:
             send_frame(results, reply)
         except OSError:
             os._exit(0)
+
+
+def resident_bytes() -> int:
+    """This process's resident memory (/proc/self/statm: about 12 us to read)."""
+    with open("/proc/self/statm", "rb") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 class ResidentServer:
@@ -64,6 +84,8 @@ class ResidentServer:
         self.memory = memory  # its address space limit on top of the warm interpreter's; 0: none
         self.uid = 0
         self.jobs_done = 0
+        # Set when the server said it holds far more memory than it started with (see serve_requests).
+        self.worn = False
         # Imported here: the runner needs asyncio, which the server's own
         # process (forked from a zygote that holds no asyncio) does not.
         from sandboxd.agent.runner import ResidentWorker
@@ -84,7 +106,7 @@ class ResidentServer:
 
     @property
     def usable(self) -> bool:
-        return self.worker.alive and self.jobs_done < self.recycle_after
+        return self.worker.alive and self.jobs_done < self.recycle_after and not self.worn
 
     async def ask(self, request: dict[str, Any], timeout: float,
                   fds: tuple[int, ...] = ()) -> tuple[str, dict[str, Any] | None, str]:
@@ -99,6 +121,7 @@ class ResidentServer:
         self.jobs_done += 1
         reply = await self.worker.request(request, timeout=timeout, fds=fds)
         if reply is not None and isinstance(reply.get("result"), dict):
+            self.worn = bool(reply.get("worn"))
             return "ok", reply["result"], ""
         no_answer = self.worker.no_answer
         detail, killed = self.worker.describe_exit()

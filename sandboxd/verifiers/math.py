@@ -1166,6 +1166,8 @@ def verify(
 
     Raises:
         ValueError: for an unknown ``extraction`` mode (a caller error, not a model error).
+        MemoryError: where it reaches this function (the caller's memory limit). Math-Verify's
+            own handlers turn most of them into "not equal" first.
 
     Never installs signal handlers or timeouts: it is safe in any thread or inside an event loop,
     and relies on the caller to kill it at the deadline.
@@ -1183,6 +1185,9 @@ def verify(
         return _judge(answer, rule, ground_truth)
     except RecursionError:
         return _result("wrong_answer", extracted=answer, rule=rule, message="answer nested too deeply")
+    except MemoryError:
+        # The caller's memory limit, which it reports as such (a math server: STATUS_MEMORY_LIMIT).
+        raise
     except Exception as exc:  # a parser bug must cost the model the point, not crash the worker
         return _result(
             "wrong_answer", extracted=answer, rule=rule, message=f"could not compare: {type(exc).__name__}"

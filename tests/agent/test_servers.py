@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import types
 from collections.abc import Awaitable, Callable
+from typing import Any
 
-from sandboxd.agent.protocol import HEADER, encode_frame, recv_frame_fds
+from sandboxd.agent.protocol import HEADER, encode_frame, recv_frame, recv_frame_fds, send_frame
 from sandboxd.agent.runner import ResidentWorker
-from sandboxd.agent.servers import ResidentServer
+from sandboxd.agent.servers import RECYCLE_GROWTH_BYTES, ResidentServer, serve_requests
 
 
 async def connected_worker() -> tuple[ResidentWorker, socket.socket, socket.socket]:
@@ -33,7 +35,13 @@ def server_with(worker: ResidentWorker) -> ResidentServer:
 
 def ask_with(behaviour: Callable[[socket.socket, socket.socket, ResidentWorker], Awaitable[None]],
              timeout: float) -> tuple[str, str]:
-    async def scenario() -> tuple[str, str]:
+    outcome, message, _server = ask_server_with(behaviour, timeout)
+    return outcome, message
+
+
+def ask_server_with(behaviour: Callable[[socket.socket, socket.socket, ResidentWorker], Awaitable[None]],
+                    timeout: float) -> tuple[str, str, ResidentServer]:
+    async def scenario() -> tuple[str, str, ResidentServer]:
         worker, requests, results = await connected_worker()
         server = server_with(worker)
         asking = asyncio.ensure_future(server.ask({"op": "verify"}, timeout=timeout))
@@ -44,7 +52,7 @@ def ask_with(behaviour: Callable[[socket.socket, socket.socket, ResidentWorker],
         outcome, _result, message = await asking
         requests.close()
         results.close()
-        return outcome, message
+        return outcome, message, server
 
     return asyncio.run(scenario())
 
@@ -54,6 +62,52 @@ def test_an_answer() -> None:
         results.sendall(encode_frame({"result": {"verdict": True}}))
 
     assert ask_with(answer, timeout=5) == ("ok", "")
+
+
+def test_an_answer_from_a_worn_server_counts_and_retires_the_server() -> None:
+    async def worn(_requests: socket.socket, results: socket.socket, _worker: ResidentWorker) -> None:
+        results.sendall(encode_frame({"result": {"verdict": False}, "worn": True}))
+
+    async def fresh(_requests: socket.socket, results: socket.socket, _worker: ResidentWorker) -> None:
+        results.sendall(encode_frame({"result": {"verdict": False}}))
+
+    outcome, _message, server = ask_server_with(worn, timeout=5)
+    assert outcome == "ok" and server.worn and not server.usable
+    outcome, _message, server = ask_server_with(fresh, timeout=5)
+    assert outcome == "ok" and not server.worn
+
+
+def test_a_server_that_grew_says_so_with_its_answer() -> None:
+    """serve_requests in a forked process: an answer after which the process holds more than
+    RECYCLE_GROWTH_BYTES over what it began with is flagged worn; one before is not."""
+    requests, theirs_requests = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    results, theirs_results = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    pid = os.fork()
+    if pid == 0:
+        requests.close()  # or the server never reads the end of its channel
+        results.close()
+        kept: list[bytes] = []
+
+        def handle(request: dict[str, Any], _fds: list[int]) -> dict[str, Any]:
+            kept.append(b"x" * request["grow"])  # written, so resident
+            return {"result": {"held": len(kept)}}
+
+        try:
+            serve_requests(b"test-server", lambda: (recv_frame(theirs_requests), []), handle, theirs_results)
+        finally:
+            os._exit(1)
+    theirs_requests.close()
+    theirs_results.close()
+    try:
+        send_frame(requests, {"grow": 1 << 20})
+        assert recv_frame(results) == {"result": {"held": 1}}
+        send_frame(requests, {"grow": RECYCLE_GROWTH_BYTES + (16 << 20)})
+        assert recv_frame(results) == {"result": {"held": 2}, "worn": True}
+    finally:
+        requests.close()
+        results.close()
+        _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, "the server ends when its channel closes"
 
 
 def test_no_answer_by_the_deadline_is_a_timeout() -> None:

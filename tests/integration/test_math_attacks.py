@@ -4,14 +4,19 @@ built to be slow are answered within their deadline without harming the jobs aft
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import math
+import subprocess
+import time
 
 import grpc
 import pytest
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
 
+from tests.conftest import DaemonProcess
 from tests.integration import helpers
+from tests.integration.test_runtime import containers, instance_of
 
 pytestmark = pytest.mark.docker
 
@@ -122,3 +127,46 @@ def test_slow_answers_do_not_mis_score_the_jobs_beside_them(channel: grpc.Channe
             expected = pb.STATUS_OK if n % 2 else pb.STATUS_WRONG_ANSWER
             assert result.status == expected, (n, result.status, result.message)
             assert result.reward == (1.0 if n % 2 else -1.0)
+
+
+# Run in a math sandbox by `docker exec`: the resident memory of each math server (named by prctl).
+MATH_SERVERS_RSS = """
+import json, os
+found = {}
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        if open(f"/proc/{pid}/comm").read().strip() == "sandboxd-math":
+            found[pid] = int(open(f"/proc/{pid}/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        pass
+print(json.dumps(found))
+"""
+
+
+def math_servers_rss(daemon: DaemonProcess) -> dict[str, int]:
+    """Resident bytes of every math server in the daemon's math sandboxes, by container and pid."""
+    found: dict[str, int] = {}
+    for container in containers(f"io.sandboxd.instance={instance_of(daemon)}"):
+        listed = subprocess.run(["docker", "exec", container, "python3", "-c", MATH_SERVERS_RSS],
+                                capture_output=True, text=True, timeout=60)
+        if listed.returncode == 0 and listed.stdout.strip():
+            found.update({f"{container[:12]}/{pid}": rss for pid, rss in json.loads(listed.stdout).items()})
+    return found
+
+
+def test_an_answer_that_exhausts_the_memory_leaves_no_server_holding_it(daemon: DaemonProcess,
+                                                                        channel: grpc.Channel) -> None:
+    """Under the default 512 MiB the big integers of (1+sqrt 2)^100000 end in a MemoryError in a
+    couple of seconds, which Math-Verify's handlers turn into "not equal". The server that ran it
+    kept about 500 MB of freed heap for up to 500 more jobs, and a few such servers filled the
+    sandbox's memory. It is replaced after its answer now."""
+    result = helpers.run(channel, helpers.math("\\boxed{(1+\\sqrt{2})^{100000}}", "2", timeout=30.0), timeout=120)
+    assert result.status in (pb.STATUS_WRONG_ANSWER, pb.STATUS_MEMORY_LIMIT), (result.status, result.message)
+    assert result.reward == -1.0
+    assert result.status != pb.STATUS_TIMEOUT, "the answer should have run out of memory well before 30 s"
+    # The old server is killed in the background, after the answer.
+    deadline = time.monotonic() + 30
+    while (big := {key: rss for key, rss in math_servers_rss(daemon).items() if rss > 256 << 20}):
+        assert time.monotonic() < deadline, f"math servers still hold their memory: {big}"
+        time.sleep(0.5)
+    assert helpers.run(channel, helpers.math("\\boxed{7}", "7")).status == pb.STATUS_OK

@@ -718,3 +718,20 @@ def test_float_tolerance_does_not_leak_between_threads() -> None:
     t.join(timeout=60)
     out["strict"] = mathv.verify(boxed("100.5"), "100.0")["status"]
     assert out == {"loose": OK, "strict": WRONG}
+
+
+def test_a_memory_error_reaches_the_caller_as_the_memory_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any other exception in the comparison costs the answer the point; running out of memory is
+    the caller's limit (a math server answers it as STATUS_MEMORY_LIMIT and is replaced)."""
+    def hungry(*_: object) -> dict[str, str]:
+        raise MemoryError
+
+    def broken(*_: object) -> dict[str, str]:
+        raise ValueError("a parser bug")
+
+    monkeypatch.setattr(mathv, "_judge", hungry)
+    with pytest.raises(MemoryError):
+        mathv.verify("\\boxed{2}", "2")
+    monkeypatch.setattr(mathv, "_judge", broken)
+    result = mathv.verify("\\boxed{2}", "2")
+    assert result["status"] == "wrong_answer" and "ValueError" in result["message"]
