@@ -137,7 +137,7 @@ def run(*, quick: bool, pairs: int | None = None, threads: int = 2, gpu: str = "
                 scores["in_process"][lo:lo + len(got)] = got
             one = {"sandboxd": [], "in_process": []}
             on_sandbox = []  # the daemon's run_seconds: its sandbox's part of a lone pair
-            cpu_before = _sandbox_cgroup("rm-bench")
+            cgroup_before = _sandbox_cgroup("rm-bench")
             for prompt, completion in items[:singles]:
                 t0 = time.perf_counter()
                 answer = client.run(reward_model_job(prompt, completion, model="bench"))
@@ -146,8 +146,7 @@ def run(*, quick: bool, pairs: int | None = None, threads: int = 2, gpu: str = "
                 t0 = time.perf_counter()
                 local.score([(prompt, completion)])
                 one["in_process"].append(time.perf_counter() - t0)
-            cpu_after = _sandbox_cgroup("rm-bench")
-        sandbox_cgroup = cpu_after
+            cgroup_after = _sandbox_cgroup("rm-bench")
     finally:
         daemon.stop()
         shutil.rmtree(folder, ignore_errors=True)
@@ -156,8 +155,8 @@ def run(*, quick: bool, pairs: int | None = None, threads: int = 2, gpu: str = "
     p50 = {side: statistics.median(values) * 1000 for side, values in one.items()}
     p50_on_sandbox = statistics.median(on_sandbox) * 1000
     # CFS throttling while the lone pairs ran: a sandbox over its cpus quota waits out the period.
-    throttled = {key: cpu_after[key] - cpu_before[key] for key in ("nr_throttled", "throttled_usec", "usage_usec")
-                 if key in cpu_after and key in cpu_before}
+    throttled = {key: cgroup_after[key] - cgroup_before[key] for key in ("nr_throttled", "throttled_usec", "usage_usec")
+                 if key in cgroup_after and key in cgroup_before}
     diffs = [abs(a - b) for a, b in zip(scores["sandboxd"], scores["in_process"], strict=True)
              if a is not None and b is not None]
     where = f"on {local.describe()['device_name']}" if gpu else f"{threads} threads"
@@ -185,7 +184,7 @@ def run(*, quick: bool, pairs: int | None = None, threads: int = 2, gpu: str = "
                             f"{throttled.get('throttled_usec', 0) / 1000:.1f} ms in all; "
                             f"{throttled.get('usage_usec', 0) / 1000 / singles:.1f} ms of CPU per pair")
     result.notes.append(f"pool: {pool.ready} ready, snapshot {pool.snapshot}; daemon {info.version}")
-    sandbox_memory = {key: value for key, value in sandbox_cgroup.items() if key in ("max", "current", "peak")}
+    sandbox_memory = {key: value for key, value in cgroup_after.items() if key in ("max", "current", "peak")}
     if sandbox_memory:
         result.notes.append("model sandbox's memory (cgroup, MiB): " + ", ".join(
             f"{key} {value / 2**20:.0f}" for key, value in sandbox_memory.items()))

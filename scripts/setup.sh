@@ -59,15 +59,16 @@ cd "$REPO"
 docker_ok() { docker info >/dev/null 2>&1; }
 docker_experimental() { [ "$(docker version -f '{{.Server.Experimental}}' 2>/dev/null)" = true ]; }
 systemd_docker() { [ -d /run/systemd/system ] && systemctl cat docker.service >/dev/null 2>&1; }
-# A process named $1 that runs: a killed one not yet reaped (a zombie, state Z or X) keeps its
-# name in /proc, and was taken for a live engine, so none was started and the wait timed out.
-# Process $1 runs (t: stopped under a tracer, which is alive too); a name in $2 must also match.
+# Process $1 runs, and is named $2 if given. A killed one not yet reaped (a zombie, state Z or X)
+# keeps its name in /proc; one stopped under a tracer (t) is alive.
 pid_alive() {
     local state
     state=$(sed -n 's/^State:[[:space:]]*\([A-Za-z]\).*/\1/p' "/proc/$1/status" 2>/dev/null)
     case $state in Z|X|x|"") return 1 ;; esac
     [ -z "${2:-}" ] || [ "$(cat "/proc/$1/comm" 2>/dev/null)" = "$2" ]
 }
+# A process named $1 runs. A zombie dockerd was taken for a live engine, so none was started and
+# the wait for it timed out.
 process_alive() {
     local comm pid
     for comm in /proc/[0-9]*/comm; do
@@ -151,8 +152,8 @@ else
                 rm -f "$DOCKER_PIDFILE"
             fi
             # The containerd a killed dockerd started may be gone or a zombie too: its pid file
-            # would send the next dockerd to it instead of starting its own.
-            # A pid file whose pid is now another process's is stale too.
+            # would send the next dockerd to it instead of starting its own. A pid file whose pid
+            # is now another process's is stale too.
             if [ -f "$CONTAINERD_PIDFILE" ] && ! pid_alive "$(cat "$CONTAINERD_PIDFILE" 2>/dev/null)" containerd; then
                 say "removing stale $CONTAINERD_PIDFILE (pid $(cat "$CONTAINERD_PIDFILE" 2>/dev/null) not alive)"
                 rm -f "$CONTAINERD_PIDFILE"

@@ -140,4 +140,3 @@ async def test_an_open_waiting_out_an_engine_outage_is_answered_unavailable() ->
         assert manager._opening == 0 and manager.list() == []
     finally:
         await pool.close()
-

@@ -16,6 +16,7 @@ import socket
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from sandboxd.agent.protocol import ProtocolError, send_frame
+from sandboxd.agent.worker import memory_bytes
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -48,7 +49,7 @@ def serve_requests(name: bytes, receive: Callable[[], tuple[dict[str, Any], list
     """
     # Named, so that a look at /proc tells the server from a job's leftovers.
     ctypes.CDLL(None).prctl(PR_SET_NAME, name, 0, 0, 0)
-    started_with = resident_bytes()
+    _, started_with = memory_bytes()
     while True:
         try:
             request, fds = receive()
@@ -61,18 +62,12 @@ def serve_requests(name: bytes, receive: Callable[[], tuple[dict[str, Any], list
             reply = {"error": "MemoryError", "memory": True}
         except BaseException as exc:  # our own code's failure: reported, then this server is replaced
             reply = {"error": f"{type(exc).__name__}: {exc}"[:2000]}
-        if resident_bytes() - started_with > RECYCLE_GROWTH_BYTES:
+        if memory_bytes()[1] - started_with > RECYCLE_GROWTH_BYTES:
             reply["worn"] = True
         try:
             send_frame(results, reply)
         except OSError:
             os._exit(0)
-
-
-def resident_bytes() -> int:
-    """This process's resident memory (/proc/self/statm: about 12 us to read)."""
-    with open("/proc/self/statm", "rb") as statm:
-        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 class ResidentServer:

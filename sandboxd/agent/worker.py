@@ -77,7 +77,7 @@ def main(channel: socket.socket) -> NoReturn:
         # before a snapshot are dropped on the restored agent's hello.
         _reseed()
         # The spare's address space is the zygote's until the job runs.
-        mapped = _mapped_bytes()
+        mapped, _resident = memory_bytes()
         job, fds = _receive_job(channel)
         # Programs get the default SIGPIPE, as under a shell. Our own resident
         # servers must see a closed socket as an error, not be killed by it: a
@@ -153,9 +153,11 @@ def _reseed() -> None:
         numpy.random.seed(int.from_bytes(os.urandom(4), "little"))
 
 
-def _mapped_bytes() -> int:
-    with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[0]) * resource.getpagesize()
+def memory_bytes() -> tuple[int, int]:
+    """This process's (address space, resident memory) in bytes, from /proc/self/statm (about 12 us)."""
+    with open("/proc/self/statm", "rb") as statm:
+        size, resident = statm.read().split()[:2]
+    return int(size) * resource.getpagesize(), int(resident) * resource.getpagesize()
 
 
 def _apply_limits(rlimits: dict[str, int], mapped: int) -> None:
