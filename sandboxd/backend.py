@@ -47,6 +47,11 @@ AGENT_CAPABILITIES = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "SETUID", "SETGID", "KI
 # sandbox can make another. Nothing there needs a terminal.
 MASKED_PTS = "/dev/pts"
 
+# What exit_report quotes of a stopped container's output: enough for a
+# Python traceback's last frames, short enough for one log line.
+EXIT_REPORT_LINES = 20
+EXIT_REPORT_CHARS = 2000
+
 
 @dataclass
 class SandboxSpec:
@@ -234,6 +239,34 @@ class DockerBackend:
         except docker.errors.NotFound:
             return False
         return bool(state.get("Running"))
+
+    def answers(self) -> bool:
+        """Whether the engine answers a ping (a frozen one: after docker.timeout_seconds)."""
+        try:
+            return bool(self.client.ping())
+        except (docker.errors.DockerException, requests.exceptions.RequestException):
+            return False
+
+    def exit_report(self, container_id: str) -> str:
+        """How a container that ran and stopped ended, for an operator; "" while it runs, or if it never ran.
+
+        Its exit status, whether the out-of-memory killer ended it, and the
+        last lines its processes wrote (an agent's traceback lands there).
+        """
+        try:
+            state = self.api.inspect_container(container_id)["State"]
+            if state.get("Running") or state.get("Status") not in ("exited", "dead"):
+                return ""
+            output = self.api.logs(container_id, stdout=True, stderr=True, tail=EXIT_REPORT_LINES)
+        except (docker.errors.DockerException, requests.exceptions.RequestException):
+            return ""
+        report = f"exit status {state.get('ExitCode')}"
+        if state.get("OOMKilled"):
+            report += ", out of memory (the sandbox's memory limit)"
+        text = output.decode("utf-8", errors="replace").strip()
+        if text:
+            report += f"; its last output: {text[-EXIT_REPORT_CHARS:]}"
+        return report
 
     def list_ours(self, instance: str | None = None) -> list[dict[str, Any]]:
         filters = {"label": [f"{LABEL_MANAGED}=1"]}

@@ -69,6 +69,11 @@ def _status(args: argparse.Namespace) -> int:
     for pool in status.pools:
         print(f"{pool.name:8} {pool.target:6d} {pool.ready:6d} {pool.busy:5d} {pool.starting:6d} "
               f"{pool.jobs_total:8d} {pool.recycled_total:8d}  {_start_note(pool):36}  {pool.snapshot}")
+    for pool in status.pools:
+        if pool.start_failures:
+            state = "FAILING, its jobs are answered SANDBOX_LOST" if pool.failing else "retrying"
+            print(f"pool {pool.name}: {pool.start_failures} sandbox starts failed in a row ({state}); "
+                  f"the last: {pool.start_error}")
     return 0
 
 

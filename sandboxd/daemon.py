@@ -84,7 +84,8 @@ class Daemon:
             raise NotReady(f"the Docker engine does not answer ({self.engine_problem}); retry once it is back")
         if not self.serving:
             # At start-up, or while the pools refill after the engine came back.
-            raise NotReady("sandboxd is starting: no warm sandbox yet")
+            failing = "".join(f"; {pool.failing_reason}" for pool in self.pools.values() if pool.failing)
+            raise NotReady(f"sandboxd is starting: no warm sandbox yet{failing}")
 
     def _set_serving(self, serving: bool) -> None:
         if serving == self.serving:
@@ -106,7 +107,9 @@ class Daemon:
                              jobs_total=pool.jobs_total, recycled_total=pool.recycled_total,
                              start_method=pool.start_method,
                              restore_seconds=pool.start_chooser.median("restore"),
-                             cold_seconds=pool.start_chooser.median("cold"))
+                             cold_seconds=pool.start_chooser.median("cold"),
+                             start_failures=pool.start_failures, start_error=pool.start_error,
+                             failing=pool.failing)
         return status
 
     def _on_pool_change(self) -> None:
@@ -116,12 +119,16 @@ class Daemon:
             metrics.SANDBOXES.labels(pool.name, "starting").set(pool.starting)
             metrics.SNAPSHOT_READY.labels(pool.name).set(1 if pool.snapshots.usable else 0)
             metrics.POOL_RESTORING.labels(pool.name).set(1 if pool.start_method == "restore" else 0)
+            metrics.POOL_FAILING.labels(pool.name).set(1 if pool.failing else 0)
         # SERVING once every pool has a warm sandbox, until shutdown or until the
         # engine goes away (_watch_engine): a pool that is refilling after losses
         # still queues jobs, and clients that health check would otherwise fail
-        # fast on a daemon that is merely busy.
-        warm = all(len(pool.ready) >= pool.min_ready for pool in self.pools.values())
-        if not self.serving and not self.stopping and not self.engine_problem and self.pools and warm:
+        # fast on a daemon that is merely busy. A pool that cannot start
+        # sandboxes (Pool.failing) answers its own jobs and holds back no other
+        # pool's; with every pool failing the daemon serves nothing.
+        working = [pool for pool in self.pools.values() if not pool.failing]
+        warm = bool(working) and all(len(pool.ready) >= pool.min_ready for pool in working)
+        if not self.serving and not self.stopping and not self.engine_problem and warm:
             self._set_serving(True)
 
     async def _bind(self, server: grpc.aio.Server) -> list[str]:

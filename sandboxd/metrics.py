@@ -25,6 +25,11 @@ IN_FLIGHT = Gauge("sandboxd_jobs_in_flight", "Jobs running in sandboxes", regist
 SANDBOXES = Gauge("sandboxd_sandboxes", "Sandboxes by pool and state", ["pool", "state"], registry=REGISTRY)
 SANDBOX_STARTS = Counter("sandboxd_sandbox_starts", "Sandboxes started, by method (restore or cold)",
                          ["pool", "method"], registry=REGISTRY)
+SANDBOX_START_FAILURES = Counter("sandboxd_sandbox_start_failures", "Sandbox starts that failed, by pool "
+                                 "(the pool status says why; several in a row with none ready: the pool is failing)",
+                                 ["pool"], registry=REGISTRY)
+POOL_FAILING = Gauge("sandboxd_pool_failing", "1 while the pool cannot start sandboxes (its starts failed in a "
+                     "row and none is ready): its jobs are answered SANDBOX_LOST at once", ["pool"], registry=REGISTRY)
 SANDBOX_READY_SECONDS = Gauge("sandboxd_sandbox_ready_seconds", "Last start-to-ready time by method",
                               ["pool", "method"], registry=REGISTRY)
 SNAPSHOT_READY = Gauge("sandboxd_snapshot_ready", "1 when the pool's snapshot is ready to restore from", ["pool"],

@@ -59,6 +59,17 @@ REMOVE_RETRY_SECONDS = (1.0, 4.0, 15.0, 60.0)
 _control_serial = itertools.count()
 # Consecutive failed restores before a pool gives up on its snapshot.
 RESTORE_FAILURES_BEFORE_COLD = 3
+# Sandbox starts that fail in a row, with no sandbox ready, before the pool
+# counts as failing: the jobs waiting for it are answered (NoSandbox) instead
+# of waiting for a sandbox that may never come, new ones are answered at
+# once, and the daemon reports SERVING without it. A math pool under a 64 MiB
+# sandbox memory limit (its agent imports sympy) never starts one; it held
+# every job and kept the whole daemon NOT_SERVING.
+FAILING_AFTER_STARTS = 3
+# The pause after a failed start, doubled with each failure in a row up to
+# the cap: such a pool created and started a container every second, for ever.
+START_RETRY_SECONDS = 1.0
+START_RETRY_MAX_SECONDS = 60.0
 # Modules the agent imports before the snapshot, so every worker forks warm.
 WARM_MODULES = {
     "python": "sandboxd.verifiers.code,sandboxd.verifiers.pyharness",
@@ -172,6 +183,9 @@ class Pool:
         self._watched_full: set[Sandbox] = set()
         self._restore_failures = 0
         self._template_dir = ""
+        # Sandbox starts failed in a row (0 after a success), and the last one's error.
+        self.start_failures = 0
+        self.start_error = ""
 
     # ---- sizing --------------------------------------------------------------
     @property
@@ -212,6 +226,16 @@ class Pool:
         return min(1, self.config.sessions.min_sandboxes if self.kind == "sessions" else self.config.pool.min_size)
 
     @property
+    def failing(self) -> bool:
+        """Whether the pool cannot start sandboxes: FAILING_AFTER_STARTS failed in a row, none ready."""
+        return self.start_failures >= FAILING_AFTER_STARTS and not self.ready
+
+    @property
+    def failing_reason(self) -> str:
+        return (f"pool {self.name} cannot start sandboxes ({self.start_failures} starts failed in a row; "
+                f"the last: {self.start_error})")
+
+    @property
     def ready(self) -> list[Sandbox]:
         return [s for s in self.sandboxes if not s.damaged and not s.retiring]
 
@@ -248,6 +272,8 @@ class Pool:
         outages = self._outages
         try:
             async with self._available:
+                if self.failing:
+                    raise NoSandbox(self.failing_reason)
                 try:
                     sandbox = None if self._sleepers else self._pick()
                     while sandbox is None:
@@ -275,8 +301,9 @@ class Pool:
     async def fail_waiters(self, reason: str) -> int:
         """Answer every job now waiting for a sandbox with NoSandbox(reason); how many there were.
 
-        For an engine outage: no sandbox can start, so a waiter could wait for ever.
-        Jobs that come to wait after this call wait as usual.
+        For an engine outage, or a pool whose starts keep failing: no sandbox
+        can start, so a waiter could wait for ever. Jobs that come to wait
+        after this call wait as usual (but see `failing`).
         """
         async with self._available:
             waiters = self._sleepers
@@ -395,11 +422,26 @@ class Pool:
             async with self._start_slots:
                 sandbox = await self._start_sandbox()
         except Exception as exc:
-            log.warning("pool %s: sandbox failed to start: %s", self.name, exc)
-            await asyncio.sleep(1.0)
+            metrics.SANDBOX_START_FAILURES.labels(self.name).inc()
+            # A start that failed while the engine does not answer is the engine's
+            # outage, which the daemon's watch handles (its waiting jobs wait up to
+            # scheduler.engine_outage_seconds), not a sign that this pool is broken.
+            if await asyncio.to_thread(self.backend.answers):
+                self.start_failures += 1
+                self.start_error = str(exc)
+                log.warning("pool %s: sandbox failed to start (%d in a row): %s", self.name, self.start_failures, exc)
+            else:
+                log.warning("pool %s: sandbox failed to start, the engine not answering: %s", self.name, exc)
+            if self.failing:
+                await self.fail_waiters(self.failing_reason)
+            self._on_change()
+            # Counted as starting while it waits: the pool starts no other sandbox meanwhile.
+            await asyncio.sleep(start_retry_pause(max(1, self.start_failures)))
             return
         finally:
             self.starting -= 1
+        self.start_failures = 0
+        self.start_error = ""
         if self._closed:
             await self._remove(sandbox)
             return
@@ -477,6 +519,15 @@ class Pool:
             ready = await sandbox.wait_ready(self.ready_timeout, self._alive(container_id), uid_slot)
             if prepare:
                 ready.update(await sandbox.request({"op": "prepare"}, timeout=self.ready_timeout))
+        except Exception as exc:
+            # An agent that died before it answered (an image that cannot run
+            # it, a memory limit too small for its warm-up) said why in the
+            # container's output; the error at hand only says nothing listens.
+            report = await asyncio.to_thread(self.backend.exit_report, container_id)
+            await self._remove(sandbox)
+            if report:
+                raise RuntimeError(f"sandbox {name} stopped before its agent answered: {report}") from exc
+            raise
         except BaseException:
             await self._remove(sandbox)
             raise
@@ -590,6 +641,11 @@ class Pool:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await asyncio.gather(*(self._remove(s) for s in self.sandboxes), return_exceptions=True)
         self.sandboxes.clear()
+
+
+def start_retry_pause(failures: int) -> float:
+    """Seconds to wait after the `failures`-th sandbox start in a row failed."""
+    return min(START_RETRY_MAX_SECONDS, START_RETRY_SECONDS * 2.0 ** min(failures - 1, 32))
 
 
 def reap_orphans(backend: DockerBackend, node: str, instance: str) -> int:

@@ -145,3 +145,33 @@ def test_a_slow_list_within_the_outage_limit_turns_no_job_away(monkeypatch: pyte
         return serving
 
     assert asyncio.run(scenario()) == []
+
+
+def test_a_failing_pool_holds_back_no_other_pools_health() -> None:
+    """A math pool that could not start a sandbox (64 MiB limit) kept the daemon NOT_SERVING: every client
+    that health checks was turned away, code jobs included. Now the daemon serves once every pool that
+    can start sandboxes is warm, and not while none can; its starting error names the failing pools."""
+    from sandboxd import pool as pool_module
+    from sandboxd.errors import NotReady
+
+    working, _sandbox = one_slot_pool()
+    failing, _other = one_slot_pool()
+    failing.name, failing.sandboxes = "math", []
+    failing.start_failures, failing.start_error = pool_module.FAILING_AFTER_STARTS - 1, "exit status 70"
+    serving: list[bool] = []
+    daemon = object.__new__(Daemon)
+    daemon.pools = {"python": working, "math": failing}
+    daemon.serving = daemon.stopping = False
+    daemon.engine_problem = ""
+    daemon._set_serving = serving.append  # type: ignore[method-assign]
+    daemon._on_pool_change()
+    assert serving == []  # still starting: the math pool may come up
+    failing.start_failures += 1
+    with pytest.raises(NotReady, match=r"no warm sandbox yet; pool math cannot start sandboxes \(3 starts"):
+        daemon.check_ready()
+    working.sandboxes = []
+    daemon._on_pool_change()
+    assert serving == []  # the python pool is not warm either
+    working.sandboxes = [_sandbox]
+    daemon._on_pool_change()
+    assert serving == [True]

@@ -6,6 +6,7 @@ import asyncio
 import importlib.util
 import types
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -293,3 +294,83 @@ def test_a_closed_pool_does_not_retry_removals(monkeypatch: pytest.MonkeyPatch) 
         return backend.tries, len(pool._tasks)
 
     assert asyncio.run(scenario()) == (["c"], 0)
+
+
+def test_the_pause_after_failed_starts_doubles_up_to_a_minute() -> None:
+    assert [pool_module.start_retry_pause(n) for n in (1, 2, 3, 6, 7, 8, 10_000)] == [1, 2, 4, 32, 60, 60, 60]
+
+
+def test_a_pool_whose_starts_keep_failing_answers_its_jobs_until_one_succeeds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A math pool under a 64 MiB sandbox limit never started a sandbox: its jobs waited for ever,
+    and the pool tried again every second. After FAILING_AFTER_STARTS failures in a row the jobs
+    waiting are answered, new ones at once, until a start succeeds."""
+    monkeypatch.setattr(pool_module, "START_RETRY_SECONDS", 0.0)
+
+    async def scenario() -> None:
+        pool, sandbox = one_slot_pool()
+        pool.backend = types.SimpleNamespace(answers=lambda: True)  # type: ignore[assignment]
+        pool.sandboxes = []
+        changes: list[bool] = []
+        pool._on_change = lambda: changes.append(pool.failing)
+        outcome: list[Any] = [RuntimeError("exit status 70, out of memory")]
+
+        async def start_sandbox() -> Sandbox:
+            if isinstance(outcome[0], Exception):
+                raise outcome[0]
+            return outcome[0]
+
+        pool._start_sandbox = start_sandbox  # type: ignore[method-assign]
+        waiting = asyncio.create_task(pool.acquire())
+        for failures in range(1, pool_module.FAILING_AFTER_STARTS + 1):
+            assert not waiting.done()
+            pool.starting += 1
+            await pool._add_one()
+            assert (pool.start_failures, pool.starting) == (failures, 0)
+        assert changes == [False] * (pool_module.FAILING_AFTER_STARTS - 1) + [True]
+        with pytest.raises(NoSandbox, match=r"pool python cannot start sandboxes \(3 starts failed in a row; "
+                                            r"the last: exit status 70, out of memory\)"):
+            await asyncio.wait_for(waiting, timeout=10)
+        with pytest.raises(NoSandbox, match="cannot start sandboxes"):
+            await asyncio.wait_for(pool.acquire(), timeout=10)  # no wait for a sandbox that may never come
+        outcome[0] = sandbox
+        pool.starting += 1
+        await pool._add_one()
+        assert (pool.start_failures, pool.start_error, pool.failing) == (0, "", False)
+        assert await asyncio.wait_for(pool.acquire(), timeout=10) is sandbox
+
+    asyncio.run(scenario())
+
+
+def test_a_pool_with_a_ready_sandbox_is_not_failing() -> None:
+    """Starts that fail while sandboxes serve (a busy engine) leave its jobs waiting for those."""
+    pool, _sandbox = one_slot_pool()
+    pool.start_failures = pool_module.FAILING_AFTER_STARTS + 5
+    assert not pool.failing
+    pool.sandboxes = []
+    assert pool.failing
+
+
+def test_starts_that_fail_while_the_engine_does_not_answer_are_the_outages_not_the_pools(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Jobs waiting through an engine restart wait scheduler.engine_outage_seconds (the daemon's watch);
+    counting those failures would have answered them after three quick failed starts."""
+    monkeypatch.setattr(pool_module, "START_RETRY_SECONDS", 0.0)
+
+    async def scenario() -> tuple[int, bool, bool]:
+        pool, _sandbox = one_slot_pool()
+        pool.backend = types.SimpleNamespace(answers=lambda: False)  # type: ignore[assignment]
+        pool.sandboxes = []
+
+        async def start_sandbox() -> Sandbox:
+            raise ConnectionError("engine gone")
+
+        pool._start_sandbox = start_sandbox  # type: ignore[method-assign]
+        waiting = asyncio.create_task(pool.acquire())
+        for _ in range(pool_module.FAILING_AFTER_STARTS + 2):
+            pool.starting += 1
+            await pool._add_one()
+        done = waiting.done()
+        waiting.cancel()
+        return pool.start_failures, pool.failing, done
+
+    assert asyncio.run(scenario()) == (0, False, False)

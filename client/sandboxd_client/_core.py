@@ -35,6 +35,11 @@ SESSION_SERVICE_CONFIG: dict[str, Any] = {
     "loadBalancingConfig": [{"pick_first": {"shuffleAddressList": True}}],
     "healthCheckConfig": {"serviceName": ""},
 }
+# Pool and Daemon calls (status, info, the batch hint) go to one daemon each, on
+# a channel of its own that does not health check: a daemon that is starting,
+# or whose pools cannot start sandboxes, reports NOT_SERVING, and is exactly
+# the one whose status says why.
+CONTROL_SERVICE_CONFIG: dict[str, Any] = {"loadBalancingConfig": [{"pick_first": {}}]}
 # Results carry truncated outputs and collected files; 64 MiB leaves room for
 # large collect_files without letting one answer exhaust memory.
 MAX_MESSAGE_BYTES = 64 << 20

@@ -19,6 +19,7 @@ from typing import Any
 import grpc
 
 from ._core import (
+    CONTROL_SERVICE_CONFIG,
     JOBS_SERVICE_CONFIG,
     SESSION_SERVICE_CONFIG,
     ChunkState,
@@ -48,7 +49,7 @@ from ._requests import (
     validate_batch,
     validate_job,
 )
-from .errors import InvalidRequest, SandboxdError, SessionNotFound, from_rpc_error
+from .errors import InvalidRequest, SandboxdError, SessionNotFound, Unavailable, from_rpc_error
 
 __all__ = ["AsyncSandboxClient", "AsyncSession", "SandboxClient", "Session"]
 
@@ -249,11 +250,10 @@ class SandboxClient(_ClientBase):
         return grpc.insecure_channel(target, options=options)
 
     def _channel_for(self, address: str) -> grpc.Channel:
-        if len(self.target.addresses) == 1:
-            return self._channel
+        """The control channel to the daemon at `address` (see CONTROL_SERVICE_CONFIG)."""
         with self._lock:
             if address not in self._address_channels:
-                self._address_channels[address] = self._make_channel(address, JOBS_SERVICE_CONFIG)
+                self._address_channels[address] = self._make_channel(address, CONTROL_SERVICE_CONFIG)
             return self._address_channels[address]
 
     def _unary(self, method: Any, request: Any, timeout: float | None = None) -> Any:
@@ -467,8 +467,15 @@ class SandboxClient(_ClientBase):
         )
 
     def info(self) -> pb.Info:
-        """Version, languages, job kinds and limits of (one of) the daemons."""
-        return self._unary(pb_grpc.DaemonStub(self._channel).GetInfo, pb.GetInfoRequest())
+        """Version, languages, job kinds and limits of the first daemon that answers, serving or not."""
+        error: SandboxdError | None = None
+        for address in self.target.addresses:
+            try:
+                return self._unary(pb_grpc.DaemonStub(self._channel_for(address)).GetInfo, pb.GetInfoRequest())
+            except Unavailable as exc:
+                error = exc
+        assert error is not None
+        raise error
 
     def close(self) -> None:
         """Close the channels and stop the batch threads. Idempotent."""
@@ -556,10 +563,9 @@ class AsyncSandboxClient(_ClientBase):
         return grpc.aio.insecure_channel(target, options=options)
 
     def _channel_for(self, address: str) -> grpc.aio.Channel:
-        if len(self.target.addresses) == 1:
-            return self._channel
+        """The control channel to the daemon at `address` (see CONTROL_SERVICE_CONFIG)."""
         if address not in self._address_channels:
-            self._address_channels[address] = self._make_channel(address, JOBS_SERVICE_CONFIG)
+            self._address_channels[address] = self._make_channel(address, CONTROL_SERVICE_CONFIG)
         return self._address_channels[address]
 
     async def _unary(self, method: Any, request: Any, timeout: float | None = None) -> Any:
@@ -746,8 +752,16 @@ class AsyncSandboxClient(_ClientBase):
         return merge_pool_status(answers)
 
     async def info(self) -> pb.Info:
-        """Version, languages, job kinds and limits of (one of) the daemons."""
-        return await self._unary(pb_grpc.DaemonStub(self._channel).GetInfo, pb.GetInfoRequest())
+        """Version, languages, job kinds and limits of the first daemon that answers, serving or not."""
+        error: SandboxdError | None = None
+        for address in self.target.addresses:
+            try:
+                return await self._unary(pb_grpc.DaemonStub(self._channel_for(address)).GetInfo,
+                                         pb.GetInfoRequest())
+            except Unavailable as exc:
+                error = exc
+        assert error is not None
+        raise error
 
     async def close(self) -> None:
         """Close the channels. Idempotent."""

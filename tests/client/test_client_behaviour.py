@@ -186,10 +186,35 @@ def test_health_checking_skips_a_draining_daemon(start_fake: StartFake) -> None:
     assert all(r.ok for r in results) and b.fake.jobs_seen == before
 
 
+def test_status_info_and_hint_reach_a_daemon_that_is_not_serving(twin: Twin, start_fake: StartFake) -> None:
+    """A daemon that is starting, or whose pools cannot start sandboxes, says NOT_SERVING, and its
+    status is what says why: `sandboxd status` failed with "backend unhealthy" exactly then."""
+    a = start_fake("a")
+    a.set_serving(False)
+    time.sleep(0.5)
+    assert [p.name for p in twin.call(a.address, "pool_status").pools] == ["a"]
+    assert twin.call(a.address, "info").version == "fake-a"
+    twin.call(a.address, "set_batch_hint", 8)
+    assert [h.batch_size for h in a.fake.hints] == [8]
+    # Jobs still wait for a serving daemon.
+    result = twin.call(a.address, "run", math_job("1", "1"), client={"retry_policy": RetryPolicy(max_retries=0)})
+    assert result.status == Status.UNAVAILABLE and a.fake.jobs_seen == 0
+
+
+def test_info_comes_from_the_first_daemon_that_answers(twin: Twin, start_fake: StartFake,
+                                                        socket_dir: Any) -> None:
+    b = start_fake("b")
+    gone = f"unix://{socket_dir}/nobody.sock"
+    info = twin.call([gone, b.address], "info", client={"retry_policy": RetryPolicy(max_retries=0)})
+    assert info.version == "fake-b"
+
+
 def test_loopback_tcp_address_list(twin: Twin, start_fake: StartFake) -> None:
     a, b = start_fake("a", tcp=True), start_fake("b", tcp=True)
+    # round_robin sends only to the connected daemons: 20 one-job batches could all be answered
+    # by the first before the second connected (seen once, async twin, full suite).
     results = twin.call(
-        [a.address, b.address], "score_batch", [math_job("1", "1") for _ in range(20)], client={"batch_size": 1}
+        [a.address, b.address], "score_batch", [math_job("1", "1") for _ in range(200)], client={"batch_size": 1}
     )
     assert all(r.ok for r in results) and {r.message for r in results} == {"a", "b"}
 

@@ -203,3 +203,65 @@ def test_restores_leave_no_checkpoint_copies(channel: grpc.Channel) -> None:
         pool.SetBatchHint(pb.BatchHint(batch_size=0), timeout=5)
     # The engine's temp dir as the daemon knows it (its config: docker.temp_dir).
     assert list(Path(load_config().docker.temp_dir).glob("ctrd-checkpoint*")) == []
+
+
+# 64 MiB, the smallest sandbox the config allows: enough for a code sandbox (about
+# 25 MB idle), too little for a math sandbox's agent, which imports sympy and Math-Verify.
+SMALL_SANDBOXES = {
+    "SANDBOXD_SANDBOX_MEMORY_BYTES": str(64 << 20),
+    "SANDBOXD_LIMITS_MAX_MEMORY_BYTES": str(64 << 20),
+    "SANDBOXD_LIMITS_DEFAULT_MEMORY_BYTES": str(64 << 20),
+    "SANDBOXD_POOL_MIN_SIZE": "1",
+}
+
+
+def test_a_pool_that_cannot_start_sandboxes_answers_its_jobs_and_holds_back_no_other(tmp_path: Path) -> None:
+    """Before: the daemon stayed NOT_SERVING for ever (code jobs turned away too), math jobs waited for a
+    sandbox that never came, and the log said only "FileNotFoundError: [Errno 2] No such file or directory"
+    once a second."""
+    daemon = DaemonProcess(tmp_path, "small", extra_env=SMALL_SANDBOXES)
+    try:
+        daemon.wait_serving()
+        with grpc.insecure_channel(daemon.address) as channel:
+            ok = helpers.run(channel, helpers.code("```python\nprint(int(input()) + 1)\n```",
+                                                   {"inputs": ["1"], "outputs": ["2"]}), timeout=60)
+            assert ok.status == pb.STATUS_OK, ok
+            # Raw gRPC, no client retries: answered, not left waiting (the RPC's own deadline would say so).
+            lost = helpers.run(channel, helpers.math("\\boxed{2}", "2"), timeout=60)
+            assert lost.status == pb.STATUS_SANDBOX_LOST and lost.reward == -1.0, lost
+            assert "pool math cannot start sandboxes" in lost.message, lost.message
+            assert "out of memory" in lost.message, lost.message
+            states = {p.name: p for p in pb_grpc.PoolStub(channel).GetStatus(pb.GetPoolStatusRequest(),
+                                                                              timeout=30).pools}
+        math_pool = states["math"]
+        assert math_pool.failing and math_pool.start_failures >= 3 and math_pool.ready == 0, math_pool
+        assert "stopped before its agent answered: exit status" in math_pool.start_error, math_pool
+        assert not states["python"].failing and states["python"].start_failures == 0
+        status = subprocess.run([sys.executable, "-m", "sandboxd", "status", "--address", daemon.address],
+                                capture_output=True, text=True, timeout=60)
+        assert status.returncode == 0, status.stderr
+        assert "sandbox starts failed in a row (FAILING" in status.stdout, status.stdout
+        assert "No such file or directory" not in daemon.log_path.read_text()
+    finally:
+        assert daemon.stop() == 0
+
+
+def test_exit_report_says_how_a_container_ended() -> None:
+    from sandboxd import images
+    from sandboxd.backend import DockerBackend
+
+    backend = DockerBackend(load_config(environ={}).docker.url)
+    assert backend.answers()
+    image = images.image_tag("python")
+    created = backend.client.containers.create(image, ["sh", "-c", "echo going; exit 3"], labels={"test": "1"})
+    running = backend.client.containers.run(image, ["sleep", "60"], detach=True, labels={"test": "1"})
+    try:
+        assert backend.exit_report(created.id) == ""  # never ran
+        assert backend.exit_report(running.id) == ""
+        created.start()
+        assert created.wait(timeout=60)["StatusCode"] == 3
+        assert backend.exit_report(created.id) == "exit status 3; its last output: going"
+        assert backend.exit_report("no-such-container") == ""
+    finally:
+        created.remove(force=True)
+        running.remove(force=True)
