@@ -78,6 +78,8 @@ class SandboxSpec:
     environment: dict[str, str] = field(default_factory=dict)
     # (host folder, container path) pairs mounted read-only: a reward model's weights.
     read_only_mounts: list[tuple[str, str]] = field(default_factory=list)
+    # IP sockets on the sandbox's loopback (sandbox.loopback); refused by the seccomp profile otherwise.
+    loopback: bool = False
 
 
 CONTROL_MOUNT = "/run/sandboxd-agent"
@@ -103,8 +105,9 @@ def container_config(spec: SandboxSpec) -> dict[str, Any]:
         "network_mode": "none",
         "cap_drop": ["ALL"],
         "cap_add": AGENT_CAPABILITIES,
-        # Docker's default seccomp profile less kernel AIO, io_uring, memfd_secret and Landlock (sandboxd/seccomp.py).
-        "security_opt": ["no-new-privileges", f"seccomp={seccomp.profile_json()}"],
+        # Docker's default seccomp profile less kernel AIO, io_uring, memfd_secret and (unless
+        # sandbox.loopback) IP sockets: sandboxd/seccomp.py.
+        "security_opt": ["no-new-privileges", f"seccomp={seccomp.profile_json(loopback=spec.loopback)}"],
         "read_only": True,
         # mode=755: only the agent creates folders here, one per run, so a
         # job has no shared place to leave files for the next one. nr_inodes:

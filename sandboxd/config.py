@@ -117,6 +117,12 @@ class SandboxConfig:
     tmpfs_inodes: int = DEFAULT_TMPFS_INODES
     state_dir: str = "/var/lib/sandboxd"
     run_dir: str = "/run/sandboxd/sandboxes"
+    # IP sockets (AF_INET, AF_INET6) on the sandbox's loopback, its only
+    # network. Off: socket() refuses them, because every run of a sandbox
+    # shares that loopback, and a run serving on 127.0.0.1 can be reached by
+    # the runs and sessions beside it. On, for tasks that run a server and
+    # test it: then use pool.jobs_per_sandbox = 1 and no sessions.
+    loopback: bool = False
 
 
 @dataclass

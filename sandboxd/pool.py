@@ -27,6 +27,7 @@ from typing import Any
 
 import sandboxd
 from sandboxd import metrics
+from sandboxd.agent.worker import LANDLOCK_SCOPE_ABI
 from sandboxd.backend import (
     LABEL_IMAGE,
     LABEL_INSTANCE,
@@ -156,6 +157,7 @@ class Pool:
             "image": image, "code": code_key, "memory": config.sandbox.memory_bytes, "cpus": config.sandbox.cpus,
             "pids": config.sandbox.pids, "tmpfs": config.sandbox.tmpfs_bytes,
             "tmpfs_inodes": config.sandbox.tmpfs_inodes, "agent": self.agent_args,
+            "loopback": config.sandbox.loopback,
         })
         # Subclasses whose sandboxes load more at start (a reward model) allow longer,
         # and those that run no job code need no recycling (0: never).
@@ -186,6 +188,7 @@ class Pool:
         # Sandbox starts failed in a row (0 after a success), and the last one's error.
         self.start_failures = 0
         self.start_error = ""
+        self._told_landlock = False
 
     # ---- sizing --------------------------------------------------------------
     @property
@@ -397,6 +400,7 @@ class Pool:
             pids=sandbox.pids,
             tmpfs_bytes=sandbox.tmpfs_bytes,
             tmpfs_inodes=sandbox.tmpfs_inodes,
+            loopback=sandbox.loopback,
         )
 
     def _new_name(self, suffix: str) -> tuple[str, str]:
@@ -482,6 +486,11 @@ class Pool:
     def _on_ready(self, sandbox: Sandbox, ready: dict[str, Any]) -> None:
         """Learn from the agent's `hello` and `prepare` replies (subclasses learn more)."""
         sandbox.languages = ready.get("languages", [])
+        abi = int(ready.get("landlock_abi", 0))
+        if abi < LANDLOCK_SCOPE_ABI and not self._told_landlock:
+            self._told_landlock = True
+            log.warning("pool %s: the kernel's Landlock ABI is %d (6, Linux 6.12, scopes abstract Unix sockets): "
+                        "runs in one sandbox can reach each other's abstract Unix sockets", self.name, abi)
 
     async def _boot(self, suffix: str, *, restore: bool, prepare: bool = True) -> tuple[Sandbox, dict[str, Any]]:
         """Create a sandbox and start it, restored from the snapshot or cold, until its agent answers.

@@ -1,4 +1,4 @@
-"""The sandboxes' seccomp profile: Docker's default, less the syscalls in DENIED.
+"""The sandboxes' seccomp profile: Docker's default, less the syscalls in DENIED and IP sockets.
 
 Upstream: `data/docker-default-20.10.24.json` is, byte for byte, moby
 v20.10.24's `profiles/seccomp/default.json` as Debian bookworm builds it
@@ -16,11 +16,15 @@ if the kernel were built without it. ENOSYS rather than the profile's
 default EPERM because it is what software probes for and falls back on:
 libuv (Node) and liburing users take a failed io_uring_setup as "no
 io_uring" and use threads; libaio users take ENOSYS from io_setup as "no
-kernel AIO" (glibc's POSIX AIO never calls it: it uses threads); Landlock's
-documentation shows programs carrying on unsandboxed when it is missing; a
-memfd_secret caller sees a kernel without secretmem. MIPS numbers errnos
+kernel AIO" (glibc's POSIX AIO never calls it: it uses threads); a
+memfd_secret caller sees a kernel without secretmem. (Landlock, denied here
+until the agent began to scope each run's abstract Unix sockets with it, is
+allowed again: it only ever restricts its caller.) MIPS numbers errnos
 its own way (ENOSYS is 89 there), so the rule comes in a MIPS and a
 non-MIPS variant, as upstream's clone3 rule does.
+
+socket(2) is refused for AF_INET and AF_INET6 (REFUSED_SOCKET_FAMILIES),
+unless the daemon's `sandbox.loopback` is set.
 
 Nothing else differs from upstream: same default action (EPERM), same
 architectures, same capability-, architecture- and kernel-conditional
@@ -60,12 +64,19 @@ DENIED: dict[str, str] = {
     "io_uring_register": _URING,
     "memfd_secret": ("Secret memory is taken out of the kernel's direct map, which splits the map's huge pages "
                      "for the whole host, and cannot be swapped; no verifier needs it."),
-    **dict.fromkeys(
-        ("landlock_create_ruleset", "landlock_add_rule", "landlock_restrict_self"),
-        "Landlock only restricts its caller, which no verifier needs: kept out as kernel surface, and ENOSYS is "
-        "what Landlock's users already treat as 'not supported' (best-effort sandboxing goes on without it).",
-    ),
 }
+
+# Address families socket(2) refuses (EPERM, the profile's default action):
+# the sandbox has no network but its loopback, which every job of the
+# sandbox shares. A run listening on 127.0.0.1 (TCP or UDP) could be
+# reached by another job's run beside it: two completions of one prompt
+# passing outputs, or one session reading another's. No verifier needs IP
+# sockets. (Abstract Unix sockets, the other shared namespace, are scoped
+# per run with Landlock: agent/worker.py.) The refused range, AF_INET (2) to
+# AF_INET6 (10), also holds the legacy AX.25, IPX, AppleTalk, NET/ROM, bridge,
+# ATM PVC and X.25 families; AF_UNIX (1) and AF_NETLINK (16, which glibc's
+# if_nameindex uses) stay allowed.
+REFUSED_SOCKET_FAMILIES = range(2, 11)
 
 ENOSYS = 38
 # MIPS numbers errnos its own way; upstream's clone3 rules name these arches (typo included).
@@ -83,25 +94,39 @@ def _deny_rule(errno: int, comment: str, **conditions: dict[str, list[str]]) -> 
             "comment": comment, "includes": conditions.get("includes", {}), "excludes": conditions.get("excludes", {})}
 
 
-def build(base: dict[str, Any]) -> dict[str, Any]:
-    """`base` without DENIED in any rule, plus the rules that answer them with ENOSYS."""
+def _socket_rules() -> list[dict[str, Any]]:
+    """socket(2) allowed for every family below and above REFUSED_SOCKET_FAMILIES (one comparison per rule:
+    libseccomp takes no two on one argument), so the families between fall to the default action."""
+    low, high = REFUSED_SOCKET_FAMILIES[0], REFUSED_SOCKET_FAMILIES[-1]
+    comment = f"sandboxd: socket() for every family but {low}..{high} (AF_INET to AF_INET6; see sandboxd/seccomp.py)"
+    return [{"names": ["socket"], "action": "SCMP_ACT_ALLOW", "comment": comment, "includes": {}, "excludes": {},
+             "args": [{"index": 0, "value": value, "valueTwo": 0, "op": op}]}
+            for value, op in ((low, "SCMP_CMP_LT"), (high, "SCMP_CMP_GT"))]
+
+
+def build(base: dict[str, Any], *, loopback: bool = False) -> dict[str, Any]:
+    """`base` without DENIED in any rule, plus the rules that answer them with ENOSYS, and socket(2) for
+    every address family but REFUSED_SOCKET_FAMILIES (for every family, as upstream, with `loopback`)."""
     profile = copy.deepcopy(base)
+    refused = set(DENIED) | (set() if loopback else {"socket"})
     rules = []
     for rule in profile["syscalls"]:
-        rule["names"] = [name for name in rule["names"] if name not in DENIED]
+        rule["names"] = [name for name in rule["names"] if name not in refused]
         if rule["names"]:
             rules.append(rule)
-    why = "sandboxd: ENOSYS for kernel AIO, io_uring, memfd_secret and Landlock (see sandboxd/seccomp.py)"
+    why = "sandboxd: ENOSYS for kernel AIO, io_uring and memfd_secret (see sandboxd/seccomp.py)"
     rules.append(_deny_rule(ENOSYS, f"{why}, on non-mips architectures", excludes={"arches": MIPS_ARCHES}))
     rules.append(_deny_rule(ENOSYS_MIPS, f"{why}, on mips architectures", includes={"arches": MIPS_ARCHES}))
+    if not loopback:
+        rules.extend(_socket_rules())
     profile["syscalls"] = rules
     return profile
 
 
 @functools.cache
-def profile_json() -> str:
+def profile_json(*, loopback: bool = False) -> str:
     """The profile as compact JSON: what `security_opt=["seccomp=..."]` carries to the engine."""
-    return json.dumps(build(upstream()), separators=(",", ":"))
+    return json.dumps(build(upstream(), loopback=loopback), separators=(",", ":"))
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -22,6 +23,9 @@ def test_sandboxes_get_our_seccomp_profile() -> None:
     profiles = [option.removeprefix("seccomp=") for option in options if option.startswith("seccomp=")]
     assert len(profiles) == 1
     assert json.loads(profiles[0]) == json.loads(seccomp.profile_json())
+    looped = container_config(dataclasses.replace(spec(), loopback=True))["security_opt"]
+    assert f"seccomp={seccomp.profile_json(loopback=True)}" in looped
+    assert seccomp.profile_json(loopback=True) != seccomp.profile_json()
 
 
 def test_dev_pts_is_an_empty_read_only_tmpfs() -> None:
@@ -37,5 +41,5 @@ def test_profile_key_follows_the_profile(monkeypatch: pytest.MonkeyPatch) -> Non
     """Snapshots are keyed by it: CRIU restores a template's filter and mounts into every clone."""
     key = backend.profile_key()
     assert key == backend.profile_key()
-    monkeypatch.setattr(seccomp, "profile_json", lambda: "{}")
+    monkeypatch.setattr(seccomp, "profile_json", lambda **_: "{}")
     assert backend.profile_key() != key

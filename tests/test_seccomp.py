@@ -1,4 +1,4 @@
-"""The sandboxes' seccomp profile: Docker 20.10.24's default, less kernel AIO, io_uring, memfd_secret and Landlock."""
+"""The sandboxes' seccomp profile: Docker 20.10.24's default, less kernel AIO, io_uring, memfd_secret and IP sockets."""
 
 from __future__ import annotations
 
@@ -9,11 +9,12 @@ from sandboxd import seccomp
 
 # The syscalls the red-team pass found allowed and host-wide (AIO), or surface no verifier needs.
 MUST_DENY = {"io_setup", "io_submit", "io_getevents", "io_pgetevents", "io_cancel", "io_destroy",
-             "io_uring_setup", "io_uring_enter", "io_uring_register", "memfd_secret",
-             "landlock_create_ruleset", "landlock_add_rule", "landlock_restrict_self"}
-# Kept as upstream has them: what glibc, Python, Go, Java and Rust runtimes use.
+             "io_uring_setup", "io_uring_enter", "io_uring_register", "memfd_secret"}
+# Kept as upstream has them: what glibc, Python, Go, Java and Rust runtimes use; Landlock, which the agent
+# scopes each run's abstract Unix sockets with.
 MUST_ALLOW = {"read", "write", "openat", "mmap", "clone", "execve", "epoll_wait", "memfd_create", "futex",
-              "rseq", "statx", "getrandom", "pidfd_open"}
+              "rseq", "statx", "getrandom", "pidfd_open", "socketpair", "landlock_create_ruleset",
+              "landlock_add_rule", "landlock_restrict_self"}
 
 
 def profile() -> dict:
@@ -62,15 +63,42 @@ def test_denied_syscalls_get_enosys_on_every_architecture() -> None:
 
 
 def test_everything_else_is_upstreams_rule_by_rule() -> None:
-    ours = profile()["syscalls"][:-2]
+    ours = profile()["syscalls"][:-4]
     upstream = seccomp.upstream()["syscalls"]
     assert len(ours) == len(upstream)  # no upstream rule held only denied syscalls
     for mine, theirs in zip(ours, upstream, strict=True):
-        assert mine["names"] == [name for name in theirs["names"] if name not in seccomp.DENIED]
+        assert mine["names"] == [name for name in theirs["names"] if name not in seccomp.DENIED and name != "socket"]
         assert {k: v for k, v in mine.items() if k != "names"} == {k: v for k, v in theirs.items() if k != "names"}
     removed = {name for rule in upstream for name in rule["names"]} - {name for rule in ours for name in rule["names"]}
-    assert removed == set(seccomp.DENIED)
+    assert removed == {*seccomp.DENIED, "socket"}
+
+
+def test_socket_is_allowed_for_every_family_but_ip() -> None:
+    """Every job of a sandbox shares its loopback: a run listening on 127.0.0.1 was reachable from the others.
+    The two rules allow below AF_INET (2) and above AF_INET6 (10); the default action refuses between."""
+    rules = [rule for rule in profile()["syscalls"] if "socket" in rule["names"]]
+    assert all(rule["names"] == ["socket"] and rule["action"] == "SCMP_ACT_ALLOW" for rule in rules)
+    comparisons = sorted((rule["args"][0]["op"], rule["args"][0]["value"]) for rule in rules)
+    assert comparisons == [("SCMP_CMP_GT", 10), ("SCMP_CMP_LT", 2)]
+    assert all(len(rule["args"]) == 1 and rule["args"][0]["index"] == 0 for rule in rules)
+
+    def allowed(family: int) -> bool:
+        return any((family < rule["args"][0]["value"]) if rule["args"][0]["op"] == "SCMP_CMP_LT"
+                   else (family > rule["args"][0]["value"]) for rule in rules)
+
+    assert [family for family in range(64) if not allowed(family)] == list(range(2, 11))
+    assert allowed(1) and allowed(16)  # AF_UNIX, AF_NETLINK
 
 
 def test_every_denial_has_a_reason() -> None:
     assert all(len(why) > 40 for why in seccomp.DENIED.values())
+
+
+def test_with_loopback_socket_is_upstreams() -> None:
+    """sandbox.loopback: IP sockets on the sandbox's loopback, for tasks that serve and test a server."""
+    ours = json.loads(seccomp.profile_json(loopback=True))["syscalls"]
+    assert "socket" in names(ours, "SCMP_ACT_ALLOW")
+    assert not [rule for rule in ours if rule["names"] == ["socket"]]
+    upstream = seccomp.upstream()["syscalls"]
+    for mine, theirs in zip(ours[:-2], upstream, strict=True):
+        assert mine["names"] == [name for name in theirs["names"] if name not in seccomp.DENIED]

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from sandboxd.agent import sessions as sessions_module
+from sandboxd.agent import worker
 from sandboxd.agent.judgeserver import JudgeServers
 from sandboxd.agent.mathserver import MathServers
 from sandboxd.agent.protocol import (
@@ -713,7 +714,7 @@ class Controller:
             random.seed()
             self.zygote.reseed()
             self.zygote.drop_spares()
-            return {"ok": True, "languages": self.languages, "pid": os.getpid()}
+            return {"ok": True, "languages": self.languages, "pid": os.getpid(), "landlock_abi": worker.landlock_abi()}
         if op == "prepare":
             # After hello, before the pool hands the sandbox jobs (and never
             # in a snapshot's template): what cannot be snapshotted starts

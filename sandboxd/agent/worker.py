@@ -53,7 +53,50 @@ RLIMITS = {
 
 # Looked up here, in the zygote: in each worker the lookup (dlsym) searched the
 # symbol tables of every loaded library, page faults in a fresh fork.
-_prctl = ctypes.CDLL(None, use_errno=True).prctl
+_libc = ctypes.CDLL(None, use_errno=True)
+_prctl = _libc.prctl
+_syscall = _libc.syscall
+_syscall.restype = ctypes.c_long
+
+# Landlock (Documentation/userspace-api/landlock.rst). Every job of a sandbox
+# shares its network namespace, where abstract Unix socket names are global
+# and carry no permissions: a run could listen on one and another job's run
+# (a session beside it, the next stdio case of another completion) connect.
+# Each worker enters a Landlock domain of its own that scopes abstract sockets
+# (ABI 6, Linux 6.12): its processes may connect only to those bound inside it.
+# The syscall numbers are the same on every architecture but alpha.
+SYS_LANDLOCK_CREATE_RULESET = 444
+SYS_LANDLOCK_RESTRICT_SELF = 446
+LANDLOCK_CREATE_RULESET_VERSION = 1
+LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET = 1
+LANDLOCK_SCOPE_ABI = 6
+PR_SET_NO_NEW_PRIVS = 38
+
+
+class _LandlockRulesetAttr(ctypes.Structure):
+    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
+                ("scoped", ctypes.c_uint64)]
+
+
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version; 0 without Landlock (an old kernel, or a seccomp filter that refuses it)."""
+    return max(0, _syscall(SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0),
+                           ctypes.c_uint32(LANDLOCK_CREATE_RULESET_VERSION)))
+
+
+def scope_abstract_sockets() -> bool:
+    """Enter a Landlock domain that keeps this process tree's abstract Unix sockets to itself; False if unsupported."""
+    attr = _LandlockRulesetAttr(0, 0, LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET)
+    ruleset = _syscall(SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)),
+                       ctypes.c_uint32(0))
+    if ruleset < 0:
+        return False  # ENOSYS, or E2BIG/EINVAL from a kernel before ABI 6
+    try:
+        # Required unless privileged; the sandbox sets it already (no-new-privileges).
+        _prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+        return _syscall(SYS_LANDLOCK_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0)) == 0
+    finally:
+        os.close(ruleset)
 
 
 def main(channel: socket.socket) -> NoReturn:
@@ -73,6 +116,7 @@ def main(channel: socket.socket) -> NoReturn:
         _set_oom_score_adj(JOB_OOM_SCORE_ADJ)
         os.setsid()
         os.setgroups([])
+        scope_abstract_sockets()
         # Seeded here, from this process's own draw of urandom: spares forked
         # before a snapshot are dropped on the restored agent's hello.
         _reseed()

@@ -48,6 +48,41 @@ def test_no_network(channel: grpc.Channel, code: str) -> None:
     assert any(word in result.execute.stderr for word in (b"gaierror", b"Error", b"refused", b"unreachable"))
 
 
+# One job serving on 127.0.0.1 and talking to itself: what sandbox.loopback is for.
+LOOPBACK_ROUND_TRIP = """
+import socket, threading
+server = socket.create_server(("127.0.0.1", 0))
+def serve():
+    conn, _ = server.accept()
+    conn.sendall(conn.recv(16).upper())
+threading.Thread(target=serve).start()
+with socket.create_connection(server.getsockname(), timeout=5) as client:
+    client.sendall(b"ping")
+    print(client.recv(16).decode())
+"""
+
+
+def test_runs_get_no_ip_sockets(channel: grpc.Channel) -> None:
+    """Every run of a sandbox shares its loopback: another job's run could reach a server on 127.0.0.1."""
+    result = outcome(channel, LOOPBACK_ROUND_TRIP)
+    assert result.status == pb.STATUS_RUNTIME_ERROR
+    assert b"PermissionError: [Errno 1] Operation not permitted" in result.execute.stderr, result.execute.stderr
+
+
+def test_sandbox_loopback_gives_runs_ip_sockets_on_lo_only(tmp_path: Path) -> None:
+    daemon = DaemonProcess(tmp_path, "loop", extra_env={
+        "SANDBOXD_SANDBOX_LOOPBACK": "true", "SANDBOXD_POOL_MATH": "false", "SANDBOXD_POOL_MIN_SIZE": "1"})
+    try:
+        daemon.wait_serving()
+        with grpc.insecure_channel(daemon.address) as loop_channel:
+            served = outcome(loop_channel, LOOPBACK_ROUND_TRIP)
+            assert (served.status, served.execute.stdout) == (pb.STATUS_OK, b"PING\n"), served
+            away = outcome(loop_channel, "import socket; socket.create_connection(('1.1.1.1', 53), timeout=2)")
+            assert away.status == pb.STATUS_RUNTIME_ERROR and b"unreachable" in away.execute.stderr, away
+    finally:
+        assert daemon.stop() == 0
+
+
 def test_only_loopback_interface(channel: grpc.Channel) -> None:
     result = outcome(channel, "import socket; print(sorted(n for _, n in socket.if_nameindex()))")
     assert result.execute.stdout.strip() == b"['lo']"
@@ -415,7 +450,7 @@ def test_a_job_crowded_out_of_tmp_by_its_neighbour_is_retried_not_charged(tmp_pa
 # Host-wide kernel counters and surface a job must not reach (red-team
 # findings): a job took all 65,536 AIO contexts (fs.aio-max-nr) and all
 # PTYs, after which io_setup() and `docker run -t` failed on the host. Our
-# seccomp profile answers AIO, io_uring, memfd_secret and Landlock with
+# seccomp profile answers AIO, io_uring and memfd_secret with
 # ENOSYS, and /dev/pts is an empty read-only tmpfs. Syscall numbers: x86_64.
 SYSCALL = ("import ctypes, errno, os\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.syscall.restype = ctypes.c_long\n"
            "def call(number, *args):\n    ctypes.set_errno(0)\n"
@@ -424,12 +459,11 @@ KERNEL_PROBES = {
     "io_setup": "context = ctypes.c_ulong(0)\nprint(call(206, 1, ctypes.byref(context)))",
     "io_uring_setup": "print(call(425, 1, (ctypes.c_char * 120)()))",
     "memfd_secret": "print(call(447, 0))",
-    "landlock_create_ruleset": "print(call(444, None, 0, 1))",  # LANDLOCK_CREATE_RULESET_VERSION
     "os.openpty": "try: os.openpty(); print('allowed')\nexcept OSError as e: print(errno.errorcode[e.errno])",
     "pty.openpty": "import pty\ntry: pty.openpty(); print('allowed')\nexcept OSError: print('OSError')",
 }
 EXPECTED = {"io_setup": "ENOSYS", "io_uring_setup": "ENOSYS", "memfd_secret": "ENOSYS",
-            "landlock_create_ruleset": "ENOSYS", "os.openpty": "ENOENT", "pty.openpty": "OSError"}
+            "os.openpty": "ENOENT", "pty.openpty": "OSError"}
 x86_64_only = pytest.mark.skipif(platform.machine() != "x86_64", reason="the probes use x86_64 syscall numbers")
 
 

@@ -15,6 +15,7 @@ from sandboxd_client import SandboxClient, SessionNotFound, Status
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
 
+from sandboxd.agent import worker
 from tests.conftest import DaemonProcess, serving_daemon
 
 
@@ -265,3 +266,45 @@ def test_deeply_nested_values_and_a_fork_bomb_leave_the_neighbours_answered(clie
         assert bomb.session_alive and int(bomb.value) < 300, bomb
         spawned = neighbour.run("import subprocess\nsubprocess.run(['true']).returncode")
         assert spawned.value == "0", spawned
+
+
+# ---- channels between neighbours: the sandbox's network namespace is shared ------------------------------
+
+
+def test_a_session_cannot_reach_a_neighbours_abstract_unix_socket(client: SandboxClient) -> None:
+    """Abstract Unix socket names live in the network namespace, which every run of a sandbox shares, and
+    carry no permissions: a session listening on one was reachable from its neighbours (two completions of a
+    prompt passing outputs). Each run is now a Landlock domain that keeps its abstract sockets to itself (ABI 6,
+    Linux 6.12); its own processes still reach them."""
+    abi = worker.landlock_abi()  # the host's kernel is the sandboxes' kernel
+    if abi < worker.LANDLOCK_SCOPE_ABI:
+        pytest.skip(f"the kernel's Landlock ABI is {abi}; scoping abstract Unix sockets needs 6 (Linux 6.12)")
+    with client.open_session() as listener, client.open_session() as neighbour:
+        listener.run("import socket\nserver = socket.socket(socket.AF_UNIX)\nserver.bind('\\0sbd-attack')\n"
+                     "server.listen()\ndatagrams = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)\n"
+                     "datagrams.bind('\\0sbd-attack-dgram')")
+        attempt = neighbour.run(
+            "import socket\nout = []\nfor kind, name in ((socket.SOCK_STREAM, 'sbd-attack'), "
+            "(socket.SOCK_DGRAM, 'sbd-attack-dgram')):\n"
+            "    s = socket.socket(socket.AF_UNIX, kind)\n"
+            "    try:\n        s.connect('\\0' + name)\n        s.send(b'outputs')\n        out.append('reached')\n"
+            "    except OSError as exc:\n        out.append(type(exc).__name__)\nout")
+        assert attempt.value == "['PermissionError', 'PermissionError']", attempt
+        own = listener.run("import os, socket\nif os.fork() == 0:\n"
+                           "    c = socket.socket(socket.AF_UNIX)\n    c.connect('\\0sbd-attack')\n"
+                           "    c.send(b'mine')\n    os._exit(0)\n"
+                           "conn, _ = server.accept()\nconn.recv(16)")
+        assert own.value == "b'mine'", own
+
+
+@pytest.mark.parametrize("family", ["AF_INET", "AF_INET6"])
+def test_a_session_cannot_open_an_ip_socket_to_reach_a_neighbour_over_loopback(client: SandboxClient,
+                                                                                family: str) -> None:
+    """The sandbox's loopback is shared by its runs: a session serving on 127.0.0.1 (TCP or UDP) was reachable
+    from its neighbours. The seccomp profile refuses IP sockets (sandboxd/seccomp.py); there is no network."""
+    with client.open_session() as session:
+        result = session.run(
+            "import socket\nout = []\nfor kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):\n"
+            f"    try:\n        socket.socket(socket.{family}, kind)\n        out.append('opened')\n"
+            "    except OSError as exc:\n        out.append(type(exc).__name__)\nout")
+        assert result.value == "['PermissionError', 'PermissionError']", result
