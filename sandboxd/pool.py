@@ -27,7 +27,7 @@ from typing import Any
 
 import sandboxd
 from sandboxd import metrics
-from sandboxd.agent.worker import LANDLOCK_SCOPE_ABI
+from sandboxd.agent.protocol import LANDLOCK_SCOPE_ABI
 from sandboxd.backend import (
     LABEL_IMAGE,
     LABEL_INSTANCE,

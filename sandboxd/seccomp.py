@@ -23,8 +23,8 @@ allowed again: it only ever restricts its caller.) MIPS numbers errnos
 its own way (ENOSYS is 89 there), so the rule comes in a MIPS and a
 non-MIPS variant, as upstream's clone3 rule does.
 
-socket(2) is refused for AF_INET and AF_INET6 (REFUSED_SOCKET_FAMILIES),
-unless the daemon's `sandbox.loopback` is set.
+socket(2) is refused for the address families AF_INET (2) to AF_INET6 (10)
+(REFUSED_SOCKET_FAMILIES), unless the daemon's `sandbox.loopback` is set.
 
 Nothing else differs from upstream: same default action (EPERM), same
 architectures, same capability-, architecture- and kernel-conditional

@@ -18,6 +18,9 @@ if TYPE_CHECKING:
     import asyncio
 
 HEADER = struct.Struct(">I")
+# The agent's `hello` reports the kernel's Landlock ABI (`landlock_abi`); from
+# this one on, each run's abstract Unix sockets are scoped to it (agent/worker.py).
+LANDLOCK_SCOPE_ABI = 6
 # 64 MiB: the largest request (a program with many big test inputs) fits,
 # and nothing a job prints can make a reader allocate more.
 MAX_FRAME_BYTES = 64 << 20

@@ -16,6 +16,7 @@ from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
 
 from sandboxd.agent import worker
+from sandboxd.agent.protocol import LANDLOCK_SCOPE_ABI
 from tests.conftest import DaemonProcess, serving_daemon
 
 
@@ -277,7 +278,7 @@ def test_a_session_cannot_reach_a_neighbours_abstract_unix_socket(client: Sandbo
     prompt passing outputs). Each run is now a Landlock domain that keeps its abstract sockets to itself (ABI 6,
     Linux 6.12); its own processes still reach them."""
     abi = worker.landlock_abi()  # the host's kernel is the sandboxes' kernel
-    if abi < worker.LANDLOCK_SCOPE_ABI:
+    if abi < LANDLOCK_SCOPE_ABI:
         pytest.skip(f"the kernel's Landlock ABI is {abi}; scoping abstract Unix sockets needs 6 (Linux 6.12)")
     with client.open_session() as listener, client.open_session() as neighbour:
         listener.run("import socket\nserver = socket.socket(socket.AF_UNIX)\nserver.bind('\\0sbd-attack')\n"
