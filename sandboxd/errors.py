@@ -53,9 +53,20 @@ class BackendUnavailable(SandboxdError):
 
 
 class NoSandbox(SandboxdError):
-    """A job waited for a sandbox that cannot come: the engine that would start one does not answer."""
+    """A job waited for a sandbox that cannot come: the engine that would start one does not answer.
+
+    Or its pool cannot start one (PoolFailing).
+    """
 
     code = grpc.StatusCode.UNAVAILABLE
+
+
+class PoolFailing(NoSandbox):
+    """A job's pool cannot start sandboxes (Pool.failing): no retry soon can help.
+
+    Its result says so (JobResult.do_not_retry), and clients return the
+    failure at once instead of retrying it for their whole backoff (about 15 s).
+    """
 
 
 class SandboxLost(SandboxdError):

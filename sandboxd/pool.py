@@ -38,7 +38,7 @@ from sandboxd.backend import (
     SandboxSpec,
 )
 from sandboxd.config import Config
-from sandboxd.errors import NoSandbox, SandboxLost
+from sandboxd.errors import NoSandbox, PoolFailing, SandboxLost
 from sandboxd.sandbox import Sandbox
 from sandboxd.snapshots import CHECKPOINT_NAME, SnapshotStore, StartChooser
 
@@ -169,9 +169,10 @@ class Pool:
         self.waiting = 0
         # Of `waiting`, those asleep on `_available` (a newcomer queues behind them).
         self._sleepers = 0
-        # fail_waiters() calls so far, and the last one's reason: a waiter woken by one gives up.
+        # fail_waiters() calls so far, and the last one's reason and error: a waiter woken by one gives up.
         self._outages = 0
         self._outage_reason = ""
+        self._outage_error: type[NoSandbox] = NoSandbox
         self.jobs_total = 0
         self.recycled_total = 0
         self.languages: list[str] = []
@@ -276,7 +277,7 @@ class Pool:
         try:
             async with self._available:
                 if self.failing:
-                    raise NoSandbox(self.failing_reason)
+                    raise PoolFailing(self.failing_reason)
                 try:
                     sandbox = None if self._sleepers else self._pick()
                     while sandbox is None:
@@ -287,7 +288,7 @@ class Pool:
                             self._sleepers -= 1
                         sandbox = self._pick()
                         if sandbox is None and self._outages != outages:
-                            raise NoSandbox(self._outage_reason)
+                            raise self._outage_error(self._outage_reason)
                 except BaseException:
                     # A waiter cancelled just after it was woken takes the wake-up
                     # with it (asyncio.Condition before 3.13): pass it on, or a free
@@ -301,18 +302,19 @@ class Pool:
         finally:
             self.waiting -= 1
 
-    async def fail_waiters(self, reason: str) -> int:
-        """Answer every job now waiting for a sandbox with NoSandbox(reason); how many there were.
+    async def fail_waiters(self, reason: str, error: type[NoSandbox] = NoSandbox) -> int:
+        """Answer every job now waiting for a sandbox with `error`(reason); how many there were.
 
-        For an engine outage, or a pool whose starts keep failing: no sandbox
-        can start, so a waiter could wait for ever. Jobs that come to wait
-        after this call wait as usual (but see `failing`).
+        For an engine outage, or a pool whose starts keep failing (PoolFailing):
+        no sandbox can start, so a waiter could wait for ever. Jobs that come
+        to wait after this call wait as usual (but see `failing`).
         """
         async with self._available:
             waiters = self._sleepers
             if waiters:
                 self._outages += 1
                 self._outage_reason = reason
+                self._outage_error = error
                 self._available.notify_all()
         return waiters
 
@@ -437,7 +439,7 @@ class Pool:
             else:
                 log.warning("pool %s: sandbox failed to start, the engine not answering: %s", self.name, exc)
             if self.failing:
-                await self.fail_waiters(self.failing_reason)
+                await self.fail_waiters(self.failing_reason, PoolFailing)
             self._on_change()
             # Counted as starting while it waits: the pool starts no other sandbox meanwhile.
             await asyncio.sleep(start_retry_pause(max(1, self.start_failures)))

@@ -26,7 +26,7 @@ from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 
 from sandboxd import metrics
 from sandboxd.config import Config
-from sandboxd.errors import InvalidRequest, NoSandbox, Overloaded, SandboxFull, SandboxLost, Unsupported
+from sandboxd.errors import InvalidRequest, NoSandbox, Overloaded, PoolFailing, SandboxFull, SandboxLost, Unsupported
 from sandboxd.jobs import PreparedJob, infrastructure_result, to_result
 from sandboxd.pool import MATH_POOL, Pool
 from sandboxd.sandbox import Sandbox, SandboxGone, Withdrawal
@@ -150,6 +150,7 @@ class Scheduler:
                     sandbox = await pool.acquire()
                 except NoSandbox as exc:
                     result = infrastructure_result(prepared, pb.STATUS_SANDBOX_LOST, f"no sandbox: {exc}", attempt - 1)
+                    result.do_not_retry = isinstance(exc, PoolFailing)
                     result.timings.queued_seconds = time.monotonic() - admitted
                     return result
                 if queued:

@@ -12,7 +12,7 @@ import pytest
 
 from sandboxd import pool as pool_module
 from sandboxd.config import Config
-from sandboxd.errors import NoSandbox
+from sandboxd.errors import NoSandbox, PoolFailing
 from sandboxd.pool import Pool, stage_agent_code
 from sandboxd.sandbox import Sandbox
 
@@ -232,8 +232,9 @@ def test_fail_waiters_answers_the_jobs_waiting_then_and_no_later_ones() -> None:
         await asyncio.sleep(0)
         assert await pool.fail_waiters("engine gone") == 3
         for task in waiting:
-            with pytest.raises(NoSandbox, match="engine gone"):
+            with pytest.raises(NoSandbox, match="engine gone") as raised:
                 await asyncio.wait_for(task, timeout=10)
+            assert raised.type is NoSandbox  # not PoolFailing: the client retries an outage's jobs
         assert await pool.fail_waiters("engine gone") == 0  # nobody waits: nothing to answer
         later = asyncio.create_task(pool.acquire())
         await asyncio.sleep(0)
@@ -327,10 +328,10 @@ def test_a_pool_whose_starts_keep_failing_answers_its_jobs_until_one_succeeds(mo
             await pool._add_one()
             assert (pool.start_failures, pool.starting) == (failures, 0)
         assert changes == [False] * (pool_module.FAILING_AFTER_STARTS - 1) + [True]
-        with pytest.raises(NoSandbox, match=r"pool python cannot start sandboxes \(3 starts failed in a row; "
-                                            r"the last: exit status 70, out of memory\)"):
+        with pytest.raises(PoolFailing, match=r"pool python cannot start sandboxes \(3 starts failed in a row; "
+                                              r"the last: exit status 70, out of memory\)"):
             await asyncio.wait_for(waiting, timeout=10)
-        with pytest.raises(NoSandbox, match="cannot start sandboxes"):
+        with pytest.raises(PoolFailing, match="cannot start sandboxes"):
             await asyncio.wait_for(pool.acquire(), timeout=10)  # no wait for a sandbox that may never come
         outcome[0] = sandbox
         pool.starting += 1

@@ -13,7 +13,7 @@ from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 from sandboxd import pool as pool_module
 from sandboxd.agent.protocol import ProtocolError, encode_frame, read_frame
 from sandboxd.config import Config
-from sandboxd.errors import InvalidRequest, Overloaded, SandboxFull, SandboxLost
+from sandboxd.errors import InvalidRequest, Overloaded, PoolFailing, SandboxFull, SandboxLost
 from sandboxd.jobs import PreparedJob
 from sandboxd.pool import Pool
 from sandboxd.sandbox import Sandbox, SandboxGone, Withdrawal
@@ -291,8 +291,25 @@ def test_a_job_waiting_through_an_engine_outage_is_answered_sandbox_lost() -> No
         result = await asyncio.wait_for(waiting, 10)
         assert (result.status, result.reward, result.attempts) == (pb.STATUS_SANDBOX_LOST, -1.0, 0)
         assert result.message == "no sandbox: the Docker engine has not answered for 30 s"
+        assert not result.do_not_retry  # the engine may be back by the client's retry
         assert scheduler.queued == 0
         sandbox.answer.set()  # the job that had a sandbox is not touched
+        assert (await asyncio.wait_for(first, 10)).status == pb.STATUS_OK
+
+    asyncio.run(scenario())
+
+
+def test_a_job_of_a_pool_that_cannot_start_sandboxes_is_answered_do_not_retry() -> None:
+    async def scenario() -> None:
+        scheduler, pool, sandbox = scheduler_with_held_sandbox()
+        first = asyncio.create_task(scheduler.run(job(0)))
+        waiting = asyncio.create_task(scheduler.run(job(1)))
+        await _settle()
+        await pool.fail_waiters("pool python cannot start sandboxes", PoolFailing)
+        result = await asyncio.wait_for(waiting, 10)
+        assert (result.status, result.reward, result.do_not_retry) == (pb.STATUS_SANDBOX_LOST, -1.0, True)
+        assert result.message == "no sandbox: pool python cannot start sandboxes"
+        sandbox.answer.set()
         assert (await asyncio.wait_for(first, 10)).status == pb.STATUS_OK
 
     asyncio.run(scenario())

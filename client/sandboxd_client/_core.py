@@ -258,7 +258,9 @@ class ChunkState:
             return None  # unknown or duplicate index: the contract promises one per job
         self._answered.add(i)
         result = to_result(msg)
-        if result.is_infrastructure_failure and self.can_retry:
+        # do_not_retry: the job's pool cannot start sandboxes, and a retry
+        # would only hold the answer back for the whole backoff (about 15 s).
+        if result.is_infrastructure_failure and self.can_retry and not msg.do_not_retry:
             self._retry.append(i)
             if result.retry_after_seconds > 0:
                 self._hint = max(self._hint or 0.0, result.retry_after_seconds)

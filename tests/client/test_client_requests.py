@@ -350,6 +350,16 @@ def test_chunk_retries_only_infrastructure_failures() -> None:
     assert last[0].status is Status.INTERNAL and state.on_end(None) == [] and state.pending == []
 
 
+def test_chunk_returns_a_do_not_retry_failure_at_once() -> None:
+    """A pool that cannot start sandboxes: retrying held each answer back for the whole backoff (about 15 s)."""
+    state = ChunkState({0: math_job("1", "1"), 1: math_job("1", "1")}, RetryPolicy())
+    state.request()
+    final = state.on_message(pb.JobResult(index=0, status=pb.STATUS_SANDBOX_LOST, reward=-1.0, do_not_retry=True))
+    assert final is not None and (final.status, final.reward, final.client_attempts) == (Status.SANDBOX_LOST, -1.0, 1)
+    assert state.on_message(pb.JobResult(index=1, status=pb.STATUS_SANDBOX_LOST, reward=-1.0)) is None
+    assert state.on_end(None) == [] and state.pending == [1]  # an engine outage's loss is still retried
+
+
 def test_chunk_gives_up_with_made_up_results_and_raises_caller_errors() -> None:
     state = ChunkState({0: math_job("1", "1", failure_value=0.0)}, RetryPolicy(max_retries=0))
     state.request()

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from sandboxd_client import SandboxClient, Status
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
 
@@ -231,12 +232,18 @@ def test_a_pool_that_cannot_start_sandboxes_answers_its_jobs_and_holds_back_no_o
             assert lost.status == pb.STATUS_SANDBOX_LOST and lost.reward == -1.0, lost
             assert "pool math cannot start sandboxes" in lost.message, lost.message
             assert "out of memory" in lost.message, lost.message
+            assert lost.do_not_retry, lost
             states = {p.name: p for p in pb_grpc.PoolStub(channel).GetStatus(pb.GetPoolStatusRequest(),
                                                                               timeout=30).pools}
         math_pool = states["math"]
         assert math_pool.failing and math_pool.start_failures >= 3 and math_pool.ready == 0, math_pool
         assert "stopped before its agent answered: exit status" in math_pool.start_error, math_pool
         assert not states["python"].failing and states["python"].start_failures == 0
+        # The client returns the failure at once: before do_not_retry it retried the job for its whole
+        # backoff (9 attempts, about 15 s) against a pool that cannot start a sandbox.
+        with SandboxClient(daemon.address) as client:
+            scored = client.score_math("\\boxed{2}", "2")
+        assert (scored.status, scored.reward, scored.client_attempts) == (Status.SANDBOX_LOST, -1.0, 1), scored
         status = subprocess.run([sys.executable, "-m", "sandboxd", "status", "--address", daemon.address],
                                 capture_output=True, text=True, timeout=60)
         assert status.returncode == 0, status.stderr
