@@ -87,6 +87,10 @@ class PoolConfig:
     idle_seconds: float = 300.0
     scale_to_zero: bool = False
     snapshots: bool = True
+    # A failed snapshot (a checkpoint that failed, restores that kept failing)
+    # is built again after this long, doubled with each failure in a row up
+    # to 6 hours; its pool starts cold meanwhile.
+    snapshot_retry_seconds: float = 300.0
     # "auto": restore from the snapshot while restores get sandboxes ready
     # sooner than cold starts do, measured per pool (on Docker 20.10 here they
     # do not); "always": restore whenever the snapshot is ready.
@@ -262,6 +266,7 @@ class Config:
             (self.pool.recycle_after_jobs >= 1, "pool.recycle_after_jobs must be >= 1"),
             (self.pool.start_concurrency >= 1, "pool.start_concurrency must be >= 1"),
             (self.pool.restore in ("auto", "always"), "pool.restore must be auto or always"),
+            (self.pool.snapshot_retry_seconds > 0, "pool.snapshot_retry_seconds must be > 0"),
             (set(self.pool.images) <= {"python", "langs"}, "pool.images may hold python and langs"),
             (self.sandbox.memory_bytes >= 64 * MIB, "sandbox.memory_bytes must be >= 64 MiB"),
             (self.sandbox.cpus > 0, "sandbox.cpus must be > 0"),

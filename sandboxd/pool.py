@@ -150,7 +150,8 @@ class Pool:
         self.node = node
         self.code_dir = code_dir
         self.snapshots = SnapshotStore(backend, config.sandbox.state_dir, config.pool.snapshots,
-                                       config.docker.temp_dir, pool=name)
+                                       config.docker.temp_dir, pool=name,
+                                       retry_seconds=config.pool.snapshot_retry_seconds)
         self.start_chooser = StartChooser(config.pool.restore)
         self.agent_args = ["--private-tmp", "--warm", WARM_MODULES.get(name, ""), *self._math_args(name, config)]
         self.snapshot_key = SnapshotStore.key({
@@ -186,6 +187,7 @@ class Pool:
         self._watched_full: set[Sandbox] = set()
         self._restore_failures = 0
         self._template_dir = ""
+        self._snapshot_build: asyncio.Task[None] | None = None  # a failed snapshot's rebuild, while it runs
         # Sandbox starts failed in a row (0 after a success), and the last one's error.
         self.start_failures = 0
         self.start_error = ""
@@ -335,17 +337,26 @@ class Pool:
     def start(self) -> None:
         self._spawn(self._maintain())
 
-    def _spawn(self, coroutine) -> None:  # type: ignore[no-untyped-def]
+    def _spawn(self, coroutine) -> asyncio.Task[None]:  # type: ignore[no-untyped-def]
         task = asyncio.ensure_future(coroutine)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
-    async def _maintain(self) -> None:
+    async def _prepare_snapshot(self) -> None:
         await self.snapshots.prepare(self.snapshot_key, self._start_template)
         if self._template_dir:
             shutil.rmtree(self._template_dir, ignore_errors=True)
+            self._template_dir = ""
         self._on_change()
+
+    async def _maintain(self) -> None:
+        await self._prepare_snapshot()
         while not self._closed:
+            # A failed snapshot is built again once its pause is over, beside
+            # the refill: the pool keeps starting cold meanwhile.
+            if self.snapshots.retry_due and (self._snapshot_build is None or self._snapshot_build.done()):
+                self._snapshot_build = self._spawn(self._prepare_snapshot())
             try:
                 await self._reconcile()
             except Exception:
@@ -519,8 +530,10 @@ class Pool:
                     self._restore_failures = 0
                 except Exception as exc:
                     self._restore_failures += 1
-                    if self._restore_failures >= RESTORE_FAILURES_BEFORE_COLD:
+                    # Once: restores already under way fail after it, and must not count as the rebuild's failures.
+                    if self._restore_failures >= RESTORE_FAILURES_BEFORE_COLD and self.snapshots.usable:
                         self.snapshots.fail(f"restore failed {self._restore_failures} times: {exc}")
+                        self._restore_failures = 0
                     raise
             else:
                 await asyncio.to_thread(self.backend.start, container_id)

@@ -29,6 +29,7 @@ import logging
 import shutil
 import statistics
 import subprocess
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -47,6 +48,17 @@ START_METHODS = ("restore", "cold")
 # choice follows a node whose load or engine changes (one slow start in 16).
 RECENT_STARTS = 3
 PROBE_EVERY = 16
+# A failed snapshot is built again after pool.snapshot_retry_seconds, doubled
+# with each failure in a row up to this cap: one checkpoint that failed (CRIU,
+# the engine or the disk at a bad moment) left a pool starting cold for the
+# daemon's life. A try costs a template's cold start and a dump, a few seconds
+# of a core here.
+RETRY_MAX_SECONDS = 6 * 3600.0
+
+
+def retry_pause(failures: int, first: float) -> float:
+    """Seconds from a snapshot's `failures`-th failure in a row to its next build; `first` after the first."""
+    return min(max(RETRY_MAX_SECONDS, first), first * 2.0 ** min(max(0, failures - 1), 32))
 
 
 class StartChooser:
@@ -136,16 +148,24 @@ def criu_problem() -> str:
 
 
 class SnapshotStore:
-    """Per-pool snapshot state: disabled, building, ready or failed."""
+    """Per-pool snapshot state: disabled, building, ready or failed.
+
+    Disabled is for good (CRIU cannot work here). Failed is until
+    `retry_at`: the pool then calls `prepare` again (see `retry_due`).
+    """
 
     def __init__(self, backend: DockerBackend, state_dir: str, enabled: bool, engine_temp_dir: str,
-                 pool: str = "") -> None:
+                 pool: str = "", retry_seconds: float = 300.0) -> None:
         self._backend = backend
+        self._retry_seconds = retry_seconds
         self._pool = pool
         self._engine_temp_dir = engine_temp_dir
         self._root = Path(state_dir) / "snapshots"
         self.state = "building"
         self.problem = ""
+        # Failures in a row, and when (time.monotonic) the snapshot is built again after the last.
+        self.failures = 0
+        self.retry_at: float | None = None
         if not enabled:
             self.disable("disabled in configuration")
         elif not backend.experimental:
@@ -171,6 +191,11 @@ class SnapshotStore:
     def usable(self) -> bool:
         return self.state == "ready" and self.path is not None
 
+    @property
+    def retry_due(self) -> bool:
+        """Whether the snapshot failed and its pause (retry_pause) is over: time to build it again."""
+        return self.retry_at is not None and time.monotonic() >= self.retry_at
+
     @staticmethod
     def key(parts: dict[str, object]) -> str:
         """The snapshot's name: a digest of `parts` and of the sandboxes' hardening profile.
@@ -193,12 +218,17 @@ class SnapshotStore:
         snapshot, and the pool starts cold. Raised, it ended the pool's
         upkeep, and the pool never started a sandbox.
         """
-        if self.problem:
+        if self.disabled or (self.problem and not self.retry_due):
             return
+        self.retry_at = None
         try:
             await self._prepare(key, make_template)
         except OSError as exc:
             self.fail(f"the snapshot store {self._root} cannot be written: {exc}")
+            return
+        if self.usable:
+            self.failures = 0
+            self.problem = ""
 
     async def _prepare(self, key: str, make_template: Callable[[], Awaitable[str]]) -> None:
         async with self._lock:
@@ -266,11 +296,15 @@ class SnapshotStore:
                         shutil.rmtree(leftover, ignore_errors=True)
 
     def fail(self, why: str) -> None:
-        """A restore or checkpoint failed: fall back to cold starts for good."""
+        """A restore or checkpoint failed: fall back to cold starts until `retry_at`."""
         if self.path is not None:
             shutil.rmtree(self.path.parent, ignore_errors=True)
         self.path = None
         self.state = f"failed: {why}"[:500]
         self.problem = why
+        self.failures += 1
+        pause = retry_pause(self.failures, self._retry_seconds)
+        self.retry_at = time.monotonic() + pause
         # Info and metrics show the state; the log says when, and why (a full disk, say).
-        log.warning("pool %s: snapshot %s; its sandboxes start cold from now on", self._pool, self.state)
+        log.warning("pool %s: snapshot %s; its sandboxes start cold, and it is built again in %.0f s",
+                    self._pool, self.state, pause)

@@ -107,4 +107,79 @@ def test_a_store_that_cannot_be_written_fails_the_snapshot_not_the_pool(
     asyncio.run(store.prepare("key", never))
     assert store.state.startswith("failed: the snapshot store") and not store.usable
     assert "pool python: snapshot failed: the snapshot store" in caplog.text
-    assert "start cold from now on" in caplog.text
+    assert "its sandboxes start cold, and it is built again in 300 s" in caplog.text
+
+
+def test_the_rebuild_pause_doubles_from_the_configured_one_up_to_six_hours() -> None:
+    from sandboxd.snapshots import retry_pause
+
+    assert [retry_pause(n, 300.0) for n in (1, 2, 3)] == [300.0, 600.0, 1200.0]
+    assert retry_pause(8, 300.0) == retry_pause(10**6, 300.0) == 6 * 3600.0
+    assert retry_pause(1, 86400.0) == 86400.0  # a pause configured above the cap is kept
+
+
+class _CheckpointingBackend:
+    """The two engine calls a build makes, recorded; the first `broken` checkpoints fail."""
+
+    experimental = True
+
+    def __init__(self, broken: int) -> None:
+        self.broken = broken
+        self.checkpoints: list[str] = []
+        self.removed: list[str] = []
+
+    def checkpoint(self, container_id: str, name: str, folder: str, *, exit_after: bool) -> None:
+        self.checkpoints.append(container_id)
+        if len(self.checkpoints) <= self.broken:
+            raise RuntimeError("criu dump failed (a moment the engine was busy)")
+        (Path(folder) / name).mkdir()
+
+    def remove(self, container_id: str) -> None:
+        self.removed.append(container_id)
+
+
+def test_a_failed_snapshot_is_built_again_after_its_pause(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A checkpoint that failed once left the pool starting cold for the daemon's life."""
+    from sandboxd import snapshots
+
+    monkeypatch.setattr(snapshots, "criu_problem", lambda: "")
+    backend = _CheckpointingBackend(broken=2)
+    store = SnapshotStore(backend, str(tmp_path / "state"), True, str(tmp_path),  # type: ignore[arg-type]
+                          pool="python", retry_seconds=60.0)
+    templates = iter(f"template{i}" for i in range(10))
+
+    async def template() -> str:
+        return next(templates)
+
+    asyncio.run(store.prepare("key", template))
+    assert store.state == "failed: checkpoint failed: criu dump failed (a moment the engine was busy)"
+    assert store.failures == 1 and not store.usable and not store.retry_due
+    assert store.retry_at is not None and 59 < store.retry_at - snapshots.time.monotonic() <= 60
+    assert "its sandboxes start cold, and it is built again in 60 s" in caplog.text
+    asyncio.run(store.prepare("key", template))  # the pause is not over: no template started
+    assert backend.checkpoints == ["template0"]
+
+    store.retry_at = snapshots.time.monotonic()  # the pause is over
+    assert store.retry_due
+    asyncio.run(store.prepare("key", template))
+    assert store.failures == 2 and 119 < store.retry_at - snapshots.time.monotonic() <= 120
+    store.retry_at = snapshots.time.monotonic()
+    asyncio.run(store.prepare("key", template))
+    assert store.usable and store.state == "ready" and (store.failures, store.problem, store.retry_at) == (0, "", None)
+    assert store.path == tmp_path / "state" / "snapshots" / "key" / "warm"
+    assert backend.checkpoints == backend.removed == ["template0", "template1", "template2"]
+
+    store.fail("restore failed 3 times: no such checkpoint")  # a restore failure starts the count again
+    assert store.failures == 1 and not store.usable and not (tmp_path / "state" / "snapshots" / "key").exists()
+
+
+def test_a_disabled_snapshot_is_never_built(tmp_path: Path) -> None:
+    store = SnapshotStore(_CheckpointingBackend(broken=0), str(tmp_path), False, str(tmp_path))  # type: ignore[arg-type]
+
+    async def never() -> str:
+        raise AssertionError("no template for a disabled snapshot")
+
+    store.retry_at = 0.0
+    asyncio.run(store.prepare("key", never))
+    assert store.state == "disabled: disabled in configuration" and store.failures == 0

@@ -4,11 +4,14 @@ restarted, the daemon stopped in the middle of its work. Each test restores what
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
+import socket
 import subprocess
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -164,6 +167,54 @@ def test_deleted_snapshot_falls_back_to_cold_starts(tmp_path: Path) -> None:
             assert pool_state.ready >= 3, pool_state
             assert pool_state.snapshot.startswith("failed") and pool_state.start_method == "cold", pool_state
             assert helpers.run(channel, helpers.execute("print(6 * 7)")).execute.stdout == b"42\n"
+    finally:
+        assert daemon.stop() == 0
+
+
+def _restores(metrics_url: str) -> float:
+    body = urllib.request.urlopen(metrics_url, timeout=10).read().decode()
+    found = re.search(r'^sandboxd_sandbox_starts_total\{method="restore",pool="python"\} (\S+)$', body, re.MULTILINE)
+    return float(found.group(1)) if found else 0.0
+
+
+def test_a_failed_snapshot_is_built_again_and_restored_from(tmp_path: Path) -> None:
+    """A snapshot that failed once (here: restores of a deleted checkpoint) left its pool starting cold for
+    the daemon's life. After pool.snapshot_retry_seconds it is built again, and starts restore from it."""
+    state = tmp_path / "state"
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    metrics_url = f"http://127.0.0.1:{port}/metrics"
+    daemon = DaemonProcess(tmp_path, "resnap", extra_env={
+        **PYTHON_ONLY, "SANDBOXD_POOL_MIN_SIZE": "1", "SANDBOXD_SANDBOX_STATE_DIR": str(state),
+        "SANDBOXD_POOL_RESTORE": "always", "SANDBOXD_POOL_SNAPSHOT_RETRY_SECONDS": "3",
+        "SANDBOXD_POOL_RECYCLE_AFTER_JOBS": "2",
+        "SANDBOXD_SERVER_METRICS": f"127.0.0.1:{port}"})
+    try:
+        daemon.wait_serving()
+        with grpc.insecure_channel(daemon.address) as channel:
+            helpers.require_snapshots(pb_grpc.DaemonStub(channel).GetInfo(pb.GetInfoRequest(), timeout=5))
+            for checkpoint in (state / "snapshots").glob("*/warm"):
+                shutil.rmtree(checkpoint)
+            pool = pb_grpc.PoolStub(channel)
+            pool.SetBatchHint(pb.BatchHint(batch_size=6, pools=["python"]), timeout=5)
+            deadline = time.monotonic() + 120
+            while "snapshot failed: restore failed 3 times" not in daemon.log_path.read_text():
+                assert time.monotonic() < deadline, python_pool(channel)
+                time.sleep(0.3)
+            assert "it is built again in 3 s" in daemon.log_path.read_text()
+            while python_pool(channel).snapshot != "ready":
+                assert time.monotonic() < deadline, python_pool(channel)
+                time.sleep(0.3)
+            assert list((state / "snapshots").glob("*/warm"))
+            assert python_pool(channel).start_method == "restore"
+            restored = _restores(metrics_url)
+            # Sandboxes retire after 2 jobs here: their replacements restore from the rebuilt snapshot.
+            results = [helpers.run(channel, helpers.execute(f"print({i} * 7)")) for i in range(24)]
+            assert [r.execute.stdout for r in results] == [f"{i * 7}\n".encode() for i in range(24)]
+            while _restores(metrics_url) <= restored:
+                assert time.monotonic() < deadline, python_pool(channel)
+                time.sleep(0.3)
     finally:
         assert daemon.stop() == 0
 
