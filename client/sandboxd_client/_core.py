@@ -139,13 +139,16 @@ def _lookup(host: str, port: int) -> ipaddress.IPv4Address | ipaddress.IPv6Addre
 def channel_options(
     service_config: Mapping[str, Any], extra: Sequence[tuple[str, Any]] = ()
 ) -> list[tuple[str, Any]]:
-    """Channel arguments for a client channel with the given service config."""
-    return [
-        ("grpc.service_config", json.dumps(service_config)),
-        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-        *extra,
-    ]
+    """Channel arguments for a client channel with the given service config, then ``extra`` (the caller's).
+
+    gRPC takes the first of two arguments with one name: the service config
+    (balancing, health checks, a session's pick_first) stays ours, while the
+    caller's message limits replace the defaults (they were ignored).
+    """
+    named = {name for name, _ in extra}
+    limits = [(name, MAX_MESSAGE_BYTES) for name in ("grpc.max_receive_message_length", "grpc.max_send_message_length")
+              if name not in named]
+    return [("grpc.service_config", json.dumps(service_config)), *limits, *extra]
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,18 @@ class InvalidRequest(SandboxdError, ValueError):
     code = grpc.StatusCode.INVALID_ARGUMENT
 
 
+class MessageTooLarge(InvalidRequest):
+    """A request or its answer is over gRPC's size limit for one message (RESOURCE_EXHAUSTED from gRPC itself).
+
+    The client's limit is 64 MiB each way (``options`` can change it), the
+    daemon's 256 MiB. Not the daemon's capacity: the same request is as large
+    next time, so it is not retried. Send less per request (smaller files,
+    fewer collected ones).
+    """
+
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
 class Overloaded(SandboxdError):
     """The daemon refused the work for lack of capacity (RESOURCE_EXHAUSTED)."""
 
@@ -134,6 +146,12 @@ def from_status(
 ) -> SandboxdError:
     """Map a gRPC status to the matching :class:`SandboxdError`."""
     message = f"{code.name}: {details or 'no details'}"
+    # gRPC's own words for its message size limit ("Sent message larger than
+    # max (N vs. M)" where the request is made, "Received ..." where it is
+    # read): the client retried such a request for its whole backoff (23 s
+    # for a session opened with a 200 MB file), and each time it was as large.
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED and "message larger than max" in (details or "").lower():
+        return MessageTooLarge(message, code=code)
     cls = _BY_CODE.get(code, InternalError)
     if cls is Overloaded:
         return Overloaded(message, retry_after=retry_after_from_metadata(trailing_metadata), code=code)

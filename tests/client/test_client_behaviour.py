@@ -18,6 +18,7 @@ from sandboxd_client import (
     AsyncSandboxClient,
     DeadlineExceeded,
     InvalidRequest,
+    MessageTooLarge,
     RetryPolicy,
     SandboxClient,
     SessionNotFound,
@@ -104,6 +105,26 @@ def test_invalid_argument_from_daemon_raises(twin: Twin, start_fake: StartFake) 
     with pytest.raises(InvalidRequest, match="timeout too big"):
         twin.call(server.address, "score_batch", [math_job("4", "4")])
     assert server.fake.attempts[0] == 1
+
+
+@pytest.mark.parametrize("method", ["run", "score_batch"])
+def test_a_request_over_the_message_limit_raises_at_once(twin: Twin, fake: FakeServer, method: str) -> None:
+    """gRPC's size limit says RESOURCE_EXHAUSTED, as an overloaded daemon does: the client retried the same
+    oversized request for its whole backoff (23 s for a session opened with a 200 MB file)."""
+    job = math_job("\\boxed{4}" + " " * 4096, "4")
+    small = {"options": [("grpc.max_send_message_length", 1024)], "retry_policy": RetryPolicy()}
+    start = time.monotonic()
+    with pytest.raises(MessageTooLarge, match="larger than max"):
+        twin.call(fake.address, method, job if method == "run" else [job], client=small)
+    assert time.monotonic() - start < 5, "retried"  # the default policy's retries take 11 s or more
+    assert fake.fake.attempts == {}
+
+
+def test_a_session_opened_with_files_over_the_message_limit_raises_at_once(fake: FakeServer) -> None:
+    with SandboxClient(fake.address, options=[("grpc.max_send_message_length", 1024)]) as client, \
+            pytest.raises(MessageTooLarge):
+        client.open_session(files={"data.bin": b"x" * 4096})
+    assert fake.fake.sessions == {}
 
 
 def test_unreachable_daemon_is_an_infrastructure_result(twin: Twin, socket_dir: Any) -> None:

@@ -14,6 +14,7 @@ from sandboxd_client import (
     FunctionCase,
     InvalidRequest,
     Limit,
+    MessageTooLarge,
     Result,
     RetryPolicy,
     Status,
@@ -121,6 +122,25 @@ def test_failure_result_statuses() -> None:
 def test_error_mapping(code: grpc.StatusCode, cls: type) -> None:
     error = from_status(code, "details")
     assert isinstance(error, cls) and error.code == code and "details" in str(error)
+
+
+@pytest.mark.parametrize("details", ["Sent message larger than max (209715229 vs. 67108864)",
+                                     "Received message larger than max (300000000 vs. 268435456)",
+                                     "grpc: received message larger than max (9 vs. 4)"])
+def test_grpc_size_limit_is_a_caller_error_not_an_overload(details: str) -> None:
+    error = from_status(grpc.StatusCode.RESOURCE_EXHAUSTED, details)
+    assert isinstance(error, MessageTooLarge) and isinstance(error, InvalidRequest) and not error.retryable
+    assert error.code == grpc.StatusCode.RESOURCE_EXHAUSTED and details in str(error)
+
+
+def test_caller_options_replace_the_message_limits_but_not_the_service_config() -> None:
+    from sandboxd_client._core import MAX_MESSAGE_BYTES, channel_options
+
+    options = channel_options({"loadBalancingConfig": [{"pick_first": {}}]},
+                              [("grpc.max_send_message_length", 1 << 30), ("grpc.service_config", "{}")])
+    assert options[0] == ("grpc.service_config", '{"loadBalancingConfig": [{"pick_first": {}}]}')
+    assert [value for name, value in options if name == "grpc.max_send_message_length"] == [1 << 30]
+    assert ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES) in options
 
 
 def test_retry_hint_from_trailing_metadata() -> None:
