@@ -83,6 +83,11 @@ function sleep(ms) {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
+// gRPC's own message size limit says RESOURCE_EXHAUSTED too; the same request is as large next time.
+function tooLarge(err) {
+  return /message larger than max/i.test(err.details || err.message || "");
+}
+
 // A unary call with a deadline on every attempt, retried with backoff on UNAVAILABLE and
 // RESOURCE_EXHAUSTED only (honouring the daemon's retry-after-seconds hint).
 async function unary(client, method, request, options) {
@@ -94,7 +99,7 @@ async function unary(client, method, request, options) {
         );
       });
     } catch (err) {
-      if (!RETRYABLE.has(err.code) || attempt >= options.retries) throw err;
+      if (!RETRYABLE.has(err.code) || tooLarge(err) || attempt >= options.retries) throw err;
       const hint = Number((err.metadata && err.metadata.get("retry-after-seconds")[0]) || 0);
       const backoff = Math.min(5, 0.25 * 2 ** attempt) * (0.5 + Math.random() / 2);
       await sleep(1000 * Math.max(backoff, hint));
