@@ -13,7 +13,7 @@ from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 from sandboxd import pool as pool_module
 from sandboxd.agent.protocol import ProtocolError, encode_frame, read_frame
 from sandboxd.config import Config
-from sandboxd.errors import InvalidRequest, Overloaded, PoolFailing, SandboxFull, SandboxLost
+from sandboxd.errors import InvalidRequest, NoSandbox, Overloaded, PoolFailing, SandboxFull, SandboxLost
 from sandboxd.jobs import PreparedJob
 from sandboxd.pool import Pool
 from sandboxd.sandbox import Sandbox, SandboxGone, Withdrawal
@@ -280,36 +280,27 @@ def test_a_sandbox_without_a_listening_agent_is_gone_not_lost() -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def test_a_job_waiting_through_an_engine_outage_is_answered_sandbox_lost() -> None:
+@pytest.mark.parametrize(("reason", "error", "do_not_retry"), [
+    # The engine may be back by the client's retry.
+    ("the Docker engine has not answered for 30 s", NoSandbox, False),
+    # A pool that cannot start sandboxes: a retry would only hold the answer back.
+    ("pool python cannot start sandboxes", PoolFailing, True),
+])
+def test_a_job_waiting_for_a_sandbox_that_cannot_come_is_answered_sandbox_lost(
+        reason: str, error: type[NoSandbox], do_not_retry: bool) -> None:
     async def scenario() -> None:
         scheduler, pool, sandbox = scheduler_with_held_sandbox()
         first = asyncio.create_task(scheduler.run(job(0)))
         waiting = asyncio.create_task(scheduler.run(job(1)))
         await _settle()
         assert scheduler.queued == 1
-        await pool.fail_waiters("the Docker engine has not answered for 30 s")
+        await pool.fail_waiters(reason, error)
         result = await asyncio.wait_for(waiting, 10)
         assert (result.status, result.reward, result.attempts) == (pb.STATUS_SANDBOX_LOST, -1.0, 0)
-        assert result.message == "no sandbox: the Docker engine has not answered for 30 s"
-        assert not result.do_not_retry  # the engine may be back by the client's retry
+        assert result.message == f"no sandbox: {reason}"
+        assert result.do_not_retry is do_not_retry
         assert scheduler.queued == 0
         sandbox.answer.set()  # the job that had a sandbox is not touched
-        assert (await asyncio.wait_for(first, 10)).status == pb.STATUS_OK
-
-    asyncio.run(scenario())
-
-
-def test_a_job_of_a_pool_that_cannot_start_sandboxes_is_answered_do_not_retry() -> None:
-    async def scenario() -> None:
-        scheduler, pool, sandbox = scheduler_with_held_sandbox()
-        first = asyncio.create_task(scheduler.run(job(0)))
-        waiting = asyncio.create_task(scheduler.run(job(1)))
-        await _settle()
-        await pool.fail_waiters("pool python cannot start sandboxes", PoolFailing)
-        result = await asyncio.wait_for(waiting, 10)
-        assert (result.status, result.reward, result.do_not_retry) == (pb.STATUS_SANDBOX_LOST, -1.0, True)
-        assert result.message == "no sandbox: pool python cannot start sandboxes"
-        sandbox.answer.set()
         assert (await asyncio.wait_for(first, 10)).status == pb.STATUS_OK
 
     asyncio.run(scenario())
