@@ -17,10 +17,12 @@ run: setup
 # pytest exits 5 when it collects no tests: not a failure while the suite is growing.
 test: setup
 	.venv/bin/ruff check .
+	.venv/bin/mypy
 	$(PYTHON_VENV) -m pytest -q $(ARGS) || [ $$? -eq 5 ]
 
 lint:
 	.venv/bin/ruff check .
+	.venv/bin/mypy
 
 images:
 	$(PYTHON_VENV) -m sandboxd.images build $(IMAGES)

@@ -412,11 +412,11 @@ def load(path: str | os.PathLike[str] | None = None, *, environ: dict[str, str] 
         if not name.startswith("SANDBOXD_") or name in ("SANDBOXD_CONFIG", "SANDBOXD_ADDRESS"):
             continue
         rest = name[len("SANDBOXD_"):].lower()
-        section = next((s for s in SECTIONS if rest.startswith(s + "_")), None)
-        if section is None:
+        env_section = next((s for s in SECTIONS if rest.startswith(s + "_")), None)
+        if env_section is None:
             # Other tools share the prefix (setup flags); only section names are ours.
             continue
-        _apply(config, section, rest[len(section) + 1:], value, f"environment {name}")
+        _apply(config, env_section, rest[len(env_section) + 1:], value, f"environment {name}")
     for dotted, value in (overrides or {}).items():
         section, _, key = dotted.partition(".")
         _apply(config, section, key, value, f"flag --{key.replace('_', '-')}")

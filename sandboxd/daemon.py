@@ -214,8 +214,8 @@ class Daemon:
             # Held sessions get sandboxes of their own, so they never take job capacity.
             self.pools["sessions"] = self.sessions.pool = pool("sessions", self.pools["python"].image, "sessions")
         await server.start()
-        for pool in self.pools.values():
-            pool.start()
+        for started in self.pools.values():
+            started.start()
         self.sessions.start()
         watcher = asyncio.ensure_future(self._watch_engine())
         log.info("sandboxd %s listening on %s", self.instance, ", ".join(addresses))

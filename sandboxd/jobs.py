@@ -215,7 +215,7 @@ def _prepare(job: pb.Job, config: Config, where: str) -> PreparedJob:
                                  f"{MAX_COLLECT_FILES}")
         for path in execute.collect_files:
             check_path(path, f"{where}.execute.collect_files")
-        agent_job = {
+        agent_job: dict[str, Any] = {
             "kind": "execute", "program": program, "limits": limits,
             "stdin": base64.b64encode(execute.stdin).decode(), "args": list(execute.args),
             "files": [{"path": f.path, "content": base64.b64encode(f.content).decode()} for f in execute.files],
@@ -410,12 +410,14 @@ def to_result(prepared: PreparedJob, outcome: dict[str, Any], attempts: int) -> 
     """The agent's verdict as a JobResult; reward from status and the failure value."""
     status_name = outcome.get("status", "internal")
     status = MODEL_STATUSES.get(status_name, pb.STATUS_INTERNAL)
-    result = pb.JobResult(index=prepared.index, status=status, limit_hit=LIMITS.get(outcome.get("limit", ""), 0),
+    limit = LIMITS.get(outcome.get("limit", ""), pb.LIMIT_NONE)
+    result = pb.JobResult(index=prepared.index, status=status, limit_hit=limit,
                           message=str(outcome.get("message", ""))[:4000], attempts=attempts)
     for entry in outcome.get("tests", []):
         result.tests.add(
             index=int(entry.get("index", 0)), status=MODEL_STATUSES.get(entry.get("status"), pb.STATUS_INTERNAL),
-            limit_hit=LIMITS.get(entry.get("limit", ""), 0), time_seconds=float(entry.get("time_seconds", 0.0)),
+            limit_hit=LIMITS.get(entry.get("limit", ""), pb.LIMIT_NONE),
+            time_seconds=float(entry.get("time_seconds", 0.0)),
             stdout=str(entry.get("stdout", "")), stderr=str(entry.get("stderr", "")),
             message=str(entry.get("message", ""))[:2000],
         )
@@ -467,6 +469,6 @@ def to_result(prepared: PreparedJob, outcome: dict[str, Any], attempts: int) -> 
     return result
 
 
-def infrastructure_result(prepared: PreparedJob, status: int, message: str, attempts: int) -> pb.JobResult:
+def infrastructure_result(prepared: PreparedJob, status: pb.Status, message: str, attempts: int) -> pb.JobResult:
     return pb.JobResult(index=prepared.index, status=status, reward=prepared.failure_value, message=message,
                         attempts=attempts)

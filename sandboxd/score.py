@@ -110,8 +110,8 @@ def run(args: argparse.Namespace) -> int:
             _error(str(exc))
             return 1
         done = [r for r in results if r is not None]
-        for row, result in zip(rows, results, strict=True):
-            out.write(json.dumps({**row, "result": result}) + "\n")
+        for row, row_result in zip(rows, results, strict=True):
+            out.write(json.dumps({**row, "result": row_result}) + "\n")
         out.flush()
     if not args.quiet:
         print(_summary(done), file=sys.stderr)

@@ -7,6 +7,7 @@ that it also runs on a machine with only those installed (the GPU benchmark).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 # Words the models' tokenizer knows; anything else is <unk>.
 _WORDS = (
@@ -21,7 +22,7 @@ SPECIALS = ("<pad>", "<unk>", "<s>", "</s>", "[CLS]", "[SEP]", "<|user|>", "<|as
 # Transformer shapes by name: `tiny` for tests (well under 1 MB), `small` for the CPU
 # benchmark, `1b` and `8b` the shapes of Llama-3.2-1B and Llama-3.1-8B (the base of
 # Skywork-Reward-V2-Llama-3.1-8B) for the GPU benchmark, with this small vocabulary.
-SHAPES = {
+SHAPES: dict[str, dict[str, Any]] = {
     "tiny": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
              "num_key_value_heads": 2},
     "small": {"hidden_size": 128, "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -54,16 +55,18 @@ def make_reward_model(folder: Path, *, kind: str = "llama", size: str = "tiny", 
     folder.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
     # Random weights from a wide distribution, so that different pairs get clearly different scores.
-    common = {"vocab_size": len(vocab), "max_position_embeddings": 512 if size == "tiny" else 8192, "num_labels": 1,
-              "initializer_range": 0.3 if size == "tiny" else 0.02, "pad_token_id": vocab["<pad>"]}
+    common: dict[str, Any] = {
+        "vocab_size": len(vocab), "max_position_embeddings": 512 if size == "tiny" else 8192, "num_labels": 1,
+        "initializer_range": 0.3 if size == "tiny" else 0.02, "pad_token_id": vocab["<pad>"]}
     if kind == "llama":
         tokenizer = transformers.PreTrainedTokenizerFast(
             tokenizer_object=backend, bos_token="<s>", eos_token="</s>", pad_token="<pad>", unk_token="<unk>",
             additional_special_tokens=["<|user|>", "<|assistant|>", "<|end|>"])
         tokenizer.chat_template = ("{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|> {{ m['content'] }} "
                                    "<|end|> {% endfor %}")
-        config = transformers.LlamaConfig(**shape, **common, bos_token_id=vocab["<s>"], eos_token_id=vocab["</s>"])
-        model_class = transformers.LlamaForSequenceClassification
+        config: transformers.PretrainedConfig = transformers.LlamaConfig(
+            **shape, **common, bos_token_id=vocab["<s>"], eos_token_id=vocab["</s>"])
+        model_class: type[transformers.PreTrainedModel] = transformers.LlamaForSequenceClassification
     elif kind == "bert" and size == "tiny":
         backend.post_processor = processors.BertProcessing(("[SEP]", vocab["[SEP]"]), ("[CLS]", vocab["[CLS]"]))
         tokenizer = transformers.PreTrainedTokenizerFast(

@@ -173,11 +173,11 @@ class RetryPolicy:
         self, attempt: int, retry_after: float | None = None, rng: random.Random | None = None
     ) -> float:
         """Seconds to wait before retry number ``attempt``."""
-        rng = rng or random
+        uniform = rng.uniform if rng is not None else random.uniform
         cap = min(self.max_backoff, self.initial_backoff * self.multiplier ** max(0, attempt - 1))
-        wait = cap / 2 + rng.uniform(0, cap / 2)
+        wait = cap / 2 + uniform(0, cap / 2)
         if retry_after:
-            wait = max(wait, retry_after + rng.uniform(0, 0.1 * retry_after))
+            wait = max(wait, retry_after + uniform(0, 0.1 * retry_after))
         return min(wait, self.max_retry_after)
 
 

@@ -14,7 +14,7 @@ import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any, TypeVar, Union, cast
 
 from ._proto.sandboxd.v1 import sandboxd_pb2 as pb
 from .errors import DeadlineExceeded, InvalidRequest, Overloaded, SandboxdError
@@ -285,12 +285,16 @@ def to_json(value: Any) -> str:
         raise InvalidRequest(f"tests are not JSON serialisable: {e}") from e
 
 
-def _enum(proto_enum: Any, prefix: str, value: str | int, allowed: set[str], what: str) -> int:
+# A protobuf enum's values are ints at run time; its stub types them as the enum.
+_ProtoEnum = TypeVar("_ProtoEnum", bound=int)
+
+
+def _enum(proto_enum: type[_ProtoEnum], prefix: str, value: str | int, allowed: set[str], what: str) -> _ProtoEnum:
     if isinstance(value, int):
-        return value
+        return cast(_ProtoEnum, value)
     if not isinstance(value, str) or value.lower() not in allowed:
         raise InvalidRequest(f"{what} must be one of {sorted(allowed)}, got {value!r}")
-    return int(proto_enum.Value(f"{prefix}{value.upper()}"))
+    return cast(_ProtoEnum, cast(Any, proto_enum).Value(f"{prefix}{value.upper()}"))
 
 
 def _check_finite(value: float | None, what: str, *, positive: bool = False) -> float | None:

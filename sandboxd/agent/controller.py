@@ -577,7 +577,7 @@ class Controller:
             return {"status": "internal",
                     "message": f"{DATASET_ERRORS[verdict['status']]}: {verdict.get('message')}",
                     "code": {"tests_total": plan["total"]}}
-        tests = []
+        tests: list[dict[str, Any]] = []
         for entry in verdict.get("tests", []):
             status = HARNESS_STATUSES.get(str(entry.get("status")), "wrong_answer")
             message = str(entry.get("message", ""))
@@ -731,10 +731,10 @@ class Controller:
             return {"result": await self.run_job(require(request, "job", dict))}
         if op == "session_open":
             files = decode_files(require(request, "files", list, default=[]), "files")
-            session = await sessions_module.open_session(self, require(request, "language", str), files,
-                                                         require(request, "limits", dict))
-            self.sessions[session.uid] = session
-            return {"session": session.uid}
+            opened = await sessions_module.open_session(self, require(request, "language", str), files,
+                                                        require(request, "limits", dict))
+            self.sessions[opened.uid] = opened
+            return {"session": opened.uid}
         if op == "session_cell":
             session = self.sessions.get(require(request, "session", int))
             if session is None:
@@ -1080,7 +1080,12 @@ async def serve(socket_path: str, zygote_process: tuple[socket.socket, int], too
     server = await asyncio.start_unix_server(controller.handle, path=socket_path)
     os.chmod(socket_path, 0o600)
     print(f"sandboxd-agent: ready on {socket_path}", flush=True)
-    stop = loop.create_future()
-    loop.add_signal_handler(signal.SIGTERM, lambda: stop.done() or stop.set_result(None))
+    stop: asyncio.Future[None] = loop.create_future()
+
+    def on_sigterm() -> None:
+        if not stop.done():
+            stop.set_result(None)
+
+    loop.add_signal_handler(signal.SIGTERM, on_sigterm)
     async with server:
         await stop

@@ -43,7 +43,8 @@ def run_cell(code: str, namespace: dict[str, Any], filename: str = "<cell>") -> 
         tree = ast.parse(code, filename, "exec")
         last = None
         if tree.body and isinstance(tree.body[-1], ast.Expr):
-            last = ast.Expression(tree.body.pop().value)
+            last = ast.Expression(tree.body[-1].value)
+            del tree.body[-1]
         body = compile(tree, filename, "exec")
         tail = compile(last, filename, "eval") if last is not None else None
     except (SyntaxError, ValueError, OverflowError, RecursionError, MemoryError) as exc:

@@ -337,7 +337,8 @@ class Zygote:
         self.alive = False
         asyncio.get_running_loop().remove_reader(self._sock)
         error = SandboxDamaged("zygote exited")
-        for future in [*self._forks.values(), *self._exits.values(), self.ready]:
+        pending: list[asyncio.Future[Any]] = [*self._forks.values(), *self._exits.values(), self.ready]
+        for future in pending:
             if not future.done():
                 future.set_exception(error)
         self._forks.clear()
@@ -761,8 +762,8 @@ class Runner:
             job.watch(withdraw)
         try:
             if status_reader is not None:
-                await asyncio.wait([exited, status_reader.status], timeout=spec.timeout,
-                                   return_when=asyncio.FIRST_COMPLETED)
+                ends: list[asyncio.Future[Any]] = [exited, status_reader.status]
+                await asyncio.wait(ends, timeout=spec.timeout, return_when=asyncio.FIRST_COMPLETED)
                 if status_reader.status.done() and not exited.done() and not killed_for:
                     # None: it closed the pipe without a status; its exit tells.
                     reported = status_reader.status.result()

@@ -243,7 +243,7 @@ def _java_classes(code: str) -> tuple[str | None, str | None]:
             statement_start = max(text.rfind(";", low, start), text.rfind("}", low, start)) + 1
             modifiers = text[max(low, statement_start) : start]
             # The words right before the keyword (`public final class`), read backwards: linear.
-            words = _WORDS_AND_SPACES.match(modifiers[::-1]).group()  # type: ignore[union-attr] (`*` always matches)
+            words = _WORDS_AND_SPACES.match(modifiers[::-1]).group()  # type: ignore[union-attr]  # `*` always matches
             if _PUBLIC_REVERSED.search(words):
                 public_name = name
         if main_name is not None:

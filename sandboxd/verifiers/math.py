@@ -856,9 +856,9 @@ def _guard_eager_evaluation() -> None:
             return None
         return gamma_eval(cls, arg)
 
-    binomial._eval = classmethod(guarded_binomial_eval)  # type: ignore[method-assign,assignment]
-    gamma.eval = classmethod(guarded_gamma_eval)  # type: ignore[method-assign,assignment]
-    binomial._sandboxd_guarded = True  # type: ignore[attr-defined]
+    binomial._eval = classmethod(guarded_binomial_eval)
+    gamma.eval = classmethod(guarded_gamma_eval)
+    binomial._sandboxd_guarded = True
 
 
 def _pct_value(expr: Any) -> Any:

@@ -48,6 +48,7 @@ import base64
 import binascii
 import builtins
 import contextlib
+import functools
 import inspect
 import io
 import json
@@ -61,7 +62,7 @@ import traceback
 import types
 import unittest
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 from .code import FunctionCase, _parse
 
@@ -181,7 +182,7 @@ def encode_value(obj: object, _depth: int = 0) -> object:
     if kind is float:
         if math.isfinite(obj):  # type: ignore[arg-type]
             return obj
-        return {"$float": "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")}  # type: ignore[operator]
+        return {"$float": "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")}  # type: ignore[arg-type,operator]
     depth = _depth + 1
     if kind is list:
         return [encode_value(item, depth) for item in obj]  # type: ignore[attr-defined]
@@ -276,7 +277,7 @@ def decode_value(obj: object, _depth: int = 0) -> object:
         parts = _decode_items(body, depth, tag)
         if len(parts) != 2 or not all(type(part) in (int, float) for part in parts):
             raise RejectedValue("$complex must hold [real, imag]")
-        return complex(parts[0], parts[1])  # type: ignore[arg-type]
+        return complex(parts[0], parts[1])  # type: ignore[call-overload]
     raise RejectedValue(f"unknown tag {tag!r}")
 
 
@@ -689,7 +690,7 @@ def _as_case(case: object) -> FunctionCase:
         return case
     if isinstance(case, Mapping):
         return FunctionCase(tuple(case["args"]), case["expected"], bool(case.get("unwrap_single", False)))
-    args, expected = case  # type: ignore[misc]
+    args, expected = cast("Sequence[Any]", case)
     return FunctionCase(tuple(args), expected)
 
 
@@ -878,7 +879,7 @@ def _pytest_tests(namespace: dict[str, Any]) -> list[tuple[str, Callable[..., ob
                 if method_name.startswith("test") and isinstance(method, types.FunctionType):
                     bound = getattr(value(), method_name)
                     setup = getattr(bound.__self__, "setup_method", None)
-                    tests.append((name, bound, (lambda s=setup, b=bound: s(b)) if callable(setup) else None))
+                    tests.append((name, bound, functools.partial(setup, bound) if callable(setup) else None))
     return tests
 
 
@@ -933,7 +934,7 @@ def _candidate_module(
         if name.isidentifier() and not (name.startswith("__") and name.endswith("__")):
             setattr(module, name, proxies.get(name) or _RemoteFunction(remote, name))
             defined.add(name)
-    module.__all__ = [name for name in proxies if name in defined and not name.startswith("_")]
+    module.__all__ = [name for name in proxies if name in defined and not name.startswith("_")]  # type: ignore[attr-defined]
     return module
 
 
