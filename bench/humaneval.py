@@ -64,7 +64,7 @@ def run(client: Any, *, quick: bool, jobs: int | None = None, cpu: CpuMeter | No
     from sandboxd_client import code_job
 
     total = jobs or (128 if quick else 1024)
-    rounds = 2 if quick else 4
+    round_count = 2 if quick else 4
     problems = load_problems()
     picked = [problems[i % len(problems)] for i in range(total)]
     programs = [harness(p) for p in picked]
@@ -75,7 +75,7 @@ def run(client: Any, *, quick: bool, jobs: int | None = None, cpu: CpuMeter | No
         for p in picked
     ]
     threads = 2 * (os.cpu_count() or 1)
-    spans = common.spans(total, rounds)
+    spans = common.spans(total, round_count)
     chunk = spans[0][1] - spans[0][0]  # a full round: the batch hint
 
     # Warm-up and pool sizing, as a trainer would: tell the daemon the step's

@@ -65,8 +65,8 @@ def make_pairs(n: int, seed: int = SEED) -> list[dict[str, Any]]:
         kind = rng.choice(["integer", "integer", "decimal", "fraction", "fraction", "expression", "expression",
                            "set", "interval"])
         if kind == "integer":
-            value = rng.randint(-50, 5000)
-            gold, forms, wrong = str(value), [str(value), f"{value}.0"], str(value + rng.choice([-2, -1, 1, 3, 10]))
+            whole = rng.randint(-50, 5000)
+            gold, forms, wrong = str(whole), [str(whole), f"{whole}.0"], str(whole + rng.choice([-2, -1, 1, 3, 10]))
         elif kind == "decimal":
             value = rng.randint(1, 9999) / 100
             gold, forms, wrong = f"{value:g}", [f"{value:g}", f"{value:.2f}"], f"{value + 0.5:g}"
@@ -114,10 +114,10 @@ def run(client: Any, *, quick: bool, pairs: int | None = None, cpu: CpuMeter | N
     from sandboxd_client import math_job
 
     total = pairs or (100 if quick else 500)
-    rounds = 2 if quick else 4
+    round_count = 2 if quick else 4
     items = make_pairs(total)
     jobs = [math_job(p["completion"], p["ground_truth"]) for p in items]
-    spans = common.spans(total, rounds)
+    spans = common.spans(total, round_count)
     chunk = spans[0][1] - spans[0][0]  # a full round: the batch hint
 
     # Warm-up as a trainer's earlier steps: as many other pairs as are

@@ -76,7 +76,7 @@ def _host_busy_seconds() -> float:
 def _timed_backend(base: type) -> type:
     """The daemon's DockerBackend, timing each call that a sandbox start makes, by container."""
 
-    class TimedBackend(base):  # type: ignore[misc, valid-type]
+    class TimedBackend(base):
         phases: dict[str, dict[str, float]]
 
         def _note(self, container_id: str, phase: str, seconds: float) -> None:
@@ -119,7 +119,8 @@ async def _measure(n: int, pool_name: str) -> dict[str, Any]:
     code_dir, code_key = stage_agent_code(STATE_DIR)
     instance = f"bench{os.getpid() % 100000}"
     image = image_tag("python")
-    common = {"instance": instance, "node": f"bench-ready-{instance}", "code_dir": code_dir, "code_key": code_key}
+    common: dict[str, Any] = {"instance": instance, "node": f"bench-ready-{instance}", "code_dir": code_dir,
+                              "code_key": code_key}
     restoring = Pool(pool_name, image, backend, config, **common)
     cold = Pool(pool_name, image, backend, cold_config, **common)
     out: dict[str, Any] = {"pool": pool_name, "image": image, "restore_s": [], "cold_s": [],
@@ -193,9 +194,9 @@ def run(client: Any, *, quick: bool, metrics_url: str | None = None) -> BenchRes
     if metrics_url:
         try:
             for labels, value in scrape_metrics(metrics_url, "sandboxd_sandbox_ready_seconds").items():
-                label = dict(labels)
-                if label.get("pool") in POOLS and value > 0:
-                    daemon_seen[(label["pool"], label.get("method", "?"))] = value
+                named = dict(labels)
+                if named.get("pool") in POOLS and value > 0:
+                    daemon_seen[(named["pool"], named.get("method", "?"))] = value
         except OSError as exc:
             result.notes.append(f"could not read the daemon's metrics at {metrics_url}: {exc}")
     data: dict[str, Any] = {"daemon_metrics": {f"{pool}/{method}": v for (pool, method), v in daemon_seen.items()}}

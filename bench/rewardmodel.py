@@ -95,7 +95,7 @@ def run(*, quick: bool, pairs: int | None = None, threads: int = 2, gpu: str = "
     from sandboxd.verifiers import rewardmodel
 
     total = pairs or (128 if quick else 512)
-    rounds = 2 if quick else 4
+    round_count = 2 if quick else 4
     singles = 10 if quick else 30
     images.ensure_images(["reward-model"], progress=False)
     folder = Path(tempfile.mkdtemp(prefix="sandboxd-bench-rm-"))
@@ -108,7 +108,7 @@ def run(*, quick: bool, pairs: int | None = None, threads: int = 2, gpu: str = "
                       f'batch_wait_ms = {BATCH_WAIT_MS}\ncpus = {threads}\nthreads = {threads}\ndtype = "{dtype}"\n'
                       f"{placement}")
     items = make_pairs(total)
-    spans = common.spans(total, rounds)
+    spans = common.spans(total, round_count)
     daemon = BenchDaemon({"SANDBOXD_CONFIG": str(config), "SANDBOXD_POOL_IMAGES": ""})
     try:
         log(f"rewardmodel: starting a daemon with the model (log {daemon.log_path})")
@@ -135,7 +135,7 @@ def run(*, quick: bool, pairs: int | None = None, threads: int = 2, gpu: str = "
                 failures += sum(not x.ok for x in results)
             for lo, got in rounds.outputs["in_process"]:
                 scores["in_process"][lo:lo + len(got)] = got
-            one = {"sandboxd": [], "in_process": []}
+            one: dict[str, list[float]] = {"sandboxd": [], "in_process": []}
             on_sandbox = []  # the daemon's run_seconds: its sandbox's part of a lone pair
             cgroup_before = _sandbox_cgroup("rm-bench")
             for prompt, completion in items[:singles]:
@@ -244,7 +244,10 @@ def _cgroup_figures(memory_files: dict[str, str], memory: Path, cpu: Path) -> di
     texts = {key: (memory / name).read_text().strip() for name, key in memory_files.items()
              if (memory / name).exists()}
     if (cpu / "cpu.stat").exists():
-        texts.update(line.split() for line in (cpu / "cpu.stat").read_text().splitlines() if len(line.split()) == 2)
+        for line in (cpu / "cpu.stat").read_text().splitlines():
+            fields = line.split()
+            if len(fields) == 2:
+                texts[fields[0]] = fields[1]
     return {key: int(text) for key, text in texts.items() if text.isdigit()}
 
 
@@ -330,7 +333,7 @@ def in_process(device: str, size: str, pairs: int, batches: list[int], dtype: st
     make_reward_model(folder / "model", size=size, dtype="bfloat16" if size in ("1b", "8b") else "float32",
                       init_device=device)
     made = time.perf_counter() - t0
-    settings = {"name": size, "path": str(folder / "model"), "device": device, "max_length": max_length,
+    settings: dict[str, Any] = {"name": size, "path": str(folder / "model"), "device": device, "max_length": max_length,
                 "dtype": dtype}
     model = rewardmodel.load(rewardmodel.ScorerSettings(**settings))
     described = model.describe()

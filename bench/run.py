@@ -18,6 +18,7 @@ import time
 import traceback
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 HERE = Path(__file__).resolve().parent
 # Run as a script, this folder is sys.path[0]: import the package from the
@@ -40,11 +41,14 @@ from bench.common import (  # noqa: E402
 )
 from sandboxd.daemon import node_id  # noqa: E402
 
+if TYPE_CHECKING:
+    from sandboxd_client import SandboxClient
+
 BENCHMARKS = ["latency", "ready", "humaneval", "math", "sessions", "rewardmodel"]
 RESULTS = HERE / "results"
 
 
-def _run_one(name: str, client, args: argparse.Namespace, metrics_url: str | None,
+def _run_one(name: str, client: SandboxClient, args: argparse.Namespace, metrics_url: str | None,
              meter: CpuMeter, node: str | None) -> BenchResult:
     if name == "latency":
         from bench import latency
