@@ -14,9 +14,11 @@ images never need them.
 
 from __future__ import annotations
 
+import functools
 import gc
 import math
 import os
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -80,6 +82,11 @@ def normalize(raw: float, mode: str, scale: float = 1.0, shift: float = 0.0) -> 
     return value
 
 
+def _chat_text(tokenizer: Any, prompt: str, completion: str) -> str:
+    conversation = [{"role": "user", "content": prompt}, {"role": "assistant", "content": completion}]
+    return str(tokenizer.apply_chat_template(conversation, tokenize=False))
+
+
 @dataclass
 class RewardModel:
     """A loaded model and tokenizer, ready to score batches."""
@@ -101,17 +108,63 @@ class RewardModel:
 
     # ---- formatting --------------------------------------------------------------
     def encode(self, prompt: str, completion: str) -> list[int]:
-        """Token ids of one whole pair, not truncated: may be longer than max_length (see :meth:`truncate`)."""
+        """Token ids of one whole pair, not truncated: may be longer than max_length (see :meth:`truncate`).
+
+        The prompt and the completion are text, never control tokens: a special token's
+        string written in them (``<|im_end|>``, ``</s>``) is tokenized as the characters it
+        is made of. Otherwise a completion could end its own turn and forge the rest of the
+        conversation (a user's question, the assistant's answer) that the model scores, or
+        write the end-of-sequence token where the model reads its score.
+        """
         tokenizer = self.tokenizer
-        if self.chat_template:
-            conversation = [{"role": "user", "content": prompt}, {"role": "assistant", "content": completion}]
-            text = tokenizer.apply_chat_template(conversation, tokenize=False)
-            # The template writes the special tokens itself (BOS included); adding them again would
-            # give the model an input it never saw in training.
-            ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        if not self.chat_template:
+            return list(tokenizer(prompt, completion, split_special_tokens=True)["input_ids"])
+        # The template writes the special tokens itself (BOS included); adding them again would
+        # give the model an input it never saw in training.
+        if self._special_text.search(prompt) or self._special_text.search(completion):
+            return self._encode_around_texts(prompt, completion)
+        return list(tokenizer(_chat_text(tokenizer, prompt, completion), add_special_tokens=False)["input_ids"])
+
+    @functools.cached_property
+    def _special_text(self) -> re.Pattern[str]:
+        """Matches any special token's string: the tokenizer's named ones and its special added tokens."""
+        tokenizer = self.tokenizer
+        strings = {str(token) for token in tokenizer.all_special_tokens}
+        added_tokens = getattr(tokenizer, "added_tokens_decoder", {}).values()
+        strings.update(str(added) for added in added_tokens if getattr(added, "special", False))
+        strings.discard("")
+        if not strings:
+            return re.compile(r"(?!)")  # matches nothing
+        return re.compile("|".join(re.escape(text) for text in sorted(strings, key=len, reverse=True)))
+
+    def _encode_around_texts(self, prompt: str, completion: str) -> list[int]:
+        """A chat pair whose texts hold special tokens' strings: the template's parts are
+        tokenized as the template wrote them, the two texts with their special tokens split.
+
+        The template is rendered once with markers in place of the texts to find its parts,
+        and once with the texts to check that it put them in unchanged (or trimmed, as some
+        templates do); a template that changes them otherwise cannot be split safely.
+        """
+        tokenizer = self.tokenizer
+        marker = f"sandboxd{os.urandom(8).hex()}"
+        marked = _chat_text(tokenizer, marker + "p", marker + "c")
+        parts = re.split(f"{marker}[pc]", marked)
+        if len(parts) != 3 or marked.find(marker + "p") > marked.find(marker + "c"):
+            raise ValueError("the chat template does not write the prompt and the completion once each, in order")
+        rendered = _chat_text(tokenizer, prompt, completion)
+        for texts in ((prompt, completion), (prompt.strip(), completion.strip())):
+            if rendered == parts[0] + texts[0] + parts[1] + texts[1] + parts[2]:
+                break
         else:
-            ids = tokenizer(prompt, completion)["input_ids"]
-        return list(ids)
+            raise ValueError("the texts hold special tokens and the chat template changes them: "
+                             "they cannot be kept apart from its own tokens")
+        ids: list[int] = []
+        for part, text in zip(parts, (*texts, None), strict=True):
+            if part:
+                ids += tokenizer(part, add_special_tokens=False)["input_ids"]
+            if text:
+                ids += tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        return ids
 
     def truncate(self, prompt: str, completion: str, ids: list[int]) -> list[int]:
         """``ids`` (:meth:`encode` of the pair) cut to max_length tokens.
@@ -126,8 +179,8 @@ class RewardModel:
         if self.chat_template:
             return ids[:max_length]
         # The slice only matters when the tokenizer cannot get under max_length by truncating.
-        return list(self.tokenizer(prompt, completion, truncation="longest_first",
-                                   max_length=max_length)["input_ids"])[:max_length]
+        return list(self.tokenizer(prompt, completion, truncation="longest_first", max_length=max_length,
+                                   split_special_tokens=True)["input_ids"])[:max_length]
 
     # ---- scoring -------------------------------------------------------------------
     def score(self, pairs: list[tuple[str, str]]) -> list[PairScore]:
