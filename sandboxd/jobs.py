@@ -382,11 +382,13 @@ def harness_arguments(plan: code_verifier.TestPlan, program_code: str, tolerance
                       stop_on_first_failure: bool) -> dict[str, Any]:
     """Keyword arguments for pyharness.run_tests in the sandbox's judge process.
 
-    ``names`` (a full parse of the program, seconds for a large one) only matters to
-    assert tests; other plans send none.
+    ``names`` and ``classes`` (a full parse of the program, seconds for a large one)
+    only matter to assert tests; other plans send none.
     """
+    names, classes = pyharness.top_level_definitions(program_code) if plan.kind == "assert" else ([], [])
     return {
-        "names": pyharness.top_level_names(program_code) if plan.kind == "assert" else [],
+        "names": names,
+        "classes": classes,
         "assert_code": plan.assert_code,
         "entry_point": plan.entry_point,
         "fn_name": plan.fn_name,
@@ -412,7 +414,8 @@ def to_result(prepared: PreparedJob, outcome: dict[str, Any], attempts: int) -> 
     status = MODEL_STATUSES.get(status_name, pb.STATUS_INTERNAL)
     limit = LIMITS.get(outcome.get("limit", ""), pb.LIMIT_NONE)
     result = pb.JobResult(index=prepared.index, status=status, limit_hit=limit,
-                          message=str(outcome.get("message", ""))[:4000], attempts=attempts)
+                          message=str(outcome.get("message", ""))[:4000], attempts=attempts,
+                          do_not_retry=bool(outcome.get("do_not_retry")) and status >= pb.STATUS_SANDBOX_LOST)
     for entry in outcome.get("tests", []):
         result.tests.add(
             index=int(entry.get("index", 0)), status=MODEL_STATUSES.get(entry.get("status"), pb.STATUS_INTERNAL),

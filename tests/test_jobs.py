@@ -124,3 +124,17 @@ def test_execute_files_that_cannot_be_written_or_sent_back_are_invalid(fields: d
                                                                        message: str) -> None:
     with pytest.raises(InvalidRequest, match=message):
         jobs.prepare(_execute(**fields), Config())
+
+
+def test_a_dataset_error_is_not_retried_but_a_model_verdict_never_carries_the_flag() -> None:
+    """The agent's dataset errors (setup code fails, tests check nothing or need fixtures) are
+    INTERNAL: the same tests would say the same on any sandbox, so clients must not retry them."""
+    prepared = jobs.prepare(pb.Job(code=pb.CodeJob(completion="```python\ndef add(a, b):\n    return a + b\n```",
+                                                   tests=pb.CodeTests(assert_code="assert add(1, 2) == 3"))),
+                            Config())
+    outcome = {"status": "internal", "do_not_retry": True, "message": "the dataset's tests need ...",
+               "code": {"tests_total": 1}}
+    result = jobs.to_result(prepared, outcome, 1)
+    assert result.status == pb.STATUS_INTERNAL and result.do_not_retry
+    result = jobs.to_result(prepared, {**outcome, "status": "wrong_answer"}, 1)
+    assert result.status == pb.STATUS_WRONG_ANSWER and not result.do_not_retry

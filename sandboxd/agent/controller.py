@@ -104,6 +104,7 @@ NO_SPACE = b"no space left on device"
 DATASET_ERRORS = {
     "setup_error": "the dataset's setup code failed",
     "no_calls": "the dataset's tests check nothing",
+    "unsupported": "the dataset's tests need what the harness does not provide",
 }
 # pyharness test statuses -> ours. A candidate that exits or breaks the
 # protocol mid-test ("died": sys.exit(0), os._exit) failed that test.
@@ -573,8 +574,9 @@ class Controller:
         if killed_by_us:
             candidate_status, candidate_limit, candidate_message = "ok", "", ""
         if verdict.get("status") in DATASET_ERRORS:
-            # Not the model's fault, and no reason to score it as passed.
-            return {"status": "internal",
+            # Not the model's fault, and no reason to score it as passed; the
+            # same tests would say the same on any sandbox, so not retried.
+            return {"status": "internal", "do_not_retry": True,
                     "message": f"{DATASET_ERRORS[verdict['status']]}: {verdict.get('message')}",
                     "code": {"tests_total": plan["total"]}}
         tests: list[dict[str, Any]] = []

@@ -81,6 +81,7 @@ __all__ = [
     "run_tests",
     "send_frame",
     "serve_candidate",
+    "top_level_definitions",
     "top_level_names",
 ]
 
@@ -96,6 +97,13 @@ MAX_DEPTH = 100
 MAX_INT_BITS = 14_000
 # Error messages from the candidate are for humans; keep them short.
 MESSAGE_LIMIT = 2000
+# An exception's type name is the candidate's to choose too (a class named with 9 MB).
+TYPE_NAME_LIMIT = 200
+# All the messages of one verdict: thousands of failing cases each with a
+# full message would not fit the judge's reply (16 MiB), and an oversized
+# verdict would read as the judge's failure, not the candidate's. Past this,
+# each further message is cut short.
+VERDICT_MESSAGES_LIMIT = 4 << 20
 # Name of the candidate's module: not "__main__", so that a completion's
 # `if __name__ == "__main__":` block (reading stdin, unittest.main() which
 # calls sys.exit) does not run, as in HumanEval's and LiveCodeBench's harnesses.
@@ -277,7 +285,10 @@ def decode_value(obj: object, _depth: int = 0) -> object:
         parts = _decode_items(body, depth, tag)
         if len(parts) != 2 or not all(type(part) in (int, float) for part in parts):
             raise RejectedValue("$complex must hold [real, imag]")
-        return complex(parts[0], parts[1])  # type: ignore[call-overload]
+        try:
+            return complex(parts[0], parts[1])  # type: ignore[call-overload]
+        except OverflowError:  # an int past the float range
+            raise RejectedValue("$complex part too large for a float") from None
     raise RejectedValue(f"unknown tag {tag!r}")
 
 
@@ -353,7 +364,7 @@ def _describe(exc: BaseException) -> dict[str, str]:
         message = str(exc)
     except Exception:
         message = "<unprintable exception>"
-    return {"type": _type_name(exc), "message": message[:MESSAGE_LIMIT]}
+    return {"type": _type_name(exc)[:TYPE_NAME_LIMIT], "message": message[:MESSAGE_LIMIT]}
 
 
 def _error(type_name: str, message: str) -> dict[str, object]:
@@ -480,10 +491,18 @@ def top_level_names(code: str) -> list[str]:
     ``if``/``try``/``with`` blocks; not imports, not dunder names. ``[]`` when
     the code does not parse.
     """
+    return top_level_definitions(code)[0]
+
+
+def top_level_definitions(code: str) -> tuple[list[str], list[str]]:
+    """:func:`top_level_names`, and those of them that a ``class`` statement binds
+    (the only names whose calls may make objects for the tests: ``run_tests(classes=)``);
+    one parse for both."""
     tree = _parse(code)
     if tree is None:
-        return []
+        return [], []
     names: list[str] = []
+    classes: set[str] = set()
 
     def add_target(target: ast.expr) -> None:
         if isinstance(target, ast.Name):
@@ -498,6 +517,8 @@ def top_level_names(code: str) -> list[str]:
         for node in body:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 names.append(node.name)
+                if isinstance(node, ast.ClassDef):
+                    classes.add(node.name)
             elif isinstance(node, ast.Assign):
                 for target in node.targets:
                     add_target(target)
@@ -517,14 +538,19 @@ def top_level_names(code: str) -> list[str]:
 
     visit(tree.body)
     unique = dict.fromkeys(names)  # first occurrence wins, order kept
-    return [name for name in unique if not (name.startswith("__") and name.endswith("__"))]
+    public = [name for name in unique if not (name.startswith("__") and name.endswith("__"))]
+    return public, [name for name in public if name in classes]
 
 
 class _Remote:
     """The test process's end of the channel: one request, one reply, until it breaks."""
 
-    def __init__(self, channel: socket.socket, max_frame_bytes: int, call_timeout: float | None) -> None:
+    def __init__(self, channel: socket.socket, max_frame_bytes: int, call_timeout: float | None,
+                 classes: frozenset[str] = frozenset()) -> None:
         self.channel = channel
+        # Names whose calls may answer with an object living in the candidate's
+        # process (see _unwrap): its top-level classes, by its source.
+        self.classes = classes
         self.max_frame_bytes = max_frame_bytes
         self.call_timeout = call_timeout
         # Set once the channel is unusable; every later call fails the same way.
@@ -559,7 +585,7 @@ class _Remote:
             error = hello["load_error"]
             if type(error) is dict and type(error.get("type")) is str and type(error.get("message")) is str:
                 self.broken = CandidateDied("the program failed to load")
-                return {"type": error["type"], "message": error["message"][:MESSAGE_LIMIT]}
+                return {"type": error["type"][:TYPE_NAME_LIMIT], "message": error["message"][:MESSAGE_LIMIT]}
         self.broken = CandidateDied("the candidate broke the protocol: bad greeting")
         raise self.broken
 
@@ -602,7 +628,7 @@ class _Remote:
                 if kind == "error" and type(body) is dict:
                     error_type, error_message = body.get("type"), body.get("message")
                     if type(error_type) is str and type(error_message) is str:
-                        return "error", error_type, error_message[:MESSAGE_LIMIT]
+                        return "error", error_type[:TYPE_NAME_LIMIT], error_message[:MESSAGE_LIMIT]
             except RejectedValue as exc:
                 self.broken = CandidateDied(f"the candidate sent a value that is not plain data: {exc}")
                 raise self.broken from None
@@ -661,7 +687,7 @@ class _RemoteObject:
         remote, handle = self._remote, self._handle
 
         def method(*args: object, **kwargs: object) -> object:
-            return _unwrap(remote, remote.request(name, args, kwargs, handle))
+            return _unwrap(remote, remote.request(name, args, kwargs, handle), method=True)
 
         method.__name__ = name
         return method
@@ -670,11 +696,25 @@ class _RemoteObject:
         return f"<candidate {self._class_name} object>"
 
 
-def _unwrap(remote: _Remote, reply: tuple[str, object, str]) -> object:
+def _unwrap(remote: _Remote, reply: tuple[str, object, str], *, method: bool = False) -> object:
+    """The test code's value for a reply: plain data, a stand-in for an object, or the candidate's exception.
+
+    An object's methods are the candidate's to answer, so one is taken only
+    where the tests asked for one: a call of a class the candidate's source
+    defines at top level, not its function under test (``entry_point``), and
+    not a method's result. Otherwise a function written as a class, or a
+    candidate answering ``{"handle": n}`` to any call, would return a
+    stand-in whose ``issubset``/``startswith``/``count`` the candidate
+    answers, and ``assert r.issubset(primes)`` would pass.
+    """
     kind, body, detail = reply
     if kind == "ok":
         return body
     if kind == "handle":
+        if method or detail not in remote.classes:
+            what = "a method" if method else repr(detail)
+            remote.broken = CandidateDied(f"the candidate answered a call of {what} with an object, not a value")
+            raise remote.broken
         return _RemoteObject(remote, body, detail)  # type: ignore[arg-type]
     raise remote.candidate_exception(body, detail)  # type: ignore[arg-type]
 
@@ -832,75 +872,161 @@ def _parameter_sets(marks: Sequence[Any]) -> list[dict[str, object]] | None:
     return calls
 
 
-def _run_pytest_style(test: Callable[..., object], setup: Callable[[], object] | None = None) -> None:
-    """Call one pytest-style test once per parameter set; a test that needs fixtures is not called."""
-    marks = _marks(getattr(getattr(test, "__func__", test), "pytestmark", None))
-    calls = None if _skipped(marks) else _parameter_sets(marks)
+class _Unsupported(Exception):
+    """A test that pytest would run but the harness cannot run as pytest would: it needs a
+    fixture, an indirect parameter, an event loop. Never dropped silently: the tests that did
+    run could all pass while the one a wrong program fails is the one left out."""
+
+
+def _mark_list(marks: object) -> list[Any]:
+    """A ``pytestmark`` as a list: pytest takes one mark or a list of them."""
+    if marks is None:
+        return []
+    return _marks(marks if isinstance(marks, (list, tuple)) else [marks])
+
+
+def _mock_arguments(test: Callable[..., object]) -> int:
+    """How many leading parameters ``@unittest.mock.patch`` decorators fill with mocks (as pytest counts them)."""
+    patchings = getattr(test, "patchings", None)
+    if not patchings:
+        return 0
+    from unittest import mock
+
+    return sum(1 for patching in patchings if not getattr(patching, "attribute_name", None)
+               and getattr(patching, "new", None) is mock.DEFAULT)
+
+
+def _run_pytest_style(
+    name: str, test: Callable[..., object], setup: Callable[[], object] | None = None, outer_marks: Sequence[Any] = ()
+) -> None:
+    """Call one pytest-style test once per parameter set.
+
+    Raises :class:`_Unsupported` before calling it when it needs what the harness
+    does not provide (fixtures, ``indirect`` parameters) or what pytest itself
+    fails (``async def`` without a plugin, ``yield`` tests).
+    """
+    function = inspect.unwrap(getattr(test, "__func__", test))
+    marks = [*_marks(getattr(getattr(test, "__func__", test), "pytestmark", None)), *outer_marks]
+    if _skipped(marks):
+        return
+    calls = _parameter_sets(marks)
     if calls is None:
-        return
+        raise _Unsupported(f"{name}: a parametrize the harness cannot apply (indirect, or not parsed)")
+    if inspect.iscoroutinefunction(function) or inspect.isasyncgenfunction(function):
+        raise _Unsupported(f"{name}: an async test (pytest runs these only with a plugin)")
+    if inspect.isgeneratorfunction(function):
+        raise _Unsupported(f"{name}: a yield test (pytest fails these)")
     try:
-        parameters = inspect.signature(test).parameters
+        parameters = list(inspect.signature(test).parameters.values())
     except (TypeError, ValueError):
-        return
+        raise _Unsupported(f"{name}: its signature cannot be read") from None
+    parameters = parameters[_mock_arguments(test):]
     required = {
-        name
-        for name, parameter in parameters.items()
+        parameter.name
+        for parameter in parameters
         if parameter.default is inspect.Parameter.empty
         and parameter.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     }
+    names = {parameter.name for parameter in parameters}
     for arguments in calls:
-        if required <= arguments.keys():
-            if setup is not None:
-                setup()
-            test(**{name: value for name, value in arguments.items() if name in parameters})
+        missing = required - arguments.keys()
+        if missing:
+            raise _Unsupported(f"{name}: needs the fixture(s) {', '.join(sorted(missing))}, "
+                               "which the harness does not provide")
+    for arguments in calls:
+        if setup is not None:
+            setup()
+        test(**{key: value for key, value in arguments.items() if key in names})
 
 
-def _pytest_tests(namespace: dict[str, Any]) -> list[tuple[str, Callable[..., object], Callable[[], object] | None]]:
-    """(name in the namespace, test, setup) for the pytest-style tests the test code defined.
+_PytestTest = tuple[str, Callable[..., object], "Callable[[], object] | None", list[Any]]
+
+
+def _defined_here(function: object) -> bool:
+    """A function the test code wrote, under any decorators that kept ``__wrapped__`` (mock.patch, wraps)."""
+    unwrapped = inspect.unwrap(function) if callable(function) else function
+    return isinstance(unwrapped, types.FunctionType) and unwrapped.__code__.co_filename == _TEST_FILENAME
+
+
+def _pytest_tests(namespace: dict[str, Any]) -> list[_PytestTest]:
+    """(name in the namespace, test, setup, class and module marks) for the pytest-style tests the test code defined.
 
     ``test*`` functions, and the ``test*`` methods of ``Test*`` classes that
     are not unittest's (those run on their own) and have no ``__init__``,
     each on an instance of its own, with ``setup_method`` before each call.
+    The module's ``pytestmark`` applies to all of them, a class's to its methods.
     """
-    tests: list[tuple[str, Callable[..., object], Callable[[], object] | None]] = []
+    module_marks = _mark_list(namespace.get("pytestmark"))
+    tests: list[_PytestTest] = []
     for name, value in list(namespace.items()):
         if name.startswith("test") and isinstance(value, types.FunctionType):
-            if value.__code__.co_filename == _TEST_FILENAME:
-                tests.append((name, value, None))
+            if _defined_here(value):
+                tests.append((name, value, None, module_marks))
         elif (
             name.startswith("Test")
             and isinstance(value, type)
             and not issubclass(value, unittest.TestCase)
             and value.__module__ == namespace.get("__name__")
             and "__init__" not in vars(value)
-            and not _skipped(_marks(getattr(value, "pytestmark", None)))
         ):
+            class_marks = [*_mark_list(vars(value).get("pytestmark")), *module_marks]
+            if _skipped(class_marks):
+                continue
             for method_name, method in list(vars(value).items()):
                 if method_name.startswith("test") and isinstance(method, types.FunctionType):
                     bound = getattr(value(), method_name)
                     setup = getattr(bound.__self__, "setup_method", None)
-                    tests.append((name, bound, functools.partial(setup, bound) if callable(setup) else None))
+                    tests.append((f"{name}.{method_name}", bound,
+                                  functools.partial(setup, bound) if callable(setup) else None, class_marks))
     return tests
 
 
-def _run_test_functions(namespace: dict[str, Any], source: str, called_candidate: bool) -> None:
+def _autouse_fixtures(namespace: dict[str, Any]) -> list[str]:
+    """Names of the ``@pytest.fixture(autouse=True)`` fixtures the test code defined (which the harness cannot apply).
+
+    Duck-typed across pytest versions: 8.4+ wraps a fixture in a
+    ``FixtureFunctionDefinition`` with ``_fixture_function_marker``, older ones
+    set ``_pytestfixturefunction`` on the function.
+    """
+    names = []
+    for name, value in list(namespace.items()):
+        marker = getattr(value, "_fixture_function_marker", None) or getattr(value, "_pytestfixturefunction", None)
+        if marker is not None and getattr(marker, "autouse", False) is True:
+            names.append(name)
+    return names
+
+
+def _run_test_functions(namespace: dict[str, Any], source: str, called_candidate: bool) -> list[str]:
     """Call the pytest-style tests the test code defined and does not call itself.
 
     As pytest would: ``test*`` functions and ``Test*`` classes' ``test*``
-    methods, once per ``@pytest.mark.parametrize`` parameter set, leaving out
-    those marked ``skip``/``xfail``. Tests that need fixtures are not called:
-    the harness provides none. When the code already called the candidate (a
-    script that calls its own test functions, or a module-level instance the
-    tests share), the tests its code refers to by name are left out, so that
-    none runs twice; the others still run, or a module-level ``Counter()``
-    would pass them unchecked.
+    methods, once per ``@pytest.mark.parametrize`` parameter set (the
+    function's, its class's and the module's ``pytestmark``), leaving out
+    those marked ``skip``/``xfail``. When the code already called the
+    candidate (a script that calls its own test functions, or a module-level
+    instance the tests share), the tests its code refers to by name are left
+    out, so that none runs twice; the others still run, or a module-level
+    ``Counter()`` would pass them unchecked.
+
+    Returns why each test that the harness cannot run as pytest would (it
+    needs a fixture, an ``indirect`` parameter, an event loop; or an autouse
+    fixture would change every test) was not run; the others still run, so
+    that a wrong program still fails them.
     """
     tests = _pytest_tests(namespace)
     if tests and called_candidate:
         used = _names_used(source)
-        tests = [test for test in tests if test[0] not in used]
-    for _, test, setup in tests:
-        _run_pytest_style(test, setup)
+        tests = [test for test in tests if test[0].partition(".")[0] not in used]
+    autouse = _autouse_fixtures(namespace)
+    if tests and autouse:
+        return [f"autouse fixture(s) {', '.join(autouse)}, which the harness cannot apply"]
+    unsupported = []
+    for name, test, setup, marks in tests:
+        try:
+            _run_pytest_style(name, test, setup, marks)
+        except _Unsupported as exc:
+            unsupported.append(str(exc))
+    return unsupported
 
 
 def _is_test_failure(exc: BaseException) -> bool:
@@ -986,7 +1112,7 @@ def _run_assert(
             if entry_point and callable(check) and not isinstance(check, _RemoteFunction):
                 check(proxies[entry_point])
             _run_unittest_cases(namespace)
-            _run_test_functions(namespace, assert_code, remote.calls > 0)
+            unsupported = _run_test_functions(namespace, assert_code, remote.calls > 0)
     except (CandidateDied, CandidateTimeout) as exc:
         return _test(0, _broken_status(exc), str(exc))
     except BaseException as exc:
@@ -1003,6 +1129,10 @@ def _run_assert(
     if remote.broken is not None:
         # The test code swallowed the failure (a bare except); it still fails.
         return _test(0, _broken_status(remote.broken), str(remote.broken))
+    if unsupported:
+        # Every test that ran passed; those left out may be the ones a wrong program fails.
+        more = f" (and {len(unsupported) - 1} more)" if len(unsupported) > 1 else ""
+        return _test(0, "unsupported", f"tests the harness cannot run as pytest would: {unsupported[0]}{more}")
     if remote.calls == 0:
         # Any program that loads would pass tests that check nothing.
         return _test(0, "no_calls", "the tests never called the candidate's code, so nothing was checked")
@@ -1014,6 +1144,7 @@ def run_tests(
     channel: socket.socket,
     *,
     names: Sequence[str] = (),
+    classes: Sequence[str] = (),
     assert_code: str = "",
     entry_point: str = "",
     fn_name: str = "",
@@ -1037,7 +1168,7 @@ def run_tests(
 
     ``plan_kind="assert"``: executes ``setup_code`` (trusted dataset code, e.g.
     HumanEval's prompt), then binds a proxy for each of ``names`` (computed with
-    :func:`top_level_names` from the candidate's code) that neither shadows a
+    :func:`top_level_definitions` from the candidate's code) that neither shadows a
     builtin nor was defined by the setup code, and one for ``entry_point``
     always, in a fresh namespace; executes ``assert_code``; calls
     ``check(<entry_point proxy>)`` if it defined ``check``; runs the
@@ -1053,6 +1184,13 @@ def run_tests(
     Calling a proxy of a class makes an instance in the candidate's process
     and returns a stand-in whose methods are called remotely (data
     attributes cannot be read); only plain data can be passed as arguments.
+    Only the names in ``classes`` (the candidate's top-level ``class``
+    statements, by :func:`top_level_definitions`), except ``entry_point``,
+    may answer with an object; methods answer with values. Tests that pytest
+    would run but the harness cannot run as pytest would (they need a
+    fixture, an ``indirect`` parameter, an event loop, an autouse fixture)
+    do not count as passed: when every test that ran passed, the status is
+    ``unsupported`` (the dataset's tests, not the model's fault).
 
     ``call_timeout`` bounds each call (and the program's start-up) in seconds;
     the overall deadline is the caller's to enforce by killing both
@@ -1067,7 +1205,8 @@ def run_tests(
     candidate exited or broke the protocol), ``load_error`` (the program
     raised while loading, ``SystemExit`` and ``SyntaxError`` included),
     ``setup_error`` (the trusted setup code failed: not the model's fault),
-    ``no_calls`` (the tests never called the candidate: not the model's fault either).
+    ``no_calls`` (the tests never called the candidate: not the model's fault either),
+    ``unsupported`` (see above: not the model's fault either).
     ``status`` is the first failing test's, else ``ok``; ``tests`` lists the
     tests run, which is fewer than ``total`` after ``stop_on_first_failure``.
     """
@@ -1078,12 +1217,19 @@ def run_tests(
     total = len(cases) if plan_kind == "function" else 1
     tests: list[dict[str, object]] = []
 
+    messages_size = 0
+
     def report(result: dict[str, object]) -> None:
+        nonlocal messages_size
+        message = str(result["message"])
+        if messages_size > VERDICT_MESSAGES_LIMIT:
+            result["message"] = message = message[:100]
+        messages_size += len(message)
         tests.append(result)
         if on_result is not None:
             on_result(result)
 
-    remote = _Remote(channel, max_frame_bytes, call_timeout)
+    remote = _Remote(channel, max_frame_bytes, call_timeout, frozenset(classes) - {entry_point})
     load_error: dict[str, str] | None = None
     try:
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -64,6 +65,37 @@ def test_a_forked_worker_announces_itself_and_its_exit_is_reported() -> None:
         asyncio.run(scenario())
         # Hung up on, the zygote ends.
         assert process.wait(timeout=10) in (0, 1)
+    finally:
+        process.kill()
+        process.wait()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a worker drops its groups, which needs root")
+def test_every_exit_is_reported_with_no_request_after_it() -> None:
+    """Red team: an exit whose SIGCHLD came just before the zygote's blocking wait began was
+    reported only at the controller's next request; with none coming, the controller took the
+    sandbox for damaged after 5 s. Each worker here is killed and its report awaited with no
+    request after it. (The window is microseconds: 4 runs of this on the old code beside 6 busy
+    loops never hit it, so this checks that every exit is reported with nothing else to wake
+    the zygote, not that the race is gone; the race is gone by construction, see zygote._serve.)"""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    zygote_fd = theirs.fileno()
+    process = subprocess.Popen([sys.executable, "-c", ZYGOTE_MAIN, str(zygote_fd)], pass_fds=[zygote_fd])
+    theirs.close()
+
+    async def scenario() -> None:
+        zygote = Zygote(ours, process.pid)
+        await asyncio.wait_for(zygote.ready, 60)
+        for _ in range(300):
+            pid, channel, exited = await asyncio.wait_for(zygote.fork(), 10)
+            channel.close()  # the worker reads end of file and exits, or is killed first
+            with contextlib.suppress(ProcessLookupError):  # already exited and reaped
+                os.kill(pid, signal.SIGKILL)
+            assert (await asyncio.wait_for(exited, 4))["pid"] == pid
+        ours.close()
+
+    try:
+        asyncio.run(scenario())
     finally:
         process.kill()
         process.wait()

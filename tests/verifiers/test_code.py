@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from sandboxd.verifiers import pyharness
 from sandboxd.verifiers.code import (
     LANGUAGES,
     FunctionCase,
@@ -47,6 +48,7 @@ from sandboxd.verifiers.pyharness import (
     run_tests,
     send_frame,
     serve_candidate,
+    top_level_definitions,
     top_level_names,
 )
 
@@ -464,6 +466,18 @@ def test_compare_stdout_exact_and_float() -> None:
     # Two integers compare exactly, however big (no relative tolerance).
     assert not compare_stdout("12502499 0.5", "12502500 0.5", "float", 1e-6)
     assert compare_stdout("+12502500", "12502500", "float")
+    # An integer answer is exact however the program spells its number: an
+    # off-by-one printed as a float is still wrong (red team: 2000999.0 for 2001000).
+    for spelled in ("12502499.0", "1.2502499e+07", "12502499.9999999", "12502500.0000001"):
+        assert not compare_stdout(spelled, "12502500", "float", 1e-6), spelled
+    for spelled in ("12502500.0", "1.25025e7", "012502500", "12502500e0"):
+        assert compare_stdout(spelled, "12502500", "float", 1e-6), spelled
+    assert not compare_stdout("0.0000009", "0", "float", 1e-6)
+    assert compare_stdout("-0.0", "0", "float")
+    # Past int()'s 4,300 digits, and past Decimal's exponent range: an answer, not an error.
+    assert compare_stdout("1" * 5000, "1" * 5000, "float")
+    assert not compare_stdout("1" * 5000, "1" * 4999 + "2", "float")
+    assert not compare_stdout("1e999999999999999999", "5", "float")
     assert not compare_stdout("0.34", "0.33", "float", 1e-6)
     assert not compare_stdout("1 2", "1", "float")
     assert not compare_stdout("nan", "NaN", "float")
@@ -817,7 +831,9 @@ def harness(
     channel, pid = _start_candidate(code, out_path, candidate_max_frame)
     try:
         if kind == "assert":
-            kwargs.setdefault("names", top_level_names(code))
+            names, classes = top_level_definitions(code)
+            kwargs.setdefault("names", names)
+            kwargs.setdefault("classes", classes)
         result = run_tests(kind, channel, **kwargs)
     finally:
         channel.close()
@@ -1150,6 +1166,76 @@ def test_remote_objects_for_class_based_tests(tmp_path: Path) -> None:
     assert harness(code, tmp_path, "assert", assert_code=tests)["passed"]
 
 
+PRIMES_CHECK = (
+    "def check(candidate):\n    r = candidate(10)\n"
+    "    assert r.issubset({2, 3, 5, 7}) and r.issuperset({2, 3, 5, 7})\n"
+)
+FUNCTION_AS_CLASS = (
+    "class primes_upto:\n    def __init__(self, n):\n        pass\n"
+    "    def issubset(self, other):\n        return True\n    def issuperset(self, other):\n        return True\n"
+)
+# The candidate's own process answers {"handle": n} to every call of a plain function.
+FORGED_HANDLE = (
+    "import sys\nh = sys.modules['sandboxd.verifiers.pyharness']\n"
+    "class Yes:\n    def __getattr__(self, name):\n        return lambda *a, **k: True\n"
+    "def answer(request, namespace, objects):\n    objects[len(objects) + 1] = Yes()\n"
+    "    return {'handle': len(objects)}\nh._answer = answer\n"
+    "def primes_upto(n):\n    return set()\nclass Box:\n    pass\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("code", "kwargs"),
+    [
+        (FUNCTION_AS_CLASS, {"entry_point": "primes_upto"}),
+        (FORGED_HANDLE, {"entry_point": "primes_upto"}),
+        (FORGED_HANDLE, {}),
+        # A method may not answer with an object either.
+        (FORGED_HANDLE.replace("def primes_upto(n):\n    return set()\n", "")
+         + "class primes_upto:\n    def __init__(self, n):\n        pass\n",
+         {"assert_code": "def check(candidate):\n    r = primes_upto(10).subset()\n    assert r.issubset({2})\n"
+                         "check(None)\n"}),
+    ],
+    ids=["entry-point-is-a-class", "forged-handle-entry-point", "forged-handle-mbpp", "object-from-a-method"],
+)
+def test_objects_only_from_the_candidates_classes(code: str, kwargs: dict[str, Any], tmp_path: Path) -> None:
+    """Red team: an object's methods are the candidate's to answer. A function written as a
+    class, or a candidate answering {"handle": n} to any call, got a stand-in back whose
+    issubset/issuperset said True, and `assert r.issubset(primes)` passed."""
+    kwargs.setdefault("assert_code", PRIMES_CHECK if "entry_point" in kwargs else
+                      "r = primes_upto(10)\nassert r.issubset({2, 3, 5, 7}) and r.issuperset({2, 3, 5, 7})\n")
+    result = harness(code, tmp_path, "assert", **kwargs)
+    assert not result["passed"] and result["status"] == "died", result
+    assert "with an object, not a value" in result["message"], result
+    # A class the tests call by name still makes an object (test_remote_objects_for_class_based_tests).
+    tests = "b = Box()\nassert 'Box' in repr(b)\n"
+    assert harness("class Box:\n    pass\n", tmp_path, "assert", assert_code=tests)["passed"]
+
+
+def test_candidate_data_that_broke_the_judge_is_the_candidates_failure(tmp_path: Path) -> None:
+    """Red team: a 9 MB exception type name, a complex past the float range: the judge's
+    verdict failed (too large, or an OverflowError), which read as the sandbox's failure."""
+    long_type = "Big = type('E' * 3_000_000, (Exception,), {})\n"
+    cases = [FunctionCase((1, 2), 3)] * 4
+    result = harness(long_type + "def add(a, b):\n    raise Big()\n", tmp_path, fn_name="add", cases=cases)
+    assert result["status"] == "runtime_error" and all(len(t["message"]) < 2300 for t in result["tests"]), result
+    result = harness(long_type + "raise Big()\n", tmp_path, "assert", assert_code="assert add(1, 2) == 3\n")
+    assert result["status"] == "load_error" and len(result["message"]) < 2300, result
+    overflow = ("import sys\nh = sys.modules['sandboxd.verifiers.pyharness']\n"
+                "h._answer = lambda request, namespace, objects: {'ok': {'$complex': [2 ** 13000, 0]}}\n"
+                "def add(a, b):\n    return a + b\n")
+    result = harness(overflow, tmp_path, fn_name="add", cases=cases)
+    assert result["status"] == "died" and "too large for a float" in result["message"], result
+
+
+def test_a_verdicts_messages_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pyharness, "VERDICT_MESSAGES_LIMIT", 10_000)
+    code = "def add(a, b):\n    raise ValueError('x' * 5000)\n"
+    result = harness(code, tmp_path, fn_name="add", cases=[FunctionCase((1, 2), 3)] * 20)
+    sizes = [len(test["message"]) for test in result["tests"]]
+    assert sizes[:5] == [2000 + len("ValueError: ")] * 5 and set(sizes[6:]) == {100}, sizes
+
+
 def test_unittest_style_tests(tmp_path: Path) -> None:
     tests = (
         "import unittest\nclass T(unittest.TestCase):\n    def test_add(self):\n"
@@ -1191,10 +1277,66 @@ def test_pytest_style_test_functions_are_run(tests: str, tmp_path: Path) -> None
 
 
 def test_tests_that_never_call_the_candidate_check_nothing(tmp_path: Path) -> None:
-    # A test function that needs a fixture is not called; nothing else calls the candidate.
-    tests = "import math\nassert math.pi > 3\ndef test_add(fixture):\n    assert add(1, 2) == 3\n"
+    tests = "import math\nassert math.pi > 3\ndef helper(x):\n    assert add(1, 2) == 3\n"
     result = harness(ADD_WRONG, tmp_path, "assert", assert_code=tests)
     assert not result["passed"] and result["status"] == "no_calls", result
+    # A test function that needs a fixture is not called: that says so, rather than "checks nothing".
+    tests = "import math\nassert math.pi > 3\ndef test_add(fixture):\n    assert add(1, 2) == 3\n"
+    result = harness(ADD_WRONG, tmp_path, "assert", assert_code=tests)
+    assert not result["passed"] and result["status"] == "unsupported", result
+    assert "test_add: needs the fixture(s) fixture" in result["message"]
+
+
+ADD_WRONG_AT_100 = "def add(a, b):\n    return 0 if a == 100 else a + b\n"
+ADD_RIGHT = "def add(a, b):\n    return a + b\n"
+PYTEST_HEAD = "import pytest\nfrom solution import add\ndef test_small():\n    assert add(1, 2) == 3\n"
+
+
+@pytest.mark.parametrize(
+    "tests",
+    [
+        "@pytest.fixture\ndef big():\n    return 100\ndef test_big(big):\n    assert add(big, 1) == 101\n",
+        "def test_big(capsys):\n    assert add(100, 1) == 101\n",
+        "@pytest.fixture\ndef a(request):\n    return request.param\n"
+        "@pytest.mark.parametrize('a', [100], indirect=True)\ndef test_big(a):\n    assert add(a, 1) == 101\n",
+        "async def test_big():\n    assert add(100, 1) == 101\n",
+        "def test_big():\n    assert add(100, 1) == 101\n    yield\n",
+        "STATE = {}\n@pytest.fixture(autouse=True)\ndef state():\n    STATE['a'] = 100\n"
+        "def test_big():\n    assert add(STATE.get('a', 1), 1) == (101 if STATE else 2)\n",
+    ],
+    ids=["user-fixture", "builtin-fixture", "indirect", "async", "yield", "autouse"],
+)
+def test_pytest_tests_the_harness_cannot_run_never_pass_unchecked(tests: str, tmp_path: Path) -> None:
+    """Red team: a test the harness could not run (it needs a fixture, an event loop...) was
+    left out silently, so a program wrong in just that test passed the ones that ran."""
+    result = harness(ADD_WRONG_AT_100, tmp_path, "assert", assert_code=PYTEST_HEAD + tests)
+    assert not result["passed"] and result["status"] == "unsupported", result
+    assert "test_big" in result["message"] or "autouse" in result["message"], result
+    # The tests that can run still run: a program that fails one of them is a wrong answer.
+    # Not with an autouse fixture, which would have changed every test: none runs.
+    result = harness(ADD_WRONG, tmp_path, "assert", assert_code=PYTEST_HEAD + tests)
+    assert result["status"] == ("unsupported" if "autouse" in tests else "wrong_answer"), result
+
+
+@pytest.mark.parametrize(
+    "tests",
+    [
+        "@pytest.mark.parametrize('a,b,expected', [(100, 1, 101), (1, 1, 2)])\nclass TestAdd:\n"
+        "    def test_it(self, a, b, expected):\n        assert add(a, b) == expected\n",
+        "pytestmark = pytest.mark.parametrize('a', [100])\ndef test_it(a):\n    assert add(a, 1) == 101\n",
+        "from unittest import mock\n@mock.patch('os.getcwd', return_value='/')\n"
+        "def test_it(getcwd):\n    assert add(100, 1) == 101\n",
+        "import contextlib\n@contextlib.contextmanager\ndef nothing():\n    yield\n"
+        "@nothing()\ndef test_it():\n    assert add(100, 1) == 101\n",
+    ],
+    ids=["class-parametrize", "module-pytestmark", "mock-patch", "context-decorator"],
+)
+def test_pytest_class_and_module_marks_and_wrapped_tests_run(tests: str, tmp_path: Path) -> None:
+    """Red team: parametrize on a class or in the module's pytestmark, and tests under
+    decorators that keep __wrapped__ (mock.patch, a ContextDecorator), were never run."""
+    assert harness(ADD_RIGHT, tmp_path, "assert", assert_code=PYTEST_HEAD + tests)["passed"]
+    result = harness(ADD_WRONG_AT_100, tmp_path, "assert", assert_code=PYTEST_HEAD + tests)
+    assert result["status"] == "wrong_answer", result
 
 
 # --- tests that import the candidate as a module (KodCode, pytest-style datasets) ---
@@ -1411,7 +1553,7 @@ def test_prepared_code_job_keeps_daemon_only_data_out_of_the_sandbox(monkeypatch
     completion = "```python\ndef add(a, b):\n    return a + b\n```"
     function = pb.CodeTests(fn_name="add", function=[pb.FunctionCase(args_json="[1, 2]", expected_json="3")])
     parsed: list[str] = []
-    monkeypatch.setattr(pyharness, "top_level_names", lambda code: parsed.append(code) or ["add"])
+    monkeypatch.setattr(pyharness, "top_level_definitions", lambda code: parsed.append(code) or (["add"], []))
     prepared = jobs.prepare(
         pb.Job(code=pb.CodeJob(completion=completion, tests=function, reward_mode=pb.REWARD_MODE_FRACTION)), Config()
     )
@@ -1423,6 +1565,7 @@ def test_prepared_code_job_keeps_daemon_only_data_out_of_the_sandbox(monkeypatch
     asserts = pb.CodeTests(assert_code="assert add(1, 2) == 3")
     prepared = jobs.prepare(pb.Job(code=pb.CodeJob(completion=completion, tests=asserts)), Config())
     assert prepared.agent_job is not None and prepared.agent_job["harness"]["names"] == ["add"]
+    assert prepared.agent_job["harness"]["classes"] == []
     assert len(parsed) == 1 and prepared.reward_mode == "binary"
     result = jobs.to_result(prepared, {"status": "wrong_answer", "code": {"tests_passed": 0, "tests_total": 1}}, 1)
     assert result.code.extracted_code == prepared.extracted_code and result.code.language == "python"
@@ -1574,9 +1717,11 @@ def test_skipped_xfail_and_fixture_tests_are_not_called(tmp_path: Path) -> None:
              "@pytest.mark.xfail\ndef test_xfail():\n    assert False\n\n"
              "@pytest.mark.parametrize('x', [1, pytest.param(2, marks=pytest.mark.xfail)])\n"
              "def test_param_xfail(x):\n    assert x == 1\n\n"
-             "def test_fixture(tmp_path):\n    assert False\n\n"
-             "@pytest.mark.parametrize('n', [1], indirect=True)\ndef test_indirect(n):\n    assert False\n")
+             "@pytest.mark.skip(reason='later')\ndef test_skipped_fixture(tmp_path):\n    assert False\n")
     assert harness(KODCODE_DIVIDE, tmp_path, "assert", assert_code=tests)["passed"]
-    # Only fixture-needing tests: nothing checks the program, which is not a pass.
-    only_fixtures = "from solution import divide\n\ndef test_fixture(capsys):\n    assert divide(1, 1) == 1\n"
-    assert harness(KODCODE_DIVIDE, tmp_path, "assert", assert_code=only_fixtures)["status"] == "no_calls"
+    # Tests that need fixtures are not called either, and the job is not a pass: see
+    # test_pytest_tests_the_harness_cannot_run_never_pass_unchecked.
+    fixtures = tests + ("def test_fixture(tmp_path):\n    assert False\n\n"
+                        "@pytest.mark.parametrize('n', [1], indirect=True)\ndef test_indirect(n):\n    assert False\n")
+    result = harness(KODCODE_DIVIDE, tmp_path, "assert", assert_code=fixtures)
+    assert result["status"] == "unsupported" and "(and 1 more)" in result["message"], result
