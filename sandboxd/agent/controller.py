@@ -941,8 +941,26 @@ def neighbours_hold(root: str, own: str | None) -> bool:
 
 
 def has_room(root: str) -> bool:
-    """Whether less than NEIGHBOURS_SHARE of `root`'s file system's bytes and entries is used: jobs can come back."""
-    return not neighbours_hold(root, None)
+    """Whether less than NEIGHBOURS_SHARE of `root`'s file system's bytes and entries, and of the
+    sandbox's pids, is used: jobs can come back."""
+    return not neighbours_hold(root, None) and pids_share() < NEIGHBOURS_SHARE
+
+
+# The sandbox's pids cgroup as its processes see it: cgroup v1, then v2.
+PIDS_CGROUP_FILES = (("/sys/fs/cgroup/pids/pids.current", "/sys/fs/cgroup/pids/pids.max"),
+                     ("/sys/fs/cgroup/pids.current", "/sys/fs/cgroup/pids.max"))
+
+
+def pids_share() -> float:
+    """The share of the sandbox's pids limit its processes use; 0.0 where it cannot be read or there is none."""
+    for current_path, limit_path in PIDS_CGROUP_FILES:
+        try:
+            with open(current_path) as current, open(limit_path) as limit:
+                used, most = current.read().strip(), limit.read().strip()
+        except OSError:
+            continue
+        return int(used) / int(most) if most.isdigit() and int(most) > 0 and used.isdigit() else 0.0
+    return 0.0
 
 
 def decode_base64(value: Any, what: str) -> bytes:

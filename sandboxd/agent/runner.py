@@ -62,7 +62,8 @@ class SandboxDamaged(Exception):
 
 
 class SandboxFull(Exception):
-    """A job ran out of /tmp that other runs of the sandbox hold (controller.NEIGHBOURS_SHARE): not its fault.
+    """A job ran out of /tmp that other runs of the sandbox hold (controller.NEIGHBOURS_SHARE), or
+    found no pid left to fork a worker with (the sandbox's pids limit): not its fault.
 
     The daemon runs it on another sandbox, and gives this one no job until
     its space is back.
@@ -327,6 +328,13 @@ class Zygote:
                 if exited is not None and not exited.done():
                     exited.set_result(
                         {"pid": pid, "status": status, "cpu_seconds": cpu_seconds, "max_rss_bytes": max_rss_bytes})
+            elif data[0] == zygote_module.OP_FORK_FAILED and len(data) == zygote_module.FORK_FAILED.size:
+                _op, tag, error = zygote_module.FORK_FAILED.unpack(data)
+                failed = self._forks.pop(tag, None)
+                if failed is not None and not failed.done():
+                    # The runs hold the sandbox's pids: not the job's fault, nor damage.
+                    failed.set_exception(SandboxFull(f"no room for another process in the sandbox "
+                                                     f"({os.strerror(error) if error else 'fork failed'})"))
             elif data == zygote_module.READY and not self.ready.done():
                 self.ready.set_result(None)
             else:
@@ -390,7 +398,7 @@ class Zygote:
     async def _fork_spare(self) -> None:
         try:
             self._spares.append(await self.fork())
-        except SandboxDamaged:
+        except (SandboxDamaged, SandboxFull):
             pass
         finally:
             self._refilling -= 1
@@ -492,13 +500,27 @@ def sigkill_uid(uid: int, *, count_exiting: bool = True, listed: set[int] | None
     return alive
 
 
+FORK_ATTEMPTS = 50
+FORK_RETRY_SECONDS = 0.02
+
+
 def _as_uid(uid: int, action: Callable[[], object]) -> None:
     """Run `action` in a child of the controller that has become `uid`, and wait for it.
 
     For what the kernel allows only a process of that uid (or a capability
-    the sandbox lacks) to do.
+    the sandbox lacks) to do. A fork refused for want of pids (EAGAIN: the
+    runs hold the sandbox's pids limit, as a red team's sessions did) is
+    tried again for up to a second: the sweeps that call this have just
+    killed processes, whose pids come back as they are reaped.
     """
-    pid = os.fork()
+    for attempt in range(FORK_ATTEMPTS):
+        try:
+            pid = os.fork()
+            break
+        except BlockingIOError:
+            if attempt == FORK_ATTEMPTS - 1:
+                raise
+            time.sleep(FORK_RETRY_SECONDS)
     if pid == 0:
         try:
             os.setgroups([])
@@ -589,8 +611,8 @@ def _read_proc(path: str) -> bytes:
         os.close(fd)
 
 
-def ipc_objects_of(uid: int) -> list[tuple[str, int]]:
-    """The System V IPC objects `uid` created or owns, as (table, id); removed segments left out."""
+def ipc_objects_of(uid: int, *, created_only: bool = False) -> list[tuple[str, int]]:
+    """The System V IPC objects `uid` created or owns (or only created), as (table, id); removed segments left out."""
     found: list[tuple[str, int]] = []
     for table in SYSV_IPC_TABLES:
         header, _, rows = _read_proc(f"/proc/sysvipc/{table}").partition(b"\n")
@@ -600,7 +622,7 @@ def ipc_objects_of(uid: int) -> list[tuple[str, int]]:
         perms, owner, creator = columns.index(b"perms"), columns.index(b"uid"), columns.index(b"cuid")
         for row in rows.splitlines():
             fields = row.split()
-            if uid not in (int(fields[owner]), int(fields[creator])):
+            if int(fields[creator]) != uid and (created_only or int(fields[owner]) != uid):
                 continue
             if table == "shm" and int(fields[perms], 8) & SHM_DEST:
                 continue
@@ -628,8 +650,12 @@ def remove_ipc_objects_of(uid: int) -> None:
             _REMOVE_IPC[table](ident)
 
     _as_uid(uid, remove)
-    # An object its uid cannot remove would be there for the next job.
-    left = ipc_objects_of(uid)
+    # An object its uid cannot remove would be there for the next job. Only
+    # those it created count: an object's creator may give it to any uid
+    # (IPC_SET), so a neighbour that kept making objects owned by this uid
+    # made every removal look failed, and the sandbox was retired; such an
+    # object goes at its creator's end.
+    left = ipc_objects_of(uid, created_only=True)
     if left:
         raise SandboxDamaged(f"System V IPC objects of uid {uid} survive removal: {left}")
 
@@ -974,7 +1000,13 @@ class ResidentWorker:
             self._channel.close()
             self._channel = None
         if self.pid:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, signal.SIGKILL)
+            # Only while its exit is unreported is `pid` still this worker's:
+            # once reaped, the number may be another process's. A red team
+            # killed a session's interpreter from within, wrapped the pid
+            # counter round, and the session's Close killed the interpreter
+            # of a session opened since, which had been given that pid.
+            if self.exited is None or not self.exited.done():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.pid, signal.SIGKILL)
             self.runner.zygote.forget(self.pid)
             self.pid = 0

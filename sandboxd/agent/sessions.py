@@ -220,7 +220,7 @@ class PythonSession(Session):
 
         def interrupt(reason: str) -> None:
             nonlocal interrupted_for
-            if not interrupted_for and self.interpreter.pid:
+            if not interrupted_for and self.interpreter.alive:
                 interrupted_for = reason
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(self.interpreter.pid, signal.SIGINT)

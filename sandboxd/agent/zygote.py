@@ -42,7 +42,11 @@ OP_FORKED = 1
 EXITED = struct.Struct("<BIiidq")
 OP_EXITED = 2
 READY = b"\x03"
-MESSAGE_BYTES = max(FORKED.size, EXITED.size, len(READY))
+# -> controller, from the zygote: (op, tag of the fork, errno) when fork() failed: the sandbox's
+# pids limit (EAGAIN), taken by its runs. The zygote lives on; so do the sandbox's other runs.
+FORK_FAILED = struct.Struct("<BIi")
+OP_FORK_FAILED = 4
+MESSAGE_BYTES = max(FORKED.size, EXITED.size, FORK_FAILED.size, len(READY))
 
 
 def spawn(warm_modules: list[str]) -> tuple[socket.socket, int]:
@@ -203,7 +207,13 @@ def _serve(control: socket.socket) -> None:
             return  # the controller hung up (or broke the protocol)
         op, tag = REQUEST.unpack(request)
         if op == OP_FORK:
-            pid = _fork_worker(control, tag)
+            try:
+                pid = _fork_worker(control, tag)
+            except OSError as exc:
+                # A red team's sessions held every pid of the sandbox: the
+                # zygote died of the next fork, and with it every session.
+                control.send(FORK_FAILED.pack(OP_FORK_FAILED, tag, exc.errno or 0))
+                continue
             forked[pid] = tag
             # The handler may have reaped it already (killed at once, before
             # this line could write its tag down): reported here, with its tag.

@@ -256,6 +256,37 @@ def test_remove_ipc_objects_of_removes_what_a_uid_made_or_owns() -> None:
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching to another uid needs root")
+@pytest.mark.skipif(not os.path.exists("/proc/sysvipc/msg"), reason="a kernel without System V IPC")
+def test_objects_a_neighbour_keeps_handing_to_a_uid_do_not_fail_its_sweep(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Red team: a run kept making message queues and giving them to its neighbour's uid
+    (IPC_SET): each of the neighbour's sweeps found one left and retired the sandbox."""
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def give_a_queue() -> None:
+        queue = libc.msgget(0, IPC_CREAT | 0o600)
+        msqid_ds = ctypes.create_string_buffer(512)
+        assert queue >= 0 and libc.msgctl(queue, IPC_STAT, msqid_ds) == 0
+        ctypes.memmove(ctypes.addressof(msqid_ds) + 4, ctypes.byref(ctypes.c_uint(IPC_UID)), 4)  # ipc_perm.uid
+        assert libc.msgctl(queue, IPC_SET, msqid_ds) == 0
+
+    _forked_as(QUIET_UID, give_a_queue)
+    assert [table for table, _ in runner.ipc_objects_of(IPC_UID)] == ["msg"]
+    assert runner.ipc_objects_of(IPC_UID, created_only=True) == []
+    removing = runner._as_uid
+
+    def remove_then_the_neighbour_gives_another(uid: int, action: Callable[[], None]) -> None:
+        removing(uid, action)
+        _forked_as(QUIET_UID, give_a_queue)
+
+    monkeypatch.setattr(runner, "_as_uid", remove_then_the_neighbour_gives_another)
+    runner.remove_ipc_objects_of(IPC_UID)  # no SandboxDamaged
+    monkeypatch.undo()
+    # The neighbour's queues go at its own end.
+    runner.remove_ipc_objects_of(QUIET_UID)
+    assert runner.ipc_objects_of(IPC_UID) == [] and runner.ipc_objects_of(QUIET_UID) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching to another uid needs root")
 @pytest.mark.skipif(not os.path.exists("/proc/sysvipc/shm"), reason="a kernel without System V IPC")
 def test_a_removed_segment_still_attached_counts_as_gone() -> None:
     # A job's processes may still be in their exit, attached, when its uid's

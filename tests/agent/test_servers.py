@@ -139,3 +139,33 @@ def test_a_server_that_exits_without_answering() -> None:
 
     outcome, message = ask_with(exits, timeout=5)
     assert outcome == "error" and "3" in message
+
+
+def test_closing_a_worker_whose_exit_was_reported_signals_no_one() -> None:
+    """Red team: once the zygote reaped a worker its pid may be another process's. A session's
+    interpreter killed from within, and the pid counter wrapped round, made the session's Close
+    kill the interpreter of a session opened since, which had been given that pid."""
+    import signal
+    import subprocess
+    import sys
+
+    async def scenario() -> None:
+        stand_in = types.SimpleNamespace(zygote=types.SimpleNamespace(forget=lambda pid: None))
+        for reported, survives in ((True, True), (False, False)):
+            holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+            worker = ResidentWorker(runner=stand_in, max_reply_bytes=1024)  # type: ignore[arg-type]
+            worker.pid = holder.pid  # the number the worker had, now the holder's (or still its own)
+            worker.exited = asyncio.get_running_loop().create_future()
+            if reported:
+                worker.exited.set_result({"pid": holder.pid, "status": 0})
+            worker.close()
+            try:
+                if survives:
+                    assert holder.poll() is None
+                else:
+                    assert holder.wait(timeout=5) == -signal.SIGKILL
+            finally:
+                holder.kill()
+                holder.wait()
+
+    asyncio.run(scenario())

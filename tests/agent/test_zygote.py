@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from sandboxd.agent import zygote as zygote_module
-from sandboxd.agent.runner import SandboxDamaged, Zygote
+from sandboxd.agent.runner import SandboxDamaged, SandboxFull, Zygote
 
 # A fresh interpreter runs the zygote (forking this pytest process would
 # make a zygote of pytest); it is the test's child, as the agent's is the controller's.
@@ -96,6 +96,44 @@ def test_every_exit_is_reported_with_no_request_after_it() -> None:
 
     try:
         asyncio.run(scenario())
+    finally:
+        process.kill()
+        process.wait()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="running the zygote under another uid needs root")
+def test_a_fork_that_fails_is_answered_and_the_zygote_lives_on() -> None:
+    """Red team: four sessions forking until EAGAIN held every pid of the sandbox; the zygote
+    died of its next fork, and every session of the sandbox was lost with it. A failed fork is
+    now the fork's SandboxFull (retried elsewhere; the sandbox takes no job until it has room)."""
+    import resource
+
+    uid = 29_995
+
+    def one_process_only() -> None:
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+        resource.setrlimit(resource.RLIMIT_NPROC, (1, 1))  # the zygote itself
+
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    zygote_fd = theirs.fileno()
+    process = subprocess.Popen([sys.executable, "-c", ZYGOTE_MAIN, str(zygote_fd)], pass_fds=[zygote_fd],
+                               preexec_fn=one_process_only)
+    theirs.close()
+
+    async def scenario() -> None:
+        zygote = Zygote(ours, process.pid)
+        await asyncio.wait_for(zygote.ready, 60)
+        for _ in range(2):
+            with pytest.raises(SandboxFull, match="no room for another process in the sandbox"):
+                await asyncio.wait_for(zygote.fork(), 10)
+        assert zygote.alive and process.poll() is None
+        ours.close()
+
+    try:
+        asyncio.run(scenario())
+        assert process.wait(timeout=10) in (0, 1)
     finally:
         process.kill()
         process.wait()

@@ -297,6 +297,39 @@ def test_status_pipe_closed_leaves_the_real_exit(channel: grpc.Channel) -> None:
     assert result.execute.stdout == b"x\n"
 
 
+SHM_PIN = """
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+libc.shmat.argtypes = (ctypes.c_int, ctypes.c_void_p, ctypes.c_int)
+libc.shmdt.argtypes = (ctypes.c_void_p,)
+IPC_PRIVATE, IPC_CREAT, SEGMENT = 0, 0o1000, 32 << 20
+made = 0
+for _ in range(96):  # 3 GiB in all, more than the sandbox's memory
+    segment = libc.shmget(IPC_PRIVATE, SEGMENT, IPC_CREAT | 0o600)
+    if segment < 0:
+        break
+    address = libc.shmat(segment, None, 0)
+    ctypes.memset(address, 1, SEGMENT)
+    libc.shmdt(ctypes.c_void_p(address))
+    made += 1
+left = len(open("/proc/sysvipc/shm").read().splitlines()) - 1
+print(made, left, open("/proc/sys/kernel/shm_rmid_forced").read().strip())
+"""
+
+
+def test_detached_shared_memory_is_freed_not_left_to_sink_the_sandbox(channel: grpc.Channel) -> None:
+    """Red team: System V segments, each attached, filled and detached, belong to no process:
+    RLIMIT_AS saw one at a time, the OOM killer could free none of them, and with 2 GiB pinned it
+    killed the agent: every job of the sandbox was lost (STATUS_SANDBOX_LOST after 3 sandboxes).
+    With shm_rmid_forced a segment is freed when no process maps it."""
+    result = outcome(channel, SHM_PIN, timeout=30, memory=256 << 20)
+    assert result.status == pb.STATUS_OK and result.attempts == 1, result
+    made, left, forced = result.execute.stdout.split()
+    assert (int(made), int(left), forced) == (96, 0, b"1"), result.execute.stdout
+    assert outcome(channel, "print(1)").status == pb.STATUS_OK
+
+
 def test_tmpfs_fill_is_contained(channel: grpc.Channel) -> None:
     result = outcome(channel, "f = open('big', 'wb')\nwhile True: f.write(b'x' * (1 << 20))", timeout=10)
     assert result.status in (pb.STATUS_RUNTIME_ERROR, pb.STATUS_TIMEOUT)
