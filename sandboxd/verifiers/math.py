@@ -664,12 +664,19 @@ def _is_text_answer(gold: str) -> bool:
 
 # Operators that state a computation instead of its result. Math-Verify evaluates them, so a
 # policy could copy the question ("compute the integral ...") into its box and be paid for it.
+_SPACING = r"(?:\\[,;:! ]|\\[qm]?quad|\s)*"  # one way to match each run: no backtracking
+_D = r"(?:d|\\mathrm\s*\{\s*d\s*\}|\\partial)"
 _UNEVALUATED_RE = re.compile(
-    r"\\(?:[iot]*int|sum|prod|lim(?:sup|inf)?|max|min|gcd|partial)(?![a-zA-Z])"
-    r"|\\(?:operatorname|mathrm|text)\s*\{\s*(?:lcm|gcd|max|min)\s*\}"
-    # d/dx: \frac{d}{dx}, \frac{d^2 y}{d x^2}, \frac{\mathrm{d}}{\mathrm{d}x}
-    r"|\\d?frac\s*\{\s*(?:d|\\mathrm\s*\{\s*d\s*\})(?:\^\{?\d+\}?)?\s*[a-zA-Z]?\s*\}"
-    r"\s*\{\s*(?:d|\\mathrm\s*\{\s*d\s*\})\s*[a-zA-Z](?:\^\{?\d+\}?)?\s*\}"
+    # No lookahead after \int: latex2sympy reads `\intx^{2}dx` as an integral too.
+    r"\\[iot]*int|\\(?:sum|prod|lim(?:sup|inf)?|max|min|gcd|lcm|partial|det|[bp]?mod|l?floor|l?ceil)(?![a-zA-Z])"
+    r"|\\(?:operatorname|mathrm|text)\s*\{\s*(?:lcm|gcd|max|min|det|tr|trace|rank|norm|rref|mod|floor|ceil)\s*\}"
+    # d/dx in its spellings: \frac{d}{dx}, \tfrac{d}{dx}(x^2), \frac{\,d}{dx}x^3, \frac{d(x^2)}{dx},
+    # \frac{d x^{3}}{dx}, \frac{d^2 y}{d x^2}, \frac{d}{d\theta}, \frac{\mathrm{d}}{\mathrm{d}x}
+    rf"|\\[dtc]?frac\s*\{{{_SPACING}{_D}(?:[^{{}}]|\{{[^{{}}]*\}})*\}}"
+    rf"\s*\{{{_SPACING}{_D}\s*(?:\\[a-zA-Z]+|[a-zA-Z])(?:[^{{}}]|\{{[^{{}}]*\}})*\}}"
+    # a determinant's bars, a transpose, an evaluation bar (`\Big|_{x=3}`)
+    r"|\\begin\s*\{\s*vmatrix\s*\}|\^\s*\{?\s*(?:T|\\top|\\intercal)\s*\}?(?![a-zA-Z])"
+    r"|\|\s*_\s*\{?\s*\\?[a-zA-Z]+\s*="
     "|[\u222b-\u2233\u2211\u220f\u2202]"  # the Unicode integrals, sum, product, partial
 )
 

@@ -467,6 +467,23 @@ def test_an_unparsable_ground_truth_needs_the_same_string() -> None:
         ("\\gcd(12, 18)", "6"),
         ("\\operatorname{lcm}(4, 6)", "12"),
         ("\u2211_{k=1}^4 k", "10"),
+        # Red team: spellings that slipped past (each scored 1.0 before).
+        ("\\intx^{2}dx", "\\frac{x^3}{3}"),
+        ("\\lcm(4,6)", "12"),
+        ("\\tfrac{d}{dx}(x^2)", "2x"),
+        ("\\cfrac{d}{dx}x^3", "3x^2"),
+        ("\\frac{\\,d}{dx}x^3", "3x^2"),
+        ("\\frac{d}{d\\theta}(\\theta^2)", "2\\theta"),
+        ("\\frac{d(x^2)}{dx}", "2x"),
+        ("\\frac{d x^{3}}{dx}", "3x^2"),
+        ("2^{100} \\mod 7", "2"),
+        ("\\det\\begin{pmatrix}1&2\\\\3&4\\end{pmatrix}", "-2"),
+        ("\\begin{vmatrix}1&2\\\\3&4\\end{vmatrix}", "-2"),
+        ("\\left\\lfloor\\sqrt{1000}\\right\\rfloor", "31"),
+        ("\\ceil{\\log_2 1000}", "10"),
+        ("\\operatorname{tr}\\begin{pmatrix}1&2\\\\3&4\\end{pmatrix}", "5"),
+        ("\\operatorname{norm}\\begin{pmatrix}3\\\\4\\end{pmatrix}", "5"),
+        ("\\sqrt{x^2}|_{x=3}", "3"),
     ],
 )
 def test_the_question_restated_is_not_its_answer(answer: str, gold: str) -> None:
@@ -482,6 +499,9 @@ def test_the_question_restated_is_not_its_answer(answer: str, gold: str) -> None
         ("\\binom{10}{3}", "120"),  # closed forms stay answers
         ("10!", "3628800"),
         ("\\frac{d}{d+1}", "\\frac{d}{d+1}"),  # a variable named d is no derivative
+        ("\\frac{d-1}{d+1}", "\\frac{d-1}{d+1}"),
+        ("\\lfloor n/2 \\rfloor", "\\lfloor n/2 \\rfloor"),  # the ground truth is itself a floor
+        ("\\infty", "\\infty"),  # \\in..., not \\int
         ("x \\in [0, \\infty)", "[0,\\infty)"),
         ("5 \\text{ mins}", "5"),
     ],
