@@ -58,6 +58,19 @@ LIMITS = {
 CODE_EXTRACTION = {0: "last_block", 1: "last_block", 2: "first_block", 3: "whole", 4: "tag"}
 CHECKERS = {0: "whitespace", 1: "whitespace", 2: "exact", 3: "float"}
 MATH_EXTRACTION = {0: "auto", 1: "auto", 2: "boxed", 3: "answer_tag", 4: "phrase", 5: "last_expression"}
+REWARD_MODES = {0: "binary", pb.REWARD_MODE_BINARY: "binary", pb.REWARD_MODE_FRACTION: "fraction"}
+
+
+def _enum(names: dict[int, str], value: int, where: str) -> str:
+    """The name an enum field's value stands for; INVALID_ARGUMENT for a value this daemon does not know.
+
+    proto3 keeps unknown values (a client built against a newer .proto): taken as
+    the default, such a request was scored another way than its caller asked.
+    """
+    try:
+        return names[value]
+    except KeyError:
+        raise InvalidRequest(f"{where}: unknown value {value}; this daemon knows {sorted(names)}") from None
 # Languages the light python image serves; the rest need the langs image.
 PYTHON_POOL_LANGUAGES = {"python", "bash"}
 
@@ -234,7 +247,8 @@ def _prepare(job: pb.Job, config: Config, where: str) -> PreparedJob:
         tolerance = _tolerance(job.math, f"{where}.math.float_tolerance")
         agent_job = {
             "kind": "math", "completion": job.math.completion, "ground_truth": job.math.ground_truth,
-            "extraction": MATH_EXTRACTION.get(job.math.extraction, "auto"), "tolerance": tolerance,
+            "extraction": _enum(MATH_EXTRACTION, job.math.extraction, f"{where}.math.extraction"),
+            "tolerance": tolerance,
             "limits": limits,
         }
         return PreparedJob(job.index, kind, MATH_POOL, failure_value, agent_job, limits["timeout"])
@@ -345,7 +359,7 @@ def _prepare_code(job: pb.Job, config: Config, limits: dict[str, Any], failure_v
         raise InvalidRequest(f"{where}.code.tests: {exc}") from None
     tolerance = _tolerance(request, f"{where}.code.float_tolerance")
     language = request.language or "python"
-    mode = CODE_EXTRACTION.get(request.extraction, "last_block")
+    mode = _enum(CODE_EXTRACTION, request.extraction, f"{where}.code.extraction")
     if mode == "tag" and not request.tag:
         raise InvalidRequest(f"{where}.code.tag is required with CODE_EXTRACTION_TAG")
     try:
@@ -367,11 +381,11 @@ def _prepare_code(job: pb.Job, config: Config, limits: dict[str, Any], failure_v
     program["code"] = code_verifier.assemble_program(extracted, plan)
     agent_job: dict[str, Any] = {
         "kind": "code", "program": program, "limits": limits,
-        "plan": plan_to_agent(plan), "checker": CHECKERS.get(request.checker, "whitespace"),
+        "plan": plan_to_agent(plan), "checker": _enum(CHECKERS, request.checker, f"{where}.code.checker"),
         "tolerance": tolerance, "stop_on_first_failure": request.stop_on_first_failure,
     }
     prepared.extracted_code = extracted
-    prepared.reward_mode = "fraction" if request.reward_mode == pb.REWARD_MODE_FRACTION else "binary"
+    prepared.reward_mode = _enum(REWARD_MODES, request.reward_mode, f"{where}.code.reward_mode")
     if plan.kind != "stdio":
         agent_job["harness"] = harness_arguments(plan, program["code"], tolerance, request.stop_on_first_failure)
     prepared.agent_job = agent_job

@@ -138,3 +138,23 @@ def test_a_dataset_error_is_not_retried_but_a_model_verdict_never_carries_the_fl
     assert result.status == pb.STATUS_INTERNAL and result.do_not_retry
     result = jobs.to_result(prepared, {**outcome, "status": "wrong_answer"}, 1)
     assert result.status == pb.STATUS_WRONG_ANSWER and not result.do_not_retry
+
+
+CODE_BLOCK = "```python\nx = 1\n```"
+ASSERTS = pb.CodeTests(assert_code="assert 1")
+
+
+@pytest.mark.parametrize(
+    ("job", "field"),
+    [
+        (pb.Job(code=pb.CodeJob(completion=CODE_BLOCK, tests=ASSERTS, checker=99)), "code.checker"),
+        (pb.Job(code=pb.CodeJob(completion=CODE_BLOCK, tests=ASSERTS, reward_mode=99)), "code.reward_mode"),
+        (pb.Job(code=pb.CodeJob(completion=CODE_BLOCK, tests=ASSERTS, extraction=-5)), "code.extraction"),
+        (pb.Job(math=pb.MathJob(completion="\\boxed{1}", ground_truth="1", extraction=99)), "math.extraction"),
+    ],
+)
+def test_an_enum_value_the_daemon_does_not_know_is_refused(job: pb.Job, field: str) -> None:
+    """Red team: unknown values (a client built against a newer .proto) were taken as the
+    default, so the request was scored another way than its caller asked."""
+    with pytest.raises(InvalidRequest, match=f"{field}: unknown value"):
+        jobs.prepare(job, Config())
