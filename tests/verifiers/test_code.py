@@ -466,18 +466,13 @@ def test_compare_stdout_exact_and_float() -> None:
     # Two integers compare exactly, however big (no relative tolerance).
     assert not compare_stdout("12502499 0.5", "12502500 0.5", "float", 1e-6)
     assert compare_stdout("+12502500", "12502500", "float")
-    # An integer answer is exact however the program spells its number: an
-    # off-by-one printed as a float is still wrong (red team: 2000999.0 for 2001000).
-    for spelled in ("12502499.0", "1.2502499e+07", "12502499.9999999", "12502500.0000001"):
-        assert not compare_stdout(spelled, "12502500", "float", 1e-6), spelled
-    for spelled in ("12502500.0", "1.25025e7", "012502500", "12502500e0"):
-        assert compare_stdout(spelled, "12502500", "float", 1e-6), spelled
-    assert not compare_stdout("0.0000009", "0", "float", 1e-6)
-    assert compare_stdout("-0.0", "0", "float")
-    # Past int()'s 4,300 digits, and past Decimal's exponent range: an answer, not an error.
+    # A float checker compares an integer answer within tolerance unless both are integers,
+    # as judges' float checkers do (a C++ reference prints an integral double as an integer).
+    assert compare_stdout("12502500.0000001", "12502500", "float", 1e-6)
+    assert compare_stdout("1.25025e7", "12502500", "float", 1e-6)
+    # Past int()'s 4,300 digits: an answer, not an error in the agent (red team).
     assert compare_stdout("1" * 5000, "1" * 5000, "float")
     assert not compare_stdout("1" * 5000, "1" * 4999 + "2", "float")
-    assert not compare_stdout("1e999999999999999999", "5", "float")
     assert not compare_stdout("0.34", "0.33", "float", 1e-6)
     assert not compare_stdout("1 2", "1", "float")
     assert not compare_stdout("nan", "NaN", "float")
