@@ -71,6 +71,8 @@ def _enum(names: dict[int, str], value: int, where: str) -> str:
         return names[value]
     except KeyError:
         raise InvalidRequest(f"{where}: unknown value {value}; this daemon knows {sorted(names)}") from None
+
+
 # Languages the light python image serves; the rest need the langs image.
 PYTHON_POOL_LANGUAGES = {"python", "bash"}
 

@@ -100,6 +100,8 @@ NEIGHBOURS_SHARE = 0.5
 STARVED_SHARE = 0.1
 # strerror(ENOSPC), as compilers print it (Go in lower case).
 NO_SPACE = b"no space left on device"
+# Tries of a uid's System V IPC sweep when no pid is left to fork its helper with, 20 ms apart.
+IPC_SWEEP_ATTEMPTS = 50
 # pyharness verdicts that are about the dataset's tests, not the candidate.
 DATASET_ERRORS = {
     "setup_error": "the dataset's setup code failed",
@@ -261,11 +263,20 @@ class Controller:
         `release`, unless a look on the loop finds the folders empty (the
         usual case; a thread's round trip costs about 0.1 ms here): no
         process of the uid is left to add one. The IPC objects go on the
-        loop (a table read, and a fork only when the uid has some).
+        loop (a table read, and a fork only when the uid has some); a fork
+        refused for want of pids (other runs hold them all) is tried again
+        for up to a second, yielding to the loop in between.
         """
         if any(map(_has_entries, self.shared_writable)):
             await _off_loop(self._remove_files_in_shared_folders, uid)
-        remove_ipc_objects_of(uid)
+        for attempt in range(IPC_SWEEP_ATTEMPTS):
+            try:
+                remove_ipc_objects_of(uid)
+                return
+            except BlockingIOError:
+                if attempt == IPC_SWEEP_ATTEMPTS - 1:
+                    raise
+                await asyncio.sleep(0.02)
 
     def _remove_files_in_shared_folders(self, uid: int) -> None:
         for folder in self.shared_writable:

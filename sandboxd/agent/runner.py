@@ -460,8 +460,10 @@ async def kill_uid(uid: int, reap: Callable[[], None]) -> None:
             # fork that races with it. Only those already signalled, still
             # tearing down their memory (about 1 ms for a worker here), need
             # nothing but time: forking the controller for them cost more
-            # than the job.
-            _kill_all_as(uid)
+            # than the job. With no pid to fork (the runs hold them all), the
+            # next sweep tries again.
+            with contextlib.suppress(BlockingIOError):
+                _kill_all_as(uid)
         signalled |= alive
         if time.monotonic() > deadline:
             raise SandboxDamaged(f"processes of uid {uid} survive SIGKILL")
@@ -500,27 +502,15 @@ def sigkill_uid(uid: int, *, count_exiting: bool = True, listed: set[int] | None
     return alive
 
 
-FORK_ATTEMPTS = 50
-FORK_RETRY_SECONDS = 0.02
-
-
 def _as_uid(uid: int, action: Callable[[], object]) -> None:
     """Run `action` in a child of the controller that has become `uid`, and wait for it.
 
     For what the kernel allows only a process of that uid (or a capability
-    the sandbox lacks) to do. A fork refused for want of pids (EAGAIN: the
-    runs hold the sandbox's pids limit, as a red team's sessions did) is
-    tried again for up to a second: the sweeps that call this have just
-    killed processes, whose pids come back as they are reaped.
+    the sandbox lacks) to do. BlockingIOError when the runs hold every pid
+    of the sandbox (EAGAIN, as a red team's sessions did): the callers try
+    again after yielding to the loop, as killed processes give theirs back.
     """
-    for attempt in range(FORK_ATTEMPTS):
-        try:
-            pid = os.fork()
-            break
-        except BlockingIOError:
-            if attempt == FORK_ATTEMPTS - 1:
-                raise
-            time.sleep(FORK_RETRY_SECONDS)
+    pid = os.fork()
     if pid == 0:
         try:
             os.setgroups([])

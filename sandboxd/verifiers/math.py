@@ -665,7 +665,7 @@ def _is_text_answer(gold: str) -> bool:
 # Operators that state a computation instead of its result. Math-Verify evaluates them, so a
 # policy could copy the question ("compute the integral ...") into its box and be paid for it.
 _SPACING = r"(?:\\[,;:! ]|\\[qm]?quad|\s)*"  # one way to match each run: no backtracking
-_D = r"(?:d|\\mathrm\s*\{\s*d\s*\}|\\partial)"
+_D = r"(?:d|\\mathrm\s*\{\s*d\s*\})"  # \partial: refused wherever it stands (first line below)
 _UNEVALUATED_RE = re.compile(
     # No lookahead after \int: latex2sympy reads `\intx^{2}dx` as an integral too.
     r"\\[iot]*int|\\(?:sum|prod|lim(?:sup|inf)?|max|min|gcd|lcm|partial|det|[bp]?mod|l?floor|l?ceil)(?![a-zA-Z])"

@@ -905,8 +905,9 @@ def _run_pytest_style(
     does not provide (fixtures, ``indirect`` parameters) or what pytest itself
     fails (``async def`` without a plugin, ``yield`` tests).
     """
-    function = inspect.unwrap(getattr(test, "__func__", test))
-    marks = [*_marks(getattr(getattr(test, "__func__", test), "pytestmark", None)), *outer_marks]
+    declared = getattr(test, "__func__", test)  # a method's marks are on its function
+    function = inspect.unwrap(declared)
+    marks = [*_marks(getattr(declared, "pytestmark", None)), *outer_marks]
     if _skipped(marks):
         return
     calls = _parameter_sets(marks)
@@ -942,9 +943,9 @@ def _run_pytest_style(
 _PytestTest = tuple[str, Callable[..., object], "Callable[[], object] | None", list[Any]]
 
 
-def _defined_here(function: object) -> bool:
+def _defined_here(function: types.FunctionType) -> bool:
     """A function the test code wrote, under any decorators that kept ``__wrapped__`` (mock.patch, wraps)."""
-    unwrapped = inspect.unwrap(function) if callable(function) else function
+    unwrapped = inspect.unwrap(function)
     return isinstance(unwrapped, types.FunctionType) and unwrapped.__code__.co_filename == _TEST_FILENAME
 
 

@@ -10,7 +10,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -24,6 +24,23 @@ ZYGOTE_MAIN = ("import socket, sys; from sandboxd.agent import zygote; "
                "zygote.main(socket.socket(fileno=int(sys.argv[1])), [])")
 
 
+@contextlib.contextmanager
+def real_zygote(prelude: str = "") -> Iterator[tuple[socket.socket, subprocess.Popen[bytes], int]]:
+    """A zygote in a fresh interpreter, the test's child: (our end of its channel, its process, its end's fd).
+
+    ``prelude`` runs before it (a stand-in for what the machine would do). Killed at the end.
+    """
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    zygote_fd = theirs.fileno()
+    process = subprocess.Popen([sys.executable, "-c", prelude + ZYGOTE_MAIN, str(zygote_fd)], pass_fds=[zygote_fd])
+    theirs.close()
+    try:
+        yield ours, process, zygote_fd
+    finally:
+        process.kill()
+        process.wait()
+
+
 def _parent_of(pid: int) -> int:
     with open(f"/proc/{pid}/stat", "rb") as stat_file:
         return int(stat_file.read().rsplit(b")", 1)[1].split()[1])
@@ -31,12 +48,7 @@ def _parent_of(pid: int) -> int:
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="a worker drops its groups, which needs root")
 def test_a_forked_worker_announces_itself_and_its_exit_is_reported() -> None:
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    zygote_fd = theirs.fileno()
-    process = subprocess.Popen([sys.executable, "-c", ZYGOTE_MAIN, str(zygote_fd)], pass_fds=[zygote_fd])
-    theirs.close()
-
-    async def scenario() -> None:
+    async def scenario(ours: socket.socket, process: subprocess.Popen[bytes], zygote_fd: int) -> None:
         zygote = Zygote(ours, process.pid)
         await asyncio.wait_for(zygote.ready, 60)
         zygote.reseed()
@@ -61,13 +73,10 @@ def test_a_forked_worker_announces_itself_and_its_exit_is_reported() -> None:
             channel.close()
         ours.close()
 
-    try:
-        asyncio.run(scenario())
+    with real_zygote() as (ours, process, zygote_fd):
+        asyncio.run(scenario(ours, process, zygote_fd))
         # Hung up on, the zygote ends.
         assert process.wait(timeout=10) in (0, 1)
-    finally:
-        process.kill()
-        process.wait()
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="a worker drops its groups, which needs root")
@@ -78,12 +87,7 @@ def test_every_exit_is_reported_with_no_request_after_it() -> None:
     request after it. (The window is microseconds: 4 runs of this on the old code beside 6 busy
     loops never hit it, so this checks that every exit is reported with nothing else to wake
     the zygote, not that the race is gone; the race is gone by construction, see zygote._serve.)"""
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    zygote_fd = theirs.fileno()
-    process = subprocess.Popen([sys.executable, "-c", ZYGOTE_MAIN, str(zygote_fd)], pass_fds=[zygote_fd])
-    theirs.close()
-
-    async def scenario() -> None:
+    async def scenario(ours: socket.socket, process: subprocess.Popen[bytes]) -> None:
         zygote = Zygote(ours, process.pid)
         await asyncio.wait_for(zygote.ready, 60)
         for _ in range(300):
@@ -94,11 +98,8 @@ def test_every_exit_is_reported_with_no_request_after_it() -> None:
             assert (await asyncio.wait_for(exited, 4))["pid"] == pid
         ours.close()
 
-    try:
-        asyncio.run(scenario())
-    finally:
-        process.kill()
-        process.wait()
+    with real_zygote() as (ours, process, _zygote_fd):
+        asyncio.run(scenario(ours, process))
 
 
 def test_a_fork_that_fails_is_answered_and_the_zygote_lives_on() -> None:
@@ -109,13 +110,8 @@ def test_a_fork_that_fails_is_answered_and_the_zygote_lives_on() -> None:
     failing_fork = ("import errno, os\n"
                     "def fork():\n    raise BlockingIOError(errno.EAGAIN, os.strerror(errno.EAGAIN))\n"
                     "os.fork = fork\n")
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    zygote_fd = theirs.fileno()
-    process = subprocess.Popen([sys.executable, "-c", failing_fork + ZYGOTE_MAIN, str(zygote_fd)],
-                               pass_fds=[zygote_fd])
-    theirs.close()
 
-    async def scenario() -> None:
+    async def scenario(ours: socket.socket, process: subprocess.Popen[bytes]) -> None:
         zygote = Zygote(ours, process.pid)
         await asyncio.wait_for(zygote.ready, 60)
         for _ in range(2):
@@ -124,12 +120,9 @@ def test_a_fork_that_fails_is_answered_and_the_zygote_lives_on() -> None:
         assert zygote.alive and process.poll() is None
         ours.close()
 
-    try:
-        asyncio.run(scenario())
+    with real_zygote(failing_fork) as (ours, process, _zygote_fd):
+        asyncio.run(scenario(ours, process))
         assert process.wait(timeout=10) in (0, 1)
-    finally:
-        process.kill()
-        process.wait()
 
 
 @pytest.fixture
