@@ -47,7 +47,6 @@ from sandboxd.verifiers.pyharness import (
     recv_frame,
     run_tests,
     send_frame,
-    serve_candidate,
     top_level_definitions,
     top_level_names,
 )
@@ -801,29 +800,33 @@ def test_recv_frame_deadline_covers_a_trickling_peer(pair: tuple[socket.socket, 
 # ---------------------------------------------------------------------------
 
 
-def _start_candidate(code: str, out_path: Path, max_frame_bytes: int) -> tuple[socket.socket, int]:
-    """Fork a candidate process serving ``code``, as the agent's zygote would."""
+# A fresh interpreter, not a fork of this one: after the gRPC, torch and reward-model tests this
+# process has threads and at-fork handlers, and a forked candidate once died of a segfault in
+# one (filelock's) before it ran a line of the candidate (bare-machine CI).
+CANDIDATE_MAIN = (
+    "import socket, sys; from sandboxd.verifiers.pyharness import serve_candidate; "
+    "serve_candidate(open(sys.argv[1]).read(), socket.socket(fileno=int(sys.argv[2])), "
+    "max_frame_bytes=int(sys.argv[3]))"
+)
+
+
+def _start_candidate(code: str, tmp_path: Path, max_frame_bytes: int) -> tuple[socket.socket, subprocess.Popen[bytes]]:
+    """Start a candidate process serving ``code``, its stdout in ``tmp_path / "candidate.out"``."""
+    source = tmp_path / "candidate.py"
+    source.write_text(code)
     parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - runs in the child
-        try:
-            parent.close()
-            out = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            os.dup2(out, 1)
-            sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115 - lives until os._exit
-            serve_candidate(code, child, max_frame_bytes=max_frame_bytes)
-        finally:
-            os._exit(70)
+    with open(tmp_path / "candidate.out", "wb") as out:
+        process = subprocess.Popen([sys.executable, "-c", CANDIDATE_MAIN, str(source), str(child.fileno()),
+                                    str(max_frame_bytes)], pass_fds=[child.fileno()], stdout=out, cwd=REPO)
     child.close()
-    return parent, pid
+    return parent, process
 
 
 def harness(
     code: str, tmp_path: Path, kind: str = "function", candidate_max_frame: int = 1 << 24, **kwargs: Any
 ) -> dict[str, Any]:
-    """Run ``code`` in a forked candidate and ``run_tests`` here; reap the child."""
-    out_path = tmp_path / "candidate.out"
-    channel, pid = _start_candidate(code, out_path, candidate_max_frame)
+    """Run ``code`` in a candidate process and ``run_tests`` here; end the candidate."""
+    channel, process = _start_candidate(code, tmp_path, candidate_max_frame)
     try:
         if kind == "assert":
             names, classes = top_level_definitions(code)
@@ -833,13 +836,12 @@ def harness(
     finally:
         channel.close()
         # A candidate stuck in a loop does not see end of file; the agent would kill it.
-        for _ in range(100):
-            if os.waitpid(pid, os.WNOHANG)[0]:
-                break
-            time.sleep(0.02)
-        else:
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
+        try:
+            process.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    out_path = tmp_path / "candidate.out"
     result["stdout"] = out_path.read_text() if out_path.exists() else ""
     return result
 
@@ -965,9 +967,13 @@ VALUE_ATTACKS = {
     "unittest.TestResult.wasSuccessful = lambda self: True\ndef add(a, b):\n    return 0\n",
     "fake_success_marker": "print('All tests passed')\nprint('PASSED 3/3')\n"
     "def add(a, b):\n    print('All tests passed')\n    return 0\n",
+    # Replies written ahead on its own channel are only answers, compared like any other: they
+    # carry what the program guessed (it never sees the expected values), here 3 for every call.
+    # (Forked from this process, the candidate used to write to the closed socket object it
+    # inherited first and die of EBADF, so this passed without reaching the judge.)
     "forged_frames": "import gc, socket, json\n"
-    "for s in [o for o in gc.get_objects() if isinstance(o, socket.socket)]:\n"
-    "    for reply in ({'ready': True}, {'ok': 3}, {'ok': 0}, {'ok': 4}):\n"
+    "for s in [o for o in gc.get_objects() if isinstance(o, socket.socket) and o.fileno() >= 0]:\n"
+    "    for reply in ({'ready': True}, {'ok': 3}, {'ok': 3}, {'ok': 3}):\n"
     "        d = json.dumps(reply).encode()\n        s.sendall(len(d).to_bytes(4, 'big') + d)\n"
     "def add(a, b):\n    return 0\n",
     "closes_channel": "import gc, socket\n"
