@@ -540,7 +540,8 @@ class Pool:
             uid_slot = await asyncio.to_thread(self.backend.init_pid, container_id)
             if not uid_slot:
                 raise RuntimeError(f"sandbox {name} stopped as it started")
-            ready = await sandbox.wait_ready(self.ready_timeout, self._alive(container_id), uid_slot)
+            ready = await sandbox.wait_ready(self.ready_timeout, self._alive(container_id), uid_slot,
+                                             self.config.sandbox.memory_bytes, self.config.sandbox.pids)
             if prepare:
                 ready.update(await sandbox.request({"op": "prepare"}, timeout=self.ready_timeout))
         except Exception as exc:
@@ -615,10 +616,10 @@ class Pool:
         self._changed.set()
 
     def mark_full(self, sandbox: Sandbox) -> None:
-        """Give `sandbox` no job until its /tmp has room again (`Sandbox.has_room`), or replace it past a bound.
+        """Give `sandbox` no job until it has room again (`Sandbox.has_room`), or replace it past a bound.
 
-        A job that found the space taken by other runs there was not at
-        fault (SandboxFull): it runs elsewhere. Handed new jobs, the sandbox
+        A job that found the /tmp space, the pids or the memory taken by
+        other runs there was not at fault (SandboxFull): it runs elsewhere. Handed new jobs, the sandbox
         would only send each of them elsewhere too, an attempt spent per job.
         """
         sandbox.full = True

@@ -35,6 +35,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from sandboxd.agent import memory as memory_module
 from sandboxd.agent import sessions as sessions_module
 from sandboxd.agent import worker
 from sandboxd.agent.judgeserver import JudgeServers
@@ -63,6 +64,7 @@ from sandboxd.agent.runner import (
     SandboxFull,
     Zygote,
     classify,
+    crowded_out,
     kill_uid,
     remove_files_of,
     remove_ipc_objects_of,
@@ -82,6 +84,10 @@ SHARED_WRITABLE = ("/dev/shm", "/dev/mqueue", "/var/tmp", "/run/lock")
 STICKY_ROOT_FOLDERS = ("/var/tmp", "/run/lock")
 TEXT_PREVIEW_BYTES = 4096
 DEFAULT_RLIMITS = {"fsize": 64 << 20, "nproc": 256, "nofile": 512, "core": 0}
+# What a compiler's processes may hold together (memory.MemoryWatch), whatever
+# the job's limit: g++, rustc and javac need 100-300 MB for a contest-sized
+# program; a template or const-eval bomb grows until it is stopped here.
+COMPILE_MEMORY_BYTES = 1 << 30
 FILE_COLLECT_BYTES = 16 << 20
 COLLECT_TOTAL_BYTES = 24 << 20
 # An error reply's message is cut here.
@@ -175,6 +181,8 @@ class Controller:
         self.uids = UidPool()
         self.languages = languages
         self.sandbox_id = ""
+        # The sandbox's pids limit, from the daemon's hello; 0: unknown.
+        self.sandbox_pids = 0
         self.math = math or MathSettings()
         self.shared_writable = list(SHARED_WRITABLE)
         self.math_servers = MathServers(self, self.math.servers)
@@ -389,6 +397,7 @@ class Controller:
             "output_limit": limits["output"],
             "stdin": stdin,
             "env": self.env(workdir, program.get("env")),
+            "memory_limit": int(limits.get("memory") or 0),
         }
         if program["language"] == "python":
             return RunSpec(mode="python", code=program["code"], argv=[program.get("source", "main.py"), *args],
@@ -413,8 +422,14 @@ class Controller:
             mode="exec", uid=uid, cwd=workdir, argv=program["compile"],
             timeout=program.get("compile_timeout", 30.0), output_limit=64 << 10,
             rlimits=dict(DEFAULT_RLIMITS, nproc=512), env=self.env(workdir, program.get("env")),
+            memory_limit=COMPILE_MEMORY_BYTES,
         )
         outcome = await self.runner.run(spec)
+        if outcome.exit_code and crowded_out(outcome, COMPILE_MEMORY_BYTES, self.runner.sandbox_bytes):
+            # cc1plus, rustc's or javac's JVM taken by the OOM killer while
+            # another run filled the sandbox: the driver reports "Killed".
+            raise SandboxFull(f"the sandbox ran out of memory while compiling (the compiler held "
+                              f"{outcome.held_bytes >> 20} MiB); the out-of-memory killer took it")
         if outcome.exit_code and not outcome.killed_for and NO_SPACE in (outcome.stderr + outcome.stdout).lower():
             # The compiler's words are the candidate's to write (`#error No space left on device`):
             # only a /tmp that really left this job no room, the others holding it, makes them an excuse.
@@ -424,6 +439,9 @@ class Controller:
         output = _preview(outcome.stderr + outcome.stdout, 8192)
         if outcome.killed_for == "wall_time":
             return False, f"compilation timed out after {spec.timeout:g} s\n{output}", outcome.wall_seconds
+        if outcome.killed_for == "memory":
+            return (False, f"the compiler's processes held more than {COMPILE_MEMORY_BYTES >> 20} MiB\n{output}",
+                    outcome.wall_seconds)
         return outcome.exit_code == 0, output, outcome.wall_seconds
 
     # ---- jobs ------------------------------------------------------------
@@ -542,7 +560,7 @@ class Controller:
             candidate = RunSpec(
                 mode="py_callee", uid=uid, cwd=workdir, code=job["program"]["code"], timeout=timeout,
                 output_limit=limits["output"], rlimits=self.rlimits(run_limits, address_space=True),
-                env=self.env(workdir), peer=candidate_end,
+                env=self.env(workdir), peer=candidate_end, memory_limit=int(limits.get("memory") or 0),
             )
             request = {"plan_kind": plan["kind"], "harness": dict(job["harness"], call_timeout=limits["timeout"])}
             candidate_task = asyncio.ensure_future(self.runner.run(candidate))
@@ -716,6 +734,9 @@ class Controller:
             return {"ok": True}
         if op == "hello":
             self.sandbox_id = require(request, "sandbox_id", str, default="")
+            # The daemon's word: a sandbox restored from a snapshot sees another cgroup than its own (memory.VMSTAT).
+            self.runner.sandbox_bytes = require(request, "memory_bytes", int, default=0) or None
+            self.sandbox_pids = require(request, "pids", int, default=0)
             if "uid_slot" in request:
                 self.uids.place(first_job_uid(request["uid_slot"]))
             if self.private_tmp:
@@ -739,7 +760,7 @@ class Controller:
                 reply["reward_model"] = (await self.reward_model.run({"op": "status"}))["reward_model"]
             return reply
         if op == "room":
-            return {"room": has_room(WORK_ROOT)}
+            return {"room": has_room(WORK_ROOT, self.runner.sandbox_bytes or 0, self.sandbox_pids)}
         if op == "run":
             return {"result": await self.run_job(require(request, "job", dict))}
         if op == "session_open":
@@ -951,27 +972,17 @@ def neighbours_hold(root: str, own: str | None) -> bool:
     return TmpUsage.read(root, own).others_hold()
 
 
-def has_room(root: str) -> bool:
-    """Whether less than NEIGHBOURS_SHARE of `root`'s file system's bytes and entries, and of the
-    sandbox's pids, is used: jobs can come back."""
-    return not neighbours_hold(root, None) and pids_share() < NEIGHBOURS_SHARE
-
-
-# The sandbox's pids cgroup as its processes see it: cgroup v1, then v2.
-PIDS_CGROUP_FILES = (("/sys/fs/cgroup/pids/pids.current", "/sys/fs/cgroup/pids/pids.max"),
-                     ("/sys/fs/cgroup/pids.current", "/sys/fs/cgroup/pids.max"))
-
-
-def pids_share() -> float:
-    """The share of the sandbox's pids limit its processes use; 0.0 where it cannot be read or there is none."""
-    for current_path, limit_path in PIDS_CGROUP_FILES:
-        try:
-            with open(current_path) as current, open(limit_path) as limit:
-                used, most = current.read().strip(), limit.read().strip()
-        except OSError:
-            continue
-        return int(used) / int(most) if most.isdigit() and int(most) > 0 and used.isdigit() else 0.0
-    return 0.0
+def has_room(root: str, memory_bytes: int = 0, pids: int = 0) -> bool:
+    """Whether less than NEIGHBOURS_SHARE of `root`'s file system's bytes and entries, and of the sandbox's
+    `memory_bytes` (a run the OOM killer took: runner.crowded_out) and `pids` (0: unknown), is used: jobs can
+    come back."""
+    if neighbours_hold(root, None):
+        return False
+    if not memory_bytes and not pids:
+        return True
+    held, tasks = memory_module.sandbox_usage()
+    return not ((memory_bytes and held >= NEIGHBOURS_SHARE * memory_bytes)
+                or (pids and tasks >= NEIGHBOURS_SHARE * pids))
 
 
 def decode_base64(value: Any, what: str) -> bytes:

@@ -26,7 +26,9 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
+from sandboxd.agent import memory as memory_module
 from sandboxd.agent import zygote as zygote_module
+from sandboxd.agent.memory import MemoryWatch
 from sandboxd.agent.protocol import HEADER, MAX_FRAME_BYTES, ProtocolError, encode_frame, read_frame
 
 # Markers that a program died of its memory limit rather than of a bug; the
@@ -128,6 +130,9 @@ class RunSpec:
     # space than they use) is held to its memory limit by its peak resident
     # memory, from its exit report: over it, the run is a memory limit.
     peak_memory_limit: int = 0
+    # The memory its processes may hold together, watched while it runs
+    # (memory.MemoryWatch); 0: not watched.
+    memory_limit: int = 0
 
 
 @dataclass
@@ -143,6 +148,15 @@ class RunOutcome:
     max_rss_bytes: int
     # The worker's exit, when the outcome came before it (Runner.run, settle=False).
     pending_exit: asyncio.Future[dict[str, Any]] | None = None
+    # The most its processes were seen holding together (0: not measured).
+    peak_memory_bytes: int = 0
+    # Processes the OOM killer took in the sandbox while it ran; None where the kernel does not say.
+    oom_kills: int | None = None
+
+    @property
+    def held_bytes(self) -> int:
+        """The most memory the run was known to hold, by the watch or by its exit report."""
+        return max(self.peak_memory_bytes, self.max_rss_bytes)
 
     @property
     def exit_code(self) -> int:
@@ -159,19 +173,23 @@ def classify(outcome: RunOutcome, spec: RunSpec) -> tuple[str, str, str]:
         return "output_limit", "output", f"more than {spec.output_limit} bytes of output"
     if outcome.killed_for == "withdrawn":
         return "internal", "", "the daemon withdrew the job"
+    if outcome.killed_for == "memory":
+        return ("memory_limit", "memory", f"its processes held {outcome.peak_memory_bytes >> 20} MiB together, "
+                f"over the limit of {spec.memory_limit >> 20} MiB")
     if spec.peak_memory_limit and outcome.max_rss_bytes > spec.peak_memory_limit:
         return ("memory_limit", "memory",
                 f"peak memory {outcome.max_rss_bytes >> 20} MiB over the limit of {spec.peak_memory_limit >> 20} MiB")
     tail = outcome.stderr[-4096:]
     if os.WIFSIGNALED(outcome.wait_status):
         sig = os.WTERMSIG(outcome.wait_status)
-        cpu_limit = spec.rlimits.get("cpu", 0)
-        if sig == signal.SIGXCPU or (sig == signal.SIGKILL and cpu_limit and outcome.cpu_seconds >= cpu_limit):
+        if sig == signal.SIGXCPU or (sig == signal.SIGKILL and _over_cpu(outcome, spec)):
             return "timeout", "cpu_time", f"used {outcome.cpu_seconds:.2f} s of CPU"
         if sig == signal.SIGXFSZ:
             return "runtime_error", "file_size", "wrote a file larger than the limit"
         if sig == signal.SIGKILL:
-            # Nobody in the sandbox but us sends SIGKILL: the OOM killer did.
+            if outcome.oom_kills == 0:
+                # The sandbox's OOM killer took nothing meanwhile: the run killed itself.
+                return "runtime_error", "", "killed by signal SIGKILL"
             return "memory_limit", "memory", "killed by the out-of-memory killer"
         if any(marker in tail for marker in MEMORY_MARKERS):
             return "memory_limit", "memory", "allocation failed at the memory limit"
@@ -182,6 +200,29 @@ def classify(outcome: RunOutcome, spec: RunSpec) -> tuple[str, str, str]:
     if any(marker in tail for marker in MEMORY_MARKERS):
         return "memory_limit", "memory", "allocation failed at the memory limit"
     return "runtime_error", "", f"exit status {code}"
+
+
+def _over_cpu(outcome: RunOutcome, spec: RunSpec) -> bool:
+    """Whether the run used its CPU-time limit (SIGKILL at the hard one)."""
+    cpu_limit = spec.rlimits.get("cpu", 0)
+    return bool(cpu_limit) and outcome.cpu_seconds >= cpu_limit
+
+
+def crowded_out(outcome: RunOutcome, limit: int, sandbox_bytes: int | None) -> bool:
+    """Whether the OOM killer's work during the run, not the run, ended it; `limit`: what the run may hold.
+
+    A run killed by the OOM killer, or (a compiler) whose child was, while
+    it held less than its own limit and less than half of the sandbox's
+    memory, was taken because the others held the rest: it is run again
+    elsewhere (SandboxFull), not charged MEMORY_LIMIT. One that held half
+    the sandbox or more keeps its verdict: a program that fills a sandbox
+    alone must not escape its failure score by being retried until the
+    daemon gives up.
+    """
+    if not outcome.oom_kills or outcome.killed_for or not sandbox_bytes:
+        return False
+    held = outcome.held_bytes
+    return held <= limit and 2 * held < sandbox_bytes
 
 
 class OutputBudget:
@@ -656,6 +697,16 @@ class Runner:
     def __init__(self, zygote: Zygote, reap: Callable[[], None]) -> None:
         self.zygote = zygote
         self._reap = reap
+        self.memory = MemoryWatch()
+        self._warm_bytes: int | None = None
+        # The sandbox's memory limit, from the daemon's hello; None: unknown.
+        self.sandbox_bytes: int | None = None
+
+    def _warm_memory(self) -> int:
+        """What a worker holds when forked, shared with the zygote: a run is not charged for it."""
+        if self._warm_bytes is None:
+            self._warm_bytes = memory_module.private_memory(self.zygote.pid)
+        return self._warm_bytes
 
     async def launch(self, spec: RunSpec, fds: list[int], extra: dict[str, Any] | None = None,
                      ) -> tuple[int, socket.socket, asyncio.Future[dict[str, Any]]]:
@@ -743,6 +794,7 @@ class Runner:
                 sigkill_uid(spec.uid)
 
         budget = OutputBudget(spec.output_limit, lambda: kill("output"))
+        oom_kills_before = memory_module.oom_kills()
         stdout = PipeReader(out_r, budget)
         stderr = PipeReader(err_r, budget)
         extra = {"status_fd": len(fds) - 1} if status_reader is not None else None
@@ -776,6 +828,10 @@ class Runner:
 
         if job is not None:
             job.watch(withdraw)
+        watched = None
+        if spec.memory_limit:
+            watched = self.memory.watch(spec.uid, spec.memory_limit + self._warm_memory(),
+                                        bounded_alone="as_extra" in spec.rlimits, on_over=lambda: kill("memory"))
         try:
             if status_reader is not None:
                 ends: list[asyncio.Future[Any]] = [exited, status_reader.status]
@@ -795,6 +851,8 @@ class Runner:
                 status_reader.close()
             if job is not None:
                 job.unwatch(withdraw)
+            if watched is not None:
+                self.memory.unwatch(watched)
         wall = time.monotonic() - started
         pending_exit: asyncio.Future[dict[str, Any]] | None = None
         if reported is not None:
@@ -819,7 +877,8 @@ class Runner:
             # The status the program reported; its resources are not known
             # before its exit, and nothing reads them for a normal exit.
             exit_message = {"status": (reported or 0) << 8, "cpu_seconds": 0.0, "max_rss_bytes": 0}
-        return RunOutcome(
+        oom_kills_after = memory_module.oom_kills()
+        outcome = RunOutcome(
             wait_status=exit_message["status"],
             stdout=bytes(stdout.data),
             stderr=bytes(stderr.data),
@@ -830,7 +889,17 @@ class Runner:
             cpu_seconds=exit_message["cpu_seconds"],
             max_rss_bytes=exit_message["max_rss_bytes"],
             pending_exit=pending_exit,
+            peak_memory_bytes=watched.peak if watched is not None else 0,
+            oom_kills=(oom_kills_after - oom_kills_before
+                       if oom_kills_before is not None and oom_kills_after is not None else None),
         )
+        if (os.WIFSIGNALED(outcome.wait_status) and os.WTERMSIG(outcome.wait_status) == signal.SIGKILL
+                and not _over_cpu(outcome, spec)
+                and crowded_out(outcome, spec.memory_limit or spec.peak_memory_limit or self.sandbox_bytes or 0,
+                                self.sandbox_bytes)):
+            raise SandboxFull(f"the sandbox ran out of memory while this run held {outcome.held_bytes >> 20} MiB; "
+                              f"the out-of-memory killer took it")
+        return outcome
 
     async def _until_exiting(self, uid: int, listed: set[int]) -> None:
         """Wait until every process of `uid` is in its exit; `listed`: those the last sweep saw.

@@ -190,7 +190,7 @@ class BashSession(Session):
             argv=["bash", "--noprofile", "--norc", "-c", BASH_WRAPPER, "sandboxd-session",
                   f"{self.workdir}/{BASH_STATE_FILE}"],
             stdin=code.encode(), rlimits=controller.rlimits(limits, address_space=True),
-            env=controller.env(self.workdir),
+            env=controller.env(self.workdir), memory_limit=int(limits.get("memory") or 0),
         )
         outcome = await controller.runner.run(spec)
         status, limit, message = classify(outcome, spec)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import ctypes
+import errno
 import os
 import random
 import resource
@@ -35,6 +36,7 @@ from sandboxd.agent.protocol import recv_frame_fds
 # (its traceback goes to the run's stderr).
 HARNESS_FAILURE_EXIT = 121
 PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
 MAX_FDS_PER_JOB = 8
 # Above any descriptor a process can hold here, where RLIMIT_NOFILE has no hard limit.
 MAX_FD = 1 << 20
@@ -82,6 +84,74 @@ class _LandlockRulesetAttr(ctypes.Structure):
 _ABSTRACT_SCOPE = _LandlockRulesetAttr(0, 0, LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET)
 _ABSTRACT_SCOPE_ARGS = (ctypes.byref(_ABSTRACT_SCOPE), ctypes.c_size_t(ctypes.sizeof(_ABSTRACT_SCOPE)),
                         ctypes.c_uint32(0))
+
+
+# A worker's own seccomp filter, on top of the sandbox's (sandboxd/seccomp.py),
+# for the modes that run candidate code (CANDIDATE_MODES): memfd_create(2) is
+# answered ENOSYS. A memfd's pages are charged to the sandbox's memory but,
+# until mapped, to no process: RLIMIT_AS does not see them and neither does
+# the OOM killer's choice. A red team wrote 40 memfds of 60 MiB under a
+# 256 MiB limit; the OOM killer took the innocent runs beside it first. The
+# agent keeps the call (a run's stdin is a memfd it writes), so the filter is
+# the worker's, installed after its job arrives; it outlives exec. ENOSYS, as
+# for the sandbox's other refusals: software that probes for memfd falls back
+# (to /dev/shm, which is capped). Built here, in the zygote, like the Landlock
+# attribute below. seccomp_data (include/uapi/linux/seccomp.h): nr at byte 0,
+# arch at byte 4.
+CANDIDATE_MODES = frozenset({"python", "exec", "py_callee", "py_session"})
+PR_SET_SECCOMP = 22
+SECCOMP_MODE_FILTER = 2
+SECCOMP_RET_ALLOW = 0x7FFF0000
+SECCOMP_RET_ERRNO = 0x00050000
+X32_SYSCALL_BIT = 0x40000000
+# machine: (native audit arch, its memfd_create, 32-bit compat audit arch, its memfd_create)
+MEMFD_CREATE_BY_MACHINE = {
+    "x86_64": (0xC000003E, 319, 0x40000003, 356),
+    "aarch64": (0xC00000B7, 279, 0x40000028, 385),
+}
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_uint16), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+def _memfd_filter(machine: str) -> _SockFprog | None:
+    """The BPF program that answers memfd_create ENOSYS and allows the rest; None on another machine."""
+    if machine not in MEMFD_CREATE_BY_MACHINE:
+        return None
+    native, native_nr, compat, compat_nr = MEMFD_CREATE_BY_MACHINE[machine]
+    load, jump_eq, ret = 0x20, 0x15, 0x06  # BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, BPF_RET|BPF_K
+    # Jump offsets count from the next instruction; 8 allows, 9 refuses.
+    program = [
+        (load, 0, 0, 4),
+        (jump_eq, 0, 3, native),
+        (load, 0, 0, 0),
+        (jump_eq, 5, 0, native_nr),
+        (jump_eq, 4, 3, native_nr | X32_SYSCALL_BIT if machine == "x86_64" else native_nr),
+        (jump_eq, 0, 2, compat),
+        (load, 0, 0, 0),
+        (jump_eq, 1, 0, compat_nr),
+        (ret, 0, 0, SECCOMP_RET_ALLOW),
+        (ret, 0, 0, SECCOMP_RET_ERRNO | errno.ENOSYS),
+    ]
+    instructions = (_SockFilter * len(program))(*(_SockFilter(*insn) for insn in program))
+    fprog = _SockFprog(len(program), instructions)
+    fprog._instructions = instructions  # kept alive with the program
+    return fprog
+
+
+_MEMFD_FILTER = _memfd_filter(os.uname().machine)
+
+
+def refuse_memfd() -> bool:
+    """Install the worker's memfd_create filter (needs no_new_privs or CAP_SYS_ADMIN); False if not installed."""
+    if _MEMFD_FILTER is None:
+        return False
+    return _prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(_MEMFD_FILTER), 0, 0) == 0
 
 
 def landlock_abi() -> int:
@@ -138,11 +208,19 @@ def main(channel: socket.socket) -> NoReturn:
             # process) would be killed when a job fills the sandbox's memory,
             # and an innocent job blamed. Lowering to a value >= 0 needs no privilege.
             _set_oom_score_adj(RESIDENT_OOM_SCORE_ADJ)
+        if job["mode"] in CANDIDATE_MODES:
+            refuse_memfd()
         uid = int(job["uid"])
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
         # Again: the kernel clears it on a credential change.
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if job["mode"] in CANDIDATE_MODES:
+            # So is dumpability, without which the agent cannot read how much
+            # of its memory the run shares (memory.memory_of_run). An exec'd
+            # program is dumpable anyway. No core is written (RLIMIT_CORE 0),
+            # and only processes of this run's uid may trace it.
+            _prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
         _apply_limits(job.get("rlimits", {}), mapped)
         os.umask(0o077)
         os.chdir(job["cwd"])

@@ -632,6 +632,10 @@ def test_neighbours_hold_counts_what_is_outside_the_jobs_own_folder(
     assert not controller_module.has_room(str(root))
     fake_tmp(monkeypatch, root, entries=(0, 0), pages=(1000, 1000 - 100))  # no nr_inodes cap
     assert controller_module.has_room(str(root))
+    # Memory and pids, measured from /proc (all of this machine's here) against the limits the daemon gave.
+    assert controller_module.has_room(str(root), memory_bytes=1 << 50, pids=1 << 30)
+    assert not controller_module.has_room(str(root), memory_bytes=1 << 20)
+    assert not controller_module.has_room(str(root), pids=2)
 
 
 def test_room_tells_whether_jobs_can_come_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import platform
 import threading
@@ -399,11 +400,13 @@ INNOCENT = "import socket, time\ntime.sleep(4)\nprint(socket.gethostname())"
 
 
 @contextlib.contextmanager
-def one_sandbox_of_two_slots(tmp_path: Path, name: str) -> Iterator[tuple[DaemonProcess, grpc.Channel]]:
-    """A daemon whose python pool is one sandbox of two slots (so two jobs share it), and a channel to it."""
+def one_sandbox(tmp_path: Path, name: str, *, slots: int = 2, **extra_env: str,
+                ) -> Iterator[tuple[DaemonProcess, grpc.Channel]]:
+    """A daemon whose python pool is one sandbox of `slots` slots (so jobs share it), and a channel to it."""
     daemon = DaemonProcess(tmp_path, name, extra_env={
         "SANDBOXD_POOL_MATH": "false", "SANDBOXD_POOL_IMAGES": "python", "SANDBOXD_SESSIONS_ENABLED": "false",
-        "SANDBOXD_POOL_MIN_SIZE": "1", "SANDBOXD_POOL_MAX_SIZE": "1", "SANDBOXD_POOL_JOBS_PER_SANDBOX": "2"})
+        "SANDBOXD_POOL_MIN_SIZE": "1", "SANDBOXD_POOL_MAX_SIZE": "1", "SANDBOXD_POOL_JOBS_PER_SANDBOX": str(slots),
+        **extra_env})
     try:
         daemon.wait_serving()
         with grpc.insecure_channel(daemon.address) as channel:
@@ -418,7 +421,7 @@ def test_hard_links_stop_at_the_entry_cap_and_a_concurrent_job_is_answered(tmp_p
     removal on the agent's event loop made a concurrent 1 s job time out, and the sandbox was lost (red-team).
     Now /tmp and /dev/shm hold at most sandbox.tmpfs_inodes entries each, and removals run off the loop.
     One sandbox of two slots, so that the innocent job runs beside the link maker."""
-    with one_sandbox_of_two_slots(tmp_path, "links") as (_, channel):
+    with one_sandbox(tmp_path, "links") as (_, channel):
         # In a restored sandbox (pool.restore = always here, where snapshots work) too: CRIU remounts
         # the template's tmpfs with the options it was dumped with.
         capped = outcome(channel, "import os\nprint(os.statvfs('/tmp').f_files, os.statvfs('/dev/shm').f_files)")
@@ -458,7 +461,7 @@ def test_a_job_crowded_out_of_tmp_by_its_neighbour_is_retried_not_charged(tmp_pa
     """A job that took every entry of the sandbox's /tmp made a concurrent job's work dir fail with ENOSPC, which
     answered that innocent job INTERNAL. Now it runs again, once the sandbox has room (here the only one: it is given
     no job meanwhile), and is scored; the filler gets its own ENOSPC. One sandbox of two slots."""
-    with one_sandbox_of_two_slots(tmp_path, "crowd") as (daemon, channel):
+    with one_sandbox(tmp_path, "crowd") as (daemon, channel):
         filler: list[pb.JobResult] = []
         filling = threading.Thread(target=lambda: filler.append(outcome(channel, ENTRY_FILLER, timeout=30)))
         filling.start()
@@ -480,6 +483,61 @@ def test_a_job_crowded_out_of_tmp_by_its_neighbour_is_retried_not_charged(tmp_pa
         assert "replacing it" not in daemon.log_path.read_text(), "the sandbox was replaced, not waited for"
 
 
+# Four children of 100 MiB each: each under RLIMIT_AS, 400 MiB together under a 128 MiB limit.
+SPLIT_MEMORY = """
+import os, time
+children = []
+for _ in range(4):
+    pid = os.fork()
+    if pid == 0:
+        held = bytearray(b"x") * (100 << 20)
+        time.sleep(10)
+        os._exit(0)
+    children.append(pid)
+for pid in children:
+    os.waitpid(pid, 0)
+print("held 400 MiB")
+"""
+
+
+def test_a_runs_processes_are_held_to_its_memory_limit_together(channel: grpc.Channel) -> None:
+    """RLIMIT_AS bounds each process: a red team's C program held 800 MiB in four children under a 256 MiB limit and
+    passed, and the same trick got innocent runs beside it OOM-killed and charged MEMORY_LIMIT."""
+    result = outcome(channel, SPLIT_MEMORY, memory=128 << 20, timeout=20)
+    assert (result.status, result.limit_hit, result.attempts) == (pb.STATUS_MEMORY_LIMIT, pb.LIMIT_MEMORY, 1), result
+    assert "together, over the limit of 128 MiB" in result.message
+    assert outcome(channel, SPLIT_MEMORY, memory=512 << 20, timeout=20).execute.stdout == b"held 400 MiB\n"
+
+
+def test_a_lowered_oom_score_is_put_back_and_a_self_inflicted_sigkill_is_the_programs_own(
+        channel: grpc.Channel) -> None:
+    """An exec'd program owns its /proc files: it lowered its OOM score to the agent's, so that the OOM killer took
+    the innocent runs beside it (at 1000) first. And SIGKILL, sent by the program to itself with no OOM kill in
+    the sandbox, was reported as the out-of-memory killer's."""
+    script = ("echo 0 > /proc/self/oom_score_adj; cat /proc/self/oom_score_adj\nsleep 1\n"
+              "cat /proc/self/oom_score_adj\nkill -9 $$\n")
+    result = helpers.run(channel, helpers.execute(script, language="bash", timeout=10))
+    assert result.execute.stdout == b"0\n1000\n", result
+    assert (result.status, result.message) == (pb.STATUS_RUNTIME_ERROR, "killed by signal SIGKILL"), result
+
+
+# Holds 150 MiB for 3 s: three of them do not fit in a sandbox of 384 MiB.
+HOLD_150_MIB = "import time\nheld = bytearray(b'x') * (150 << 20)\ntime.sleep(3)\nprint('done')"
+
+
+def test_a_run_the_oom_killer_takes_under_its_own_limit_is_retried_not_charged(tmp_path: Path) -> None:
+    """Three runs of 150 MiB, each within its 256 MiB limit, in one sandbox of 384 MiB: the OOM killer takes one.
+    It was charged MEMORY_LIMIT for what its neighbours held; now it runs again once the sandbox has room (here the
+    only one: it is given no job meanwhile) and passes."""
+    with one_sandbox(tmp_path, "oom", slots=3, SANDBOXD_SANDBOX_MEMORY_BYTES=str(384 << 20),
+                     SANDBOXD_LIMITS_DEFAULT_MEMORY_BYTES=str(256 << 20),
+                     SANDBOXD_LIMITS_MAX_MEMORY_BYTES=str(384 << 20)) as (_, channel):
+        with concurrent.futures.ThreadPoolExecutor(3) as threads:
+            results = list(threads.map(lambda _: outcome(channel, HOLD_150_MIB, timeout=20), range(3)))
+        assert [(r.status, r.execute.stdout) for r in results] == [(pb.STATUS_OK, b"done\n")] * 3, results
+        assert sorted(r.attempts for r in results) == [1, 1, 2], results
+
+
 # Host-wide kernel counters and surface a job must not reach (red-team
 # findings): a job took all 65,536 AIO contexts (fs.aio-max-nr) and all
 # PTYs, after which io_setup() and `docker run -t` failed on the host. Our
@@ -492,10 +550,16 @@ KERNEL_PROBES = {
     "io_setup": "context = ctypes.c_ulong(0)\nprint(call(206, 1, ctypes.byref(context)))",
     "io_uring_setup": "print(call(425, 1, (ctypes.c_char * 120)()))",
     "memfd_secret": "print(call(447, 0))",
+    # memfd pages belong to no process until mapped: 40 x 60 MiB got innocent runs beside it OOM-killed.
+    "memfd_create": "print(call(319, b'x', 0))",
+    "memfd_create_execd": ("import subprocess, sys\nprint(subprocess.run([sys.executable, '-c', 'import os\\n"
+                             "try: os.memfd_create(\"x\")\\nexcept OSError as e: print(e.strerror)'], "
+                             "capture_output=True, text=True).stdout.strip())"),
     "os.openpty": "try: os.openpty(); print('allowed')\nexcept OSError as e: print(errno.errorcode[e.errno])",
     "pty.openpty": "import pty\ntry: pty.openpty(); print('allowed')\nexcept OSError: print('OSError')",
 }
-EXPECTED = {"io_setup": "ENOSYS", "io_uring_setup": "ENOSYS", "memfd_secret": "ENOSYS",
+EXPECTED = {"io_setup": "ENOSYS", "io_uring_setup": "ENOSYS", "memfd_secret": "ENOSYS", "memfd_create": "ENOSYS",
+            "memfd_create_execd": "Function not implemented",
             "os.openpty": "ENOENT", "pty.openpty": "OSError"}
 x86_64_only = pytest.mark.skipif(platform.machine() != "x86_64", reason="the probes use x86_64 syscall numbers")
 

@@ -1,0 +1,248 @@
+"""What each run holds in memory, measured from outside it, and what the sandbox's OOM killer did.
+
+RLIMIT_AS bounds one process. A run of several processes (a C program
+that forks four children of 200 MiB each, a Go child never waited for)
+kept each under the limit and held 800 MiB under a 256 MiB one; Go, Java
+and Node runs have no RLIMIT_AS at all and were held to their limit only
+by their peak at exit. Either way a run could fill the sandbox's memory,
+and the kernel's OOM killer then took the biggest process, which was
+often an innocent run beside it, charged MEMORY_LIMIT (red team).
+
+A sandbox is one memory cgroup (v1 here, without delegation: the agent
+cannot make one per run), so the agent measures runs itself. Each run has
+a uid of its own: every WATCH_SECONDS, MemoryWatch sums the memory of
+each watched uid's processes and kills a run over its limit, which is
+then answered MEMORY_LIMIT. A run of one process under RLIMIT_AS is
+bounded already and costs the sweep one stat of /proc/<pid>.
+
+What a process holds is counted in two steps. First RssAnon + RssShmem
+(/proc/<pid>/status, readable by anyone): an upper bound, since a forked
+copy counts every page it still shares with its parent (a Python fork
+bomb's 256 copies of a warm interpreter came to 2.4 GB). Only a run over
+its limit by that bound is counted again, exactly: Pss_Anon + Pss_Shmem of
+/proc/<pid>/smaps_rollup, where a shared page is split among its sharers.
+The kernel shows that file only to the process's own uid (ptrace's read
+check, by file system ids: setfsuid) and only while the process is
+dumpable, which a worker sets again after taking its uid (worker.main).
+
+The same sweep puts back the OOM score of a job's process that lowered it
+(an exec'd program owns its /proc files and may lower its score down to
+the agent's): the kernel must keep choosing a job's process, and the
+biggest one.
+
+Limits: a run that grows faster than the sweep (about 1 GiB in 50 ms,
+beyond what one core here can fault in) reaches the OOM killer first;
+then `crowded_out` keeps the innocent runs it kills from being charged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from sandboxd.agent import worker
+
+# Between two sweeps while any run is watched; a sweep of a busy sandbox
+# (40 processes) takes about 0.3 ms here. A slower one (a fork bomb's 256
+# processes, each counted exactly) stretches the pause, so that the sweeps
+# take at most 1 / WATCH_DUTY_INVERSE of a core, up to WATCH_MAX_PAUSE.
+WATCH_SECONDS = 0.05
+WATCH_DUTY_INVERSE = 20
+WATCH_MAX_PAUSE = 0.5
+# What a job's process is given; restored when lowered.
+JOB_OOM_SCORE_ADJ = str(worker.JOB_OOM_SCORE_ADJ).encode()
+# The kernel's count of OOM kills. Host-wide: a sandbox restored from a
+# snapshot sees another group than its own at /sys/fs/cgroup (CRIU remounts
+# the template's cgroup mounts from its own cgroup), so its memcg's
+# oom_control cannot be trusted. A kill elsewhere on the host during a run
+# only makes a SIGKILL of that run look like the OOM killer's: at worst it
+# is retried (crowded_out), never passed.
+VMSTAT = "/proc/vmstat"
+KIB = 1024
+
+
+def _read(path: str, size: int = 1 << 16) -> bytes | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, size)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def oom_kills(path: str = VMSTAT) -> int | None:
+    """How many processes the OOM killer has killed on this host so far; None where the kernel does not say."""
+    text = _read(path)
+    for line in (text or b"").splitlines():
+        name, _, value = line.partition(b" ")
+        if name == b"oom_kill" and value.strip().isdigit():
+            return int(value)
+    return None
+
+
+def sandbox_usage() -> tuple[int, int]:
+    """(bytes the sandbox's processes hold privately, how many tasks they are), from /proc.
+
+    Read from the processes rather than the cgroup's files, which a restored
+    sandbox cannot see (VMSTAT). Each process's private memory counts in
+    full, pages it shares with a fork's parent included: an over-count.
+    """
+    held = tasks = 0
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        status = _read(f"/proc/{name}/status", 4096)
+        if status:
+            held += _status_private_bytes(status)
+            tasks += _status_field(status, b"\nThreads:") or 1
+    return held, tasks
+
+
+def _status_field(status: bytes, field: bytes) -> int:
+    start = status.find(field)
+    if start < 0:
+        return 0
+    end = status.find(b"\n", start + 1)
+    try:
+        return int(status[start + len(field):end].split()[0])
+    except (ValueError, IndexError):
+        return 0
+
+
+def _status_private_bytes(status: bytes) -> int:
+    return (_status_field(status, b"\nRssAnon:") + _status_field(status, b"\nRssShmem:")) * KIB
+
+
+def private_memory(pid: int) -> int:
+    """Bytes of `pid`'s memory that no file backs (RssAnon + RssShmem); 0 once it is gone."""
+    status = _read(f"/proc/{pid}/status", 4096)
+    return _status_private_bytes(status) if status else 0
+
+
+def proportional_memory(pid: int) -> int | None:
+    """`pid`'s share of the memory no file backs (Pss_Anon + Pss_Shmem); None if the kernel does not show it to us."""
+    rollup = _read(f"/proc/{pid}/smaps_rollup", 4096)
+    if not rollup or b"\nPss_Anon:" not in rollup:
+        return None
+    return (_status_field(rollup, b"\nPss_Anon:") + _status_field(rollup, b"\nPss_Shmem:")) * KIB
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+@contextlib.contextmanager
+def _file_system_ids(uid: int) -> Iterator[None]:
+    """This thread's file system uid and gid set to `uid` (a job's gid is its uid) until the block ends."""
+    own_uid, own_gid = os.getuid(), os.getgid()
+    _libc.setfsgid(uid)
+    _libc.setfsuid(uid)
+    try:
+        yield
+    finally:
+        _libc.setfsuid(own_uid)
+        _libc.setfsgid(own_gid)
+
+
+def memory_of_run(uid: int, pids: list[int]) -> int:
+    """What the processes `pids` of `uid` hold together, shared pages split among their sharers.
+
+    A process whose share cannot be read (one that is not dumpable) counts
+    its whole private memory.
+    """
+    held = 0
+    with _file_system_ids(uid):
+        for pid in pids:
+            share = proportional_memory(pid)
+            held += share if share is not None else private_memory(pid)
+    return held
+
+
+def processes_of(uids: set[int]) -> dict[int, list[int]]:
+    """The pids of each of `uids`, from one listing of /proc (zombies included: they hold nothing)."""
+    found: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            uid = os.stat(f"/proc/{name}").st_uid
+        except FileNotFoundError:
+            continue
+        if uid in uids:
+            found.setdefault(uid, []).append(int(name))
+    return found
+
+
+def restore_oom_score(pid: int) -> None:
+    """Put `pid`'s OOM score adjustment back to a job's, if it lowered it (the agent may raise anyone's)."""
+    path = f"/proc/{pid}/oom_score_adj"
+    current = _read(path)
+    if current is None or current.strip() == JOB_OOM_SCORE_ADJ:
+        return
+    with contextlib.suppress(OSError), open(path, "wb") as adjust:
+        adjust.write(JOB_OOM_SCORE_ADJ)
+
+
+@dataclass
+class WatchedRun:
+    uid: int
+    limit: int
+    # One process under RLIMIT_AS is bounded by it; only a second one is counted.
+    bounded_alone: bool
+    on_over: Callable[[], None]
+    peak: int = 0
+    over: bool = False
+
+
+class MemoryWatch:
+    """Sweeps the watched runs' processes while there are any (see the module's docstring)."""
+
+    def __init__(self) -> None:
+        self._runs: dict[int, WatchedRun] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    def watch(self, uid: int, limit: int, *, bounded_alone: bool, on_over: Callable[[], None]) -> WatchedRun:
+        """Hold the processes of `uid` to `limit` bytes together; `on_over()` once they pass it."""
+        run = WatchedRun(uid, limit, bounded_alone, on_over)
+        self._runs[uid] = run
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._sweeping())
+        return run
+
+    def unwatch(self, run: WatchedRun) -> None:
+        if self._runs.get(run.uid) is run:
+            del self._runs[run.uid]
+
+    async def _sweeping(self) -> None:
+        while self._runs:
+            started = time.monotonic()
+            await self.sweep()
+            spent = time.monotonic() - started
+            await asyncio.sleep(min(WATCH_MAX_PAUSE, max(WATCH_SECONDS, spent * WATCH_DUTY_INVERSE)))
+
+    async def sweep(self) -> None:
+        processes = processes_of(set(self._runs))
+        for run in list(self._runs.values()):
+            pids = processes.get(run.uid, [])
+            for pid in pids:
+                restore_oom_score(pid)
+            if run.over or (run.bounded_alone and len(pids) <= 1):
+                continue
+            held = sum(private_memory(pid) for pid in pids)
+            if held > run.limit:
+                # Off the loop: for a fork bomb's 256 copies this reads for tens of milliseconds.
+                held = await asyncio.to_thread(memory_of_run, run.uid, pids)
+                if self._runs.get(run.uid) is not run:
+                    continue  # the run ended meanwhile; its uid may run the next case by now
+            run.peak = max(run.peak, held)
+            if held > run.limit and not run.over:
+                run.over = True
+                run.on_over()

@@ -1,0 +1,196 @@
+"""Per-run memory accounting against real processes on this machine (switching uids needs root)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sandboxd.agent import memory
+from sandboxd.agent.runner import RunOutcome, RunSpec, classify, crowded_out
+
+HOLDER_UID = 29_997  # outside the agent's job range, unused on a test machine
+MIB = 1 << 20
+# Holds argv[1] MiB of anonymous memory in each of argv[2] processes, then waits to be killed; with argv[3]
+# "shared", the memory is allocated before the forks, so that all of them share the same pages.
+HOLDER = """
+import os, sys, time
+size, processes, shared = int(sys.argv[1]) << 20, int(sys.argv[2]), sys.argv[3] == "shared"
+if shared:
+    held = bytearray(b"x") * size
+for _ in range(processes - 1):
+    if os.fork() == 0:
+        break
+if not shared:
+    held = bytearray(b"x") * size
+print("ready", flush=True)
+time.sleep(120)
+"""
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="switching to another uid needs root")
+
+
+@contextlib.contextmanager
+def holding(mib: int, processes: int, *, shared: bool = False) -> Iterator[subprocess.Popen[bytes]]:
+    """`processes` processes of HOLDER_UID holding `mib` MiB each (or the same `mib` MiB), until the block ends."""
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(mib), str(processes), "shared" if shared else "own"],
+                              stdout=subprocess.PIPE,
+                              user=HOLDER_UID, group=HOLDER_UID, extra_groups=[], start_new_session=True)
+    try:
+        assert holder.stdout is not None
+        for _ in range(processes):
+            assert holder.stdout.readline() == b"ready\n"
+        yield holder
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(holder.pid, signal.SIGKILL)
+        holder.wait()
+        # Its forked children are reaped by init: the next test must not find them.
+        deadline = time.monotonic() + 10
+        while memory.processes_of({HOLDER_UID}) and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+
+def test_oom_kills_read_from_vmstat(tmp_path: Path) -> None:
+    vmstat = tmp_path / "vmstat"
+    vmstat.write_text("pgfault 75408\noom_kill 181\nunevictable_pgs_culled 0\n")
+    assert memory.oom_kills(str(vmstat)) == 181
+    # A kernel before 4.13 has no counter: unknown, not zero.
+    vmstat.write_text("pgfault 75408\n")
+    assert memory.oom_kills(str(vmstat)) is None
+    assert memory.oom_kills(str(tmp_path / "absent")) is None
+    assert isinstance(memory.oom_kills(), int)  # this kernel's
+
+
+@as_root
+def test_sandbox_usage_counts_every_process_and_its_threads() -> None:
+    held, tasks = memory.sandbox_usage()
+    with holding(48, 3):
+        more_held, more_tasks = memory.sandbox_usage()
+    # Other processes of this machine come and go meanwhile; three of 48 MiB stand out.
+    assert more_held - held > 100 * MIB
+    assert more_tasks >= 3 and tasks >= threading.active_count()
+
+
+def test_private_memory_counts_anonymous_pages_and_nothing_of_a_gone_process() -> None:
+    before = memory.private_memory(os.getpid())
+    held = bytearray(b"x") * (32 * MIB)
+    assert memory.private_memory(os.getpid()) >= before + 30 * MIB
+    del held
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    assert memory.private_memory(gone.pid) == 0
+
+
+def sweeps_of(limit: int, *, bounded_alone: bool) -> tuple[memory.WatchedRun, int]:
+    """(the watched run after one sweep, how many times it was reported over)."""
+    reports: list[int] = []
+
+    async def scenario() -> memory.WatchedRun:
+        watch = memory.MemoryWatch()
+        run = watch.watch(HOLDER_UID, limit, bounded_alone=bounded_alone, on_over=lambda: reports.append(1))
+        await watch.sweep()
+        await watch.sweep()  # reported once, not per sweep
+        watch.unwatch(run)
+        return run
+
+    return asyncio.run(scenario()), len(reports)
+
+
+@as_root
+def test_a_run_whose_processes_hold_more_than_its_limit_together_is_reported_once() -> None:
+    # Each of the three stays under 64 MiB, as RLIMIT_AS would keep each; together they hold 144 MiB.
+    with holding(48, 3):
+        run, reports = sweeps_of(64 * MIB, bounded_alone=True)
+        assert reports == 1 and run.over
+        assert run.peak >= 3 * 46 * MIB
+        run, reports = sweeps_of(256 * MIB, bounded_alone=True)
+        assert reports == 0 and not run.over and 3 * 46 * MIB <= run.peak < 256 * MIB
+
+
+@as_root
+def test_pages_the_processes_share_count_once() -> None:
+    """Forked copies share their parent's pages until they write them: RssAnon counts them in each (a Python fork
+    bomb's copies of a warm interpreter came to 2.4 GB, a job holding 150 sleeping children to 660 MiB)."""
+    with holding(48, 3, shared=True):
+        upper_bound = sum(memory.private_memory(pid) for pid in memory.processes_of({HOLDER_UID})[HOLDER_UID])
+        assert upper_bound >= 3 * 46 * MIB
+        run, reports = sweeps_of(64 * MIB, bounded_alone=True)
+        assert (reports, run.over) == (0, False)
+        assert 46 * MIB <= run.peak < 64 * MIB
+
+
+@as_root
+def test_a_single_process_under_rlimit_as_is_not_measured_and_one_without_is() -> None:
+    with holding(48, 1):
+        run, reports = sweeps_of(16 * MIB, bounded_alone=True)
+        assert (reports, run.peak) == (0, 0)
+        run, reports = sweeps_of(16 * MIB, bounded_alone=False)  # Go, Java, Node: no RLIMIT_AS
+        assert reports == 1 and run.peak >= 46 * MIB
+
+
+@as_root
+def test_a_lowered_oom_score_is_put_back_by_the_sweep() -> None:
+    """An exec'd program owns its /proc files and may lower its score to the agent's: the OOM killer would then
+    take an innocent run beside it first."""
+    with holding(1, 1) as holder:
+        Path(f"/proc/{holder.pid}/oom_score_adj").write_text("0")
+        sweeps_of(1 << 40, bounded_alone=True)
+        assert Path(f"/proc/{holder.pid}/oom_score_adj").read_text().strip() == "1000"
+
+
+def _outcome(wait_status: int, *, killed_for: str = "", oom_kills: int | None = 1, max_rss: int = 0,
+             peak: int = 0, cpu_seconds: float = 0.1) -> RunOutcome:
+    return RunOutcome(wait_status=wait_status, stdout=b"", stderr=b"", stdout_truncated=False,
+                      stderr_truncated=False, killed_for=killed_for, wall_seconds=0.2, cpu_seconds=cpu_seconds,
+                      max_rss_bytes=max_rss, peak_memory_bytes=peak, oom_kills=oom_kills)
+
+
+SIGKILLED = signal.SIGKILL  # a wait status: terminated by signal 9
+
+
+def test_a_sigkill_is_the_oom_killers_only_when_it_killed_meanwhile() -> None:
+    spec = RunSpec(mode="python", uid=1, cwd="/", timeout=1.0, output_limit=1, rlimits={"cpu": 2},
+                   memory_limit=256 * MIB)
+    assert classify(_outcome(SIGKILLED, oom_kills=1), spec)[:2] == ("memory_limit", "memory")
+    assert classify(_outcome(SIGKILLED, oom_kills=None), spec)[:2] == ("memory_limit", "memory")
+    # os.kill(os.getpid(), SIGKILL) with no OOM kill in the sandbox: the program's own doing.
+    assert classify(_outcome(SIGKILLED, oom_kills=0), spec) == ("runtime_error", "", "killed by signal SIGKILL")
+    assert classify(_outcome(SIGKILLED, oom_kills=0, cpu_seconds=2.0), spec)[:2] == ("timeout", "cpu_time")
+    over = classify(_outcome(SIGKILLED, killed_for="memory", peak=300 * MIB), spec)
+    assert over == ("memory_limit", "memory", "its processes held 300 MiB together, over the limit of 256 MiB")
+
+
+def test_crowded_out_only_under_its_own_limit_and_under_half_the_sandbox() -> None:
+    sandbox = 2048 * MIB
+    assert crowded_out(_outcome(SIGKILLED, max_rss=200 * MIB), 512 * MIB, sandbox)
+    # No OOM kill meanwhile, or unknown, or killed by us: the run's own end.
+    assert not crowded_out(_outcome(SIGKILLED, oom_kills=0, max_rss=200 * MIB), 512 * MIB, sandbox)
+    assert not crowded_out(_outcome(SIGKILLED, oom_kills=None, max_rss=200 * MIB), 512 * MIB, sandbox)
+    assert not crowded_out(_outcome(SIGKILLED, killed_for="memory", peak=600 * MIB), 512 * MIB, sandbox)
+    # Over its own limit (its processes together), or alone holding half the sandbox: its own doing.
+    assert not crowded_out(_outcome(SIGKILLED, peak=600 * MIB), 512 * MIB, sandbox)
+    assert not crowded_out(_outcome(SIGKILLED, max_rss=1100 * MIB), 2048 * MIB, sandbox)
+    assert not crowded_out(_outcome(SIGKILLED, max_rss=200 * MIB), 512 * MIB, None)
+
+
+def test_the_workers_filter_refuses_memfd_create_to_it_and_to_what_it_execs() -> None:
+    program = ("import errno, os, subprocess, sys\nfrom sandboxd.agent import worker\nassert worker.refuse_memfd()\n"
+               "try:\n    os.memfd_create('x')\nexcept OSError as e:\n    print(errno.errorcode[e.errno])\n"
+               "child = 'import os\\ntry: os.memfd_create(\"y\")\\nexcept OSError as e: print(e.errno)'\n"
+               "print(subprocess.run([sys.executable, '-c', child], capture_output=True, text=True).stdout.strip())\n"
+               "print(len(os.listdir('/proc/self/fd')) > 0, os.getpid() > 0)\n")
+    if os.uname().machine not in ("x86_64", "aarch64"):
+        pytest.skip("the filter knows x86_64 and aarch64")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True,
+                          cwd=Path(__file__).parents[2])
+    assert done.stdout.split() == ["ENOSYS", str(errno.ENOSYS), "True", "True"], done
