@@ -702,7 +702,7 @@ class Runner:
         # The sandbox's memory limit, from the daemon's hello; None: unknown.
         self.sandbox_bytes: int | None = None
 
-    def _warm_memory(self) -> int:
+    def warm_memory(self) -> int:
         """What a worker holds when forked, shared with the zygote: a run is not charged for it."""
         if self._warm_bytes is None:
             self._warm_bytes = memory_module.private_memory(self.zygote.pid)
@@ -830,7 +830,7 @@ class Runner:
             job.watch(withdraw)
         watched = None
         if spec.memory_limit:
-            watched = self.memory.watch(spec.uid, spec.memory_limit + self._warm_memory(),
+            watched = self.memory.watch(spec.uid, spec.memory_limit + self.warm_memory(),
                                         bounded_alone="as_extra" in spec.rlimits, on_over=lambda: kill("memory"))
         try:
             if status_reader is not None:

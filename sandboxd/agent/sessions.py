@@ -25,9 +25,10 @@ import stat
 import time
 from typing import TYPE_CHECKING, Any
 
+from sandboxd.agent.memory import WatchedRun
 from sandboxd.agent.protocol import BadRequest
 from sandboxd.agent.repl import VALUE_PREVIEW_CHARS
-from sandboxd.agent.runner import OutputBudget, PipeReader, ResidentWorker, RunSpec, classify
+from sandboxd.agent.runner import OutputBudget, PipeReader, ResidentWorker, RunSpec, classify, sigkill_uid
 
 if TYPE_CHECKING:
     from sandboxd.agent.controller import Controller
@@ -206,6 +207,8 @@ class PythonSession(Session):
         super().__init__(controller, uid, workdir, limits)
         self.interpreter = ResidentWorker(controller.runner, RESULT_FRAME_BYTES)
         self._seq = 0
+        self._watched: WatchedRun | None = None
+        self._over_memory = False
 
     async def start(self) -> None:
         controller = self.controller
@@ -214,6 +217,15 @@ class PythonSession(Session):
         rlimits = controller.rlimits(dict(self.limits, timeout=self.limits["lifetime"]), address_space=True)
         await self.interpreter.start(RunSpec(mode="py_session", uid=self.uid, cwd=self.workdir, timeout=0,
                                              output_limit=0, rlimits=rlimits, env=controller.env(self.workdir)))
+        if memory_limit := int(self.limits.get("memory") or 0):
+            # For the session's life, cells and what they leave running between them alike.
+            self._watched = controller.runner.memory.watch(
+                self.uid, memory_limit + controller.runner.warm_memory(), bounded_alone=True,
+                on_over=self._memory_exceeded)
+
+    def _memory_exceeded(self) -> None:
+        self._over_memory = True
+        sigkill_uid(self.uid)  # the interpreter with the rest: the cell in flight, if any, sees it exit
 
     async def _run_cell(self, code: str, timeout: float, output_limit: int) -> dict[str, Any]:
         interrupted_for = ""
@@ -279,11 +291,16 @@ class PythonSession(Session):
             return {"status": "timeout", "limit": "wall_time", "value": "",
                     "message": f"cell ignored the interrupt at {timeout:g} s; the session was closed"}
         status, limit = ("memory_limit", "memory") if killed else ("runtime_error", "")
+        if self._over_memory:
+            detail = (f"was killed: the session's processes held more than its memory limit of "
+                      f"{int(self.limits['memory']) >> 20} MiB together")
         return {"status": status, "limit": limit, "value": "",
                 "message": f"the session's interpreter {detail}; the session was closed"}
 
     def close(self) -> None:
         super().close()
+        if self._watched is not None:
+            self.controller.runner.memory.unwatch(self._watched)
         self.interpreter.close()
 
 

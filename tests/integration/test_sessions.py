@@ -121,6 +121,18 @@ def test_sys_exit_and_limits_leave_the_session_alive(client: SandboxClient) -> N
         assert session.run("x").value == "1"
 
 
+def test_a_sessions_processes_are_held_to_its_memory_limit_together(client: SandboxClient) -> None:
+    """Each process a cell forks is under the interpreter's address-space cap; three children of 100 MiB left
+    running between cells were 300 MiB under a 128 MiB session. The session ends at its next cell."""
+    with client.open_session(memory_bytes=128 << 20) as session:
+        left = session.run("import os, time\nfor _ in range(3):\n    if os.fork() == 0:\n"
+                           "        held = bytearray(b'x') * (100 << 20)\n        time.sleep(60)\n        os._exit(0)")
+        assert left.status == Status.OK, left
+        ended = session.run("import time\ntime.sleep(5)", timeout=10)
+        assert (ended.status, ended.session_alive) == (Status.MEMORY_LIMIT, False), ended
+        assert "held more than its memory limit of 128 MiB together" in ended.message
+
+
 def test_out_of_memory_kills_sessions_before_the_agent(client: SandboxClient) -> None:
     with client.open_session() as session:
         mine, agent = session.run("open('/proc/self/oom_score_adj').read(), open('/proc/1/oom_score_adj').read()"
