@@ -681,6 +681,50 @@ _UNEVALUATED_RE = re.compile(
 )
 
 
+# Alternatives offered for one answer. "2 \text{ or } 3" reads as the list {2, 3}, which a single
+# ground truth does not equal; but "2 \text{ or 3}", "2 \text{(or 3)}", "B or C" and
+# "x = 2 \vee x = 3" were read as one of their alternatives and paid (red team).
+_HEDGE_RE = re.compile(r"(?<![\\a-zA-Z])or(?![a-zA-Z])|\\(?:vee|lor)(?![a-zA-Z])|\u2228", re.IGNORECASE)
+# Where a ground truth is itself a list or several values ("\\pm 1"), "or" in an answer is a list.
+_LIST_GOLD_RE = re.compile(
+    r",|;|(?<![\\a-zA-Z])(?:and|or)(?![a-zA-Z])|\\(?:vee|lor|cup|pm|mp)(?![a-zA-Z])|[\u00b1\u2213]")
+
+
+def _hedge(answer: str, gold: str) -> str | None:
+    """The word offering an alternative in ``answer`` when ``gold`` is one value, or ``None``."""
+    if _LIST_GOLD_RE.search(gold):
+        return None
+    m = _HEDGE_RE.search(answer)
+    return m.group(0) if m else None
+
+
+def _false_equality(objs: list[Any]) -> bool:
+    """Whether a parsed answer states an equality between two unequal numbers ("3 = 2", "x = 2 = 3").
+
+    Math-Verify keeps the last right-hand side of an equation as its value, so a false
+    statement ending in the ground truth was paid.
+    """
+    import sympy
+
+    for obj in objs:
+        relations = [obj] if isinstance(obj, sympy.Eq) else list(obj.atoms(sympy.Eq)) if isinstance(
+            obj, sympy.Basic) else []
+        for relation in relations:
+            if not isinstance(relation, sympy.Eq):
+                continue
+            lhs, rhs = relation.lhs, relation.rhs
+            if lhs.free_symbols or rhs.free_symbols or _too_big(lhs) or _too_big(rhs):
+                continue
+            try:
+                difference = complex(sympy.N(lhs - rhs, 30))
+                scale = max(1.0, abs(complex(sympy.N(rhs, 30))))
+            except (TypeError, ValueError, ArithmeticError):
+                continue
+            if abs(difference) > 1e-9 * scale:
+                return True
+    return False
+
+
 def _unevaluated_operator(s: str) -> str | None:
     """The first integral, sum, product, limit, derivative, max/min or gcd/lcm in ``s``, or ``None``."""
     m = _UNEVALUATED_RE.search(s)
@@ -1210,6 +1254,9 @@ def _judge(answer: str, rule: str, ground_truth: str) -> dict[str, str]:
     if boxes := _ground_truth_boxes(gold_raw):
         gold_raw = ", ".join(_strip_delims(box) for box in boxes)
 
+    if hedge := _hedge(_unwrap_text(answer), gold_raw):
+        return _result("wrong_answer", message=f"answer: offers alternatives ({hedge.strip()!r})", **base)
+
     # Multiple choice: a single capital letter as gold means "compare letters".
     if (gold_letter := _choice_letter(gold_raw, gold=True)) is not None:
         pred_letter = _choice_letter(answer, gold=False)
@@ -1268,6 +1315,8 @@ def _judge(answer: str, rule: str, ground_truth: str) -> dict[str, str]:
             "ok" if ok else "wrong_answer", message="" if ok else "number too large to evaluate", **res
         )
 
+    if _false_equality(pred_objs) and not _false_equality(gold_objs):
+        return _result("wrong_answer", message="answer: states an equality between unequal numbers", **res)
     if _compare(gold_objs, pred_objs):
         return _result("ok", **res)
     return _result("wrong_answer", message="answer not equivalent to ground truth", **res)

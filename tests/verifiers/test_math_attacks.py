@@ -508,3 +508,44 @@ def test_the_question_restated_is_not_its_answer(answer: str, gold: str) -> None
 )
 def test_answers_near_the_restatement_rule_still_score(answer: str, gold: str) -> None:
     check(boxed(answer), gold, OK)
+
+
+@pytest.mark.parametrize(
+    ("answer", "gold"),
+    [
+        # Red team: each was read as one of its alternatives and scored 1.0.
+        ("2 \\text{ or 3}", "2"),
+        ("2 \\text{(or 3)}", "2"),
+        ("B or C", "B"),
+        ("B \\text{ or } C", "B"),
+        ("x = 2 \\vee x = 3", "3"),
+        ("x = 2 \\lor x = 3", "2"),
+        ("2 \\text{ or more}", "2"),
+    ],
+)
+def test_an_answer_offering_alternatives_to_one_value_is_wrong(answer: str, gold: str) -> None:
+    result = check(boxed(answer), gold, WRONG)
+    assert "offers alternatives" in result["message"]
+
+
+@pytest.mark.parametrize(("answer", "gold"), [("3 = 2", "2"), ("2 = 3", "3"), ("x = 2 = 3", "3")])
+def test_a_false_equality_ending_in_the_answer_is_wrong(answer: str, gold: str) -> None:
+    """Math-Verify keeps an equation's last right-hand side: "3 = 2" was paid as 2."""
+    result = check(boxed(answer), gold, WRONG)
+    assert "equality between unequal numbers" in result["message"]
+
+
+@pytest.mark.parametrize(
+    ("answer", "gold"),
+    [
+        ("x = 2 \\text{ or } x = 3", "2, 3"),  # a list for a list
+        ("2 \\text{ or } 3", "2 \\text{ or } 3"),
+        ("x = -1 \\text{ or } x = 1", "\\pm 1"),
+        ("2 + 3 = 5", "5"),  # a true equality shown as work
+        ("x = 2", "2"),
+        ("\\text{four}", "\\text{four}"),  # "or" inside a word
+        ("\\text{color}", "\\text{color}"),
+    ],
+)
+def test_answers_near_the_alternatives_rules_still_score(answer: str, gold: str) -> None:
+    check(boxed(answer), gold, OK)
