@@ -577,6 +577,7 @@ class Controller:
             # and its death by our SIGKILL says nothing about it. The run
             # waits for the worker's exit, then sweeps the uid until empty.
             killed_by_us = not candidate_task.done()
+            candidate.ended_by_caller = killed_by_us
             # Closed first: a candidate not yet launched when the judge
             # answered (no one to signal yet) then reads end of file and exits.
             judge_end.close()

@@ -133,6 +133,10 @@ class RunSpec:
     # The memory its processes may hold together, watched while it runs
     # (memory.MemoryWatch); 0: not watched.
     memory_limit: int = 0
+    # Set by a caller that SIGKILLs the run's uid itself once it needs
+    # nothing more of it (the Python harness, after its verdict): that
+    # SIGKILL is not the OOM killer's, whatever the host's count says.
+    ended_by_caller: bool = False
 
 
 @dataclass
@@ -894,7 +898,7 @@ class Runner:
                        if oom_kills_before is not None and oom_kills_after is not None else None),
         )
         if (os.WIFSIGNALED(outcome.wait_status) and os.WTERMSIG(outcome.wait_status) == signal.SIGKILL
-                and not _over_cpu(outcome, spec)
+                and not spec.ended_by_caller and not _over_cpu(outcome, spec)
                 and crowded_out(outcome, spec.memory_limit or spec.peak_memory_limit or self.sandbox_bytes or 0,
                                 self.sandbox_bytes)):
             raise SandboxFull(f"the sandbox ran out of memory while this run held {outcome.held_bytes >> 20} MiB; "
