@@ -33,7 +33,7 @@ for _ in range(processes - 1):
         break
 if not shared:
     held = bytearray(b"x") * size
-print("ready", flush=True)
+os.write(1, b"ready\\n")  # one write each: print()'s may interleave with a sibling's
 time.sleep(120)
 """
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="switching to another uid needs root")
