@@ -36,14 +36,17 @@ if not shared:
 os.write(1, b"ready\\n")  # one write each: print()'s may interleave with a sibling's
 time.sleep(120)
 """
-as_root = pytest.mark.skipif(os.geteuid() != 0, reason="switching to another uid needs root")
+SYSTEM_PYTHON = "/usr/bin/python3"
+as_root = pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists(SYSTEM_PYTHON),
+                             reason=f"switching to another uid needs root, and {SYSTEM_PYTHON}")
 
 
 @contextlib.contextmanager
 def holding(mib: int, processes: int, *, shared: bool = False) -> Iterator[subprocess.Popen[bytes]]:
     """`processes` processes of HOLDER_UID holding `mib` MiB each (or the same `mib` MiB), until the block ends."""
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(mib), str(processes), "shared" if shared else "own"],
-                              stdout=subprocess.PIPE,
+    # The system's interpreter, from /: a CI clone in a 0700 temp folder is out of HOLDER_UID's reach.
+    holder = subprocess.Popen([SYSTEM_PYTHON, "-c", HOLDER, str(mib), str(processes), "shared" if shared else "own"],
+                              stdout=subprocess.PIPE, cwd="/",
                               user=HOLDER_UID, group=HOLDER_UID, extra_groups=[], start_new_session=True)
     try:
         assert holder.stdout is not None
