@@ -154,7 +154,7 @@ class RunOutcome:
     pending_exit: asyncio.Future[dict[str, Any]] | None = None
     # The most its processes were seen holding together (0: not measured).
     peak_memory_bytes: int = 0
-    # Processes the OOM killer took in the sandbox while it ran; None where the kernel does not say.
+    # Processes the OOM killer took on the host while it ran (memory.VMSTAT); None where the kernel does not say.
     oom_kills: int | None = None
 
     @property
@@ -192,7 +192,7 @@ def classify(outcome: RunOutcome, spec: RunSpec) -> tuple[str, str, str]:
             return "runtime_error", "file_size", "wrote a file larger than the limit"
         if sig == signal.SIGKILL:
             if outcome.oom_kills == 0:
-                # The sandbox's OOM killer took nothing meanwhile: the run killed itself.
+                # No OOM kill on the host meanwhile (memory.VMSTAT): the run killed itself.
                 return "runtime_error", "", "killed by signal SIGKILL"
             return "memory_limit", "memory", "killed by the out-of-memory killer"
         if any(marker in tail for marker in MEMORY_MARKERS):
