@@ -619,8 +619,9 @@ class Pool:
         """Give `sandbox` no job until it has room again (`Sandbox.has_room`), or replace it past a bound.
 
         A job that found the /tmp space, the pids or the memory taken by
-        other runs there was not at fault (SandboxFull): it runs elsewhere. Handed new jobs, the sandbox
-        would only send each of them elsewhere too, an attempt spent per job.
+        other runs there was not at fault (SandboxFull): it runs elsewhere.
+        Handed new jobs, the sandbox would only send each of them elsewhere
+        too, an attempt spent per job.
         """
         sandbox.full = True
         self._changed.set()  # a replacement may start meanwhile (_reconcile)

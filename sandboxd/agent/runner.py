@@ -154,7 +154,8 @@ class RunOutcome:
     pending_exit: asyncio.Future[dict[str, Any]] | None = None
     # The most its processes were seen holding together (0: not measured).
     peak_memory_bytes: int = 0
-    # Processes the OOM killer took on the host while it ran (memory.VMSTAT); None where the kernel does not say.
+    # Processes the OOM killer took on the host while it ran (memory.VMSTAT); None after a clean exit, where
+    # nothing reads it, and where the kernel does not say.
     oom_kills: int | None = None
 
     @property
@@ -526,24 +527,20 @@ def sigkill_uid(uid: int, *, count_exiting: bool = True, listed: set[int] | None
     state.
     """
     alive: set[int] = set()
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
+    for pid in memory_module.processes_of({uid}).get(uid, []):
         try:
-            if os.stat(f"/proc/{name}").st_uid != uid:
-                continue
-            with open(f"/proc/{name}/stat", "rb") as stat_file:
+            with open(f"/proc/{pid}/stat", "rb") as stat_file:
                 fields = stat_file.read().rsplit(b")", 1)[1].split()
             state, flags, threads = fields[0], int(fields[6]), int(fields[17])
         except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
             continue
         if listed is not None:
-            listed.add(int(name))
+            listed.add(pid)
         if threads <= 1 and (state in (b"Z", b"X") or (not count_exiting and flags & PF_EXITING)):
             continue
-        alive.add(int(name))
+        alive.add(pid)
         with contextlib.suppress(ProcessLookupError):
-            os.kill(int(name), signal.SIGKILL)
+            os.kill(pid, signal.SIGKILL)
     return alive
 
 
@@ -881,7 +878,8 @@ class Runner:
             # The status the program reported; its resources are not known
             # before its exit, and nothing reads them for a normal exit.
             exit_message = {"status": (reported or 0) << 8, "cpu_seconds": 0.0, "max_rss_bytes": 0}
-        oom_kills_after = memory_module.oom_kills()
+        # Only a run that did not exit cleanly is judged by the count (classify, crowded_out).
+        oom_kills_after = memory_module.oom_kills() if exit_message["status"] else None
         outcome = RunOutcome(
             wait_status=exit_message["status"],
             stdout=bytes(stdout.data),
@@ -899,8 +897,7 @@ class Runner:
         )
         if (os.WIFSIGNALED(outcome.wait_status) and os.WTERMSIG(outcome.wait_status) == signal.SIGKILL
                 and not spec.ended_by_caller and not _over_cpu(outcome, spec)
-                and crowded_out(outcome, spec.memory_limit or spec.peak_memory_limit or self.sandbox_bytes or 0,
-                                self.sandbox_bytes)):
+                and crowded_out(outcome, spec.memory_limit or self.sandbox_bytes or 0, self.sandbox_bytes)):
             raise SandboxFull(f"the sandbox ran out of memory while this run held {outcome.held_bytes >> 20} MiB; "
                               f"the out-of-memory killer took it")
         return outcome
