@@ -541,7 +541,8 @@ class Pool:
             if not uid_slot:
                 raise RuntimeError(f"sandbox {name} stopped as it started")
             ready = await sandbox.wait_ready(self.ready_timeout, self._alive(container_id), uid_slot,
-                                             self.config.sandbox.memory_bytes, self.config.sandbox.pids)
+                                             self.config.sandbox.memory_bytes, self.config.sandbox.pids,
+                                             self.config.sandbox.cpus)
             if prepare:
                 ready.update(await sandbox.request({"op": "prepare"}, timeout=self.ready_timeout))
         except Exception as exc:

@@ -197,21 +197,22 @@ class Sandbox:
             writer.close()
 
     async def wait_ready(self, timeout: float, alive: Callable[[], Awaitable[bool]], uid_slot: int,
-                         memory_bytes: int = 0, pids: int = 0) -> dict[str, Any]:
+                         memory_bytes: int = 0, pids: int = 0, cpus: float = 0.0) -> dict[str, Any]:
         """Poll until the agent answers `hello` (it reseeds on it after a restore).
 
         `alive` tells whether the container still runs, so that an agent that
         crashed at start fails now rather than at the timeout. `uid_slot`
         places the sandbox's block of job uids (agent/protocol.py).
-        `memory_bytes` and `pids` are the container's limits, which a
-        restored agent cannot read from its cgroup (agent/memory.py).
+        `memory_bytes`, `pids` and `cpus` are the container's limits, which
+        a restored agent cannot read from its cgroup (agent/usage.py).
         """
         deadline = time.monotonic() + timeout
         polls = 0
         while True:
             try:
                 reply = await self.request({"op": "hello", "sandbox_id": self.name, "uid_slot": uid_slot,
-                                            "memory_bytes": memory_bytes, "pids": pids}, timeout=5.0)
+                                            "memory_bytes": memory_bytes, "pids": pids, "cpus": cpus},
+                                           timeout=5.0)
                 if "error" in reply:
                     raise RuntimeError(f"sandbox {self.name} refused hello: {reply['error']}")
                 return reply

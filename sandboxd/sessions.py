@@ -201,6 +201,16 @@ class SessionManager:
                 {"op": "session_cell", "session": session.handle, "code": request.code, "timeout": timeout,
                  "output": session.limits["output"]},
                 timeout=timeout + AGENT_SLACK_SECONDS)
+        except SandboxFull as exc:
+            # The agent ended this session (a cell that raised); its neighbours took the sandbox's room, but
+            # the sandbox and its other sessions live on. (A bash cell the others crowd out is answered by
+            # the agent itself, uncharged, and its session lives: this is for a path that raises instead.)
+            if self.pool is not None:
+                self.pool.mark_full(session.sandbox)  # no new session there until its room is back
+            await self._end(session, f"its cell found the sandbox full: {exc}", "died", tell_agent=False)
+            metrics.SESSION_CELLS.labels(session.language, "internal").inc()
+            return pb.CellResult(status=pb.STATUS_INTERNAL, session_alive=False,
+                                 message=f"{exc}; the session was closed")
         except SandboxLost:
             self._sandbox_lost(session.sandbox)
             metrics.SESSION_CELLS.labels(session.language, "sandbox_lost").inc()
@@ -216,13 +226,13 @@ class SessionManager:
         agent_holds_it = "result" not in reply
         result = reply.get("result") or {}
         status = str(result.get("status", "internal"))
-        session.cells_run += 1
         alive = bool(result.get("alive", False))
         message = str(result.get("message", "") or reply.get("error", ""))
         if status == "gone":
             status, alive = "internal", False
         if status == "busy":
-            raise SessionBusy(message)
+            raise SessionBusy(message)  # the agent ran nothing: not a cell of the session's max_cells
+        session.cells_run += 1
         if not alive:
             await self._end(session, f"the session died: {message}", "died", tell_agent=agent_holds_it)
         elif session.cells_run >= self.config.sessions.max_cells:

@@ -11,7 +11,7 @@ import pytest
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 
 from sandboxd.config import Config
-from sandboxd.errors import InvalidRequest, NoSandbox, SandboxFull, SessionNotFound, Unsupported
+from sandboxd.errors import InvalidRequest, NoSandbox, SandboxFull, SessionBusy, SessionNotFound, Unsupported
 from sandboxd.pool import Pool
 from sandboxd.sandbox import Sandbox
 from sandboxd.sessions import SessionManager
@@ -98,7 +98,7 @@ class ScriptedSandbox(Sandbox):
     replies: list[dict]
 
     async def request(self, message: dict, timeout: float, withdrawal: object = None) -> dict:
-        reply = self.replies.pop(0) if message["op"] == "session_open" else {"room": False}
+        reply = self.replies.pop(0) if message["op"] in ("session_open", "session_cell") else {"room": False}
         if reply.get("full"):
             self.full = True
             raise SandboxFull(f"sandbox {self.name}: {reply['error']}")
@@ -120,6 +120,47 @@ async def test_an_open_that_finds_tmp_full_goes_to_another_sandbox_and_ends_no_s
         assert session.sandbox is spare and session.handle == 7
         assert crowded.full and not crowded.damaged and crowded.in_flight == 0
         assert pool._pick() is spare
+    finally:
+        await pool.close()
+
+
+async def test_a_cell_the_agent_refuses_as_busy_is_not_counted_against_max_cells() -> None:
+    config = Config()
+    config.sessions.max_cells = 1
+    pool = _pool(config, "sessions")
+    sandbox = ScriptedSandbox(name="s0", pool="sessions", container_id="0", control_dir="/x", started_by="cold")
+    sandbox.replies = [{"session": 7},
+                       {"result": {"status": "busy", "message": "a cell is already running", "alive": True}},
+                       {"result": {"status": "ok", "value": "1", "alive": True}}]
+    pool.sandboxes = [sandbox]
+    manager = SessionManager(pool, config)
+    try:
+        session = await manager.open(pb.OpenSessionRequest())
+        with pytest.raises(SessionBusy):
+            await manager.run_cell(pb.RunCellRequest(session_id=session.id, code="1"))
+        assert manager.list()[0].cells_run == 0
+        # Its one cell is still its own to run; the session ends with it.
+        result = await manager.run_cell(pb.RunCellRequest(session_id=session.id, code="1"))
+        assert (result.status, result.value, result.session_alive) == (pb.STATUS_OK, "1", False)
+    finally:
+        await pool.close()
+
+
+async def test_a_cell_that_finds_the_sandbox_full_ends_its_session_only() -> None:
+    config = Config()
+    pool = _pool(config, "sessions")
+    sandbox = ScriptedSandbox(name="s0", pool="sessions", container_id="0", control_dir="/x", started_by="cold")
+    sandbox.replies = [{"session": 7}, {"session": 8}, {"error": "no room for another process", "full": True}]
+    pool.sandboxes = [sandbox]
+    manager = SessionManager(pool, config)
+    try:
+        crowded = await manager.open(pb.OpenSessionRequest())
+        neighbour = await manager.open(pb.OpenSessionRequest())
+        result = await manager.run_cell(pb.RunCellRequest(session_id=crowded.id, code="1"))
+        assert (result.status, result.session_alive) == (pb.STATUS_INTERNAL, False)
+        assert "no room for another process" in result.message
+        assert [info.session_id for info in manager.list()] == [neighbour.id]
+        assert sandbox.full and not sandbox.damaged
     finally:
         await pool.close()
 

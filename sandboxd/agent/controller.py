@@ -35,9 +35,8 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from sandboxd.agent import memory as memory_module
 from sandboxd.agent import sessions as sessions_module
-from sandboxd.agent import worker
+from sandboxd.agent import usage, worker
 from sandboxd.agent.judgeserver import JudgeServers
 from sandboxd.agent.mathserver import MathServers
 from sandboxd.agent.protocol import (
@@ -70,6 +69,8 @@ from sandboxd.agent.runner import (
     remove_ipc_objects_of,
     remove_tree,
     sigkill_uid,
+    starved_message,
+    starved_out,
 )
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -84,7 +85,7 @@ SHARED_WRITABLE = ("/dev/shm", "/dev/mqueue", "/var/tmp", "/run/lock")
 STICKY_ROOT_FOLDERS = ("/var/tmp", "/run/lock")
 TEXT_PREVIEW_BYTES = 4096
 DEFAULT_RLIMITS = {"fsize": 64 << 20, "nproc": 256, "nofile": 512, "core": 0}
-# What a compiler's processes may hold together (memory.MemoryWatch), whatever
+# What a compiler's processes may hold together (usage.UsageWatch), whatever
 # the job's limit. Peak RSS of the largest process compiling a 5-line program
 # with a map and a sort, in the langs image: g++ (bits/stdc++.h) 205 MiB,
 # rustc 181 MiB, javac 89 MiB, go build 47 MiB. A template or const-eval
@@ -103,6 +104,11 @@ MAX_ERROR_CHARS = 2000
 # own compile fills /tmp keeps its compile_error. The sandbox takes jobs
 # again once less than this share is used (`room`).
 NEIGHBOURS_SHARE = 0.5
+# A run starved of CPU by the others (runner.starved_out) is retried
+# elsewhere; the sandbox takes jobs again once at most this many job threads
+# per CPU are ready to run: two single-threaded busy runs on one CPU are
+# room, a run of three busy processes beside them is not.
+RUNNABLE_PER_CPU = 2
 # A compile's "no space left on device" counts only when the space within its
 # reach (free, plus what its own folder holds) is under this share of /tmp.
 STARVED_SHARE = 0.1
@@ -183,8 +189,9 @@ class Controller:
         self.uids = UidPool()
         self.languages = languages
         self.sandbox_id = ""
-        # The sandbox's pids limit, from the daemon's hello; 0: unknown.
+        # The sandbox's pids limit and CPUs, from the daemon's hello; 0: unknown.
         self.sandbox_pids = 0
+        self.sandbox_cpus = 0.0
         self.math = math or MathSettings()
         self.shared_writable = list(SHARED_WRITABLE)
         self.math_servers = MathServers(self, self.math.servers)
@@ -435,8 +442,8 @@ class Controller:
         if outcome.exit_code and not outcome.killed_for and NO_SPACE in (outcome.stderr + outcome.stdout).lower():
             # The compiler's words are the candidate's to write (`#error No space left on device`):
             # only a /tmp that really left this job no room, the others holding it, makes them an excuse.
-            usage = await _off_loop(TmpUsage.read, WORK_ROOT, workdir)
-            if usage.starved() and usage.others_hold():
+            tmp = await _off_loop(TmpUsage.read, WORK_ROOT, workdir)
+            if tmp.starved() and tmp.others_hold():
                 raise SandboxFull("/tmp of the sandbox is full (compiling); other runs hold its space")
         output = _preview(outcome.stderr + outcome.stdout, 8192)
         if outcome.killed_for == "wall_time":
@@ -599,6 +606,7 @@ class Controller:
             return _code_result([], plan["total"], status="runtime_error",
                                 message="the program filled /tmp before its tests could start")
         if judged == "timeout":
+            _raise_if_starved(candidate_outcome)
             return _code_result([], plan["total"], status="timeout", limit="wall_time", message=message)
         if judged != "ok" or not isinstance(verdict, dict):
             return {"status": "internal", "message": message or "no verdict", "code": {"tests_total": plan["total"]}}
@@ -622,6 +630,8 @@ class Controller:
             tests.append({"index": int(entry.get("index", len(tests))), "status": status, "limit": limit,
                           "message": message[:2000], "time_seconds": float(entry.get("time_seconds", 0.0)),
                           "stderr": _preview(candidate_outcome.stderr, 2000)})
+        if any(test["limit"] == "wall_time" for test in tests):
+            _raise_if_starved(candidate_outcome)
         return _code_result(tests, int(verdict.get("total", plan["total"])))
 
     async def _math(self, job: dict[str, Any]) -> dict[str, Any]:
@@ -737,9 +747,10 @@ class Controller:
             return {"ok": True}
         if op == "hello":
             self.sandbox_id = require(request, "sandbox_id", str, default="")
-            # The daemon's word: a sandbox restored from a snapshot sees another cgroup than its own (memory.VMSTAT).
+            # The daemon's word: a sandbox restored from a snapshot sees another cgroup than its own (usage.VMSTAT).
             self.runner.sandbox_bytes = require(request, "memory_bytes", int, default=0) or None
             self.sandbox_pids = require(request, "pids", int, default=0)
+            self.sandbox_cpus = float(require(request, "cpus", (int, float), default=0.0))
             if "uid_slot" in request:
                 self.uids.place(first_job_uid(request["uid_slot"]))
             if self.private_tmp:
@@ -763,7 +774,8 @@ class Controller:
                 reply["reward_model"] = (await self.reward_model.run({"op": "status"}))["reward_model"]
             return reply
         if op == "room":
-            return {"room": has_room(WORK_ROOT, self.runner.sandbox_bytes or 0, self.sandbox_pids)}
+            return {"room": has_room(WORK_ROOT, self.runner.sandbox_bytes or 0, self.sandbox_pids,
+                                     self.sandbox_cpus)}
         if op == "run":
             return {"result": await self.run_job(require(request, "job", dict))}
         if op == "session_open":
@@ -975,15 +987,23 @@ def neighbours_hold(root: str, own: str | None) -> bool:
     return TmpUsage.read(root, own).others_hold()
 
 
-def has_room(root: str, memory_bytes: int = 0, pids: int = 0) -> bool:
-    """Whether less than NEIGHBOURS_SHARE of `root`'s file system's bytes and entries, and of the sandbox's
-    `memory_bytes` (a run the OOM killer took: runner.crowded_out) and `pids` (0: unknown), is used: jobs can
-    come back."""
+def _raise_if_starved(candidate: RunOutcome) -> None:
+    """SandboxFull if the candidate the judge gave up on was kept off the CPU by other runs (runner.starved_out)."""
+    if candidate.cpu_share is not None and starved_out(candidate.cpu_share, candidate.wall_seconds):
+        raise SandboxFull(starved_message(candidate.cpu_share, candidate.wall_seconds))
+
+
+def has_room(root: str, memory_bytes: int = 0, pids: int = 0, cpus: float = 0.0) -> bool:
+    """Whether jobs can come back: less than NEIGHBOURS_SHARE of `root`'s file system's bytes and entries, and of
+    the sandbox's `memory_bytes` (a run the OOM killer took: runner.crowded_out) and `pids`, is used, and at most
+    RUNNABLE_PER_CPU job threads per CPU of `cpus` wait to run (a run starved: runner.starved_out). 0: unknown."""
     if neighbours_hold(root, None):
+        return False
+    if cpus and usage.runnable_job_tasks() > RUNNABLE_PER_CPU * max(1.0, cpus):
         return False
     if not memory_bytes and not pids:
         return True
-    held, tasks = memory_module.sandbox_usage()
+    held, tasks = usage.sandbox_usage()
     return not ((memory_bytes and held >= NEIGHBOURS_SHARE * memory_bytes)
                 or (pids and tasks >= NEIGHBOURS_SHARE * pids))
 

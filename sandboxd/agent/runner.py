@@ -26,10 +26,10 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-from sandboxd.agent import memory as memory_module
+from sandboxd.agent import usage
 from sandboxd.agent import zygote as zygote_module
-from sandboxd.agent.memory import MemoryWatch
 from sandboxd.agent.protocol import HEADER, MAX_FRAME_BYTES, ProtocolError, encode_frame, read_frame
+from sandboxd.agent.usage import CpuShare, UsageWatch
 
 # Markers that a program died of its memory limit rather than of a bug; the
 # address-space rlimit makes allocation fail instead of summoning the OOM killer.
@@ -131,7 +131,7 @@ class RunSpec:
     # memory, from its exit report: over it, the run is a memory limit.
     peak_memory_limit: int = 0
     # The memory its processes may hold together, watched while it runs
-    # (memory.MemoryWatch); 0: not watched.
+    # (usage.UsageWatch); 0: not watched.
     memory_limit: int = 0
     # Set by a caller that SIGKILLs the run's uid itself once it needs
     # nothing more of it (the Python harness, after its verdict): that
@@ -154,9 +154,11 @@ class RunOutcome:
     pending_exit: asyncio.Future[dict[str, Any]] | None = None
     # The most its processes were seen holding together (0: not measured).
     peak_memory_bytes: int = 0
-    # Processes the OOM killer took on the host while it ran (memory.VMSTAT); None after a clean exit, where
+    # Processes the OOM killer took on the host while it ran (usage.VMSTAT); None after a clean exit, where
     # nothing reads it, and where the kernel does not say.
     oom_kills: int | None = None
+    # What it got of the sandbox's CPU, and the other runs meanwhile (usage.UsageWatch); None: not watched.
+    cpu_share: CpuShare | None = None
 
     @property
     def held_bytes(self) -> int:
@@ -193,7 +195,7 @@ def classify(outcome: RunOutcome, spec: RunSpec) -> tuple[str, str, str]:
             return "runtime_error", "file_size", "wrote a file larger than the limit"
         if sig == signal.SIGKILL:
             if outcome.oom_kills == 0:
-                # No OOM kill on the host meanwhile (memory.VMSTAT): the run killed itself.
+                # No OOM kill on the host meanwhile (usage.VMSTAT): the run killed itself.
                 return "runtime_error", "", "killed by signal SIGKILL"
             return "memory_limit", "memory", "killed by the out-of-memory killer"
         if any(marker in tail for marker in MEMORY_MARKERS):
@@ -228,6 +230,36 @@ def crowded_out(outcome: RunOutcome, limit: int, sandbox_bytes: int | None) -> b
         return False
     held = outcome.held_bytes
     return held <= limit and 2 * held < sandbox_bytes
+
+
+# A run that waited for a CPU at least STARVED_WAIT_SHARE of its wall time
+# while the other runs in the sandbox ran STARVED_OTHERS_RATIO times its CPU
+# was starved by them (starved_out). Beside one run of as many busy threads
+# as its own, a run waits about half its time on a one-CPU sandbox, and on
+# a host loaded at its limit (8 busy runs on 2 CPUs) three quarters, but its
+# neighbours run about what it runs: not starved. Beside a run of 250 busy
+# processes it waited 99% of its 3 s and ran 1/250 of what they did.
+STARVED_WAIT_SHARE = 0.5
+STARVED_OTHERS_RATIO = 3.0
+
+
+def starved_out(share: CpuShare | None, wall_seconds: float) -> bool:
+    """Whether a run that reached its deadline was kept off the CPU by the sandbox's other runs, not by itself.
+
+    Such a run is run again elsewhere (SandboxFull), not charged TIMEOUT: it
+    needed the CPU (it waited for one most of its life), and others took it.
+    A program that sleeps waits on no run queue; one that starves itself
+    with its own threads counts their CPU as its own.
+    """
+    if share is None or wall_seconds <= 0:
+        return False
+    return (share.waited_seconds >= STARVED_WAIT_SHARE * wall_seconds
+            and share.others_ran_seconds >= STARVED_OTHERS_RATIO * max(share.ran_seconds, 1e-3))
+
+
+def starved_message(share: CpuShare, wall_seconds: float) -> str:
+    return (f"other runs took the sandbox's CPU: in {wall_seconds:.2f} s this run ran {share.ran_seconds:.2f} s and "
+            f"waited {share.waited_seconds:.2f} s for a CPU, while they ran {share.others_ran_seconds:.2f} s")
 
 
 class OutputBudget:
@@ -527,7 +559,7 @@ def sigkill_uid(uid: int, *, count_exiting: bool = True, listed: set[int] | None
     state.
     """
     alive: set[int] = set()
-    for pid in memory_module.processes_of({uid}).get(uid, []):
+    for pid in usage.processes_of({uid}).get(uid, []):
         try:
             with open(f"/proc/{pid}/stat", "rb") as stat_file:
                 fields = stat_file.read().rsplit(b")", 1)[1].split()
@@ -698,7 +730,7 @@ class Runner:
     def __init__(self, zygote: Zygote, reap: Callable[[], None]) -> None:
         self.zygote = zygote
         self._reap = reap
-        self.memory = MemoryWatch()
+        self.usage = UsageWatch()
         self._warm_bytes: int | None = None
         # The sandbox's memory limit, from the daemon's hello; None: unknown.
         self.sandbox_bytes: int | None = None
@@ -706,7 +738,7 @@ class Runner:
     def warm_memory(self) -> int:
         """What a worker holds when forked, shared with the zygote: a run is not charged for it."""
         if self._warm_bytes is None:
-            self._warm_bytes = memory_module.private_memory(self.zygote.pid)
+            self._warm_bytes = usage.private_memory(self.zygote.pid)
         return self._warm_bytes
 
     async def launch(self, spec: RunSpec, fds: list[int], extra: dict[str, Any] | None = None,
@@ -795,7 +827,7 @@ class Runner:
                 sigkill_uid(spec.uid)
 
         budget = OutputBudget(spec.output_limit, lambda: kill("output"))
-        oom_kills_before = memory_module.oom_kills()
+        oom_kills_before = usage.oom_kills()
         stdout = PipeReader(out_r, budget)
         stderr = PipeReader(err_r, budget)
         extra = {"status_fd": len(fds) - 1} if status_reader is not None else None
@@ -829,10 +861,8 @@ class Runner:
 
         if job is not None:
             job.watch(withdraw)
-        watched = None
-        if spec.memory_limit:
-            watched = self.memory.watch(spec.uid, spec.memory_limit + self.warm_memory(),
-                                        bounded_alone="as_extra" in spec.rlimits, on_over=lambda: kill("memory"))
+        watched = self.usage.watch(spec.uid, spec.memory_limit + self.warm_memory() if spec.memory_limit else 0,
+                                   bounded_alone="as_extra" in spec.rlimits, on_over=lambda: kill("memory"))
         try:
             if status_reader is not None:
                 ends: list[asyncio.Future[Any]] = [exited, status_reader.status]
@@ -844,6 +874,7 @@ class Runner:
                 remaining = max(0.0, spec.timeout - (time.monotonic() - started))
                 exit_message = await asyncio.wait_for(asyncio.shield(exited), remaining)
         except TimeoutError:
+            self.usage.count_now(watched)
             kill("wall_time")
             exit_message = await self._await_exit(exited)
         finally:
@@ -852,8 +883,7 @@ class Runner:
                 status_reader.close()
             if job is not None:
                 job.unwatch(withdraw)
-            if watched is not None:
-                self.memory.unwatch(watched)
+            self.usage.unwatch(watched)
         wall = time.monotonic() - started
         pending_exit: asyncio.Future[dict[str, Any]] | None = None
         if reported is not None:
@@ -879,7 +909,7 @@ class Runner:
             # before its exit, and nothing reads them for a normal exit.
             exit_message = {"status": (reported or 0) << 8, "cpu_seconds": 0.0, "max_rss_bytes": 0}
         # Only a run that did not exit cleanly is judged by the count (classify, crowded_out).
-        oom_kills_after = memory_module.oom_kills() if exit_message["status"] else None
+        oom_kills_after = usage.oom_kills() if exit_message["status"] else None
         outcome = RunOutcome(
             wait_status=exit_message["status"],
             stdout=bytes(stdout.data),
@@ -891,7 +921,8 @@ class Runner:
             cpu_seconds=exit_message["cpu_seconds"],
             max_rss_bytes=exit_message["max_rss_bytes"],
             pending_exit=pending_exit,
-            peak_memory_bytes=watched.peak if watched is not None else 0,
+            peak_memory_bytes=watched.peak,
+            cpu_share=self.usage.share_of(watched),
             oom_kills=(oom_kills_after - oom_kills_before
                        if oom_kills_before is not None and oom_kills_after is not None else None),
         )
@@ -900,6 +931,8 @@ class Runner:
                 and crowded_out(outcome, spec.memory_limit or self.sandbox_bytes or 0, self.sandbox_bytes)):
             raise SandboxFull(f"the sandbox ran out of memory while this run held {outcome.held_bytes >> 20} MiB; "
                               f"the out-of-memory killer took it")
+        if killed_for == "wall_time" and outcome.cpu_share and starved_out(outcome.cpu_share, wall):
+            raise SandboxFull(starved_message(outcome.cpu_share, wall))
         return outcome
 
     async def _until_exiting(self, uid: int, listed: set[int]) -> None:

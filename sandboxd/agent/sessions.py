@@ -25,10 +25,19 @@ import stat
 import time
 from typing import TYPE_CHECKING, Any
 
-from sandboxd.agent.memory import WatchedRun
+from sandboxd.agent import usage
 from sandboxd.agent.protocol import BadRequest
 from sandboxd.agent.repl import VALUE_PREVIEW_CHARS
-from sandboxd.agent.runner import OutputBudget, PipeReader, ResidentWorker, RunSpec, classify, sigkill_uid
+from sandboxd.agent.runner import (
+    OutputBudget,
+    PipeReader,
+    ResidentWorker,
+    RunSpec,
+    SandboxFull,
+    classify,
+    sigkill_uid,
+)
+from sandboxd.agent.usage import WatchedRun
 
 if TYPE_CHECKING:
     from sandboxd.agent.controller import Controller
@@ -193,7 +202,13 @@ class BashSession(Session):
             stdin=code.encode(), rlimits=controller.rlimits(limits, address_space=True),
             env=controller.env(self.workdir), memory_limit=int(limits.get("memory") or 0),
         )
-        outcome = await controller.runner.run(spec)
+        try:
+            outcome = await controller.runner.run(spec)
+        except SandboxFull as exc:
+            # The others took the sandbox's memory, CPU or pids (runner.crowded_out, starved_out): a cell
+            # cannot run again elsewhere, so it is answered uncharged; the state file is the last cell's.
+            return {"status": "internal", "limit": "", "value": "", "stdout": "", "stderr": "",
+                    "message": f"{exc}; the cell was not charged and can be run again"}
         status, limit, message = classify(outcome, spec)
         return {"status": status, "limit": limit, "message": message, "value": "",
                 "stdout": outcome.stdout.decode("utf-8", "replace"),
@@ -209,6 +224,9 @@ class PythonSession(Session):
         self._seq = 0
         self._watched: WatchedRun | None = None
         self._over_memory = False
+        # The host's OOM kill count when the interpreter was last known alive: a SIGKILL with no OOM kill
+        # since is the session's own (os.kill(os.getpid(), 9)), not a memory limit.
+        self._oom_kills_alive: int | None = None
 
     async def start(self) -> None:
         controller = self.controller
@@ -217,11 +235,13 @@ class PythonSession(Session):
         rlimits = controller.rlimits(dict(self.limits, timeout=self.limits["lifetime"]), address_space=True)
         await self.interpreter.start(RunSpec(mode="py_session", uid=self.uid, cwd=self.workdir, timeout=0,
                                              output_limit=0, rlimits=rlimits, env=controller.env(self.workdir)))
-        if memory_limit := int(self.limits.get("memory") or 0):
-            # For the session's life, cells and what they leave running between them alike.
-            self._watched = controller.runner.memory.watch(
-                self.uid, memory_limit + controller.runner.warm_memory(), bounded_alone=True,
-                on_over=self._memory_exceeded)
+        # For the session's life, cells and what they leave running between them alike: its memory is held
+        # to its limit, and its CPU counts as the other runs' for the runs beside it (runner.starved_out).
+        memory_limit = int(self.limits.get("memory") or 0)
+        self._watched = controller.runner.usage.watch(
+            self.uid, memory_limit + controller.runner.warm_memory() if memory_limit else 0, bounded_alone=True,
+            on_over=self._memory_exceeded)
+        self._oom_kills_alive = usage.oom_kills()
 
     def _memory_exceeded(self) -> None:
         self._over_memory = True
@@ -262,6 +282,7 @@ class PythonSession(Session):
             self.close()
             return dict(output, status="runtime_error", limit="", value="",
                         message="a cell wrote to the session's results socket; the session was closed")
+        self._oom_kills_alive = usage.oom_kills()
         status = str(reply.get("status", ""))
         # The interpreter cuts its values there; a forged result must not be longer (docs/sessions.md).
         value = str(reply.get("value", ""))[:MAX_VALUE_CHARS]
@@ -290,6 +311,9 @@ class PythonSession(Session):
         if interrupted_for == "wall_time":
             return {"status": "timeout", "limit": "wall_time", "value": "",
                     "message": f"cell ignored the interrupt at {timeout:g} s; the session was closed"}
+        if killed and not self._over_memory and self._oom_kills_alive is not None \
+                and usage.oom_kills() == self._oom_kills_alive:
+            killed = False  # no OOM kill on the host since it was last alive: it killed itself
         status, limit = ("memory_limit", "memory") if killed else ("runtime_error", "")
         if self._over_memory:
             detail = (f"was killed: the session's processes held more than its memory limit of "
@@ -300,7 +324,7 @@ class PythonSession(Session):
     def close(self) -> None:
         super().close()
         if self._watched is not None:
-            self.controller.runner.memory.unwatch(self._watched)
+            self.controller.runner.usage.unwatch(self._watched)
         self.interpreter.close()
 
 

@@ -99,11 +99,13 @@ def test_cell_that_ignores_the_interrupt_ends_its_session(client: SandboxClient)
 @pytest.mark.parametrize(("code", "status"), [
     ("import os\nos._exit(0)", Status.RUNTIME_ERROR),
     ("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)", Status.RUNTIME_ERROR),
+    # Its own SIGKILL, with no OOM kill meanwhile: was reported as a memory limit.
+    ("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", Status.RUNTIME_ERROR),
 ])
 def test_crashed_interpreter_is_reported_dead(client: SandboxClient, code: str, status: Status) -> None:
     with client.open_session() as session:
         result = session.run(code)
-        assert result.status == status and not result.session_alive
+        assert result.status == status and not result.session_alive, result
         assert "the session was closed" in result.message
         with pytest.raises(SessionNotFound):
             session.run("1")

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from sandboxd.agent import memory
-from sandboxd.agent.runner import RunOutcome, RunSpec, classify, crowded_out
+from sandboxd.agent import usage
+from sandboxd.agent.controller import has_room
+from sandboxd.agent.runner import RunOutcome, RunSpec, classify, crowded_out, starved_out
 
 HOLDER_UID = 29_997  # outside the agent's job range, unused on a test machine
 MIB = 1 << 20
@@ -42,11 +43,11 @@ as_root = pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists(SYSTEM_PYTH
 
 
 @contextlib.contextmanager
-def holding(mib: int, processes: int, *, shared: bool = False) -> Iterator[subprocess.Popen[bytes]]:
-    """`processes` processes of HOLDER_UID holding `mib` MiB each (or the same `mib` MiB), until the block ends."""
+def _run_as_holder(program: str, args: list[str], processes: int) -> Iterator[subprocess.Popen[bytes]]:
+    """`program`, which forks into `processes` processes of HOLDER_UID that each write "ready", until the block
+    ends; then all of them are killed."""
     # The system's interpreter, from /: a CI clone in a 0700 temp folder is out of HOLDER_UID's reach.
-    holder = subprocess.Popen([SYSTEM_PYTHON, "-c", HOLDER, str(mib), str(processes), "shared" if shared else "own"],
-                              stdout=subprocess.PIPE, cwd="/",
+    holder = subprocess.Popen([SYSTEM_PYTHON, "-c", program, *args], stdout=subprocess.PIPE, cwd="/",
                               user=HOLDER_UID, group=HOLDER_UID, extra_groups=[], start_new_session=True)
     try:
         assert holder.stdout is not None
@@ -59,47 +60,53 @@ def holding(mib: int, processes: int, *, shared: bool = False) -> Iterator[subpr
         holder.wait()
         # Its forked children are reaped by init: the next test must not find them.
         deadline = time.monotonic() + 10
-        while memory.processes_of({HOLDER_UID}) and time.monotonic() < deadline:
+        while usage.processes_of({HOLDER_UID}) and time.monotonic() < deadline:
             time.sleep(0.01)
+
+
+def holding(mib: int, processes: int, *, shared: bool = False) -> contextlib.AbstractContextManager[
+        subprocess.Popen[bytes]]:
+    """`processes` processes of HOLDER_UID holding `mib` MiB each (or the same `mib` MiB), until the block ends."""
+    return _run_as_holder(HOLDER, [str(mib), str(processes), "shared" if shared else "own"], processes)
 
 
 def test_oom_kills_read_from_vmstat(tmp_path: Path) -> None:
     vmstat = tmp_path / "vmstat"
     vmstat.write_text("pgfault 75408\noom_kill 181\nunevictable_pgs_culled 0\n")
-    assert memory.oom_kills(str(vmstat)) == 181
+    assert usage.oom_kills(str(vmstat)) == 181
     # A kernel before 4.13 has no counter: unknown, not zero.
     vmstat.write_text("pgfault 75408\n")
-    assert memory.oom_kills(str(vmstat)) is None
-    assert memory.oom_kills(str(tmp_path / "absent")) is None
-    assert isinstance(memory.oom_kills(), int)  # this kernel's
+    assert usage.oom_kills(str(vmstat)) is None
+    assert usage.oom_kills(str(tmp_path / "absent")) is None
+    assert isinstance(usage.oom_kills(), int)  # this kernel's
 
 
 @as_root
 def test_sandbox_usage_counts_every_process_and_its_threads() -> None:
-    held, tasks = memory.sandbox_usage()
+    held, tasks = usage.sandbox_usage()
     with holding(48, 3):
-        more_held, more_tasks = memory.sandbox_usage()
+        more_held, more_tasks = usage.sandbox_usage()
     # Other processes of this machine come and go meanwhile; three of 48 MiB stand out.
     assert more_held - held > 100 * MIB
     assert more_tasks >= 3 and tasks >= threading.active_count()
 
 
 def test_private_memory_counts_anonymous_pages_and_nothing_of_a_gone_process() -> None:
-    before = memory.private_memory(os.getpid())
+    before = usage.private_memory(os.getpid())
     held = bytearray(b"x") * (32 * MIB)
-    assert memory.private_memory(os.getpid()) >= before + 30 * MIB
+    assert usage.private_memory(os.getpid()) >= before + 30 * MIB
     del held
     gone = subprocess.Popen(["true"])
     gone.wait()
-    assert memory.private_memory(gone.pid) == 0
+    assert usage.private_memory(gone.pid) == 0
 
 
-def sweeps_of(limit: int, *, bounded_alone: bool) -> tuple[memory.WatchedRun, int]:
+def sweeps_of(limit: int, *, bounded_alone: bool) -> tuple[usage.WatchedRun, int]:
     """(the watched run after one sweep, how many times it was reported over)."""
     reports: list[int] = []
 
-    async def scenario() -> memory.WatchedRun:
-        watch = memory.MemoryWatch()
+    async def scenario() -> usage.WatchedRun:
+        watch = usage.UsageWatch()
         run = watch.watch(HOLDER_UID, limit, bounded_alone=bounded_alone, on_over=lambda: reports.append(1))
         await watch.sweep()
         await watch.sweep()  # reported once, not per sweep
@@ -125,7 +132,7 @@ def test_pages_the_processes_share_count_once() -> None:
     """Forked copies share their parent's pages until they write them: RssAnon counts them in each (a Python fork
     bomb's copies of a warm interpreter came to 2.4 GB, a job holding 150 sleeping children to 660 MiB)."""
     with holding(48, 3, shared=True):
-        upper_bound = sum(memory.private_memory(pid) for pid in memory.processes_of({HOLDER_UID})[HOLDER_UID])
+        upper_bound = sum(usage.private_memory(pid) for pid in usage.processes_of({HOLDER_UID})[HOLDER_UID])
         assert upper_bound >= 3 * 46 * MIB
         run, reports = sweeps_of(64 * MIB, bounded_alone=True)
         assert (reports, run.over) == (0, False)
@@ -149,6 +156,93 @@ def test_a_lowered_oom_score_is_put_back_by_the_sweep() -> None:
         Path(f"/proc/{holder.pid}/oom_score_adj").write_text("0")
         sweeps_of(1 << 40, bounded_alone=True)
         assert Path(f"/proc/{holder.pid}/oom_score_adj").read_text().strip() == "1000"
+
+
+# Busy for argv[1] seconds in each of argv[2] processes.
+SPINNER = """
+import os, sys, time
+seconds, processes = float(sys.argv[1]), int(sys.argv[2])
+for _ in range(processes - 1):
+    if os.fork() == 0:
+        break
+os.write(1, b"ready\\n")
+until = time.monotonic() + seconds
+while time.monotonic() < until:
+    pass
+"""
+IDLE_UID = HOLDER_UID - 1
+
+
+def spinning(seconds: float, processes: int) -> contextlib.AbstractContextManager[subprocess.Popen[bytes]]:
+    """`processes` busy processes of HOLDER_UID for `seconds`, all killed when the block ends."""
+    return _run_as_holder(SPINNER, [str(seconds), str(processes)], processes)
+
+
+def test_schedstat_reads_what_a_process_ran_and_waited_and_nothing_of_a_gone_one() -> None:
+    own = usage.schedstat(os.getpid())
+    assert own is not None and own[0] > 0 and own[1] >= 0
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    assert usage.schedstat(gone.pid) is None
+
+
+def test_a_run_counts_only_what_its_processes_ran_since_the_last_look() -> None:
+    run = usage.WatchedRun(uid=1, limit=0, bounded_alone=False, on_over=None)
+    assert run.count_cpu(5, 100, 10) == 100
+    assert run.count_cpu(5, 150, 30) == 50
+    assert run.count_cpu(6, 40, 0) == 40
+    # Pid 5 taken again by another process of the run: what it ran counts from zero.
+    assert run.count_cpu(5, 20, 5) == 20
+    assert (run.cpu_ns, run.waited_ns) == (210, 35)
+
+
+@as_root
+def test_a_runs_cpu_is_its_own_and_its_neighbours_others() -> None:
+    async def scenario() -> tuple[usage.CpuShare, usage.CpuShare]:
+        watch = usage.UsageWatch()
+        idle = watch.watch(IDLE_UID)  # a run that started before the spinner, and sleeps
+        with spinning(0.4, 2):
+            busy = watch.watch(HOLDER_UID)
+            for _ in range(20):
+                await watch.sweep()
+                await asyncio.sleep(0.05)
+            watch.count_now(busy)
+        watch.unwatch(busy)
+        watch.unwatch(idle)
+        return watch.share_of(idle), watch.share_of(busy)
+
+    idle, busy = asyncio.run(scenario())
+    # Two processes busy for 0.4 s each, seen from their start (one CPU or more for them).
+    assert busy.ran_seconds >= 0.3 and busy.others_ran_seconds == 0
+    assert idle.ran_seconds == 0 and idle.others_ran_seconds == pytest.approx(busy.ran_seconds)
+
+
+@as_root
+def test_the_sandbox_has_no_room_while_job_threads_crowd_its_cpus(tmp_path: Path) -> None:
+    with spinning(30, 4):
+        assert usage.runnable_job_tasks() >= 4
+        assert not has_room(str(tmp_path), cpus=1.0)
+        assert has_room(str(tmp_path), cpus=1000.0)
+        assert has_room(str(tmp_path))  # CPUs unknown: not judged
+
+
+def test_starved_only_waiting_most_of_its_time_while_the_others_ran_several_times_its_cpu() -> None:
+    def share(ran: float, waited: float, others: float) -> usage.CpuShare:
+        return usage.CpuShare(ran_seconds=ran, waited_seconds=waited, others_ran_seconds=others)
+
+    # Beside a run of 30 busy processes in a one-CPU sandbox: 1/31 of it.
+    assert starved_out(share(0.06, 1.9, 1.9), 2.0)
+    # Beside one busy run of its own size, or on a host loaded at its limit: the others ran what it ran.
+    assert not starved_out(share(1.0, 1.0, 1.0), 2.0)
+    assert not starved_out(share(0.5, 1.5, 0.5), 2.0)
+    # Sleeping beside a busy neighbour: it waited on no run queue.
+    assert not starved_out(share(0.001, 0.01, 2.0), 2.0)
+    # Its own 30 threads kept its main one waiting: their CPU is its own.
+    assert not starved_out(share(2.0, 50.0, 0.0), 2.0)
+    # A run that ran nothing at all (a sweep never saw it) is judged as one that ran 1 ms.
+    assert starved_out(share(0.0, 1.5, 0.01), 2.0)
+    assert not starved_out(share(0.0, 1.5, 0.002), 2.0)
+    assert not starved_out(None, 2.0)
 
 
 def _outcome(wait_status: int, *, killed_for: str = "", oom_kills: int | None = 1, max_rss: int = 0,

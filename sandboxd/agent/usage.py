@@ -1,4 +1,4 @@
-"""What each run holds in memory, measured from outside it, and whether the OOM killer struck meanwhile.
+"""What each run holds in memory and how much CPU it got, measured from outside it; whether the OOM killer struck.
 
 RLIMIT_AS bounds one process. A run of several processes (a C program
 that forks four children of 200 MiB each, a Go child never waited for)
@@ -10,7 +10,7 @@ often an innocent run beside it, charged MEMORY_LIMIT (red team).
 
 A sandbox is one memory cgroup (v1 here, without delegation: the agent
 cannot make one per run), so the agent measures runs itself. Each run has
-a uid of its own: every WATCH_SECONDS, MemoryWatch sums the memory of
+a uid of its own: every WATCH_SECONDS, UsageWatch sums the memory of
 each watched uid's processes and kills a run over its limit, which is
 then answered MEMORY_LIMIT. A run of one process under RLIMIT_AS is
 bounded already and costs the sweep one stat of /proc/<pid>.
@@ -30,9 +30,23 @@ The same sweep puts back the OOM score of a job's process that lowered it
 the agent's): the kernel must keep choosing a job's process, and the
 biggest one.
 
+CPU is the sandbox's as a whole too (one CPU quota), and the scheduler
+shares it per thread, not per run: a run of 250 busy processes left the
+run beside it 1/251 of it, and that run, which needed 0.1 s of CPU, was
+charged TIMEOUT at its 3 s deadline (red team). The same sweep reads each
+watched process's /proc/<pid>/schedstat: the time it ran and the time it
+waited on a run queue, ready to run. A run that ends at its deadline
+having waited for a CPU at least half its time while the other runs took
+several times its CPU (runner.starved_out) was not given the CPU to
+finish: it runs again elsewhere. Its neighbours' share is counted from the
+watched runs alone; the agent's own servers are not.
+
 Limits: a run that grows by the sandbox's free memory between two sweeps
 reaches the OOM killer first; then `runner.crowded_out` keeps the
-innocent runs it kills from being charged.
+innocent runs it kills from being charged. CPU that a process used and
+took with it at an exit before any sweep saw it is not counted: a run
+made only of processes that live less than WATCH_SECONDS takes the CPU
+unseen, and its neighbour's timeout stands.
 """
 
 from __future__ import annotations
@@ -43,7 +57,7 @@ import ctypes
 import os
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sandboxd.agent import worker
 
@@ -65,6 +79,7 @@ JOB_OOM_SCORE_ADJ = str(worker.JOB_OOM_SCORE_ADJ).encode()
 # is retried (crowded_out), never passed.
 VMSTAT = "/proc/vmstat"
 KIB = 1024
+NS = 1e-9
 
 
 def _read(path: str, size: int = 1 << 16) -> bytes | None:
@@ -127,6 +142,35 @@ def private_memory(pid: int) -> int:
     """Bytes of `pid`'s memory that no file backs (RssAnon + RssShmem); 0 once it is gone."""
     status = _read(f"/proc/{pid}/status", 4096)
     return _status_private_bytes(status) if status else 0
+
+
+def schedstat(pid: int) -> tuple[int, int] | None:
+    """(ns `pid` has run, ns it has waited on a run queue ready to run) over its life; None once it is gone."""
+    text = _read(f"/proc/{pid}/schedstat", 128)
+    fields = text.split() if text else []
+    if len(fields) < 2 or not (fields[0].isdigit() and fields[1].isdigit()):
+        return None
+    return int(fields[0]), int(fields[1])
+
+
+def runnable_job_tasks() -> int:
+    """Threads of processes not the agent's (not root's) that run or wait for a CPU right now."""
+    runnable = 0
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{name}").st_uid == 0:
+                continue
+            threads = os.listdir(f"/proc/{name}/task")
+        except OSError:
+            continue
+        for thread in threads:
+            stat = _read(f"/proc/{name}/task/{thread}/stat", 512)
+            # "pid (comm) S ...": the command may hold spaces and parentheses, the state follows the last ")".
+            if stat and stat[stat.rfind(b")") + 2:stat.rfind(b")") + 3] == b"R":
+                runnable += 1
+    return runnable
 
 
 def proportional_memory(pid: int) -> int | None:
@@ -195,24 +239,56 @@ def restore_oom_score(pid: int) -> None:
 @dataclass
 class WatchedRun:
     uid: int
+    # What its processes may hold together; 0: not held (its CPU is still counted).
     limit: int
     # One process under RLIMIT_AS is bounded by it; only a second one is counted.
     bounded_alone: bool
-    on_over: Callable[[], None]
+    on_over: Callable[[], None] | None
+    # UsageWatch.cpu_ns when the watch began: what all watched runs had run by then.
+    all_cpu_ns_at_start: int = 0
     peak: int = 0
     over: bool = False
+    # What its processes ran and waited on a run queue, summed over every process a sweep saw.
+    cpu_ns: int = 0
+    waited_ns: int = 0
+    # Each process's schedstat as last seen, so that a sweep adds only what is new.
+    seen: dict[int, tuple[int, int]] = field(default_factory=dict)
+
+    def count_cpu(self, pid: int, ran_ns: int, waited_ns: int) -> int:
+        """Add what `pid` ran and waited since the last look; returns the CPU added (ns)."""
+        seen_ran, seen_waited = self.seen.get(pid, (0, 0))
+        if ran_ns < seen_ran:  # the pid was taken again, by another process of the run
+            seen_ran, seen_waited = 0, 0
+        self.seen[pid] = (ran_ns, waited_ns)
+        self.cpu_ns += ran_ns - seen_ran
+        self.waited_ns += max(0, waited_ns - seen_waited)
+        return ran_ns - seen_ran
 
 
-class MemoryWatch:
+@dataclass(frozen=True)
+class CpuShare:
+    """What a run got of the sandbox's CPU over its life, and what the other watched runs got meanwhile."""
+
+    ran_seconds: float
+    waited_seconds: float
+    others_ran_seconds: float
+
+
+class UsageWatch:
     """Sweeps the watched runs' processes while there are any (see the module's docstring)."""
 
     def __init__(self) -> None:
         self._runs: dict[int, WatchedRun] = {}
         self._task: asyncio.Task[None] | None = None
+        # The CPU every watched run's processes ran while watched, summed: a run's neighbours got
+        # what this grew by during its life, less its own.
+        self.cpu_ns = 0
 
-    def watch(self, uid: int, limit: int, *, bounded_alone: bool, on_over: Callable[[], None]) -> WatchedRun:
-        """Hold the processes of `uid` to `limit` bytes together; `on_over()` once they pass it."""
-        run = WatchedRun(uid, limit, bounded_alone, on_over)
+    def watch(self, uid: int, limit: int = 0, *, bounded_alone: bool = False,
+              on_over: Callable[[], None] | None = None) -> WatchedRun:
+        """Count the CPU of `uid`'s processes, and hold them to `limit` bytes together (0: any); `on_over()` once
+        they pass it."""
+        run = WatchedRun(uid, limit, bounded_alone, on_over, all_cpu_ns_at_start=self.cpu_ns)
         self._runs[uid] = run
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._sweeping())
@@ -221,6 +297,21 @@ class MemoryWatch:
     def unwatch(self, run: WatchedRun) -> None:
         if self._runs.get(run.uid) is run:
             del self._runs[run.uid]
+
+    def share_of(self, run: WatchedRun) -> CpuShare:
+        """`run`'s CPU so far, as of the last sweep (or `count_now`)."""
+        others = self.cpu_ns - run.all_cpu_ns_at_start - run.cpu_ns
+        return CpuShare(run.cpu_ns * NS, run.waited_ns * NS, max(0, others) * NS)
+
+    def count_now(self, run: WatchedRun) -> None:
+        """Count `run`'s CPU up to this moment (at its deadline, before it is killed): a sweep may be 50 ms old."""
+        for pid in processes_of({run.uid}).get(run.uid, []):
+            self._count_cpu(run, pid)
+
+    def _count_cpu(self, run: WatchedRun, pid: int) -> None:
+        times = schedstat(pid)
+        if times is not None:
+            self.cpu_ns += run.count_cpu(pid, *times)
 
     async def _sweeping(self) -> None:
         while self._runs:
@@ -235,7 +326,8 @@ class MemoryWatch:
             pids = processes.get(run.uid, [])
             for pid in pids:
                 restore_oom_score(pid)
-            if run.over or (run.bounded_alone and len(pids) <= 1):
+                self._count_cpu(run, pid)
+            if not run.limit or run.over or (run.bounded_alone and len(pids) <= 1):
                 continue
             held = sum(private_memory(pid) for pid in pids)
             if held > run.limit:
@@ -246,4 +338,5 @@ class MemoryWatch:
             run.peak = max(run.peak, held)
             if held > run.limit and not run.over:
                 run.over = True
-                run.on_over()
+                if run.on_over is not None:
+                    run.on_over()
