@@ -31,9 +31,9 @@ the agent's): the kernel must keep choosing a job's process, and the
 biggest one.
 
 CPU is the sandbox's as a whole too (one CPU quota), and the scheduler
-shares it per thread, not per run: a run of 250 busy processes left the
-run beside it 1/251 of it, and that run, which needed 0.1 s of CPU, was
-charged TIMEOUT at its 3 s deadline (red team). The same sweep reads each
+shares it per thread, not per run: beside a run of 250 busy processes, a
+run that needed 0.1 s of CPU got so little of it that it was charged
+TIMEOUT at its 3 s deadline (red team). The same sweep reads each
 watched process's /proc/<pid>/schedstat: the time it ran and the time it
 waited on a run queue, ready to run. A run that ends at its deadline
 having waited for a CPU at least half its time while the other runs took
