@@ -327,6 +327,9 @@ class UsageWatch:
             for pid in pids:
                 restore_oom_score(pid)
                 self._count_cpu(run, pid)
+            if len(run.seen) > len(pids):
+                # Those gone are reaped: a session forking all its life would otherwise keep every pid it had.
+                run.seen = {pid: run.seen[pid] for pid in pids if pid in run.seen}
             if not run.limit or run.over or (run.bounded_alone and len(pids) <= 1):
                 continue
             held = sum(private_memory(pid) for pid in pids)

@@ -158,23 +158,28 @@ def test_a_lowered_oom_score_is_put_back_by_the_sweep() -> None:
         assert Path(f"/proc/{holder.pid}/oom_score_adj").read_text().strip() == "1000"
 
 
-# Busy for argv[1] seconds in each of argv[2] processes.
+# Each of argv[2] processes runs argv[1] seconds of CPU, whatever the load, then says "ready" and sleeps; with
+# argv[1] 0, says "ready" and runs until killed.
 SPINNER = """
 import os, sys, time
 seconds, processes = float(sys.argv[1]), int(sys.argv[2])
 for _ in range(processes - 1):
     if os.fork() == 0:
         break
-os.write(1, b"ready\\n")
-until = time.monotonic() + seconds
-while time.monotonic() < until:
+if not seconds:
+    os.write(1, b"ready\\n")
+    while True:
+        pass
+while time.process_time() < seconds:
     pass
+os.write(1, b"ready\\n")
+time.sleep(120)
 """
 IDLE_UID = HOLDER_UID - 1
 
 
 def spinning(seconds: float, processes: int) -> contextlib.AbstractContextManager[subprocess.Popen[bytes]]:
-    """`processes` busy processes of HOLDER_UID for `seconds`, all killed when the block ends."""
+    """`processes` processes of HOLDER_UID that have each run `seconds` of CPU (0: that run until the block ends)."""
     return _run_as_holder(SPINNER, [str(seconds), str(processes)], processes)
 
 
@@ -200,26 +205,27 @@ def test_a_run_counts_only_what_its_processes_ran_since_the_last_look() -> None:
 def test_a_runs_cpu_is_its_own_and_its_neighbours_others() -> None:
     async def scenario() -> tuple[usage.CpuShare, usage.CpuShare]:
         watch = usage.UsageWatch()
-        idle = watch.watch(IDLE_UID)  # a run that started before the spinner, and sleeps
-        with spinning(0.4, 2):
-            busy = watch.watch(HOLDER_UID)
-            for _ in range(20):
-                await watch.sweep()
-                await asyncio.sleep(0.05)
-            watch.count_now(busy)
+        idle = watch.watch(IDLE_UID)  # a run that sleeps beside the busy one
+        busy = watch.watch(HOLDER_UID)
+        with spinning(0.2, 2):
+            await watch.sweep()  # a process seen for the first time counts all it ran
+            counted = busy.cpu_ns
+            await watch.sweep()  # and then only what it ran since: they sleep now
+            assert busy.cpu_ns - counted < 0.05e9
+        await watch.sweep()  # its processes are gone: forgotten, what they ran kept
+        assert (busy.seen, busy.cpu_ns) == ({}, counted)
         watch.unwatch(busy)
         watch.unwatch(idle)
         return watch.share_of(idle), watch.share_of(busy)
 
     idle, busy = asyncio.run(scenario())
-    # Two processes busy for 0.4 s each, seen from their start (one CPU or more for them).
-    assert busy.ran_seconds >= 0.3 and busy.others_ran_seconds == 0
+    assert busy.ran_seconds >= 0.4 and busy.others_ran_seconds == 0
     assert idle.ran_seconds == 0 and idle.others_ran_seconds == pytest.approx(busy.ran_seconds)
 
 
 @as_root
 def test_the_sandbox_has_no_room_while_job_threads_crowd_its_cpus(tmp_path: Path) -> None:
-    with spinning(30, 4):
+    with spinning(0, 4):
         assert usage.runnable_job_tasks() >= 4
         assert not has_room(str(tmp_path), cpus=1.0)
         assert has_room(str(tmp_path), cpus=1000.0)
