@@ -619,8 +619,9 @@ class Pool:
     def mark_full(self, sandbox: Sandbox) -> None:
         """Give `sandbox` no job until it has room again (`Sandbox.has_room`), or replace it past a bound.
 
-        A job that found the /tmp space, the pids or the memory taken by
-        other runs there was not at fault (SandboxFull): it runs elsewhere.
+        A job that found the /tmp space, the pids, the memory or the CPU
+        taken by other runs there was not at fault (SandboxFull): it runs
+        elsewhere.
         Handed new jobs, the sandbox would only send each of them elsewhere
         too, an attempt spent per job.
         """

@@ -87,7 +87,7 @@ class Sandbox:
     jobs_done: int = 0
     damaged: bool = False
     retiring: bool = False
-    # A job found its /tmp, pids or memory taken by other runs: it takes no job until `has_room` (Pool.mark_full).
+    # A job found its /tmp, pids, memory or CPU taken by other runs: no job until `has_room` (Pool.mark_full).
     full: bool = False
     # How many replies said so: a `room` answer given while another came is stale.
     full_reports: int = 0

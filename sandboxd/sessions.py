@@ -202,9 +202,9 @@ class SessionManager:
                  "output": session.limits["output"]},
                 timeout=timeout + AGENT_SLACK_SECONDS)
         except SandboxFull as exc:
-            # The agent ended this session (a cell that raised); its neighbours took the sandbox's room, but
-            # the sandbox and its other sessions live on. (A bash cell the others crowd out is answered by
-            # the agent itself, uncharged, and its session lives: this is for a path that raises instead.)
+            # "full" is no lost sandbox: the sandbox and its other sessions live on. The agent answers a cell
+            # the others crowd out itself (uncharged, its session lives); one that says "full" instead has
+            # ended the session, as it does for any cell that raised.
             if self.pool is not None:
                 self.pool.mark_full(session.sandbox)  # no new session there until its room is back
             await self._end(session, f"its cell found the sandbox full: {exc}", "died", tell_agent=False)

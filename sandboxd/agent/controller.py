@@ -65,12 +65,11 @@ from sandboxd.agent.runner import (
     classify,
     crowded_out,
     kill_uid,
+    raise_if_starved,
     remove_files_of,
     remove_ipc_objects_of,
     remove_tree,
     sigkill_uid,
-    starved_message,
-    starved_out,
 )
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -606,7 +605,7 @@ class Controller:
             return _code_result([], plan["total"], status="runtime_error",
                                 message="the program filled /tmp before its tests could start")
         if judged == "timeout":
-            _raise_if_starved(candidate_outcome)
+            raise_if_starved(candidate_outcome)  # the judge gave up on it
             return _code_result([], plan["total"], status="timeout", limit="wall_time", message=message)
         if judged != "ok" or not isinstance(verdict, dict):
             return {"status": "internal", "message": message or "no verdict", "code": {"tests_total": plan["total"]}}
@@ -631,7 +630,7 @@ class Controller:
                           "message": message[:2000], "time_seconds": float(entry.get("time_seconds", 0.0)),
                           "stderr": _preview(candidate_outcome.stderr, 2000)})
         if any(test["limit"] == "wall_time" for test in tests):
-            _raise_if_starved(candidate_outcome)
+            raise_if_starved(candidate_outcome)  # the judge gave up on it
         return _code_result(tests, int(verdict.get("total", plan["total"])))
 
     async def _math(self, job: dict[str, Any]) -> dict[str, Any]:
@@ -985,12 +984,6 @@ class TmpUsage:
 def neighbours_hold(root: str, own: str | None) -> bool:
     """Whether what is on `root`'s file system outside the folder `own` takes NEIGHBOURS_SHARE of it."""
     return TmpUsage.read(root, own).others_hold()
-
-
-def _raise_if_starved(candidate: RunOutcome) -> None:
-    """SandboxFull if the candidate the judge gave up on was kept off the CPU by other runs (runner.starved_out)."""
-    if candidate.cpu_share is not None and starved_out(candidate.cpu_share, candidate.wall_seconds):
-        raise SandboxFull(starved_message(candidate.cpu_share, candidate.wall_seconds))
 
 
 def has_room(root: str, memory_bytes: int = 0, pids: int = 0, cpus: float = 0.0) -> bool:

@@ -257,9 +257,13 @@ def starved_out(share: CpuShare | None, wall_seconds: float) -> bool:
             and share.others_ran_seconds >= STARVED_OTHERS_RATIO * max(share.ran_seconds, 1e-3))
 
 
-def starved_message(share: CpuShare, wall_seconds: float) -> str:
-    return (f"other runs took the sandbox's CPU: in {wall_seconds:.2f} s this run ran {share.ran_seconds:.2f} s and "
-            f"waited {share.waited_seconds:.2f} s for a CPU, while they ran {share.others_ran_seconds:.2f} s")
+def raise_if_starved(outcome: RunOutcome) -> None:
+    """SandboxFull if a run that reached its deadline was kept off the CPU by the other runs (starved_out)."""
+    share, wall = outcome.cpu_share, outcome.wall_seconds
+    if share is not None and starved_out(share, wall):
+        raise SandboxFull(f"other runs took the sandbox's CPU: in {wall:.2f} s this run ran {share.ran_seconds:.2f} s "
+                          f"and waited {share.waited_seconds:.2f} s for a CPU, while they ran "
+                          f"{share.others_ran_seconds:.2f} s")
 
 
 class OutputBudget:
@@ -931,8 +935,8 @@ class Runner:
                 and crowded_out(outcome, spec.memory_limit or self.sandbox_bytes or 0, self.sandbox_bytes)):
             raise SandboxFull(f"the sandbox ran out of memory while this run held {outcome.held_bytes >> 20} MiB; "
                               f"the out-of-memory killer took it")
-        if killed_for == "wall_time" and outcome.cpu_share and starved_out(outcome.cpu_share, wall):
-            raise SandboxFull(starved_message(outcome.cpu_share, wall))
+        if killed_for == "wall_time":
+            raise_if_starved(outcome)
         return outcome
 
     async def _until_exiting(self, uid: int, listed: set[int]) -> None:

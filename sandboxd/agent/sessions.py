@@ -173,7 +173,13 @@ class Session:
         async with self._lock:
             before = scan(self.workdir)
             started = time.monotonic()
-            result = await self._run_cell(code, timeout, output_limit)
+            try:
+                result = await self._run_cell(code, timeout, output_limit)
+            except SandboxFull as exc:
+                # The others took the sandbox's memory, CPU or pids (runner.crowded_out, starved_out): a
+                # stateless run would go to another sandbox, a cell cannot, so it is answered uncharged.
+                result = {"status": "internal", "limit": "", "value": "", "stdout": "", "stderr": "",
+                          "message": f"{exc}; the cell was not charged and can be run again"}
             result["time_seconds"] = time.monotonic() - started
             self.cells_run += 1
             result["alive"] = self.alive
@@ -202,13 +208,7 @@ class BashSession(Session):
             stdin=code.encode(), rlimits=controller.rlimits(limits, address_space=True),
             env=controller.env(self.workdir), memory_limit=int(limits.get("memory") or 0),
         )
-        try:
-            outcome = await controller.runner.run(spec)
-        except SandboxFull as exc:
-            # The others took the sandbox's memory, CPU or pids (runner.crowded_out, starved_out): a cell
-            # cannot run again elsewhere, so it is answered uncharged; the state file is the last cell's.
-            return {"status": "internal", "limit": "", "value": "", "stdout": "", "stderr": "",
-                    "message": f"{exc}; the cell was not charged and can be run again"}
+        outcome = await controller.runner.run(spec)
         status, limit, message = classify(outcome, spec)
         return {"status": status, "limit": limit, "message": message, "value": "",
                 "stdout": outcome.stdout.decode("utf-8", "replace"),

@@ -217,7 +217,7 @@ def main(channel: socket.socket) -> NoReturn:
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if job["mode"] in CANDIDATE_MODES:
             # So is dumpability, without which the agent cannot read how much
-            # of its memory the run shares (memory.memory_of_run). An exec'd
+            # of its memory the run shares (usage.memory_of_run). An exec'd
             # program is dumpable anyway. No core is written (RLIMIT_CORE 0),
             # and only processes of this run's uid may trace it.
             _prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)

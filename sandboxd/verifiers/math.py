@@ -707,11 +707,8 @@ def _false_equality(objs: list[Any]) -> bool:
     import sympy
 
     for obj in objs:
-        relations = [obj] if isinstance(obj, sympy.Eq) else list(obj.atoms(sympy.Eq)) if isinstance(
-            obj, sympy.Basic) else []
-        for relation in relations:
-            if not isinstance(relation, sympy.Eq):
-                continue
+        # atoms() includes the expression itself: an Eq, or the Eqs of a list of them.
+        for relation in obj.atoms(sympy.Eq) if isinstance(obj, sympy.Basic) else ():
             lhs, rhs = relation.lhs, relation.rhs
             if lhs.free_symbols or rhs.free_symbols or _too_big(lhs) or _too_big(rhs):
                 continue

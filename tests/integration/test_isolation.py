@@ -538,20 +538,17 @@ def test_a_run_the_oom_killer_takes_under_its_own_limit_is_retried_not_charged(t
         assert sorted(r.attempts for r in results) == [1, 1, 2], results
 
 
-# Thirty busy processes until its deadline: the sandbox's one CPU is shared per thread, so a run beside them gets
-# about 1/31 of it.
+# Thirty busy processes until its deadline: the sandbox's one CPU is shared per thread (helpers.NEEDS_CPU).
 HOG = ("import os, time\nfor _ in range(30):\n    if os.fork() == 0:\n        break\n"
        "while True:\n    pass\n")
-# About 0.3 s of CPU alone; 9 s or more beside HOG.
-NEEDS_CPU = "print(sum(i * i for i in range(3_000_000)) % 7)"
 
 
 def test_a_run_the_others_keep_off_the_cpu_is_retried_not_charged_timeout(tmp_path: Path) -> None:
-    """A red team's run of 250 busy processes left the run beside it 1/251 of the sandbox's CPU: a correct program
-    that needed 0.1 s of CPU was charged TIMEOUT at its 3 s deadline. Now a run that waited for a CPU most of its
-    life while the others ran several times its CPU is retried once the sandbox has room (here the only one: it
-    is given no job while the hog runs), for the stateless path and for the Python harness alike. The hog keeps
-    its TIMEOUT, and so does a run that only sleeps beside it."""
+    """Beside a red team's run of 250 busy processes, a correct program that needed 0.1 s of CPU was charged
+    TIMEOUT at its 3 s deadline (and NEEDS_CPU here, with the check disabled). Now a run that waited for a CPU
+    most of its life while the others ran several times its CPU is retried once the sandbox has room (here the
+    only one: it is given no job while the hog runs), for the stateless path and for the Python harness alike.
+    The hog keeps its TIMEOUT, and so does a run that only sleeps beside it."""
     assert_job = helpers.code(
         "```python\ndef f():\n    return sum(i * i for i in range(3_000_000)) % 7\n```",
         {"test": "def check(candidate):\n    assert candidate() == 5\n", "entry_point": "f"}, timeout=2)
@@ -559,7 +556,7 @@ def test_a_run_the_others_keep_off_the_cpu_is_retried_not_charged_timeout(tmp_pa
             concurrent.futures.ThreadPoolExecutor(4) as threads:
         hog = threads.submit(outcome, channel, HOG, timeout=8)
         time.sleep(1.5)  # its processes are up
-        victims = [threads.submit(outcome, channel, NEEDS_CPU, timeout=2),
+        victims = [threads.submit(outcome, channel, helpers.NEEDS_CPU, timeout=2),
                    threads.submit(helpers.run, channel, assert_job),
                    threads.submit(outcome, channel, "import time\ntime.sleep(5)", timeout=2)]
         computed, harnessed, sleeper = (victim.result() for victim in victims)
