@@ -138,6 +138,11 @@ class LimitsConfig:
     default_output_bytes: int = 1 * MIB
     max_output_bytes: int = 16 * MIB
     compile_timeout_seconds: float = 30.0
+    # All of a code job's test runs together: without it a completion that
+    # runs each of 100 stdin/stdout cases just under the 10 s timeout holds
+    # its sandbox slot, and the trainer's step, for 1,000 s.
+    default_total_timeout_seconds: float = 300.0
+    max_total_timeout_seconds: float = 3600.0
 
 
 @dataclass
@@ -281,6 +286,8 @@ class Config:
              "limits.max_memory_bytes must be <= sandbox.memory_bytes"),
             (0 < self.limits.default_output_bytes <= self.limits.max_output_bytes,
              "limits: 0 < default_output_bytes <= max_output_bytes"),
+            (0 < self.limits.default_total_timeout_seconds <= self.limits.max_total_timeout_seconds,
+             "limits: 0 < default_total_timeout_seconds <= max_total_timeout_seconds"),
             (len(self.sandbox.run_dir) <= MAX_RUN_DIR_CHARS,
              f"sandbox.run_dir must be at most {MAX_RUN_DIR_CHARS} characters (agent sockets live under it, "
              "and Unix socket paths are limited to 108 bytes)"),

@@ -54,6 +54,7 @@ LIMITS = {
     "output": pb.LIMIT_OUTPUT,
     "processes": pb.LIMIT_PROCESSES,
     "file_size": pb.LIMIT_FILE_SIZE,
+    "total_time": pb.LIMIT_TOTAL_TIME,
 }
 CODE_EXTRACTION = {0: "last_block", 1: "last_block", 2: "first_block", 3: "whole", 4: "tag"}
 CHECKERS = {0: "whitespace", 1: "whitespace", 2: "exact", 3: "float"}
@@ -104,23 +105,25 @@ class PreparedJob:
 
 
 def resolve_limits(requested: pb.Limits, config: Config, where: str) -> dict[str, Any]:
-    """The effective {timeout, memory, output}: defaults for zeros, INVALID_ARGUMENT past the maxima."""
+    """The effective {timeout, memory, output, total_timeout}: defaults for zeros, INVALID_ARGUMENT past the maxima."""
     limits = config.limits
     timeout = requested.timeout_seconds or limits.default_timeout_seconds
     memory = requested.memory_bytes or limits.default_memory_bytes
     output = requested.output_bytes or limits.default_output_bytes
-    if not math.isfinite(timeout) or timeout <= 0:
-        raise InvalidRequest(f"{where}.timeout_seconds must be positive")
-    if timeout > limits.max_timeout_seconds:
-        raise InvalidRequest(f"{where}.timeout_seconds={timeout:g} exceeds the daemon's "
-                             f"maximum {limits.max_timeout_seconds:g}")
+    total_timeout = requested.total_timeout_seconds or limits.default_total_timeout_seconds
+    for name, value, maximum in (("timeout_seconds", timeout, limits.max_timeout_seconds),
+                                 ("total_timeout_seconds", total_timeout, limits.max_total_timeout_seconds)):
+        if not math.isfinite(value) or value <= 0:
+            raise InvalidRequest(f"{where}.{name} must be positive")
+        if value > maximum:
+            raise InvalidRequest(f"{where}.{name}={value:g} exceeds the daemon's maximum {maximum:g}")
     if memory > limits.max_memory_bytes:
         raise InvalidRequest(f"{where}.memory_bytes={memory} exceeds the daemon's "
                              f"maximum {limits.max_memory_bytes}")
     if output > limits.max_output_bytes:
         raise InvalidRequest(f"{where}.output_bytes={output} exceeds the daemon's "
                              f"maximum {limits.max_output_bytes}")
-    return {"timeout": timeout, "memory": memory, "output": output}
+    return {"timeout": timeout, "memory": memory, "output": output, "total_timeout": total_timeout}
 
 
 def _limits(job: pb.Job, config: Config, where: str) -> dict[str, Any]:
@@ -374,7 +377,7 @@ def _prepare_code(job: pb.Job, config: Config, limits: dict[str, Any], failure_v
         raise InvalidRequest(f"{where}.code.tests: {plan.kind} tests are supported for python only; "
                              "use stdin/stdout cases for other languages")
     cases = max(1, plan.total)
-    budget = limits["timeout"] * cases + program["compile_timeout"]
+    budget = min(limits["timeout"] * cases, limits["total_timeout"]) + program["compile_timeout"]
     prepared = PreparedJob(job.index, "code", _pool_for(program["language"]), failure_value, None, budget)
     if extracted is None or not extracted.strip():
         prepared.early_result = {"status": "no_answer", "message": f"no {language} code found in the completion",

@@ -69,6 +69,8 @@ def test_unrelated_prefixed_variables_are_ignored() -> None:
         # 0 is tmpfs's "no limit"; a handful of entries would fail the agent's own folders.
         ("[sandbox]\ntmpfs_inodes = 0\n", "sandbox.tmpfs_inodes must be >= 1024"),
         ("[sandbox]\ntmpfs_inodes = 100\n", "sandbox.tmpfs_inodes must be >= 1024"),
+        ("[limits]\ndefault_total_timeout_seconds = 4000\n",
+         "0 < default_total_timeout_seconds <= max_total_timeout_seconds"),
     ],
 )
 def test_invalid_file(tmp_path: Path, toml: str, fragment: str) -> None:

@@ -158,3 +158,36 @@ def test_an_enum_value_the_daemon_does_not_know_is_refused(job: pb.Job, field: s
     default, so the request was scored another way than its caller asked."""
     with pytest.raises(InvalidRequest, match=f"{field}: unknown value"):
         jobs.prepare(job, Config())
+
+
+# -- total_timeout_seconds: all of a code job's test runs together ------------------------------------
+
+def many_cases_job(cases: int, **limits: float) -> pb.Job:
+    tests = pb.CodeTests(stdio=[pb.StdioCase(stdin=str(i), expected_stdout=str(i)) for i in range(cases)])
+    return pb.Job(limits=pb.Limits(**limits), code=pb.CodeJob(completion=CODE_BLOCK, tests=tests))
+
+
+def test_the_total_timeout_bounds_the_budget_of_a_job_of_many_cases() -> None:
+    config = Config()
+    compile_timeout = jobs.prepare(many_cases_job(1), config).budget_seconds - config.limits.default_timeout_seconds
+    # 100 cases of 10 s each would be 1,000 s; the default job timeout is 300 s.
+    prepared = jobs.prepare(many_cases_job(100), config)
+    assert prepared.agent_job["limits"]["total_timeout"] == config.limits.default_total_timeout_seconds == 300.0
+    assert prepared.budget_seconds == pytest.approx(300.0 + compile_timeout)
+    asked = jobs.prepare(many_cases_job(100, timeout_seconds=2, total_timeout_seconds=7.5), config)
+    assert asked.agent_job["limits"]["total_timeout"] == 7.5
+    assert asked.budget_seconds == pytest.approx(7.5 + compile_timeout)
+    # Fewer cases than the job timeout covers: their own timeouts are the budget.
+    few = jobs.prepare(many_cases_job(3, timeout_seconds=2), config)
+    assert few.budget_seconds == pytest.approx(6.0 + compile_timeout)
+
+
+@pytest.mark.parametrize(("value", "error"), [
+    (-1.0, "limits.total_timeout_seconds must be positive"),
+    (math.nan, "limits.total_timeout_seconds must be positive"),
+    (math.inf, "limits.total_timeout_seconds must be positive"),
+    (3601.0, "limits.total_timeout_seconds=3601 exceeds the daemon's maximum 3600"),
+])
+def test_a_bad_total_timeout_is_invalid(value: float, error: str) -> None:
+    with pytest.raises(InvalidRequest, match=rf"jobs\[0\]\.{error}"):
+        jobs.prepare(many_cases_job(2, total_timeout_seconds=value), Config())

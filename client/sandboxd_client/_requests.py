@@ -70,6 +70,7 @@ class Limit(enum.IntEnum):
     OUTPUT = 4
     PROCESSES = 5
     FILE_SIZE = 6
+    TOTAL_TIME = 7
 
     @classmethod
     def from_proto(cls, value: int) -> Limit:
@@ -317,8 +318,10 @@ def _check_str(value: Any, what: str, *, allow_empty: bool = True) -> str:
     return value
 
 
-def _limits(timeout: float | None, memory_bytes: int | None, output_bytes: int | None) -> pb.Limits:
-    limits = pb.Limits(timeout_seconds=_check_finite(timeout, "timeout", positive=True) or 0.0)
+def _limits(timeout: float | None, memory_bytes: int | None, output_bytes: int | None,
+            total_timeout: float | None = None) -> pb.Limits:
+    limits = pb.Limits(timeout_seconds=_check_finite(timeout, "timeout", positive=True) or 0.0,
+                       total_timeout_seconds=_check_finite(total_timeout, "total_timeout", positive=True) or 0.0)
     for name, value in (("memory_bytes", memory_bytes), ("output_bytes", output_bytes)):
         if value is None:
             continue
@@ -334,8 +337,9 @@ def _job(
     memory_bytes: int | None,
     output_bytes: int | None,
     failure_value: float | None,
+    total_timeout: float | None = None,
 ) -> pb.Job:
-    job = pb.Job(limits=_limits(timeout, memory_bytes, output_bytes))
+    job = pb.Job(limits=_limits(timeout, memory_bytes, output_bytes, total_timeout))
     failure = _check_finite(failure_value, "failure_value")
     if failure is not None:
         job.failure_value = failure
@@ -483,11 +487,14 @@ def code_job(
     memory_bytes: int | None = None,
     output_bytes: int | None = None,
     failure_value: float | None = None,
+    total_timeout: float | None = None,
 ) -> pb.Job:
     """A job that extracts a program from ``completion`` and runs it against ``tests``.
 
     ``tests`` takes any shape :func:`code_tests` accepts. ``timeout`` is per test
-    case; ``failure_value`` is the reward for a model failure (daemon default -1.0).
+    case; ``total_timeout`` bounds all of the test runs together (daemon default 300 s;
+    the cases left when it runs out are failed, ``Limit.TOTAL_TIME``).
+    ``failure_value`` is the reward for a model failure (daemon default -1.0).
     ``float_tolerance`` (float checker and function tests): None for the daemon's default
     (1e-6, absolute and relative), 0.0 for exact comparison.
     """
@@ -497,7 +504,8 @@ def code_job(
     if extraction_value == pb.CODE_EXTRACTION_TAG and not tag:
         raise InvalidRequest("extraction='tag' needs tag")
     job = _job(
-        timeout=timeout, memory_bytes=memory_bytes, output_bytes=output_bytes, failure_value=failure_value
+        timeout=timeout, memory_bytes=memory_bytes, output_bytes=output_bytes, failure_value=failure_value,
+        total_timeout=total_timeout,
     )
     job.code.CopyFrom(
         pb.CodeJob(
@@ -631,6 +639,7 @@ _ROW_OPTIONS = {
         "reward_mode",
         "stop_on_first_failure",
         "timeout",
+        "total_timeout",
         "memory_bytes",
         "output_bytes",
         "failure_value",
@@ -672,10 +681,10 @@ def validate_job(job: Any) -> pb.Job:
         raise InvalidRequest("job has no kind (execute, code, math or reward_model)")
     if job.HasField("failure_value"):
         _check_finite(job.failure_value, "failure_value")
-    if not math.isfinite(job.limits.timeout_seconds) or job.limits.timeout_seconds < 0:
-        raise InvalidRequest(
-            f"limits.timeout_seconds must be finite and >= 0, got {job.limits.timeout_seconds}"
-        )
+    for name in ("timeout_seconds", "total_timeout_seconds"):
+        value = getattr(job.limits, name)
+        if not math.isfinite(value) or value < 0:
+            raise InvalidRequest(f"limits.{name} must be finite and >= 0, got {value}")
     return job
 
 
@@ -720,9 +729,11 @@ def _dataset_cases(dataset_json: str) -> int:
 
 
 def job_deadline(job: pb.Job, *, default_timeout: float, margin: float) -> float:
-    """Seconds to give one job's RPC: its per-run limit times its runs, plus a margin for queueing."""
-    per_run = job.limits.timeout_seconds or default_timeout
-    return per_run * count_cases(job) + margin
+    """Seconds to give one job's RPC: its per-run limit times its runs (at most its total_timeout), plus a margin."""
+    runs = (job.limits.timeout_seconds or default_timeout) * count_cases(job)
+    if job.limits.total_timeout_seconds:
+        runs = min(runs, job.limits.total_timeout_seconds)
+    return runs + margin
 
 
 def to_result(msg: pb.JobResult, *, index: int | None = None) -> Result:

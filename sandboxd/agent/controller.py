@@ -537,21 +537,36 @@ class Controller:
                     "code": {"compile_output": compile_output, "tests_total": plan["total"]}}
         if plan["kind"] == "stdio":
             tests = []
+            ran_out = f"the job's {limits['total_timeout']:g} s for all its tests ran out"
+            # The compile step has its own limit; the job's time starts here.
+            job_deadline = time.monotonic() + limits["total_timeout"]
             for index, case in enumerate(plan["stdio"]):
                 if runs:
                     await self.runner.settle(runs.pop())
                     await kill_uid(uid, self.reap)
+                left = job_deadline - time.monotonic()
+                if left <= 0:
+                    tests.append({"index": index, "status": "timeout", "limit": "total_time",
+                                  "message": f"not run: {ran_out}",
+                                  "time_seconds": 0.0, "stdout": "", "stderr": ""})
+                    break
                 spec = self._program_spec(program, limits, uid, workdir, case["stdin"].encode(), [])
+                # Cut short, the case keeps its CPU-time limit: what ended it is the job's clock.
+                cut_short = left < spec.timeout
+                if cut_short:
+                    spec.timeout = left
                 outcome = await self.runner.run(spec, settle=False)
                 runs.append(outcome)
                 status, limit, message = classify(outcome, spec)
+                if cut_short and limit == "wall_time":
+                    limit, message = "total_time", f"killed when {ran_out}"
                 actual = outcome.stdout.decode("utf-8", errors="replace")
                 if status == "ok" and not compare_stdout(actual, case["expected_stdout"],
                                                          job.get("checker", "whitespace"),
                                                          job.get("tolerance", 1e-6)):
                     status, message = "wrong_answer", "output differs from the expected output"
                 tests.append(_test_entry(index, status, limit, message, outcome))
-                if status != "ok" and job.get("stop_on_first_failure"):
+                if limit == "total_time" or (status != "ok" and job.get("stop_on_first_failure")):
                     break
             return _code_result(tests, plan["total"])
         return await self._python_harness(job, uid, workdir)
@@ -562,7 +577,8 @@ class Controller:
         candidate_end, judge_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         cases = max(1, plan["total"])
         # The judge calls the candidate once per case: the deadline covers them all.
-        timeout = min(limits["timeout"] * cases, job.get("max_job_seconds", 300.0))
+        capped = limits["total_timeout"] < limits["timeout"] * cases
+        timeout = min(limits["timeout"] * cases, limits["total_timeout"])
         run_limits = dict(limits, timeout=timeout)
         try:
             candidate = RunSpec(
@@ -606,7 +622,10 @@ class Controller:
                                 message="the program filled /tmp before its tests could start")
         if judged == "timeout":
             raise_if_starved(candidate_outcome)  # the judge gave up on it
-            return _code_result([], plan["total"], status="timeout", limit="wall_time", message=message)
+            if capped:
+                message = f"killed when the job's {timeout:g} s for all its tests ran out"
+            return _code_result([], plan["total"], status="timeout", limit="total_time" if capped else "wall_time",
+                                message=message)
         if judged != "ok" or not isinstance(verdict, dict):
             return {"status": "internal", "message": message or "no verdict", "code": {"tests_total": plan["total"]}}
         candidate_status, candidate_limit, candidate_message = classify(candidate_outcome, candidate)
@@ -1045,6 +1064,8 @@ def validate_job(job: dict[str, Any]) -> str:
         require(job, name, kinds, what="job")
     if "limits" in fields:
         require(job["limits"], "timeout", (int, float), what="job.limits")
+    if kind == "code":
+        require(job["limits"], "total_timeout", (int, float), what="job.limits")
     if "program" in fields:
         require(job["limits"], "output", int, what="job.limits")
         require(job["program"], "language", str, what="job.program")

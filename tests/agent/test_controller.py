@@ -465,7 +465,7 @@ def test_a_removal_runs_on_the_loop_when_no_thread_can_start(monkeypatch: pytest
 # ---- bad requests, and bugs of ours ----------------------------------------------------------------------------------
 
 EXECUTE = {"kind": "execute", "program": {"language": "python", "code": "print(1)"},
-           "limits": {"timeout": 1, "output": 100, "memory": 0}}
+           "limits": {"timeout": 1, "output": 100, "memory": 0, "total_timeout": 300}}
 
 
 def test_a_keyerror_of_ours_is_an_internal_error_with_its_traceback(
@@ -864,3 +864,78 @@ def test_a_call_off_the_loop_runs_once_when_no_thread_can_start(monkeypatch: pyt
 
     asyncio.run(scenario())
     assert calls == [1]
+
+
+# ---- the job's time: all of a code job's stdin/stdout cases together -----------------------------------------------
+
+def test_the_cases_share_the_jobs_time_and_the_rest_are_failed_when_it_runs_out(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each case had its own timeout and nothing more: a program that ran each of 100 cases just under 10 s held
+    its slot for 1,000 s. Here each case takes 1.2 s of a 2 s timeout, the job 3 s: the third is cut short at the
+    job's end, the fourth never starts."""
+    controller = bare_controller(tmp_path, monkeypatch)
+    clock = [0.0]
+    monkeypatch.setattr(controller_module, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
+    timeouts: list[float] = []
+
+    async def run(spec: runner.RunSpec, *, settle: bool = True) -> runner.RunOutcome:
+        timeouts.append(spec.timeout)
+        took = min(1.2, spec.timeout)
+        clock[0] += took
+        return runner.RunOutcome(wait_status=0, stdout=b"ok\n", stderr=b"", stdout_truncated=False,
+                                 stderr_truncated=False, killed_for="wall_time" if took < 1.2 else "",
+                                 wall_seconds=took, cpu_seconds=took, max_rss_bytes=0)
+
+    monkeypatch.setattr(controller.runner, "run", run)
+    job = {"kind": "code", "program": {"language": "python", "code": "print('ok')"},
+           "limits": {"timeout": 2.0, "output": 100, "memory": 0, "total_timeout": 3.0},
+           "plan": {"kind": "stdio", "total": 4, "stdio": [{"stdin": "", "expected_stdout": "ok"}] * 4}}
+    result = _run(controller, job)["result"]
+    assert timeouts == [2.0, pytest.approx(1.8), pytest.approx(0.6)]
+    tests = result["tests"]
+    assert [t["status"] for t in tests] == ["ok", "ok", "timeout"], tests
+    assert tests[2]["limit"] == "total_time" and "job's 3 s for all its tests ran out" in tests[2]["message"]
+    assert result["status"] == "timeout" and result["limit"] == "total_time"
+    assert result["code"] == {"tests_passed": 2, "tests_total": 4}
+    # The job's time gone between two cases: the next is failed without a run.
+    clock[0] = 0.0
+    timeouts.clear()
+    result = _run(controller, dict(job, limits=dict(job["limits"], total_timeout=2.4)))["result"]
+    assert timeouts == [2.0, pytest.approx(1.2)]
+    assert [(t["status"], t["limit"]) for t in result["tests"]] == [("ok", ""), ("ok", ""), ("timeout", "total_time")]
+    assert result["tests"][2]["message"].startswith("not run") and result["code"]["tests_passed"] == 2
+
+
+def test_a_code_job_without_a_total_timeout_is_a_bad_request(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    controller = bare_controller(tmp_path, monkeypatch)
+    job = {"kind": "code", "program": {"language": "python", "code": "print('ok')"},
+           "limits": {"timeout": 2.0, "output": 100, "memory": 0},
+           "plan": {"kind": "stdio", "total": 1, "stdio": [{"stdin": "", "expected_stdout": "ok"}]}}
+    reply = _run(controller, job)
+    assert reply == {"error": "bad request: job.limits has no 'total_timeout'"}
+
+
+@pytest.mark.parametrize(("total_timeout", "deadline", "limit"), [(300, 2.0, "wall_time"), (1.5, 1.5, "total_time")])
+def test_function_tests_end_at_the_sooner_of_their_timeouts_and_the_jobs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, total_timeout: float, deadline: float, limit: str) -> None:
+    """The judge calls the candidate once per case, under one deadline for them all: two cases of 1 s, or the job's
+    time where that is shorter, which the result names."""
+    controller = bare_controller(tmp_path, monkeypatch)
+    deadlines: list[float] = []
+
+    async def candidate_run(spec: runner.RunSpec, *, settle: bool = True) -> runner.RunOutcome:
+        deadlines.append(spec.timeout)
+        return await until_the_judge_hangs_up(spec)
+
+    async def judge(request: dict[str, Any], peer: socket.socket, timeout: float) -> Any:
+        deadlines.append(timeout)
+        return "timeout", None, f"no verdict within {timeout:g} s"
+
+    monkeypatch.setattr(controller.runner, "run", candidate_run)
+    monkeypatch.setattr(controller.judges, "judge", judge)
+    job = dict(JUDGED_JOB, limits=dict(JUDGED_JOB["limits"], total_timeout=total_timeout))
+    result = _run(controller, job)["result"]
+    assert deadlines == [deadline, deadline]
+    assert (result["status"], result["limit"]) == ("timeout", limit), result
+    if limit == "total_time":
+        assert result["message"] == "killed when the job's 1.5 s for all its tests ran out"

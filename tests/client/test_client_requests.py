@@ -214,11 +214,13 @@ def test_code_job_options() -> None:
         float_tolerance=1e-3,
         reward_mode="fraction",
         timeout=2.0,
+        total_timeout=30.0,
         memory_bytes=1 << 28,
         failure_value=0.0,
     )
     assert job.code.extraction == pb.CODE_EXTRACTION_WHOLE and job.code.checker == pb.CHECKER_FLOAT
     assert job.code.reward_mode == pb.REWARD_MODE_FRACTION and job.limits.timeout_seconds == 2.0
+    assert job.limits.total_timeout_seconds == 30.0 and code_job("x", [("1", "1")]).limits.total_timeout_seconds == 0
     assert job.HasField("failure_value") and job.failure_value == 0.0
     assert not code_job("x", [("1", "1")]).HasField("failure_value")
 
@@ -256,6 +258,8 @@ def test_float_tolerance_is_sent_only_when_given(kind: str) -> None:
         ({"tests": [FunctionCase([1], 1)]}, "fn_name"),
         ({"tests": [("1", "1")], "failure_value": float("nan")}, "finite"),
         ({"tests": [("1", "1")], "timeout": -1}, "> 0"),
+        ({"tests": [("1", "1")], "total_timeout": 0}, "total_timeout must be > 0, got 0"),
+        ({"tests": [("1", "1")], "total_timeout": math.inf}, "total_timeout must be finite, got inf"),
         ({"tests": [("1", "1")], "extraction": "magic"}, "extraction"),
         ({"tests": [("1", "1")], "extraction": "tag"}, "tag"),
         ({"tests": [("1", "1")], "language": ""}, "language"),
@@ -302,11 +306,16 @@ def test_batch_validation() -> None:
     bad.failure_value = math.nan
     with pytest.raises(InvalidRequest, match="finite"):
         validate_job(bad)
+    by_hand = pb.Job(math=pb.MathJob(completion="1", ground_truth="1"), limits=pb.Limits(total_timeout_seconds=-1))
+    with pytest.raises(InvalidRequest, match=r"limits\.total_timeout_seconds must be finite and >= 0, got -1"):
+        validate_job(by_hand)
 
 
 def test_deadline_follows_limits_and_cases() -> None:
     job = code_job("x", {"inputs": ["1"] * 5, "outputs": ["1"] * 5}, timeout=2.0)
     assert job_deadline(job, default_timeout=10.0, margin=3.0) == 2.0 * 5 + 3.0
+    capped = code_job("x", {"inputs": ["1"] * 5, "outputs": ["1"] * 5}, timeout=2.0, total_timeout=4.0)
+    assert job_deadline(capped, default_timeout=10.0, margin=3.0) == 4.0 + 3.0
     assert job_deadline(math_job("1", "1"), default_timeout=10.0, margin=3.0) == 13.0
 
 

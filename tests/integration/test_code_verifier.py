@@ -695,6 +695,31 @@ def test_stop_on_first_failure(channel: grpc.Channel) -> None:
     assert len(fn.tests) == 1 and fn.code.tests_total == 2, describe(fn)
 
 
+def test_the_jobs_time_bounds_all_its_cases_together(channel: grpc.Channel) -> None:
+    """Red team: each case had its own timeout and nothing more, so a program that ran each of 100 cases just
+    under the 10 s default held its sandbox slot, and the trainer's step, for 1,000 s. Here each case sleeps
+    0.8 s of its 2 s, and the job has 2 s: the third case is cut short when that runs out, the rest never run."""
+    code = "import time\ntime.sleep(0.8)\nprint(input())\n"
+    cases = [(f"{i}\n", f"{i}\n") for i in range(5)]
+    job = stdio_job(code, cases, timeout=2.0, reward_mode=pb.REWARD_MODE_FRACTION)
+    job.limits.total_timeout_seconds = 2.0
+    result = helpers.run(channel, job)
+    assert [t.status for t in result.tests] == [pb.STATUS_OK, pb.STATUS_OK, pb.STATUS_TIMEOUT], describe(result)
+    assert result.tests[2].limit_hit == pb.LIMIT_TOTAL_TIME and "job's 2 s" in result.tests[2].message
+    assert (result.status, result.limit_hit) == (pb.STATUS_TIMEOUT, pb.LIMIT_TOTAL_TIME), describe(result)
+    assert result.reward == pytest.approx(2 / 5) and result.code.tests_total == 5, describe(result)
+    # Under the job's time, the same cases all run and pass.
+    job.limits.total_timeout_seconds = 10.0
+    assert_ok(helpers.run(channel, job))
+    # Function tests: the judge's one deadline for every call is the job's time where that is sooner.
+    sleepy = "import time\ndef echo(x):\n    time.sleep(0.8)\n    return x\n"
+    calls = function_job(sleepy, "echo", [([i], i) for i in range(5)], timeout=2.0)
+    calls.limits.total_timeout_seconds = 2.0
+    result = helpers.run(channel, calls)
+    assert_failed(result, pb.STATUS_TIMEOUT)
+    assert result.limit_hit == pb.LIMIT_TOTAL_TIME and "job's 2 s for all its tests ran out" in result.message
+
+
 @pytest.mark.parametrize(
     ("program", "expected", "checker", "tolerance", "passes"),  # tolerance None: the field left unset
     [
