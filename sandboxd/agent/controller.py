@@ -621,7 +621,7 @@ class Controller:
             return _code_result([], plan["total"], status="runtime_error",
                                 message="the program filled /tmp before its tests could start")
         if judged == "timeout":
-            raise_if_starved(candidate_outcome)  # the judge gave up on it
+            raise_if_starved(candidate_outcome.cpu_share, candidate_outcome.wall_seconds)  # the judge gave up on it
             if capped:
                 message = f"killed when the job's {timeout:g} s for all its tests ran out"
             return _code_result([], plan["total"], status="timeout", limit="total_time" if capped else "wall_time",
@@ -649,7 +649,7 @@ class Controller:
                           "message": message[:2000], "time_seconds": float(entry.get("time_seconds", 0.0)),
                           "stderr": _preview(candidate_outcome.stderr, 2000)})
         if any(test["limit"] == "wall_time" for test in tests):
-            raise_if_starved(candidate_outcome)  # the judge gave up on it
+            raise_if_starved(candidate_outcome.cpu_share, candidate_outcome.wall_seconds)  # the judge gave up on it
         return _code_result(tests, int(verdict.get("total", plan["total"])))
 
     async def _math(self, job: dict[str, Any]) -> dict[str, Any]:

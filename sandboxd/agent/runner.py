@@ -257,13 +257,20 @@ def starved_out(share: CpuShare | None, wall_seconds: float) -> bool:
             and share.others_ran_seconds >= STARVED_OTHERS_RATIO * max(share.ran_seconds, 1e-3))
 
 
-def raise_if_starved(outcome: RunOutcome) -> None:
-    """SandboxFull if a run that reached its deadline was kept off the CPU by the other runs (starved_out)."""
-    share, wall = outcome.cpu_share, outcome.wall_seconds
-    if share is not None and starved_out(share, wall):
-        raise SandboxFull(f"other runs took the sandbox's CPU: in {wall:.2f} s this run ran {share.ran_seconds:.2f} s "
-                          f"and waited {share.waited_seconds:.2f} s for a CPU, while they ran "
-                          f"{share.others_ran_seconds:.2f} s")
+def starved_reason(share: CpuShare | None, wall: float) -> str:
+    """How the other runs kept a run that reached its deadline after `wall` s off the CPU; "" where they did not
+    (starved_out)."""
+    if share is None or not starved_out(share, wall):
+        return ""
+    return (f"other runs took the sandbox's CPU: in {wall:.2f} s this run ran {share.ran_seconds:.2f} s "
+            f"and waited {share.waited_seconds:.2f} s for a CPU, while they ran {share.others_ran_seconds:.2f} s")
+
+
+def raise_if_starved(share: CpuShare | None, wall: float) -> None:
+    """SandboxFull, to run it again elsewhere, if the other runs kept a run that reached its deadline off the CPU."""
+    reason = starved_reason(share, wall)
+    if reason:
+        raise SandboxFull(reason)
 
 
 class OutputBudget:
@@ -936,7 +943,7 @@ class Runner:
             raise SandboxFull(f"the sandbox ran out of memory while this run held {outcome.held_bytes >> 20} MiB; "
                               f"the out-of-memory killer took it")
         if killed_for == "wall_time":
-            raise_if_starved(outcome)
+            raise_if_starved(outcome.cpu_share, outcome.wall_seconds)
         return outcome
 
     async def _until_exiting(self, uid: int, listed: set[int]) -> None:

@@ -36,8 +36,9 @@ from sandboxd.agent.runner import (
     SandboxFull,
     classify,
     sigkill_uid,
+    starved_reason,
 )
-from sandboxd.agent.usage import WatchedRun
+from sandboxd.agent.usage import CpuShare, WatchedRun
 
 if TYPE_CHECKING:
     from sandboxd.agent.controller import Controller
@@ -249,6 +250,9 @@ class PythonSession(Session):
 
     async def _run_cell(self, code: str, timeout: float, output_limit: int) -> dict[str, Any]:
         interrupted_for = ""
+        watch, watched = self.controller.runner.usage, self._watched
+        mark = watch.mark(watched) if watched is not None else None
+        share: CpuShare | None = None
 
         def interrupt(reason: str) -> None:
             nonlocal interrupted_for
@@ -257,6 +261,14 @@ class PythonSession(Session):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(self.interpreter.pid, signal.SIGINT)
 
+        def on_timeout() -> None:
+            nonlocal share
+            if watched is not None:
+                # What the cell got of the CPU up to its deadline, and the others meanwhile (runner.starved_out).
+                watch.count_now(watched)
+                share = watch.share_of(watched, since=mark)
+            interrupt("wall_time")
+
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
         budget = OutputBudget(output_limit, lambda: interrupt("output"))
@@ -264,7 +276,7 @@ class PythonSession(Session):
         self._seq += 1
         try:
             reply = await self.interpreter.request({"code": code, "seq": self._seq}, timeout=timeout,
-                                                   fds=(out_w, err_w), on_timeout=lambda: interrupt("wall_time"),
+                                                   fds=(out_w, err_w), on_timeout=on_timeout,
                                                    grace=SESSION_INTERRUPT_GRACE)
             if reply is not None:
                 await asyncio.wait([stdout.eof, stderr.eof], timeout=CELL_DRAIN_SECONDS)
@@ -273,8 +285,9 @@ class PythonSession(Session):
             stderr.close()
         output = {"stdout": bytes(stdout.data).decode("utf-8", "replace"),
                   "stderr": bytes(stderr.data).decode("utf-8", "replace")}
+        starved = starved_reason(share, timeout) if interrupted_for == "wall_time" else ""
         if reply is None:
-            return dict(output, **self._died(interrupted_for, timeout))
+            return dict(output, **self._died(interrupted_for, timeout, starved))
         if reply.get("seq") != self._seq:
             # The interpreter answers each cell once, under its seq. Another frame was written to the
             # results socket by a cell (which can forge its own result, but not this): every later cell
@@ -287,6 +300,11 @@ class PythonSession(Session):
         # The interpreter cuts its values there; a forged result must not be longer (docs/sessions.md).
         value = str(reply.get("value", ""))[:MAX_VALUE_CHARS]
         message = str(reply.get("message", ""))[:2000]
+        if starved:
+            # Not the cell's doing, as for a bash cell (Session.run_cell); but this one ran until interrupted.
+            return dict(output, status="internal", limit="", value="",
+                        message=f"{starved}; the cell was interrupted at {timeout:g} s (what it did until then "
+                                "stays) and not charged; the session lives on")
         if interrupted_for == "wall_time":
             return dict(output, status="timeout", limit="wall_time", value="",
                         message=f"cell interrupted after {timeout:g} s wall clock; the session lives on")
@@ -304,10 +322,16 @@ class PythonSession(Session):
             message = "KeyboardInterrupt"
         return dict(output, status="runtime_error", limit="", value="", message=message)
 
-    def _died(self, interrupted_for: str, timeout: float) -> dict[str, Any]:
-        """The interpreter is gone or would not stop: the session ends here."""
+    def _died(self, interrupted_for: str, timeout: float, starved: str) -> dict[str, Any]:
+        """The interpreter is gone or would not stop: the session ends here. `starved`: why the cell's deadline
+        was the others' doing (starved_reason), or ""."""
         detail, killed = self.interpreter.describe_exit()
         self.close()
+        if starved:
+            # Kept off the CPU, it may have had none to take its KeyboardInterrupt in time either.
+            return {"status": "internal", "limit": "", "value": "",
+                    "message": f"{starved}; the cell did not stop within {SESSION_INTERRUPT_GRACE:g} s of its "
+                               "interrupt and the session was closed, not charged"}
         if interrupted_for == "wall_time":
             return {"status": "timeout", "limit": "wall_time", "value": "",
                     "message": f"cell ignored the interrupt at {timeout:g} s; the session was closed"}

@@ -38,8 +38,10 @@ watched process's /proc/<pid>/schedstat: the time it ran and the time it
 waited on a run queue, ready to run. A run that ends at its deadline
 having waited for a CPU at least half its time while the other runs took
 several times its CPU (runner.starved_out) was not given the CPU to
-finish: it runs again elsewhere. Its neighbours' share is counted from the
-watched runs alone; the agent's own servers are not.
+finish: it runs again elsewhere. A session's cell, which cannot run
+twice, is answered uncharged instead, judged by its share over the cell
+alone (UsageWatch.mark). Its neighbours' share is counted from the watched
+runs alone; the agent's own servers are not.
 
 Limits: a run that grows by the sandbox's free memory between two sweeps
 reaches the OOM killer first; then `runner.crowded_out` keeps the
@@ -266,6 +268,15 @@ class WatchedRun:
 
 
 @dataclass(frozen=True)
+class CpuMark:
+    """Where a run's CPU counts stood at one moment (UsageWatch.mark), to measure from there."""
+
+    all_cpu_ns: int
+    cpu_ns: int
+    waited_ns: int
+
+
+@dataclass(frozen=True)
 class CpuShare:
     """What a run got of the sandbox's CPU over its life, and what the other watched runs got meanwhile."""
 
@@ -298,10 +309,17 @@ class UsageWatch:
         if self._runs.get(run.uid) is run:
             del self._runs[run.uid]
 
-    def share_of(self, run: WatchedRun) -> CpuShare:
-        """`run`'s CPU so far, as of the last sweep (or `count_now`)."""
-        others = self.cpu_ns - run.all_cpu_ns_at_start - run.cpu_ns
-        return CpuShare(run.cpu_ns * NS, run.waited_ns * NS, max(0, others) * NS)
+    def share_of(self, run: WatchedRun, since: CpuMark | None = None) -> CpuShare:
+        """`run`'s CPU so far (or since `since`, a `mark`), as of the last sweep (or `count_now`)."""
+        since = since or CpuMark(run.all_cpu_ns_at_start, 0, 0)
+        ran, waited = run.cpu_ns - since.cpu_ns, run.waited_ns - since.waited_ns
+        others = self.cpu_ns - since.all_cpu_ns - ran
+        return CpuShare(ran * NS, waited * NS, max(0, others) * NS)
+
+    def mark(self, run: WatchedRun) -> CpuMark:
+        """Where `run` and the others stand now, as of the last sweep: for a share over part of its life (a
+        session's cell)."""
+        return CpuMark(self.cpu_ns, run.cpu_ns, run.waited_ns)
 
     def count_now(self, run: WatchedRun) -> None:
         """Count `run`'s CPU up to this moment (at its deadline, before it is killed): a sweep may be 50 ms old."""

@@ -18,7 +18,7 @@ import pytest
 
 from sandboxd.agent import usage
 from sandboxd.agent.controller import has_room
-from sandboxd.agent.runner import RunOutcome, RunSpec, classify, crowded_out, starved_out
+from sandboxd.agent.runner import RunOutcome, RunSpec, classify, crowded_out, starved_out, starved_reason
 
 HOLDER_UID = 29_997  # outside the agent's job range, unused on a test machine
 MIB = 1 << 20
@@ -249,6 +249,26 @@ def test_starved_only_waiting_most_of_its_time_while_the_others_ran_several_time
     assert starved_out(share(0.0, 1.5, 0.01), 2.0)
     assert not starved_out(share(0.0, 1.5, 0.002), 2.0)
     assert not starved_out(None, 2.0)
+    assert starved_reason(share(0.06, 1.9, 1.9), 2.0) == ("other runs took the sandbox's CPU: in 2.00 s this run ran "
+                                                         "0.06 s and waited 1.90 s for a CPU, while they ran 1.90 s")
+    assert starved_reason(share(1.0, 1.0, 1.0), 2.0) == starved_reason(None, 2.0) == ""
+
+
+def test_a_share_since_a_mark_counts_from_there() -> None:
+    """A session's cell is judged by what it and the others ran during the cell, not over the session's life."""
+    watch = usage.UsageWatch()
+    run = usage.WatchedRun(uid=1, limit=0, bounded_alone=False, on_over=None)
+    second = 1_000_000_000
+    watch.cpu_ns += run.count_cpu(5, 1 * second, second // 5)  # earlier cells: it ran 1 s, waited 0.2 s
+    watch.cpu_ns += 3 * second  # the others, meanwhile
+    mark = watch.mark(run)
+    watch.cpu_ns += run.count_cpu(5, 11 * second // 10, 19 * second // 10)  # the cell: ran 0.1 s, waited 1.7 s
+    watch.cpu_ns += 18 * second // 10
+    cell = watch.share_of(run, since=mark)
+    assert (cell.ran_seconds, cell.waited_seconds, cell.others_ran_seconds) == pytest.approx((0.1, 1.7, 1.8))
+    assert starved_out(cell, 2.0)
+    life = watch.share_of(run)
+    assert (life.ran_seconds, life.waited_seconds, life.others_ran_seconds) == pytest.approx((1.1, 1.9, 4.8))
 
 
 def _outcome(wait_status: int, *, killed_for: str = "", oom_kills: int | None = 1, max_rss: int = 0,

@@ -66,21 +66,26 @@ def _wait_gone(observer, uid: int, within: float = 20.0) -> list[str]:  # type: 
 # ---- findings: these failed before their fixes ------------------------------------------------------------
 
 
-def test_a_cell_its_neighbours_keep_off_the_cpu_is_answered_uncharged(client: SandboxClient) -> None:
-    """A session may leave processes running between its cells: beside 30 busy ones, a bash cell that needed
-    0.11 s of CPU was charged TIMEOUT at its 2 s deadline (this test, with the check disabled). A cell cannot run
-    again elsewhere: it is answered INTERNAL, uncharged, and its session lives on. Once the hog is closed, the
-    cell passes."""
-    with client.open_session(language="bash") as bash:
+@pytest.mark.parametrize("language", ["bash", "python"])
+def test_a_cell_its_neighbours_keep_off_the_cpu_is_answered_uncharged(client: SandboxClient, language: str) -> None:
+    """A session may leave processes running between its cells: beside 30 busy ones, a cell that needed 0.11 s
+    of CPU was charged TIMEOUT at its 2 s deadline (this test, with the check disabled: bash, then python). A cell
+    cannot run again elsewhere: it is answered INTERNAL, uncharged, and its session lives on, its state kept.
+    Once the hog is closed, the cell passes."""
+    cell = f"python3 -c {helpers.NEEDS_CPU!r}" if language == "bash" else helpers.NEEDS_CPU
+    with client.open_session(language=language) as victim:
+        assert victim.run("kept=1" if language == "bash" else "kept = 1").status == Status.OK
         with client.open_session() as hog:
             spin = "import os\nfor _ in range(30):\n    if os.fork() == 0:\n        while True:\n            pass\n1"
             assert hog.run(spin).value == "1"
             time.sleep(1)
-            starved = bash.run(f"python3 -c {helpers.NEEDS_CPU!r}", timeout=2)
+            starved = victim.run(cell, timeout=2)
             assert (starved.status, starved.session_alive) == (Status.INTERNAL, True), starved
-            assert "other runs took the sandbox's CPU" in starved.message
-        passed = bash.run(f"python3 -c {helpers.NEEDS_CPU!r}", timeout=10)
+            assert "other runs took the sandbox's CPU" in starved.message and "not charged" in starved.message
+        passed = victim.run(cell, timeout=10)
         assert (passed.status, passed.stdout) == (Status.OK, "5\n"), passed
+        kept = victim.run("echo $kept" if language == "bash" else "print(kept)")
+        assert kept.stdout == "1\n", kept
 
 
 def test_a_reply_too_large_to_send_does_not_leave_the_session_running(client: SandboxClient) -> None:
