@@ -189,13 +189,17 @@ class JobsServicer(pb_grpc.JobsServicer):
         self.daemon = daemon
 
     async def Run(self, request: pb.Job, context: grpc.aio.ServicerContext) -> pb.JobResult:
+        size = request.ByteSize()
         try:
             self.daemon.check_ready()
             prepared = jobs.prepare(request, self.daemon.config)
-            self.daemon.scheduler.admit([prepared])
+            self.daemon.scheduler.admit([prepared], size)
         except SandboxdError as error:
             await _abort(context, error)
-        return await self.daemon.scheduler.run(prepared)
+        try:
+            return await self.daemon.scheduler.run(prepared)
+        finally:
+            self.daemon.scheduler.release(size)
 
     async def RunBatch(self, request: pb.RunBatchRequest, context: grpc.aio.ServicerContext) -> Any:
         scheduler = self.daemon.scheduler
@@ -210,7 +214,8 @@ class JobsServicer(pb_grpc.JobsServicer):
             # name an item by its place in `jobs`: Job.index may be unset or repeated.
             prepared = [jobs.prepare(job, self.daemon.config, f"jobs[{position}]")
                         for position, job in enumerate(request.jobs)]
-            scheduler.admit(prepared)
+            size = request.ByteSize()
+            scheduler.admit(prepared, size)
         except SandboxdError as error:
             await _abort(context, error)
         window = _ResultWindow(scheduler, batch_window_jobs(self.daemon), MAX_UNSENT_RESULT_BYTES)
@@ -225,6 +230,7 @@ class JobsServicer(pb_grpc.JobsServicer):
                 task.cancel()
             for item in prepared:
                 scheduler.unreserve(item)  # those that never started
+            scheduler.release(size)
 
 
 class PoolServicer(pb_grpc.PoolServicer):

@@ -149,6 +149,9 @@ class LimitsConfig:
 class SchedulerConfig:
     # Jobs admitted but not yet on a sandbox; past it: RESOURCE_EXHAUSTED.
     max_queued: int = 8192
+    # Bytes of requests admitted and not yet answered in full (jobs' code and tests, held until their results
+    # are sent); past it: RESOURCE_EXHAUSTED. A request larger than this alone: INVALID_ARGUMENT.
+    max_held_bytes: int = 1 << 30
     # Attempts on distinct sandboxes when a sandbox dies under a job.
     attempts: int = 3
     max_batch: int = 16384
@@ -293,6 +296,7 @@ class Config:
              "and Unix socket paths are limited to 108 bytes)"),
             (self.scheduler.attempts >= 1, "scheduler.attempts must be >= 1"),
             (self.scheduler.max_queued >= 1, "scheduler.max_queued must be >= 1"),
+            (self.scheduler.max_held_bytes >= MIB, "scheduler.max_held_bytes must be >= 1 MiB"),
             (self.scheduler.engine_outage_seconds >= 0, "scheduler.engine_outage_seconds must be >= 0"),
             (1 <= self.sessions.per_sandbox <= MAX_SESSIONS_PER_SANDBOX,
              f"sessions.per_sandbox must be in [1, {MAX_SESSIONS_PER_SANDBOX}] (each session holds one of the "

@@ -51,12 +51,16 @@ class Scheduler:
         self._finished: deque[float] = deque(maxlen=100_000)
         # Attempts whose caller gave up, running on until the agent answers.
         self._abandoned: set[asyncio.Task[dict[str, Any]]] = set()
+        # Bytes of the requests admitted and not yet answered in full: the daemon holds each (its jobs' code and
+        # tests) until its last result is sent.
+        self.held_bytes = 0
 
-    def admit(self, prepared: list[PreparedJob]) -> None:
-        """Admit `prepared` as a whole, or refuse it: a job no pool serves, or a full queue.
+    def admit(self, prepared: list[PreparedJob], request_bytes: int = 0) -> None:
+        """Admit `prepared` as a whole, or refuse it: a job no pool serves, a full queue, too many bytes held.
 
         Admitted jobs that need a sandbox count against `max_queued` from here until
-        they enter run() (or the caller calls unreserve() for those that never will).
+        they enter run() (or the caller calls unreserve() for those that never will);
+        `request_bytes`, the request's size, against `max_held_bytes` until release().
         """
         for item in prepared:
             self.pool_for(item)
@@ -68,19 +72,34 @@ class Scheduler:
             # clients retry it forever.
             raise InvalidRequest(f"jobs: {count} jobs need a sandbox, more than the daemon queues at once "
                                  f"(scheduler.max_queued={limit}); send at most {limit} per batch")
+        byte_limit = self.config.scheduler.max_held_bytes
+        if request_bytes > byte_limit:
+            raise InvalidRequest(f"the request holds {request_bytes} bytes, more than the daemon holds for "
+                                 f"requests at once (scheduler.max_held_bytes={byte_limit}); send fewer or smaller "
+                                 "jobs per request")
         waiting = self.queued + self.reserved
+        # Time to drain the queue at the current throughput, within reason.
+        retry_after = min(30.0, max(0.5, (waiting + count) / max(self.jobs_per_second(), 1.0) / 2))
         if waiting + count > limit:
             metrics.REJECTED.inc()
-            # Time to drain the queue at the current throughput, within reason.
-            rate = max(self.jobs_per_second(), 1.0)
-            retry_after = min(30.0, max(0.5, (waiting + count) / rate / 2))
             raise Overloaded(f"{waiting} jobs are queued (limit {limit})", retry_after)
+        if self.held_bytes + request_bytes > byte_limit:
+            # Many large requests at once (a dataset's tests sent with every completion) would otherwise hold
+            # the daemon's memory without bound: max_queued counts jobs, whatever their size.
+            metrics.REJECTED.inc()
+            raise Overloaded(f"requests of {self.held_bytes} bytes are being answered (limit {byte_limit})",
+                             retry_after)
+        self.held_bytes += request_bytes
         now = time.monotonic()
         for item in prepared:
             item.admitted_at = now
             if item.early_result is None and not item.reserved:
                 item.reserved = True
                 self.reserved += 1
+
+    def release(self, request_bytes: int) -> None:
+        """An admitted request is answered in full (or its caller went away): its bytes are no longer held."""
+        self.held_bytes -= request_bytes
 
     def unreserve(self, prepared: PreparedJob) -> None:
         """`prepared` no longer waits to enter run(): it has, or it never will (its caller went away)."""

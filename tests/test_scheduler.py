@@ -239,6 +239,25 @@ def test_admitted_jobs_count_against_the_queue_until_they_start() -> None:
         scheduler.admit([job(i) for i in range(401)])  # never admissible: not a retry hint
 
 
+def test_admitted_requests_hold_bytes_until_they_are_answered() -> None:
+    """max_queued counts jobs, whatever their size: 8,192 jobs that each carry a dataset's 1 MiB of tests were
+    8 GiB held by the daemon at once. Bytes of requests admitted and not answered in full have a limit too."""
+    pool, _ = one_slot_pool()
+    config = Config()
+    config.scheduler.max_held_bytes = 10 << 20
+    scheduler = Scheduler({"python": pool}, config)
+    scheduler.admit([job(0)], 6 << 20)
+    with pytest.raises(Overloaded, match=r"requests of 6291456 bytes are being answered \(limit 10485760\)"):
+        scheduler.admit([job(1)], 6 << 20)
+    assert scheduler.reserved == 1  # the refused request reserved nothing
+    scheduler.admit([job(2)], 4 << 20)  # what is left fits
+    scheduler.release(6 << 20)
+    scheduler.admit([job(3)], 6 << 20)
+    assert scheduler.held_bytes == 10 << 20
+    with pytest.raises(InvalidRequest, match="max_held_bytes=10485760"):
+        scheduler.admit([job(4)], 11 << 20)  # never admissible: not a retry hint
+
+
 class GoneSandbox(Sandbox):
     """Dead before the job reached it: its agent's socket refuses the connection."""
 

@@ -19,6 +19,7 @@ from tests.integration import helpers
 pytestmark = pytest.mark.docker
 
 MAX_QUEUED = 400
+MAX_HELD_BYTES = 48 << 20
 BIG = 256 << 20
 OPTIONS = [("grpc.max_send_message_length", BIG), ("grpc.max_receive_message_length", BIG)]
 
@@ -30,6 +31,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
         "SANDBOXD_POOL_MATH": "false", "SANDBOXD_POOL_IMAGES": "python", "SANDBOXD_POOL_MIN_SIZE": "1",
         "SANDBOXD_POOL_MAX_SIZE": "2", "SANDBOXD_SESSIONS_MAX_SANDBOXES": "1",
         "SANDBOXD_SCHEDULER_MAX_QUEUED": str(MAX_QUEUED), "SANDBOXD_SCHEDULER_MAX_BATCH": "1000",
+        "SANDBOXD_SCHEDULER_MAX_HELD_BYTES": str(MAX_HELD_BYTES),
     }) as process:
         yield process
 
@@ -149,6 +151,28 @@ def test_job_too_large_for_the_agent_is_refused_not_retried(channel: grpc.Channe
     # Large, but within the frame: still runs.
     fits = helpers.execute("import sys; print(len(sys.stdin.buffer.read()))", stdin=b"a" * (20 << 20))
     assert helpers.run(channel, fits).execute.stdout == b"20971520\n"
+
+
+def test_requests_that_would_hold_too_many_bytes_wait_their_turn(channel: grpc.Channel) -> None:
+    """max_queued counts jobs, whatever their size: 8,192 jobs that each carried a dataset's 1 MiB of tests were
+    8 GiB for the daemon to hold at once. Requests admitted and not yet answered hold at most
+    scheduler.max_held_bytes (48 MiB here) together; past it, RESOURCE_EXHAUSTED with a retry hint."""
+    stub = pb_grpc.JobsStub(channel)
+    code = "import sys, time\nn = len(sys.stdin.buffer.read())\ntime.sleep(float(sys.argv[1]))\nprint(n)"
+    slow = helpers.execute(code, stdin=b"a" * (30 << 20), timeout=30)
+    slow.execute.args.append("5")
+    first = stub.Run.future(slow, timeout=60)
+    time.sleep(1.5)  # admitted: its 30 MiB are held until its answer
+    error = _error(stub.Run, slow)
+    assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, error.details()
+    assert f"are being answered (limit {MAX_HELD_BYTES})" in error.details(), error.details()
+    assert first.result().execute.stdout == b"31457280\n"
+    slow.execute.args[0] = "0"
+    assert helpers.run(channel, slow).execute.stdout == b"31457280\n"  # its turn now
+    # More than the limit in one request: never admissible, so not a hint to retry.
+    error = _error(stub.RunBatch, pb.RunBatchRequest(jobs=[slow, slow]))
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, error.details()
+    assert f"scheduler.max_held_bytes={MAX_HELD_BYTES}" in error.details(), error.details()
 
 
 @pytest.mark.parametrize("method", ["/sandboxd.v1.Jobs/Run", "/sandboxd.v1.Jobs/RunBatch"])
