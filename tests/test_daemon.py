@@ -59,7 +59,7 @@ def watching_daemon(list_ours: Callable[[str], list[dict[str, object]]], outage_
     daemon.config.scheduler.engine_outage_seconds = outage_seconds
     daemon.engine_problem = ""
     daemon.backend = types.SimpleNamespace(list_ours=list_ours)  # type: ignore[assignment]
-    daemon._set_serving = serving.append  # type: ignore[method-assign]
+    daemon._set_serving = serving.append  # type: ignore[method-assign, assignment]
     daemon._on_pool_change = lambda: None  # type: ignore[method-assign]
     return daemon
 
@@ -163,7 +163,7 @@ def test_a_failing_pool_holds_back_no_other_pools_health() -> None:
     daemon.pools = {"python": working, "math": failing}
     daemon.serving = daemon.stopping = False
     daemon.engine_problem = ""
-    daemon._set_serving = serving.append  # type: ignore[method-assign]
+    daemon._set_serving = serving.append  # type: ignore[method-assign, assignment]
     daemon._on_pool_change()
     assert serving == []  # still starting: the math pool may come up
     failing.start_failures += 1

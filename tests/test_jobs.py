@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import math
 import struct
+from collections.abc import Mapping
+from typing import Any
 
 import pytest
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
@@ -17,7 +19,13 @@ TESTS = {"test": "def check(candidate):\n    assert candidate(2) == 4\n", "entry
          "prompt": "def double(x):\n"}
 
 
-def code_job(index: int, completion: str, tests: dict[str, object] | str) -> pb.Job:
+def agent_job(prepared: jobs.PreparedJob) -> dict[str, Any]:
+    """The job a sandbox is sent: there is one for every job prepared here."""
+    assert prepared.agent_job is not None
+    return prepared.agent_job
+
+
+def code_job(index: int, completion: str, tests: Mapping[str, object] | str) -> pb.Job:
     dataset = tests if isinstance(tests, str) else json.dumps(tests)
     return pb.Job(index=index, code=pb.CodeJob(completion=completion, tests=pb.CodeTests(dataset_json=dataset)))
 
@@ -28,7 +36,7 @@ def test_completions_of_one_prompt_share_one_plan() -> None:
     assert jobs._test_plan(first.code.tests) is jobs._test_plan(second.code.tests)
     prepared = [jobs.prepare(job, Config()) for job in (first, second)]
     # Shared tests, each completion's own program.
-    programs = [p.agent_job["program"]["code"] for p in prepared]
+    programs = [agent_job(p)["program"]["code"] for p in prepared]
     assert "return 2 * x" in programs[0] and "return x + x" not in programs[0]
     assert "return x + x" in programs[1] and "return 2 * x" not in programs[1]
     other = code_job(2, "```python\n    return 2 * x\n```", {**TESTS, "entry_point": "twice"})
@@ -59,7 +67,7 @@ STDIO_TESTS = pb.CodeTests(stdio=[pb.StdioCase(stdin="", expected_stdout="0.3\n"
 FUNCTION_TESTS = pb.CodeTests(fn_name="f", function=[pb.FunctionCase(args_json="[]", expected_json="0.3")])
 
 
-def tolerance_job(kind: str, tests: pb.CodeTests = STDIO_TESTS, **fields: float) -> pb.Job:
+def tolerance_job(kind: str, tests: pb.CodeTests = STDIO_TESTS, **fields: Any) -> pb.Job:
     if kind == "code":
         return pb.Job(code=pb.CodeJob(completion="```python\nprint(0.1 + 0.2)\n```", tests=tests,
                                       checker=pb.CHECKER_FLOAT, **fields))
@@ -73,19 +81,19 @@ def tolerance_job(kind: str, tests: pb.CodeTests = STDIO_TESTS, **fields: float)
     pytest.param({"float_tolerance": -0.0}, 0.0, id="negative-zero-is-zero"),
     pytest.param({"float_tolerance": 1e-3}, 1e-3, id="explicit-value"),
 ])
-def test_float_tolerance_reaches_the_agent_job(kind: str, fields: dict[str, float], tolerance: float) -> None:
+def test_float_tolerance_reaches_the_agent_job(kind: str, fields: dict[str, Any], tolerance: float) -> None:
     job = tolerance_job(kind, **fields)
     assert getattr(job, kind).HasField("float_tolerance") is bool(fields)
     prepared = jobs.prepare(job, Config())
-    assert prepared.agent_job["tolerance"] == tolerance
-    assert math.copysign(1.0, prepared.agent_job["tolerance"]) == 1.0
+    assert agent_job(prepared)["tolerance"] == tolerance
+    assert math.copysign(1.0, agent_job(prepared)["tolerance"]) == 1.0
 
 
 @pytest.mark.parametrize(("fields", "tolerance"), [({}, 1e-6), ({"float_tolerance": 0.0}, 0.0)])
-def test_float_tolerance_reaches_the_function_harness(fields: dict[str, float], tolerance: float) -> None:
+def test_float_tolerance_reaches_the_function_harness(fields: dict[str, Any], tolerance: float) -> None:
     prepared = jobs.prepare(tolerance_job("code", FUNCTION_TESTS, **fields), Config())
-    assert prepared.agent_job["tolerance"] == tolerance
-    assert prepared.agent_job["harness"]["tolerance"] == tolerance
+    assert agent_job(prepared)["tolerance"] == tolerance
+    assert agent_job(prepared)["harness"]["tolerance"] == tolerance
 
 
 def test_a_job_from_an_old_client_keeps_its_tolerance() -> None:
@@ -103,8 +111,8 @@ def test_a_bad_float_tolerance_is_invalid(kind: str, value: float) -> None:
         jobs.prepare(job, Config())
 
 
-def _execute(**fields: object) -> pb.Job:
-    return pb.Job(execute=pb.ExecuteJob(language="python", code="print(1)", **fields))  # type: ignore[arg-type]
+def _execute(**fields: Any) -> pb.Job:
+    return pb.Job(execute=pb.ExecuteJob(language="python", code="print(1)", **fields))
 
 
 @pytest.mark.parametrize(
@@ -120,7 +128,7 @@ def _execute(**fields: object) -> pb.Job:
         ({"files": [pb.File(path=f"f{i}", content=b"x" * (9 << 20)) for i in range(4)]}, "more than 33554432 bytes"),
     ],
 )
-def test_execute_files_that_cannot_be_written_or_sent_back_are_invalid(fields: dict[str, object],
+def test_execute_files_that_cannot_be_written_or_sent_back_are_invalid(fields: dict[str, Any],
                                                                        message: str) -> None:
     with pytest.raises(InvalidRequest, match=message):
         jobs.prepare(_execute(**fields), Config())
@@ -147,10 +155,10 @@ ASSERTS = pb.CodeTests(assert_code="assert 1")
 @pytest.mark.parametrize(
     ("job", "field"),
     [
-        (pb.Job(code=pb.CodeJob(completion=CODE_BLOCK, tests=ASSERTS, checker=99)), "code.checker"),
-        (pb.Job(code=pb.CodeJob(completion=CODE_BLOCK, tests=ASSERTS, reward_mode=99)), "code.reward_mode"),
-        (pb.Job(code=pb.CodeJob(completion=CODE_BLOCK, tests=ASSERTS, extraction=-5)), "code.extraction"),
-        (pb.Job(math=pb.MathJob(completion="\\boxed{1}", ground_truth="1", extraction=99)), "math.extraction"),
+        (pb.Job(code=pb.CodeJob(completion=CODE_BLOCK, tests=ASSERTS, checker=99)), "code.checker"),  # type: ignore[arg-type]
+        (pb.Job(code=pb.CodeJob(completion=CODE_BLOCK, tests=ASSERTS, reward_mode=99)), "code.reward_mode"),  # type: ignore[arg-type]
+        (pb.Job(code=pb.CodeJob(completion=CODE_BLOCK, tests=ASSERTS, extraction=-5)), "code.extraction"),  # type: ignore[arg-type]
+        (pb.Job(math=pb.MathJob(completion="\\boxed{1}", ground_truth="1", extraction=99)), "math.extraction"),  # type: ignore[arg-type]
     ],
 )
 def test_an_enum_value_the_daemon_does_not_know_is_refused(job: pb.Job, field: str) -> None:
@@ -162,7 +170,7 @@ def test_an_enum_value_the_daemon_does_not_know_is_refused(job: pb.Job, field: s
 
 # -- total_timeout_seconds: all of a code job's test runs together ------------------------------------
 
-def many_cases_job(cases: int, **limits: float) -> pb.Job:
+def many_cases_job(cases: int, **limits: Any) -> pb.Job:
     tests = pb.CodeTests(stdio=[pb.StdioCase(stdin=str(i), expected_stdout=str(i)) for i in range(cases)])
     return pb.Job(limits=pb.Limits(**limits), code=pb.CodeJob(completion=CODE_BLOCK, tests=tests))
 
@@ -172,10 +180,10 @@ def test_the_total_timeout_bounds_the_budget_of_a_job_of_many_cases() -> None:
     compile_timeout = jobs.prepare(many_cases_job(1), config).budget_seconds - config.limits.default_timeout_seconds
     # 100 cases of 10 s each would be 1,000 s; the default job timeout is 300 s.
     prepared = jobs.prepare(many_cases_job(100), config)
-    assert prepared.agent_job["limits"]["total_timeout"] == config.limits.default_total_timeout_seconds == 300.0
+    assert agent_job(prepared)["limits"]["total_timeout"] == config.limits.default_total_timeout_seconds == 300.0
     assert prepared.budget_seconds == pytest.approx(300.0 + compile_timeout)
     asked = jobs.prepare(many_cases_job(100, timeout_seconds=2, total_timeout_seconds=7.5), config)
-    assert asked.agent_job["limits"]["total_timeout"] == 7.5
+    assert agent_job(asked)["limits"]["total_timeout"] == 7.5
     assert asked.budget_seconds == pytest.approx(7.5 + compile_timeout)
     # Fewer cases than the job timeout covers: their own timeouts are the budget.
     few = jobs.prepare(many_cases_job(3, timeout_seconds=2), config)

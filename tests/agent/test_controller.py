@@ -218,7 +218,7 @@ def test_a_removal_that_fails_damages_the_sandbox_and_keeps_the_uid(
 
     monkeypatch.setattr(controller_module, "remove_tree", stuck)
     damaged: list[str] = []
-    controller.damaged = damaged.append  # type: ignore[method-assign]
+    controller.damaged = damaged.append  # type: ignore[method-assign, assignment]
 
     async def scenario() -> None:
         controller.release_later(uid)
@@ -346,7 +346,12 @@ def withdrawable_controller(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
         withdrawal = runner.CURRENT_JOB.get()
         assert withdrawal is not None
         killed = asyncio.Event()
-        withdrawal.watch(lambda: (events.append("killed"), killed.set()))
+
+        def kill() -> None:
+            events.append("killed")
+            killed.set()
+
+        withdrawal.watch(kill)
         await killed.wait()
         events.append("answered")
         return {"status": "internal", "message": "killed"}
@@ -464,8 +469,8 @@ def test_a_removal_runs_on_the_loop_when_no_thread_can_start(monkeypatch: pytest
 
 # ---- bad requests, and bugs of ours ----------------------------------------------------------------------------------
 
-EXECUTE = {"kind": "execute", "program": {"language": "python", "code": "print(1)"},
-           "limits": {"timeout": 1, "output": 100, "memory": 0, "total_timeout": 300}}
+EXECUTE: dict[str, Any] = {"kind": "execute", "program": {"language": "python", "code": "print(1)"},
+                           "limits": {"timeout": 1, "output": 100, "memory": 0, "total_timeout": 300}}
 
 
 def test_a_keyerror_of_ours_is_an_internal_error_with_its_traceback(
@@ -731,7 +736,7 @@ def test_a_judge_that_cannot_start_for_lack_of_space_blames_the_candidate_only_i
     assert len(controller.uids._free) == UIDS_PER_SANDBOX
 
 
-JUDGED_JOB = dict(EXECUTE, kind="code", plan={"kind": "function", "total": 2, "stdio": []}, harness={})
+JUDGED_JOB: dict[str, Any] = dict(EXECUTE, kind="code", plan={"kind": "function", "total": 2, "stdio": []}, harness={})
 
 
 def test_an_innocent_candidate_is_not_charged_when_the_neighbour_leaves_between_the_two_looks(
@@ -856,7 +861,7 @@ def test_a_call_off_the_loop_runs_once_when_no_thread_can_start(monkeypatch: pyt
             raise RuntimeError("can't start new thread")
 
         monkeypatch.setattr(threading.Thread, "start", no_thread)
-        assert await controller_module._off_loop(calls.append, 1) is None
+        assert await controller_module._off_loop(calls.append, 1) is None  # type: ignore[func-returns-value]
         monkeypatch.undo()
         busy.set()
         await holding
@@ -887,9 +892,9 @@ def test_the_cases_share_the_jobs_time_and_the_rest_are_failed_when_it_runs_out(
                                  wall_seconds=took, cpu_seconds=took, max_rss_bytes=0)
 
     monkeypatch.setattr(controller.runner, "run", run)
-    job = {"kind": "code", "program": {"language": "python", "code": "print('ok')"},
-           "limits": {"timeout": 2.0, "output": 100, "memory": 0, "total_timeout": 3.0},
-           "plan": {"kind": "stdio", "total": 4, "stdio": [{"stdin": "", "expected_stdout": "ok"}] * 4}}
+    job: dict[str, Any] = {"kind": "code", "program": {"language": "python", "code": "print('ok')"},
+                           "limits": {"timeout": 2.0, "output": 100, "memory": 0, "total_timeout": 3.0},
+                           "plan": {"kind": "stdio", "total": 4, "stdio": [{"stdin": "", "expected_stdout": "ok"}] * 4}}
     result = _run(controller, job)["result"]
     assert timeouts == [2.0, pytest.approx(1.8), pytest.approx(0.6)]
     tests = result["tests"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -62,16 +63,21 @@ def test_bash_cell_cannot_read_the_next_cell(tmp_path: Path) -> None:
     assert result.stdout == "eof\n"
 
 
-def test_scan_stops_at_its_entry_cap_even_for_empty_folders(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_scan_stops_at_its_entry_cap_even_for_empty_folders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Folders count: a tree of empty folders must not keep the controller's loop walking.
     from sandboxd.agent import sessions
 
     for index in range(50):
         (tmp_path / f"d{index}").mkdir()
-    opened = []
+    opened: list[str] = []
     real_scandir = sessions.os.scandir
+
+    def scandir(path: str) -> Iterator[os.DirEntry[str]]:
+        opened.append(path)
+        return real_scandir(path)
+
     monkeypatch.setattr(sessions, "MAX_SCANNED_ENTRIES", 10)
-    monkeypatch.setattr(sessions.os, "scandir", lambda path: opened.append(path) or real_scandir(path))
+    monkeypatch.setattr(sessions.os, "scandir", scandir)
     assert scan(str(tmp_path)) == {}
     assert len(opened) <= 11
 
@@ -87,5 +93,5 @@ def test_file_names_that_are_not_utf8_are_reported_as_valid_text(tmp_path: Path)
     os.close(os.open(folder + b"/dir\xff/in\xff", os.O_CREAT | os.O_WRONLY, 0o644))
     changed = changed_files(before, scan(str(tmp_path)))
     assert changed == ["bad\\xfe", "bad\\xff", "café", "dir\\xff/in\\xff", "sub\\x80"]
-    for name in changed:
-        name.encode("utf-8")  # what the daemon's protobuf does; a lone surrogate raised here
+    for changed_name in changed:
+        changed_name.encode("utf-8")  # what the daemon's protobuf does; a lone surrogate raised here

@@ -12,8 +12,9 @@ import asyncio
 import itertools
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from typing import TypeAlias, TypedDict
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -38,7 +39,7 @@ class Delay:
     then: pb.JobResult | None = None
 
 
-Action = pb.JobResult | Abort | Delay | None
+Action: TypeAlias = pb.JobResult | Abort | Delay | None
 # (fake, job, attempt number for this job index on this fake) -> what to do; None = default verdict.
 Script = Callable[["FakeSandboxd", pb.Job, int], Action]
 
@@ -76,6 +77,13 @@ def default_verdict(job: pb.Job) -> pb.JobResult:
     return pb.JobResult(index=job.index, reward=0.5, status=pb.STATUS_OK, attempts=1)
 
 
+class _Session(TypedDict):
+    """A scripted session: the names it has been given, and how many cells it has run."""
+
+    vars: dict[str, str]
+    cells: int
+
+
 class FakeSandboxd(
     pb_grpc.JobsServicer, pb_grpc.SessionsServicer, pb_grpc.PoolServicer, pb_grpc.DaemonServicer
 ):
@@ -88,7 +96,7 @@ class FakeSandboxd(
         self.jobs_seen = 0
         self.batches: list[list[int]] = []
         self.hints: list[pb.BatchHint] = []
-        self.sessions: dict[str, dict[str, object]] = {}
+        self.sessions: dict[str, _Session] = {}
         self._ids = itertools.count(1)
 
     async def _answer(self, job: pb.Job, context: grpc.aio.ServicerContext) -> pb.JobResult:
@@ -112,7 +120,9 @@ class FakeSandboxd(
     async def Run(self, request: pb.Job, context: grpc.aio.ServicerContext) -> pb.JobResult:
         return await self._answer(request, context)
 
-    async def RunBatch(self, request: pb.RunBatchRequest, context: grpc.aio.ServicerContext):
+    async def RunBatch(
+        self, request: pb.RunBatchRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.JobResult]:
         self.batches.append([j.index for j in request.jobs])
         for job in request.jobs:
             yield await self._answer(job, context)
@@ -128,9 +138,10 @@ class FakeSandboxd(
         session = self.sessions.get(request.session_id)
         if session is None:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"no session {request.session_id}")
-        session["cells"] = int(session["cells"]) + 1  # type: ignore[call-overload]
+        assert session is not None  # context.abort raises
+        session["cells"] = int(session["cells"]) + 1
         # Cells are "name = value" or "name": enough to show state kept between calls.
-        names: dict[str, str] = session["vars"]  # type: ignore[assignment]
+        names: dict[str, str] = session["vars"]
         code = request.code.strip()
         if "=" in code:
             key, value = (s.strip() for s in code.split("=", 1))
@@ -140,12 +151,16 @@ class FakeSandboxd(
             return pb.CellResult(status=pb.STATUS_OK, value=names[code], session_alive=True, stdout=self.name)
         return pb.CellResult(status=pb.STATUS_RUNTIME_ERROR, stderr=f"NameError: {code}", session_alive=True)
 
-    async def Close(self, request: pb.CloseSessionRequest, context: grpc.aio.ServicerContext):
+    async def Close(
+        self, request: pb.CloseSessionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CloseSessionResponse:
         if self.sessions.pop(request.session_id, None) is None:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"no session {request.session_id}")
         return pb.CloseSessionResponse()
 
-    async def List(self, request: pb.ListSessionsRequest, context: grpc.aio.ServicerContext):
+    async def List(
+        self, request: pb.ListSessionsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListSessionsResponse:
         return pb.ListSessionsResponse(sessions=[pb.SessionInfo(session_id=s) for s in self.sessions])
 
     # -- Pool and Daemon --------------------------------------------------
@@ -154,7 +169,7 @@ class FakeSandboxd(
         self.hints.append(request)
         return pb.PoolStatus(pools=[pb.PoolState(name=self.name, target=request.batch_size)])
 
-    async def GetStatus(self, request: pb.GetPoolStatusRequest, context: grpc.aio.ServicerContext):
+    async def GetStatus(self, request: pb.GetPoolStatusRequest, context: grpc.aio.ServicerContext) -> pb.PoolStatus:
         return pb.PoolStatus(pools=[pb.PoolState(name=self.name)], jobs_total=self.jobs_seen)
 
     async def GetInfo(self, request: pb.GetInfoRequest, context: grpc.aio.ServicerContext) -> pb.Info:

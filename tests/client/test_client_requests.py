@@ -31,6 +31,7 @@ from sandboxd_client.errors import (
     DeadlineExceeded,
     Overloaded,
     PermissionDenied,
+    SandboxdError,
     SessionNotFound,
     Unavailable,
     from_status,
@@ -119,7 +120,7 @@ def test_failure_result_statuses() -> None:
         (grpc.StatusCode.UNAUTHENTICATED, PermissionDenied),
     ],
 )
-def test_error_mapping(code: grpc.StatusCode, cls: type) -> None:
+def test_error_mapping(code: grpc.StatusCode, cls: type[SandboxdError]) -> None:
     error = from_status(code, "details")
     assert isinstance(error, cls) and error.code == code and "details" in str(error)
 
@@ -288,7 +289,7 @@ def test_math_execute_reward_model_jobs() -> None:
     ex = execute_job("print(1)", "python", "in", args=["-v"], files={"a.txt": "hi"}, collect_files=["out"])
     assert ex.execute.stdin == b"in" and ex.execute.files[0].content == b"hi"
     with pytest.raises(InvalidRequest):
-        execute_job("x", args="-v")  # type: ignore[arg-type]
+        execute_job("x", args="-v")
     rm = reward_model_job("p", "c", model="rm")
     assert rm.reward_model.model == "rm"
 
@@ -301,7 +302,7 @@ def test_batch_validation() -> None:
     with pytest.raises(InvalidRequest, match="Job"):
         validate_batch([{"completion": "x"}])
     with pytest.raises(InvalidRequest, match="single Job"):
-        validate_batch(math_job("1", "1"))  # type: ignore[arg-type]
+        validate_batch(math_job("1", "1"))
     bad = math_job("1", "1")
     bad.failure_value = math.nan
     with pytest.raises(InvalidRequest, match="finite"):
@@ -360,7 +361,7 @@ def test_backoff_grows_with_jitter_and_honours_hint() -> None:
     assert policy.delay(1, retry_after=60.0, rng=rng) == 5.0
 
 
-def _results(state: ChunkState, statuses: dict[int, int]) -> list[Result]:
+def _results(state: ChunkState, statuses: dict[int, pb.Status]) -> list[Result]:
     state.request()
     out = [state.on_message(pb.JobResult(index=i, status=s, reward=-1.0)) for i, s in statuses.items()]
     return [r for r in out if r is not None]

@@ -22,6 +22,7 @@ import pytest
 from sandboxd_client import (
     AsyncSandboxClient,
     DeadlineExceeded,
+    ExecuteOutput,
     InvalidRequest,
     Result,
     RetryPolicy,
@@ -46,6 +47,12 @@ PATIENT = RetryPolicy(max_retries=10)
 
 def sleeper(seconds: float, out: str = "done", *, limit: float = 30.0) -> pb.Job:
     return execute_job(f"import time\ntime.sleep({seconds})\nprint({out!r})", timeout=limit)
+
+
+def stdout_of(result: Result) -> bytes:
+    """An execute job's output."""
+    assert isinstance(result.details, ExecuteOutput), result
+    return result.details.stdout
 
 
 class Twin:
@@ -174,7 +181,7 @@ async def test_run_batch_yields_as_they_finish(twin: Twin) -> None:
     assert first_quick < slow_at - 1.5, f"quick results waited for the slow one: {arrivals}"
     for _, r in arrivals:
         expected = b"slow\n" if r.index == 0 else f"{r.index}\n".encode()
-        assert r.details.stdout == expected
+        assert stdout_of(r) == expected
 
 
 @docker
@@ -336,7 +343,7 @@ async def test_round_robin_two_daemons(tmp_path: Path) -> None:
             assert sorted(r.index for r in arrivals) == list(range(len(jobs)))
             bad = [r for r in arrivals if r.status != Status.OK]
             assert not bad, bad
-            assert all(r.details.stdout == f"{r.index}\n".encode() for r in arrivals)
+            assert all(stdout_of(r) == f"{r.index}\n".encode() for r in arrivals)
             assert before_b > totals[1], "b took no part in the second batch before it stopped"
     finally:
         a.stop()
@@ -408,7 +415,8 @@ async def test_bad_input_async(call: Any, fragment: str) -> None:
 
 
 def test_bad_client_options() -> None:
-    for options in ({"deadline": 0}, {"job_timeout": -1}, {"batch_size": 0}, {"max_retries": -1}):
+    bad: tuple[dict[str, Any], ...] = ({"deadline": 0}, {"job_timeout": -1}, {"batch_size": 0}, {"max_retries": -1})
+    for options in bad:
         with pytest.raises(InvalidRequest):
             SandboxClient(NOWHERE, **options)
     with pytest.raises(InvalidRequest, match="cannot mix"):

@@ -746,7 +746,7 @@ def test_the_jobs_time_bounds_all_its_cases_together(channel: grpc.Channel) -> N
 )
 def test_checkers(channel: grpc.Channel, program: str, expected: str, checker: int, tolerance: float | None,
                   passes: bool) -> None:
-    fields = {} if tolerance is None else {"float_tolerance": tolerance}  # optional: 0.0 means exact
+    fields: dict[str, Any] = {} if tolerance is None else {"float_tolerance": tolerance}  # optional: 0.0 means exact
     job = stdio_job(program, [("", expected)], checker=checker, **fields)
     result = helpers.run(channel, job)
     if passes:

@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -22,7 +23,7 @@ from tests.integration import helpers
 pytestmark = pytest.mark.docker
 
 
-def outcome(channel: grpc.Channel, code: str, **kwargs: object) -> pb.JobResult:
+def outcome(channel: grpc.Channel, code: str, **kwargs: Any) -> pb.JobResult:
     return helpers.run(channel, helpers.execute(code, **kwargs))
 
 

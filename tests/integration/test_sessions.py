@@ -8,11 +8,12 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
 import pytest
-from sandboxd_client import AsyncSandboxClient, InvalidRequest, SandboxClient, SessionNotFound, Status
+from sandboxd_client import AsyncSandboxClient, CellResult, InvalidRequest, SandboxClient, SessionNotFound, Status
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
 
@@ -21,7 +22,7 @@ from tests.conftest import DaemonProcess
 
 
 @pytest.fixture(scope="module")
-def client(daemon: DaemonProcess):
+def client(daemon: DaemonProcess) -> Iterator[SandboxClient]:
     with SandboxClient(daemon.address) as client:
         yield client
 
@@ -70,7 +71,7 @@ def test_bash_keeps_directory_environment_and_functions(client: SandboxClient) -
 def test_timeout_interrupts_only_that_cell(client: SandboxClient) -> None:
     with client.open_session() as slow, client.open_session() as fast:
         slow.run("state = 'kept'")
-        outcome: dict[str, object] = {}
+        outcome: dict[str, CellResult] = {}
 
         def hang() -> None:
             outcome["result"] = slow.run("while True:\n    pass", timeout=2)
@@ -247,7 +248,7 @@ def test_256_concurrent_sessions_all_answered(daemon: DaemonProcess) -> None:
 
 
 @pytest.fixture(scope="module")
-def strict_daemon(tmp_path_factory: pytest.TempPathFactory, daemon: DaemonProcess):
+def strict_daemon(tmp_path_factory: pytest.TempPathFactory, daemon: DaemonProcess) -> Iterator[DaemonProcess]:
     """A daemon whose session limits are small enough to reach in a test: 1 sandbox of 2 slots."""
     process = DaemonProcess(tmp_path_factory.mktemp("strict"), "strict", extra_env={
         "SANDBOXD_POOL_IMAGES": "python",

@@ -143,7 +143,7 @@ def _train(model_dir: Path, output_dir: Path, reward_func: Any, steps: int = 2) 
     # The trainer keeps only the last generation batch in _logs: take each step's copy.
     class Snapshot(TrainerCallback):
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            logs = trainer._logs
+            logs: dict[str, Any] = trainer._logs
             snapshots.append(
                 (list(logs["prompt"]), list(logs["completion"]), list(logs["rewards"][REWARD_NAME]))
             )
@@ -151,7 +151,7 @@ def _train(model_dir: Path, output_dir: Path, reward_func: Any, steps: int = 2) 
     snapshots: list[tuple[list[str], list[str], list[float]]] = []
     trainer.add_callback(Snapshot())
     trainer.train()
-    trainer.snapshots = snapshots
+    trainer.snapshots = snapshots  # type: ignore[attr-defined]  # read back by the tests
     return trainer
 
 

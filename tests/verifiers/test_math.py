@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import threading
+from typing import TypedDict, Unpack
 
 import pytest
 
@@ -31,7 +32,14 @@ def boxed(s: str) -> str:
     return f"Reasoning... so the final result is $\\boxed{{{s}}}$."
 
 
-def check(completion: str, gold: str, expected: str, **kwargs: object) -> dict:
+class VerifyOptions(TypedDict, total=False):
+    """The keyword options of ``mathv.verify``."""
+
+    extraction: str
+    float_tolerance: float
+
+
+def check(completion: str, gold: str, expected: str, **kwargs: Unpack[VerifyOptions]) -> dict:
     result = mathv.verify(completion, gold, **kwargs)
     assert result["status"] == expected, result
     assert json.loads(json.dumps(result)) == result

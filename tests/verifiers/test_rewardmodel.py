@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import weakref
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -236,7 +237,7 @@ needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GP
 @needs_gpu
 def test_gpu_scores_equal_cpu_scores(tmp_path: Path) -> None:
     folder = make_reward_model(tmp_path / "m", kind="llama")
-    settings = {"name": "m", "path": str(folder), "max_length": 256, "dtype": "float32"}
+    settings: dict[str, Any] = {"name": "m", "path": str(folder), "max_length": 256, "dtype": "float32"}
     cpu = rewardmodel.load(rewardmodel.ScorerSettings(**settings))
     gpu = rewardmodel.load(rewardmodel.ScorerSettings(**settings, device="cuda"))
     assert gpu.describe()["device"] == "cuda:0" and gpu.describe()["device_name"] != "cpu"
