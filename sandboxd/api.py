@@ -189,17 +189,16 @@ class JobsServicer(pb_grpc.JobsServicer):
         self.daemon = daemon
 
     async def Run(self, request: pb.Job, context: grpc.aio.ServicerContext) -> pb.JobResult:
-        size = request.ByteSize()
         try:
             self.daemon.check_ready()
             prepared = jobs.prepare(request, self.daemon.config)
-            self.daemon.scheduler.admit([prepared], size)
+            held = self.daemon.scheduler.admit([prepared])
         except SandboxdError as error:
             await _abort(context, error)
         try:
             return await self.daemon.scheduler.run(prepared)
         finally:
-            self.daemon.scheduler.release(size)
+            self.daemon.scheduler.release(held)
 
     async def RunBatch(self, request: pb.RunBatchRequest, context: grpc.aio.ServicerContext) -> Any:
         scheduler = self.daemon.scheduler
@@ -214,8 +213,7 @@ class JobsServicer(pb_grpc.JobsServicer):
             # name an item by its place in `jobs`: Job.index may be unset or repeated.
             prepared = [jobs.prepare(job, self.daemon.config, f"jobs[{position}]")
                         for position, job in enumerate(request.jobs)]
-            size = request.ByteSize()
-            scheduler.admit(prepared, size)
+            held = scheduler.admit(prepared)
         except SandboxdError as error:
             await _abort(context, error)
         window = _ResultWindow(scheduler, batch_window_jobs(self.daemon), MAX_UNSENT_RESULT_BYTES)
@@ -230,7 +228,7 @@ class JobsServicer(pb_grpc.JobsServicer):
                 task.cancel()
             for item in prepared:
                 scheduler.unreserve(item)  # those that never started
-            scheduler.release(size)
+            scheduler.release(held)
 
 
 class PoolServicer(pb_grpc.PoolServicer):

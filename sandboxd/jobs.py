@@ -102,6 +102,8 @@ class PreparedJob:
     # but not yet in Scheduler.run (a batch's jobs start a moment later).
     admitted_at: float = 0.0
     reserved: bool = False
+    # The Job's size as received: the daemon holds it until the job is answered (Scheduler.admit).
+    request_bytes: int = 0
 
 
 def resolve_limits(requested: pb.Limits, config: Config, where: str) -> dict[str, Any]:
@@ -173,8 +175,9 @@ def prepare(job: pb.Job, config: Config, where: str = "") -> PreparedJob:
     where = where or f"jobs[{job.index}]"
     prepared = _prepare(job, config, where)
     prepared.where = where
+    prepared.request_bytes = job.ByteSize()
     if prepared.agent_job is not None:
-        check_frame_size(job, prepared.agent_job, where)
+        check_frame_size(job, prepared.agent_job, where, prepared.request_bytes)
     return prepared
 
 
@@ -184,14 +187,14 @@ def prepare(job: pb.Job, config: Config, where: str = "") -> PreparedJob:
 FRAME_CHECK_BYTES = MAX_FRAME_BYTES // 32
 
 
-def check_frame_size(job: pb.Job, agent_job: dict[str, Any], where: str) -> None:
+def check_frame_size(job: pb.Job, agent_job: dict[str, Any], where: str, job_bytes: int) -> None:
     """INVALID_ARGUMENT for a job too large for the agent's frames.
 
     Sent anyway, such a job failed to encode at the daemon, which took it for a
     lost sandbox: each attempt recycled a healthy sandbox, and the caller got
     STATUS_SANDBOX_LOST (which clients retry) after three.
     """
-    if job.ByteSize() <= FRAME_CHECK_BYTES:
+    if job_bytes <= FRAME_CHECK_BYTES:
         return
     size = len(json.dumps({"op": "run", "job": agent_job}, separators=(",", ":")))
     if size <= MAX_FRAME_BYTES - 4096:

@@ -55,12 +55,12 @@ class Scheduler:
         # tests) until its last result is sent.
         self.held_bytes = 0
 
-    def admit(self, prepared: list[PreparedJob], request_bytes: int = 0) -> None:
+    def admit(self, prepared: list[PreparedJob]) -> int:
         """Admit `prepared` as a whole, or refuse it: a job no pool serves, a full queue, too many bytes held.
 
         Admitted jobs that need a sandbox count against `max_queued` from here until
         they enter run() (or the caller calls unreserve() for those that never will);
-        `request_bytes`, the request's size, against `max_held_bytes` until release().
+        their requests' bytes, which this returns, against `max_held_bytes` until release().
         """
         for item in prepared:
             self.pool_for(item)
@@ -73,22 +73,21 @@ class Scheduler:
             raise InvalidRequest(f"jobs: {count} jobs need a sandbox, more than the daemon queues at once "
                                  f"(scheduler.max_queued={limit}); send at most {limit} per batch")
         byte_limit = self.config.scheduler.max_held_bytes
+        request_bytes = sum(item.request_bytes for item in prepared)
         if request_bytes > byte_limit:
             raise InvalidRequest(f"the request holds {request_bytes} bytes, more than the daemon holds for "
                                  f"requests at once (scheduler.max_held_bytes={byte_limit}); send fewer or smaller "
                                  "jobs per request")
         waiting = self.queued + self.reserved
-        # Time to drain the queue at the current throughput, within reason.
-        retry_after = min(30.0, max(0.5, (waiting + count) / max(self.jobs_per_second(), 1.0) / 2))
         if waiting + count > limit:
             metrics.REJECTED.inc()
-            raise Overloaded(f"{waiting} jobs are queued (limit {limit})", retry_after)
+            raise Overloaded(f"{waiting} jobs are queued (limit {limit})", self._retry_after(waiting + count))
         if self.held_bytes + request_bytes > byte_limit:
             # Many large requests at once (a dataset's tests sent with every completion) would otherwise hold
             # the daemon's memory without bound: max_queued counts jobs, whatever their size.
             metrics.REJECTED.inc()
             raise Overloaded(f"requests of {self.held_bytes} bytes are being answered (limit {byte_limit})",
-                             retry_after)
+                             self._retry_after(waiting + count))
         self.held_bytes += request_bytes
         now = time.monotonic()
         for item in prepared:
@@ -96,6 +95,11 @@ class Scheduler:
             if item.early_result is None and not item.reserved:
                 item.reserved = True
                 self.reserved += 1
+        return request_bytes
+
+    def _retry_after(self, jobs: int) -> float:
+        """Seconds to drain `jobs` at the current throughput, within reason: a refusal's hint."""
+        return min(30.0, max(0.5, jobs / max(self.jobs_per_second(), 1.0) / 2))
 
     def release(self, request_bytes: int) -> None:
         """An admitted request is answered in full (or its caller went away): its bytes are no longer held."""

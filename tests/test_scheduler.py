@@ -246,16 +246,23 @@ def test_admitted_requests_hold_bytes_until_they_are_answered() -> None:
     config = Config()
     config.scheduler.max_held_bytes = 10 << 20
     scheduler = Scheduler({"python": pool}, config)
-    scheduler.admit([job(0)], 6 << 20)
+
+    def sized(index: int, size: int) -> PreparedJob:
+        item = job(index)
+        item.request_bytes = size
+        return item
+
+    held = scheduler.admit([sized(0, 6 << 20)])
+    assert held == 6 << 20
     with pytest.raises(Overloaded, match=r"requests of 6291456 bytes are being answered \(limit 10485760\)"):
-        scheduler.admit([job(1)], 6 << 20)
+        scheduler.admit([sized(1, 6 << 20)])
     assert scheduler.reserved == 1  # the refused request reserved nothing
-    scheduler.admit([job(2)], 4 << 20)  # what is left fits
-    scheduler.release(6 << 20)
-    scheduler.admit([job(3)], 6 << 20)
+    scheduler.admit([sized(2, 3 << 20), sized(3, 1 << 20)])  # what is left fits, a batch's jobs summed
+    scheduler.release(held)
+    scheduler.admit([sized(4, 6 << 20)])
     assert scheduler.held_bytes == 10 << 20
     with pytest.raises(InvalidRequest, match="max_held_bytes=10485760"):
-        scheduler.admit([job(4)], 11 << 20)  # never admissible: not a retry hint
+        scheduler.admit([sized(5, 11 << 20)])  # never admissible: not a retry hint
 
 
 class GoneSandbox(Sandbox):

@@ -537,7 +537,7 @@ class Controller:
                     "code": {"compile_output": compile_output, "tests_total": plan["total"]}}
         if plan["kind"] == "stdio":
             tests = []
-            ran_out = f"the job's {limits['total_timeout']:g} s for all its tests ran out"
+            ran_out = _total_time_ran_out(limits["total_timeout"])
             # The compile step has its own limit; the job's time starts here.
             job_deadline = time.monotonic() + limits["total_timeout"]
             for index, case in enumerate(plan["stdio"]):
@@ -577,8 +577,8 @@ class Controller:
         candidate_end, judge_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         cases = max(1, plan["total"])
         # The judge calls the candidate once per case: the deadline covers them all.
-        capped = limits["total_timeout"] < limits["timeout"] * cases
         timeout = min(limits["timeout"] * cases, limits["total_timeout"])
+        capped = timeout < limits["timeout"] * cases
         run_limits = dict(limits, timeout=timeout)
         try:
             candidate = RunSpec(
@@ -623,7 +623,7 @@ class Controller:
         if judged == "timeout":
             raise_if_starved(candidate_outcome.cpu_share, candidate_outcome.wall_seconds)  # the judge gave up on it
             if capped:
-                message = f"killed when the job's {timeout:g} s for all its tests ran out"
+                message = f"killed when {_total_time_ran_out(timeout)}"
             return _code_result([], plan["total"], status="timeout", limit="total_time" if capped else "wall_time",
                                 message=message)
         if judged != "ok" or not isinstance(verdict, dict):
@@ -1102,6 +1102,10 @@ def _test_entry(index: int, status: str, limit: str, message: str, outcome: RunO
         "stdout": _preview(outcome.stdout),
         "stderr": _preview(outcome.stderr),
     }
+
+
+def _total_time_ran_out(seconds: float) -> str:
+    return f"the job's {seconds:g} s for all its tests ran out"
 
 
 def _code_result(tests: list[dict[str, Any]], total: int, *, status: str = "", limit: str = "",
