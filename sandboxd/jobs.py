@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import itertools
 import json
 import math
 from dataclasses import dataclass
@@ -282,9 +283,12 @@ def _prepare_reward_model(job: pb.Job, config: Config, limits: dict[str, Any], f
                        limits["timeout"], normalize=(model.normalize, model.scale, model.shift))
 
 
-# Linux's limits (PATH_MAX, NAME_MAX): a longer path fails in the sandbox,
-# and resolving one of hundreds of KB there took seconds of the agent's loop.
-MAX_PATH_BYTES = 4096
+# Linux's limits (PATH_MAX with its NUL, NAME_MAX): a longer path fails in
+# the sandbox, and resolving one of hundreds of KB there took seconds of the
+# agent's loop. The agent creates a path one name at a time, so its work
+# dir's own prefix does not count (a 4,091-byte path, let in, failed there
+# with ENAMETOOLONG as INTERNAL, which the client retried).
+MAX_PATH_BYTES = 4095
 MAX_NAME_BYTES = 255
 # What an execute job may send in and ask back: the agent's frames are 64 MiB,
 # base64 included, and a file collected is at most 16 MiB.
@@ -308,10 +312,13 @@ def check_files(paths: list[str], where: str) -> None:
         check_path(path, where)
     if len(set(paths)) != len(paths):
         raise InvalidRequest(f"{where}: a path appears twice")
-    folders = {"/".join(path.split("/")[:end]) for path in paths for end in range(1, path.count("/") + 1)}
-    clash = folders & set(paths)
-    if clash:
-        raise InvalidRequest(f"{where}: {sorted(clash)[0]!r} is both a file and a folder of another file")
+    # With "/" read as the lowest character, the paths inside a folder sort right after it. Listing
+    # each path's folders instead cost 5 s for 100 paths 2,000 levels deep (quadratic in the depth).
+    keys = sorted(path.replace("/", "\0") for path in paths)
+    for folder, path in itertools.pairwise(keys):
+        if path.startswith(folder + "\0"):
+            name = folder.replace("\0", "/")
+            raise InvalidRequest(f"{where}: {name!r} is both a file and a folder of another file")
 
 
 # GRPO-style batches send each prompt's tests with every one of its

@@ -123,7 +123,13 @@ def _execute(**fields: Any) -> pb.Job:
         ({"files": [pb.File(path="a", content=b"1"), pb.File(path="a/b", content=b"2")]}, "both a file and a folder"),
         ({"files": [pb.File(path="a", content=b"1"), pb.File(path="a", content=b"2")]}, "appears twice"),
         ({"files": [pb.File(path="x" * 300, content=b"1")]}, "part longer than 255"),
-        ({"collect_files": ["a/" * 150_000 + "b"]}, "longer than 4096 bytes"),
+        ({"collect_files": ["a/" * 150_000 + "b"]}, "longer than 4095 bytes"),
+        ({"files": [pb.File(path="a/" * 2047 + "bc", content=b"1")]}, "longer than 4095 bytes"),  # PATH_MAX's NUL
+        # A folder's own files need not sort right after it ("-" < "/"), nor be given in order.
+        ({"files": [pb.File(path=p, content=b"1") for p in ("a-b", "a/c", "a", "a.d")]},
+         "'a' is both a file and a folder"),
+        ({"files": [pb.File(path=p, content=b"1") for p in ("x/b/c/d", "x/b-c", "x/b")]},
+         "'x/b' is both a file and a folder"),
         ({"collect_files": [f"f{i}" for i in range(65)]}, "at most 64"),
         ({"files": [pb.File(path=f"f{i}", content=b"x" * (9 << 20)) for i in range(4)]}, "more than 33554432 bytes"),
     ],
@@ -132,6 +138,15 @@ def test_execute_files_that_cannot_be_written_or_sent_back_are_invalid(fields: d
                                                                        message: str) -> None:
     with pytest.raises(InvalidRequest, match=message):
         jobs.prepare(_execute(**fields), Config())
+
+
+def test_execute_files_as_deep_and_many_as_allowed_are_valid() -> None:
+    """1,024 paths of 4,095 bytes: listing each path's folders took 5 s per 100 of them (quadratic)."""
+    folder = "a/" * 2045
+    paths = [folder + f"{i:03x}" for i in range(1022)] + ["a-b/c", "ab"]
+    assert max(len(p) for p in paths) == 4093
+    prepared = jobs.prepare(_execute(files=[pb.File(path=p, content=b"") for p in paths]), Config())
+    assert prepared.agent_job is not None and len(prepared.agent_job["files"]) == len(paths)
 
 
 def test_a_dataset_error_is_not_retried_but_a_model_verdict_never_carries_the_flag() -> None:

@@ -586,16 +586,62 @@ def test_a_job_whose_work_dir_finds_tmp_full_of_others_files_is_sent_elsewhere(
     assert len(controller.uids._free) == UIDS_PER_SANDBOX
 
 
+def test_write_tree_makes_each_file_and_folder_the_jobs(tmp_path: Path) -> None:
+    uid = os.getuid()
+    files = [("a/b/c.txt", b"c"), ("a/x.txt", b"x"), ("a/b/d.txt", b"d" * 100_000), ("e.txt", b""),
+             ("a/b/z/y.txt", b"y")]
+    controller_module.write_tree(str(tmp_path), uid, files)
+    for relpath, content in files:
+        info = (tmp_path / relpath).lstat()
+        assert (tmp_path / relpath).read_bytes() == content and info.st_mode & 0o777 == 0o600 and info.st_uid == uid
+    for folder in ("a", "a/b", "a/b/z"):
+        assert (tmp_path / folder).stat().st_mode & 0o777 == 0o700
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "e.txt"]
+
+
+def test_write_tree_takes_a_path_as_long_as_linux_allows_below_the_work_dir(tmp_path: Path) -> None:
+    """4,095 bytes relative to the work dir, 2,046 levels: past PATH_MAX from / (ENAMETOOLONG before)."""
+    workdir = tmp_path / ("w" * 200)
+    workdir.mkdir()
+    folder = "/".join(["a"] * 2045)
+    files = [(f"{folder}/{i}", str(i).encode()) for i in range(10)]
+    assert len(files[0][0].encode()) == 4091 and len(str(workdir)) + 1 + 4091 > 4096
+    try:
+        controller_module.write_tree(str(workdir), os.getuid(), files)
+        fd = os.open(workdir, os.O_RDONLY)
+        try:
+            file_fd = os.open(folder + "/7", os.O_RDONLY, dir_fd=fd)  # relative to the work dir, as a run sees it
+            assert os.read(file_fd, 10) == b"7"
+            os.close(file_fd)
+        finally:
+            os.close(fd)
+    finally:
+        runner.remove_tree(str(workdir))  # pytest's own removal of old temporary folders recurses per level
+
+
+def test_write_tree_follows_no_link_and_names_the_file_that_failed(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    (workdir / "link").symlink_to(outside)
+    with pytest.raises(OSError) as raised:
+        controller_module.write_tree(str(workdir), os.getuid(), [("ok.txt", b"1"), ("link/f.txt", b"2")])
+    assert raised.value.filename == "link/f.txt" and raised.value.errno in (errno.ELOOP, errno.ENOTDIR)
+    assert list(outside.iterdir()) == [] and (workdir / "ok.txt").read_bytes() == b"1"
+
+
 def test_a_job_that_fills_tmp_itself_is_not_sent_elsewhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Its own input file takes the space: no neighbour to blame, so no retry (it would fail anywhere)."""
     controller = bare_controller(tmp_path, monkeypatch)
     fake_tmp(monkeypatch, tmp_path / "work", entries=(1000, 990), pages=(100, 0))
 
-    def write_file(workdir: str, uid: int, relpath: str, content: bytes, mode: int = 0o600) -> None:
+    def write_tree(workdir: str, uid: int, files: list[tuple[str, bytes]], mode: int = 0o600) -> None:
+        ((relpath, content),) = files
         Path(workdir, relpath).write_bytes(content)
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), relpath)
 
-    monkeypatch.setattr(controller, "write_file", write_file)
+    monkeypatch.setattr(controller_module, "write_tree", write_tree)
     job = dict(EXECUTE, files=[{"path": "in.txt", "content": base64.b64encode(os.urandom(300 << 10)).decode()}])
     reply = _run(controller, job)
     assert "full" not in reply and "No space left on device" in reply["error"], reply

@@ -361,6 +361,20 @@ def test_files_in_and_out(channel: grpc.Channel) -> None:
     assert [(f.path, f.content) for f in result.execute.files] == [("out.txt", b"ABC")]
 
 
+def test_files_as_deep_and_many_as_allowed_are_written_on_the_first_sandbox(channel: grpc.Channel) -> None:
+    """A 4,091-byte path passed the daemon's check, then failed in the agent (the work dir's prefix took it past
+    PATH_MAX): INTERNAL, which the client retried for 20 s. Now 1,000 files 2,045 levels deep are written."""
+    folder = "a/" * 2045
+    files = [pb.File(path=f"{folder}{i:03d}", content=str(i).encode()) for i in range(1000)]
+    files.append(pb.File(path="big.bin", content=b"x" * (300 << 10)))  # past what is written on the agent's loop
+    job = helpers.execute(f"import os\nnames = os.listdir({folder!r})\n"
+                          f"print(len(names), open({folder!r} + '999').read(), os.path.getsize('big.bin'))",
+                          files=files)
+    result = helpers.run(channel, job, timeout=120)
+    assert result.status == pb.STATUS_OK and result.attempts == 1, result
+    assert result.execute.stdout == f"1000 999 {300 << 10}\n".encode()
+
+
 def test_collect_does_not_follow_symlinks(channel: grpc.Channel) -> None:
     job = helpers.execute("import os; os.symlink('/etc/shadow', 'out.txt')", collect_files=["out.txt"])
     result = helpers.run(channel, job)
