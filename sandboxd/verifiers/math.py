@@ -131,7 +131,10 @@ _MATH_SPAN_RE = re.compile(
 )
 # How much of the line after an answer phrase is searched for a box or a math span.
 _PHRASE_SCAN_CHARS = 4_000
-_SENTENCE_END_RE = re.compile(r"(?<=\.)\s+(?=[A-Z])")
+_SENTENCE_END_RE = re.compile(r"(?<=[.?])\s+(?=[A-Z])")
+# A word that denies the expression right after it: "it is not 2", "which can't be 5".
+_NEGATION_RE = re.compile(r"(?:\b(?:not|never|nor|cannot)|n't)(?:\s+(?:be|equal(?:s|\s+to)?))?[\s:,]*$",
+                          re.IGNORECASE)
 # Tokens of a plain-text (undelimited) math expression, for the last-expression fallback. A
 # number is one token: a mixed number "3 1/2", thousands "1,234.5", a decimal or an integer.
 _PLAIN_TOKEN_RE = re.compile(
@@ -277,6 +280,9 @@ def _extract_phrase(text: str) -> str | None:
     head = _HOPE_RE.sub("", line[:_PHRASE_SCAN_CHARS])
     # Only the sentence that holds the phrase: "The answer is 8. Later we ..." stops at "8.".
     head = _SENTENCE_END_RE.split(head, maxsplit=1)[0]
+    if head.rstrip().endswith("?"):
+        # "The answer is 2? No wait, 3": a question, not the answer (it paid 2); the next rule reads on.
+        return None
     boxed = _extract_boxed(head)
     if boxed:
         return boxed
@@ -416,20 +422,27 @@ def _extract_last_expression(text: str) -> str | None:
     tail = text[-_LAST_EXPR_TAIL_CHARS:]
     spans = list(_MATH_SPAN_RE.finditer(tail))
     span_text = None
-    after = 0
+    after = 0  # plain runs are read after the last span
     for m in reversed(spans):
         content = _span_text(m)
         if content:
-            span_text = content
-            after = m.end()
-            break
-    runs = _plain_runs(tail[after:])
-    if not runs:
-        return span_text
-    run = runs[-1][1]
-    if _BOX_RE.match(run) and (boxed := _extract_boxed(run)):
-        return boxed  # "last_expression" mode on a boxed answer: the box's content
-    return run
+            after = after or m.end()
+            # "It is $3$, not $2$" is 3; a denied expression is not an answer (it paid 2).
+            if not _negated(tail[: m.start()]):
+                span_text = content
+                break
+    for start, run in reversed(_plain_runs(tail[after:])):
+        if _negated(tail[: after + start]):
+            continue
+        if _BOX_RE.match(run) and (boxed := _extract_boxed(run)):
+            return boxed  # "last_expression" mode on a boxed answer: the box's content
+        return run
+    return span_text
+
+
+def _negated(before: str) -> bool:
+    """Whether the text right before an expression denies it ("it is not", "isn't equal to")."""
+    return _NEGATION_RE.search(before[-40:]) is not None
 
 
 _EXTRACTORS = {
@@ -720,6 +733,58 @@ def _false_equality(objs: list[Any]) -> bool:
             if abs(difference) > 1e-9 * scale:
                 return True
     return False
+
+
+_APPROX_RE = re.compile(r"\\(?:approx|thickapprox|simeq)(?![a-zA-Z])|\u2248")
+_LITERAL_RE = re.compile(r"-?(\d+)(?:\.(\d+))?")
+
+
+def _false_approximation(s: str) -> str | None:
+    """``"2 ≈ 3"`` when ``s`` states an approximation between numbers that differ, else ``None``.
+
+    Math-Verify keeps one side of ``a \\approx b`` (the left one, or the right after a variable),
+    so "2 \\approx 3" and "x = 2 \\approx 3" were paid as 2. A number written out (3.14, 3100)
+    must be the other side rounded or cut to its last place (0.01, 100); two exact expressions
+    ("\\frac{22}{7} \\approx \\pi") are not judged.
+    """
+    import sympy
+
+    parts = _APPROX_RE.split(s)
+    if len(parts) < 2:
+        return None
+    sides: list[tuple[Any, float | None, str]] = []  # (value, its last place where written out, text)
+    for part in parts:
+        text = part.split("=")[-1].strip()
+        objs = _mv_parse(text)
+        value = objs[0] if objs else None
+        if not isinstance(value, sympy.Basic) or value.free_symbols or _too_big(value):
+            sides.append((None, None, text))
+            continue
+        place = None
+        if m := _LITERAL_RE.fullmatch(text.replace(" ", "")):
+            whole, decimals = m.groups()
+            if decimals:
+                place = 10.0 ** -len(decimals)
+            else:
+                place = 10.0 ** (len(whole) - len(whole.rstrip("0"))) if whole.strip("0") else 1.0
+        sides.append((value, place, text))
+    for first, second in itertools.pairwise(sides):
+        written = [side for side in (first, second) if side[1] is not None]
+        if first[0] is None or second[0] is None or not written:
+            continue
+        rounded = max(written, key=lambda side: side[1] or 0.0)  # the coarser of the two
+        other = second if rounded is first else first
+        try:
+            r, v = (complex(sympy.N(side[0], 30)) for side in (rounded, other))
+        except (TypeError, ValueError, ArithmeticError):
+            continue
+        if r.imag or v.imag:
+            continue
+        place = rounded[1] or 0.0
+        cut = r.real * v.real >= 0 and abs(r.real) <= abs(v.real) < abs(r.real) + place * (1 - 1e-12)
+        if abs(r.real - v.real) > place / 2 * (1 + 1e-9) and not cut:
+            return f"{first[2]} \u2248 {second[2]}"
+    return None
 
 
 def _unevaluated_operator(s: str) -> str | None:
@@ -1251,6 +1316,11 @@ def _judge(answer: str, rule: str, ground_truth: str) -> dict[str, str]:
     if boxes := _ground_truth_boxes(gold_raw):
         gold_raw = ", ".join(_strip_delims(box) for box in boxes)
 
+    # Before any other look: unwrapping 20,000 nested \text{} took 30 s (each pass peels one level).
+    for text, who in ((answer, "answer"), (gold_raw, "ground truth")):
+        if len(text) > MAX_ANSWER_CHARS:
+            return _result("wrong_answer", message=f"{who}: too long to parse ({len(text)} > {MAX_ANSWER_CHARS} chars)",
+                           **base)
     if hedge := _hedge(_unwrap_text(answer), gold_raw):
         return _result("wrong_answer", message=f"answer: offers alternatives ({hedge.strip()!r})", **base)
 
@@ -1314,6 +1384,9 @@ def _judge(answer: str, rule: str, ground_truth: str) -> dict[str, str]:
 
     if _false_equality(pred_objs) and not _false_equality(gold_objs):
         return _result("wrong_answer", message="answer: states an equality between unequal numbers", **res)
+    if approximation := _false_approximation(pred_s):
+        return _result("wrong_answer", message=f"answer: states an approximation between numbers that differ "
+                       f"({_clip(approximation)})", **res)
     if _compare(gold_objs, pred_objs):
         return _result("ok", **res)
     return _result("wrong_answer", message="answer not equivalent to ground truth", **res)

@@ -549,3 +549,71 @@ def test_a_false_equality_ending_in_the_answer_is_wrong(answer: str, gold: str) 
 )
 def test_answers_near_the_alternatives_rules_still_score(answer: str, gold: str) -> None:
     check(boxed(answer), gold, OK)
+
+
+# --------------------------------------------------------------------------------------------
+# Fixed: a false approximation, a denied expression and a questioned answer were paid
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("answer", "gold"),
+    [("2 \\approx 3", "2"), ("x = 2 \\approx 3", "2"), ("14 \\approx 15", "14"), ("2.9 \\approx 3.1", "2.9"),
+     ("20 \\approx 30", "20"), ("2 \\approx 3 \\approx 2", "2"), ("\\pi \\approx 4", "\\pi"), ("2 ≈ 3", "2"),
+     ("\\pi \\approx 3.15", "\\pi"), ("\\frac{2}{3} \\approx 0.5", "\\frac{2}{3}")],
+)
+def test_an_approximation_between_numbers_that_differ_is_wrong(answer: str, gold: str) -> None:
+    """Math-Verify keeps one side of "a \\approx b" (here the left): "2 \\approx 3" was paid as 2."""
+    result = check(boxed(answer), gold, WRONG)
+    assert "approximation between numbers that differ" in result["message"], result
+
+
+@pytest.mark.parametrize(
+    ("answer", "gold"),
+    [("\\pi \\approx 3.14", "\\pi"), ("\\frac{2}{3} \\approx 0.667", "\\frac{2}{3}"),
+     ("\\frac{2}{3} \\approx 0.666", "\\frac{2}{3}"), ("-\\frac{2}{3} \\approx -0.66", "-\\frac{2}{3}"),
+     ("1000\\pi \\approx 3100", "1000\\pi"), ("\\sqrt{2} \\approx 1.41", "\\sqrt{2}"), ("x \\approx 3", "3"),
+     ("\\frac{22}{7} \\approx \\pi", "\\frac{22}{7}"), ("e^{2} \\approx 7.39", "e^2"), ("2.5 \\approx 3", "2.5"),
+     ("2.5 \\approx 2", "2.5"), ("0 \\approx 0.4", "0"), ("\\frac{1}{3} \\approx 0.333", "\\frac{1}{3}")],
+)
+def test_an_approximation_within_its_last_digit_still_scores(answer: str, gold: str) -> None:
+    check(boxed(answer), gold, OK)
+
+
+@pytest.mark.parametrize(
+    ("completion", "gold", "expected"),
+    [
+        ("So it is not 2", "2", NONE),  # was OK: the last expression, denied
+        ("The result isn't equal to 4", "4", NONE),
+        ("x cannot be 7", "7", NONE),
+        ("It is 3, not 2", "2", WRONG),  # the answer is 3
+        ("It is 3, not 2", "3", OK),
+        ("It is $3$, not $2$", "3", OK),
+        ("It is $3$, not $2$", "2", WRONG),
+        ("Not 4 but 5", "5", OK),
+        ("We get 12 and nothing else", "12", OK),
+    ],
+)
+def test_a_denied_expression_is_not_the_last_expression(completion: str, gold: str, expected: str) -> None:
+    check(completion, gold, expected)
+
+
+@pytest.mark.parametrize(
+    ("completion", "gold", "expected"),
+    [
+        ("The answer is 2? No wait, 3", "2", WRONG),  # was OK: the phrase's question, not its answer
+        ("The answer is 2? No wait, 3", "3", OK),
+        ("Answer: 2? No, 3.", "3", OK),
+        ("Is the answer 5? Yes. The answer is 5.", "5", OK),
+    ],
+)
+def test_an_answer_phrase_ending_in_a_question_is_not_the_answer(completion: str, gold: str, expected: str) -> None:
+    check(completion, gold, expected)
+
+
+def test_a_long_answer_is_refused_before_it_is_unwrapped() -> None:
+    """20,000 nested \\text{} took 30 s of the math server before the length check refused them."""
+    nested = "\\text{" * 20_000 + "2" + "}" * 20_000
+    for completion in (boxed(nested), "The answer is " + nested):
+        result = check(completion, "2", WRONG)
+        assert "too long to parse" in result["message"], result
