@@ -221,6 +221,9 @@ def _prepare(job: pb.Job, config: Config, where: str) -> PreparedJob:
     kind = job.WhichOneof("kind")
     if kind is None:
         raise InvalidRequest(f"{where}: set one of execute, code, math, reward_model")
+    if kind != "reward_model" and failure_value >= 1.0:
+        # A pass is worth 1.0: failures paid as much or more is a caller's slip, not a reward.
+        raise InvalidRequest(f"{where}.failure_value must be below 1.0, the reward of a pass (got {failure_value:g})")
     limits = _limits(job, config, where)
     if kind == "execute":
         execute = job.execute

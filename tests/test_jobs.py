@@ -111,6 +111,18 @@ def test_a_bad_float_tolerance_is_invalid(kind: str, value: float) -> None:
         jobs.prepare(job, Config())
 
 
+@pytest.mark.parametrize("kind", ["code", "math", "execute"])
+@pytest.mark.parametrize("value", [1.0, 5.0])
+def test_a_failure_value_a_pass_cannot_beat_is_invalid(kind: str, value: float) -> None:
+    """A failure paid 1.0 or more (a pass's reward) was accepted: a caller's slip that turns the reward around."""
+    job = _execute() if kind == "execute" else tolerance_job(kind)
+    job.failure_value = value
+    with pytest.raises(InvalidRequest, match=r"^jobs\[0\]\.failure_value must be below 1\.0, the reward of a pass"):
+        jobs.prepare(job, Config())
+    job.failure_value = 0.5
+    assert jobs.prepare(job, Config()).failure_value == 0.5
+
+
 def _execute(**fields: Any) -> pb.Job:
     return pb.Job(execute=pb.ExecuteJob(language="python", code="print(1)", **fields))
 

@@ -338,12 +338,20 @@ def _job(
     output_bytes: int | None,
     failure_value: float | None,
     total_timeout: float | None = None,
+    scored_to_one: bool = True,
 ) -> pb.Job:
     job = pb.Job(limits=_limits(timeout, memory_bytes, output_bytes, total_timeout))
     failure = _check_finite(failure_value, "failure_value")
     if failure is not None:
+        _check_failure_below_a_pass(failure, scored_to_one)
         job.failure_value = failure
     return job
+
+
+def _check_failure_below_a_pass(failure_value: float, scored_to_one: bool) -> None:
+    # Execute, code and math jobs pay 1.0 for a pass; a reward model's raw scores have no fixed range.
+    if scored_to_one and failure_value >= 1.0:
+        raise InvalidRequest(f"failure_value must be below 1.0, the reward of a pass, got {failure_value:g}")
 
 
 def _dataset_dict(tests: Mapping[str, Any]) -> str:
@@ -616,7 +624,8 @@ def reward_model_job(
     failure_value: float | None = None,
 ) -> pb.Job:
     """A job that asks the configured reward model ``model`` to score (prompt, completion)."""
-    job = _job(timeout=timeout, memory_bytes=None, output_bytes=None, failure_value=failure_value)
+    job = _job(timeout=timeout, memory_bytes=None, output_bytes=None, failure_value=failure_value,
+               scored_to_one=False)
     job.reward_model.CopyFrom(
         pb.RewardModelJob(
             model=_check_str(model, "model", allow_empty=False),
@@ -681,6 +690,7 @@ def validate_job(job: Any) -> pb.Job:
         raise InvalidRequest("job has no kind (execute, code, math or reward_model)")
     if job.HasField("failure_value"):
         _check_finite(job.failure_value, "failure_value")
+        _check_failure_below_a_pass(job.failure_value, job.WhichOneof("kind") != "reward_model")
     for name in ("timeout_seconds", "total_timeout_seconds"):
         value = getattr(job.limits, name)
         if not math.isfinite(value) or value < 0:

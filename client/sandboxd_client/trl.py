@@ -18,7 +18,7 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 from ._proto.sandboxd.v1 import sandboxd_pb2 as pb
-from ._requests import Result, _check_finite, code_job, math_job
+from ._requests import Result, _check_failure_below_a_pass, _check_finite, code_job, math_job
 from .client import AsyncSandboxClient, SandboxClient
 from .errors import InvalidRequest, SandboxdError
 
@@ -101,6 +101,7 @@ class _RewardSpec:
             raise ValueError("failure_value must be a finite number, got None")
         # InvalidRequest is a ValueError.
         _check_finite(failure_value, "failure_value")
+        _check_failure_below_a_pass(failure_value, scored_to_one=True)  # here, not as every row's infra failure
         _check_finite(infra_failure_value, "infra_failure_value (a finite number or None)")
         unknown = set(column_map or {}) - {"ground_truth", "tests", "fn_name", "language", "entry_point"}
         if unknown:

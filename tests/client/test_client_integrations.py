@@ -74,6 +74,8 @@ def test_factory_validates_its_arguments() -> None:
         make_reward_func("chess")
     with pytest.raises(ValueError):
         make_reward_func(failure_value=math.nan)
+    with pytest.raises(ValueError, match=r"below 1\.0"):
+        make_reward_func("math", failure_value=1.0)
     with pytest.raises(ValueError):
         make_reward_func(column_map={"answer_col": "x"})
     assert make_reward_func("code").__name__ == "sandboxd_code"

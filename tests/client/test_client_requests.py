@@ -272,6 +272,22 @@ def test_code_job_validation(kwargs: dict, match: str) -> None:
         code_job("x", **kwargs)
 
 
+@pytest.mark.parametrize("value", [1.0, 2.5])
+def test_a_failure_value_a_pass_cannot_beat_is_invalid_except_for_reward_models(value: float) -> None:
+    refused = r"failure_value must be below 1\.0, the reward of a pass"
+    builders = [lambda: code_job("x", [("1", "1")], failure_value=value),
+                lambda: math_job("x", "1", failure_value=value), lambda: execute_job("x", failure_value=value)]
+    for build in builders:
+        with pytest.raises(InvalidRequest, match=refused):
+            build()
+    for kind in ("code", "math", "execute"):  # a job built by hand
+        job = pb.Job(failure_value=value, **{kind: getattr(pb, f"{kind.capitalize()}Job")()})
+        with pytest.raises(InvalidRequest, match=refused):
+            validate_job(job)
+    assert validate_job(reward_model_job("p", "c", model="rm", failure_value=value)).failure_value == value
+    assert validate_job(code_job("x", [("1", "1")], failure_value=0.999)).failure_value == 0.999
+
+
 def test_non_string_completion_is_invalid() -> None:
     with pytest.raises(InvalidRequest, match="completion"):
         code_job(None, [("1", "1")])  # type: ignore[arg-type]
