@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import logging
 import math
 import secrets
@@ -48,6 +49,9 @@ MAX_CELL_CODE_BYTES = 1 << 20
 # Ended sessions whose reason is remembered for NOT_FOUND messages.
 REMEMBERED_ENDINGS = 4096
 EXPIRY_TICK_SECONDS = 0.5
+# How often each sandbox is asked which of its idle Python sessions ended on their own (agent op
+# sessions_ended): one small request per such sandbox, and List is at most this late.
+DEATH_CHECK_SECONDS = 2.0
 AGENT_SLACK_SECONDS = 10.0
 OPEN_ATTEMPTS = 3
 
@@ -77,6 +81,9 @@ class Session:
                               expires_at_unix=expires_unix, cells_run=self.cells_run, alive=not self.ended)
 
 
+SessionGroup = list[Session]  # named here: inside SessionManager, `list` is its method
+
+
 class SessionManager:
     def __init__(self, pool: Pool | None, config: Config) -> None:
         self.pool = pool
@@ -87,6 +94,8 @@ class SessionManager:
         self._task: asyncio.Task[None] | None = None
         # Endings started from a lost sandbox, held until done (a bare task may be collected).
         self._endings_running: set[asyncio.Task[None]] = set()
+        # Sandboxes (by name) asked which sessions ended, not yet answered: one question at a time each.
+        self._death_checks: dict[str, asyncio.Task[None]] = {}
 
     @property
     def max_sessions(self) -> int:
@@ -306,10 +315,59 @@ class SessionManager:
         if not task.cancelled() and task.exception() is not None:
             log.error("ending a session failed", exc_info=task.exception())
 
+    def _check_for_deaths(self) -> None:
+        """Ask each sandbox holding idle Python sessions which of them ended on their own.
+
+        A thread or process a session leaves running can end its interpreter
+        between cells (os._exit from a timer), as can the memory watch: the
+        session then stayed in List as alive and held its slot until its
+        next cell or its idle timeout. Each question runs in its own task,
+        so an agent slow to answer holds up no expiry; it has the slack any
+        request has, past which the sandbox counts as lost, as for a cell.
+        """
+        idle: dict[str, SessionGroup] = {}
+        for session in self.sessions.values():
+            if session.language == "python" and not session.busy and not session.sandbox.damaged:
+                idle.setdefault(session.sandbox.name, []).append(session)
+        for name, sessions in idle.items():
+            if name not in self._death_checks:
+                task = asyncio.ensure_future(self._ask_which_ended(sessions[0].sandbox, sessions))
+                self._death_checks[name] = task
+                task.add_done_callback(functools.partial(self._death_check_done, name))
+
+    def _death_check_done(self, sandbox_name: str, _task: asyncio.Task[None]) -> None:
+        self._death_checks.pop(sandbox_name, None)
+
+    async def _ask_which_ended(self, sandbox: Sandbox, sessions: SessionGroup) -> None:
+        try:
+            reply = await sandbox.request({"op": "sessions_ended", "sessions": [s.handle for s in sessions]},
+                                          timeout=AGENT_SLACK_SECONDS)
+        except (SandboxLost, SandboxFull) as exc:
+            log.warning("sandbox %s: asking which sessions ended failed: %s", sandbox.name, exc)
+            if isinstance(exc, SandboxLost):
+                self._sandbox_lost(sandbox)
+            return
+        except Exception:
+            log.exception("sandbox %s: asking which sessions ended failed", sandbox.name)
+            return
+        ended = reply.get("ended")
+        if not isinstance(ended, dict):
+            return  # an agent from before the op: "unknown op"
+        for session in sessions:
+            why = ended.get(str(session.handle))
+            # A cell started since the question answers for itself.
+            if why and not session.busy and self.sessions.get(session.id) is session:
+                await self._end(session, f"the session died: {why}", "died")
+
     async def _expire_loop(self) -> None:
         lifetime = self.config.sessions.max_lifetime_seconds
+        ticks_per_check = max(1, round(DEATH_CHECK_SECONDS / EXPIRY_TICK_SECONDS))
+        ticks = 0
         while True:
             await asyncio.sleep(EXPIRY_TICK_SECONDS)
+            ticks += 1
+            if ticks % ticks_per_check == 0:
+                self._check_for_deaths()
             now = time.monotonic()
             for session in list(self.sessions.values()):
                 if session.busy:
@@ -327,5 +385,8 @@ class SessionManager:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        for task in list(self._death_checks.values()):
+            task.cancel()
+        await asyncio.gather(*self._death_checks.values(), return_exceptions=True)
         await asyncio.gather(*(self._end(s, "the daemon shut down", "shutdown", tell_agent=False)
                                for s in list(self.sessions.values())), return_exceptions=True)

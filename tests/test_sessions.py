@@ -181,3 +181,48 @@ async def test_an_open_waiting_out_an_engine_outage_is_answered_unavailable() ->
         assert manager._opening == 0 and manager.list() == []
     finally:
         await pool.close()
+
+
+class DyingSandbox(Sandbox):
+    """Opens sessions 7, 8, 9 in turn; says session 7 ended on its own; records what it is asked."""
+
+    asked: list[dict]
+
+    async def request(self, message: dict, timeout: float, withdrawal: object = None) -> dict:
+        self.asked.append(message)
+        if message["op"] == "session_open":
+            return {"session": 7 + sum(m["op"] == "session_open" for m in self.asked) - 1}
+        if message["op"] == "sessions_ended":
+            return {"ended": {"7": "its interpreter exited with status 3 between cells"}}
+        return {"ok": True}
+
+
+async def test_a_session_whose_interpreter_ended_between_cells_is_ended(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A timer the session left running ended its interpreter: List showed it alive and it held its slot until
+    its next cell or its idle timeout. The agent is asked which idle Python sessions ended; those end now."""
+    from sandboxd import sessions as sessions_module
+
+    monkeypatch.setattr(sessions_module, "EXPIRY_TICK_SECONDS", 0.01)
+    monkeypatch.setattr(sessions_module, "DEATH_CHECK_SECONDS", 0.02)
+    config = Config()
+    pool = _pool(config, "sessions")
+    sandbox = DyingSandbox(name="s0", pool="sessions", container_id="0", control_dir="/x", started_by="cold")
+    sandbox.asked = []
+    pool.sandboxes = [sandbox]
+    manager = SessionManager(pool, config)
+    try:
+        dead = await manager.open(pb.OpenSessionRequest(language="python"))
+        alive = await manager.open(pb.OpenSessionRequest(language="python"))
+        shell = await manager.open(pb.OpenSessionRequest(language="bash"))
+        assert sandbox.in_flight == 3
+        manager.start()
+        await asyncio.wait_for(until(lambda: len(manager.list()) == 2), timeout=10)
+        assert {info.session_id for info in manager.list()} == {alive.id, shell.id}
+        with pytest.raises(SessionNotFound, match="the session died: its interpreter exited with status 3 between"):
+            await manager.run_cell(pb.RunCellRequest(session_id=dead.id, code="1"))
+        questions = [m for m in sandbox.asked if m["op"] == "sessions_ended"]
+        assert questions[0]["sessions"] == [7, 8]  # a bash session keeps no process between cells
+        assert {"op": "session_close", "session": 7} in sandbox.asked and sandbox.in_flight == 2
+    finally:
+        await manager.close_all()
+        await pool.close()

@@ -8,7 +8,7 @@ Ops: `hello` (after a start or a restore: reseed, learn the sandbox's id and
 its uid slot),
 `prepare` (start the warm math servers; the reward model's state), `ping`, `run` (one job: execute,
 code or math), and `session_open`,
-`session_cell`, `session_close` (see sessions.py).
+`session_cell`, `session_close`, `sessions_ended` (see sessions.py).
 """
 
 from __future__ import annotations
@@ -813,6 +813,15 @@ class Controller:
         if op == "session_close":
             self.close_session(require(request, "session", int))
             return {"ok": True}
+        if op == "sessions_ended":
+            # The daemon's look, every few seconds, for the sessions of `sessions` that ended on their own.
+            ended: dict[str, str] = {}
+            for handle in require(request, "sessions", list):
+                session = self.sessions.get(handle) if isinstance(handle, int) else None
+                why = "the sandbox no longer holds it" if session is None else session.ended_between_cells()
+                if why:
+                    ended[str(handle)] = why
+            return {"ended": ended}
         raise BadRequest(f"unknown op {op!r}")
 
     def close_session(self, uid: int) -> None:

@@ -191,6 +191,10 @@ class Session:
     async def _run_cell(self, code: str, timeout: float, output_limit: int) -> dict[str, Any]:
         raise NotImplementedError
 
+    def ended_between_cells(self) -> str:
+        """Why the session can run no more cells though none of its cells failed, or "" while it can."""
+        return ""
+
     def close(self) -> None:
         """Kill whatever runs under the session's uid and remove its files."""
         self.alive = False
@@ -321,6 +325,16 @@ class PythonSession(Session):
         if status == "interrupted":
             message = "KeyboardInterrupt"
         return dict(output, status="runtime_error", limit="", value="", message=message)
+
+    def ended_between_cells(self) -> str:
+        # A thread or process the session left running ended the interpreter (os._exit from a timer), or the
+        # memory watch killed it: until a next cell, the daemon listed it alive and it held its slot.
+        if self._lock.locked() or self.interpreter.alive:
+            return ""  # a cell in flight answers for itself
+        if self._over_memory:
+            return (f"its processes held more than its memory limit of {int(self.limits['memory']) >> 20} MiB "
+                    "together between cells, and its interpreter was killed")
+        return f"its interpreter {self.interpreter.describe_exit()[0]} between cells"
 
     def _died(self, interrupted_for: str, timeout: float, starved: str) -> dict[str, Any]:
         """The interpreter is gone or would not stop: the session ends here. `starved`: why the cell's deadline

@@ -563,6 +563,20 @@ def no_space_for(monkeypatch: pytest.MonkeyPatch, root: Path) -> None:
     monkeypatch.setattr(controller_module.os, "mkdir", mkdir)
 
 
+def test_sessions_ended_names_those_that_ended_between_cells_or_are_gone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    controller = bare_controller(tmp_path, monkeypatch)
+    reasons = {5: "its interpreter exited with status 3 between cells", 6: ""}
+    controller.sessions = {uid: types.SimpleNamespace(ended_between_cells=lambda why=why: why)  # type: ignore[misc]
+                           for uid, why in reasons.items()}
+
+    async def scenario() -> Any:
+        return await controller.answer({"op": "sessions_ended", "sessions": [5, 6, 7]})
+
+    assert asyncio.run(scenario()) == {"ended": {"5": reasons[5], "7": "the sandbox no longer holds it"}}
+    assert set(controller.sessions) == {5, 6}  # the daemon's Close ends them, as any other
+
+
 def _run(controller: controller_module.Controller, job: dict[str, Any]) -> Any:
     async def scenario() -> Any:
         reply = await ask(await connect(controller), {"op": "run", "job": job})

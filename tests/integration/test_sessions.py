@@ -211,6 +211,27 @@ def test_idle_expiry_frees_the_slot(client: SandboxClient, daemon: DaemonProcess
         assert status.busy <= busy_before
 
 
+def test_a_session_whose_interpreter_ends_between_cells_leaves_the_list(daemon: DaemonProcess) -> None:
+    """A timer the cell left running ends the interpreter after the cell: the session was listed alive and held
+    its slot until its next cell or its idle timeout. The daemon asks the agent every 2 s which ended."""
+    with SandboxClient(daemon.address) as client, grpc.insecure_channel(daemon.address) as channel:
+        sessions_stub = pb_grpc.SessionsStub(channel)
+
+        def listed() -> set[str]:
+            return {s.session_id for s in sessions_stub.List(pb.ListSessionsRequest(), timeout=10).sessions}
+
+        with client.open_session() as dying, client.open_session() as neighbour:
+            assert dying.run("import os, threading\nthreading.Timer(0.3, os._exit, (3,)).start()").ok
+            assert neighbour.run("x = 5").ok
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline and dying.id in listed():
+                time.sleep(0.2)
+            assert dying.id not in listed() and neighbour.id in listed()
+            with pytest.raises(SessionNotFound, match="its interpreter exited with status 3 between cells"):
+                dying.run("1")
+            assert neighbour.run("x").value == "5"
+
+
 def test_client_rejects_bad_session_arguments(client: SandboxClient) -> None:
     with pytest.raises(InvalidRequest):
         client.open_session(idle_timeout=-1)
