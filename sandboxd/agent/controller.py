@@ -91,6 +91,9 @@ DEFAULT_RLIMITS = {"fsize": 64 << 20, "nproc": 256, "nofile": 512, "core": 0}
 # bomb grows until it is stopped here.
 COMPILE_MEMORY_BYTES = 1 << 30
 FILE_COLLECT_BYTES = 16 << 20
+# What a function or assert job's candidate and judge get past its total time, which the judge keeps
+# itself: its answer with the verdicts so far comes first, then their kill.
+JUDGE_GRACE_SECONDS = 1.0
 # A job's files up to this size (paths and contents) are written on the loop: a thread's hand-off costs more.
 INLINE_WRITE_BYTES = 256 << 10
 COLLECT_TOTAL_BYTES = 24 << 20
@@ -130,6 +133,7 @@ HARNESS_STATUSES = {
     "wrong_answer": "wrong_answer",
     "runtime_error": "runtime_error",
     "timeout": "timeout",
+    "total_time": "timeout",
     "died": "runtime_error",
     "load_error": "runtime_error",
     "rejected": "rejected",
@@ -572,17 +576,24 @@ class Controller:
         timeout = min(limits["timeout"] * cases, limits["total_timeout"])
         capped = timeout < limits["timeout"] * cases
         run_limits = dict(limits, timeout=timeout)
+        harness = dict(job["harness"], call_timeout=limits["timeout"])
+        # Where the job's total time is what runs out, the judge keeps that clock itself and answers with
+        # the verdicts of the tests before it (a fraction reward counts them); the candidate and the judge
+        # get JUDGE_GRACE more, so that it is the judge's clock that ends the tests, not their kill.
+        grace = JUDGE_GRACE_SECONDS if capped else 0.0
+        if capped:
+            harness["time_for_all"] = timeout
         try:
             candidate = RunSpec(
-                mode="py_callee", uid=uid, cwd=workdir, code=job["program"]["code"], timeout=timeout,
+                mode="py_callee", uid=uid, cwd=workdir, code=job["program"]["code"], timeout=timeout + grace,
                 output_limit=limits["output"], rlimits=self.rlimits(run_limits, address_space=True),
                 env=self.env(workdir), peer=candidate_end, memory_limit=int(limits.get("memory") or 0),
             )
-            request = {"plan_kind": plan["kind"], "harness": dict(job["harness"], call_timeout=limits["timeout"])}
+            request = {"plan_kind": plan["kind"], "harness": harness}
             candidate_task = asyncio.ensure_future(self.runner.run(candidate))
             no_room: SandboxFull | None = None
             try:
-                judged, verdict, message = await self.judges.judge(request, judge_end, timeout)
+                judged, verdict, message = await self.judges.judge(request, judge_end, timeout + grace)
             except SandboxFull as exc:
                 # The candidate ends as below, so that nothing of it acts once this returns.
                 no_room, judged, verdict, message = exc, "", None, ""
@@ -633,14 +644,18 @@ class Controller:
         for entry in verdict.get("tests", []):
             status = HARNESS_STATUSES.get(str(entry.get("status")), "wrong_answer")
             message = str(entry.get("message", ""))
-            # The judge gave up on a call at the per-call deadline.
+            # The judge gave up on a call at the per-call deadline, or when all the tests' time ran out.
             limit = "wall_time" if status == "timeout" else ""
-            if status != "ok" and candidate_status in ("memory_limit", "output_limit", "timeout"):
+            if entry.get("status") == "total_time":
+                limit = "total_time"
+                message = (f"not run: {_total_time_ran_out(timeout)}" if message.startswith("not run")
+                           else f"killed when {_total_time_ran_out(timeout)}")
+            elif status != "ok" and candidate_status in ("memory_limit", "output_limit", "timeout"):
                 status, limit, message = candidate_status, candidate_limit, candidate_message
             tests.append({"index": int(entry.get("index", len(tests))), "status": status, "limit": limit,
                           "message": message[:2000], "time_seconds": float(entry.get("time_seconds", 0.0)),
                           "stderr": _preview(candidate_outcome.stderr, 2000)})
-        if any(test["limit"] == "wall_time" for test in tests):
+        if any(test["limit"] in ("wall_time", "total_time") for test in tests):
             raise_if_starved(candidate_outcome.cpu_share, candidate_outcome.wall_seconds)  # the judge gave up on it
         return _code_result(tests, int(verdict.get("total", plan["total"])))
 

@@ -75,6 +75,7 @@ __all__ = [
     "FrameTooLarge",
     "ProtocolError",
     "RejectedValue",
+    "TestsTimeUp",
     "decode_value",
     "encode_value",
     "recv_frame",
@@ -148,6 +149,15 @@ class CandidateDied(BaseException):
 
 class CandidateTimeout(BaseException):
     """A call to the candidate did not answer within ``call_timeout``."""
+
+
+class TestsTimeUp(CandidateTimeout):
+    """The time for all the tests (``run_tests``' ``time_for_all``) ran out: during a call, or before it."""
+
+    __test__ = False  # not a pytest class, whatever its name
+
+
+TIME_UP_MESSAGE = "the time for all the tests ran out"
 
 
 # ---------------------------------------------------------------------------
@@ -546,8 +556,10 @@ class _Remote:
     """The test process's end of the channel: one request, one reply, until it breaks."""
 
     def __init__(self, channel: socket.socket, max_frame_bytes: int, call_timeout: float | None,
-                 classes: frozenset[str] = frozenset()) -> None:
+                 classes: frozenset[str] = frozenset(), deadline: float | None = None) -> None:
         self.channel = channel
+        # When all the tests' time runs out (time.monotonic()), whatever call is then in flight.
+        self.deadline = deadline
         # Names whose calls may answer with an object living in the candidate's
         # process (see _unwrap): its top-level classes, by its source.
         self.classes = classes
@@ -561,13 +573,22 @@ class _Remote:
         self.calls = 0
 
     def _deadline(self) -> float | None:
-        return None if self.call_timeout is None else time.monotonic() + self.call_timeout
+        call_ends = None if self.call_timeout is None else time.monotonic() + self.call_timeout
+        if self.deadline is None:
+            return call_ends
+        return self.deadline if call_ends is None else min(call_ends, self.deadline)
+
+    def _time_up(self) -> bool:
+        return self.deadline is not None and time.monotonic() >= self.deadline
 
     def _receive(self) -> object:
         try:
             return recv_frame(self.channel, self.max_frame_bytes, self._deadline())
         except TimeoutError:
-            self.broken = CandidateTimeout(f"the candidate did not answer within {self.call_timeout} s")
+            if self._time_up():
+                self.broken = TestsTimeUp(TIME_UP_MESSAGE)
+            else:
+                self.broken = CandidateTimeout(f"the candidate did not answer within {self.call_timeout} s")
         except EOFError:
             self.broken = CandidateDied("the candidate process exited")
         except ProtocolError as exc:
@@ -605,12 +626,17 @@ class _Remote:
             raise TypeError(f"only plain data can be passed to the candidate: {exc}") from None
         if handle is not None:
             message["handle"] = handle
+        if self._time_up():
+            self.broken = TestsTimeUp(TIME_UP_MESSAGE)
+            raise type(self.broken)(f"not run: {self.broken}")
         self.calls += 1
         try:
-            self.channel.settimeout(self.call_timeout)
+            ends = self._deadline()
+            self.channel.settimeout(None if ends is None else max(1e-3, ends - time.monotonic()))
             send_frame(self.channel, message, self.max_frame_bytes)
         except TimeoutError:
-            self.broken = CandidateTimeout("the candidate stopped reading its requests")
+            self.broken = (TestsTimeUp(TIME_UP_MESSAGE) if self._time_up()
+                           else CandidateTimeout("the candidate stopped reading its requests"))
             raise self.broken from None
         except FrameTooLarge:
             raise TypeError("arguments too large to pass to the candidate") from None
@@ -739,6 +765,8 @@ def _test(index: int, status: str, message: str = "") -> dict[str, object]:
 
 
 def _broken_status(exc: BaseException) -> str:
+    if isinstance(exc, TestsTimeUp):
+        return "total_time"
     return "timeout" if isinstance(exc, CandidateTimeout) else "died"
 
 
@@ -1154,6 +1182,7 @@ def run_tests(
     stop_on_first_failure: bool = False,
     setup_code: str = "",
     call_timeout: float | None = None,
+    time_for_all: float | None = None,
     max_frame_bytes: int = MAX_FRAME_BYTES,
     on_result: Callable[[dict[str, object]], None] | None = None,
 ) -> dict[str, object]:
@@ -1194,15 +1223,19 @@ def run_tests(
     ``unsupported`` (the dataset's tests, not the model's fault).
 
     ``call_timeout`` bounds each call (and the program's start-up) in seconds;
-    the overall deadline is the caller's to enforce by killing both
-    processes. ``on_result`` gets each test's result as soon as it is known.
+    ``time_for_all``, if given, all of them together from now: the call in
+    flight when it runs out and every later one are ``total_time``, and the
+    tests that ran keep their verdicts (a job's reward as a fraction of its
+    cases counts them). Past that the caller enforces the deadline by
+    killing both processes. ``on_result`` gets each test's result as soon as it is known.
     The channel is shut down for writing at the end, which ends the candidate.
 
     Returns ``{"passed": bool, "passed_count": int, "total": int,
     "status": str, "message": str, "load_error": {"type", "message"} | None,
     "candidate_died": bool, "tests": [{"index", "passed", "status",
     "message"}]}``. Test statuses: ``ok``, ``wrong_answer``, ``runtime_error``
-    (the candidate raised, or the test code did), ``timeout``, ``died`` (the
+    (the candidate raised, or the test code did), ``timeout``, ``total_time``
+    (``time_for_all`` ran out during the call or before it), ``died`` (the
     candidate exited or broke the protocol), ``load_error`` (the program
     raised while loading, ``SystemExit`` and ``SyntaxError`` included),
     ``setup_error`` (the trusted setup code failed: not the model's fault),
@@ -1230,7 +1263,8 @@ def run_tests(
         if on_result is not None:
             on_result(result)
 
-    remote = _Remote(channel, max_frame_bytes, call_timeout, frozenset(classes) - {entry_point})
+    deadline = None if time_for_all is None else time.monotonic() + time_for_all
+    remote = _Remote(channel, max_frame_bytes, call_timeout, frozenset(classes) - {entry_point}, deadline)
     load_error: dict[str, str] | None = None
     try:
         try:

@@ -980,13 +980,17 @@ def test_a_code_job_without_a_total_timeout_is_a_bad_request(tmp_path: Path, mon
     assert reply == {"error": "bad request: job.limits has no 'total_timeout'"}
 
 
-@pytest.mark.parametrize(("total_timeout", "deadline", "limit"), [(300, 2.0, "wall_time"), (1.5, 1.5, "total_time")])
+@pytest.mark.parametrize(("total_timeout", "deadline", "time_for_all", "limit"),
+                         [(300, 2.0, None, "wall_time"), (1.5, 2.5, 1.5, "total_time")])
 def test_function_tests_end_at_the_sooner_of_their_timeouts_and_the_jobs(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, total_timeout: float, deadline: float, limit: str) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, total_timeout: float, deadline: float,
+        time_for_all: float | None, limit: str) -> None:
     """The judge calls the candidate once per case, under one deadline for them all: two cases of 1 s, or the job's
-    time where that is shorter, which the result names."""
+    time where that is shorter, which the result names. That time the judge keeps itself (time_for_all), so both
+    get JUDGE_GRACE_SECONDS more; here it gives no verdict even so."""
     controller = bare_controller(tmp_path, monkeypatch)
     deadlines: list[float] = []
+    requests: list[dict[str, Any]] = []
 
     async def candidate_run(spec: runner.RunSpec, *, settle: bool = True) -> runner.RunOutcome:
         deadlines.append(spec.timeout)
@@ -994,6 +998,7 @@ def test_function_tests_end_at_the_sooner_of_their_timeouts_and_the_jobs(
 
     async def judge(request: dict[str, Any], peer: socket.socket, timeout: float) -> Any:
         deadlines.append(timeout)
+        requests.append(request)
         return "timeout", None, f"no verdict within {timeout:g} s"
 
     monkeypatch.setattr(controller.runner, "run", candidate_run)
@@ -1001,6 +1006,31 @@ def test_function_tests_end_at_the_sooner_of_their_timeouts_and_the_jobs(
     job = dict(JUDGED_JOB, limits=dict(JUDGED_JOB["limits"], total_timeout=total_timeout))
     result = _run(controller, job)["result"]
     assert deadlines == [deadline, deadline]
+    assert requests[0]["harness"].get("time_for_all") == time_for_all and requests[0]["harness"]["call_timeout"] == 1
     assert (result["status"], result["limit"]) == ("timeout", limit), result
     if limit == "total_time":
         assert result["message"] == "killed when the job's 1.5 s for all its tests ran out"
+
+
+def test_function_tests_cut_by_the_jobs_time_keep_the_verdicts_before_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The judge answers when the job's time runs out: the cases before it keep their verdicts (it gave none)."""
+    controller = bare_controller(tmp_path, monkeypatch)
+    monkeypatch.setattr(controller.runner, "run", until_the_judge_hangs_up)
+
+    async def judge(request: dict[str, Any], peer: socket.socket, timeout: float) -> Any:
+        tests = [{"index": 0, "passed": True, "status": "ok", "message": ""},
+                 {"index": 1, "passed": False, "status": "total_time", "message": "the time for all the tests ran out"},
+                 {"index": 2, "passed": False, "status": "total_time",
+                  "message": "not run: the time for all the tests ran out"}]
+        return "ok", {"passed": False, "passed_count": 1, "total": 3, "status": "total_time", "tests": tests}, ""
+
+    monkeypatch.setattr(controller.judges, "judge", judge)
+    job = dict(JUDGED_JOB, plan={"kind": "function", "total": 3, "stdio": []},
+               limits=dict(JUDGED_JOB["limits"], total_timeout=1.5))
+    result = _run(controller, job)["result"]
+    assert [(t["status"], t["limit"], t["message"]) for t in result["tests"]] == [
+        ("ok", "", ""),
+        ("timeout", "total_time", "killed when the job's 1.5 s for all its tests ran out"),
+        ("timeout", "total_time", "not run: the job's 1.5 s for all its tests ran out")]
+    assert result["code"]["tests_passed"] == 1 and result["status"] == "timeout", result

@@ -711,13 +711,19 @@ def test_the_jobs_time_bounds_all_its_cases_together(channel: grpc.Channel) -> N
     # Under the job's time, the same cases all run and pass.
     job.limits.total_timeout_seconds = 10.0
     assert_ok(helpers.run(channel, job))
-    # Function tests: the judge's one deadline for every call is the job's time where that is sooner.
-    sleepy = "import time\ndef echo(x):\n    time.sleep(0.8)\n    return x\n"
-    calls = function_job(sleepy, "echo", [([i], i) for i in range(5)], timeout=2.0)
-    calls.limits.total_timeout_seconds = 2.0
+    # Function tests: the judge keeps the job's time where that is sooner than every call's, and the calls that
+    # ran keep their verdicts (it gave none, so a fraction reward was the failure value).
+    sleepy = "import time\ndef echo(x):\n    time.sleep(x)\n    return x\n"
+    calls = function_job(sleepy, "echo", [([0.01], 0.01), ([0.02], 0.02), ([30], 30), ([0.01], 0.01)],
+                         timeout=40.0, reward_mode=pb.REWARD_MODE_FRACTION)
+    calls.limits.total_timeout_seconds = 3.0
     result = helpers.run(channel, calls)
-    assert_failed(result, pb.STATUS_TIMEOUT)
-    assert result.limit_hit == pb.LIMIT_TOTAL_TIME and "job's 2 s for all its tests ran out" in result.message
+    assert [(t.status, t.limit_hit) for t in result.tests] == [
+        (pb.STATUS_OK, pb.LIMIT_NONE), (pb.STATUS_OK, pb.LIMIT_NONE), (pb.STATUS_TIMEOUT, pb.LIMIT_TOTAL_TIME),
+        (pb.STATUS_TIMEOUT, pb.LIMIT_TOTAL_TIME)], describe(result)
+    assert (result.status, result.limit_hit) == (pb.STATUS_TIMEOUT, pb.LIMIT_TOTAL_TIME), describe(result)
+    assert result.tests[2].message == "killed when the job's 3 s for all its tests ran out", describe(result)
+    assert result.reward == pytest.approx(2 / 4), describe(result)
 
 
 @pytest.mark.parametrize(

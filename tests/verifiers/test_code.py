@@ -856,6 +856,26 @@ def test_correct_function_passes(tmp_path: Path) -> None:
     assert [t["status"] for t in result["tests"]] == ["ok", "ok", "ok"]
 
 
+def test_the_time_for_all_tests_cuts_the_call_in_flight_and_keeps_the_verdicts_before_it(tmp_path: Path) -> None:
+    """A job's total time ran out inside the judge's one deadline: no verdict came back, so in fraction mode the
+    cases that had passed counted for nothing. Now the call in flight and those after it are total_time."""
+    code = "import time\ndef wait(seconds):\n    time.sleep(seconds)\n    return seconds\n"
+    cases = [FunctionCase((0.01,), 0.01), FunctionCase((0.02,), 0.03), FunctionCase((30,), 30),
+             FunctionCase((0.01,), 0.01)]
+    result = harness(code, tmp_path, fn_name="wait", cases=cases, call_timeout=60, time_for_all=3.0)
+    assert [t["status"] for t in result["tests"]] == ["ok", "wrong_answer", "total_time", "total_time"]
+    assert result["passed_count"] == 1 and result["total"] == 4 and not result["passed"]
+    assert [t["message"] for t in result["tests"][2:]] == [pyharness.TIME_UP_MESSAGE,
+                                                          f"not run: {pyharness.TIME_UP_MESSAGE}"]
+
+
+def test_the_time_for_all_tests_bounds_assert_tests_too(tmp_path: Path) -> None:
+    code = "import time\ndef f():\n    time.sleep(30)\n"
+    result = harness(code, tmp_path, kind="assert", assert_code="assert f() is None", entry_point="f",
+                     call_timeout=60, time_for_all=1.0)
+    assert [(t["status"], t["message"]) for t in result["tests"]] == [("total_time", pyharness.TIME_UP_MESSAGE)]
+
+
 def test_function_tests_with_a_zero_tolerance_compare_exactly(tmp_path: Path) -> None:
     code = "def third():\n    return 0.1 + 0.2\n"
     cases = [FunctionCase((), 0.3)]
