@@ -910,9 +910,10 @@ def write_tree(workdir: str, uid: int, files: list[tuple[str, bytes]], mode: int
     top = os.open(workdir, open_folder)
     try:
         for relpath, content in files:
-            *folders, name = parts = [p for p in relpath.split("/") if p]
+            parts = [p for p in relpath.split("/") if p]
             if not parts or any(p in (".", "..") for p in parts):
                 raise BadRequest(f"bad file path {relpath!r}")
+            *folders, name = parts
             try:
                 kept = 0
                 while kept < min(len(chain), len(folders)) and chain[kept][0] == folders[kept]:

@@ -633,6 +633,13 @@ def test_write_tree_takes_a_path_as_long_as_linux_allows_below_the_work_dir(tmp_
         runner.remove_tree(str(workdir))  # pytest's own removal of old temporary folders recurses per level
 
 
+@pytest.mark.parametrize("relpath", ["", "/", "a/../b", "./a"])
+def test_write_tree_refuses_a_path_the_daemon_would_have(tmp_path: Path, relpath: str) -> None:
+    with pytest.raises(controller_module.BadRequest, match="bad file path"):
+        controller_module.write_tree(str(tmp_path), os.getuid(), [(relpath, b"x")])
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_write_tree_follows_no_link_and_names_the_file_that_failed(tmp_path: Path) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
