@@ -342,10 +342,11 @@ class SessionManager:
         try:
             reply = await sandbox.request({"op": "sessions_ended", "sessions": [s.handle for s in sessions]},
                                           timeout=AGENT_SLACK_SECONDS)
-        except (SandboxLost, SandboxFull) as exc:
+        except SandboxFull:
+            return  # (a SandboxLost that is not lost: the agent says it only for a job it did not run)
+        except SandboxLost as exc:
             log.warning("sandbox %s: asking which sessions ended failed: %s", sandbox.name, exc)
-            if isinstance(exc, SandboxLost):
-                self._sandbox_lost(sandbox)
+            self._sandbox_lost(sandbox)  # as a cell's request would
             return
         except Exception:
             log.exception("sandbox %s: asking which sessions ended failed", sandbox.name)

@@ -11,7 +11,15 @@ import pytest
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 
 from sandboxd.config import Config
-from sandboxd.errors import InvalidRequest, NoSandbox, SandboxFull, SessionBusy, SessionNotFound, Unsupported
+from sandboxd.errors import (
+    InvalidRequest,
+    NoSandbox,
+    SandboxFull,
+    SandboxLost,
+    SessionBusy,
+    SessionNotFound,
+    Unsupported,
+)
 from sandboxd.pool import Pool
 from sandboxd.sandbox import Sandbox
 from sandboxd.sessions import SessionManager
@@ -223,6 +231,36 @@ async def test_a_session_whose_interpreter_ended_between_cells_is_ended(monkeypa
         questions = [m for m in sandbox.asked if m["op"] == "sessions_ended"]
         assert questions[0]["sessions"] == [7, 8]  # a bash session keeps no process between cells
         assert {"op": "session_close", "session": 7} in sandbox.asked and sandbox.in_flight == 2
+    finally:
+        await manager.close_all()
+        await pool.close()
+
+
+class UnansweringSandbox(DyingSandbox):
+    async def request(self, message: dict, timeout: float, withdrawal: object = None) -> dict:
+        if message["op"] == "sessions_ended":
+            self.damaged = True
+            raise SandboxLost(f"sandbox {self.name}: TimeoutError: ")
+        return await super().request(message, timeout, withdrawal)
+
+
+async def test_a_sandbox_that_does_not_answer_which_sessions_ended_is_lost(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sandboxd import sessions as sessions_module
+
+    monkeypatch.setattr(sessions_module, "EXPIRY_TICK_SECONDS", 0.01)
+    monkeypatch.setattr(sessions_module, "DEATH_CHECK_SECONDS", 0.02)
+    config = Config()
+    pool = _pool(config, "sessions")
+    sandbox = UnansweringSandbox(name="s0", pool="sessions", container_id="0", control_dir="/x", started_by="cold")
+    sandbox.asked = []
+    pool.sandboxes = [sandbox]
+    manager = SessionManager(pool, config)
+    try:
+        session = await manager.open(pb.OpenSessionRequest(language="python"))
+        manager.start()
+        await asyncio.wait_for(until(lambda: manager.list() == []), timeout=10)
+        with pytest.raises(SessionNotFound, match="its sandbox was lost"):
+            await manager.run_cell(pb.RunCellRequest(session_id=session.id, code="1"))
     finally:
         await manager.close_all()
         await pool.close()
