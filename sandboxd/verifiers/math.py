@@ -132,9 +132,14 @@ _MATH_SPAN_RE = re.compile(
 # How much of the line after an answer phrase is searched for a box or a math span.
 _PHRASE_SCAN_CHARS = 4_000
 _SENTENCE_END_RE = re.compile(r"(?<=[.?])\s+(?=[A-Z])")
+_QUESTION_RE = re.compile("[?\uff1f\u2753]")
 # A word that denies the expression right after it: "it is not 2", "which can't be 5".
-_NEGATION_RE = re.compile(r"(?:\b(?:not|never|nor|cannot)|n't)(?:\s+(?:be|equal(?:s|\s+to)?))?[\s:,]*$",
-                          re.IGNORECASE)
+_NEGATION_RE = re.compile(
+    r"(?:\b(?:not|never|nor|cannot|rather\s+than|instead\s+of)|n['\u2019]t)"
+    r"(?:\s+(?:exactly|quite|just|really|simply|necessarily))?(?:\s+(?:be|equal(?:s|\s+to)?))?"
+    r"[\s:,*_`\"'\u201c\u201d\u2018\u2019\u2014\u2013-]*$",
+    re.IGNORECASE,
+)
 # Tokens of a plain-text (undelimited) math expression, for the last-expression fallback. A
 # number is one token: a mixed number "3 1/2", thousands "1,234.5", a decimal or an integer.
 _PLAIN_TOKEN_RE = re.compile(
@@ -280,8 +285,9 @@ def _extract_phrase(text: str) -> str | None:
     head = _HOPE_RE.sub("", line[:_PHRASE_SCAN_CHARS])
     # Only the sentence that holds the phrase: "The answer is 8. Later we ..." stops at "8.".
     head = _SENTENCE_END_RE.split(head, maxsplit=1)[0]
-    if head.rstrip().endswith("?"):
-        # "The answer is 2? No wait, 3": a question, not the answer (it paid 2); the next rule reads on.
+    if (asked := _QUESTION_RE.search(head)) and not _has_prose(head[: asked.start()]):
+        # "The answer is 2? No wait, 3": the answer asked about, not given (it paid 2); the next rule
+        # reads on. A question later in the sentence ("42 (why? ...)") leaves the answer given.
         return None
     boxed = _extract_boxed(head)
     if boxed:
@@ -420,24 +426,25 @@ def _extract_last_expression(text: str) -> str | None:
     ``(x+4)^2`` is taken as written, not as its trailing ``2``.
     """
     tail = text[-_LAST_EXPR_TAIL_CHARS:]
+    # From the end: the plain runs after a span, then the span, then the runs before it... The first
+    # expression that is not denied wins ("It is 3, not 2" is 3, "So x = 3, not $x = 2$" too: a denied
+    # one paid 2). Each stretch of text is read once, and usually only the last.
     spans = list(_MATH_SPAN_RE.finditer(tail))
-    span_text = None
-    after = 0  # plain runs are read after the last span
-    for m in reversed(spans):
-        content = _span_text(m)
-        if content:
-            after = after or m.end()
-            # "It is $3$, not $2$" is 3; a denied expression is not an answer (it paid 2).
-            if not _negated(tail[: m.start()]):
-                span_text = content
-                break
-    for start, run in reversed(_plain_runs(tail[after:])):
-        if _negated(tail[: after + start]):
-            continue
-        if _BOX_RE.match(run) and (boxed := _extract_boxed(run)):
-            return boxed  # "last_expression" mode on a boxed answer: the box's content
-        return run
-    return span_text
+    stretch_end = len(tail)
+    for span in [*reversed(spans), None]:
+        stretch_start = span.end() if span is not None else 0
+        for start, run in reversed(_plain_runs(tail[stretch_start:stretch_end])):
+            if _negated(tail[: stretch_start + start]):
+                continue
+            if _BOX_RE.match(run) and (boxed := _extract_boxed(run)):
+                return boxed  # "last_expression" mode on a boxed answer: the box's content
+            return run
+        if span is None:
+            break
+        if (content := _span_text(span)) and not _negated(tail[: span.start()]):
+            return content
+        stretch_end = span.start()
+    return None
 
 
 def _negated(before: str) -> bool:
@@ -735,8 +742,14 @@ def _false_equality(objs: list[Any]) -> bool:
     return False
 
 
-_APPROX_RE = re.compile(r"\\(?:approx|thickapprox|simeq)(?![a-zA-Z])|\u2248")
+_APPROX_RE = re.compile(r"\\(?:approxeq|approx|thickapprox|simeq)(?![a-zA-Z])|[\u2248\u2243\u2245\u224a\u2252\u2253]")
 _LITERAL_RE = re.compile(r"-?(\d+)(?:\.(\d+))?")
+# Around a number written out: spacing, a unit or currency, thousands separators ("12.3 \text{ m}", "1\,111").
+_LITERAL_NOISE_RE = re.compile(r"\\text\s*\{[^{}]*\}|\\(?:[,;:! ]|q?quad)|\\?[$%]|[\s~]|\{,\}|(?<=\d),(?=\d{3})")
+# An approximation chain is judged up to this many sides: each is evaluated to 30 digits.
+_MAX_APPROX_SIDES = 4
+# Nor a side with a number past this many bits (cos(3^{600000}) took 1.5 s to evaluate to 30 digits).
+_MAX_APPROX_SIDE_BITS = 2_000
 
 
 def _false_approximation(s: str) -> str | None:
@@ -752,21 +765,30 @@ def _false_approximation(s: str) -> str | None:
     parts = _APPROX_RE.split(s)
     if len(parts) < 2:
         return None
+    if len(parts) > _MAX_APPROX_SIDES:
+        return f"a chain of {len(parts) - 1} approximations"
     sides: list[tuple[Any, float | None, str]] = []  # (value, its last place where written out, text)
     for part in parts:
         text = part.split("=")[-1].strip()
-        objs = _mv_parse(text)
+        objs = _mv_parse(_normalize(text, single_number_gold=False))  # "1\\,111" alone is read as 112
         value = objs[0] if objs else None
-        if not isinstance(value, sympy.Basic) or value.free_symbols or _too_big(value):
+        if isinstance(value, sympy.FiniteSet) and len(value) == 1:
+            (value,) = value  # "{2}"
+        if not isinstance(value, sympy.Basic) or value.free_symbols or _too_big(value) or _costly(value):
             sides.append((None, None, text))
             continue
         place = None
-        if m := _LITERAL_RE.fullmatch(text.replace(" ", "")):
+        bare = _LITERAL_NOISE_RE.sub("", text)
+        while len(bare) > 2 and bare[0] + bare[-1] in ("()", "{}"):
+            bare = bare[1:-1]
+        if m := _LITERAL_RE.fullmatch(bare):
             whole, decimals = m.groups()
             if decimals:
                 place = 10.0 ** -len(decimals)
             else:
                 place = 10.0 ** (len(whole) - len(whole.rstrip("0"))) if whole.strip("0") else 1.0
+        elif isinstance(value, sympy.Integer):
+            place = 1.0  # "\\frac{6}{2}", "(3)": an integer however written
         sides.append((value, place, text))
     for first, second in itertools.pairwise(sides):
         written = [side for side in (first, second) if side[1] is not None]
@@ -785,6 +807,16 @@ def _false_approximation(s: str) -> str | None:
         if abs(r.real - v.real) > place / 2 * (1 + 1e-9) and not cut:
             return f"{first[2]} \u2248 {second[2]}"
     return None
+
+
+def _costly(expr: Any) -> bool:
+    """Whether evaluating ``expr`` to 30 digits may take long: a number or a power past _MAX_APPROX_SIDE_BITS."""
+    import sympy
+
+    for atom in expr.atoms(sympy.Integer):
+        if abs(int(atom)).bit_length() > _MAX_APPROX_SIDE_BITS:
+            return True
+    return any(power.exp.is_Number and abs(power.exp) > _MAX_APPROX_SIDE_BITS for power in expr.atoms(sympy.Pow))
 
 
 def _unevaluated_operator(s: str) -> str | None:

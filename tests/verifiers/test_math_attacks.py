@@ -560,7 +560,12 @@ def test_answers_near_the_alternatives_rules_still_score(answer: str, gold: str)
     ("answer", "gold"),
     [("2 \\approx 3", "2"), ("x = 2 \\approx 3", "2"), ("14 \\approx 15", "14"), ("2.9 \\approx 3.1", "2.9"),
      ("20 \\approx 30", "20"), ("2 \\approx 3 \\approx 2", "2"), ("\\pi \\approx 4", "\\pi"), ("2 ≈ 3", "2"),
-     ("\\pi \\approx 3.15", "\\pi"), ("\\frac{2}{3} \\approx 0.5", "\\frac{2}{3}")],
+     ("\\pi \\approx 3.15", "\\pi"), ("\\frac{2}{3} \\approx 0.5", "\\frac{2}{3}"),
+     # Red team, on the first version of the rule: other signs, spacing and integers not written out.
+     ("2 \\approxeq 3", "2"), ("2 ≃ 3", "2"), ("2 ≅ 3", "2"), ("2 \\;\\approx\\; 3", "2"),
+     ("x = 2\\, \\approx 3\\,", "2"),
+     ("(2) \\approx (3)", "2"), ("{2} \\approx {3}", "2"), ("\\frac{2}{1} \\approx \\frac{3}{1}", "2"),
+     ("\\pi \\approx 4\\,", "\\pi"), ("\\pi \\approx (4)", "\\pi")],
 )
 def test_an_approximation_between_numbers_that_differ_is_wrong(answer: str, gold: str) -> None:
     """Math-Verify keeps one side of "a \\approx b" (here the left): "2 \\approx 3" was paid as 2."""
@@ -574,7 +579,10 @@ def test_an_approximation_between_numbers_that_differ_is_wrong(answer: str, gold
      ("\\frac{2}{3} \\approx 0.666", "\\frac{2}{3}"), ("-\\frac{2}{3} \\approx -0.66", "-\\frac{2}{3}"),
      ("1000\\pi \\approx 3100", "1000\\pi"), ("\\sqrt{2} \\approx 1.41", "\\sqrt{2}"), ("x \\approx 3", "3"),
      ("\\frac{22}{7} \\approx \\pi", "\\frac{22}{7}"), ("e^{2} \\approx 7.39", "e^2"), ("2.5 \\approx 3", "2.5"),
-     ("2.5 \\approx 2", "2.5"), ("0 \\approx 0.4", "0"), ("\\frac{1}{3} \\approx 0.333", "\\frac{1}{3}")],
+     ("2.5 \\approx 2", "2.5"), ("0 \\approx 0.4", "0"), ("\\frac{1}{3} \\approx 0.333", "\\frac{1}{3}"),
+     # A unit, currency or thousands spacing on the number written out (red team: were wrong).
+     ("12.25 \\approx 12.3 \\text{ m}", "12.25"), ("1111.111 \\approx 1\\,111", "1111.111"),
+     ("12.499 \\approx \\$12.50", "12.499")],
 )
 def test_an_approximation_within_its_last_digit_still_scores(answer: str, gold: str) -> None:
     check(boxed(answer), gold, OK)
@@ -592,6 +600,19 @@ def test_an_approximation_within_its_last_digit_still_scores(answer: str, gold: 
         ("It is $3$, not $2$", "2", WRONG),
         ("Not 4 but 5", "5", OK),
         ("We get 12 and nothing else", "12", OK),
+        # Red team: other spellings of a denial were paid.
+        ("It isn\u2019t 2", "2", NONE),
+        ("It is 3, isn\u2019t 2", "2", WRONG),
+        ("It is not **2**", "2", NONE),
+        ("It is not `2`", "2", NONE),
+        ('It is not "2"', "2", NONE),
+        ("It is not\u20142", "2", NONE),
+        ("It is not exactly 2", "2", NONE),
+        ("It is 3, rather than 2", "2", WRONG),
+        # A denied span no longer hides the answer written before it (it gave no answer).
+        ("So x = 3, not $x = 2$.", "3", OK),
+        ("The result is 3 (not $-3$).", "3", OK),
+        ("So the area is 12, not $\\frac{25}{2}$.", "12", OK),
     ],
 )
 def test_a_denied_expression_is_not_the_last_expression(completion: str, gold: str, expected: str) -> None:
@@ -605,6 +626,11 @@ def test_a_denied_expression_is_not_the_last_expression(completion: str, gold: s
         ("The answer is 2? No wait, 3", "3", OK),
         ("Answer: 2? No, 3.", "3", OK),
         ("Is the answer 5? Yes. The answer is 5.", "5", OK),
+        # Red team: lower case after it, or another question mark.
+        ("The answer is 2? no wait, 3", "2", WRONG),
+        ("The answer is 2\uff1f No wait, 3", "2", WRONG),
+        ("The answer is 2\u2753 No wait, 3", "2", WRONG),
+        ("The final answer is 42 (why? Because 6 * 7 = 42)", "42", OK),  # a question later in the sentence
     ],
 )
 def test_an_answer_phrase_ending_in_a_question_is_not_the_answer(completion: str, gold: str, expected: str) -> None:
@@ -617,3 +643,12 @@ def test_a_long_answer_is_refused_before_it_is_unwrapped() -> None:
     for completion in (boxed(nested), "The answer is " + nested):
         result = check(completion, "2", WRONG)
         assert "too long to parse" in result["message"], result
+
+
+def test_a_chain_of_approximations_is_refused_before_it_is_evaluated() -> None:
+    """Each side was evaluated to 30 digits: cos(3^600000) takes 1.5 s, and 12 of them took 44 s (red team)."""
+    chain = " \\approx 0 \\approx ".join(f"\\cos(3^{{{600000 + i}}})" for i in range(12))
+    result = check(boxed(chain), "0", WRONG)
+    assert "a chain of 22 approximations" in result["message"], result
+    result = check(boxed("\\cos(3^{600000}) \\approx 0"), "0", WRONG)  # judged by Math-Verify alone
+    assert "approximation" not in result["message"], result
