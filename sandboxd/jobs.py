@@ -234,7 +234,13 @@ def _prepare(job: pb.Job, config: Config, where: str) -> PreparedJob:
             raise InvalidRequest(f"{where}.execute.files: {len(execute.files)} files; at most {MAX_EXECUTE_FILES}")
         if sum(len(item.content) for item in execute.files) > MAX_EXECUTE_FILES_BYTES:
             raise InvalidRequest(f"{where}.execute.files hold more than {MAX_EXECUTE_FILES_BYTES} bytes")
-        check_files([item.path for item in execute.files], f"{where}.execute.files")
+        paths = [item.path for item in execute.files]
+        check_files(paths, f"{where}.execute.files")
+        source = program["source"]
+        if program["language"] != "python" and any(p == source or p.startswith(source + "/") for p in paths):
+            # The agent writes the code there before compiling: the clash failed there, an INTERNAL (red team).
+            raise InvalidRequest(f"{where}.execute.files: {source!r} is where the program's {program['language']} "
+                                 "source is written")
         if len(execute.collect_files) > MAX_COLLECT_FILES:
             raise InvalidRequest(f"{where}.execute.collect_files: {len(execute.collect_files)} paths; at most "
                                  f"{MAX_COLLECT_FILES}")

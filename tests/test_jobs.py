@@ -124,7 +124,7 @@ def test_a_failure_value_a_pass_cannot_beat_is_invalid(kind: str, value: float) 
 
 
 def _execute(**fields: Any) -> pb.Job:
-    return pb.Job(execute=pb.ExecuteJob(language="python", code="print(1)", **fields))
+    return pb.Job(execute=pb.ExecuteJob(**{"language": "python", "code": "print(1)", **fields}))
 
 
 @pytest.mark.parametrize(
@@ -137,6 +137,9 @@ def _execute(**fields: Any) -> pb.Job:
         ({"files": [pb.File(path="x" * 300, content=b"1")]}, "part longer than 255"),
         ({"collect_files": ["a/" * 150_000 + "b"]}, "longer than 4095 bytes"),
         ({"files": [pb.File(path="a/" * 2047 + "bc", content=b"1")]}, "longer than 4095 bytes"),  # PATH_MAX's NUL
+        # The source file's name, or a folder of that name: FileExistsError in the agent, INTERNAL (red team).
+        ({"language": "c", "files": [pb.File(path="main.c", content=b"1")]}, "'main.c' is where the program's c"),
+        ({"language": "java", "files": [pb.File(path="Main.java/x", content=b"1")]}, "'Main.java' is where"),
         # A folder's own files need not sort right after it ("-" < "/"), nor be given in order.
         ({"files": [pb.File(path=p, content=b"1") for p in ("a-b", "a/c", "a", "a.d")]},
          "'a' is both a file and a folder"),

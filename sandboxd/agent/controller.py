@@ -31,7 +31,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -1003,24 +1003,61 @@ def usage_of(folder: str) -> tuple[int, int]:
     """(bytes, entries) that what is under `folder`, the folder included, takes of its file system.
 
     A file's bytes count once whatever its links; each link is an entry, as
-    tmpfs counts them (a hard link takes one of nr_inodes).
+    tmpfs counts them (a hard link takes one of nr_inodes). Each folder is
+    opened by its name in the one above, one descriptor per level: looked
+    up by whole path, a tree deeper than PATH_MAX (2,040 levels of a job's
+    files) failed with ENAMETOOLONG, an internal error, and every lookup
+    walked the whole depth again. Past the descriptors the agent may hold
+    (4,096 levels, which a run can nest with chdir), deeper folders are not
+    counted.
     """
+    open_folder = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
     total_bytes, entries = 0, 0
     seen: set[int] = set()
-    stack = [folder]
-    while stack:
-        path = stack.pop()
-        try:
-            info = os.lstat(path)
-        except FileNotFoundError:
-            continue
+
+    def count(info: os.stat_result) -> None:
+        nonlocal total_bytes, entries
         entries += 1
         if info.st_ino not in seen:
             seen.add(info.st_ino)
             total_bytes += info.st_blocks * 512
-        if stat.S_ISDIR(info.st_mode):
-            with contextlib.suppress(OSError):
-                stack.extend(os.path.join(path, name) for name in os.listdir(path))
+
+    try:
+        info = os.lstat(folder)
+        count(info)
+        if not stat.S_ISDIR(info.st_mode):
+            return total_bytes, entries
+        top = os.open(folder, open_folder)
+    except OSError:
+        return total_bytes, entries
+    try:
+        names_at_top = iter(os.listdir(top))
+    except OSError:
+        os.close(top)
+        return total_bytes, entries
+    levels: list[tuple[int, Iterator[str]]] = [(top, names_at_top)]  # (folder fd, its names not yet looked at)
+    try:
+        while levels:
+            fd, names = levels[-1]
+            name = next(names, None)
+            if name is None:
+                os.close(levels.pop()[0])
+                continue
+            try:
+                info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except OSError:
+                continue  # gone since the listing
+            count(info)
+            if stat.S_ISDIR(info.st_mode):
+                with contextlib.suppress(OSError):
+                    child = os.open(name, open_folder, dir_fd=fd)
+                    try:
+                        levels.append((child, iter(os.listdir(child))))
+                    except OSError:
+                        os.close(child)
+    finally:
+        for fd, _ in levels:
+            os.close(fd)
     return total_bytes, entries
 
 

@@ -640,6 +640,30 @@ def test_write_tree_refuses_a_path_the_daemon_would_have(tmp_path: Path, relpath
     assert list(tmp_path.iterdir()) == []
 
 
+def test_usage_of_counts_entries_and_bytes_once_per_file_and_takes_trees_past_path_max(tmp_path: Path) -> None:
+    """Looked up by whole path, a job's files 2,045 levels deep failed with ENAMETOOLONG when /tmp filled
+    (the neighbours' check on ENOSPC), an internal error the client retried (red team)."""
+    small = tmp_path / "small"
+    small.mkdir()
+    (small / "a.bin").write_bytes(b"x" * 10_000)
+    os.link(small / "a.bin", small / "b.bin")  # one more entry, no more bytes
+    (small / "sub").mkdir()
+    (small / "sub" / "c.txt").write_text("c")
+    (small / "link").symlink_to("/etc")
+    expected_bytes = sum(os.lstat(p).st_blocks * 512 for p in (small, small / "a.bin", small / "sub",
+                                                             small / "sub" / "c.txt", small / "link"))
+    assert controller_module.usage_of(str(small)) == (expected_bytes, 6)
+    deep = tmp_path / ("w" * 200)
+    deep.mkdir()
+    try:
+        files = [("/".join(["a"] * 2045) + f"/{i}", b"") for i in range(3)]
+        controller_module.write_tree(str(deep), os.getuid(), files)
+        assert controller_module.usage_of(str(deep))[1] == 1 + 2045 + 3
+    finally:
+        runner.remove_tree(str(deep))
+    assert controller_module.usage_of(str(tmp_path / "missing")) == (0, 0)
+
+
 def test_write_tree_follows_no_link_and_names_the_file_that_failed(tmp_path: Path) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
