@@ -119,7 +119,7 @@ class SessionManager:
                                  f"{settings.max_idle_timeout_seconds:g}")
         total = 0
         files = []
-        check_files([item.path for item in request.files], "files")
+        check_files([item.path for item in request.files], "files", self.config.sandbox.tmpfs_inodes)
         for item in request.files:
             total += len(item.content)
             files.append({"path": item.path, "content": base64.b64encode(item.content).decode()})

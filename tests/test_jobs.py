@@ -137,6 +137,9 @@ def _execute(**fields: Any) -> pb.Job:
         ({"files": [pb.File(path="x" * 300, content=b"1")]}, "part longer than 255"),
         ({"collect_files": ["a/" * 150_000 + "b"]}, "longer than 4095 bytes"),
         ({"files": [pb.File(path="a/" * 2047 + "bc", content=b"1")]}, "longer than 4095 bytes"),  # PATH_MAX's NUL
+        # More entries with their folders than /tmp holds (65,536): the agent answered INTERNAL (red team).
+        ({"files": [pb.File(path=f"d{i}/" + "a/" * 2040 + "f", content=b"") for i in range(33)]},
+         "the files and their folders are 67386 entries, more than the 65536"),
         # The source file's name, or a folder of that name: FileExistsError in the agent, INTERNAL (red team).
         ({"language": "c", "files": [pb.File(path="main.c", content=b"1")]}, "'main.c' is where the program's c"),
         ({"language": "java", "files": [pb.File(path="Main.java/x", content=b"1")]}, "'Main.java' is where"),
