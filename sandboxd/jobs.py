@@ -332,9 +332,9 @@ def check_files(paths: list[str], where: str, max_entries: int) -> None:
     # Folders count too: 65 paths of 2,040 levels filled a /tmp of 65,536 inodes, which the agent could only
     # answer INTERNAL (red team). In sorted order each path's new folders are those it does not share with
     # the one before it.
-    entries, previous = len(keys), ""
     if len(keys) + sum(key.count("\0") for key in keys) <= max_entries:
         return  # even with no folder shared
+    entries, previous = len(keys), ""
     for key in keys:
         folders = key[: key.rfind("\0") + 1]  # "a\0b\0": each folder ends with its separator
         entries += folders.count("\0") - folders[: _common_prefix_length(folders, previous)].count("\0")
@@ -345,7 +345,8 @@ def check_files(paths: list[str], where: str, max_entries: int) -> None:
 
 
 def _common_prefix_length(a: str, b: str) -> int:
-    """By bisection over slices compared in C: a loop over characters took 0.3 s for 1,024 paths of 4 KB."""
+    """By bisection over slices compared in C: over 1,022 paths of 4 KB in sorted order, 4 ms, against
+    124 ms for os.path.commonprefix (a loop over characters)."""
     low, high = 0, min(len(a), len(b))
     while low < high:
         middle = (low + high + 1) // 2

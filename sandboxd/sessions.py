@@ -353,7 +353,7 @@ class SessionManager:
             return
         ended = reply.get("ended")
         if not isinstance(ended, dict):
-            return  # an agent from before the op: "unknown op"
+            return  # a reply without the answer: the sessions' next cells find out
         for session in sessions:
             why = ended.get(str(session.handle))
             # A cell started since the question answers for itself.

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import types
+from collections.abc import AsyncIterator
 
 import grpc
 import pytest
@@ -206,20 +208,31 @@ class DyingSandbox(Sandbox):
         return {"ok": True}
 
 
-async def test_a_session_whose_interpreter_ended_between_cells_is_ended(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A timer the session left running ended its interpreter: List showed it alive and it held its slot until
-    its next cell or its idle timeout. The agent is asked which idle Python sessions ended; those end now."""
+@contextlib.asynccontextmanager
+async def checked_for_deaths(monkeypatch: pytest.MonkeyPatch,
+                             sandbox: DyingSandbox) -> AsyncIterator[SessionManager]:
+    """A manager of `sandbox`'s sessions that asks it which ended every 0.02 s once started."""
     from sandboxd import sessions as sessions_module
 
     monkeypatch.setattr(sessions_module, "EXPIRY_TICK_SECONDS", 0.01)
     monkeypatch.setattr(sessions_module, "DEATH_CHECK_SECONDS", 0.02)
     config = Config()
     pool = _pool(config, "sessions")
-    sandbox = DyingSandbox(name="s0", pool="sessions", container_id="0", control_dir="/x", started_by="cold")
     sandbox.asked = []
     pool.sandboxes = [sandbox]
     manager = SessionManager(pool, config)
     try:
+        yield manager
+    finally:
+        await manager.close_all()
+        await pool.close()
+
+
+async def test_a_session_whose_interpreter_ended_between_cells_is_ended(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A timer the session left running ended its interpreter: List showed it alive and it held its slot until
+    its next cell or its idle timeout. The agent is asked which idle Python sessions ended; those end now."""
+    sandbox = DyingSandbox(name="s0", pool="sessions", container_id="0", control_dir="/x", started_by="cold")
+    async with checked_for_deaths(monkeypatch, sandbox) as manager:
         dead = await manager.open(pb.OpenSessionRequest(language="python"))
         alive = await manager.open(pb.OpenSessionRequest(language="python"))
         shell = await manager.open(pb.OpenSessionRequest(language="bash"))
@@ -232,9 +245,6 @@ async def test_a_session_whose_interpreter_ended_between_cells_is_ended(monkeypa
         questions = [m for m in sandbox.asked if m["op"] == "sessions_ended"]
         assert questions[0]["sessions"] == [7, 8]  # a bash session keeps no process between cells
         assert {"op": "session_close", "session": 7} in sandbox.asked and sandbox.in_flight == 2
-    finally:
-        await manager.close_all()
-        await pool.close()
 
 
 class UnansweringSandbox(DyingSandbox):
@@ -246,22 +256,10 @@ class UnansweringSandbox(DyingSandbox):
 
 
 async def test_a_sandbox_that_does_not_answer_which_sessions_ended_is_lost(monkeypatch: pytest.MonkeyPatch) -> None:
-    from sandboxd import sessions as sessions_module
-
-    monkeypatch.setattr(sessions_module, "EXPIRY_TICK_SECONDS", 0.01)
-    monkeypatch.setattr(sessions_module, "DEATH_CHECK_SECONDS", 0.02)
-    config = Config()
-    pool = _pool(config, "sessions")
     sandbox = UnansweringSandbox(name="s0", pool="sessions", container_id="0", control_dir="/x", started_by="cold")
-    sandbox.asked = []
-    pool.sandboxes = [sandbox]
-    manager = SessionManager(pool, config)
-    try:
+    async with checked_for_deaths(monkeypatch, sandbox) as manager:
         session = await manager.open(pb.OpenSessionRequest(language="python"))
         manager.start()
         await asyncio.wait_for(until(lambda: manager.list() == []), timeout=10)
         with pytest.raises(SessionNotFound, match="its sandbox was lost"):
             await manager.run_cell(pb.RunCellRequest(session_id=session.id, code="1"))
-    finally:
-        await manager.close_all()
-        await pool.close()

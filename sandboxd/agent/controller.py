@@ -97,6 +97,8 @@ JUDGE_GRACE_SECONDS = 1.0
 # A job's files up to this size (paths and contents) are written on the loop: a thread's hand-off costs more.
 INLINE_WRITE_BYTES = 256 << 10
 COLLECT_TOTAL_BYTES = 24 << 20
+# A folder opened by name from the one above it (write_tree, usage_of), never through a link.
+OPEN_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # An error reply's message is cut here.
 MAX_ERROR_CHARS = 2000
 # Concurrent runs share /tmp (sandbox.tmpfs_bytes and tmpfs_inodes). A job
@@ -905,9 +907,8 @@ def write_tree(workdir: str, uid: int, files: list[tuple[str, bytes]], mode: int
     open folders are kept, so files that share a deep folder walk it once.
     A failed write's OSError carries the file's relative path as `filename`.
     """
-    open_folder = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
     chain: list[tuple[str, int]] = []  # (name, fd) of the folders from `workdir` down
-    top = os.open(workdir, open_folder)
+    top = os.open(workdir, OPEN_FOLDER)
     try:
         for relpath, content in files:
             parts = [p for p in relpath.split("/") if p]
@@ -927,7 +928,7 @@ def write_tree(workdir: str, uid: int, files: list[tuple[str, bytes]], mode: int
                         made = True
                     except FileExistsError:  # made for an earlier file
                         made = False
-                    chain.append((folder, os.open(folder, open_folder, dir_fd=above)))
+                    chain.append((folder, os.open(folder, OPEN_FOLDER, dir_fd=above)))
                     if made:
                         os.fchown(chain[-1][1], uid, uid)
                 fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode,
@@ -1011,9 +1012,9 @@ def usage_of(folder: str) -> tuple[int, int]:
     (4,096 levels, which a run can nest with chdir), deeper folders are not
     counted.
     """
-    open_folder = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
     total_bytes, entries = 0, 0
     seen: set[int] = set()
+    levels: list[tuple[int, Iterator[str]]] = []  # (folder fd, its names not yet looked at)
 
     def count(info: os.stat_result) -> None:
         nonlocal total_bytes, entries
@@ -1022,20 +1023,22 @@ def usage_of(folder: str) -> tuple[int, int]:
             seen.add(info.st_ino)
             total_bytes += info.st_blocks * 512
 
+    def enter(name: str, above: int | None) -> None:
+        """Open the folder `name` (in `above`) and list it; one that cannot be is not counted further."""
+        with contextlib.suppress(OSError):
+            fd = os.open(name, OPEN_FOLDER, dir_fd=above)
+            try:
+                levels.append((fd, iter(os.listdir(fd))))
+            except OSError:
+                os.close(fd)
+
     try:
         info = os.lstat(folder)
-        count(info)
-        if not stat.S_ISDIR(info.st_mode):
-            return total_bytes, entries
-        top = os.open(folder, open_folder)
     except OSError:
         return total_bytes, entries
-    try:
-        names_at_top = iter(os.listdir(top))
-    except OSError:
-        os.close(top)
-        return total_bytes, entries
-    levels: list[tuple[int, Iterator[str]]] = [(top, names_at_top)]  # (folder fd, its names not yet looked at)
+    count(info)
+    if stat.S_ISDIR(info.st_mode):
+        enter(folder, None)
     try:
         while levels:
             fd, names = levels[-1]
@@ -1049,12 +1052,7 @@ def usage_of(folder: str) -> tuple[int, int]:
                 continue  # gone since the listing
             count(info)
             if stat.S_ISDIR(info.st_mode):
-                with contextlib.suppress(OSError):
-                    child = os.open(name, open_folder, dir_fd=fd)
-                    try:
-                        levels.append((child, iter(os.listdir(child))))
-                    except OSError:
-                        os.close(child)
+                enter(name, fd)
     finally:
         for fd, _ in levels:
             os.close(fd)

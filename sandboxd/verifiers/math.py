@@ -756,9 +756,10 @@ def _false_approximation(s: str) -> str | None:
     """``"2 ≈ 3"`` when ``s`` states an approximation between numbers that differ, else ``None``.
 
     Math-Verify keeps one side of ``a \\approx b`` (the left one, or the right after a variable),
-    so "2 \\approx 3" and "x = 2 \\approx 3" were paid as 2. A number written out (3.14, 3100)
-    must be the other side rounded or cut to its last place (0.01, 100); two exact expressions
-    ("\\frac{22}{7} \\approx \\pi") are not judged.
+    so "2 \\approx 3" and "x = 2 \\approx 3" were paid as 2. A number written out (3.14, 3100, also
+    with spacing, a unit or a currency sign) or an integer however written ("(3)", "\\frac{6}{2}")
+    must be the other side rounded or cut to its last place (0.01, 100, 1); two other exact
+    expressions ("\\frac{22}{7} \\approx \\pi") are not judged, nor a side costly to evaluate.
     """
     import sympy
 
@@ -826,9 +827,7 @@ def _unevaluated_operator(s: str) -> str | None:
 
 
 def _structure_problem(s: str) -> str | None:
-    """Reason to refuse parsing ``s`` (too long / too deeply nested), or ``None``."""
-    if len(s) > MAX_ANSWER_CHARS:
-        return f"answer too long to parse ({len(s)} > {MAX_ANSWER_CHARS} chars)"
+    """Reason to refuse parsing ``s`` (too deeply nested), or ``None``; its length _judge checks first."""
     stack: list[bool] = []  # True for a bare { ... } group, False for a command argument
     bare = paren = max_bare = max_paren = 0
     prev = ""
