@@ -186,8 +186,9 @@ def _match_brace(text: str, open_idx: int) -> int | None:
     return None
 
 
-def _box_content(text: str, end: int) -> str | None:
-    """Content of the box whose command ends at ``end`` (``\\boxed{..}`` or ``\\boxed 5``)."""
+def _box_content(text: str, end: int) -> tuple[str, int] | None:
+    """Content of the box whose command ends at ``end`` (``\\boxed{..}`` or ``\\boxed 5``), and
+    the index just past the box."""
     i = end
     while i < len(text) and text[i] in " \t":
         i += 1
@@ -195,22 +196,32 @@ def _box_content(text: str, end: int) -> str | None:
         close = _match_brace(text, i)
         if close is None:
             return None
-        return text[i + 1 : close]
+        return text[i + 1 : close], close + 1
     if end < len(text) and text[end] == " ":
         # "\boxed 5": the argument is the next token, up to whitespace or a math delimiter.
-        m = re.match(r"[^\s$]+", text[i:])
-        return m.group(0) if m else None
+        m = re.compile(r"[^\s$]+").match(text, i)
+        return (m.group(0), m.end()) if m else None
     return None
 
 
 def _extract_boxed(text: str) -> str | None:
-    """Content of the last well-formed, non-empty ``\\boxed{...}`` / ``\\fbox{...}``."""
-    matches = list(_BOX_RE.finditer(text))
-    for m in reversed(matches[-_MAX_BOX_TRIES:]):
-        content = _box_content(text, m.end())
-        if content is not None and content.strip():
-            return content.strip()
-    return None
+    """Content of the last well-formed, non-empty, outermost ``\\boxed{...}`` / ``\\fbox{...}``.
+
+    Outermost: ``\\boxed{3 = \\boxed{2}}`` answers ``3 = {2}``, not the
+    inner ``2``, which was paid against a gold of 2.
+    """
+    found: tuple[int, int, str] | None = None  # start, end and content of the answer so far
+    for m in reversed(list(_BOX_RE.finditer(text))[-_MAX_BOX_TRIES:]):
+        box = _box_content(text, m.end())
+        if box is None or not box[0].strip():
+            continue
+        content, end = box
+        if found is None or end >= found[1]:  # the last box, or one that holds it
+            found = (m.start(), end, content)
+    if found is None:
+        return None
+    # A box inside the answer counts as its content alone: Math-Verify would read the box.
+    return _BOX_RE.sub("", found[2]).strip() or None
 
 
 def _ground_truth_boxes(text: str) -> list[str]:
@@ -224,10 +235,10 @@ def _ground_truth_boxes(text: str) -> list[str]:
     for m in itertools.islice(_BOX_RE.finditer(text), _MAX_BOX_TRIES):
         if m.start() < end:
             continue  # a box inside the previous one
-        content = _box_content(text, m.end())
-        if content is None or not content.strip():
+        box = _box_content(text, m.end())
+        if box is None or not box[0].strip():
             continue
-        end = text.find(content, m.end()) + len(content)
+        content, end = box
         if content.strip() not in found:
             found.append(content.strip())
     return found

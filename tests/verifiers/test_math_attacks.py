@@ -209,6 +209,34 @@ def test_a_repeated_nested_or_empty_box_of_a_ground_truth_is_one_answer(gold: st
     check(boxed("6"), gold, WRONG)
 
 
+@pytest.mark.parametrize(
+    "completion",
+    [
+        boxed("3 = \\boxed{2}"),  # fixed: the inner box was the answer
+        boxed("\\{1, \\boxed{2}\\}"),  # fixed
+        boxed("\\boxed{2}\\boxed{3}"),
+        boxed("3 \\text{ or } \\fbox{2}"),  # fixed
+        "\\boxed{2} then \\boxed{3 \\text{ or } \\boxed{2}}",  # fixed
+    ],
+)
+def test_a_box_inside_the_answer_box_is_not_the_answer(completion: str) -> None:
+    check(completion, "2", WRONG)
+
+
+@pytest.mark.parametrize(
+    "completion",
+    [
+        boxed("\\boxed{2}"),
+        boxed(" \\fbox{2} "),
+        boxed("\\boxed 2"),
+        boxed("x = \\boxed{2}"),
+        "\\boxed{3} and \\boxed{2}",
+    ],
+)
+def test_a_box_inside_the_answer_box_still_scores_as_its_content(completion: str) -> None:
+    check(completion, "2", OK)
+
+
 # --------------------------------------------------------------------------------------------
 # Already defended: hedging with several answers at once
 # --------------------------------------------------------------------------------------------
