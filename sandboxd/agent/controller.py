@@ -351,22 +351,9 @@ class Controller:
     @staticmethod
     def _collect_file(workdir: str, relpath: str) -> bytes | None:
         try:
-            # A chain of 1,500 symlinks made realpath raise RecursionError, which took the connection down.
-            path = os.path.realpath(os.path.join(workdir, relpath))
-        except (OSError, RecursionError, ValueError):
-            return None
-        if not path.startswith(workdir + "/"):
-            return None
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError:
-            return None
-        try:
-            if not os.path.isfile(f"/proc/self/fd/{fd}"):
-                return None
-            return os.read(fd, FILE_COLLECT_BYTES)
-        finally:
-            os.close(fd)
+            return read_tree_file(workdir, relpath, FILE_COLLECT_BYTES)
+        except (OSError, BadRequest):
+            return None  # missing, a link, a folder, a fifo...: left out, as the proto says
 
     # ---- building runs -----------------------------------------------------
     @staticmethod
@@ -892,6 +879,34 @@ def _valid_text(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_valid_text(item) for item in value]
     return value
+
+
+def read_tree_file(workdir: str, relpath: str, limit: int) -> bytes | None:
+    """Up to `limit` bytes of the regular file at `relpath` under `workdir`; None if it is not one.
+
+    Walked as write_tree writes, one folder name at a time, following no
+    link on the way: by whole path (realpath), a file at a valid 4,091-byte
+    path was past PATH_MAX with the work dir in front, and was left out.
+    """
+    parts = [p for p in relpath.split("/") if p]
+    if not parts or any(p in (".", "..") for p in parts):
+        raise BadRequest(f"bad file path {relpath!r}")
+    folder = os.open(workdir, OPEN_FOLDER)
+    try:
+        for name in parts[:-1]:
+            below = os.open(name, OPEN_FOLDER, dir_fd=folder)
+            os.close(folder)
+            folder = below
+        # O_NONBLOCK: a fifo the job left there must not hang the agent in open().
+        fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=folder)
+    finally:
+        os.close(folder)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return os.read(fd, limit)
+    finally:
+        os.close(fd)
 
 
 _T = TypeVar("_T")

@@ -6,6 +6,7 @@ import asyncio
 import base64
 import concurrent.futures
 import errno
+import functools
 import json
 import os
 import signal
@@ -638,6 +639,41 @@ def test_write_tree_refuses_a_path_the_daemon_would_have(tmp_path: Path, relpath
     with pytest.raises(controller_module.BadRequest, match="bad file path"):
         controller_module.write_tree(str(tmp_path), os.getuid(), [(relpath, b"x")])
     assert list(tmp_path.iterdir()) == []
+
+
+def test_read_tree_file_collects_a_file_as_deep_as_write_tree_writes_it(tmp_path: Path) -> None:
+    """By realpath, a file at a valid 4,091-byte path was past PATH_MAX with the work dir in front: left out."""
+    workdir = tmp_path / ("w" * 200)
+    workdir.mkdir()
+    relpath = "/".join(["a"] * 2045) + "/7"
+    try:
+        controller_module.write_tree(str(workdir), os.getuid(), [(relpath, b"seven"), ("top.txt", b"t" * 100)])
+        assert controller_module.Controller._collect_file(str(workdir), relpath) == b"seven"
+        assert controller_module.read_tree_file(str(workdir), "top.txt", 10) == b"t" * 10  # cut at the limit
+    finally:
+        runner.remove_tree(str(workdir))
+
+
+def test_read_tree_file_takes_only_a_regular_file_reached_without_links(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_text("s")
+    workdir = tmp_path / "work"
+    (workdir / "sub").mkdir(parents=True)
+    (workdir / "sub" / "f.txt").write_text("f")
+    (workdir / "folder-link").symlink_to(outside)
+    (workdir / "file-link").symlink_to(outside / "secret")
+    (workdir / "inner-link").symlink_to("sub/f.txt")  # inside the work dir, and still a link
+    os.mkfifo(workdir / "fifo")  # opened without blocking
+    read = functools.partial(controller_module.read_tree_file, str(workdir), limit=100)
+    assert read("sub/f.txt") == b"f" and read("sub//f.txt") == b"f"
+    assert read("sub") is None and read("fifo") is None
+    for relpath in ("folder-link/secret", "file-link", "inner-link", "missing", "sub/missing/x"):
+        with pytest.raises(OSError):
+            read(relpath)
+    for relpath in ("../outside/secret", "sub/../../outside/secret", "", "./sub/f.txt"):
+        with pytest.raises(controller_module.BadRequest):
+            read(relpath)
 
 
 def test_usage_of_counts_entries_and_bytes_once_per_file_and_takes_trees_past_path_max(tmp_path: Path) -> None:

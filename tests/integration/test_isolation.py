@@ -363,16 +363,19 @@ def test_files_in_and_out(channel: grpc.Channel) -> None:
 
 def test_files_as_deep_and_many_as_allowed_are_written_on_the_first_sandbox(channel: grpc.Channel) -> None:
     """A 4,091-byte path passed the daemon's check, then failed in the agent (the work dir's prefix took it past
-    PATH_MAX): INTERNAL, which the client retried for 20 s. Now 1,000 files 2,045 levels deep are written."""
+    PATH_MAX): INTERNAL, which the client retried for 20 s. Now 1,000 files 2,045 levels deep are written, and
+    one is collected."""
     folder = "a/" * 2045
     files = [pb.File(path=f"{folder}{i:03d}", content=str(i).encode()) for i in range(1000)]
     files.append(pb.File(path="big.bin", content=b"x" * (300 << 10)))  # past what is written on the agent's loop
     job = helpers.execute(f"import os\nnames = os.listdir({folder!r})\n"
                           f"print(len(names), open({folder!r} + '999').read(), os.path.getsize('big.bin'))",
-                          files=files)
+                          files=files, collect_files=[f"{folder}998", f"{folder}missing"])
     result = helpers.run(channel, job, timeout=120)
     assert result.status == pb.STATUS_OK and result.attempts == 1, result
     assert result.execute.stdout == f"1000 999 {300 << 10}\n".encode()
+    # Collected as deep (by whole path it was left out).
+    assert [(f.path, f.content) for f in result.execute.files] == [(f"{folder}998", b"998")]
 
 
 def test_collect_does_not_follow_symlinks(channel: grpc.Channel) -> None:
