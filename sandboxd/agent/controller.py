@@ -31,7 +31,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -71,6 +71,7 @@ from sandboxd.agent.runner import (
     remove_tree,
     sigkill_uid,
 )
+from sandboxd.agent.tree import read_tree_file, usage_of, write_tree
 
 PR_SET_CHILD_SUBREAPER = 36
 WORK_ROOT = "/tmp/sandboxd"
@@ -97,8 +98,6 @@ JUDGE_GRACE_SECONDS = 1.0
 # A job's files up to this size (paths and contents) are written on the loop: a thread's hand-off costs more.
 INLINE_WRITE_BYTES = 256 << 10
 COLLECT_TOTAL_BYTES = 24 << 20
-# A folder opened by name from the one above it (write_tree, usage_of), never through a link.
-OPEN_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # An error reply's message is cut here.
 MAX_ERROR_CHARS = 2000
 # Concurrent runs share /tmp (sandbox.tmpfs_bytes and tmpfs_inodes). A job
@@ -881,87 +880,7 @@ def _valid_text(value: Any) -> Any:
     return value
 
 
-def read_tree_file(workdir: str, relpath: str, limit: int) -> bytes | None:
-    """Up to `limit` bytes of the regular file at `relpath` under `workdir`; None if it is not one.
-
-    Walked as write_tree writes, one folder name at a time, following no
-    link on the way: by whole path (realpath), a file at a valid 4,091-byte
-    path was past PATH_MAX with the work dir in front, and was left out.
-    """
-    parts = [p for p in relpath.split("/") if p]
-    if not parts or any(p in (".", "..") for p in parts):
-        raise BadRequest(f"bad file path {relpath!r}")
-    folder = os.open(workdir, OPEN_FOLDER)
-    try:
-        for name in parts[:-1]:
-            below = os.open(name, OPEN_FOLDER, dir_fd=folder)
-            os.close(folder)
-            folder = below
-        # O_NONBLOCK: a fifo the job left there must not hang the agent in open().
-        fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=folder)
-    finally:
-        os.close(folder)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        return os.read(fd, limit)
-    finally:
-        os.close(fd)
-
-
 _T = TypeVar("_T")
-
-
-def write_tree(workdir: str, uid: int, files: list[tuple[str, bytes]], mode: int = 0o600) -> None:
-    """Create each of `files` (relative path, content) under `workdir` with its folders, all `uid`'s.
-
-    Each folder is made and opened by its name in the one above (openat),
-    never by its whole path: looking each level up from the top cost
-    0.25 s per file 2,000 levels deep (quadratic), and the work dir's own
-    prefix took a valid 4,091-byte path past PATH_MAX. The previous file's
-    open folders are kept, so files that share a deep folder walk it once.
-    A failed write's OSError carries the file's relative path as `filename`.
-    """
-    chain: list[tuple[str, int]] = []  # (name, fd) of the folders from `workdir` down
-    top = os.open(workdir, OPEN_FOLDER)
-    try:
-        for relpath, content in files:
-            parts = [p for p in relpath.split("/") if p]
-            if not parts or any(p in (".", "..") for p in parts):
-                raise BadRequest(f"bad file path {relpath!r}")
-            *folders, name = parts
-            try:
-                kept = 0
-                while kept < min(len(chain), len(folders)) and chain[kept][0] == folders[kept]:
-                    kept += 1
-                while len(chain) > kept:
-                    os.close(chain.pop()[1])
-                for folder in folders[kept:]:
-                    above = chain[-1][1] if chain else top
-                    try:
-                        os.mkdir(folder, 0o700, dir_fd=above)
-                        made = True
-                    except FileExistsError:  # made for an earlier file
-                        made = False
-                    chain.append((folder, os.open(folder, OPEN_FOLDER, dir_fd=above)))
-                    if made:
-                        os.fchown(chain[-1][1], uid, uid)
-                fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode,
-                             dir_fd=chain[-1][1] if chain else top)
-                try:
-                    view = memoryview(content)
-                    while view:
-                        view = view[os.write(fd, view):]
-                    os.fchown(fd, uid, uid)
-                finally:
-                    os.close(fd)
-            except OSError as exc:
-                exc.filename = relpath
-                raise
-    finally:
-        for _, fd in chain:
-            os.close(fd)
-        os.close(top)
 
 
 async def _off_loop(call: Callable[..., _T], *args: Any) -> _T:
@@ -1013,65 +932,6 @@ def _sized_to(argv: list[str], limit: int, env: dict[str, str]) -> list[str]:
     # loaded host's run peaked 1 MiB over it.
     env["GOMEMLIMIT"] = f"{int(limit * HEAP_SHARE)}B"
     return argv
-
-
-def usage_of(folder: str) -> tuple[int, int]:
-    """(bytes, entries) that what is under `folder`, the folder included, takes of its file system.
-
-    A file's bytes count once whatever its links; each link is an entry, as
-    tmpfs counts them (a hard link takes one of nr_inodes). Each folder is
-    opened by its name in the one above, one descriptor per level: looked
-    up by whole path, a tree deeper than PATH_MAX (2,040 levels of a job's
-    files) failed with ENAMETOOLONG, an internal error, and every lookup
-    walked the whole depth again. Past the descriptors the agent may hold
-    (4,096 levels, which a run can nest with chdir), deeper folders are not
-    counted.
-    """
-    total_bytes, entries = 0, 0
-    seen: set[int] = set()
-    levels: list[tuple[int, Iterator[str]]] = []  # (folder fd, its names not yet looked at)
-
-    def count(info: os.stat_result) -> None:
-        nonlocal total_bytes, entries
-        entries += 1
-        if info.st_ino not in seen:
-            seen.add(info.st_ino)
-            total_bytes += info.st_blocks * 512
-
-    def enter(name: str, above: int | None) -> None:
-        """Open the folder `name` (in `above`) and list it; one that cannot be is not counted further."""
-        with contextlib.suppress(OSError):
-            fd = os.open(name, OPEN_FOLDER, dir_fd=above)
-            try:
-                levels.append((fd, iter(os.listdir(fd))))
-            except OSError:
-                os.close(fd)
-
-    try:
-        info = os.lstat(folder)
-    except OSError:
-        return total_bytes, entries
-    count(info)
-    if stat.S_ISDIR(info.st_mode):
-        enter(folder, None)
-    try:
-        while levels:
-            fd, names = levels[-1]
-            name = next(names, None)
-            if name is None:
-                os.close(levels.pop()[0])
-                continue
-            try:
-                info = os.stat(name, dir_fd=fd, follow_symlinks=False)
-            except OSError:
-                continue  # gone since the listing
-            count(info)
-            if stat.S_ISDIR(info.st_mode):
-                enter(name, fd)
-    finally:
-        for fd, _ in levels:
-            os.close(fd)
-    return total_bytes, entries
 
 
 @dataclass(frozen=True)

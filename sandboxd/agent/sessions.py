@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import os
 import signal
 import stat
 import time
 from typing import TYPE_CHECKING, Any
 
-from sandboxd.agent import usage
+from sandboxd.agent import tree, usage
 from sandboxd.agent.protocol import BadRequest
 from sandboxd.agent.repl import VALUE_PREVIEW_CHARS
 from sandboxd.agent.runner import (
@@ -81,56 +82,18 @@ eval "$__sandboxd_cell"
 
 
 def scan(workdir: str) -> dict[str, tuple[int, int]]:
-    """path -> (mtime_ns, size) for the files under `workdir`, links not followed.
+    """path -> (mtime_ns, size) for the files under `workdir`, links not followed (tree.walk).
 
     At most MAX_SCANNED_ENTRIES entries are looked at, folders included: the
     walk runs on the controller's event loop, and a tree of empty folders
     must not stall every other job of the sandbox.
-
-    The session's processes change the tree while it is walked, and the
-    controller may read any folder: a folder listed here and swapped for a
-    link to another session's folder before it was opened (renameat2's
-    RENAME_EXCHANGE, in a loop) had that folder's names in files_changed.
-    So each folder is opened without following a link and walked only if it
-    is still the folder (device and inode) that its parent listed.
     """
     found: dict[str, tuple[int, int]] = {}
-    try:
-        info = os.stat(workdir, follow_symlinks=False)
-    except OSError:
-        return found
-    stack = [("", (info.st_dev, info.st_ino))]
-    seen = 0
-    while stack and seen < MAX_SCANNED_ENTRIES:
-        prefix, identity = stack.pop()
-        try:
-            path = os.path.join(workdir, prefix) if prefix else workdir
-            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
-            continue
-        try:
-            opened = os.fstat(fd)
-            if (opened.st_dev, opened.st_ino) != identity:
-                continue
-            with os.scandir(fd) as entries:
-                for entry in entries:
-                    seen += 1
-                    if seen > MAX_SCANNED_ENTRIES:
-                        break
-                    relpath = os.path.join(prefix, entry.name)
-                    try:
-                        # Relative to `fd`, the folder checked above.
-                        info = entry.stat(follow_symlinks=False)
-                    except OSError:
-                        continue
-                    if stat.S_ISDIR(info.st_mode):
-                        stack.append((relpath, (info.st_dev, info.st_ino)))
-                    elif not relpath.startswith(BASH_STATE_FILE):
-                        found[relpath] = (info.st_mtime_ns, info.st_size)
-        except OSError:
-            continue
-        finally:
-            os.close(fd)
+    with contextlib.closing(tree.walk(workdir)) as entries:
+        for folder, name, info in itertools.islice(entries, MAX_SCANNED_ENTRIES):
+            relpath = folder + name
+            if not stat.S_ISDIR(info.st_mode) and not relpath.startswith(BASH_STATE_FILE):
+                found[relpath] = (info.st_mtime_ns, info.st_size)
     return found
 
 

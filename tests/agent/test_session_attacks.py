@@ -8,52 +8,38 @@ from typing import Any
 
 import pytest
 
-from sandboxd.agent import sessions
+from sandboxd.agent import tree
 from sandboxd.agent.sessions import scan
 
 
-class _SwapAfterListing:
-    """os.scandir that, once a listing of `target`'s parent is done, swaps `target` for a link to `elsewhere`.
+class _SwapAfterLooking:
+    """os.stat that, once the walk has looked at `target` in its folder, swaps `target` for a link to `elsewhere`.
 
     What a session's background process does with renameat2(RENAME_EXCHANGE) in a loop, at the worst moment:
     after the scan saw `target` as a folder, before it opened it.
     """
 
-    def __init__(self, real: Any, parent: Path, target: Path, elsewhere: Path) -> None:
-        self.real, self.parent, self.target, self.elsewhere = real, parent, target, elsewhere
+    def __init__(self, real: Any, target: Path, elsewhere: Path) -> None:
+        self.real, self.target, self.elsewhere = real, target, elsewhere
         self.done = False
 
-    def __call__(self, path: Any) -> Any:
-        listing = self.real(path)
-        is_parent = os.path.samestat(os.stat(path), os.stat(self.parent))
-        swap = self._swap if is_parent and not self.done else None
-
-        class Listing:
-            def __enter__(self) -> Any:
-                return listing.__enter__()
-
-            def __exit__(self, *exc: object) -> None:
-                listing.__exit__(*exc)
-                if swap is not None:
-                    swap()
-
-            def __iter__(self) -> Any:
-                return iter(listing)
-
-        return Listing()
-
-    def _swap(self) -> None:
-        self.done = True
-        os.rename(self.target, self.target.with_name("moved"))
-        os.symlink(self.elsewhere, self.target)
+    def __call__(self, path: Any, *args: Any, **kwargs: Any) -> Any:
+        info = self.real(path, *args, **kwargs)
+        dir_fd = kwargs.get("dir_fd")
+        if not self.done and dir_fd is not None and path == self.target.name and os.path.samestat(
+                self.real(dir_fd), self.real(self.target.parent)):
+            self.done = True
+            os.rename(self.target, self.target.with_name("moved"))
+            os.symlink(self.elsewhere, self.target)
+        return info
 
 
 @pytest.mark.parametrize("swapped", ["d", "d/inner"])
 def test_scan_does_not_follow_a_folder_swapped_for_a_link(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                           swapped: str) -> None:
     """files_changed listed a neighbour's file names: a folder the scan had listed was swapped for a link to the
-    neighbour's folder before the scan opened it (red-team). A folder is now walked only if it is, by device and
-    inode, the one its parent listed, whatever path leads to it."""
+    neighbour's folder before the scan opened it (red-team). A folder is now opened by its name in the one above,
+    without following a link, and walked only if it is, by device and inode, the one its parent listed."""
     neighbour = tmp_path / "neighbour"
     (neighbour / "inner").mkdir(parents=True)
     (neighbour / "TOPSECRET.txt").write_text("x")
@@ -61,9 +47,8 @@ def test_scan_does_not_follow_a_folder_swapped_for_a_link(tmp_path: Path, monkey
     work = tmp_path / "work"
     (work / "d" / "inner").mkdir(parents=True)
     (work / "d" / "inner" / "mine.txt").write_text("m")
-    target = work / swapped
-    swapper = _SwapAfterListing(os.scandir, target.parent, target, neighbour)
-    monkeypatch.setattr(sessions.os, "scandir", swapper)
+    swapper = _SwapAfterLooking(os.stat, work / swapped, neighbour)
+    monkeypatch.setattr(tree.os, "stat", swapper)
     found = scan(str(work))
     assert swapper.done
     assert not [path for path in found if "TOPSECRET" in path], found

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -65,21 +64,36 @@ def test_bash_cell_cannot_read_the_next_cell(tmp_path: Path) -> None:
 
 def test_scan_stops_at_its_entry_cap_even_for_empty_folders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Folders count: a tree of empty folders must not keep the controller's loop walking.
-    from sandboxd.agent import sessions
+    from sandboxd.agent import sessions, tree
 
     for index in range(50):
         (tmp_path / f"d{index}").mkdir()
-    opened: list[str] = []
-    real_scandir = sessions.os.scandir
+    listed: list[int] = []
+    real_listdir = tree.os.listdir
 
-    def scandir(path: str) -> Iterator[os.DirEntry[str]]:
-        opened.append(path)
-        return real_scandir(path)
+    def listdir(fd: int) -> list[str]:
+        listed.append(fd)
+        return real_listdir(fd)
 
     monkeypatch.setattr(sessions, "MAX_SCANNED_ENTRIES", 10)
-    monkeypatch.setattr(sessions.os, "scandir", scandir)
+    monkeypatch.setattr(tree.os, "listdir", listdir)
     assert scan(str(tmp_path)) == {}
-    assert len(opened) <= 11
+    assert len(listed) <= 11
+
+
+def test_scan_finds_a_file_past_path_max(tmp_path: Path) -> None:
+    """Walked by whole paths, a file 20 levels of 200-byte names down (4,020 bytes below the work dir) was past
+    PATH_MAX with the work dir in front, and not listed."""
+    from sandboxd.agent import runner, tree
+
+    workdir = tmp_path / ("w" * 200)
+    workdir.mkdir()
+    relpath = "/".join(["n" * 200] * 20) + "/f.txt"
+    try:
+        tree.write_tree(str(workdir), os.getuid(), [(relpath, b"x"), ("top.txt", b"t")])
+        assert sorted(scan(str(workdir))) == [relpath, "top.txt"]
+    finally:
+        runner.remove_tree(str(workdir))
 
 
 def test_file_names_that_are_not_utf8_are_reported_as_valid_text(tmp_path: Path) -> None:
