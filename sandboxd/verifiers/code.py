@@ -302,7 +302,9 @@ def resolve_language(language: str, code: str = "") -> Language:
 # Extraction
 # ---------------------------------------------------------------------------
 
-_FENCE_OPEN = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^`\n]*?)[ \t]*$")
+# Possessive: a lazy info string before optional trailing blanks was retried at every length, quadratic in a
+# line's blanks ("```python" and 40,000 spaces, which a degenerate model writes, took 6.7 s on the daemon's loop).
+_FENCE_OPEN = re.compile(r"^(?P<indent>[ \t]*+)(?P<fence>`{3,}+|~{3,}+)(?P<info>[^`\n]*+)$")
 
 
 def _fenced_blocks(text: str) -> list[tuple[str, str]]:
@@ -831,8 +833,11 @@ def normalize_tests(tests: Mapping[str, Any]) -> TestPlan:
 # Checkers and scoring
 # ---------------------------------------------------------------------------
 
-_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
-_INTEGER = re.compile(r"[+-]?\d+")
+# One way to match each number: with an optional dot between two runs of digits, a run of n digits that is not
+# a number (a program's "1111...1x") was split n ways, quadratic (32,000 digits: 19.5 s in the agent's loop,
+# which froze its sandbox until the daemon called it lost). ASCII digits only, as a judge's checker reads them.
+_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
+_INTEGER = re.compile(r"[+-]?\d+", re.ASCII)
 
 
 def _check_tolerance(tolerance: float) -> None:

@@ -132,6 +132,17 @@ def test_tag_mode_takes_the_last_closed_tag_and_copes_with_degenerate_text() -> 
     assert extract_code("<code " * 100_000 + "</code>", "python", "tag", "code") is None
 
 
+@pytest.mark.timeout(20)  # the time bound: these took minutes to hours before
+def test_fence_lines_of_degenerate_completions_are_read_in_linear_time() -> None:
+    """An opening fence's info string was matched lazily before optional blanks: "```python" and 40,000 spaces took
+    6.7 s on the daemon's event loop, quadratic in the blanks (a degenerate model writes such lines)."""
+    spaces = " " * 1_000_000
+    assert extract_code(f"```python{spaces}x\nprint(1)\n```\n", "python") == "print(1)\n"
+    assert extract_code(f"```python{spaces}\nprint(2)\n```{spaces}\n", "python") == "print(2)\n"
+    assert extract_code("~" * 1_000_000 + "`\nprint(3)\n", "python") is None
+    assert extract_code(f"~~~ py {{.x}}{spaces}\nprint(4)\n~~~~\n", "python") == "print(4)\n"
+
+
 def test_extraction_errors() -> None:
     with pytest.raises(ValueError, match="tag name"):
         extract_code("<a>x</a>", "python", "tag")
@@ -480,6 +491,22 @@ def test_compare_stdout_exact_and_float() -> None:
         compare_stdout("1", "1", "float", float("nan"))
     with pytest.raises(ValueError):
         compare_stdout("1", "1", "fuzzy")
+
+
+@pytest.mark.timeout(20)  # the time bound: these took minutes to hours before
+def test_the_float_checker_reads_any_output_in_linear_time() -> None:
+    """A run of digits that is not a number ("1111...1x") was split every way the number pattern allowed: 32,000
+    digits took 19.5 s on the agent's loop, which froze the sandbox until the daemon called it lost, and the job
+    came back SANDBOX_LOST, not WRONG_ANSWER (red team). A million digits now."""
+    assert not compare_stdout("1" * 1_000_000 + "x", "3", "float")
+    assert not compare_stdout("1." + "1" * 1_000_000 + "e", "3", "float")
+    assert compare_stdout("0." + "3" * 1_000_000, "0.3333333", "float")
+
+
+def test_the_float_checker_reads_ascii_numbers_only() -> None:
+    # As a judge's checker: a full-width digit is not the digit (float() took it).
+    assert not compare_stdout("\uff13", "3", "float") and not compare_stdout("\u0663", "3", "float")
+    assert compare_stdout("1. .5 +2e0", "1 0.5 2", "float")
 
 
 def test_a_zero_float_tolerance_is_exact() -> None:
