@@ -303,9 +303,13 @@ def _extract_phrase(text: str) -> str | None:
     boxed = _extract_boxed(head)
     if boxed:
         return boxed
-    span = _first_math_span(head)
-    if span:
-        return span
+    if span := _MATH_SPAN_RE.search(head):
+        if _negated(head[: span.start()]):
+            return None  # "The answer is not $2$; it is $3$": it paid 2; the next rule reads on
+        if _HEDGE_RE.search(_MATH_SPAN_RE.sub(" ", head[span.end() :])):
+            # "The answer is $2$ or $3$": all of it, for the judge's alternatives check (it paid 2).
+            return _MATH_SPAN_RE.sub(lambda m: _span_text(m), head[span.start() :]).strip().rstrip(".").strip()
+        return _span_text(span)
     # An over-long line is returned whole so that the length limit rejects it explicitly.
     answer = head if len(line) <= _PHRASE_SCAN_CHARS else line
     answer = answer.strip().strip("*").strip().lstrip(":").strip()
@@ -316,6 +320,10 @@ def _extract_phrase(text: str) -> str | None:
         # not the words after it (which latex2sympy would read as a product of symbols).
         runs = _plain_runs(answer)
         if runs and not re.search(r"[A-Za-z0-9]", answer[: runs[0][0]]):
+            if _negated(answer[: runs[0][0]]):
+                return None
+            if _HEDGE_RE.search(answer[runs[0][0] + len(runs[0][1]) :]):
+                return answer  # "is 2 (or possibly 3)": all of it, for the alternatives check (it paid 2)
             return runs[0][1]
     return answer or None
 
@@ -500,6 +508,8 @@ _DECIMAL_COMMA_RE = re.compile(r"^-?\d+,(?:\d{1,2}|\d{4,})$")
 _EURO_THOUSANDS_RE = re.compile(r"^-?\d{1,3}(?:\.\d{3})+(?:,\d+)?$")
 _CHOICE_GOLD_RE = re.compile(r"^\(?([A-Z])\)?$")
 _CHOICE_PRED_RE = re.compile(r"^[(\[]?([A-Za-z])(?:[)\].:]|\s|$)")
+# Another choice letter after the answer's: a lone capital A-J not starting a formula ("(B) F = ma" is one).
+_OTHER_CHOICE_RE = re.compile(r"(?<![A-Za-z\\])[A-J](?![A-Za-z0-9_^({]|\s*[=<>+*/^-])")
 _TEXT_ANSWER_RE = re.compile(r"^[A-Za-z][A-Za-z \-']*$")
 _MATH_WORDS = frozenset(
     [
@@ -633,6 +643,7 @@ def _normalize(s: str, *, single_number_gold: bool) -> str:
     s = s.translate(_UNICODE_MATH)
     # "2 and 3", "x = 2 or x = 3": a list of answers (Math-Verify reads "\\text{ and }" itself).
     s = _AND_OR_RE.sub(", ", s)
+    s = _units_before_a_relation(s)
     s = _replace_sqrt_parens(s)
     # "\text{5 cm}": the number inside the text is the value, the rest a unit.
     s = _TEXT_NUMBER_RE.sub(lambda m: m.group(1) + (f"\\text{{ {u}}}" if (u := m.group(2).strip()) else ""), s)
@@ -662,6 +673,29 @@ def _normalize(s: str, *, single_number_gold: bool) -> str:
     return s
 
 
+# A text block with a number after its first word: "\text{ and 3}", "\text{ (maybe 3)}". (One that starts with
+# its number, "\text{5 cm}", is that number with a unit: _TEXT_NUMBER_RE.)
+_TEXT_WITH_NUMBER_RE = re.compile(r"\\(?:text|mbox|textrm)\s*\{\s*[^{}\d\s][^{}\d]*\d[^{}]*\}")
+# A unit in text ("\text{ cm}", "\text{ m}^2"), and a relation after one: the normaliser would drop it with
+# everything after ("3 \text{ m} = 2 \text{ m}" was read as 3, "10\text{ cm} - 3\text{ cm} = 7\text{ cm}" as 10).
+# Right after a number, and not a word that joins ("x = 2 \text{ or } x = 3", "x^2 \text{ for } x > 0").
+_UNIT_TEXT_RE = re.compile(
+    r"(?<=\d)\s*\\(?:text|mbox|textrm)\s*\{"
+    r"(?!\s*(?:or|and|for|if|when|where|with|is|so|then|else|otherwise|such|as|since|because|given|at|on|to|but)\b)"
+    r"\s*[A-Za-z/ ]{1,16}\}(?:\^\d|\^\{\d\})?",
+    re.IGNORECASE,
+)
+_RELATION_RE = re.compile(r"[=<>\u2260\u2264\u2265]|\\(?:le|ge|leq|geq|ne|neq|lt|gt)(?![A-Za-z])")
+
+
+def _units_before_a_relation(s: str) -> str:
+    """``s`` without its units in text when one comes before a relation, so that the relation is judged."""
+    first = _UNIT_TEXT_RE.search(s)
+    if first is None or not _RELATION_RE.search(s, first.end()):
+        return s
+    return _UNIT_TEXT_RE.sub(" ", s)
+
+
 def _unwrap_text(s: str) -> str:
     prev = None
     while prev != s:
@@ -674,6 +708,8 @@ def _choice_letter(s: str, *, gold: bool) -> str | None:
     t = _strip_delims(_unwrap_text(s)).strip().rstrip(".").strip()
     t = re.sub(r"^(?:option|choice)\s+", "", t, flags=re.IGNORECASE)
     m = (_CHOICE_GOLD_RE if gold else _CHOICE_PRED_RE).match(t)
+    if m and not gold and _OTHER_CHOICE_RE.search(t, m.end(1)):
+        return None  # "A and B", "(A)(B)", "A. B.": several choices, not one (it paid the first)
     return m.group(1).upper() if m else None
 
 
@@ -721,10 +757,23 @@ _LIST_GOLD_RE = re.compile(
     r",|;|(?<![\\a-zA-Z])(?:and|or)(?![a-zA-Z])|\\(?:vee|lor|cup|pm|mp)(?![a-zA-Z])|[\u00b1\u2213]")
 
 
+def _top_level(s: str) -> str:
+    """``s`` without what its brackets hold: "(1, 2)" is one value, a point, where "1, 2" is a list."""
+    out, depth = [], 0
+    for c in s:
+        if c in "([":
+            depth += 1
+        elif c in ")]" and depth:
+            depth -= 1
+        elif not depth:
+            out.append(c)
+    return "".join(out)
+
+
 def _hedge(answer: str, gold: str) -> str | None:
     """The word offering an alternative in ``answer`` when ``gold`` is one value, or ``None``."""
-    if _LIST_GOLD_RE.search(gold):
-        return None
+    if _LIST_GOLD_RE.search(_top_level(gold)):
+        return None  # "2 or 3" may be how the answer lists "2, 3" ("(1, 2) or (3, 4)" offers two points)
     m = _HEDGE_RE.search(answer)
     return m.group(0) if m else None
 
@@ -1365,6 +1414,9 @@ def _judge(answer: str, rule: str, ground_truth: str) -> dict[str, str]:
                            **base)
     if hedge := _hedge(_unwrap_text(answer), gold_raw):
         return _result("wrong_answer", message=f"answer: offers alternatives ({hedge.strip()!r})", **base)
+    if hidden := _TEXT_WITH_NUMBER_RE.search(answer):
+        # Math-Verify's normaliser drops everything from a text to the end ("2 \text{ (maybe 3)}" was 2).
+        return _result("wrong_answer", message=f"answer: a number inside text ({hidden.group(0)[:40]!r})", **base)
 
     # Multiple choice: a single capital letter as gold means "compare letters".
     if (gold_letter := _choice_letter(gold_raw, gold=True)) is not None:

@@ -680,3 +680,86 @@ def test_a_chain_of_approximations_is_refused_before_it_is_evaluated() -> None:
     assert "a chain of 22 approximations" in result["message"], result
     result = check(boxed("\\cos(3^{600000}) \\approx 0"), "0", WRONG)  # judged by Math-Verify alone
     assert "approximation" not in result["message"], result
+
+
+# --------------------------------------------------------------------------------------------
+# Fixed (red team of b7d425f): an answer phrase's math span, text blocks and choice letters
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("completion", "gold", "expected"),
+    [
+        ("The final answer is not $2$; it is $3$.", "2", WRONG),  # the denied span was the answer
+        ("The final answer is not $2$; it is $3$.", "3", OK),
+        ("The answer is not $2$.", "2", NONE),
+        ("The answer is $2$ or $3$.", "2", WRONG),  # the first span of a hedge was the answer
+        ("Answer: $x = 2$ or $x = 3$", "2", WRONG),
+        ("The answer is 2 (or possibly 3).", "2", WRONG),
+        ("The answer is $2$ or $3$.", "2, 3", OK),  # a list where the gold is one
+        ("The answer is $x = 5$ because $y = 3$.", "5", OK),
+        ("The answer is $12$ apples.", "12", OK),
+    ],
+)
+def test_an_answer_phrase_reads_a_denial_before_and_alternatives_after_its_math(
+    completion: str, gold: str, expected: str
+) -> None:
+    check(completion, gold, expected)
+
+
+@pytest.mark.parametrize(
+    ("answer", "gold"),
+    [
+        ("2 \\text{ and 3}", "2"),  # Math-Verify drops everything from the text on: it read 2
+        ("2 \\text{ (maybe 3)}", "2"),
+        ("2, 3 \\text{ (or 4)}", "2, 3"),
+        ("\\pm 2 \\text{ or 3}", "\\pm 2"),
+        ("(1,2) \\text{ or (3,4)}", "(1,2)"),  # a point is one value: "or" offers two
+        ("(1,2) or (3,4)", "(1,2)"),
+        ("3 \\text{ m} = 2 \\text{ m}", "3"),  # a false equality, once its units are set aside
+        ("10\\text{ cm} - 3\\text{ cm} = 7\\text{ cm}", "10"),  # the given, not the result
+    ],
+)
+def test_text_does_not_hide_the_rest_of_an_answer(answer: str, gold: str) -> None:
+    check(boxed(answer), gold, WRONG)
+
+
+@pytest.mark.parametrize(
+    ("answer", "gold"),
+    [
+        ("10\\text{ cm} - 3\\text{ cm} = 7\\text{ cm}", "7"),
+        ("5 \\text{ m} \\times 4 \\text{ m} = 20 \\text{ m}^2", "20"),
+        ("\\text{5 cm}", "5"),
+        ("20 \\text{ cm}^2", "20"),
+        ("x = 5 \\text{ m}", "5"),
+        ("\\$40 \\text{ per week}", "40"),
+        ("2 \\text{ or } 3", "2 \\text{ or } 3"),
+        ("2 or 5", "2, 5"),
+        ("[1, 3]", "[1,3]"),
+    ],
+)
+def test_units_and_lists_in_text_still_score(answer: str, gold: str) -> None:
+    check(boxed(answer), gold, OK)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "A \\text{ and } B",
+        "A B",
+        "(A)(B)",
+        "A. B.",
+        "A \\& B",
+        "\\text{A and B are both correct}",
+        "A \\text{ (also B)}",
+    ],
+)
+def test_several_choice_letters_are_not_the_first_one(answer: str) -> None:
+    check(boxed(answer), "A", WRONG)
+
+
+@pytest.mark.parametrize(
+    "answer", ["(B) 42", "\\text{(B)}", "B) the area is 42", "\\textbf{(B)}", "(B) F = ma", "(B) x = 2"]
+)
+def test_one_choice_letter_with_its_content_still_scores(answer: str) -> None:
+    check(boxed(answer), "B", OK)
