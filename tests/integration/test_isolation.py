@@ -370,7 +370,7 @@ def test_files_as_deep_and_many_as_allowed_are_written_on_the_first_sandbox(chan
     files.append(pb.File(path="big.bin", content=b"x" * (300 << 10)))  # past what is written on the agent's loop
     job = helpers.execute(f"import os\nnames = os.listdir({folder!r})\n"
                           f"print(len(names), open({folder!r} + '999').read(), os.path.getsize('big.bin'))",
-                          files=files, collect_files=[f"{folder}998", f"{folder}missing"])
+                          files=files, collect_files=[f"{folder}998", f"{folder}zzz"])
     result = helpers.run(channel, job, timeout=120)
     assert result.status == pb.STATUS_OK and result.attempts == 1, result
     assert result.execute.stdout == f"1000 999 {300 << 10}\n".encode()
