@@ -82,7 +82,8 @@ eval "$__sandboxd_cell"
 
 
 def scan(workdir: str) -> dict[str, tuple[int, int]]:
-    """path -> (mtime_ns, size) for the files under `workdir`, links not followed (tree.walk).
+    """path -> (mtime_ns, size) for the files under `workdir`, links not followed (tree.walk); those deeper
+    than tree.MAX_RELPATH_BYTES are not listed.
 
     At most MAX_SCANNED_ENTRIES entries are looked at, folders included: the
     walk runs on the controller's event loop, and a tree of empty folders
@@ -91,8 +92,10 @@ def scan(workdir: str) -> dict[str, tuple[int, int]]:
     found: dict[str, tuple[int, int]] = {}
     with contextlib.closing(tree.walk(workdir)) as entries:
         for folder, name, info in itertools.islice(entries, MAX_SCANNED_ENTRIES):
+            if folder is None or stat.S_ISDIR(info.st_mode):
+                continue  # a folder, or too deep for a reply to name
             relpath = folder + name
-            if not stat.S_ISDIR(info.st_mode) and not relpath.startswith(BASH_STATE_FILE):
+            if not relpath.startswith(BASH_STATE_FILE):
                 found[relpath] = (info.st_mtime_ns, info.st_size)
     return found
 

@@ -101,10 +101,17 @@ def read_tree_file(workdir: str, relpath: str, limit: int) -> bytes | None:
         os.close(fd)
 
 
-def walk(folder: str) -> Generator[tuple[str, str, os.stat_result], None, None]:
+# Entries whose relative path would be longer than this are walked without one: no reply can name them (the
+# daemon's paths are at most 4,095 bytes), and a path kept per level made a walk quadratic in time and memory
+# (2,000 levels of 255-byte names: +1.7 GiB in the controller, for a session's files_changed; red team).
+MAX_RELPATH_BYTES = 4095
+
+
+def walk(folder: str) -> Generator[tuple[str | None, str, os.stat_result], None, None]:
     """(its folder's relative path, name, lstat) of everything under `folder`, depth first; links not followed.
 
-    The folder's relative path is "" at the top and ends in "/" below: `folder + name` is the entry's.
+    The folder's relative path is "" at the top and ends in "/" below: `folder + name` is the entry's. It is
+    None below MAX_RELPATH_BYTES.
 
     A folder is entered only if, opened, it is still the folder (device and
     inode) that its parent listed: a run may swap it for a link to another
@@ -115,24 +122,25 @@ def walk(folder: str) -> Generator[tuple[str, str, os.stat_result], None, None]:
     nest with chdir), deeper folders are not entered. A caller that stops
     early closes the generator (or lets it be collected) to release them.
     """
-    levels: list[tuple[int, str, Iterator[str]]] = []  # (folder fd, its relative path, names not yet looked at)
+    # (folder fd, its relative path or None, that path's bytes, names not yet looked at)
+    levels: list[tuple[int, str | None, int, Iterator[str]]] = []
 
-    def enter(name: str, above: int | None, relpath: str, identity: tuple[int, int] | None) -> None:
+    def enter(name: str, above: int | None, relpath: str | None, size: int, identity: tuple[int, int] | None) -> None:
         with contextlib.suppress(OSError):
             fd = os.open(name, OPEN_FOLDER, dir_fd=above)
             try:
                 opened = os.fstat(fd)
                 if identity is None or (opened.st_dev, opened.st_ino) == identity:
-                    levels.append((fd, relpath, iter(os.listdir(fd))))
+                    levels.append((fd, relpath, size, iter(os.listdir(fd))))
                     return
             except OSError:
                 pass
             os.close(fd)
 
-    enter(folder, None, "", None)
+    enter(folder, None, "", 0, None)
     try:
         while levels:
-            fd, relpath, names = levels[-1]
+            fd, relpath, size, names = levels[-1]
             name = next(names, None)
             if name is None:
                 os.close(levels.pop()[0])
@@ -143,9 +151,11 @@ def walk(folder: str) -> Generator[tuple[str, str, os.stat_result], None, None]:
                 continue  # gone since the listing
             yield relpath, name, info
             if stat.S_ISDIR(info.st_mode):
-                enter(name, fd, f"{relpath}{name}/", (info.st_dev, info.st_ino))
+                below = size + len(os.fsencode(name)) + 1
+                path = f"{relpath}{name}/" if relpath is not None and below <= MAX_RELPATH_BYTES else None
+                enter(name, fd, path, below, (info.st_dev, info.st_ino))
     finally:
-        for fd, _, _ in levels:
+        for fd, _, _, _ in levels:
             os.close(fd)
 
 

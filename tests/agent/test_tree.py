@@ -122,3 +122,23 @@ def test_write_tree_follows_no_link_and_names_the_file_that_failed(tmp_path: Pat
         tree.write_tree(str(workdir), os.getuid(), [("ok.txt", b"1"), ("link/f.txt", b"2")])
     assert raised.value.filename == "link/f.txt" and raised.value.errno in (errno.ELOOP, errno.ENOTDIR)
     assert list(outside.iterdir()) == [] and (workdir / "ok.txt").read_bytes() == b"1"
+
+
+def test_walk_keeps_no_path_past_what_a_reply_can_name(tmp_path: Path) -> None:
+    """A relative path kept per level made walking 2,000 levels of 255-byte names quadratic: 1.7 GiB more in the
+    controller for one session's files_changed (red team). Below MAX_RELPATH_BYTES entries come without a path;
+    they are still counted."""
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    name = "n" * 255
+    levels = 40  # 40 x 256 bytes: past 4,095 from the 16th level
+    relpath = "/".join([name] * levels) + "/f.txt"
+    try:
+        tree.write_tree(str(workdir), os.getuid(), [(relpath, b"x"), ("top.txt", b"t")])
+        seen = [(folder, entry) for folder, entry, _ in tree.walk(str(workdir))]
+        assert ("", "top.txt") in seen and (None, "f.txt") in seen
+        named = [folder for folder, _ in seen if folder is not None]
+        assert max(len(os.fsencode(folder)) for folder in named) <= tree.MAX_RELPATH_BYTES
+        assert len(named) == 1 + 16 and tree.usage_of(str(workdir))[1] == 1 + 1 + levels + 1
+    finally:
+        runner.remove_tree(str(workdir))
