@@ -51,6 +51,7 @@ import contextlib
 import functools
 import inspect
 import io
+import itertools
 import json
 import math
 import os
@@ -523,30 +524,31 @@ def top_level_definitions(code: str) -> tuple[list[str], list[str]]:
         elif isinstance(target, ast.Starred):
             add_target(target.value)
 
-    def visit(body: Iterable[ast.stmt]) -> None:
-        for node in body:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                names.append(node.name)
-                if isinstance(node, ast.ClassDef):
-                    classes.add(node.name)
-            elif isinstance(node, ast.Assign):
-                for target in node.targets:
-                    add_target(target)
-            elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
-                add_target(node.target)
-            elif isinstance(node, ast.If):
-                visit(node.body)
-                visit(node.orelse)
-            elif isinstance(node, (ast.With, ast.AsyncWith)):
-                visit(node.body)
-            elif isinstance(node, ast.Try) or type(node).__name__ == "TryStar":
-                visit(node.body)  # type: ignore[attr-defined]
-                for handler in node.handlers:  # type: ignore[attr-defined]
-                    visit(handler.body)
-                visit(node.orelse)  # type: ignore[attr-defined]
-                visit(node.finalbody)  # type: ignore[attr-defined]
+    # A stack, not recursion: an if with 1,500 elifs (each the orelse of the one before) raised RecursionError in
+    # the daemon, which answered the request UNKNOWN (red team).
+    bodies: list[Iterator[ast.stmt]] = [iter(tree.body)]
+    while bodies:
+        node = next(bodies[-1], None)
+        if node is None:
+            bodies.pop()
+            continue
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.append(node.name)
+            if isinstance(node, ast.ClassDef):
+                classes.add(node.name)
+        elif isinstance(node, ast.Assign):
+            for target in node.targets:
+                add_target(target)
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+            add_target(node.target)
+        elif isinstance(node, ast.If):
+            bodies.append(itertools.chain(node.body, node.orelse))
+        elif isinstance(node, (ast.With, ast.AsyncWith)):
+            bodies.append(iter(node.body))
+        elif isinstance(node, ast.Try) or type(node).__name__ == "TryStar":
+            bodies.append(itertools.chain(node.body, *(handler.body for handler in node.handlers),  # type: ignore[attr-defined]
+                                          node.orelse, node.finalbody))  # type: ignore[attr-defined]
 
-    visit(tree.body)
     unique = dict.fromkeys(names)  # first occurrence wins, order kept
     public = [name for name in unique if not (name.startswith("__") and name.endswith("__"))]
     return public, [name for name in public if name in classes]

@@ -251,6 +251,20 @@ def test_java_names_from_degenerate_completions() -> None:
     assert resolve_language("java", '"unclosed literal\n' * 50_000 + tail).source_file == "Real.java"
     assert resolve_language("java", "/* never closed" + tail).source_file == "Main.java"  # all comment
     assert resolve_language("java", "public " * 30 + "( class A " + tail).source_file == "Real.java"
+    # A literal ending in a lone backslash at the end of the text: every opening quote scanned to the end and
+    # back (64 KB took 29 s; red team).
+    assert resolve_language("java", '"' + '\\"' * 500_000 + "\\").source_file == "Main.java"
+    assert resolve_language("java", "'" + "\\'" * 500_000 + "\\").source_file == "Main.java"
+
+
+def test_top_level_definitions_of_a_long_elif_chain() -> None:
+    """Each elif is the orelse of the if before it: walked by recursion, 1,500 of them raised RecursionError in the
+    daemon, which answered the request UNKNOWN (red team)."""
+    code = "if a:\n    pass\n" + "elif a:\n    pass\n" * 1500 + "else:\n    def f(): pass\n"
+    assert top_level_definitions(code) == (["f"], [])
+    code = ("try:\n    x = 1\nexcept E:\n    y = 2\nelse:\n    z = 3\nfinally:\n    w = 4\nclass C: pass\n"
+            "with q:\n    def g(): pass\nif a:\n    (m, [n, *o]) = 1, 2\nelif b:\n    p = 1\n")
+    assert top_level_definitions(code) == (["x", "y", "z", "w", "C", "g", "m", "n", "o", "p"], ["C"])
 
 
 _HELLO = {
