@@ -880,6 +880,16 @@ def _costly(expr: Any) -> bool:
     return any(power.exp.is_Number and abs(power.exp) > _MAX_APPROX_SIDE_BITS for power in expr.atoms(sympy.Pow))
 
 
+def _costly_function(expr: Any) -> bool:
+    """Whether ``expr`` applies a function (sin, log, ...) to an argument that :func:`_costly` finds."""
+    import sympy
+
+    try:
+        return any(_costly(arg) for f in expr.atoms(sympy.Function) for arg in f.args)
+    except (AttributeError, TypeError):  # not a sympy expression (a string, a set of them)
+        return False
+
+
 def _unevaluated_operator(s: str) -> str | None:
     """The first integral, sum, product, limit, derivative, max/min or gcd/lcm in ``s``, or ``None``."""
     m = _UNEVALUATED_RE.search(s)
@@ -1475,6 +1485,13 @@ def _judge(answer: str, rule: str, ground_truth: str) -> dict[str, str]:
         return _result(
             "ok" if ok else "wrong_answer", message="" if ok else "number too large to evaluate", **res
         )
+
+    if any(_costly_function(o) for o in pred_objs + gold_objs):
+        # \cos(3^{600000}): the argument fits, but reducing it by pi to 30 digits needs pi to a million bits
+        # (18 s in evalf, and more in the grader's simplify).
+        ok = any(g == p for g in gold_objs for p in pred_objs)
+        why = "" if ok else "function of a number too large to evaluate"
+        return _result("ok" if ok else "wrong_answer", message=why, **res)
 
     if _false_equality(pred_objs) and not _false_equality(gold_objs):
         return _result("wrong_answer", message="answer: states an equality between unequal numbers", **res)

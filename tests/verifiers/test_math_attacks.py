@@ -677,9 +677,32 @@ def test_a_chain_of_approximations_is_refused_before_it_is_evaluated() -> None:
     """Each side was evaluated to 30 digits: cos(3^600000) takes 1.5 s, and 12 of them took 44 s (red team)."""
     chain = " \\approx 0 \\approx ".join(f"\\cos(3^{{{600000 + i}}})" for i in range(12))
     result = check(boxed(chain), "0", WRONG)
-    assert "a chain of 22 approximations" in result["message"], result
-    result = check(boxed("\\cos(3^{600000}) \\approx 0"), "0", WRONG)  # judged by Math-Verify alone
-    assert "approximation" not in result["message"], result
+    assert "too large to evaluate" in result["message"], result  # each side, now (below)
+    chain = " \\approx ".join(f"\\cos({i})" for i in range(12))
+    result = check(boxed(chain), "\\cos(11)", WRONG)
+    assert "a chain of 11 approximations" in result["message"], result
+
+
+@pytest.mark.parametrize(
+    ("answer", "gold"),
+    [
+        ("\\cos(3^{300000})", "0"),  # 2.5 s: pi to a million bits to reduce the argument (red team)
+        ("\\cos(\\cos(3^{300000}))", "0"),
+        ("\\sin(2^{500000})", "0"),  # 7.1 s
+        ("\\sin(\\sin(\\sin(2^{900000})))", "0"),  # 46 s
+        ("\\log(2^{990000})", "1"),  # 16 s
+        ("\\sin(2^{900000}) = 0", "0"),
+        ("\\cos(3^{600000}) \\approx 0", "0"),
+    ],
+)
+def test_a_function_of_a_huge_number_is_not_evaluated(answer: str, gold: str) -> None:
+    result = check(boxed(answer), gold, WRONG)
+    assert "function of a number too large to evaluate" in result["message"], result
+
+
+def test_a_function_of_a_huge_number_still_matches_itself() -> None:
+    check(boxed("\\cos(3^{600000})"), "\\cos(3^{600000})", OK)
+    check(boxed("\\sin(\\pi/6)"), "\\frac{1}{2}", OK)
 
 
 # --------------------------------------------------------------------------------------------
