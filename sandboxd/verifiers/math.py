@@ -736,7 +736,9 @@ _D = r"(?:d|\\mathrm\s*\{\s*d\s*\})"  # \partial: refused wherever it stands (fi
 _UNEVALUATED_RE = re.compile(
     # No lookahead after \int: latex2sympy reads `\intx^{2}dx` as an integral too.
     r"\\[iot]*int|\\(?:sum|prod|lim(?:sup|inf)?|max|min|gcd|lcm|partial|det|[bp]?mod|l?floor|l?ceil)(?![a-zA-Z])"
-    r"|\\(?:operatorname|mathrm|text)\s*\{\s*(?:lcm|gcd|max|min|det|tr|trace|rank|norm|rref|mod|floor|ceil)\s*\}"
+    r"|\\(?:operatorname|mathrm|text)\s*\{\s*(?:lcm|gcd|max|det|tr|trace|rank|norm|rref|mod|floor|ceil)\s*\}"
+    # "min" in text is minutes ("30 \text{ min}") unless its arguments follow.
+    r"|\\(?:operatorname|mathrm|text)\s*\{\s*min\s*\}(?=\s*(?:\(|\[|\{|_|\\left|\\\{))"
     # d/dx in its spellings: \frac{d}{dx}, \tfrac{d}{dx}(x^2), \frac{\,d}{dx}x^3, \frac{d(x^2)}{dx},
     # \frac{d x^{3}}{dx}, \frac{d^2 y}{d x^2}, \frac{d}{d\theta}, \frac{\mathrm{d}}{\mathrm{d}x}
     rf"|\\[dtc]?frac\s*\{{{_SPACING}{_D}(?:[^{{}}]|\{{[^{{}}]*\}})*\}}"

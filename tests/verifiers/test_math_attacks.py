@@ -786,3 +786,14 @@ def test_several_choice_letters_are_not_the_first_one(answer: str) -> None:
 )
 def test_one_choice_letter_with_its_content_still_scores(answer: str) -> None:
     check(boxed(answer), "B", OK)
+
+
+@pytest.mark.parametrize(("answer", "gold"), [("30 \\text{ min}", "30"), ("45\\,\\mathrm{min}", "45")])
+def test_minutes_are_not_a_minimum_left_to_evaluate(answer: str, gold: str) -> None:
+    check(boxed(answer), gold, OK)  # fixed: "\text{ min} is left to evaluate" (red team)
+
+
+@pytest.mark.parametrize("answer", ["\\text{min}(3, 5)", "\\operatorname{min}\\{3, 5\\}", "\\mathrm{min}_{x} f"])
+def test_a_minimum_in_text_with_its_arguments_is_still_left_to_evaluate(answer: str) -> None:
+    result = check(boxed(answer), "3", WRONG)
+    assert "left to evaluate" in result["message"], result
