@@ -882,6 +882,20 @@ def _costly(expr: Any) -> bool:
     return any(power.exp.is_Number and abs(power.exp) > _MAX_APPROX_SIDE_BITS for power in expr.atoms(sympy.Pow))
 
 
+def _right_of_last_equals(s: str) -> str:
+    """What follows the last "=" outside braces and brackets (``\\sum_{k=1}^4 k`` has none), or all of ``s``."""
+    depth = 0
+    for i in range(len(s) - 1, -1, -1):
+        c = s[i]
+        if c in ")]}":
+            depth += 1
+        elif c in "([{":
+            depth -= 1
+        elif c == "=" and depth == 0:
+            return s[i + 1 :]
+    return s
+
+
 def _costly_function(expr: Any) -> bool:
     """Whether ``expr`` applies a function (sin, log, ...) to an argument that :func:`_costly` finds."""
     import sympy
@@ -1457,7 +1471,9 @@ def _judge(answer: str, rule: str, ground_truth: str) -> dict[str, str]:
     for text, who in ((answer, "answer"), (gold_raw, "ground truth")):
         if problem := _structure_problem(text):
             return _result("wrong_answer", message=f"{who}: {problem}", **base)
-    if (operator := _unevaluated_operator(answer)) and not _unevaluated_operator(gold_raw):
+    # Only what the answer gives counts: "\frac{dy}{dx} = 2x" and "\int_0^1 x^2 dx = \frac13" name what they evaluate
+    # on the left of their last "=" (they were refused; Math-Verify scores them).
+    if (operator := _unevaluated_operator(_right_of_last_equals(answer))) and not _unevaluated_operator(gold_raw):
         # The question restated: its value may be the ground truth, but nothing was solved.
         return _result("wrong_answer", message=f"answer: {operator.strip()} is left to evaluate", **base)
 

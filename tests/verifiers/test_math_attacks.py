@@ -797,3 +797,29 @@ def test_minutes_are_not_a_minimum_left_to_evaluate(answer: str, gold: str) -> N
 def test_a_minimum_in_text_with_its_arguments_is_still_left_to_evaluate(answer: str) -> None:
     result = check(boxed(answer), "3", WRONG)
     assert "left to evaluate" in result["message"], result
+
+
+@pytest.mark.parametrize(
+    ("answer", "gold"),
+    [
+        ("\\frac{dy}{dx} = 2x", "2x"),  # fixed: refused as a derivative left to evaluate (red team)
+        ("\\frac{\\partial f}{\\partial x} = 2x", "2x"),  # fixed
+        ("\\int_0^1 x^2 dx = \\frac{1}{3}", "\\frac13"),  # fixed
+        ("\\sum_{k=1}^4 k = 10", "10"),  # fixed
+    ],
+)
+def test_an_operator_left_of_the_answers_last_equals_sign_names_what_it_evaluates(answer: str, gold: str) -> None:
+    check(boxed(answer), gold, OK)
+
+
+@pytest.mark.parametrize(
+    ("answer", "gold"),
+    [
+        ("\\sum_{k=1}^4 k", "10"),  # the "=" of its subscript is not the answer's
+        ("x = \\int_0^1 x^2 dx", "\\frac13"),
+        ("\\int_0^1 x^2 dx = \\frac{1}{2}", "\\frac12"),  # a false equality
+        ("\\sum_{k=1}^{4} k = 11", "11"),
+    ],
+)
+def test_an_operator_right_of_the_last_equals_sign_or_a_false_value_is_still_wrong(answer: str, gold: str) -> None:
+    check(boxed(answer), gold, WRONG)
