@@ -249,13 +249,6 @@ def _span_text(m: re.Match[str]) -> str:
     return next(g for g in m.groups() if g is not None).strip()
 
 
-def _first_math_span(text: str) -> str | None:
-    m = _MATH_SPAN_RE.search(text)
-    if not m:
-        return None
-    return _span_text(m)
-
-
 def _extract_answer_tag(text: str) -> str | None:
     """Content of the last non-empty ``<answer>...</answer>`` (found with ``rfind``: linear)."""
     lower = text.lower()
