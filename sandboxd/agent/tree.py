@@ -111,7 +111,7 @@ def walk(folder: str) -> Generator[tuple[str | None, str, os.stat_result], None,
     """(its folder's relative path, name, lstat) of everything under `folder`, depth first; links not followed.
 
     The folder's relative path is "" at the top and ends in "/" below: `folder + name` is the entry's. It is
-    None below MAX_RELPATH_BYTES.
+    None for a folder whose path would be longer than MAX_RELPATH_BYTES, and below it.
 
     A folder is entered only if, opened, it is still the folder (device and
     inode) that its parent listed: a run may swap it for a link to another

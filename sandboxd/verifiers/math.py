@@ -121,6 +121,7 @@ for _name in ("math_verify.parser", "math_verify.grader", _PRIVATE_GRADER_NAME):
 # --------------------------------------------------------------------------------------------
 
 _BOX_RE = re.compile(r"\\(?:boxed|fbox)\b")
+_BOX_TOKEN_RE = re.compile(r"[^\s$]+")  # the argument of "\boxed 5"
 _PHRASE_RE = re.compile(r"(?:final\s+answer\s*(?:is\b|:)|the\s+answer\s+is\b|\banswer\s*:)", re.IGNORECASE)
 _HOPE_RE = re.compile(r"\.?\s*I\s+hope\s+it\s+is\s+correct.*$", re.IGNORECASE | re.DOTALL)
 # Span lengths are bounded so that text full of unclosed "\(" cannot make the scan quadratic.
@@ -199,7 +200,7 @@ def _box_content(text: str, end: int) -> tuple[str, int] | None:
         return text[i + 1 : close], close + 1
     if end < len(text) and text[end] == " ":
         # "\boxed 5": the argument is the next token, up to whitespace or a math delimiter.
-        m = re.compile(r"[^\s$]+").match(text, i)
+        m = _BOX_TOKEN_RE.match(text, i)
         return (m.group(0), m.end()) if m else None
     return None
 
@@ -210,18 +211,15 @@ def _extract_boxed(text: str) -> str | None:
     Outermost: ``\\boxed{3 = \\boxed{2}}`` answers ``3 = {2}``, not the
     inner ``2``, which was paid against a gold of 2.
     """
-    found: tuple[int, int, str] | None = None  # start, end and content of the answer so far
+    found: tuple[str, int] | None = None  # the answer so far: its content, and where its box ends
     for m in reversed(list(_BOX_RE.finditer(text))[-_MAX_BOX_TRIES:]):
         box = _box_content(text, m.end())
-        if box is None or not box[0].strip():
-            continue
-        content, end = box
-        if found is None or end >= found[1]:  # the last box, or one that holds it
-            found = (m.start(), end, content)
+        if box is not None and box[0].strip() and (found is None or box[1] >= found[1]):
+            found = box  # the last box, or one (starting before it) that holds it
     if found is None:
         return None
     # A box inside the answer counts as its content alone: Math-Verify would read the box.
-    return _BOX_RE.sub("", found[2]).strip() or None
+    return _BOX_RE.sub("", found[0]).strip() or None
 
 
 def _ground_truth_boxes(text: str) -> list[str]:
@@ -875,6 +873,16 @@ def _costly(expr: Any) -> bool:
     return any(power.exp.is_Number and abs(power.exp) > _MAX_APPROX_SIDE_BITS for power in expr.atoms(sympy.Pow))
 
 
+def _costly_function(expr: Any) -> bool:
+    """Whether ``expr`` applies a function (sin, log, ...) to an argument that :func:`_costly` finds."""
+    import sympy
+
+    try:
+        return any(_costly(arg) for f in expr.atoms(sympy.Function) for arg in f.args)
+    except (AttributeError, TypeError):  # not a sympy expression (a string, a set of them)
+        return False
+
+
 def _right_of_last_equals(s: str) -> str:
     """What follows the last "=" outside braces and brackets (``\\sum_{k=1}^4 k`` has none), or all of ``s``."""
     depth = 0
@@ -887,16 +895,6 @@ def _right_of_last_equals(s: str) -> str:
         elif c == "=" and depth == 0:
             return s[i + 1 :]
     return s
-
-
-def _costly_function(expr: Any) -> bool:
-    """Whether ``expr`` applies a function (sin, log, ...) to an argument that :func:`_costly` finds."""
-    import sympy
-
-    try:
-        return any(_costly(arg) for f in expr.atoms(sympy.Function) for arg in f.args)
-    except (AttributeError, TypeError):  # not a sympy expression (a string, a set of them)
-        return False
 
 
 def _unevaluated_operator(s: str) -> str | None:
@@ -1488,21 +1486,20 @@ def _judge(answer: str, rule: str, ground_truth: str) -> dict[str, str]:
             "ok" if ok else "wrong_answer", message="" if ok else f"could not parse {which}", **res
         )
 
+    # Only a structurally identical answer can match a number too large to evaluate, or a function of one:
+    # \cos(3^{600000}) fits, but reducing its argument by pi to 30 digits needs pi to a million bits (18 s in
+    # evalf, and more in the grader's simplify).
     gold_big = any(_too_big(o) for o in gold_objs)
     pred_big = any(_too_big(o) for o in pred_objs)
     if gold_big or pred_big:
-        # Only a structurally identical answer can match a number too large to evaluate.
-        ok = gold_big and pred_big and any(g == p for g in gold_objs for p in pred_objs)
-        return _result(
-            "ok" if ok else "wrong_answer", message="" if ok else "number too large to evaluate", **res
-        )
-
-    if any(_costly_function(o) for o in pred_objs + gold_objs):
-        # \cos(3^{600000}): the argument fits, but reducing it by pi to 30 digits needs pi to a million bits
-        # (18 s in evalf, and more in the grader's simplify).
-        ok = any(g == p for g in gold_objs for p in pred_objs)
-        why = "" if ok else "function of a number too large to evaluate"
-        return _result("ok" if ok else "wrong_answer", message=why, **res)
+        unevaluable = "number too large to evaluate"
+    elif any(_costly_function(o) for o in pred_objs + gold_objs):
+        unevaluable = "function of a number too large to evaluate"
+    else:
+        unevaluable = ""
+    if unevaluable:
+        ok = gold_big == pred_big and any(g == p for g in gold_objs for p in pred_objs)
+        return _result("ok" if ok else "wrong_answer", message="" if ok else unevaluable, **res)
 
     if _false_equality(pred_objs) and not _false_equality(gold_objs):
         return _result("wrong_answer", message="answer: states an equality between unequal numbers", **res)
