@@ -42,6 +42,8 @@ MAX_FDS_PER_JOB = 8
 MAX_FD = 1 << 20
 JOB_OOM_SCORE_ADJ = 1000
 RESIDENT_OOM_SCORE_ADJ = 500
+# The lowest CPU weight short of SCHED_IDLE (see _below_the_agent).
+WORKER_NICE = 19
 
 RLIMITS = {
     "cpu": resource.RLIMIT_CPU,
@@ -191,6 +193,7 @@ def main(channel: socket.socket) -> NoReturn:
         os.setsid()
         os.setgroups([])
         scope_abstract_sockets()
+        _below_the_agent()
         # Seeded here, from this process's own draw of urandom: spares forked
         # before a snapshot are dropped on the restored agent's hello.
         _reseed()
@@ -255,6 +258,28 @@ def main(channel: socket.socket) -> NoReturn:
 
         repl.serve(channel, socket.socket(fileno=fds[3]), _receive_job)
     os._exit(HARNESS_FAILURE_EXIT)
+
+
+def _below_the_agent() -> None:
+    """Give this worker's processes the lowest CPU weight within the sandbox, for good.
+
+    Within the sandbox's cgroup the CPU is shared by weight: a fork bomb's
+    256 processes at the controller's nice (0) left the controller 1/257 of
+    it, and under load on the host it missed the daemon's deadline three
+    times over, so the bomb was answered SANDBOX_LOST (an infrastructure
+    failure a trainer drops) instead of its penalty. At nice 19 each weighs
+    15 against the controller's 1024 (and the zygote's). Every worker gets
+    it, our resident servers too: a judge running a dataset's tests, or a
+    math server on a slow answer, must not take the CPU from a neighbour's
+    candidate either. Only the sandbox's own processes are behind it: other
+    sandboxes are other cgroups. Hard limits of 0 keep a run from taking the
+    weight back: RLIMIT_NICE for a lower nice, RLIMIT_RTPRIO for a real-time
+    policy (the sandbox has no CAP_SYS_NICE). Docker's defaults are 0 too,
+    but a host's may not be.
+    """
+    os.setpriority(os.PRIO_PROCESS, 0, WORKER_NICE)
+    resource.setrlimit(resource.RLIMIT_NICE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_RTPRIO, (0, 0))
 
 
 def _set_oom_score_adj(value: int) -> None:

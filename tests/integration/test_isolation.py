@@ -130,10 +130,43 @@ def test_cannot_kill_agent(channel: grpc.Channel) -> None:
     assert after.execute.stdout == b"alive\n"
 
 
+FORK_BOMB = "import os\nwhile True:\n    try: os.fork()\n    except OSError: pass"
+
+
 def test_fork_bomb_contained(channel: grpc.Channel) -> None:
-    result = outcome(channel, "import os\nwhile True:\n    try: os.fork()\n    except OSError: pass", timeout=2)
+    result = outcome(channel, FORK_BOMB, timeout=2)
     assert result.status == pb.STATUS_TIMEOUT
     assert outcome(channel, "print('next')").execute.stdout == b"next\n"
+
+
+def test_fork_bombs_in_every_sandbox_at_once_are_each_the_jobs_timeout(channel: grpc.Channel) -> None:
+    # One per sandbox the pool may hold, on 2 cores: a bomb filling its process
+    # limit at the agent's CPU weight left the agent too little CPU to end it, and
+    # it was answered SANDBOX_LOST three times over (a failure a trainer drops, so
+    # the bomb escaped its penalty) instead of its timeout.
+    with concurrent.futures.ThreadPoolExecutor(config.host_cpus() * 2) as runs:
+        results = list(runs.map(lambda _: outcome(channel, FORK_BOMB, timeout=2), range(config.host_cpus() * 2)))
+    assert [pb.Status.Name(result.status) for result in results] == ["STATUS_TIMEOUT"] * len(results)
+    assert outcome(channel, "print('next')").execute.stdout == b"next\n"
+
+
+@pytest.mark.parametrize(
+    ("language", "code"),
+    [
+        ("python", "import os, resource\nprint(os.getpriority(os.PRIO_PROCESS, 0))\n"
+                   "for climb in (lambda: os.setpriority(os.PRIO_PROCESS, 0, 0),\n"
+                   "              lambda: resource.setrlimit(resource.RLIMIT_NICE, (40, 40)),\n"
+                   "              lambda: os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))):\n"
+                   "    try:\n        climb()\n        print('climbed')\n"
+                   "    except OSError:\n        print('refused')"),
+        ("bash", "nice; renice -n 0 $$ 2>/dev/null || echo refused"),
+    ],
+)
+def test_jobs_run_below_the_agent_and_cannot_climb_back(channel: grpc.Channel, language: str, code: str) -> None:
+    result = outcome(channel, code, language=language)
+    lines = result.execute.stdout.decode().split()
+    assert lines[0] == "19", result
+    assert set(lines[1:]) == {"refused"}, result
 
 
 def test_memory_bomb_reported_as_memory_limit(channel: grpc.Channel) -> None:
