@@ -13,6 +13,7 @@ import base64
 import functools
 import itertools
 import json
+import logging
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -22,13 +23,17 @@ from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 from sandboxd import rewardpool
 from sandboxd.agent.protocol import MAX_FRAME_BYTES
 from sandboxd.config import Config
-from sandboxd.errors import InvalidRequest, Unsupported
+from sandboxd.errors import InvalidRequest, SandboxdError, Unsupported
 from sandboxd.pool import MATH_POOL
 from sandboxd.verifiers import code as code_verifier
 from sandboxd.verifiers import pyharness
 from sandboxd.verifiers import rewardmodel as reward_model_verifier
 
+log = logging.getLogger("sandboxd.jobs")
+
 DEFAULT_FAILURE_VALUE = -1.0
+# PreparedJob.pool of a job answered without any pool (prepare's internal errors).
+NO_POOL = ""
 MAX_CODE_BYTES = 1 << 20
 MAX_MATH_CHARS = 1 << 20
 # Far beyond any model's max_length in tokens; keeps a batch's frame well under MAX_FRAME_BYTES.
@@ -172,9 +177,26 @@ def _pool_for(language: str) -> str:
 
 
 def prepare(job: pb.Job, config: Config, where: str = "") -> PreparedJob:
-    """Validate one Job; raises InvalidRequest naming the offending field (`where`: jobs[INDEX] by default)."""
+    """Validate one Job; raises InvalidRequest naming the offending field (`where`: jobs[INDEX] by default).
+
+    A bug of ours that the job's input hits here (an exception that is not a
+    SandboxdError) answers that job STATUS_INTERNAL, with its failure value,
+    and lets the rest of its batch run. Raised, it failed the whole call as
+    UNKNOWN: one completion that reached a parser's RecursionError took its
+    batch's other results with it.
+    """
     where = where or f"jobs[{job.index}]"
-    prepared = _prepare(job, config, where)
+    try:
+        prepared = _prepare(job, config, where)
+    except SandboxdError:
+        raise
+    except Exception as exc:
+        log.exception("%s: preparing the job failed inside sandboxd", where)
+        failure_value = job.failure_value if job.HasField("failure_value") else DEFAULT_FAILURE_VALUE
+        prepared = PreparedJob(job.index, job.WhichOneof("kind") or "", NO_POOL,
+                               failure_value if math.isfinite(failure_value) else DEFAULT_FAILURE_VALUE, None, 0.0)
+        prepared.early_result = {"status": "internal",
+                                 "message": f"internal error preparing {where}: {type(exc).__name__}: {exc}"}
     prepared.where = where
     prepared.request_bytes = job.ByteSize()
     if prepared.agent_job is not None:

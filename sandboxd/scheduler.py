@@ -27,7 +27,7 @@ from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 from sandboxd import metrics
 from sandboxd.config import Config
 from sandboxd.errors import InvalidRequest, NoSandbox, Overloaded, PoolFailing, SandboxFull, SandboxLost, Unsupported
-from sandboxd.jobs import PreparedJob, infrastructure_result, to_result
+from sandboxd.jobs import NO_POOL, PreparedJob, infrastructure_result, to_result
 from sandboxd.pool import MATH_POOL, Pool
 from sandboxd.sandbox import Sandbox, SandboxGone, Withdrawal
 
@@ -63,7 +63,8 @@ class Scheduler:
         their requests' bytes, which this returns, against `max_held_bytes` until release().
         """
         for item in prepared:
-            self.pool_for(item)
+            if item.pool != NO_POOL:
+                self.pool_for(item)
         # Jobs decided without a sandbox (no code in the completion) never queue.
         count = sum(1 for item in prepared if item.early_result is None)
         limit = self.config.scheduler.max_queued

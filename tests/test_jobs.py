@@ -232,3 +232,30 @@ def test_the_total_timeout_bounds_the_budget_of_a_job_of_many_cases() -> None:
 def test_a_bad_total_timeout_is_invalid(value: float, error: str) -> None:
     with pytest.raises(InvalidRequest, match=rf"jobs\[0\]\.{error}"):
         jobs.prepare(many_cases_job(2, total_timeout_seconds=value), Config())
+
+
+def test_a_bug_hit_while_preparing_one_job_answers_that_job_internal_and_spares_the_batch(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Raised, it failed the whole call as UNKNOWN: one completion that reached a
+    # parser's RecursionError (pyharness.top_level_definitions before 7799ea1) took
+    # its batch's other results with it.
+    real_extract = jobs.code_verifier.extract_code
+
+    def extract(completion: str, *args: Any, **kwargs: Any) -> str | None:
+        if "deep" in completion:
+            raise RecursionError("maximum recursion depth exceeded")
+        return real_extract(completion, *args, **kwargs)
+
+    monkeypatch.setattr(jobs.code_verifier, "extract_code", extract)
+    sound = jobs.prepare(code_job(0, "```python\ndef double(x):\n    return 2 * x\n```", TESTS), Config(), "jobs[0]")
+    assert sound.early_result is None
+    job = code_job(7, "```python\n# deep\n```", TESTS)
+    job.failure_value = -0.5
+    broken = jobs.prepare(job, Config(), "jobs[1]")
+    assert broken.pool == jobs.NO_POOL and broken.agent_job is None
+    result = jobs.to_result(broken, broken.early_result or {}, 0)
+    assert (result.index, result.status, result.reward) == (7, pb.STATUS_INTERNAL, -0.5)
+    assert result.message == ("internal error preparing jobs[1]: RecursionError: maximum recursion depth exceeded")
+    # What the caller got wrong is still its error, for the whole request.
+    with pytest.raises(InvalidRequest, match="failure_value must be a finite number"):
+        jobs.prepare(pb.Job(failure_value=math.nan, math=pb.MathJob(completion="2", ground_truth="2")), Config())

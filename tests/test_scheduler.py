@@ -14,7 +14,7 @@ from sandboxd import pool as pool_module
 from sandboxd.agent.protocol import ProtocolError, encode_frame, read_frame
 from sandboxd.config import Config
 from sandboxd.errors import InvalidRequest, NoSandbox, Overloaded, PoolFailing, SandboxFull, SandboxLost
-from sandboxd.jobs import PreparedJob
+from sandboxd.jobs import NO_POOL, PreparedJob
 from sandboxd.pool import Pool
 from sandboxd.sandbox import Sandbox, SandboxGone, Withdrawal
 from sandboxd.scheduler import Scheduler
@@ -328,5 +328,18 @@ def test_a_job_waiting_for_a_sandbox_that_cannot_come_is_answered_sandbox_lost(
         assert scheduler.queued == 0
         sandbox.answer.set()  # the job that had a sandbox is not touched
         assert (await asyncio.wait_for(first, 10)).status == pb.STATUS_OK
+
+    asyncio.run(scenario())
+
+
+def test_a_job_answered_without_a_pool_is_admitted_beside_jobs_for_sandboxes() -> None:
+    async def scenario() -> None:
+        scheduler = Scheduler({}, Config())  # no pool at all: only the unsandboxed answer can come back
+        internal = PreparedJob(index=3, kind="code", pool=NO_POOL, failure_value=-1.0, agent_job=None,
+                               budget_seconds=0.0, early_result={"status": "internal", "message": "a bug"})
+        scheduler.admit([internal])
+        assert scheduler.reserved == 0
+        result = await scheduler.run(internal)
+        assert (result.index, result.status, result.reward) == (3, pb.STATUS_INTERNAL, -1.0)
 
     asyncio.run(scenario())
