@@ -664,6 +664,31 @@ def _normalize(s: str, *, single_number_gold: bool) -> str:
     return s
 
 
+# A unit written in symbols after a number, outside \text{}: "10 m/s", "9.8 m/s^2", "12 m²", "100 N", "3 kN·m". The
+# normaliser reads one-letter symbols as variables ("10 m/s" is 10m/s), so a number alone as the ground truth never
+# matched (Math-Verify's own plain-text rule takes the number). Only symbols of SI units (with their prefixes) and a
+# few common others: "2 x" is not 2.
+_UNIT_SYMBOL = r"(?:[kcmnpGMµμ]?(?:mol|Hz|Pa|eV|Wh|cal|bar|Ω|[msgNJWVAL])|K|h|min|mph|ft|mi|lb|oz|yd|°[CF])"
+_UNIT_POWER = r"(?:\^\{?-?\d\}?|[²³])?+"
+_UNIT_SPACE = r"(?:\s|\\[,;:! ]|~)"  # "9.8\,m/s^2"
+_UNIT_SEPARATOR = rf"(?:{_UNIT_SPACE}*+(?:[/·*]|\\cdot(?![A-Za-z])){_UNIT_SPACE}*+|{_UNIT_SPACE}++)"
+_NUMBER_WITH_UNIT_RE = re.compile(
+    rf"\s*+(?P<number>-?(?:\d{{1,3}}(?:,\d{{3}})++|\d++)(?:\.\d++)?+){_UNIT_SPACE}*+"
+    rf"{_UNIT_SYMBOL}{_UNIT_POWER}(?:{_UNIT_SEPARATOR}{_UNIT_SYMBOL}{_UNIT_POWER})*+\s*+\.?\s*"
+)
+# A residue with its modulus: "x \equiv 2 \pmod{5}", "2 \pmod 5", "x \equiv 2 (\bmod 5)".
+_RESIDUE_RE = re.compile(
+    r"\s*+(?:[A-Za-z]\s*+\\equiv(?![A-Za-z]))?\s*+(?P<number>-?\d++)\s*+"
+    r"(?:\\pmod\s*+(?:\{\s*+\d++\s*+\}|\d++)|\(\s*+\\(?:bmod|mod)(?![A-Za-z])\s*+\d++\s*+\))\s*+\.?\s*"
+)
+
+
+def _number_without_unit(answer: str) -> str | None:
+    """The number of an answer that is a number with a unit in symbols, or a residue with its modulus; else None."""
+    match = _NUMBER_WITH_UNIT_RE.fullmatch(answer) or _RESIDUE_RE.fullmatch(answer)
+    return match.group("number") if match else None
+
+
 # A text block with a number after its first word: "\text{ and 3}", "\text{ (maybe 3)}". (One that starts with
 # its number, "\text{5 cm}", is that number with a unit: _TEXT_NUMBER_RE.)
 _TEXT_WITH_NUMBER_RE = re.compile(r"\\(?:text|mbox|textrm)\s*\{\s*[^{}\d\s][^{}\d]*\d[^{}]*\}")
@@ -1459,6 +1484,9 @@ def _judge(answer: str, rule: str, ground_truth: str) -> dict[str, str]:
             **base,
         )
 
+    single_number_gold = bool(re.fullmatch(r"\s*-?[\d.,\s]+\s*", gold_raw)) and "," not in gold_raw
+    if single_number_gold and (number := _number_without_unit(answer)) is not None:
+        answer = number  # "10 m/s", "x \equiv 2 \pmod{5}" against a number alone
     for text, who in ((answer, "answer"), (gold_raw, "ground truth")):
         if problem := _structure_problem(text):
             return _result("wrong_answer", message=f"{who}: {problem}", **base)
@@ -1468,7 +1496,6 @@ def _judge(answer: str, rule: str, ground_truth: str) -> dict[str, str]:
         # The question restated: its value may be the ground truth, but nothing was solved.
         return _result("wrong_answer", message=f"answer: {operator.strip()} is left to evaluate", **base)
 
-    single_number_gold = bool(re.fullmatch(r"\s*-?[\d.,\s]+\s*", gold_raw)) and "," not in gold_raw
     gold_s = _normalize(gold_raw, single_number_gold=False)
     pred_s = _normalize(answer, single_number_gold=single_number_gold)
 

@@ -334,6 +334,17 @@ UNITS_PERCENT_CURRENCY = [
     ("90", "90 \\text{ degrees}", OK),
     ("45", "46^\\circ", WRONG),
     ("\\$32.50", "32.5", OK),
+    # A unit in symbols, or a residue's modulus, after the number a number alone asks for (Math-Verify scores these).
+    ("10", "10 m/s", OK),
+    ("9.8", "9.8 \\, m/s^2", OK),
+    ("3", "3 kN \\cdot m", OK),
+    ("11", "10 m/s", WRONG),
+    ("2", "x \\equiv 2 \\pmod{5}", OK),
+    ("2", "2 \\pmod 5", OK),
+    ("2", "x \\equiv 2 \\ (\\bmod 5)", WRONG),  # a spacing command: not the forms read
+    ("2", "x \\equiv 3 \\pmod{5}", WRONG),
+    ("2", "2 x", WRONG),  # not a unit
+    ("2", "2 \\pmod x", WRONG),
 ]
 
 TEXT_AND_CHOICES = [
@@ -405,6 +416,13 @@ def test_equivalence(gold: str, answer: str, expected: str) -> None:
         ("1000", "not it's not 10 it's 1 000", OK),
         ("-5", "x = -5", OK),
         ("5", "x = -5", WRONG),
+        ("10", "The answer is 10 m/s", OK),
+        ("12", "The answer is 12 m\u00b2.", OK),
+        ("100", "The final answer is 100 N.", OK),
+        ("1000", "The answer is 1,000 km/h", OK),
+        ("10", "The answer is 10 m/x", WRONG),  # x is no unit
+        ("10", "The answer is 10 m/s or 11 m/s", WRONG),
+        ("5m/s", "The answer is 5 m/s", OK),  # a gold with symbols is compared whole, as before
     ],
 )
 def test_ground_truth_forms_and_non_boxed_answers(gold: str, completion: str, expected: str) -> None:
