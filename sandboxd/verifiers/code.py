@@ -83,21 +83,26 @@ NODE_BLOCKING_STDIO = (
     "s=>s._handle&&s._handle.setBlocking&&s._handle.setBlocking(true))"
 )
 
+NODE_STACK_KIB = 65_536
+
 LANGUAGES: dict[str, Language] = {
     lang.name: lang
     for lang in (
         # -B: the work dir is private and thrown away, writing .pyc is wasted I/O.
         Language("python", "main.py", None, ("python3", "-B", "main.py"), 0.0, ("py", "python3", "py3")),
+        # The GNU dialects, as judges compile (Codeforces' "GNU G++17"): under strict
+        # c11, strdup() was implicitly declared and its pointer cut to an int (SIGSEGV
+        # in a correct program), and M_PI was undeclared.
         Language(
             "cpp",
             "main.cpp",
-            ("g++", "-O2", "-std=c++17", "-o", "main", "main.cpp"),
+            ("g++", "-O2", "-std=gnu++17", "-o", "main", "main.cpp"),
             ("./main",),
             30.0,
             ("c++", "cxx", "cc"),
         ),
         # -lm after the source: the linker resolves libraries left to right.
-        Language("c", "main.c", ("gcc", "-O2", "-std=c11", "-o", "main", "main.c", "-lm"), ("./main",), 30.0),
+        Language("c", "main.c", ("gcc", "-O2", "-std=gnu11", "-o", "main", "main.c", "-lm"), ("./main",), 30.0),
         # Xss: competitive-programming Java recurses deep; the default 512k-1M
         # stack overflows on a DFS over 1e5 nodes. SerialGC: one job, few cores,
         # the parallel collectors only add threads that count against pids limits.
@@ -114,11 +119,15 @@ LANGUAGES: dict[str, Language] = {
         # output (a judge's file would have taken it all). The preload makes
         # stdout and stderr blocking, as Node makes them for files. It is a
         # data: URL, so no file has to be in the image (no "?" or "#" in it).
+        # --stack-size: V8 stops at its own limit, 984 KiB, whatever the process's
+        # stack: a recursion 1e5 deep was a RangeError. Its KiB stay well inside
+        # the stack an exec'd run gets (controller.RUN_STACK_BYTES), past which
+        # V8 would crash instead of throwing.
         Language(
             "javascript",
             "main.js",
             None,
-            ("node", "--import", NODE_BLOCKING_STDIO, "main.js"),
+            ("node", f"--stack-size={NODE_STACK_KIB}", "--import", NODE_BLOCKING_STDIO, "main.js"),
             0.0,
             ("js", "node", "nodejs"),
             address_space_limit=False,

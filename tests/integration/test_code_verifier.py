@@ -471,6 +471,47 @@ def test_language_stdio(language: str, variant: str, languages: set[str],
         assert_failed(result, pb.STATUS_RUNTIME_ERROR)
 
 
+# Correct programs that judges accept and a stricter setup failed: recursion past the default 8 MiB stack (a DFS over a
+# path of 2e5 nodes; V8's own 984 KiB limit for Node) and GNU extensions under the C standard (red team). Each frame
+# holds an array indexed at run time, so no optimiser can turn the recursion into a loop or shrink it.
+DEEP_RECURSION = {
+    "c": ("#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n#include <math.h>\n"
+          "int depth(int v, int n) {\n    volatile char pad[64];\n    pad[v % 64] = (char)v;\n"
+          "    if (v == n) return 0;\n    return depth(v + 1, n) + (pad[v % 64] & 1);\n}\n"
+          "int main(void) {\n    int n;\n    if (scanf(\"%d\", &n) != 1) return 1;\n    char *ok = strdup(\"ok\");\n"
+          "    printf(\"%s %d %.2f\\n\", ok, depth(0, n), M_PI);\n    free(ok);\n    return 0;\n}\n",
+          "500000", "ok 250000 3.14"),
+    "cpp": ("#include <bits/stdc++.h>\nint depth(int v, int n) {\n    volatile char pad[64];\n"
+            "    pad[v % 64] = (char)v;\n    if (v == n) return 0;\n"
+            "    return depth(v + 1, n) + (pad[v % 64] & 1);\n}\n"
+            "int main() {\n    int n;\n    std::cin >> n;\n    std::cout << depth(0, n) << std::endl;\n}\n",
+            "500000", "250000"),
+    "rust": ("use std::io::Read;\nuse std::ptr::{read_volatile, write_volatile};\n"
+             "fn depth(v: u64, n: u64) -> u64 {\n    let mut pad = [0u8; 64];\n"
+             "    unsafe { write_volatile(&mut pad[(v % 64) as usize], v as u8) };\n"
+             "    if v == n {\n        return 0;\n    }\n"
+             "    depth(v + 1, n) + (unsafe { read_volatile(&pad[(v % 64) as usize]) } & 1) as u64\n}\n"
+             "fn main() {\n    let mut s = String::new();\n    std::io::stdin().read_to_string(&mut s).unwrap();\n"
+             "    println!(\"{}\", depth(0, s.trim().parse().unwrap()));\n}\n",
+             "500000", "250000"),
+    "javascript": ("const n = parseInt(require('fs').readFileSync(0, 'utf8'));\n"
+                   "function depth(v) { return v === n ? 0 : depth(v + 1) + (v & 1); }\nconsole.log(depth(0));\n",
+                   "100000", "50000"),
+}
+
+
+def test_deep_recursion_and_gnu_extensions_pass(channel: grpc.Channel, languages: set[str]) -> None:
+    present = [language for language in DEEP_RECURSION if language in languages]
+    if not present:
+        pytest.skip("no compiled language in GetInfo().languages")
+    jobs = [stdio_job(DEEP_RECURSION[language][0], [DEEP_RECURSION[language][1:]], language=language,
+                      timeout=10.0, index=i) for i, language in enumerate(present)]
+    results = run_batch(channel, jobs)
+    failed = {language: describe(results[i]) for i, language in enumerate(present)
+              if results[i].status != pb.STATUS_OK or results[i].reward != 1.0}
+    assert not failed
+
+
 # ---- Python-only dataset shapes ---------------------------------------------
 
 ADD = "def add(a, b):\n    return a + b\n"
