@@ -23,6 +23,7 @@ import errno
 import json
 import os
 import random
+import resource
 import shutil
 import signal
 import socket
@@ -85,13 +86,16 @@ SHARED_WRITABLE = ("/dev/shm", "/dev/mqueue", "/var/tmp", "/run/lock")
 STICKY_ROOT_FOLDERS = ("/var/tmp", "/run/lock")
 TEXT_PREVIEW_BYTES = 4096
 DEFAULT_RLIMITS = {"fsize": 64 << 20, "nproc": 256, "nofile": 512, "core": 0}
-# RLIMIT_STACK of an exec'd program (C, C++, Rust, Node, Go, bash): judges leave
-# deep recursion room, and the default 8 MiB overflowed a C++ DFS over a path of
-# 2e5 nodes (SIGSEGV in a correct program; Rust aborted at 1e6). Also glibc's
-# default reservation for each pthread (address space, not memory), which is why
-# it is not the memory limit. A Python program in the warm interpreter keeps its
-# stack: since 3.11 Python calls Python without C stack.
-RUN_STACK_BYTES = 128 << 20
+# RLIMIT_STACK of an exec'd program (C, C++, Rust, Node, Go, bash): as high as
+# the sandbox allows, unlimited under Docker's defaults, as judges' `ulimit -s
+# unlimited`. The default 8 MiB overflowed a C++ DFS over a path of 2e5 nodes
+# (SIGSEGV in a correct program; Rust aborted at 1e6). Unlimited, the main
+# thread's stack is bounded by the run's memory limit alone, and glibc reserves
+# 2 MiB for each pthread; a finite limit is also that reservation (at 128 MiB,
+# 16 threads could not start under the default 512 MiB memory limit). A Python
+# program in the warm interpreter keeps its stack: since 3.11 Python calls
+# Python without C stack.
+RUN_STACK_LIMIT = resource.getrlimit(resource.RLIMIT_STACK)[1]
 # What a compiler's processes may hold together (usage.UsageWatch), whatever
 # the job's limit. Peak RSS of the largest process compiling a 5-line program
 # with a map and a sort, in the langs image: g++ (bits/stdc++.h) 205 MiB,
@@ -407,7 +411,7 @@ class Controller:
         if peak_memory_limit:
             argv = _sized_to(argv, peak_memory_limit, common["env"])
         rlimits = self.rlimits(limits, address_space=address_space)
-        rlimits["stack"] = RUN_STACK_BYTES
+        rlimits["stack"] = RUN_STACK_LIMIT
         return RunSpec(mode="exec", argv=argv, rlimits=rlimits, peak_memory_limit=peak_memory_limit, **common)
 
     async def _compile(self, program: dict[str, Any], limits: dict[str, Any], uid: int,

@@ -120,9 +120,9 @@ LANGUAGES: dict[str, Language] = {
         # stdout and stderr blocking, as Node makes them for files. It is a
         # data: URL, so no file has to be in the image (no "?" or "#" in it).
         # --stack-size: V8 stops at its own limit, 984 KiB, whatever the process's
-        # stack: a recursion 1e5 deep was a RangeError. Its KiB stay well inside
-        # the stack an exec'd run gets (controller.RUN_STACK_BYTES), past which
-        # V8 would crash instead of throwing.
+        # stack: a recursion 1e5 deep was a RangeError. The stack an exec'd run
+        # gets (controller.RUN_STACK_LIMIT) is unlimited under Docker's defaults;
+        # below this, V8 would crash (SIGSEGV) instead of throwing.
         Language(
             "javascript",
             "main.js",

@@ -498,16 +498,24 @@ DEEP_RECURSION = {
                    "function depth(v) { return v === n ? 0 : depth(v + 1) + (v & 1); }\nconsole.log(depth(0));\n",
                    "100000", "50000"),
 }
+# The stack's limit is also glibc's reservation per thread: 16 threads must still fit a 512 MiB address space.
+THREADS_CPP = ("#include <bits/stdc++.h>\nint main() {\n    std::vector<std::thread> threads;\n"
+               "    std::atomic<long> total{0};\n    for (int t = 0; t < 16; ++t)\n"
+               "        threads.emplace_back([&total, t] { total += t; });\n"
+               "    for (auto &thread : threads) thread.join();\n    std::cout << total << std::endl;\n}\n")
 
 
-def test_deep_recursion_and_gnu_extensions_pass(channel: grpc.Channel, languages: set[str]) -> None:
-    present = [language for language in DEEP_RECURSION if language in languages]
+def test_deep_recursion_threads_and_gnu_extensions_pass(channel: grpc.Channel, languages: set[str]) -> None:
+    programs = [(language, *DEEP_RECURSION[language]) for language in DEEP_RECURSION]
+    programs.append(("cpp", THREADS_CPP, "", "120"))
+    present = [program for program in programs if program[0] in languages]
     if not present:
         pytest.skip("no compiled language in GetInfo().languages")
-    jobs = [stdio_job(DEEP_RECURSION[language][0], [DEEP_RECURSION[language][1:]], language=language,
-                      timeout=10.0, index=i) for i, language in enumerate(present)]
+    jobs = [stdio_job(code, [(stdin, expected)], language=language, timeout=10.0, index=i)
+            for i, (language, code, stdin, expected) in enumerate(present)]
+    jobs[-1].limits.memory_bytes = 512 << 20
     results = run_batch(channel, jobs)
-    failed = {language: describe(results[i]) for i, language in enumerate(present)
+    failed = {f"{i} {program[0]}": describe(results[i]) for i, program in enumerate(present)
               if results[i].status != pb.STATUS_OK or results[i].reward != 1.0}
     assert not failed
 
