@@ -129,7 +129,7 @@ LANGUAGES: dict[str, Language] = {
             None,
             ("node", f"--stack-size={NODE_STACK_KIB}", "--import", NODE_BLOCKING_STDIO, "main.js"),
             0.0,
-            ("js", "node", "nodejs"),
+            ("js", "node", "nodejs", "mjs", "cjs"),
             address_space_limit=False,
         ),
         # go build writes a build cache and wants a HOME: both must be writable
@@ -319,6 +319,19 @@ def resolve_language(language: str, code: str = "") -> Language:
 _FENCE_OPEN = re.compile(r"^(?P<indent>[ \t]*+)(?P<fence>`{3,}+|~{3,}+)(?P<info>[^`\n]*+)$")
 
 
+# The language word of an info string: pandoc's "{.python}", and attributes after a comma or colon ("rust,ignore",
+# "cpp:main.cpp", "python title=x"). A C++ standard after the name ("c++17", "cpp20") names C++.
+_INFO_WORD_RE = re.compile(r"[\s{.]*+([^\s,:{}]*+)")
+_CPP_STANDARD_RE = re.compile(r"(?:c\+\+|cpp)\d\d")
+
+
+def _info_language(info: str) -> str:
+    """The language word of a fence's info string, lower-cased; "" for none."""
+    match = _INFO_WORD_RE.match(info)  # matches any text
+    word = match.group(1).rstrip(".").lower() if match else ""
+    return "cpp" if _CPP_STANDARD_RE.fullmatch(word) else word
+
+
 def _fenced_blocks(text: str) -> list[tuple[str, str]]:
     """(info word, body) of every fenced block, in order.
 
@@ -337,8 +350,7 @@ def _fenced_blocks(text: str) -> list[tuple[str, str]]:
             continue
         fence = opening.group("fence")
         indent = len(opening.group("indent"))
-        info = opening.group("info").split()
-        word = info[0].strip("{}.").lower() if info else ""
+        word = _info_language(opening.group("info"))
         closing = re.compile(rf"^[ \t]*{re.escape(fence[0])}{{{len(fence)},}}[ \t]*$")
         body: list[str] = []
         i += 1

@@ -72,6 +72,8 @@ def test_last_block_falls_back_to_untagged_and_ignores_other_languages() -> None
     assert extract_code(text, "c++") == "int main(){}\n"
     assert extract_code(text, "sh") == "ls\n"
     assert extract_code("```java\nclass A{}\n```", "python") is None
+    assert extract_code("```c\nint main(){}\n```", "cpp") is None  # another language, however close
+    assert extract_code("```python3.11\nx = 1\n```", "python") is None  # not a name the table has
     assert extract_code("no code here", "python") is None
 
 
@@ -90,6 +92,13 @@ def test_last_block_falls_back_to_untagged_and_ignores_other_languages() -> None
         ("shell", "bash"),
         ("java", "java"),
         ("c", "c"),
+        # Attributes after the name, and C++ standards (red team: each found no code).
+        ("rust,ignore", "rust"),
+        ("cpp:main.cpp", "cpp"),
+        ("c++17", "cpp"),
+        ("cpp20", "cpp"),
+        ("python{cmd=true}", "python"),
+        ("mjs", "javascript"),
     ],
 )
 def test_language_aliases(info: str, language: str) -> None:
