@@ -426,7 +426,7 @@ class Controller:
             mode="exec", uid=uid, cwd=workdir, argv=program["compile"],
             timeout=program.get("compile_timeout", 30.0), output_limit=64 << 10,
             rlimits=dict(DEFAULT_RLIMITS, nproc=512), env=self.env(workdir, program.get("env")),
-            memory_limit=COMPILE_MEMORY_BYTES,
+            memory_limit=COMPILE_MEMORY_BYTES, output_over_limit_dropped=True,
         )
         outcome = await self.runner.run(spec)
         if outcome.exit_code and crowded_out(outcome, COMPILE_MEMORY_BYTES, self.runner.sandbox_bytes):
@@ -441,6 +441,9 @@ class Controller:
             if tmp.starved() and tmp.others_hold():
                 raise SandboxFull("/tmp of the sandbox is full (compiling); other runs hold its space")
         output = _preview(outcome.stderr + outcome.stdout, 8192)
+        if outcome.stdout_truncated or outcome.stderr_truncated:
+            # First: the preview is cut again on its way to the caller.
+            output = f"(the compiler's output past {spec.output_limit >> 10} KiB was dropped)\n{output}"
         if outcome.killed_for == "wall_time":
             return False, f"compilation timed out after {spec.timeout:g} s\n{output}", outcome.wall_seconds
         if outcome.killed_for == "memory":

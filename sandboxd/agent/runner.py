@@ -137,6 +137,10 @@ class RunSpec:
     # nothing more of it (the Python harness, after its verdict): that
     # SIGKILL is not the OOM killer's, whatever the host's count says.
     ended_by_caller: bool = False
+    # Past output_limit, keep running and drop the rest instead of killing
+    # the run: a compiler's warnings are not a verdict (a successful compile
+    # with 64 KiB of them was a compile error).
+    output_over_limit_dropped: bool = False
 
 
 @dataclass
@@ -837,7 +841,8 @@ class Runner:
                 killed_for = reason
                 sigkill_uid(spec.uid)
 
-        budget = OutputBudget(spec.output_limit, lambda: kill("output"))
+        budget = OutputBudget(spec.output_limit,
+                              (lambda: None) if spec.output_over_limit_dropped else lambda: kill("output"))
         oom_kills_before = usage.oom_kills()
         stdout = PipeReader(out_r, budget)
         stderr = PipeReader(err_r, budget)

@@ -96,6 +96,21 @@ def test_compile_time_memory_bombs_are_compile_errors(channel: grpc.Channel, lan
         assert_ok(results[10 + i])
 
 
+def test_a_compile_with_more_warnings_than_its_output_limit_still_succeeds(channel: grpc.Channel,
+                                                                          languages: set[str]) -> None:
+    # 1,500 warnings (over 64 KiB of compiler output) made a correct program a compile error: the compiler was
+    # killed at its output limit (red team). Its output past the limit is dropped now; errors are still errors.
+    need(languages, "c")
+    warned = "".join(f"#warning warning number {i} of a program that compiles\n" for i in range(1500))
+    sum_c = '#include <stdio.h>\nint main(void) { long a, b; scanf("%ld %ld", &a, &b); printf("%ld\\n", a + b); }\n'
+    jobs = [stdio_job(warned + sum_c, SUM_CASES, language="c", index=0),
+            stdio_job(warned.replace("#warning", "#error") + sum_c, SUM_CASES, language="c", index=1)]
+    results = run_batch(channel, jobs)
+    assert_ok(results[0])
+    assert_failed(results[1], pb.STATUS_COMPILE_ERROR)
+    assert "was dropped" in results[1].code.compile_output, describe(results[1])
+
+
 # ---------------------------------------------------------------------------
 # Leftovers for later jobs (the langs pool; test_code_verifier checks the python pool)
 # ---------------------------------------------------------------------------
