@@ -192,7 +192,7 @@ def prepare(job: pb.Job, config: Config, where: str = "") -> PreparedJob:
         raise
     except Exception as exc:
         log.exception("%s: preparing the job failed inside sandboxd", where)
-        failure_value = job.failure_value if job.HasField("failure_value") else DEFAULT_FAILURE_VALUE
+        failure_value = _requested_failure_value(job)
         prepared = PreparedJob(job.index, job.WhichOneof("kind") or "", NO_POOL,
                                failure_value if math.isfinite(failure_value) else DEFAULT_FAILURE_VALUE, None, 0.0)
         prepared.early_result = {"status": "internal",
@@ -236,8 +236,12 @@ def check_frame_size(job: pb.Job, agent_job: dict[str, Any], where: str, job_byt
                          f"(JSON, bytes in base64), over the limit of {MAX_FRAME_BYTES}")
 
 
+def _requested_failure_value(job: pb.Job) -> float:
+    return job.failure_value if job.HasField("failure_value") else DEFAULT_FAILURE_VALUE
+
+
 def _prepare(job: pb.Job, config: Config, where: str) -> PreparedJob:
-    failure_value = job.failure_value if job.HasField("failure_value") else DEFAULT_FAILURE_VALUE
+    failure_value = _requested_failure_value(job)
     if not math.isfinite(failure_value):
         raise InvalidRequest(f"{where}.failure_value must be a finite number")
     kind = job.WhichOneof("kind")

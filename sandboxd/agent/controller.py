@@ -86,7 +86,7 @@ SHARED_WRITABLE = ("/dev/shm", "/dev/mqueue", "/var/tmp", "/run/lock")
 STICKY_ROOT_FOLDERS = ("/var/tmp", "/run/lock")
 TEXT_PREVIEW_BYTES = 4096
 DEFAULT_RLIMITS = {"fsize": 64 << 20, "nproc": 256, "nofile": 512, "core": 0}
-# RLIMIT_STACK of an exec'd program (C, C++, Rust, Node, Go, bash): as high as
+# RLIMIT_STACK of an exec'd program (every language but Python): as high as
 # the sandbox allows, unlimited under Docker's defaults, as judges' `ulimit -s
 # unlimited`. The default 8 MiB overflowed a C++ DFS over a path of 2e5 nodes
 # (SIGSEGV in a correct program; Rust aborted at 1e6). Unlimited, the main
