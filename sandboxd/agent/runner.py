@@ -245,6 +245,12 @@ def crowded_out(outcome: RunOutcome, limit: int, sandbox_bytes: int | None) -> b
 # but its neighbour runs about what it runs: not starved.
 STARVED_WAIT_SHARE = 0.5
 STARVED_OTHERS_RATIO = 3.0
+# Nor is a run that had more processes than this at once: their waits are summed,
+# so it waited mostly behind itself, and processes shorter than a sweep escape the
+# count of its CPU. Two fork bombs in one sandbox (bare CI): one ran 0.12 s by the
+# count and "waited 73 s" in 2 s, against the other's 1.59 s; it was excused,
+# retried, and answered SANDBOX_LOST (a failure a trainer drops) instead of TIMEOUT.
+STARVED_MAX_PROCESSES = 8
 
 
 def starved_out(share: CpuShare | None, wall_seconds: float) -> bool:
@@ -255,7 +261,7 @@ def starved_out(share: CpuShare | None, wall_seconds: float) -> bool:
     A program that sleeps waits on no run queue; one that starves itself
     with its own threads counts their CPU as its own.
     """
-    if share is None or wall_seconds <= 0:
+    if share is None or wall_seconds <= 0 or share.most_processes > STARVED_MAX_PROCESSES:
         return False
     return (share.waited_seconds >= STARVED_WAIT_SHARE * wall_seconds
             and share.others_ran_seconds >= STARVED_OTHERS_RATIO * max(share.ran_seconds, 1e-3))

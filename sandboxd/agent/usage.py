@@ -255,6 +255,8 @@ class WatchedRun:
     waited_ns: int = 0
     # Each process's schedstat as last seen, so that a sweep adds only what is new.
     seen: dict[int, tuple[int, int]] = field(default_factory=dict)
+    # The most processes a look (a sweep, count_now) found it running at once.
+    most_processes: int = 0
 
     def count_cpu(self, pid: int, ran_ns: int, waited_ns: int) -> int:
         """Add what `pid` ran and waited since the last look; returns the CPU added (ns)."""
@@ -283,6 +285,8 @@ class CpuShare:
     ran_seconds: float
     waited_seconds: float
     others_ran_seconds: float
+    # The most processes the run had at once (the waits above are summed over them).
+    most_processes: int = 1
 
 
 class UsageWatch:
@@ -314,7 +318,7 @@ class UsageWatch:
         since = since or CpuMark(run.all_cpu_ns_at_start, 0, 0)
         ran, waited = run.cpu_ns - since.cpu_ns, run.waited_ns - since.waited_ns
         others = self.cpu_ns - since.all_cpu_ns - ran
-        return CpuShare(ran * NS, waited * NS, max(0, others) * NS)
+        return CpuShare(ran * NS, waited * NS, max(0, others) * NS, run.most_processes)
 
     def mark(self, run: WatchedRun) -> CpuMark:
         """Where `run` and the others stand now, as of the last sweep: for a share over part of its life (a
@@ -323,7 +327,9 @@ class UsageWatch:
 
     def count_now(self, run: WatchedRun) -> None:
         """Count `run`'s CPU up to this moment (at its deadline, before it is killed): a sweep may be 50 ms old."""
-        for pid in processes_of({run.uid}).get(run.uid, []):
+        pids = processes_of({run.uid}).get(run.uid, [])
+        run.most_processes = max(run.most_processes, len(pids))
+        for pid in pids:
             self._count_cpu(run, pid)
 
     def _count_cpu(self, run: WatchedRun, pid: int) -> None:
@@ -342,6 +348,7 @@ class UsageWatch:
         processes = processes_of(set(self._runs))
         for run in list(self._runs.values()):
             pids = processes.get(run.uid, [])
+            run.most_processes = max(run.most_processes, len(pids))
             for pid in pids:
                 restore_oom_score(pid)
                 self._count_cpu(run, pid)

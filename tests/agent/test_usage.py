@@ -233,8 +233,9 @@ def test_the_sandbox_has_no_room_while_job_threads_crowd_its_cpus(tmp_path: Path
 
 
 def test_starved_only_waiting_most_of_its_time_while_the_others_ran_several_times_its_cpu() -> None:
-    def share(ran: float, waited: float, others: float) -> usage.CpuShare:
-        return usage.CpuShare(ran_seconds=ran, waited_seconds=waited, others_ran_seconds=others)
+    def share(ran: float, waited: float, others: float, processes: int = 1) -> usage.CpuShare:
+        return usage.CpuShare(ran_seconds=ran, waited_seconds=waited, others_ran_seconds=others,
+                              most_processes=processes)
 
     # Beside a run of 30 busy processes in a one-CPU sandbox: 1/31 of it.
     assert starved_out(share(0.06, 1.9, 1.9), 2.0)
@@ -249,6 +250,9 @@ def test_starved_only_waiting_most_of_its_time_while_the_others_ran_several_time
     assert starved_out(share(0.0, 1.5, 0.01), 2.0)
     assert not starved_out(share(0.0, 1.5, 0.002), 2.0)
     assert not starved_out(None, 2.0)
+    # A fork bomb beside another (bare CI): its summed waits are mostly behind itself, and its CPU escaped the count.
+    assert not starved_out(share(0.12, 73.28, 1.59, processes=256), 2.07)
+    assert starved_out(share(0.06, 1.9, 1.9, processes=2), 2.0)  # bash and the program it runs
     assert starved_reason(share(0.06, 1.9, 1.9), 2.0) == ("other runs took the sandbox's CPU: in 2.00 s this run ran "
                                                          "0.06 s and waited 1.90 s for a CPU, while they ran 1.90 s")
     assert starved_reason(share(1.0, 1.0, 1.0), 2.0) == starved_reason(None, 2.0) == ""
