@@ -1350,7 +1350,12 @@ PICK_UP_IPC = SYSV_IPC_PRELUDE + textwrap.dedent("""
     segment = libc.shmget(SEGMENT_KEY, 0, 0)
     if not found and segment >= 0:
         found = ctypes.string_at(libc.shmat(segment, None, 0o10000), 64).split(b"x")[0]  # SHM_RDONLY
-    left = [len(open(f"/proc/sysvipc/{table}").read().splitlines()) - 1 for table in ("shm", "msg", "sem")]
+    def live(table):
+        # A segment removed (SHM_DEST in its mode, 0o1000) but still attached by a process of the earlier job
+        # that is in its exit is gone as soon as that exit ends (a millisecond or two): not left for this job.
+        rows = [line.split() for line in open(f"/proc/sysvipc/{table}").read().splitlines()[1:]]
+        return sum(1 for row in rows if table != "shm" or not int(row[2], 8) & 0o1000)
+    left = [live(table) for table in ("shm", "msg", "sem")]
     print(found.decode(errors="replace") or "nothing")
     print("left:", left, file=sys.stderr)
 """)
