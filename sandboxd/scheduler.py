@@ -25,6 +25,7 @@ from typing import Any
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 
 from sandboxd import metrics
+from sandboxd.agent.protocol import DEADLINE_STRETCH
 from sandboxd.config import Config
 from sandboxd.errors import InvalidRequest, NoSandbox, Overloaded, PoolFailing, SandboxFull, SandboxLost, Unsupported
 from sandboxd.jobs import NO_POOL, PreparedJob, infrastructure_result, to_result
@@ -220,8 +221,9 @@ class Scheduler:
         self.in_flight += 1
         metrics.IN_FLIGHT.set(self.in_flight)
         try:
-            return await sandbox.run(prepared.agent_job or {}, timeout=prepared.budget_seconds + AGENT_SLACK_SECONDS,
-                                     withdrawal=withdrawal)
+            # The agent may move a run's deadline for the CPU its neighbours took (DEADLINE_STRETCH).
+            timeout = prepared.budget_seconds * DEADLINE_STRETCH + AGENT_SLACK_SECONDS
+            return await sandbox.run(prepared.agent_job or {}, timeout=timeout, withdrawal=withdrawal)
         except SandboxFull:
             pool.mark_full(sandbox)
             raise

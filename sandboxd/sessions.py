@@ -27,6 +27,7 @@ from typing import Any
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 
 from sandboxd import metrics
+from sandboxd.agent.protocol import DEADLINE_STRETCH
 from sandboxd.config import Config
 from sandboxd.errors import (
     InvalidRequest,
@@ -209,7 +210,7 @@ class SessionManager:
             reply = await session.sandbox.request(
                 {"op": "session_cell", "session": session.handle, "code": request.code, "timeout": timeout,
                  "output": session.limits["output"]},
-                timeout=timeout + AGENT_SLACK_SECONDS)
+                timeout=timeout * DEADLINE_STRETCH + AGENT_SLACK_SECONDS)  # a command cell's deadline moves
         except SandboxFull as exc:
             # "full" is no lost sandbox: the sandbox and its other sessions live on. The agent answers a cell
             # the others crowd out itself (uncharged, its session lives); one that says "full" instead has

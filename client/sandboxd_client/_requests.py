@@ -738,12 +738,19 @@ def _dataset_cases(dataset_json: str) -> int:
     return 1
 
 
+# The daemon moves a run's deadline on by the CPU the other runs of its
+# sandbox took while it waited for one, up to this many times its limit
+# (sandboxd.agent.protocol.DEADLINE_STRETCH; the client does not import the daemon).
+DEADLINE_STRETCH = 3.0
+
+
 def job_deadline(job: pb.Job, *, default_timeout: float, margin: float) -> float:
-    """Seconds to give one job's RPC: its per-run limit times its runs (at most its total_timeout), plus a margin."""
+    """Seconds to give one job's RPC: its per-run limit times its runs (at most its total_timeout), stretched as
+    far as the daemon may stretch them (DEADLINE_STRETCH), plus a margin."""
     runs = (job.limits.timeout_seconds or default_timeout) * count_cases(job)
     if job.limits.total_timeout_seconds:
         runs = min(runs, job.limits.total_timeout_seconds)
-    return runs + margin
+    return runs * DEADLINE_STRETCH + margin
 
 
 def to_result(msg: pb.JobResult, *, index: int | None = None) -> Result:

@@ -33,6 +33,7 @@ from ._core import (
 from ._proto.sandboxd.v1 import sandboxd_pb2 as pb
 from ._proto.sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
 from ._requests import (
+    DEADLINE_STRETCH,
     CellResult,
     CodeTestsLike,
     Result,
@@ -198,12 +199,13 @@ class _SessionBase:
         return self.info.session_id
 
     def _cell_call(self, code: str, timeout: float | None) -> tuple[pb.RunCellRequest, float]:
-        """The RunCell request for ``code`` and the RPC deadline: the cell's limit plus the client's margin."""
+        """The RunCell request for ``code`` and the RPC deadline: the cell's limit, as far as the daemon may stretch
+        it (DEADLINE_STRETCH), plus the client's margin."""
         if self._closed:
             raise SessionNotFound(f"session {self.id} is closed")
         code = _check_str(code, "code")
         request = pb.RunCellRequest(session_id=self.id, code=code, timeout_seconds=timeout or 0.0)
-        return request, (timeout or self._cell_timeout) + self._client._margin
+        return request, (timeout or self._cell_timeout) * DEADLINE_STRETCH + self._client._margin
 
     def _close_request(self) -> tuple[pb.CloseSessionRequest, float]:
         """The Close request and its RPC timeout."""
@@ -233,7 +235,9 @@ class SandboxClient(_ClientBase):
     before giving up on it (status DEADLINE_EXCEEDED, an infrastructure
     failure, not retried). By default the deadline is derived from the jobs:
     each one's limit (or ``job_timeout`` when it leaves the limit to the
-    daemon) times its test cases, plus ``deadline_margin`` for queueing.
+    daemon) times its test cases, times 3 (a run's deadline moves on by the
+    CPU its sandbox's other runs took, up to 3 times its limit), plus
+    ``deadline_margin`` for queueing.
     """
 
     def _setup(self) -> None:

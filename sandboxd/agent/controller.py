@@ -41,6 +41,7 @@ from sandboxd.agent import usage, worker
 from sandboxd.agent.judgeserver import JudgeServers
 from sandboxd.agent.mathserver import MathServers
 from sandboxd.agent.protocol import (
+    DEADLINE_STRETCH,
     HEADER,
     MAX_FRAME_BYTES,
     UIDS_PER_SANDBOX,
@@ -538,7 +539,8 @@ class Controller:
             tests = []
             ran_out = _total_time_ran_out(limits["total_timeout"])
             # The compile step has its own limit; the job's time starts here.
-            job_deadline = time.monotonic() + limits["total_timeout"]
+            job_started = time.monotonic()
+            job_deadline = job_started + limits["total_timeout"]
             for index, case in enumerate(plan["stdio"]):
                 if runs:
                     await self.runner.settle(runs.pop())
@@ -556,6 +558,9 @@ class Controller:
                     spec.timeout = left
                 outcome = await self.runner.run(spec, settle=False)
                 runs.append(outcome)
+                # The job's clock moves with each case's (runner.RunDeadline), within the stretch the daemon waits.
+                job_deadline = min(job_deadline + outcome.deadline_moved_seconds,
+                                   job_started + DEADLINE_STRETCH * limits["total_timeout"])
                 status, limit, message = classify(outcome, spec)
                 if cut_short and limit == "wall_time":
                     limit, message = "total_time", f"killed when {ran_out}"

@@ -21,6 +21,12 @@ HEADER = struct.Struct(">I")
 # The agent's `hello` reports the kernel's Landlock ABI (`landlock_abi`); from
 # this one on, each run's abstract Unix sockets are scoped to it (agent/worker.py).
 LANDLOCK_SCOPE_ABI = 6
+# A run's deadline may move on by the CPU the other runs of its sandbox
+# took while it waited for one, up to this many times its timeout
+# (runner.RunDeadline); a job's clock moves with its runs'. The daemon
+# waits for a job as many times its budget before it gives up on the
+# sandbox (scheduler), and the client's deadline allows for it.
+DEADLINE_STRETCH = 3.0
 # 64 MiB: the largest request (a program with many big test inputs) fits,
 # and nothing a job prints can make a reader allocate more.
 MAX_FRAME_BYTES = 64 << 20

@@ -28,7 +28,14 @@ from typing import Any
 
 from sandboxd.agent import usage
 from sandboxd.agent import zygote as zygote_module
-from sandboxd.agent.protocol import HEADER, MAX_FRAME_BYTES, ProtocolError, encode_frame, read_frame
+from sandboxd.agent.protocol import (
+    DEADLINE_STRETCH,
+    HEADER,
+    MAX_FRAME_BYTES,
+    ProtocolError,
+    encode_frame,
+    read_frame,
+)
 from sandboxd.agent.usage import CpuShare, UsageWatch
 
 # Markers that a program died of its memory limit rather than of a bug; the
@@ -163,6 +170,8 @@ class RunOutcome:
     oom_kills: int | None = None
     # What it got of the sandbox's CPU, and the other runs meanwhile (usage.UsageWatch); None: not watched.
     cpu_share: CpuShare | None = None
+    # How far past its timeout its deadline moved for the CPU the other runs took (RunDeadline).
+    deadline_moved_seconds: float = 0.0
 
     @property
     def held_bytes(self) -> int:
@@ -179,6 +188,10 @@ class RunOutcome:
 def classify(outcome: RunOutcome, spec: RunSpec) -> tuple[str, str, str]:
     """(status, limit, message) for how a run ended, judged from outside it."""
     if outcome.killed_for == "wall_time":
+        if moved := outcome.deadline_moved_seconds:
+            return "timeout", "wall_time", (
+                f"killed after {spec.timeout + moved:.2f} s wall clock: its {spec.timeout:g} s and the {moved:.2f} s "
+                f"the other runs had the CPU while it waited for one")
         return "timeout", "wall_time", f"killed after {spec.timeout:g} s wall clock"
     if outcome.killed_for == "output":
         return "output_limit", "output", f"more than {spec.output_limit} bytes of output"
@@ -251,6 +264,57 @@ STARVED_OTHERS_RATIO = 3.0
 # count and "waited 73 s" in 2 s, against the other's 1.59 s; it was excused,
 # retried, and answered SANDBOX_LOST (a failure a trainer drops) instead of TIMEOUT.
 STARVED_MAX_PROCESSES = 8
+
+
+# A run's deadline moves on by the CPU the other runs of the sandbox took
+# while it waited for one (RunDeadline), up to DEADLINE_STRETCH times its
+# timeout. The sandbox's CPU is shared per thread: beside one busy run a
+# correct C program that needs 0.53 s of CPU got half the CPU and was killed
+# at its 1 s deadline, three times in three (red team); a trainer cannot
+# tell that TIMEOUT from a slow program's. A sleeping run waits on no run
+# queue, and one that only its own threads crowd waited while no other run
+# ran: neither moves. RLIMIT_CPU (the timeout, rounded up) still ends a
+# busy run at its own CPU, so the move buys time to run, never more CPU.
+# DEADLINE_STRETCH lives in protocol: the daemon waits as much longer.
+# A move shorter than this ends the run instead: the watch's sweeps tick in 50 ms.
+DEADLINE_MIN_MOVE = 0.01
+
+
+@dataclass
+class RunDeadline:
+    """When a run started and when it is to be killed: its timeout after its start, moved on by the CPU the others
+    took from it."""
+
+    started: float  # time.monotonic()
+    timeout: float
+    at: float = 0.0
+    moved_seconds: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.at = self.started + self.timeout
+
+    def move(self, share: CpuShare | None) -> bool:
+        """Move the deadline by the CPU the others took while the run waited (`share`, up to now); whether it moved."""
+        moved = others_took(share, self.timeout)
+        if moved - self.moved_seconds < DEADLINE_MIN_MOVE:
+            return False
+        self.moved_seconds = moved
+        self.at = self.started + self.timeout + moved
+        return True
+
+
+def others_took(share: CpuShare | None, timeout: float) -> float:
+    """Seconds of a run's life the other runs had the CPU it waited for, up to (DEADLINE_STRETCH - 1) times its
+    `timeout`: what its deadline moves by (RunDeadline).
+
+    Whichever is less of what it waited and what they ran: on a CPU of its
+    own it waits for nobody, and it waits behind its own threads while the
+    others run nothing. A run of more than STARVED_MAX_PROCESSES processes
+    moves nothing: their waits are summed and its CPU is counted short.
+    """
+    if share is None or share.most_processes > STARVED_MAX_PROCESSES:
+        return 0.0
+    return min(share.waited_seconds, share.others_ran_seconds, (DEADLINE_STRETCH - 1.0) * timeout)
 
 
 def starved_out(share: CpuShare | None, wall_seconds: float) -> bool:
@@ -885,16 +949,16 @@ class Runner:
             job.watch(withdraw)
         watched = self.usage.watch(spec.uid, spec.memory_limit + self.warm_memory() if spec.memory_limit else 0,
                                    bounded_alone="as_extra" in spec.rlimits, on_over=lambda: kill("memory"))
+        deadline = RunDeadline(started, spec.timeout)
         try:
             if status_reader is not None:
-                ends: list[asyncio.Future[Any]] = [exited, status_reader.status]
-                await asyncio.wait(ends, timeout=spec.timeout, return_when=asyncio.FIRST_COMPLETED)
+                await self._within(deadline, watched, [exited, status_reader.status])
                 if status_reader.status.done() and not exited.done() and not killed_for:
                     # None: it closed the pipe without a status; its exit tells.
                     reported = status_reader.status.result()
             if reported is None:
-                remaining = max(0.0, spec.timeout - (time.monotonic() - started))
-                exit_message = await asyncio.wait_for(asyncio.shield(exited), remaining)
+                await self._within(deadline, watched, [exited])
+                exit_message = exited.result()
         except TimeoutError:
             self.usage.count_now(watched)
             kill("wall_time")
@@ -945,6 +1009,7 @@ class Runner:
             pending_exit=pending_exit,
             peak_memory_bytes=watched.peak,
             cpu_share=self.usage.share_of(watched),
+            deadline_moved_seconds=deadline.moved_seconds,
             oom_kills=(oom_kills_after - oom_kills_before
                        if oom_kills_before is not None and oom_kills_after is not None else None),
         )
@@ -956,6 +1021,19 @@ class Runner:
         if killed_for == "wall_time":
             raise_if_starved(outcome.cpu_share, outcome.wall_seconds)
         return outcome
+
+    async def _within(self, deadline: RunDeadline, watched: usage.WatchedRun,
+                      ends: list[asyncio.Future[Any]]) -> None:
+        """Until one of `ends` is done; TimeoutError at `deadline`, once the CPU the other runs took no longer moves
+        it (RunDeadline.move)."""
+        while True:
+            done, _ = await asyncio.wait(ends, timeout=max(0.0, deadline.at - time.monotonic()),
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if done:
+                return
+            self.usage.count_now(watched)
+            if not deadline.move(self.usage.share_of(watched)):
+                raise TimeoutError
 
     async def _until_exiting(self, uid: int, listed: set[int]) -> None:
         """Wait until every process of `uid` is in its exit; `listed`: those the last sweep saw.

@@ -18,7 +18,18 @@ import pytest
 
 from sandboxd.agent import usage
 from sandboxd.agent.controller import has_room
-from sandboxd.agent.runner import RunOutcome, RunSpec, classify, crowded_out, starved_out, starved_reason
+from sandboxd.agent.protocol import DEADLINE_STRETCH
+from sandboxd.agent.runner import (
+    STARVED_MAX_PROCESSES,
+    RunDeadline,
+    RunOutcome,
+    RunSpec,
+    classify,
+    crowded_out,
+    others_took,
+    starved_out,
+    starved_reason,
+)
 
 HOLDER_UID = 29_997  # outside the agent's job range, unused on a test machine
 MIB = 1 << 20
@@ -273,6 +284,35 @@ def test_a_share_since_a_mark_counts_from_there() -> None:
     assert starved_out(cell, 2.0)
     life = watch.share_of(run)
     assert (life.ran_seconds, life.waited_seconds, life.others_ran_seconds) == pytest.approx((1.1, 1.9, 4.8))
+
+
+def test_a_deadline_moves_by_what_the_others_ran_while_the_run_waited_and_no_further() -> None:
+    def share(ran: float, waited: float, others: float, processes: int = 1) -> usage.CpuShare:
+        return usage.CpuShare(ran_seconds=ran, waited_seconds=waited, others_ran_seconds=others,
+                              most_processes=processes)
+
+    # The red team's case: a 0.53 s program beside a busy loop in a one-CPU sandbox, at its 1 s deadline.
+    assert others_took(share(0.5, 0.5, 0.5), 1.0) == 0.5
+    assert others_took(share(1.0, 0.0, 0.0), 1.0) == 0.0  # alone: it had the CPU
+    assert others_took(share(0.0, 0.0, 1.0), 1.0) == 0.0  # asleep: it waited for no CPU
+    assert others_took(share(0.3, 0.7, 0.0), 1.0) == 0.0  # behind its own threads, or the host's load
+    assert others_took(share(0.5, 1.5, 0.5), 1.0) == 0.5  # its waits are summed over its processes: not past theirs
+    assert others_took(share(0.1, 5.0, 5.0), 1.0) == DEADLINE_STRETCH - 1.0  # no further than the stretch
+    assert others_took(share(0.1, 5.0, 5.0, processes=STARVED_MAX_PROCESSES + 1), 1.0) == 0.0  # a fork bomb
+    assert others_took(None, 1.0) == 0.0
+
+    deadline = RunDeadline(started=100.0, timeout=1.0)
+    assert deadline.at == 101.0
+    assert deadline.move(share(0.5, 0.5, 0.5))
+    assert (deadline.at, deadline.moved_seconds) == (101.5, 0.5)
+    # It waited through its moved deadline too: it moves again, by what they have taken since.
+    assert deadline.move(share(0.75, 0.75, 0.75))
+    assert deadline.at == 101.75
+    assert not deadline.move(share(0.76, 0.755, 0.755))  # less than DEADLINE_MIN_MOVE more: it ends
+    assert deadline.at == 101.75
+    for _ in range(10):
+        deadline.move(share(0.1, 50.0, 50.0))
+    assert deadline.at == 100.0 + DEADLINE_STRETCH * 1.0
 
 
 def _outcome(wait_status: int, *, killed_for: str = "", oom_kills: int | None = 1, max_rss: int = 0,

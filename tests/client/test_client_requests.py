@@ -328,12 +328,20 @@ def test_batch_validation() -> None:
         validate_job(by_hand)
 
 
-def test_deadline_follows_limits_and_cases() -> None:
+def test_deadline_follows_limits_and_cases_as_far_as_the_daemon_stretches_them() -> None:
     job = code_job("x", {"inputs": ["1"] * 5, "outputs": ["1"] * 5}, timeout=2.0)
-    assert job_deadline(job, default_timeout=10.0, margin=3.0) == 2.0 * 5 + 3.0
+    assert job_deadline(job, default_timeout=10.0, margin=3.0) == 2.0 * 5 * 3 + 3.0
     capped = code_job("x", {"inputs": ["1"] * 5, "outputs": ["1"] * 5}, timeout=2.0, total_timeout=4.0)
-    assert job_deadline(capped, default_timeout=10.0, margin=3.0) == 4.0 + 3.0
-    assert job_deadline(math_job("1", "1"), default_timeout=10.0, margin=3.0) == 13.0
+    assert job_deadline(capped, default_timeout=10.0, margin=3.0) == 4.0 * 3 + 3.0
+    assert job_deadline(math_job("1", "1"), default_timeout=10.0, margin=3.0) == 10.0 * 3 + 3.0
+
+
+def test_the_clients_stretch_is_the_daemons() -> None:
+    from sandboxd_client._requests import DEADLINE_STRETCH as CLIENTS
+
+    from sandboxd.agent.protocol import DEADLINE_STRETCH as DAEMONS
+
+    assert CLIENTS == DAEMONS
 
 
 # -- targets --------------------------------------------------------------
