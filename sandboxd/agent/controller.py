@@ -579,6 +579,8 @@ class Controller:
         """Function-call and assert tests: the candidate in a fresh process, the judge a resident one, two uids."""
         plan, limits = job["plan"], job["limits"]
         candidate_end, judge_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        # Where the runner keeps the CPU the others take from the candidate, for the judge's deadlines to move by.
+        cpu_credit_fd = os.memfd_create("sandboxd-cpu-credit", os.MFD_CLOEXEC)
         cases = max(1, plan["total"])
         # The judge calls the candidate once per case: the deadline covers them all.
         timeout = min(limits["timeout"] * cases, limits["total_timeout"])
@@ -596,12 +598,14 @@ class Controller:
                 mode="py_callee", uid=uid, cwd=workdir, code=job["program"]["code"], timeout=timeout + grace,
                 output_limit=limits["output"], rlimits=self.rlimits(run_limits, address_space=True),
                 env=self.env(workdir), peer=candidate_end, memory_limit=int(limits.get("memory") or 0),
+                cpu_credit_fd=cpu_credit_fd,
             )
             request = {"plan_kind": plan["kind"], "harness": harness}
             candidate_task = asyncio.ensure_future(self.runner.run(candidate))
             no_room: SandboxFull | None = None
             try:
-                judged, verdict, message = await self.judges.judge(request, judge_end, timeout + grace)
+                judged, verdict, message = await self.judges.judge(request, judge_end, cpu_credit_fd,
+                                                                   timeout * DEADLINE_STRETCH + grace)
             except SandboxFull as exc:
                 # The candidate ends as below, so that nothing of it acts once this returns.
                 no_room, judged, verdict, message = exc, "", None, ""
@@ -621,6 +625,7 @@ class Controller:
         finally:
             candidate_end.close()
             judge_end.close()
+            os.close(cpu_credit_fd)
         if no_room is not None:
             # The judge's look counted the candidate's files as others'. A
             # candidate that itself holds NEIGHBOURS_SHARE of /tmp, while the

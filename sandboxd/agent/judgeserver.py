@@ -26,6 +26,7 @@ import os
 import socket
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from sandboxd.agent.protocol import CPU_CREDIT, DEADLINE_STRETCH
 from sandboxd.agent.servers import ResidentServer, serve_requests
 
 if TYPE_CHECKING:
@@ -43,17 +44,30 @@ def serve(channel: socket.socket, results: socket.socket,
           receive: Callable[[socket.socket], tuple[dict[str, Any], list[int]]]) -> NoReturn:
     """Worker side: one verdict per request until the channel closes.
 
-    Each request carries the socket to its candidate as its one descriptor.
+    Each request carries the socket to its candidate, then the file where
+    the agent keeps the candidate's CPU credit (runner.RunSpec.cpu_credit_fd).
     """
     from sandboxd.verifiers import pyharness
 
     def judge(job: dict[str, Any], fds: list[int]) -> dict[str, Any]:
-        for fd in fds[1:]:
+        for fd in fds[2:]:
             os.close(fd)
-        if not fds:
-            raise ValueError("a judge request carries its candidate's socket")
-        with socket.socket(fileno=fds[0]) as peer:
-            return {"result": pyharness.run_tests(job["plan_kind"], peer, **job["harness"])}
+        if len(fds) < 2:
+            for fd in fds:
+                os.close(fd)
+            raise ValueError("a judge request carries its candidate's socket and CPU credit")
+        credit_fd = fds[1]
+
+        def cpu_credit() -> float:
+            kept = os.pread(credit_fd, CPU_CREDIT.size, 0)
+            return CPU_CREDIT.unpack(kept)[0] if len(kept) == CPU_CREDIT.size else 0.0
+
+        try:
+            with socket.socket(fileno=fds[0]) as peer:
+                return {"result": pyharness.run_tests(job["plan_kind"], peer, cpu_credit=cpu_credit,
+                                                      deadline_stretch=DEADLINE_STRETCH, **job["harness"])}
+        finally:
+            os.close(credit_fd)
 
     serve_requests(SERVER_NAME, lambda: receive(channel), judge, results)
 
@@ -64,10 +78,10 @@ class JudgeServer(ResidentServer):
     def __init__(self, controller: Controller) -> None:
         super().__init__(controller, "py_judge", recycle_after=RECYCLE_AFTER_JOBS, max_reply_bytes=RESULT_FRAME_BYTES)
 
-    async def judge(self, request: dict[str, Any], peer: socket.socket,
+    async def judge(self, request: dict[str, Any], peer: socket.socket, cpu_credit_fd: int,
                     timeout: float) -> tuple[str, dict[str, Any] | None, str]:
         """(outcome, verdict, message) as `ResidentServer.ask`. Anything but ok leaves the judge closed."""
-        return await self.ask(request, timeout, fds=(os.dup(peer.fileno()),))
+        return await self.ask(request, timeout, fds=(os.dup(peer.fileno()), os.dup(cpu_credit_fd)))
 
 
 class JudgeServers:
@@ -81,7 +95,7 @@ class JudgeServers:
         self.controller = controller
         self._idle: list[JudgeServer] = []
 
-    async def judge(self, request: dict[str, Any], peer: socket.socket,
+    async def judge(self, request: dict[str, Any], peer: socket.socket, cpu_credit_fd: int,
                     timeout: float) -> tuple[str, dict[str, Any] | None, str]:
         server = None
         while self._idle:
@@ -94,7 +108,7 @@ class JudgeServers:
             server = JudgeServer(self.controller)
             await server.start()
         try:
-            outcome, verdict, message = await server.judge(request, peer, timeout)
+            outcome, verdict, message = await server.judge(request, peer, cpu_credit_fd, timeout)
         except BaseException:
             server.close()
             raise

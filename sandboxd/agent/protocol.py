@@ -27,6 +27,8 @@ LANDLOCK_SCOPE_ABI = 6
 # waits for a job as many times its budget before it gives up on the
 # sandbox (scheduler), and the client's deadline allows for it.
 DEADLINE_STRETCH = 3.0
+# How a run's credit (those seconds so far) is kept in its file: a double.
+CPU_CREDIT = struct.Struct("=d")
 # 64 MiB: the largest request (a program with many big test inputs) fits,
 # and nothing a job prints can make a reader allocate more.
 MAX_FRAME_BYTES = 64 << 20

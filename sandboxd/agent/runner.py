@@ -14,6 +14,7 @@ import contextlib
 import ctypes
 import itertools
 import json
+import math
 import os
 import shutil
 import signal
@@ -29,6 +30,7 @@ from typing import Any
 from sandboxd.agent import usage
 from sandboxd.agent import zygote as zygote_module
 from sandboxd.agent.protocol import (
+    CPU_CREDIT,
     DEADLINE_STRETCH,
     HEADER,
     MAX_FRAME_BYTES,
@@ -148,6 +150,10 @@ class RunSpec:
     # the run: a compiler's warnings are not a verdict (a successful compile
     # with 64 KiB of them was a compile error).
     output_over_limit_dropped: bool = False
+    # A file (a memfd) to keep the CPU the other runs took from this one in
+    # (others_took, as CPU_CREDIT, after each sweep): its judge moves its
+    # calls' deadlines by it (pyharness). -1: none.
+    cpu_credit_fd: int = -1
 
 
 @dataclass
@@ -295,7 +301,7 @@ class RunDeadline:
 
     def move(self, share: CpuShare | None) -> bool:
         """Move the deadline by the CPU the others took while the run waited (`share`, up to now); whether it moved."""
-        moved = others_took(share, self.timeout)
+        moved = others_took(share, (DEADLINE_STRETCH - 1.0) * self.timeout)
         if moved - self.moved_seconds < DEADLINE_MIN_MOVE:
             return False
         self.moved_seconds = moved
@@ -303,9 +309,9 @@ class RunDeadline:
         return True
 
 
-def others_took(share: CpuShare | None, timeout: float) -> float:
-    """Seconds of a run's life the other runs had the CPU it waited for, up to (DEADLINE_STRETCH - 1) times its
-    `timeout`: what its deadline moves by (RunDeadline).
+def others_took(share: CpuShare | None, most: float) -> float:
+    """Seconds of a run's life the other runs had the CPU it waited for, up to `most`: what its deadline moves by
+    (RunDeadline, with (DEADLINE_STRETCH - 1) times its timeout).
 
     Whichever is less of what it waited and what they ran: on a CPU of its
     own it waits for nobody, and it waits behind its own threads while the
@@ -314,7 +320,7 @@ def others_took(share: CpuShare | None, timeout: float) -> float:
     """
     if share is None or share.most_processes > STARVED_MAX_PROCESSES:
         return 0.0
-    return min(share.waited_seconds, share.others_ran_seconds, (DEADLINE_STRETCH - 1.0) * timeout)
+    return min(share.waited_seconds, share.others_ran_seconds, most)
 
 
 def starved_out(share: CpuShare | None, wall_seconds: float) -> bool:
@@ -947,8 +953,14 @@ class Runner:
 
         if job is not None:
             job.watch(withdraw)
+        def publish_credit() -> None:
+            credit = others_took(self.usage.share_of(watched), math.inf)
+            with contextlib.suppress(OSError):  # the sweep serves every run: nothing here may end it
+                os.pwrite(spec.cpu_credit_fd, CPU_CREDIT.pack(credit), 0)
+
         watched = self.usage.watch(spec.uid, spec.memory_limit + self.warm_memory() if spec.memory_limit else 0,
-                                   bounded_alone="as_extra" in spec.rlimits, on_over=lambda: kill("memory"))
+                                   bounded_alone="as_extra" in spec.rlimits, on_over=lambda: kill("memory"),
+                                   on_counted=publish_credit if spec.cpu_credit_fd >= 0 else None)
         deadline = RunDeadline(started, spec.timeout)
         try:
             if status_reader is not None:

@@ -257,6 +257,8 @@ class WatchedRun:
     seen: dict[int, tuple[int, int]] = field(default_factory=dict)
     # The most processes a look (a sweep, count_now) found it running at once.
     most_processes: int = 0
+    # Called after each sweep has counted its CPU.
+    on_counted: Callable[[], None] | None = None
 
     def count_cpu(self, pid: int, ran_ns: int, waited_ns: int) -> int:
         """Add what `pid` ran and waited since the last look; returns the CPU added (ns)."""
@@ -300,10 +302,11 @@ class UsageWatch:
         self.cpu_ns = 0
 
     def watch(self, uid: int, limit: int = 0, *, bounded_alone: bool = False,
-              on_over: Callable[[], None] | None = None) -> WatchedRun:
-        """Count the CPU of `uid`'s processes, and hold them to `limit` bytes together (0: any); `on_over()` once
-        they pass it."""
-        run = WatchedRun(uid, limit, bounded_alone, on_over, all_cpu_ns_at_start=self.cpu_ns)
+              on_over: Callable[[], None] | None = None,
+              on_counted: Callable[[], None] | None = None) -> WatchedRun:
+        """Count the CPU of `uid`'s processes (`on_counted()` after each sweep has), and hold them to `limit` bytes
+        together (0: any); `on_over()` once they pass it."""
+        run = WatchedRun(uid, limit, bounded_alone, on_over, all_cpu_ns_at_start=self.cpu_ns, on_counted=on_counted)
         self._runs[uid] = run
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._sweeping())
@@ -355,6 +358,8 @@ class UsageWatch:
             if len(run.seen) > len(pids):
                 # Those gone are reaped: a session forking all its life would otherwise keep every pid it had.
                 run.seen = {pid: run.seen[pid] for pid in pids if pid in run.seen}
+            if run.on_counted is not None:
+                run.on_counted()
             if not run.limit or run.over or (run.bounded_alone and len(pids) <= 1):
                 continue
             held = sum(private_memory(pid) for pid in pids)

@@ -321,17 +321,25 @@ def send_frame(sock: socket.socket, obj: object, max_bytes: int = MAX_FRAME_BYTE
     sock.sendall(_HEADER.pack(len(data)) + data)
 
 
-def _recv_exact(sock: socket.socket, size: int, deadline: float | None) -> bytes:
+Deadline = float | Callable[[], float] | None
+
+
+def _recv_exact(sock: socket.socket, size: int, deadline: Deadline) -> bytes:
     buffer = bytearray(size)
     view = memoryview(buffer)
     got = 0
     while got < size:
         if deadline is not None:
-            remaining = deadline - time.monotonic()
+            remaining = (deadline() if callable(deadline) else deadline) - time.monotonic()
             if remaining <= 0:
                 raise TimeoutError("no complete frame before the deadline")
             sock.settimeout(remaining)
-        n = sock.recv_into(view[got:])
+        try:
+            n = sock.recv_into(view[got:])
+        except TimeoutError:
+            if callable(deadline):
+                continue  # asked again: it may have moved meanwhile
+            raise
         if n == 0:
             raise EOFError("connection closed" if got == 0 else "connection closed in the middle of a frame")
         got += n
@@ -343,12 +351,14 @@ def _reject_constant(name: str) -> object:
 
 
 def recv_frame(
-    sock: socket.socket, max_bytes: int = MAX_FRAME_BYTES, deadline: float | None = None
+    sock: socket.socket, max_bytes: int = MAX_FRAME_BYTES, deadline: Deadline = None
 ) -> object:
     """Receive one frame and parse its JSON (values inside are still encoded).
 
     ``deadline`` is a ``time.monotonic()`` instant for the whole frame, so a
-    peer sending a byte at a time cannot stretch it. Raises ``EOFError`` when
+    peer sending a byte at a time cannot stretch it; or a function that
+    answers that instant as it stands when asked (it is asked again when it
+    passes: a deadline that moves, see ``_Remote``). Raises ``EOFError`` when
     the peer closed (before or inside the frame), ``TimeoutError`` past the
     deadline, :class:`FrameTooLarge` for a length over ``max_bytes`` (nothing
     is read past the header), :class:`ProtocolError` for bytes that are not
@@ -558,10 +568,19 @@ class _Remote:
     """The test process's end of the channel: one request, one reply, until it breaks."""
 
     def __init__(self, channel: socket.socket, max_frame_bytes: int, call_timeout: float | None,
-                 classes: frozenset[str] = frozenset(), deadline: float | None = None) -> None:
+                 classes: frozenset[str] = frozenset(), deadline: float | None = None,
+                 cpu_credit: Callable[[], float] | None = None, deadline_stretch: float = 1.0) -> None:
         self.channel = channel
         # When all the tests' time runs out (time.monotonic()), whatever call is then in flight.
         self.deadline = deadline
+        # The seconds the other runs of the sandbox have had the CPU while the
+        # candidate waited for one, as its agent counts them: each deadline
+        # moves on by what they took meanwhile, up to deadline_stretch times
+        # its span (sandboxd.agent.runner.RunDeadline, the same rule).
+        self.cpu_credit = cpu_credit
+        self.deadline_stretch = max(1.0, deadline_stretch)
+        self.started = time.monotonic()
+        self.credit_at_start = self._credit()
         # Names whose calls may answer with an object living in the candidate's
         # process (see _unwrap): its top-level classes, by its source.
         self.classes = classes
@@ -574,14 +593,36 @@ class _Remote:
         # Requests sent: tests that never call the candidate check nothing.
         self.calls = 0
 
-    def _deadline(self) -> float | None:
-        call_ends = None if self.call_timeout is None else time.monotonic() + self.call_timeout
+    def _credit(self) -> float:
+        return self.cpu_credit() if self.cpu_credit is not None else 0.0
+
+    def _moved(self, started: float, span: float, credit_then: float) -> float:
+        """`span` after `started`, moved on by the credit since then (up to the stretch)."""
+        moved = min(max(0.0, self._credit() - credit_then), (self.deadline_stretch - 1.0) * span)
+        return started + span + moved
+
+    def _time_for_all_ends(self) -> float | None:
         if self.deadline is None:
-            return call_ends
-        return self.deadline if call_ends is None else min(call_ends, self.deadline)
+            return None
+        return self._moved(self.started, self.deadline - self.started, self.credit_at_start)
+
+    def _deadline(self) -> Callable[[], float] | None:
+        """The deadline of a call starting now, as it stands whenever asked (None: none)."""
+        if self.call_timeout is None and self.deadline is None:
+            return None
+        call_started, credit_then, call_timeout = time.monotonic(), self._credit(), self.call_timeout
+
+        def now() -> float:
+            ends = [end for end in (None if call_timeout is None else self._moved(call_started, call_timeout,
+                                                                                  credit_then),
+                                    self._time_for_all_ends()) if end is not None]
+            return min(ends)
+
+        return now
 
     def _time_up(self) -> bool:
-        return self.deadline is not None and time.monotonic() >= self.deadline
+        ends = self._time_for_all_ends()
+        return ends is not None and time.monotonic() >= ends
 
     def _receive(self) -> object:
         try:
@@ -634,7 +675,7 @@ class _Remote:
         self.calls += 1
         try:
             ends = self._deadline()
-            self.channel.settimeout(None if ends is None else max(1e-3, ends - time.monotonic()))
+            self.channel.settimeout(None if ends is None else max(1e-3, ends() - time.monotonic()))
             send_frame(self.channel, message, self.max_frame_bytes)
         except TimeoutError:
             self.broken = (TestsTimeUp(TIME_UP_MESSAGE) if self._time_up()
@@ -1187,6 +1228,8 @@ def run_tests(
     time_for_all: float | None = None,
     max_frame_bytes: int = MAX_FRAME_BYTES,
     on_result: Callable[[dict[str, object]], None] | None = None,
+    cpu_credit: Callable[[], float] | None = None,
+    deadline_stretch: float = 1.0,
 ) -> dict[str, object]:
     """Run a plan's tests against the candidate at the other end of ``channel``.
 
@@ -1229,7 +1272,10 @@ def run_tests(
     flight when it runs out and every later one are ``total_time``, and the
     tests that ran keep their verdicts (a job's reward as a fraction of its
     cases counts them). Past that the caller enforces the deadline by
-    killing both processes. ``on_result`` gets each test's result as soon as it is known.
+    killing both processes. Both move on by what ``cpu_credit()`` grows by
+    meanwhile (the seconds the sandbox's other runs had the CPU while the
+    candidate waited for one), up to ``deadline_stretch`` times their span.
+    ``on_result`` gets each test's result as soon as it is known.
     The channel is shut down for writing at the end, which ends the candidate.
 
     Returns ``{"passed": bool, "passed_count": int, "total": int,
@@ -1266,7 +1312,8 @@ def run_tests(
             on_result(result)
 
     deadline = None if time_for_all is None else time.monotonic() + time_for_all
-    remote = _Remote(channel, max_frame_bytes, call_timeout, frozenset(classes) - {entry_point}, deadline)
+    remote = _Remote(channel, max_frame_bytes, call_timeout, frozenset(classes) - {entry_point}, deadline,
+                     cpu_credit=cpu_credit, deadline_stretch=deadline_stretch)
     load_error: dict[str, str] | None = None
     try:
         try:

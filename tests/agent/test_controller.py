@@ -723,7 +723,7 @@ def candidate_fills_then_judge_finds_no_room(controller: controller_module.Contr
         Path(spec.cwd, "filler").write_bytes(os.urandom(300 << 10))
         return await until_the_judge_hangs_up(spec)
 
-    async def judge(request: dict[str, Any], peer: socket.socket, timeout: float) -> Any:
+    async def judge(request: dict[str, Any], peer: socket.socket, cpu_credit_fd: int, timeout: float) -> Any:
         await asyncio.sleep(0.01)
         await controller.charge_neighbours(None, "making a work dir: No space left on device")
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
@@ -776,7 +776,7 @@ def test_an_innocent_candidate_is_not_charged_when_the_neighbour_leaves_between_
     async def candidate_run(spec: runner.RunSpec, *, settle: bool = True) -> runner.RunOutcome:
         return await until_the_judge_hangs_up(spec)  # writes nothing
 
-    async def judge(request: dict[str, Any], peer: socket.socket, timeout: float) -> Any:
+    async def judge(request: dict[str, Any], peer: socket.socket, cpu_credit_fd: int, timeout: float) -> Any:
         # As JudgeServer.start -> make_workdir: mkdir got ENOSPC before the candidate ran at all.
         await controller.charge_neighbours(None, "making a work dir: No space left on device")
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
@@ -935,14 +935,16 @@ def test_a_code_job_without_a_total_timeout_is_a_bad_request(tmp_path: Path, mon
     assert reply == {"error": "bad request: job.limits has no 'total_timeout'"}
 
 
-@pytest.mark.parametrize(("total_timeout", "deadline", "time_for_all", "limit"),
-                         [(300, 2.0, None, "wall_time"), (1.5, 2.5, 1.5, "total_time")])
+@pytest.mark.parametrize(("total_timeout", "deadline", "judge_deadline", "time_for_all", "limit"),
+                         [(300, 2.0, 6.0, None, "wall_time"), (1.5, 2.5, 5.5, 1.5, "total_time")])
 def test_function_tests_end_at_the_sooner_of_their_timeouts_and_the_jobs(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, total_timeout: float, deadline: float,
-        time_for_all: float | None, limit: str) -> None:
+        judge_deadline: float, time_for_all: float | None, limit: str) -> None:
     """The judge calls the candidate once per case, under one deadline for them all: two cases of 1 s, or the job's
     time where that is shorter, which the result names. That time the judge keeps itself (time_for_all), so both
-    get JUDGE_GRACE_SECONDS more; here it gives no verdict even so."""
+    get JUDGE_GRACE_SECONDS more; here it gives no verdict even so. The judge moves its deadlines by the CPU the
+    others take from the candidate, up to DEADLINE_STRETCH times them, and is waited for as long (the candidate's
+    run moves its own)."""
     controller = bare_controller(tmp_path, monkeypatch)
     deadlines: list[float] = []
     requests: list[dict[str, Any]] = []
@@ -951,7 +953,7 @@ def test_function_tests_end_at_the_sooner_of_their_timeouts_and_the_jobs(
         deadlines.append(spec.timeout)
         return await until_the_judge_hangs_up(spec)
 
-    async def judge(request: dict[str, Any], peer: socket.socket, timeout: float) -> Any:
+    async def judge(request: dict[str, Any], peer: socket.socket, cpu_credit_fd: int, timeout: float) -> Any:
         deadlines.append(timeout)
         requests.append(request)
         return "timeout", None, f"no verdict within {timeout:g} s"
@@ -960,7 +962,7 @@ def test_function_tests_end_at_the_sooner_of_their_timeouts_and_the_jobs(
     monkeypatch.setattr(controller.judges, "judge", judge)
     job = dict(JUDGED_JOB, limits=dict(JUDGED_JOB["limits"], total_timeout=total_timeout))
     result = _run(controller, job)["result"]
-    assert deadlines == [deadline, deadline]
+    assert sorted(deadlines) == [deadline, judge_deadline]
     assert requests[0]["harness"].get("time_for_all") == time_for_all and requests[0]["harness"]["call_timeout"] == 1
     assert (result["status"], result["limit"]) == ("timeout", limit), result
     if limit == "total_time":
@@ -973,7 +975,7 @@ def test_function_tests_cut_by_the_jobs_time_keep_the_verdicts_before_it(
     controller = bare_controller(tmp_path, monkeypatch)
     monkeypatch.setattr(controller.runner, "run", until_the_judge_hangs_up)
 
-    async def judge(request: dict[str, Any], peer: socket.socket, timeout: float) -> Any:
+    async def judge(request: dict[str, Any], peer: socket.socket, cpu_credit_fd: int, timeout: float) -> Any:
         tests = [{"index": 0, "passed": True, "status": "ok", "message": ""},
                  {"index": 1, "passed": False, "status": "total_time", "message": "the time for all the tests ran out"},
                  {"index": 2, "passed": False, "status": "total_time",

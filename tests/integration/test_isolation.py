@@ -627,6 +627,8 @@ def test_a_run_the_others_keep_off_the_cpu_is_retried_not_charged_timeout(tmp_pa
 # Spins until it has run 0.6 s of CPU, then answers: correct under a 1 s timeout on a CPU of its own.
 SPIN_CPU = ("import time\nstarted = time.process_time()\nwhile time.process_time() - started < 0.6:\n    pass\n"
             "print(int(input()) * 2)\n")
+SPIN_CPU_FUNCTION = ("import time\ndef f(n):\n    started = time.process_time()\n"
+                     "    while time.process_time() - started < 0.6:\n        pass\n    return n * 2\n")
 
 
 def test_a_correct_program_beside_a_busy_one_gets_its_timeout_of_cpu(tmp_path: Path) -> None:
@@ -634,18 +636,24 @@ def test_a_correct_program_beside_a_busy_one_gets_its_timeout_of_cpu(tmp_path: P
     got half the CPU and was charged TIMEOUT at its 1 s deadline, three times in three (red team), which no
     retry rescues (the busy loop runs about what it runs: not starved). Now a run's deadline moves on by the CPU
     the others took while it waited for one, for each case of a stdio job; the busy loop keeps its TIMEOUT, and a
-    run that ends at its own deadline, busy beside nothing, keeps it too."""
+    run that ends at its own deadline, busy beside nothing, keeps it too. The judge's per-call deadline moves
+    alike (the agent keeps the candidate's credit in a file the judge reads)."""
     stdio_job = helpers.code(f"```python\n{SPIN_CPU}```", {"inputs": ["1\n", "2\n"], "outputs": ["2\n", "4\n"]},
                              timeout=1)
+    function_job = helpers.code(f"```python\n{SPIN_CPU_FUNCTION}```",
+                                {"test": "def check(candidate):\n    assert candidate(3) == 6\n", "entry_point": "f"},
+                                timeout=1)
     with one_sandbox(tmp_path, "moved", slots=2) as (_, channel), \
             concurrent.futures.ThreadPoolExecutor(2) as threads:
         for _ in range(2):
             busy = threads.submit(outcome, channel, "while True:\n    pass\n", timeout=6)
             time.sleep(1.0)  # it is running
             judged = helpers.run(channel, stdio_job)
+            called = helpers.run(channel, function_job)
             spun = outcome(channel, SPIN_CPU, stdin=b"3\n", timeout=1)
             busied = busy.result()
             assert (judged.status, judged.reward, judged.attempts) == (pb.STATUS_OK, 1.0, 1), judged
+            assert (called.status, called.reward, called.attempts) == (pb.STATUS_OK, 1.0, 1), called
             assert (spun.status, spun.execute.stdout, spun.attempts) == (pb.STATUS_OK, b"6\n", 1), spun
             assert (busied.status, busied.attempts) == (pb.STATUS_TIMEOUT, 1), busied
         # Alone, a run busy to the end of its time is killed there: nothing took its CPU.

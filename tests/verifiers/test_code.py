@@ -926,6 +926,31 @@ def test_the_time_for_all_tests_bounds_assert_tests_too(tmp_path: Path) -> None:
     assert [(t["status"], t["message"]) for t in result["tests"]] == [("total_time", pyharness.TIME_UP_MESSAGE)]
 
 
+def test_deadlines_move_by_the_cpu_credit_up_to_the_stretch(tmp_path: Path) -> None:
+    """The agent keeps the CPU the sandbox's other runs took from the candidate while it waited for one; each
+    call's deadline, and the time for all, move on by what it grew meanwhile, up to the stretch. Here the
+    credit grows as fast as the clock: every moment the candidate waited for the CPU they had."""
+    code = "import time\ndef wait(seconds):\n    time.sleep(seconds)\n    return seconds\n"
+    started = time.monotonic()
+
+    def credit() -> float:
+        return time.monotonic() - started
+
+    cases = [FunctionCase((0.5,), 0.5), FunctionCase((2.0,), 2.0)]
+    moved = harness(code, tmp_path, fn_name="wait", cases=cases, call_timeout=0.3, cpu_credit=credit,
+                    deadline_stretch=3.0)
+    # 0.5 s is inside 0.3 s moved on by 0.3 s or less (0.9 s at most); 2 s is past it.
+    assert [t["status"] for t in moved["tests"]] == ["ok", "timeout"], moved
+    unmoved = harness(code, tmp_path, fn_name="wait", cases=cases[:1], call_timeout=0.3, cpu_credit=credit)
+    assert [t["status"] for t in unmoved["tests"]] == ["timeout"], unmoved  # a stretch of 1: no move
+    uncredited = harness(code, tmp_path, fn_name="wait", cases=cases[:1], call_timeout=0.3, deadline_stretch=3.0)
+    assert [t["status"] for t in uncredited["tests"]] == ["timeout"], uncredited
+    started = time.monotonic()
+    all_moved = harness(code, tmp_path, fn_name="wait", cases=[FunctionCase((0.5,), 0.5)], call_timeout=60,
+                        time_for_all=0.3, cpu_credit=credit, deadline_stretch=3.0)
+    assert [t["status"] for t in all_moved["tests"]] == ["ok"], all_moved
+
+
 def test_function_tests_with_a_zero_tolerance_compare_exactly(tmp_path: Path) -> None:
     code = "def third():\n    return 0.1 + 0.2\n"
     cases = [FunctionCase((), 0.3)]
