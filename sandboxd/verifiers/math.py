@@ -130,6 +130,8 @@ _MATH_SPAN_RE = re.compile(
     r"|\$(?P<d>[^$]{1,2000}?)\$",
     re.DOTALL,
 )
+# What joins the math spans of a list after an answer phrase: "$2$ and $3$", "$2$, $3$", "$2$; $3$".
+_LIST_JOINER_RE = re.compile(r"\s*(?:[,;&]\s*)?(?:and\s+)?", re.IGNORECASE)
 # How much of the line after an answer phrase is searched for a box or a math span.
 _PHRASE_SCAN_CHARS = 4_000
 _SENTENCE_END_RE = re.compile(r"(?<=[.?])\s+(?=[A-Z])")
@@ -300,7 +302,14 @@ def _extract_phrase(text: str) -> str | None:
         if _HEDGE_RE.search(_MATH_SPAN_RE.sub(" ", head[span.end() :])):
             # "The answer is $2$ or $3$": all of it, for the judge's alternatives check (it paid 2).
             return _MATH_SPAN_RE.sub(lambda m: _span_text(m), head[span.start() :]).strip().rstrip(".").strip()
-        return _span_text(span)
+        # "The answer is $2$ and $3$": all the spans of a list, not its first (it paid 2).
+        listed, end = [_span_text(span)], span.end()
+        for more in _MATH_SPAN_RE.finditer(head, span.end()):
+            if not _LIST_JOINER_RE.fullmatch(head[end : more.start()]):
+                break
+            listed.append(_span_text(more))
+            end = more.end()
+        return ", ".join(listed)
     # An over-long line is returned whole so that the length limit rejects it explicitly.
     answer = head if len(line) <= _PHRASE_SCAN_CHARS else line
     answer = answer.strip().strip("*").strip().lstrip(":").strip()
@@ -368,7 +377,7 @@ def _plain_runs(text: str) -> list[tuple[int, str]]:
         if not current or current[-1][0] != "space":
             return None  # only whitespace-separated neighbours are split
         prev = current[-2] if len(current) >= 2 else None
-        if prev is not None and (prev[0] in ("num", "word") or prev[1] in ")]}!%"):
+        if prev is not None and (prev[0] in ("num", "word", "scale") or prev[1] in ")]}!%"):
             return prev
         return None
 
@@ -383,7 +392,16 @@ def _plain_runs(text: str) -> list[tuple[int, str]]:
         kind = m.lastgroup or ""
         tok = m.group(0)
         item = (kind, tok, m.start(), m.end())
-        if kind == "word" and tok.lower() in ("and", "or"):
+        after_number = bool(current) and (current[-1][0] in ("num", "scale") or (
+            current[-1][0] == "space" and len(current) >= 2 and current[-2][0] in ("num", "scale")))
+        if after_number and kind == "word" and (unit := _PLAIN_UNIT_RE.match(text, m.start())):
+            # "12 cm^2", "10 m/s": the number's unit ends the expression (the last one was "2", "m/s").
+            flush()
+            pos = unit.end()
+            continue
+        if after_number and kind == "word" and _SCALE_TOKEN_RE.fullmatch(tok):
+            current.append(("scale", tok, m.start(), m.end()))  # "3 million": part of the number's value
+        elif kind == "word" and tok.lower() in ("and", "or"):
             if current:
                 current.append(("sep", tok, m.start(), m.end()))
         elif kind == "unit" or (kind == "word" and len(tok) > 1 and tok.lower() not in _MATH_WORDS):
@@ -492,7 +510,11 @@ def extract_answer(completion: str, extraction: str = "auto") -> tuple[str, str]
 # --------------------------------------------------------------------------------------------
 
 _DELIMS = (("$$", "$$"), ("\\[", "\\]"), ("\\(", "\\)"), ("$", "$"))
-_TEXT_CMD_RE = re.compile(r"\\(?:text|textbf|textit|textrm|mathrm|mathbf|mathit|mbox)\s*\{([^{}]*)\}")
+# Commands whose argument Math-Verify's normaliser treats as text: it rewrites \mathrm, \mathit, \mathbf, \textnormal,
+# \textbf, \textit and \textrm to \text, then drops everything from the first \text{ to the end (see
+# _text_hiding_math). The others here (\textsf, \texttt, \mathsf, \emph, ...) it cannot parse; they are text too.
+_TEXT_MACRO = r"\\(?:text(?:normal|bf|it|rm|sf|tt|up)?|math(?:rm|it|bf|sf|tt)|mbox|emph)(?![A-Za-z])"
+_TEXT_CMD_RE = re.compile(rf"{_TEXT_MACRO}\s*\{{([^{{}}]*)\}}")
 _SCI_RE = re.compile(r"^(-?\d+(?:\.\d+)?)\s*[eE]\s*([+-]?\d+)$")
 _MIXED_RE = re.compile(r"^(-?)(\d+)\s+(\d+)\s*/\s*(\d+)$")
 _DECIMAL_COMMA_RE = re.compile(r"^-?\d+,(?:\d{1,2}|\d{4,})$")
@@ -599,10 +621,55 @@ _UNICODE_MATH = str.maketrans(
     }
 )
 _AND_OR_RE = re.compile(r"(?<![{\s])(?:\s*,)?\s+(?:and|or)\s+(?!\})")
-_TEXT_NUMBER_RE = re.compile(r"\\(?:text|mbox|textrm|mathrm)\s*\{\s*(-?\d[\d,]*(?:\.\d+)?)([^{}\d]*)\}")
+_TEXT_NUMBER_RE = re.compile(rf"{_TEXT_MACRO}\s*\{{\s*(-?\d[\d,]*(?:\.\d+)?)([^{{}}\d]*)\}}")
 # 0.\overline{3}, 1.2\overline{45}, also written \overline{3} after "0." with a space
 _REPEATING_RE = re.compile(r"(-?)(\d{0,30})\.(\d{0,30})\s*\\overline\s*\{\s*(\d{1,30})\s*\}")
+# Commands that only space or style what follows them, with no value (Math-Verify drops or ignores them).
+_SPACE_CMD = (r"(?:\s|~|(?<!\\)\\[,;: ]|\\(?:q?quad|(?:neg)?(?:thin|med|thick)space|displaystyle|textstyle)(?![A-Za-z])"
+            r"|\\hspace\*?\s*\{[^{}]*\})")
 _SPACED_THOUSANDS_RE = re.compile(r"^-?\d{1,3}(?:(?:\\[,!; ]|\{,\}|~|\s)\d{3})+(?:\.\d+)?$")
+_INNER_THOUSANDS_RE = re.compile(r"(?<![\d.^_{])\d{1,3}(?:(?:\\[,!]|\{,\})\d{3})+(?![\d])")
+_EMPTY_TEXT_RE = re.compile(rf"{_TEXT_MACRO}\s*\{{\s*\}}")
+_PHANTOM_RE = re.compile(r"\\[hv]?phantom\s*(?=\{)")
+# Words that change the value of the number before them ("2 \text{ thousand}", "1.5 million"): read as their value,
+# where Math-Verify's normaliser dropped them as a unit (2 thousand was paid as 2). "percent" is Math-Verify's own.
+_SCALE_WORDS = {
+    "hundred": "\\times 10^{2}", "thousand": "\\times 10^{3}", "million": "\\times 10^{6}",
+    "billion": "\\times 10^{9}", "trillion": "\\times 10^{12}", "quadrillion": "\\times 10^{15}",
+    "lakh": "\\times 10^{5}", "crore": "\\times 10^{7}", "dozen": "\\times 12",
+    "squared": "^{2}", "cubed": "^{3}",
+}
+_SCALE_WORD = "|".join(_SCALE_WORDS)
+_SCALE_WORDS_RUN = rf"(?:{_SCALE_WORD})s?(?:\s+(?:{_SCALE_WORD})s?)*(?![A-Za-z])"  # "2 hundred thousand"
+_SCALE_WORD_RE = re.compile(
+    rf"(?<=[\d}}]){_SPACE_CMD}*(?:{_TEXT_MACRO}\s*\{{\s*(?P<in_text>{_SCALE_WORDS_RUN})(?P<rest>[^{{}}]*)\}}"
+    rf"|(?P<plain>{_SCALE_WORDS_RUN}))",
+    re.IGNORECASE,
+)
+# One elsewhere in a text ("2 \text{ (in thousands)}", "\text{ dollars, in millions}"): refused, its reading unsure.
+# Not "squared" or "cubed" there: after a unit they are its power ("12 \text{ cm squared}" is 12).
+_MAGNITUDE_WORD = "|".join(word for word in _SCALE_WORDS if word not in ("squared", "cubed"))
+_SCALE_IN_TEXT_RE = re.compile(rf"{_TEXT_MACRO}\s*\{{[^{{}}]*?\b(?:{_MAGNITUDE_WORD})s?\b[^{{}}]*\}}", re.IGNORECASE)
+_SCALE_TOKEN_RE = re.compile(rf"(?:{_SCALE_WORD})s?", re.IGNORECASE)
+_BOLD_LETTER_RE = re.compile(r"\\(?:mathbf|boldsymbol|bm)\s*\{\s*([A-Za-z])\s*\}")
+
+
+def _scale_word_value(m: re.Match[str]) -> str:
+    """``\\times 10^{3}`` for " thousand", keeping the rest of its text ("thousand dollars") as a unit."""
+    words = (m.group("in_text") or m.group("plain")).lower().split()
+    rest = (m.group("rest") or "").strip()
+    value = "".join(f" {_SCALE_WORDS[w if w in _SCALE_WORDS else w[:-1]]}" for w in words)
+    return value + (f" \\text{{ {rest}}}" if rest else "")
+
+
+def _drop_phantoms(s: str) -> str:
+    """``s`` without ``\\phantom{..}``, ``\\hphantom{..}``, ``\\vphantom{..}`` and their (invisible) arguments."""
+    while m := _PHANTOM_RE.search(s):
+        close = _match_brace(s, m.end())
+        if close is None:
+            return s
+        s = s[: m.start()] + " " + s[close + 1 :]
+    return s
 
 
 def _repeating_to_frac(m: re.Match[str]) -> str:
@@ -632,16 +699,26 @@ def _normalize(s: str, *, single_number_gold: bool) -> str:
     # Unicode math that latex2sympy does not read: "2√3", "√(x+1)", "∞", "½".
     s = _UNICODE_SQRT_RE.sub(r"\\sqrt{\1}", s).replace("\u221a", "\\sqrt")
     s = s.translate(_UNICODE_MATH)
+    # Invisible: "2\phantom{3}" shows 2 (latex2sympy read 2 + 3); an empty text is a space ("2\text{ }3" was 23).
+    s = _EMPTY_TEXT_RE.sub(" ", _drop_phantoms(s))
+    # "2 ~= 3": Math-Verify's normaliser reads "~=" as \approx; so do we, for _false_approximation (it paid 2).
+    s = s.replace("~=", " \\approx ")
     # "2 and 3", "x = 2 or x = 3": a list of answers (Math-Verify reads "\\text{ and }" itself).
     s = _AND_OR_RE.sub(", ", s)
-    s = _units_before_a_relation(s)
-    s = _replace_sqrt_parens(s)
     # "\text{5 cm}": the number inside the text is the value, the rest a unit.
     s = _TEXT_NUMBER_RE.sub(lambda m: m.group(1) + (f"\\text{{ {u}}}" if (u := m.group(2).strip()) else ""), s)
+    s = _SCALE_WORD_RE.sub(_scale_word_value, s)
+    # "2\mathbf{i} + 3\mathbf{j}": a bold letter is a vector's symbol, not text (it was read as 2).
+    s = _BOLD_LETTER_RE.sub(r" \1 ", s)
+    s = _units_before_more_math(s)
+    s = _replace_sqrt_parens(s)
     s = _REPEATING_RE.sub(_repeating_to_frac, s)
     if _SPACED_THOUSANDS_RE.match(s):
         # "1\,000", "1 000", "1{,}000": SI-style thousands separators.
         s = re.sub(r"\\[,!; ]|\{,\}|~|\s", "", s)
+    else:
+        # Within a longer answer only the unambiguous separators ("x = 1\,000", "1\,000 \text{ m}" were 1 + 000).
+        s = _INNER_THOUSANDS_RE.sub(lambda m: re.sub(r"\\[,!]|\{,\}", "", m.group(0)), s)
     compact = s.replace(" ", "") if re.fullmatch(r"[-\d ,.eE+]+", s) else s
     # A comma and a space separate list items ("2, 5", and "2 or 5" rewritten above): never a
     # decimal comma, or a hedged "2 or 5" would be the single number 2.5.
@@ -676,6 +753,11 @@ _NUMBER_WITH_UNIT_RE = re.compile(
     rf"\s*+(?P<number>-?(?:\d{{1,3}}(?:,\d{{3}})++|\d++)(?:\.\d++)?+){_UNIT_SPACE}*+"
     rf"{_UNIT_SYMBOL}{_UNIT_POWER}(?:{_UNIT_SEPARATOR}{_UNIT_SYMBOL}{_UNIT_POWER})*+\s*+\.?\s*"
 )
+# The same unit after a number in plain text, up to the end of the unit: not a letter, a digit or a "(" after it
+# ("2 min(a, b)" is not minutes).
+_PLAIN_UNIT_RE = re.compile(
+    rf"{_UNIT_SYMBOL}{_UNIT_POWER}(?:{_UNIT_SEPARATOR}{_UNIT_SYMBOL}{_UNIT_POWER})*(?![A-Za-z\d(])"
+)
 # A residue with its modulus: "x \equiv 2 \pmod{5}", "2 \pmod 5", "x \equiv 2 (\bmod 5)".
 _RESIDUE_RE = re.compile(
     r"\s*+(?:[A-Za-z]\s*+\\equiv(?![A-Za-z]))?\s*+(?P<number>-?\d++)\s*+"
@@ -689,27 +771,90 @@ def _number_without_unit(answer: str) -> str | None:
     return match.group("number") if match else None
 
 
-# A text block with a number after its first word: "\text{ and 3}", "\text{ (maybe 3)}". (One that starts with
-# its number, "\text{5 cm}", is that number with a unit: _TEXT_NUMBER_RE.)
-_TEXT_WITH_NUMBER_RE = re.compile(r"\\(?:text|mbox|textrm)\s*\{\s*[^{}\d\s][^{}\d]*\d[^{}]*\}")
-# A unit in text ("\text{ cm}", "\text{ m}^2"), and a relation after one: the normaliser would drop it with
-# everything after ("3 \text{ m} = 2 \text{ m}" was read as 3, "10\text{ cm} - 3\text{ cm} = 7\text{ cm}" as 10).
-# Right after a number, and not a word that joins ("x = 2 \text{ or } x = 3", "x^2 \text{ for } x > 0").
+# A text block with a number after its first word: "\text{ and 3}", "\mathrm{ (maybe 3)}". (One that starts with
+# its number, "\text{5 cm}", is that number with a unit: _TEXT_NUMBER_RE; a unit's power, "\mathrm{cm^3}", is not one.)
+_TEXT_WITH_NUMBER_RE = re.compile(rf"{_TEXT_MACRO}\s*\{{\s*[^{{}}\d\s](?:[^{{}}\d]|\^\d)*(?<!\^)\d[^{{}}]*\}}")
+# A unit in text ("\text{ cm}", "\text{ m}^2", "\mathrm{~m}", "\mathrm{m/s^2}"), and more math after one: the normaliser
+# would drop it with everything after ("3 \text{ m} = 2 \text{ m}" was read as 3, "2\text{ cm}, 3\text{ cm}" and
+# "2\text{ m} - 7\text{ m}" as 2). Right after a number, and not a word that joins ("x = 2 \text{ or } x = 3",
+# "x^2 \text{ for } x > 0").
 _UNIT_TEXT_RE = re.compile(
-    r"(?<=\d)\s*\\(?:text|mbox|textrm)\s*\{"
+    rf"(?:(?<=[\d}})])|(?<=\\pi)){_SPACE_CMD}*{_TEXT_MACRO}\s*\{{"
     r"(?!\s*(?:or|and|for|if|when|where|with|is|so|then|else|otherwise|such|as|since|because|given|at|on|to|but)\b)"
-    r"\s*[A-Za-z/ ]{1,16}\}(?:\^\d|\^\{\d\})?",
+    r"(?:\s|~|\\[,;:! ])*[A-Za-z](?:[A-Za-z/ ~.\u00b7]|\\[,;:! ]|\^\{?-?\d\}?){0,24}\}(?:\^\d|\^\{\d\})?",
     re.IGNORECASE,
 )
-_RELATION_RE = re.compile(r"[=<>\u2260\u2264\u2265]|\\(?:le|ge|leq|geq|ne|neq|lt|gt)(?![A-Za-z])")
+# What may follow a unit that is set aside: an operator, a relation, a separator, a closing bracket, a text, the end.
+_UNIT_FOLLOWER_RE = re.compile(
+    rf"{_SPACE_CMD}*(?:$|[-=<>+*/,;:.!|&^)\]}}\u00d7\u00f7\u00b7\u2212\u2264\u2265\u2260\u2248]"
+    r"|\\(?:times|cdot|div|pm|mp|le|ge|leq|geq|lt|gt|ne|neq|approx|sim|equiv|to|right|end|text|mbox|math[a-z]*)"
+    r"(?![A-Za-z])|\\[\\}%])"
+)
+_TEXT_BLOCK_RE = re.compile(rf"{_TEXT_MACRO}\s*\{{[^{{}}]*\}}")
+# A text block that Math-Verify's normaliser turns into a list's comma ("\text{ and }", "\text{or}"), not drops.
+_JOINER_TEXT_RE = re.compile(rf"{_TEXT_MACRO}\s*\{{\s*,?\s*(?:and|or)\s*\}}", re.IGNORECASE)
+# Between text blocks, what is not math: spacing, a unit's power, punctuation.
+_NOT_MATH_RE = re.compile(r"\s+|~|\\[,;:! ]|\\q?quad(?![A-Za-z])|\^\s*\{?\s*-?\d\s*\}?|[.,;:!?]")
 
 
-def _units_before_a_relation(s: str) -> str:
-    """``s`` without its units in text when one comes before a relation, so that the relation is judged."""
+def _math_after(s: str) -> bool:
+    """Whether ``s`` holds math: anything but text blocks, spacing, a unit's power and punctuation."""
+    return bool(_NOT_MATH_RE.sub("", _TEXT_BLOCK_RE.sub("", s)))
+
+
+def _units_before_more_math(s: str) -> str:
+    """``s`` without its units in text when more math follows the first one, so that all of it is judged.
+
+    A unit followed by another operand ("2 \\text{ m} 7 \\text{ m}", "3 \\text{ hours } 20 \\text{ minutes}") stays:
+    set aside, it would leave two numbers side by side, which latex2sympy adds; _text_hiding_math refuses it.
+    """
     first = _UNIT_TEXT_RE.search(s)
-    if first is None or not _RELATION_RE.search(s, first.end()):
+    if first is None or not _math_after(s[first.end() :]):
         return s
-    return _UNIT_TEXT_RE.sub(" ", s)
+    return _UNIT_TEXT_RE.sub(lambda m: " " if _UNIT_FOLLOWER_RE.match(s, m.end()) else m.group(0), s)
+
+
+def _text_hiding_math(s: str) -> str | None:
+    """The text block that Math-Verify's normaliser would drop together with the math after it, or ``None``.
+
+    The normaliser drops everything from the first text block (``\\text``, ``\\mathrm``, ``\\textbf``, ...; not a
+    joining "and"/"or") to the end, unless nothing would be left: "2 \\text{ maybe } 3 \\text{ m}" was 2. Units
+    right after numbers are set aside before this (_units_before_more_math); a label first ("\\text{Area} = 25")
+    is kept by the normaliser.
+    """
+    for m in _TEXT_BLOCK_RE.finditer(s):
+        if _JOINER_TEXT_RE.fullmatch(m.group(0)):
+            continue
+        if _math_after(s[: m.start()]) and _math_after(s[m.end() :]):
+            return m.group(0)
+        return None
+    return None
+
+
+# Two numbers with only spacing between them, which latex2sympy adds ("2 \quad 3" and "2\,3" were 5): two answers,
+# or a garbled one. SI thousands ("1\,000") are joined by _normalize first; a mixed number ("3 1/2") is one number,
+# and a subscript or an exponent is not a number beside the next one ("\log_2 8").
+_SIDE_BY_SIDE_RE = re.compile(rf"(?<![\d.^_])(?<![_^]\{{)\d+(?:\.\d+)?\}}*{_SPACE_CMD}+\{{*\.?\d(?!\d*\s*/\s*\d)")
+# A numeral with its base ("1011_2", "1011_{2}", "(1011)_{(2)}", "2A_{16}", "1011_{\text{two}}"): Math-Verify drops
+# the subscript, so 1011_3 was paid against 1011_2.
+_BASE_NUMERAL_RE = re.compile(
+    r"(?<![A-Za-z\d.\\])(?:\d[\dA-Z]*|\(\s*\d[\dA-Z]*\s*\)|\{\s*\d[\dA-Z]*\s*\})"
+    r"\s*_\s*(?:\{([^{}]*(?:\{[^{}]*\}[^{}]*)*)\}|([\dA-Za-z]))"
+)
+_BASE_NAMES = {
+    "two": "2", "binary": "2", "three": "3", "four": "4", "five": "5", "six": "6", "seven": "7", "eight": "8",
+    "octal": "8", "nine": "9", "ten": "10", "decimal": "10", "twelve": "12", "sixteen": "16", "hex": "16",
+    "hexadecimal": "16",
+}
+
+
+def _bases(s: str) -> set[str]:
+    """The bases of the numerals in ``s``: "2" for ``1011_{2}``, ``1011_{(2)}`` and ``1011_{\\text{two}}``."""
+    found = set()
+    for m in _BASE_NUMERAL_RE.finditer(s):
+        base = re.sub(r"\\[A-Za-z]+|[^\dA-Za-z]", "", m.group(1) if m.group(1) is not None else m.group(2)).lower()
+        found.add(_BASE_NAMES.get(base, base.lstrip("0") or "0"))
+    return found
 
 
 def _unwrap_text(s: str) -> str:
@@ -807,7 +952,8 @@ def _false_equality(objs: list[Any]) -> bool:
     for obj in objs:
         # atoms() includes the expression itself: an Eq, or the Eqs of a list of them.
         for relation in obj.atoms(sympy.Eq) if isinstance(obj, sympy.Basic) else ():
-            lhs, rhs = relation.lhs, relation.rhs
+            # doit: a percentage is x * UnevaluatedExpr(1/100), which N() leaves unevaluated ("300\% = 2" was paid).
+            lhs, rhs = _doit(relation.lhs), _doit(relation.rhs)
             if lhs.free_symbols or rhs.free_symbols or _too_big(lhs) or _too_big(rhs):
                 continue
             try:
@@ -1498,6 +1644,18 @@ def _judge(answer: str, rule: str, ground_truth: str) -> dict[str, str]:
 
     gold_s = _normalize(gold_raw, single_number_gold=False)
     pred_s = _normalize(answer, single_number_gold=single_number_gold)
+    # Forms Math-Verify reads as less than they say; each is refused unless the ground truth has it too.
+    if (hiding := _text_hiding_math(pred_s)) and not _text_hiding_math(gold_s):
+        return _result("wrong_answer", message=f"answer: math after text ({hiding[:40]!r}) would be dropped", **base)
+    if (side := _SIDE_BY_SIDE_RE.search(pred_s)) and not _SIDE_BY_SIDE_RE.search(gold_s):
+        return _result("wrong_answer", message=f"answer: numbers side by side ({side.group(0)[:40]!r})", **base)
+    # Against a ground truth without a base the digits decide: a base written there buys nothing over the digits
+    # alone, and datasets leave it out of base-2 answers ("1011_2" against "1011" was refused).
+    if (gold_bases := _bases(gold_s)) and (other_bases := _bases(pred_s) - gold_bases):
+        return _result("wrong_answer", message=f"answer: a numeral in base {min(other_bases)!r}, not the ground "
+                       "truth's", **base)
+    if (scaled := _SCALE_IN_TEXT_RE.search(pred_s)) and not _SCALE_IN_TEXT_RE.search(gold_s):
+        return _result("wrong_answer", message=f"answer: a scale word in text ({scaled.group(0)[:40]!r})", **base)
 
     gold_objs = _mv_parse(gold_s)
     pred_objs = _mv_parse(pred_s)

@@ -823,3 +823,230 @@ def test_an_operator_left_of_the_answers_last_equals_sign_names_what_it_evaluate
 )
 def test_an_operator_right_of_the_last_equals_sign_or_a_false_value_is_still_wrong(answer: str, gold: str) -> None:
     check(boxed(answer), gold, WRONG)
+
+
+# --------------------------------------------------------------------------------------------
+# Fixed (red team): other text macros, units, scale words, bases, spacing and percentages hid part of an answer
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("answer", "gold"),
+    [
+        # Math-Verify rewrites these macros to \text and drops everything from the first text on: each was paid as 2.
+        ("2 \\mathrm{ (maybe 3)}", "2"),
+        ("2 \\textbf{ (maybe 3)}", "2"),
+        ("2 \\textnormal{ maybe 3}", "2"),
+        ("2 \\mathbf{ maybe 3}", "2"),
+        ("2 \\mathit{ maybe 3}", "2"),
+        ("2 \\text{ maybe } 3 \\text{ m}", "2"),  # the number after the text, not in it
+        ("2 \\text{(maybe} 3\\text{)}", "2"),
+        ("2\\mathbf{i} + 3\\mathbf{j}", "2"),  # a vector read as its first coefficient
+    ],
+)
+def test_text_in_any_macro_does_not_hide_the_rest_of_an_answer(answer: str, gold: str) -> None:
+    check(boxed(answer), gold, WRONG)
+
+
+@pytest.mark.parametrize(
+    ("answer", "gold", "expected"),
+    [
+        ("\\textbf{5}", "5", OK),
+        ("\\mathbf{5}", "5", OK),
+        ("10 \\mathrm{~cm}", "10", OK),
+        ("10 \\mathrm{cm^3}", "10", OK),  # a unit's power is not a number hidden in text
+        ("10 \\textbf{ cm}", "10", OK),
+        ("25 \\text{ cm}^2 \\text{ (approximately)}", "25", OK),
+        ("\\text{Area} = 25", "25", OK),  # a label first: Math-Verify keeps it all
+        ("2\\mathbf{i} + 3\\mathbf{j}", "2\\mathbf{i}+3\\mathbf{j}", OK),
+        ("2\\mathbf{i} + 3\\mathbf{j}", "2\\mathbf{i}+5\\mathbf{j}", WRONG),  # fixed: both were read as 2
+    ],
+)
+def test_text_macros_around_a_value_still_score(answer: str, gold: str, expected: str) -> None:
+    check(boxed(answer), gold, expected)
+
+
+@pytest.mark.parametrize(
+    ("answer", "gold"),
+    [
+        ("2\\text{ cm}, 3\\text{ cm}", "2"),  # the first unit swallowed the rest: each was paid as 2
+        ("2\\text{ m} - 7\\text{ m}", "2"),
+        ("2\\text{ m} + 7\\text{ m}", "2"),
+        ("2\\mathrm{~cm}, 3\\mathrm{~cm}", "2"),
+        ("3 \\text{ hours } 20 \\text{ minutes}", "3"),
+        ("2 \\text{ apples and } 3 \\text{ pears}", "2"),
+        ("2 \\text{ m} 3 \\text{ m}", "2"),
+    ],
+)
+def test_a_unit_does_not_hide_the_numbers_after_it(answer: str, gold: str) -> None:
+    check(boxed(answer), gold, WRONG)
+
+
+@pytest.mark.parametrize(
+    ("answer", "gold"),
+    [
+        ("2\\text{ cm}, 3\\text{ cm}", "2, 3"),  # fixed: read as 2
+        ("2\\text{ cm} \\times 3\\text{ cm}", "6"),  # fixed
+        ("\\frac{10\\text{ m}}{2\\text{ s}}", "5"),  # fixed: unparsable
+        ("1\\,000 \\text{ m}", "1000"),  # fixed: 1 + 000
+        ("x = 1\\,000", "1000"),  # fixed
+        ("10 \\, \\text{cm} - 3 \\, \\text{cm} = 7 \\, \\text{cm}", "7"),
+        ("5 \\text{ m} \\times 4 \\text{ m} = 20 \\text{ m}^2", "20"),
+        ("10\\;\\mathrm{m/s}", "10"),
+        ("9.8 \\mathrm{~m/s^2}", "9.8"),
+    ],
+)
+def test_several_numbers_with_units_still_score(answer: str, gold: str) -> None:
+    check(boxed(answer), gold, OK)
+
+
+@pytest.mark.parametrize(
+    ("answer", "gold"),
+    [
+        ("3\\mathrm{~m} = 2\\mathrm{~m}", "3"),  # units in \mathrm hid the false equality
+        ("3 \\textbf{ m} = 2 \\textbf{ m}", "3"),
+        ("2 ~= 3", "2"),  # Math-Verify reads "~=" as \approx, and kept its left side
+        ("x ~= 2 ~= 3", "2"),
+    ],
+)
+def test_a_relation_between_units_or_spelled_oddly_is_judged(answer: str, gold: str) -> None:
+    check(boxed(answer), gold, WRONG)
+
+
+@pytest.mark.parametrize(("answer", "gold"), [("3\\mathrm{~m} = 3\\mathrm{~m}", "3"), ("x ~= 3", "3")])
+def test_a_true_relation_between_units_or_spelled_oddly_still_scores(answer: str, gold: str) -> None:
+    check(boxed(answer), gold, OK)
+
+
+@pytest.mark.parametrize(
+    ("completion", "gold", "expected"),
+    [
+        ("The answer is $2$ and $3$.", "2", WRONG),  # the phrase took the first span: paid as 2
+        ("The answer is $2$, $3$.", "2", WRONG),
+        ("The answer is $2$, and $3$.", "2", WRONG),
+        ("The answer is $2$ $3$", "2", WRONG),
+        ("The answer is $x = 2$ and $y = 3$.", "2", WRONG),
+        ("The answer is $2$ and $3$.", "2, 3", OK),  # was wrong: read as 2
+        ("The answer is $2$ and $3$.", "\\{2, 3\\}", OK),
+        ("The answer is $12$ apples.", "12", OK),
+        ("The answer is $x = 5$ because $y = 3$.", "5", OK),  # prose between: the first span
+        ("The answer is $\\frac{1}{2}$, which is $0.5$.", "0.5", OK),
+    ],
+)
+def test_an_answer_phrase_reads_every_span_of_a_list(completion: str, gold: str, expected: str) -> None:
+    check(completion, gold, expected)
+
+
+@pytest.mark.parametrize(
+    ("completion", "gold", "expected"),
+    [
+        # Math-Verify dropped the word as a unit: each was paid as the bare number. It is read as its value.
+        (boxed("2 \\text{ thousand}"), "2", WRONG),
+        (boxed("2 \\text{ thousand}"), "2000", OK),
+        (boxed("1.5 \\text{ million}"), "1.5", WRONG),
+        (boxed("1.5 \\text{ million}"), "1500000", OK),
+        (boxed("3 \\text{ billion}"), "3", WRONG),
+        (boxed("3 \\text{ hundred}"), "3", WRONG),
+        (boxed("3 \\text{ dozen}"), "3", WRONG),
+        (boxed("3 \\text{ dozen}"), "36", OK),
+        (boxed("3 \\text{ thousand dollars}"), "3", WRONG),
+        (boxed("3 \\text{ thousand dollars}"), "3000", OK),
+        (boxed("\\text{3 million}"), "3", WRONG),
+        (boxed("3 \\mathrm{ million}"), "3", WRONG),
+        (boxed("2 \\,\\text{thousand}"), "2", WRONG),
+        (boxed("2 \\text{ hundred thousand}"), "200000", OK),
+        (boxed("7 \\text{ squared}"), "7", WRONG),
+        (boxed("7 \\text{ squared}"), "49", OK),
+        (boxed("12 \\text{ cm squared}"), "12", OK),  # after a unit, its power
+        (boxed("2\\text{ (in thousands)}"), "2", WRONG),  # a scale word later in the text: refused
+        ("The answer is 3 million dollars.", "3", WRONG),
+        ("The answer is 3 million dollars.", "3000000", OK),
+        ("So the population is 3 million", "3", WRONG),
+    ],
+)
+def test_a_word_that_scales_a_number_is_read_as_its_value(completion: str, gold: str, expected: str) -> None:
+    check(completion, gold, expected)
+
+
+@pytest.mark.parametrize(
+    ("answer", "gold", "expected"),
+    [
+        ("1011_3", "1011_2", WRONG),  # Math-Verify drops the subscript: paid
+        ("1011_{3}", "1011_{2}", WRONG),
+        ("1011_{three}", "1011_2", WRONG),
+        # A ground truth without a base (a dataset that left it out of a base-2 answer) takes the digits with any:
+        # writing the base buys nothing over writing the digits alone, which are paid.
+        ("11_2", "11", OK),
+        ("1011_{2}", "1011", OK),
+        ("1011_2", "1011_2", OK),
+        ("1011_{2}", "1011_2", OK),
+        ("1011", "1011_2", OK),  # the digits asked for, base left implicit
+        ("11_{10}", "11", OK),
+        ("\\log_2 8", "3", OK),  # a subscript that is not a numeral's base
+    ],
+)
+def test_a_numeral_in_another_base_is_not_the_answer(answer: str, gold: str, expected: str) -> None:
+    check(boxed(answer), gold, expected)
+
+
+@pytest.mark.parametrize(
+    ("answer", "gold"),
+    [
+        # latex2sympy adds numbers that stand side by side: each was paid as 5 (or 23).
+        ("2 \\quad 3", "5"),
+        ("2 \\qquad 3", "5"),
+        ("2 3", "5"),
+        ("2\\,3", "5"),
+        ("2\\ 3", "5"),
+        ("2\\;3", "5"),
+        ("2\\thinspace 3", "5"),
+        ("{2} {3}", "5"),
+        ("2\\phantom{3}", "5"),  # invisible: it shows 2
+        ("2\\text{ }3", "23"),
+    ],
+)
+def test_numbers_side_by_side_are_not_a_sum(answer: str, gold: str) -> None:
+    check(boxed(answer), gold, WRONG)
+
+
+@pytest.mark.parametrize(
+    ("answer", "gold"),
+    [
+        ("2\\phantom{3}", "2"),  # fixed: read as 5
+        ("2\\hphantom{3}", "2"),  # fixed: unparsable
+        ("\\phantom{2} 3", "3"),  # fixed: read as 5
+        ("1\\,000", "1000"),
+        ("1\\,234\\,567", "1234567"),
+        ("3 \\frac{1}{2}", "3.5"),
+        ("2 \\sqrt{3}", "2\\sqrt{3}"),
+    ],
+)
+def test_invisible_and_spacing_around_one_number_still_score(answer: str, gold: str) -> None:
+    check(boxed(answer), gold, OK)
+
+
+@pytest.mark.parametrize(("answer", "gold"), [("300\\% = 2", "2"), ("50\\% = 2", "2"), ("2 = 300\\%", "3")])
+def test_a_false_equality_with_a_percentage_is_wrong(answer: str, gold: str) -> None:
+    """A percentage is x * UnevaluatedExpr(1/100), which the numeric check left unevaluated: "300% = 2" was paid."""
+    result = check(boxed(answer), gold, WRONG)
+    assert "equality between unequal numbers" in result["message"], result
+
+
+@pytest.mark.parametrize(("answer", "gold"), [("300\\% = 3", "3"), ("50\\% = 0.5", "0.5"), ("3 = 300\\%", "3")])
+def test_a_true_equality_with_a_percentage_still_scores(answer: str, gold: str) -> None:
+    check(boxed(answer), gold, OK)
+
+
+@pytest.mark.parametrize(
+    ("completion", "gold", "expected"),
+    [
+        ("So the area is 12 cm^2", "12", OK),  # fixed: the last expression was "2"
+        ("So the area is 12 cm^2.", "12", OK),
+        ("So the area is 12 cm^2", "2", WRONG),  # fixed: paid
+        ("So the speed is 10 m/s.", "10", OK),  # fixed: the last expression was "m/s"
+        ("So the speed is 10 m/s^2", "10", OK),
+        ("So the mass is 5 kg", "5", OK),
+    ],
+)
+def test_a_unit_after_the_last_number_is_not_the_last_expression(completion: str, gold: str, expected: str) -> None:
+    check(completion, gold, expected)
