@@ -645,17 +645,16 @@ def test_a_correct_program_beside_a_busy_one_gets_its_timeout_of_cpu(tmp_path: P
                                 timeout=1)
     with one_sandbox(tmp_path, "moved", slots=2) as (_, channel), \
             concurrent.futures.ThreadPoolExecutor(2) as threads:
-        for _ in range(2):
-            busy = threads.submit(outcome, channel, "while True:\n    pass\n", timeout=6)
-            time.sleep(1.0)  # it is running
-            judged = helpers.run(channel, stdio_job)
-            called = helpers.run(channel, function_job)
-            spun = outcome(channel, SPIN_CPU, stdin=b"3\n", timeout=1)
-            busied = busy.result()
-            assert (judged.status, judged.reward, judged.attempts) == (pb.STATUS_OK, 1.0, 1), judged
-            assert (called.status, called.reward, called.attempts) == (pb.STATUS_OK, 1.0, 1), called
-            assert (spun.status, spun.execute.stdout, spun.attempts) == (pb.STATUS_OK, b"6\n", 1), spun
-            assert (busied.status, busied.attempts) == (pb.STATUS_TIMEOUT, 1), busied
+        busy = threads.submit(outcome, channel, "while True:\n    pass\n", timeout=6)
+        time.sleep(1.0)  # it is running
+        judged = helpers.run(channel, stdio_job)
+        called = helpers.run(channel, function_job)
+        spun = outcome(channel, SPIN_CPU, stdin=b"3\n", timeout=1)
+        busied = busy.result()
+        assert (judged.status, judged.reward, judged.attempts) == (pb.STATUS_OK, 1.0, 1), judged
+        assert (called.status, called.reward, called.attempts) == (pb.STATUS_OK, 1.0, 1), called
+        assert (spun.status, spun.execute.stdout, spun.attempts) == (pb.STATUS_OK, b"6\n", 1), spun
+        assert (busied.status, busied.attempts) == (pb.STATUS_TIMEOUT, 1), busied
         # Alone, a run busy to the end of its time is killed there: nothing took its CPU.
         late = outcome(channel, "while True:\n    pass\n", timeout=1)
     assert (late.status, late.attempts) == (pb.STATUS_TIMEOUT, 1), late
