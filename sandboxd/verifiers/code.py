@@ -106,10 +106,11 @@ LANGUAGES: dict[str, Language] = {
         # Xss: competitive-programming Java recurses deep; the default 512k-1M
         # stack overflows on a DFS over 1e5 nodes. SerialGC: one job, few cores,
         # the parallel collectors only add threads that count against pids limits.
+        # -d .: a class in a package goes to the package's folder, where java finds it (resolve_language).
         Language(
             "java",
             "Main.java",
-            ("javac", "-encoding", "UTF-8", "Main.java"),
+            ("javac", "-encoding", "UTF-8", "-d", ".", "Main.java"),
             ("java", "-XX:+UseSerialGC", "-Xss64m", "-cp", ".", "Main"),
             30.0,
             address_space_limit=False,
@@ -284,16 +285,25 @@ def _last_match(pattern: re.Pattern[str], text: str, end: int) -> re.Match[str] 
 def resolve_language(language: str, code: str = "") -> Language:
     """The :class:`Language` for a name or alias, adapted to ``code`` when needed.
 
-    Java is the one language whose file name depends on the program: a public
-    top-level class must live in a file of its name, so the source file is
-    named after it (``Main.java`` when there is none), and the class run is the
-    top-level class that declares ``main`` (else the public one, else ``Main``).
-    A public class whose file name would be too long for the file system is
-    left to javac in ``Main.java``: it fails there as a compile error, not in
-    the agent when it writes the file. Raises ``ValueError`` for an unknown
-    language.
+    Java's file name depends on the program: a public top-level class must
+    live in a file of its name, so the source file is named after it
+    (``Main.java`` when there is none), and the class run is the top-level
+    class that declares ``main`` (else the public one, else ``Main``), in the
+    program's package if it declares one (javac ``-d .`` puts it in the
+    package's folder). A public class whose file name would be too long for
+    the file system is left to javac in ``Main.java``: it fails there as a
+    compile error, not in the agent when it writes the file.
+
+    JavaScript with ``import`` or ``export`` statements is an ES module: it
+    runs as ``main.mjs`` (Node 18 runs a ``.js`` file as CommonJS, where an
+    ``import`` statement is a SyntaxError; Node 22 detects the module itself).
+
+    Raises ``ValueError`` for an unknown language.
     """
     lang = LANGUAGES[_canonical_language(language)]
+    if lang.name == "javascript" and code and _JS_MODULE_SYNTAX.search(_JS_BLANK.sub(" ", code)):
+        return dataclasses.replace(lang, source_file="main.mjs",
+                                   run_argv=(*lang.run_argv[:-1], "main.mjs"))
     if lang.name != "java" or not code:
         return lang
     public_name, main_name = _java_classes(code)
@@ -301,13 +311,39 @@ def resolve_language(language: str, code: str = "") -> Language:
         public_name = None
     file_class = public_name or "Main"
     run_class = main_name or public_name or "Main"
+    if package := _java_package(code):
+        run_class = f"{package}.{run_class}"
     source = f"{file_class}.java"
     return dataclasses.replace(
         lang,
         source_file=source,
-        compile_argv=("javac", "-encoding", "UTF-8", source),
+        compile_argv=("javac", "-encoding", "UTF-8", "-d", ".", source),
         run_argv=(*lang.run_argv[:-1], run_class),
     )
+
+
+# A package declaration, the first statement of a Java file: "package com.example.app;". Its class runs as
+# com.example.app.Main (java -cp . Main said "wrong name" for a correct program).
+_JAVA_NAME = r"[A-Za-z_$][\w$]*+"
+_JAVA_PACKAGE = re.compile(rf"\s*+(?:@[\w.]++\s*+)*+package\s++({_JAVA_NAME}(?:\s*+\.\s*+{_JAVA_NAME})*+)\s*+;")
+
+
+def _java_package(code: str) -> str:
+    """The package ``code`` declares, or ""."""
+    match = _JAVA_PACKAGE.match(_JAVA_BLANK.sub(lambda m: " " * len(m.group()), code))
+    return re.sub(r"\s+", "", match.group(1)) if match else ""
+
+
+# JavaScript: an import or export statement at the start of a line (not import(), a call CommonJS has too), once
+# comments and string literals are blanked.
+_JS_BLANK = re.compile(
+    r"//[^\n]*|/\*.*?(?:\*/|\Z)|`(?:\\.|[^`\\])*+(?:`|\Z)|\"(?:\\.|[^\"\\\n])*+\"?|'(?:\\.|[^'\\\n])*+'?",
+    re.DOTALL,
+)
+_JS_MODULE_SYNTAX = re.compile(
+    r"^[ \t]*+(?:import(?:[ \t]++[\w$]|[ \t]*+[{*])|export[ \t]++(?:default|const|let|var|function|async|class|\{|\*))",
+    re.MULTILINE,
+)
 
 
 # ---------------------------------------------------------------------------

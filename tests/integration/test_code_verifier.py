@@ -520,6 +520,29 @@ def test_deep_recursion_threads_and_gnu_extensions_pass(channel: grpc.Channel, l
     assert not failed
 
 
+# Correct programs the old runs refused (red team): an ES module run as CommonJS (SyntaxError on `import`), and a
+# class in a package run by its bare name ("wrong name").
+MODULE_AND_PACKAGE = {
+    "javascript": ("import { readFileSync } from 'fs';\n"
+                   "const [a, b] = readFileSync(0, 'utf8').trim().split(/\\s+/).map(Number);\nconsole.log(a + b);\n"),
+    "java": ("package com.example.app;\n\nimport java.util.*;\n\npublic class Main {\n"
+             "    public static void main(String[] args) {\n        Scanner in = new Scanner(System.in);\n"
+             "        System.out.println(in.nextInt() + in.nextInt());\n    }\n}\n"),
+}
+
+
+def test_es_modules_and_java_packages_run(channel: grpc.Channel, languages: set[str]) -> None:
+    present = [language for language in MODULE_AND_PACKAGE if language in languages]
+    if not present:
+        pytest.skip("neither javascript nor java is in GetInfo().languages")
+    jobs = [stdio_job(MODULE_AND_PACKAGE[language], [("2 3\n", "5")], language=language, timeout=10.0, index=i)
+            for i, language in enumerate(present)]
+    results = run_batch(channel, jobs)
+    failed = {language: describe(results[i]) for i, language in enumerate(present)
+              if results[i].status != pb.STATUS_OK or results[i].reward != 1.0}
+    assert not failed
+
+
 # ---- Python-only dataset shapes ---------------------------------------------
 
 ADD = "def add(a, b):\n    return a + b\n"

@@ -192,11 +192,48 @@ def test_java_file_and_class_names() -> None:
     )
     lang = resolve_language("java", public)
     assert lang.source_file == "Solution.java"
-    assert lang.compile_argv == ("javac", "-encoding", "UTF-8", "Solution.java")
+    assert lang.compile_argv == ("javac", "-encoding", "UTF-8", "-d", ".", "Solution.java")
     assert lang.run_argv[-1] == "Solution"
     helper_first = "class Helper { int x; }\nclass Runner {\n  public static void main(String[] a) {}\n}\n"
     lang = resolve_language("java", helper_first)
     assert (lang.source_file, lang.run_argv[-1]) == ("Main.java", "Runner")
+
+
+@pytest.mark.parametrize(
+    ("code", "run"),
+    [
+        # javac -d . puts a packaged class in its package's folder; `java Main` said "wrong name" (red team).
+        ("package com.example;\npublic class Main { public static void main(String[] a) {} }", "com.example.Main"),
+        ("/* header */\n// more\npackage  a . b ;\nclass Sol { static void main(String[] a) {} }", "a.b.Sol"),
+        ("@Deprecated package x;\nclass Main { public static void main(String[] a) {} }", "x.Main"),
+        # Not a declaration: in a string, or after the first statement.
+        ('class Main { public static void main(String[] a) { String s = "package x;"; } }', "Main"),
+        ("import java.util.*;\npackage x;\nclass Main { public static void main(String[] a) {} }", "Main"),
+    ],
+)
+def test_a_java_package_names_the_class_run(code: str, run: str) -> None:
+    assert resolve_language("java", code).run_argv[-1] == run
+
+
+@pytest.mark.parametrize(
+    ("code", "source"),
+    [
+        # Node 18 runs main.js as CommonJS: an import statement was a SyntaxError in a correct program (red team).
+        ("import { readFileSync } from 'fs';\nconsole.log(readFileSync(0, 'utf8'));\n", "main.mjs"),
+        ("import fs from 'fs';\n", "main.mjs"),
+        ("  import * as fs from 'fs';\n", "main.mjs"),
+        ("const x = 1;\nexport default x;\n", "main.mjs"),
+        ("export function f() {}\n", "main.mjs"),
+        # CommonJS, whatever its comments and strings say; import() is a call CommonJS has too.
+        ("const fs = require('fs');\n// import fs from 'fs'\nconsole.log('import x from y');\n", "main.js"),
+        ("/*\nimport fs from 'fs'\n*/\nconst s = `\nexport default 1\n`;\n", "main.js"),
+        ("import('fs').then((fs) => console.log(fs));\n", "main.js"),
+        ("importance = 1;\nexports.x = 1;\n", "main.js"),
+    ],
+)
+def test_javascript_with_module_syntax_runs_as_an_es_module(code: str, source: str) -> None:
+    lang = resolve_language("javascript", code)
+    assert (lang.source_file, lang.run_argv[-1]) == (source, source)
 
 
 @pytest.mark.parametrize(
@@ -232,7 +269,7 @@ def test_java_file_and_class_names() -> None:
 def test_java_names_of_valid_and_unwritable_programs(code: str, source: str, run: str) -> None:
     lang = resolve_language("java", code)
     assert (lang.source_file, lang.run_argv[-1]) == (source, run)
-    assert lang.compile_argv == ("javac", "-encoding", "UTF-8", source)
+    assert lang.compile_argv == ("javac", "-encoding", "UTF-8", "-d", ".", source)
 
 
 def test_node_output_is_whole_when_a_program_exits_through_a_pipe(tmp_path: Path) -> None:
