@@ -282,6 +282,7 @@ STARVED_MAX_PROCESSES = 8
 # ran: neither moves. RLIMIT_CPU (the timeout, rounded up) still ends a
 # busy run at its own CPU, so the move buys time to run, never more CPU.
 # DEADLINE_STRETCH lives in protocol: the daemon waits as much longer.
+
 # A move shorter than this ends the run instead: the watch's sweeps tick in 50 ms.
 DEADLINE_MIN_MOVE = 0.01
 
@@ -953,6 +954,7 @@ class Runner:
 
         if job is not None:
             job.watch(withdraw)
+
         def publish_credit() -> None:
             credit = others_took(self.usage.share_of(watched), math.inf)
             with contextlib.suppress(OSError):  # the sweep serves every run: nothing here may end it
