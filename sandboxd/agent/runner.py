@@ -294,11 +294,11 @@ class RunDeadline:
 
     started: float  # time.monotonic()
     timeout: float
-    at: float = 0.0
     moved_seconds: float = 0.0
 
-    def __post_init__(self) -> None:
-        self.at = self.started + self.timeout
+    @property
+    def at(self) -> float:
+        return self.started + self.timeout + self.moved_seconds
 
     def move(self, share: CpuShare | None) -> bool:
         """Move the deadline by the CPU the others took while the run waited (`share`, up to now); whether it moved."""
@@ -306,7 +306,6 @@ class RunDeadline:
         if moved - self.moved_seconds < DEADLINE_MIN_MOVE:
             return False
         self.moved_seconds = moved
-        self.at = self.started + self.timeout + moved
         return True
 
 

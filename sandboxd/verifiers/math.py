@@ -790,7 +790,6 @@ _UNIT_FOLLOWER_RE = re.compile(
     r"|\\(?:times|cdot|div|pm|mp|le|ge|leq|geq|lt|gt|ne|neq|approx|sim|equiv|to|right|end|text|mbox|math[a-z]*)"
     r"(?![A-Za-z])|\\[\\}%])"
 )
-_TEXT_BLOCK_RE = re.compile(rf"{_TEXT_MACRO}\s*\{{[^{{}}]*\}}")
 # A text block that Math-Verify's normaliser turns into a list's comma ("\text{ and }", "\text{or}"), not drops.
 _JOINER_TEXT_RE = re.compile(rf"{_TEXT_MACRO}\s*\{{\s*,?\s*(?:and|or)\s*\}}", re.IGNORECASE)
 # Between text blocks, what is not math: spacing, a unit's power, punctuation.
@@ -799,7 +798,7 @@ _NOT_MATH_RE = re.compile(r"\s+|~|\\[,;:! ]|\\q?quad(?![A-Za-z])|\^\s*\{?\s*-?\d
 
 def _math_after(s: str) -> bool:
     """Whether ``s`` holds math: anything but text blocks, spacing, a unit's power and punctuation."""
-    return bool(_NOT_MATH_RE.sub("", _TEXT_BLOCK_RE.sub("", s)))
+    return bool(_NOT_MATH_RE.sub("", _TEXT_CMD_RE.sub("", s)))
 
 
 def _units_before_more_math(s: str) -> str:
@@ -822,7 +821,7 @@ def _text_hiding_math(s: str) -> str | None:
     right after numbers are set aside before this (_units_before_more_math); a label first ("\\text{Area} = 25")
     is kept by the normaliser.
     """
-    for m in _TEXT_BLOCK_RE.finditer(s):
+    for m in _TEXT_CMD_RE.finditer(s):
         if _JOINER_TEXT_RE.fullmatch(m.group(0)):
             continue
         if _math_after(s[: m.start()]) and _math_after(s[m.end() :]):

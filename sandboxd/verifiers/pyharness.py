@@ -597,9 +597,12 @@ class _Remote:
         return self.cpu_credit() if self.cpu_credit is not None else 0.0
 
     def _moved(self, started: float, span: float, credit_then: float) -> float:
-        """`span` after `started`, moved on by the credit since then (up to the stretch)."""
-        moved = min(max(0.0, self._credit() - credit_then), (self.deadline_stretch - 1.0) * span)
-        return started + span + moved
+        """`span` after `started`, moved on by the credit since then (up to the stretch) once that has passed: the
+        credit is read only then, off a call's usual path."""
+        ends = started + span
+        if time.monotonic() < ends:
+            return ends
+        return ends + min(max(0.0, self._credit() - credit_then), (self.deadline_stretch - 1.0) * span)
 
     def _time_for_all_ends(self) -> float | None:
         if self.deadline is None:
