@@ -91,6 +91,17 @@ _MAX_TOTAL_DEPTH = 40
 # Towers of exponents: the grammar's prediction is exponential in the tower height (x^x^...^x
 # with 12 carets ~1 s, with 20 carets ~20 s) and sympy evaluates them eagerly. 9^{9^{9^9}} is 3.
 _MAX_POWER_DEPTH = 5
+# Two symbol-free values whose 30-digit evaluations differ by more than this (relative to the
+# larger, or absolute below 1) are different; see _numerically_apart.
+_APART_MARGIN = 1e-20
+_APART_MIN_BITS = 80  # and each evaluated to at least this many bits (a 30-digit value has 103)
+# The most bits of ln 2, pi or e that evaluation may compute (0.08 s for ln 2 here; 2^20 bits
+# take 16 s). Only an argument past 2^65000 needs more; see _guard_constant_precision.
+_MAX_CONSTANT_BITS = 1 << 16
+# Function applications nested deeper than this (\\log(\\log(... + 1) + 1)) only match the same
+# tree: sympy's evalf re-evaluates a log's argument near 1, so the cost grows about 2.5 times a
+# level (12 deep: 32 s here; 6 deep: 0.5 s, all of it parsing). No final answer nests 7 deep.
+_MAX_FUNCTION_DEPTH = 6
 # Upper bound (in bits) on the magnitude of any numeric sub-expression we let sympy evaluate.
 _MAX_NUMBER_BITS = 1_000_000
 # sympy works out a binomial or a Gamma of concrete numbers as soon as latex2sympy builds it,
@@ -1193,6 +1204,7 @@ def _load() -> ModuleType:
     _latex_cfg = LatexExtractionConfig(boxed_match_priority=0)
     _expr_cfg = ExprExtractionConfig()
     _guard_eager_evaluation()
+    _guard_constant_precision()
     _grader = module
     return module
 
@@ -1250,6 +1262,36 @@ def _guard_eager_evaluation() -> None:
     binomial._eval = classmethod(guarded_binomial_eval)
     gamma.eval = classmethod(guarded_gamma_eval)
     binomial._sandboxd_guarded = True
+
+
+def _guard_constant_precision() -> None:
+    """Refuse ln 2, pi and e past _MAX_CONSTANT_BITS, as mpmath's own "cannot evaluate" (ValueError).
+
+    Reducing an argument for exp, sin or cos takes the constant to as many bits as the argument
+    has before its point. sympy asks the sign of a number as it builds it, so
+    ``e^{(e^{(e^{(e^{(e^{(2+1)}+1)}+1)}+1)}+1)}`` asked for ln 2 to 7e23 bits inside the parse,
+    where no check of ours runs (killed by the deadline; ln 2 to 2^20 bits alone takes 16 s
+    here). sympy reads the ValueError as "sign unknown" and builds the expression; evaluating it
+    later fails the same way, and the comparison says no. mpmath looks these up as globals of
+    its module at each call, so the one module is patched, for this process.
+    """
+    from mpmath.libmp import libelefun
+
+    if getattr(libelefun, "_sandboxd_guarded", False):
+        return
+
+    def capped(fixed: Any) -> Any:
+        def guarded(prec: int, **kwargs: Any) -> Any:
+            if prec > _MAX_CONSTANT_BITS:
+                raise ValueError(f"{fixed.__name__} to {prec} bits: past {_MAX_CONSTANT_BITS}")
+            return fixed(prec, **kwargs)
+
+        guarded.__name__ = fixed.__name__
+        return guarded
+
+    for name in ("ln2_fixed", "pi_fixed", "e_fixed"):
+        setattr(libelefun, name, capped(getattr(libelefun, name)))
+    libelefun._sandboxd_guarded = True
 
 
 def _pct_value(expr: Any) -> Any:
@@ -1344,11 +1386,46 @@ def _symbolic_eq_for(symbolic_eq: Any) -> Any:
     """
 
     def eq(a: Any, b: Any) -> bool:
+        if _numerically_apart(a, b):
+            return False
         if _rounded_away(a, b) or _rounded_away(b, a):
             return False
         return bool(symbolic_eq(a, b))
 
     return eq
+
+
+def _numerically_apart(a: Any, b: Any) -> bool:
+    """Whether two symbol-free scalars evaluate, to 30 digits, further apart than evaluation can err.
+
+    The grader asks ``simplify(a - b)`` only after the numeric comparison said no. For numbers
+    whose 30-digit values differ by more than 1e-20 of their size that cannot be a zero that
+    evaluation missed, and simplify on them is where untrusted answers spent their time:
+    ``\\sin`` of ``\\sin`` ... of 2, 8 deep, took 10 s in ``exptrigsimp``. A difference within
+    the margin (an exact zero written the long way, a float that rounds an integer) still goes on.
+    """
+    from sympy import Basic, Float, MatrixBase
+
+    if not (isinstance(a, Basic) and isinstance(b, Basic)) or isinstance(a, MatrixBase) or isinstance(b, MatrixBase):
+        return False
+    try:
+        x, y = _doit(a), _doit(b)
+        if x.free_symbols or y.free_symbols:
+            return False
+        xv, yv = x.evalf(30), y.evalf(30)
+        if not (xv.is_number and yv.is_number and xv.is_finite and yv.is_finite):
+            return False
+        # evalf gives a value the precision it could vouch for: a sum that cancels past its
+        # working precision comes back with fewer bits (0.e-165 with 1 bit), and decides nothing.
+        if any(f._prec < _APART_MIN_BITS for f in xv.atoms(Float) | yv.atoms(Float)):
+            return False
+        # A float written in the answer is only as exact as its bits: 0.3 is 3/10 to 53 of them, and
+        # the grader's simplify, which works at that precision, takes it for 3/10.
+        written = [f._prec for f in x.atoms(Float) | y.atoms(Float)]
+        margin = max(_APART_MARGIN, 2.0 ** (4 - min(written))) if written else _APART_MARGIN
+        return bool(abs(xv - yv) > margin * max(1, abs(xv), abs(yv)))
+    except Exception:  # a comparison sympy cannot decide: leave it to the grader
+        return False
 
 
 def _rounded_away(exact: Any, inexact: Any) -> bool:
@@ -1357,11 +1434,10 @@ def _rounded_away(exact: Any, inexact: Any) -> bool:
 
     if not (isinstance(exact, Basic) and isinstance(inexact, Basic)):
         return False
-    if exact.free_symbols or inexact.free_symbols or exact.has(Float) or exact.is_integer is not True:
-        return False
     floats = inexact.atoms(Float)
-    if not floats:
+    if not floats or exact.free_symbols or inexact.free_symbols or exact.has(Float):
         return False
+    # Evaluated first: asking an unevaluated tower of fractions is_integer took 4 s at depth 13.
     n = _doit(exact)
     return bool(n.is_Integer and Float(n, precision=min(f._prec for f in floats)) != n)
 
@@ -1451,6 +1527,22 @@ def _too_big(obj: Any) -> bool:
     return _safe_log2_bound(obj) > _MAX_NUMBER_BITS
 
 
+def _function_depth(obj: Any) -> int:
+    """How deeply function applications nest in a parsed answer: 2 for ``\\sin(\\log x)``, 0 for ``x^2``."""
+    from sympy import Basic, Function
+
+    if not isinstance(obj, Basic):
+        return 0
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(obj, 0)]
+    while stack:
+        node, depth = stack.pop()
+        depth += isinstance(node, Function)
+        deepest = max(deepest, depth)
+        stack.extend((arg, depth) for arg in node.args if isinstance(arg, Basic))
+    return deepest
+
+
 # Digits, operators and currency only: text that Math-Verify's plain-expression extractor reads
 # whole rather than picking a fragment of.
 _PLAIN_ARITHMETIC_RE = re.compile(r"[\d\s.,+\-*/^()%$\u20ac\u00a3\u00a5\u00d7\u00f7]+")
@@ -1483,8 +1575,12 @@ def _mv_parse(s: str) -> list[Any]:
 
 
 def _safe_str(obj: Any) -> str:
+    from sympy import sstr
+
     try:
-        text = obj if isinstance(obj, str) else str(obj)
+        # In the order written: sorting an unevaluated sum's terms evaluates each one, 14 s for
+        # a 17-deep tower of \frac{1}{1+...} (and latex2sympy keeps the order it parsed anyway).
+        text = obj if isinstance(obj, str) else sstr(obj, order="none")
     except Exception:  # e.g. int -> str digit limit, or sympy printer recursion
         text = "<unprintable>"
     return _clip(text)
@@ -1679,6 +1775,8 @@ def _judge(answer: str, rule: str, ground_truth: str) -> dict[str, str]:
         unevaluable = "number too large to evaluate"
     elif any(_costly_function(o) for o in pred_objs + gold_objs):
         unevaluable = "function of a number too large to evaluate"
+    elif any(_function_depth(o) > _MAX_FUNCTION_DEPTH for o in pred_objs + gold_objs):
+        unevaluable = "functions nested too deeply to evaluate"
     else:
         unevaluable = ""
     if unevaluable:

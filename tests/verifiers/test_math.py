@@ -679,6 +679,112 @@ def test_only_huge_binomials_and_gammas_are_left_unevaluated() -> None:
     assert isinstance(gamma(Integer(10**6)), gamma)
 
 
+def _nest(template: str, depth: int, seed: str) -> str:
+    expr = seed
+    for _ in range(depth):
+        expr = template.format(expr)
+    return expr
+
+
+@pytest.mark.timeout(20)
+def test_a_tower_of_fractions_is_compared_by_its_value() -> None:
+    """Sorting the unevaluated sum's terms to print it, and asking it is_integer, evaluated every level
+    twice over: 37 s for 17 levels. Its value decides; the printout keeps the order written."""
+    tower = _nest("\\frac{{1}}{{1+{}}}", 17, "1")
+    check(boxed(tower), "1", WRONG)
+    fib = [1, 1]
+    while len(fib) < 20:
+        fib.append(fib[-1] + fib[-2])
+    result = check(boxed(tower), f"\\frac{{{fib[17]}}}{{{fib[18]}}}", OK)  # 1/(1+1/(1+...)) = F(n+1)/F(n+2)
+    assert result["parsed_answer"].startswith("1/(1 + 1/(1 + ")
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize(
+    "answer",
+    [
+        _nest("\\log({}+1)", 12, "2"),  # sympy's evalf re-evaluates a log's argument near 1: 32 s
+        _nest("\\sin({}+1)", 10, "2"),
+        _nest("\\tan(\\cos({}))", 4, "2"),
+    ],
+)
+def test_functions_nested_past_the_limit_only_match_the_same_tree(answer: str) -> None:
+    result = check(boxed(answer), "1", WRONG)
+    assert "functions nested too deeply to evaluate" in result["message"]
+    check(boxed(answer), answer, OK)
+
+
+@pytest.mark.parametrize(
+    ("text", "depth"),
+    [("x^2", 0), ("\\sin(\\log x)", 2), ("\\ln(\\ln(\\ln(x)))", 3), (_nest("\\log({}+1)", 7, "2"), 7)],
+)
+def test_function_depth(text: str, depth: int) -> None:
+    (parsed,) = mathv._mv_parse(text)
+    assert mathv._function_depth(parsed) == depth
+
+
+@pytest.mark.parametrize(
+    ("answer", "truth"),
+    [
+        ("\\ln(\\ln(\\ln(e^{e^{e}})))", "1"),
+        (_nest("\\sqrt{{1+{}}}", 6, "x"), _nest("\\sqrt{{1+{}}}", 6, "x")),  # roots are powers, not functions
+        (_nest("\\cos({})", 6, "0"), _nest("\\cos({})", 5, "1")),  # six deep is still evaluated
+    ],
+)
+def test_functions_nested_as_answers_are_still_compared(answer: str, truth: str) -> None:
+    check(boxed(answer), truth, OK)
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize(
+    "answer",
+    [
+        # exp's sign, asked as sympy builds e^{x + 1}, needed ln 2 to 7e23 bits inside the parse: it never ended.
+        _nest("e^{{({}+1)}}", 5, "2"),
+        _nest("e^{{{}+1}}", 5, "3"),
+        "\\cos(e^{e^{e^{e^{3}+1}+1}+1})",
+    ],
+)
+def test_exponentials_past_any_evaluable_size_end_in_a_clean_status(answer: str) -> None:
+    check(boxed(answer), "1", WRONG)
+
+
+def test_constants_are_only_refused_past_the_cap() -> None:
+    from mpmath.libmp import libelefun
+    from sympy import E, cos, exp, pi
+
+    mathv._load()
+    assert libelefun.ln2_fixed(1 << 12) > 0
+    assert abs(float(cos(pi * 10**40 + 1).evalf(30)) - 0.5403023058681398) < 1e-12
+    assert exp(10**6).evalf(30) > 0
+    for fixed in (libelefun.ln2_fixed, libelefun.pi_fixed, libelefun.e_fixed):
+        with pytest.raises(ValueError):
+            fixed(mathv._MAX_CONSTANT_BITS + 1)
+    assert E.evalf(50) > 2
+
+
+def test_simplify_only_decides_what_evaluation_cannot(monkeypatch: pytest.MonkeyPatch) -> None:
+    """simplify(a - b) of numbers whose values differ was where nested sines spent 10 s (exptrigsimp)."""
+    grader = mathv._load()
+    asked: list[object] = []
+    simplify = grader.simplify
+
+    def recording(expr: object, *args: object, **kwargs: object) -> object:
+        asked.append(expr)
+        return simplify(expr, *args, **kwargs)
+
+    monkeypatch.setattr(grader, "simplify", recording)
+    check(boxed(_nest("\\sin({})", 6, "2")), "1", WRONG)
+    check(boxed("2^{\\frac{1}{2}}"), "\\sqrt{3}", WRONG)
+    assert asked == []
+    # A zero written the long way cancels past evaluation's precision, and still goes to simplify.
+    check(boxed("\\sin^2(1)+\\cos^2(1)-1"), "0", OK)
+    assert len(asked) == 1
+    # So does a float, which is only as exact as its bits: 0.3 is 3/10 to 53 of them.
+    check(boxed("\\frac{3}{10}"), "0.3", OK, float_tolerance=0.0)
+    assert len(asked) == 2
+
+
 def test_no_alarm_signal_is_installed() -> None:
     import signal
 
