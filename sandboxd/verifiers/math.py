@@ -143,6 +143,8 @@ _MATH_SPAN_RE = re.compile(
 )
 # What joins the math spans of a list after an answer phrase: "$2$ and $3$", "$2$, $3$", "$2$; $3$".
 _LIST_JOINER_RE = re.compile(r"\s*(?:[,;&]\s*)?(?:and\s+)?", re.IGNORECASE)
+# A span that names its unknown: "x = 5", "a_1 = 5", "\\theta=5".
+_RESTATED_RE = re.compile(r"\s*((?:\\[A-Za-z]+|[A-Za-z])(?:_\{?\w+\}?)?)\s*=\s*([^=]+?)\s*")
 # How much of the line after an answer phrase is searched for a box or a math span.
 _PHRASE_SCAN_CHARS = 4_000
 _SENTENCE_END_RE = re.compile(r"(?<=[.?])\s+(?=[A-Z])")
@@ -320,7 +322,7 @@ def _extract_phrase(text: str) -> str | None:
                 break
             listed.append(_span_text(more))
             end = more.end()
-        return ", ".join(listed)
+        return _one_if_restated(listed) or ", ".join(listed)
     # An over-long line is returned whole so that the length limit rejects it explicitly.
     answer = head if len(line) <= _PHRASE_SCAN_CHARS else line
     answer = answer.strip().strip("*").strip().lstrip(":").strip()
@@ -337,6 +339,23 @@ def _extract_phrase(text: str) -> str | None:
                 return answer  # "is 2 (or possibly 3)": all of it, for the alternatives check (it paid 2)
             return runs[0][1]
     return answer or None
+
+
+def _one_if_restated(listed: list[str]) -> str | None:
+    """The first span when the others only say it again ("$5$, $x = 5$"); else ``None`` (a list).
+
+    A span may name one unknown on its left ("x = 5"); two names ("$x = 5$, $y = 5$") are two answers.
+    """
+    if len(listed) < 2:
+        return None
+    values, names = set(), set()
+    for item in listed:
+        m = _RESTATED_RE.fullmatch(item)
+        name, value = (m.group(1), m.group(2)) if m else ("", item)
+        values.add(re.sub(r"\s+", "", value))
+        names.add(name)
+    names.discard("")
+    return listed[0] if len(values) == 1 and len(names) <= 1 else None
 
 
 def _has_prose(s: str) -> bool:
@@ -824,6 +843,11 @@ def _units_before_more_math(s: str) -> str:
     return _UNIT_TEXT_RE.sub(lambda m: " " if _UNIT_FOLLOWER_RE.match(s, m.end()) else m.group(0), s)
 
 
+# A text block that introduces a condition on the answer, and the relations a condition is made of.
+_CONDITION_TEXT_RE = re.compile(r"\s*,?\s*(?:for|if|when|where|with|provided(?:\s+that)?)\s*(?:all\s*)?", re.IGNORECASE)
+_CONDITION_RELATION_RE = re.compile(r"[<>]|\\(?:[lg]eq?(?:slant)?|[lg]t|neq?|(?:not)?in)(?![A-Za-z])")
+
+
 def _text_hiding_math(s: str) -> str | None:
     """The text block that Math-Verify's normaliser would drop together with the math after it, or ``None``.
 
@@ -839,6 +863,29 @@ def _text_hiding_math(s: str) -> str | None:
             return m.group(0)
         return None
     return None
+
+
+def _without_condition(s: str) -> str:
+    """``s`` without a condition at its end: "x^2 \\text{ for } x > 0" is x^2 (Math-Verify read a product of letters).
+
+    Only inequalities and memberships after "for", "if", "when", "where" or "with" are a condition: "5 \\text{ for }
+    x = 3" may say where to evaluate, and "5 \\text{ if } x < 0, 7" hides a second answer (both stay refused).
+    """
+    for m in _TEXT_CMD_RE.finditer(s):
+        if _CONDITION_TEXT_RE.fullmatch(m.group(1)) and _only_conditions(s[m.end() :]) and s[: m.start()].strip():
+            return s[: m.start()].rstrip().rstrip(",").rstrip()
+    return s
+
+
+def _only_conditions(s: str) -> bool:
+    """Whether ``s`` is only inequalities or memberships, comma-separated: "x > 0", "x \\ne 1, y \\in S"."""
+    if _TEXT_CMD_RE.search(s) or not s.strip():
+        return False
+    for part in s.split(","):
+        relation = _CONDITION_RELATION_RE.search(part)
+        if relation is None or "=" in re.sub(r"[<>!]=", "", part):
+            return False  # "x = 3" may be where to evaluate, and a part without a relation another answer
+    return True
 
 
 # Two numbers with only spacing between them, which latex2sympy adds ("2 \quad 3" and "2\,3" were 5): two answers,
@@ -1737,8 +1784,8 @@ def _judge(answer: str, rule: str, ground_truth: str) -> dict[str, str]:
         # The question restated: its value may be the ground truth, but nothing was solved.
         return _result("wrong_answer", message=f"answer: {operator.strip()} is left to evaluate", **base)
 
-    gold_s = _normalize(gold_raw, single_number_gold=False)
-    pred_s = _normalize(answer, single_number_gold=single_number_gold)
+    gold_s = _without_condition(_normalize(gold_raw, single_number_gold=False))
+    pred_s = _without_condition(_normalize(answer, single_number_gold=single_number_gold))
     # Forms Math-Verify reads as less than they say; each is refused unless the ground truth has it too.
     if (hiding := _text_hiding_math(pred_s)) and not _text_hiding_math(gold_s):
         return _result("wrong_answer", message=f"answer: math after text ({hiding[:40]!r}) would be dropped", **base)

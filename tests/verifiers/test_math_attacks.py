@@ -931,10 +931,39 @@ def test_a_true_relation_between_units_or_spelled_oddly_still_scores(answer: str
         ("The answer is $12$ apples.", "12", OK),
         ("The answer is $x = 5$ because $y = 3$.", "5", OK),  # prose between: the first span
         ("The answer is $\\frac{1}{2}$, which is $0.5$.", "0.5", OK),
+        # A span that only says the first again is not a second answer (they were read as the list "5, x = 5").
+        ("The answer is $5$, $x = 5$.", "5", OK),
+        ("The answer is $5$ and $5$.", "5", OK),
+        ("The answer is $\\theta = \\frac{\\pi}{2}$, $\\frac{\\pi}{2}$.", "\\frac{\\pi}{2}", OK),
+        ("The answer is $5$, $x = 6$.", "5", WRONG),
+        ("The answer is $x = 5$, $y = 5$.", "5", WRONG),  # two unknowns: two answers
+        ("The answer is $x = 5$, $y = 5$.", "x = 5, y = 5", OK),
     ],
 )
 def test_an_answer_phrase_reads_every_span_of_a_list(completion: str, gold: str, expected: str) -> None:
     check(completion, gold, expected)
+
+
+@pytest.mark.parametrize(
+    ("answer", "gold", "expected"),
+    [
+        # A condition after the value is a domain, not more of the answer (refused: "math after text").
+        ("x^2 \\text{ for } x>0", "x^2", OK),
+        ("\\frac{1}{x} \\text{ where } x \\neq 0", "\\frac{1}{x}", OK),
+        ("x^2 \\text{ for all } x \\in \\mathbb{R}", "x^2", OK),
+        ("3 \\text{ when } n \\geq 2, n \\le 5", "3", OK),
+        ("x^2", "x^2 \\text{ for } x > 0", OK),
+        ("x^2 \\text{ for } x > 0", "x^2 + 1", WRONG),
+        # Anything else after the text still hides a second answer, or says where to evaluate.
+        ("5 \\text{ if } x < 0, 7", "5", WRONG),
+        ("3 \\text{ when } n \\geq 2, 4", "3", WRONG),
+        ("5 \\text{ for } x = 3", "5", WRONG),
+        ("5 \\text{ if } x<0 \\text{ and } 7 \\text{ if } x \\ge 0", "5", WRONG),
+        ("\\text{if } x > 2", "2", WRONG),
+    ],
+)
+def test_a_condition_after_the_value_is_not_part_of_it(answer: str, gold: str, expected: str) -> None:
+    check(boxed(answer), gold, expected)
 
 
 @pytest.mark.parametrize(
