@@ -143,8 +143,8 @@ _MATH_SPAN_RE = re.compile(
 )
 # What joins the math spans of a list after an answer phrase: "$2$ and $3$", "$2$, $3$", "$2$; $3$".
 _LIST_JOINER_RE = re.compile(r"\s*(?:[,;&]\s*)?(?:and\s+)?", re.IGNORECASE)
-# A span that names its unknown: "x = 5", "a_1 = 5", "\\theta=5".
-_RESTATED_RE = re.compile(r"\s*((?:\\[A-Za-z]+|[A-Za-z])(?:_\{?\w+\}?)?)\s*=\s*([^=]+?)\s*")
+# The unknown a span names on its left: "x = 5", "a_1 = 5", "\\theta=5".
+_UNKNOWN_NAME_RE = re.compile(r"(?:\\[A-Za-z]+|[A-Za-z])(?:_\{?\w+\}?)?")
 # How much of the line after an answer phrase is searched for a box or a math span.
 _PHRASE_SCAN_CHARS = 4_000
 _SENTENCE_END_RE = re.compile(r"(?<=[.?])\s+(?=[A-Z])")
@@ -350,8 +350,9 @@ def _one_if_restated(listed: list[str]) -> str | None:
         return None
     values, names = set(), set()
     for item in listed:
-        m = _RESTATED_RE.fullmatch(item)
-        name, value = (m.group(1), m.group(2)) if m else ("", item)
+        sides = item.split("=")
+        named = len(sides) == 2 and _UNKNOWN_NAME_RE.fullmatch(sides[0].strip())
+        name, value = (sides[0].strip(), sides[1]) if named else ("", item)
         values.add(re.sub(r"\s+", "", value))
         names.add(name)
     names.discard("")
@@ -844,7 +845,10 @@ def _units_before_more_math(s: str) -> str:
 
 
 # A text block that introduces a condition on the answer, and the relations a condition is made of.
-_CONDITION_TEXT_RE = re.compile(r"\s*,?\s*(?:for|if|when|where|with|provided(?:\s+that)?)\s*(?:all\s*)?", re.IGNORECASE)
+_CONDITION_TEXT_RE = re.compile(r"\s*(?:,\s*)?(?:for|if|when|where|with|provided(?:\s+that)?)\s*(?:all\s*)?",
+                                re.IGNORECASE)
+# What cannot be inside one operand of a condition: spacing, separators, an alignment or a line break.
+_NOT_ONE_TERM_RE = re.compile(r"\s|[;&~]|\\\\|\\[,;:! ]|\\q?quad(?![A-Za-z])")
 _CONDITION_RELATION_RE = re.compile(r"[<>]|\\(?:[lg]eq?(?:slant)?|[lg]t|neq?|(?:not)?in)(?![A-Za-z])")
 
 
@@ -882,9 +886,15 @@ def _only_conditions(s: str) -> bool:
     if _TEXT_CMD_RE.search(s) or not s.strip():
         return False
     for part in s.split(","):
-        relation = _CONDITION_RELATION_RE.search(part)
-        if relation is None or "=" in re.sub(r"[<>!]=", "", part):
-            return False  # "x = 3" may be where to evaluate, and a part without a relation another answer
+        if "=" in re.sub(r"[<>!]=", "", part):
+            return False  # "x = 3" may say where to evaluate
+        operands = _CONDITION_RELATION_RE.split(re.sub(r"[<>!]=", "<", part))
+        if len(operands) < 2:
+            return False  # a part without a relation is another answer
+        for operand in operands:
+            term = re.sub(r"\s*([-+*/^])\s*", r"\1", operand.strip())
+            if not term or _NOT_ONE_TERM_RE.search(term):
+                return False  # "n > 2 \\quad 5", "n > 2; 5": a value beside the bound
     return True
 
 
@@ -1319,8 +1329,10 @@ def _guard_constant_precision() -> None:
     ``e^{(e^{(e^{(e^{(e^{(2+1)}+1)}+1)}+1)}+1)}`` asked for ln 2 to 7e23 bits inside the parse,
     where no check of ours runs (killed by the deadline; ln 2 to 2^20 bits alone takes 16 s
     here). sympy reads the ValueError as "sign unknown" and builds the expression; evaluating it
-    later fails the same way, and the comparison says no. mpmath looks these up as globals of
-    its module at each call, so the one module is patched, for this process.
+    later fails the same way, and the comparison says no. The argument reductions of exp, log,
+    cosh/sinh and cos/sin look these up as globals of ``libelefun`` at each call, which is what is
+    patched, for this process; a constant asked for at a precision (``mpf_pi``, ``pi.evalf(n)``)
+    and the Gamma and hypergeometric code keep the originals, bound at import.
     """
     from mpmath.libmp import libelefun
 
@@ -1784,8 +1796,12 @@ def _judge(answer: str, rule: str, ground_truth: str) -> dict[str, str]:
         # The question restated: its value may be the ground truth, but nothing was solved.
         return _result("wrong_answer", message=f"answer: {operator.strip()} is left to evaluate", **base)
 
-    gold_s = _without_condition(_normalize(gold_raw, single_number_gold=False))
-    pred_s = _without_condition(_normalize(answer, single_number_gold=single_number_gold))
+    gold_s = _normalize(gold_raw, single_number_gold=False)
+    pred_s = _normalize(answer, single_number_gold=single_number_gold)
+    gold_value, pred_value = _without_condition(gold_s), _without_condition(pred_s)
+    if (gold_value == gold_s) != (pred_value == pred_s):
+        # One side's condition is dropped, never both: two would be dropped unread ("x^2 for x < 0" paid for x > 0).
+        gold_s, pred_s = gold_value, pred_value
     # Forms Math-Verify reads as less than they say; each is refused unless the ground truth has it too.
     if (hiding := _text_hiding_math(pred_s)) and not _text_hiding_math(gold_s):
         return _result("wrong_answer", message=f"answer: math after text ({hiding[:40]!r}) would be dropped", **base)

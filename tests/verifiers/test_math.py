@@ -566,6 +566,8 @@ def test_fixed_cases_still_accept_the_right_answer(gold: str, answer: str) -> No
         "1 " * 20_000,
         "2 and " * 3_000,
         "pi " * 5_000,
+        # Spaces in spans of a list: a regex over each span backtracked cubically (review: ~15 s a span).
+        "The answer is $5$, $x =" + " " * 1_900 + "= 5$, $y =" + " " * 1_900 + "= 5$.",
     ],
 )
 def test_hostile_inputs_end_in_a_clean_status(completion: str) -> None:

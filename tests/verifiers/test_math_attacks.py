@@ -938,6 +938,7 @@ def test_a_true_relation_between_units_or_spelled_oddly_still_scores(answer: str
         ("The answer is $5$, $x = 6$.", "5", WRONG),
         ("The answer is $x = 5$, $y = 5$.", "5", WRONG),  # two unknowns: two answers
         ("The answer is $x = 5$, $y = 5$.", "x = 5, y = 5", OK),
+        ("The answer is $a_1 = 5$, $5$.", "5", OK),
     ],
 )
 def test_an_answer_phrase_reads_every_span_of_a_list(completion: str, gold: str, expected: str) -> None:
@@ -960,6 +961,16 @@ def test_an_answer_phrase_reads_every_span_of_a_list(completion: str, gold: str,
         ("5 \\text{ for } x = 3", "5", WRONG),
         ("5 \\text{ if } x<0 \\text{ and } 7 \\text{ if } x \\ge 0", "5", WRONG),
         ("\\text{if } x > 2", "2", WRONG),
+        ("7 \\text{ for } n > 2 \\quad 5", "7", WRONG),  # a value beside the bound (review)
+        ("7 \\text{ for } n > 2; 5", "7", WRONG),
+        ("7 \\text{ for } n > 2 \\\\ 5", "7", WRONG),
+        ("7 \\text{ for } n > 2 5", "7", WRONG),
+        # Two conditions are not both dropped unread (review: each was paid).
+        ("x^2 \\text{ for } x < 0", "x^2 \\text{ for } x > 0", WRONG),
+        ("5 \\text{ where } n > 2", "5 \\text{ where } n > 100", WRONG),
+        ("x^2 \\text{ for } x > 0", "x^2 \\text{ for } x > 0", OK),
+        ("\\ln(x) \\text{ for } 0 < x < 1", "\\ln x", OK),
+        ("x \\text{ for } x > -\\frac{1}{2}", "x", OK),
     ],
 )
 def test_a_condition_after_the_value_is_not_part_of_it(answer: str, gold: str, expected: str) -> None:
