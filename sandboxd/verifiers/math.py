@@ -886,9 +886,10 @@ def _only_conditions(s: str) -> bool:
     if _TEXT_CMD_RE.search(s) or not s.strip():
         return False
     for part in s.split(","):
-        if "=" in re.sub(r"[<>!]=", "", part):
+        part = re.sub(r"[<>!]=", "<", part)  # "<=", ">=", "!=": relations, no equality
+        if "=" in part:
             return False  # "x = 3" may say where to evaluate
-        operands = _CONDITION_RELATION_RE.split(re.sub(r"[<>!]=", "<", part))
+        operands = _CONDITION_RELATION_RE.split(part)
         if len(operands) < 2:
             return False  # a part without a relation is another answer
         for operand in operands:

@@ -616,10 +616,12 @@ class _Remote:
         call_started, credit_then, call_timeout = time.monotonic(), self._credit(), self.call_timeout
 
         def now() -> float:
-            ends = [end for end in (None if call_timeout is None else self._moved(call_started, call_timeout,
-                                                                                  credit_then),
-                                    self._time_for_all_ends()) if end is not None]
-            return min(ends)
+            for_all = self._time_for_all_ends()
+            if call_timeout is None:
+                assert for_all is not None  # one of the two is set (above)
+                return for_all
+            call_ends = self._moved(call_started, call_timeout, credit_then)
+            return call_ends if for_all is None else min(call_ends, for_all)
 
         return now
 
