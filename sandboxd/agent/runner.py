@@ -264,6 +264,12 @@ def crowded_out(outcome: RunOutcome, limit: int, sandbox_bytes: int | None) -> b
 # but its neighbour runs about what it runs: not starved.
 STARVED_WAIT_SHARE = 0.5
 STARVED_OTHERS_RATIO = 3.0
+# It must also still be waiting at its deadline, for at least STARVED_WAIT_SHARE
+# of its last usage.RECENT_WAIT_SECONDS: a sleeper whose start (a fork and an
+# import) waited over half its 2 s beside a run of 31 busy processes under
+# CI's load, then slept through its deadline, was retried (bare CI), though a
+# CPU would not have saved it. A run still waiting there got its deadline
+# moved by the others' CPU until DEADLINE_STRETCH stopped it.
 # Nor is a run that had more processes than this at once: their waits are summed,
 # so it waited mostly behind itself, and processes shorter than a sweep escape the
 # count of its CPU. Two fork bombs in one sandbox (bare CI): one ran 0.12 s by the
@@ -327,13 +333,16 @@ def starved_out(share: CpuShare | None, wall_seconds: float) -> bool:
     """Whether a run that reached its deadline was kept off the CPU by the sandbox's other runs, not by itself.
 
     Such a run is run again elsewhere (SandboxFull), not charged TIMEOUT: it
-    needed the CPU (it waited for one most of its life), and others took it.
-    A program that sleeps waits on no run queue; one that starves itself
-    with its own threads counts their CPU as its own.
+    needed the CPU (it waited for one most of its life, and still did at the
+    end), and others took it. A program that sleeps waits on no run queue;
+    one that starves itself with its own threads counts their CPU as its
+    own. A run too young for the end's wait to be told (`waited_lately`
+    None) is judged by its life's.
     """
     if share is None or wall_seconds <= 0 or share.most_processes > STARVED_MAX_PROCESSES:
         return False
     return (share.waited_seconds >= STARVED_WAIT_SHARE * wall_seconds
+            and (share.waited_lately is None or share.waited_lately >= STARVED_WAIT_SHARE)
             and share.others_ran_seconds >= STARVED_OTHERS_RATIO * max(share.ran_seconds, 1e-3))
 
 

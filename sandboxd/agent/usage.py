@@ -36,9 +36,10 @@ run that needed 0.1 s of CPU got so little of it that it was charged
 TIMEOUT at its 3 s deadline (red team). The same sweep reads each
 watched process's /proc/<pid>/schedstat: the time it ran and the time it
 waited on a run queue, ready to run. A run that ends at its deadline
-having waited for a CPU at least half its time while the other runs took
-several times its CPU (runner.starved_out) was not given the CPU to
-finish: it runs again elsewhere. A session's cell, which cannot run
+having waited for a CPU at least half its time, and half of its last
+RECENT_WAIT_SECONDS, while the other runs took several times its CPU
+(runner.starved_out) was not given the CPU to finish: it runs again
+elsewhere. A session's cell, which cannot run
 twice, is answered uncharged instead, judged by its share over the cell
 alone (UsageWatch.mark). Its neighbours' share is counted from the watched
 runs alone; the agent's own servers are not.
@@ -58,6 +59,7 @@ import contextlib
 import ctypes
 import os
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -82,6 +84,14 @@ JOB_OOM_SCORE_ADJ = str(worker.JOB_OOM_SCORE_ADJ).encode()
 VMSTAT = "/proc/vmstat"
 KIB = 1024
 NS = 1e-9
+# How far back a run's wait is measured at its end (CpuShare.waited_lately):
+# four sweeps. A run starved at its deadline waits nearly all of it (1/32 of
+# a CPU beside a run of 31 busy processes); one asleep there, none of it. A
+# sweep after its kill, which adds no wait, can take up to a quarter of it.
+RECENT_WAIT_SECONDS = 0.2
+# Looks kept per run: a deadline that moves looks every 10 ms at most
+# (runner.DEADLINE_MIN_MOVE), so 32 looks cover RECENT_WAIT_SECONDS.
+RECENT_LOOKS = 32
 
 
 def _read(path: str, size: int = 1 << 16) -> bytes | None:
@@ -259,6 +269,10 @@ class WatchedRun:
     most_processes: int = 0
     # Called after each sweep has counted its CPU.
     on_counted: Callable[[], None] | None = None
+    # (time.monotonic(), waited_ns) at each look (a sweep, count_now), the newest last; the first is the
+    # watch's start.
+    looks: deque[tuple[float, int]] = field(
+        default_factory=lambda: deque([(time.monotonic(), 0)], maxlen=RECENT_LOOKS))
 
     def count_cpu(self, pid: int, ran_ns: int, waited_ns: int) -> int:
         """Add what `pid` ran and waited since the last look; returns the CPU added (ns)."""
@@ -269,6 +283,24 @@ class WatchedRun:
         self.cpu_ns += ran_ns - seen_ran
         self.waited_ns += max(0, waited_ns - seen_waited)
         return ran_ns - seen_ran
+
+    def look(self, now: float) -> None:
+        """Note what its processes have waited by `now`, once a look has counted them all."""
+        self.looks.append((now, self.waited_ns))
+
+    def waited_since(self, span: float) -> float | None:
+        """The share of the last `span` seconds to the newest look that its processes waited for a CPU (summed over
+        them: past 1 for several waiting at once), from the newest look at least `span` older, or the oldest kept;
+        None where no time lies between them."""
+        now, waited_now = self.looks[-1]
+        then, waited_then = self.looks[0]
+        for look_time, look_waited in reversed(self.looks):
+            if now - look_time >= span:
+                then, waited_then = look_time, look_waited
+                break
+        if now <= then:
+            return None
+        return (waited_now - waited_then) * NS / (now - then)
 
 
 @dataclass(frozen=True)
@@ -289,6 +321,9 @@ class CpuShare:
     others_ran_seconds: float
     # The most processes the run had at once (the waits above are summed over them).
     most_processes: int = 1
+    # The share of its last RECENT_WAIT_SECONDS up to the last look (its deadline's count_now, or a sweep
+    # when the judge gave up on it) that it waited for a CPU, summed over its processes; None: too young to tell.
+    waited_lately: float | None = None
 
 
 class UsageWatch:
@@ -321,7 +356,8 @@ class UsageWatch:
         since = since or CpuMark(run.all_cpu_ns_at_start, 0, 0)
         ran, waited = run.cpu_ns - since.cpu_ns, run.waited_ns - since.waited_ns
         others = self.cpu_ns - since.all_cpu_ns - ran
-        return CpuShare(ran * NS, waited * NS, max(0, others) * NS, run.most_processes)
+        return CpuShare(ran * NS, waited * NS, max(0, others) * NS, run.most_processes,
+                        run.waited_since(RECENT_WAIT_SECONDS))
 
     def mark(self, run: WatchedRun) -> CpuMark:
         """Where `run` and the others stand now, as of the last sweep: for a share over part of its life (a
@@ -334,6 +370,7 @@ class UsageWatch:
         run.most_processes = max(run.most_processes, len(pids))
         for pid in pids:
             self._count_cpu(run, pid)
+        run.look(time.monotonic())
 
     def _count_cpu(self, run: WatchedRun, pid: int) -> None:
         times = schedstat(pid)
@@ -355,6 +392,7 @@ class UsageWatch:
             for pid in pids:
                 restore_oom_score(pid)
                 self._count_cpu(run, pid)
+            run.look(time.monotonic())
             if len(run.seen) > len(pids):
                 # Those gone are reaped: a session forking all its life would otherwise keep every pid it had.
                 run.seen = {pid: run.seen[pid] for pid in pids if pid in run.seen}

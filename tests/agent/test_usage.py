@@ -269,6 +269,74 @@ def test_starved_only_waiting_most_of_its_time_while_the_others_ran_several_time
     assert starved_reason(share(1.0, 1.0, 1.0), 2.0) == starved_reason(None, 2.0) == ""
 
 
+def test_starved_only_still_waiting_at_its_deadline() -> None:
+    """A sleeper whose start waited over half its time beside a run of 31 busy processes (bare CI), then slept
+    through its deadline, was retried as starved: a CPU would not have saved it."""
+    def share(waited_lately: float | None) -> usage.CpuShare:
+        return usage.CpuShare(ran_seconds=0.06, waited_seconds=1.9, others_ran_seconds=1.9,
+                              waited_lately=waited_lately)
+
+    assert starved_out(share(0.97), 2.0)  # 1/32 of a CPU up to the end
+    assert starved_out(share(1.9), 2.0)  # two processes waiting at once: their waits are summed
+    assert not starved_out(share(0.0), 2.0)  # asleep at the end
+    assert not starved_out(share(0.3), 2.0)
+    assert starved_out(share(None), 2.0)  # too young for its end to be told: its life decides
+    assert starved_reason(share(0.0), 2.0) == ""
+
+
+def test_a_runs_recent_wait_is_measured_back_from_its_newest_look() -> None:
+    ms = 1_000_000
+    run = usage.WatchedRun(uid=1, limit=0, bounded_alone=False, on_over=None)
+    run.looks.clear()
+    # It waited 45 ms of every 50 for a second, then slept for half a second.
+    for step in range(21):
+        run.waited_ns = 45 * ms * step
+        run.look(100.0 + 0.05 * step)
+    assert run.waited_since(usage.RECENT_WAIT_SECONDS) == pytest.approx(0.9)
+    for step in range(1, 11):
+        run.look(101.0 + 0.05 * step)
+    assert run.waited_since(usage.RECENT_WAIT_SECONDS) == 0.0
+    # Looks closer together than the span: measured from the newest one at least the span older.
+    run.waited_ns += 10 * ms
+    run.look(101.51)
+    assert run.waited_since(usage.RECENT_WAIT_SECONDS) == pytest.approx(0.01 / 0.21)
+    # Fewer looks kept than the span: from the oldest kept.
+    young = usage.WatchedRun(uid=1, limit=0, bounded_alone=False, on_over=None)
+    young.looks.clear()
+    young.look(5.0)
+    assert young.waited_since(usage.RECENT_WAIT_SECONDS) is None  # no time between its looks
+    young.waited_ns = 40 * ms
+    young.look(5.05)
+    assert young.waited_since(usage.RECENT_WAIT_SECONDS) == pytest.approx(0.8)
+
+
+@as_root
+def test_a_deadline_look_tells_waiting_processes_from_sleeping_ones() -> None:
+    """Through /proc: processes that spun on a crowded CPU and then slept waited nothing lately; processes that
+    still spin three to a CPU wait most of the time."""
+    async def scenario() -> tuple[float | None, float | None]:
+        watch = usage.UsageWatch()
+        run = watch.watch(HOLDER_UID)
+        crowd = 3 * (os.cpu_count() or 1)
+        with spinning(0.05, crowd):
+            await watch.sweep()  # all have spun, waiting for one another
+            await asyncio.sleep(2 * usage.RECENT_WAIT_SECONDS)
+            watch.count_now(run)
+            asleep = watch.share_of(run).waited_lately
+        with spinning(0, crowd):
+            for _ in range(4):
+                await watch.sweep()
+                await asyncio.sleep(usage.RECENT_WAIT_SECONDS / 2)
+            watch.count_now(run)
+            spinning_now = watch.share_of(run).waited_lately
+        watch.unwatch(run)
+        return asleep, spinning_now
+
+    asleep, spinning_now = asyncio.run(scenario())
+    assert asleep is not None and asleep < 0.05, asleep
+    assert spinning_now is not None and spinning_now >= 0.5, spinning_now
+
+
 def test_a_share_since_a_mark_counts_from_there() -> None:
     """A session's cell is judged by what it and the others ran during the cell, not over the session's life."""
     watch = usage.UsageWatch()
