@@ -34,6 +34,11 @@ MAX_DETAILS_BYTES = 4096
 # 16,384 jobs), and an OOM kill of the daemon took every other client's jobs.
 MIN_BATCH_WINDOW_JOBS = 64
 MAX_UNSENT_RESULT_BYTES = 64 << 20
+# Reading a batch's jobs gives the event loop back at least this often: one
+# item of 1 MiB of code takes up to 0.5 s (jobs.prepare, compile()), and a
+# batch of many held every other call (health checks, other trainers'
+# results) for their sum.
+PREPARE_SLICE_SECONDS = 0.01
 
 
 def status_details(message: str) -> str:
@@ -201,7 +206,7 @@ class JobsServicer(pb_grpc.JobsServicer):
             self.daemon.scheduler.release(held)
 
     async def RunBatch(self, request: pb.RunBatchRequest, context: grpc.aio.ServicerContext) -> Any:
-        scheduler = self.daemon.scheduler
+        scheduler, loop = self.daemon.scheduler, asyncio.get_running_loop()
         try:
             self.daemon.check_ready()
             if not request.jobs:
@@ -211,8 +216,14 @@ class JobsServicer(pb_grpc.JobsServicer):
                                      f"{self.daemon.config.scheduler.max_batch}")
             # All or nothing: a malformed item rejects the batch before any runs. Errors
             # name an item by its place in `jobs`: Job.index may be unset or repeated.
-            prepared = [jobs.prepare(job, self.daemon.config, f"jobs[{position}]")
-                        for position, job in enumerate(request.jobs)]
+            prepared = []
+            slice_ends = loop.time() + PREPARE_SLICE_SECONDS
+            for position, job in enumerate(request.jobs):
+                prepared.append(jobs.prepare(job, self.daemon.config, f"jobs[{position}]"))
+                if loop.time() >= slice_ends:
+                    await asyncio.sleep(0)
+                    slice_ends = loop.time() + PREPARE_SLICE_SECONDS
+            self.daemon.check_ready()  # it may have begun to drain meanwhile
             held = scheduler.admit(prepared)
         except SandboxdError as error:
             await _abort(context, error)

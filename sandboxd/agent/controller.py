@@ -587,6 +587,9 @@ class Controller:
         capped = timeout < limits["timeout"] * cases
         run_limits = dict(limits, timeout=timeout)
         harness = dict(job["harness"], call_timeout=limits["timeout"])
+        if plan["kind"] == "assert":
+            # The judge parses it for the names the tests may call (pyharness.run_tests), on this job's time.
+            harness["program"] = job["program"]["code"]
         # Where the job's total time is what runs out, the judge keeps that clock itself and answers with
         # the verdicts of the tests before it (a fraction reward counts them); the candidate and the judge
         # get JUDGE_GRACE more, so that it is the judge's clock that ends the tests, not their kill.
