@@ -56,6 +56,15 @@ Input (gold vs answer)           Math-Verify                 Here
 ``x^2+8x+16`` vs completion      no answer (``2x+3``: ``2``) the whole undelimited expression
 ``(x+4)^2`` (no ``$``/box)                                   (ours used to take the last number)
 ``2/3`` vs ``0.\\overline{6}``    different (read as ``0``)   repeating decimal, exact
+``\\sqrt{-1}`` vs ``i``,          different (``i`` is a       equal: ``i`` as the only letter
+``\\frac{2}{1-i}`` vs ``1+i``     symbol)                     is the imaginary unit
+``3`` vs ``1+2\\mathrm{i}``       equal (text dropped)        different: ``\\mathrm{i}`` is ``i``
+``\\frac12`` vs                   different (degree dropped)  equal: degrees in trig arguments
+``\\sin 30^\\circ``
+``0`` vs                         different (``simplify``     equal: 0 at 1000 and 4000 bits,
+``\\cos\\frac{\\pi}{7}+             cannot prove it)            shrinking (_vanishes)
+\\cos\\frac{3\\pi}{7}+
+\\cos\\frac{5\\pi}{7}-\\frac12``
 ===============================  ==========================  =================================
 """
 
@@ -95,6 +104,14 @@ _MAX_POWER_DEPTH = 5
 # larger, or absolute below 1) are different; see _numerically_apart.
 _APART_MARGIN = 1e-20
 _APART_MIN_BITS = 80  # and each evaluated to at least this many bits (a 30-digit value has 103)
+# An exact difference that evaluation cannot tell from 0 is evaluated again at these two fixed working
+# precisions (bits): 0 to both, shrinking from one to the other, below half the higher one, is 0. See _vanishes.
+_ZERO_WORKING_BITS = (1_000, 4_000)
+# ... for sides of at most this many bits (_log2_bound: those of their numbers, added). A nonzero difference
+# below 2^-2000 (10^-600) needs five times as many to be written: (1+\sqrt2)^k - N_k, N_k the nearest integer,
+# is 2^(-1.3 k) from about 5 k bits, and a tiny term added to a zero (+ 10^{-2000}) has its own bits. It also
+# bounds the work: at most a few hundred operations at 4000 bits, about a millisecond each.
+_ZERO_MAX_BITS = 400
 # The most bits of ln 2, pi or e that evaluation may compute (0.08 s for ln 2 here; 2^20 bits
 # take 16 s). Only an argument past 2^65000 needs more; see _guard_constant_precision.
 _MAX_CONSTANT_BITS = 1 << 16
@@ -124,7 +141,8 @@ _float_tolerance: contextvars.ContextVar[float] = contextvars.ContextVar(
 
 # Math-Verify logs a warning when its timeouts are disabled; that is deliberate here.
 _PRIVATE_GRADER_NAME = "_sandboxd_math_verify_grader"
-for _name in ("math_verify.parser", "math_verify.grader", _PRIVATE_GRADER_NAME):
+_PRIVATE_PARSER_NAME = "_sandboxd_math_verify_parser"
+for _name in ("math_verify.parser", "math_verify.grader", _PRIVATE_GRADER_NAME, _PRIVATE_PARSER_NAME):
     logging.getLogger(_name).setLevel(logging.ERROR)
 
 # --------------------------------------------------------------------------------------------
@@ -683,6 +701,8 @@ _MAGNITUDE_WORD = "|".join(word for word in _SCALE_WORDS if word not in ("square
 _SCALE_IN_TEXT_RE = re.compile(rf"{_TEXT_MACRO}\s*\{{[^{{}}]*?\b(?:{_MAGNITUDE_WORD})s?\b[^{{}}]*\}}", re.IGNORECASE)
 _SCALE_TOKEN_RE = re.compile(rf"(?:{_SCALE_WORD})s?", re.IGNORECASE)
 _BOLD_LETTER_RE = re.compile(r"\\(?:mathbf|boldsymbol|bm)\s*\{\s*([A-Za-z])\s*\}")
+# The imaginary unit set upright (ISO 80000-2: "\mathrm{i}") or dotless ("\imath"): the letter i.
+_UPRIGHT_I_RE = re.compile(r"\\(?:math(?:rm|it)|text(?:rm|up|normal)?|operatorname)\s*\{\s*i\s*\}|\\imath(?![A-Za-z])")
 
 
 def _scale_word_value(m: re.Match[str]) -> str:
@@ -741,6 +761,8 @@ def _normalize(s: str, *, single_number_gold: bool) -> str:
     s = _SCALE_WORD_RE.sub(_scale_word_value, s)
     # "2\mathbf{i} + 3\mathbf{j}": a bold letter is a vector's symbol, not text (it was read as 2).
     s = _BOLD_LETTER_RE.sub(r" \1 ", s)
+    # "1+2\mathrm{i}": the normaliser drops a text command and all after it (it was read as 1 + 2, and paid 3).
+    s = _UPRIGHT_I_RE.sub(" i ", s)
     s = _units_before_more_math(s)
     s = _replace_sqrt_parens(s)
     s = _REPEATING_RE.sub(_repeating_to_frac, s)
@@ -1233,38 +1255,103 @@ def _power_depth(s: str) -> int:
 # --------------------------------------------------------------------------------------------
 
 _grader: ModuleType | None = None
+_parser: ModuleType | None = None
 _latex_cfg: Any = None
 _expr_cfg: Any = None
+# The functions whose argument is an angle: a degree sign inside it is pi/180 (see _trig_degree_latex2sympy).
+_TRIG_FUNCTIONS = frozenset(["sin", "cos", "tan", "cot", "sec", "csc"])
+
+
+def _private_copy(shared: ModuleType, name: str, replaced: tuple[str, ...]) -> ModuleType:
+    """A fresh instance of ``shared`` under ``name``, checked to still define the globals we replace."""
+    spec = importlib.util.spec_from_file_location(name, shared.__file__)
+    if spec is None or spec.loader is None:  # pragma: no cover - only on a broken install
+        raise ImportError(f"cannot load {shared.__name__}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for attr in replaced:
+        if not hasattr(module, attr):  # pragma: no cover - future Math-Verify
+            raise ImportError(f"{shared.__name__}.{attr} not found; update sandboxd")
+    return module
 
 
 def _load() -> ModuleType:
-    """Import Math-Verify and build our private copy of its grader (once per process)."""
-    global _grader, _latex_cfg, _expr_cfg
+    """Import Math-Verify and build our private copies of its grader and parser (once per process)."""
+    global _grader, _parser, _latex_cfg, _expr_cfg
     if _grader is not None:
         return _grader
     import math_verify.grader as mv_grader
-    from math_verify import ExprExtractionConfig, LatexExtractionConfig
+    import math_verify.parser as mv_parser
 
     # A private instance of math_verify.grader whose module-level numeric comparison is ours.
     # The grader's recursive helpers (sets, tuples, intervals, relations, matrices) look that
     # function up as a module global, so substituting it in *our* copy fixes every structural
     # case at once without monkeypatching the shared math_verify module for other users.
-    spec = importlib.util.spec_from_file_location(_PRIVATE_GRADER_NAME, mv_grader.__file__)
-    if spec is None or spec.loader is None:  # pragma: no cover - only on a broken install
-        raise ImportError("cannot load math_verify.grader")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    for name in ("sympy_numeric_eq", "sympy_symbolic_eq"):
-        if not hasattr(module, name):  # pragma: no cover - future Math-Verify
-            raise ImportError(f"math_verify.grader.{name} not found; update sandboxd")
+    module = _private_copy(mv_grader, _PRIVATE_GRADER_NAME, ("sympy_numeric_eq", "sympy_symbolic_eq"))
     module.sympy_numeric_eq = _numeric_eq  # type: ignore[attr-defined]
     module.sympy_symbolic_eq = _symbolic_eq_for(module.sympy_symbolic_eq)  # type: ignore[attr-defined]
-    _latex_cfg = LatexExtractionConfig(boxed_match_priority=0)
-    _expr_cfg = ExprExtractionConfig()
+    # Likewise a private parser, whose LaTeX conversion reads degrees inside trig functions.
+    parser = _private_copy(mv_parser, _PRIVATE_PARSER_NAME, ("latex2sympy", "parse"))
+    parser.latex2sympy = _trig_degree_latex2sympy()  # type: ignore[attr-defined]
+    # The parser tells its configurations apart by class: they must be its own classes.
+    _latex_cfg = parser.LatexExtractionConfig(boxed_match_priority=0)
+    _expr_cfg = parser.ExprExtractionConfig()
     _guard_eager_evaluation()
     _guard_constant_precision()
+    _parser = parser
     _grader = module
     return module
+
+
+def _trig_degree_latex2sympy() -> Any:
+    """``latex2sympy``, but a degree sign inside the argument of a trig function is ``pi/180``.
+
+    Math-Verify converts with ``convert_degrees=False``, so the degree sign is dropped as a unit
+    wherever it stands: ``30^\\circ`` is 30 (kept: "the angle is 30" is answered by 30 degrees),
+    but ``\\sin(15^\\circ)`` was ``sin(15)``, fifteen radians, which paid ``\\sin 15`` and refused
+    ``\\frac{\\sqrt6-\\sqrt2}{4}``. latex2sympy's own conversion (``convert_degrees``) is switched
+    on while a trig function's argument is converted, so the grammar decides what the sign applies to.
+    """
+    from latex2sympy2_extended.latex2sympy2 import ConversionConfig, NormalizationConfig, _Latex2Sympy, normalize_latex
+    from sympy import evaluate
+
+    for method in ("convert_func", "convert_postfix"):
+        if not callable(getattr(_Latex2Sympy, method, None)):  # pragma: no cover - future latex2sympy
+            raise ImportError(f"latex2sympy2_extended's _Latex2Sympy.{method} not found; update sandboxd")
+
+    class TrigDegrees(_Latex2Sympy):
+        convert_degrees: bool
+
+        def convert_func(self, func: Any) -> Any:
+            single = func.func_normal_single_arg()
+            if self.convert_degrees or single is None or single.start.text.lstrip("\\") not in _TRIG_FUNCTIONS:
+                return super().convert_func(func)
+            self.convert_degrees = True
+            try:
+                return super().convert_func(func)
+            finally:
+                self.convert_degrees = False
+
+        def convert_postfix(self, postfix: Any) -> Any:
+            if not (self.convert_degrees and any(op.degree() for op in postfix.postfix_op())):
+                return super().convert_postfix(postfix)
+            # Unevaluated, as latex2sympy builds the rest: multiplied out, 2^{900000} degrees became a
+            # 900,000-bit fraction of pi, whose sign sympy asks (3.4 s) before the size bounds can see it.
+            with evaluate(False):
+                return super().convert_postfix(postfix)
+
+    normalization_default, conversion_default = NormalizationConfig(), ConversionConfig()
+
+    def latex2sympy(latex_str: str, variable_values: dict[Any, Any] | None = None, is_real: bool | None = None,
+                    convert_degrees: bool = False, normalization_config: Any = normalization_default,
+                    conversion_config: Any = conversion_default) -> Any:
+        # latex2sympy2_extended.latex2sympy's body (its signature too), with the converter above.
+        converter = TrigDegrees(variable_values, is_real, convert_degrees, config=conversion_config)
+        if normalization_config is not None:
+            latex_str = normalize_latex(latex_str, normalization_config)
+        return converter.parse(latex_str)
+
+    return latex2sympy
 
 
 def _binomial_work_bits(n: Any, k: Any) -> float:
@@ -1450,6 +1537,8 @@ def _symbolic_eq_for(symbolic_eq: Any) -> Any:
             return False
         if _rounded_away(a, b) or _rounded_away(b, a):
             return False
+        if _vanishes(a, b):
+            return True
         return bool(symbolic_eq(a, b))
 
     return eq
@@ -1486,6 +1575,107 @@ def _numerically_apart(a: Any, b: Any) -> bool:
         return bool(abs(xv - yv) > margin * max(1, abs(xv), abs(yv)))
     except Exception:  # a comparison sympy cannot decide: leave it to the grader
         return False
+
+
+def _vanishes(a: Any, b: Any) -> bool:
+    """Whether two exact symbol-free scalars are equal to every working precision tried.
+
+    An exact zero written the long way (``\\cos\\frac{\\pi}{7}+\\cos\\frac{3\\pi}{7}+\\cos\\frac{5\\pi}{7}
+    -\\frac12``) evaluates to its rounding error (sympy's evalf(30): 0.e-165), too small for the
+    relative comparison, and simplify cannot prove it. At a fixed working precision W the difference of
+    two equal values is that error, about 2^-W of their size, so it keeps shrinking as W grows (that
+    one: 3e-301 at 1000 bits, 9e-1205 at 4000); a difference that is not 0 stops at its value once W
+    resolves it: ``(1+\\sqrt2)^{400} - N``, N the nearest integer, is -1.0e-146 at 1000 bits (the
+    error of its 509-bit terms) and -7.76e-154, its value, at 4000. The sides are equal when the
+    difference at 4000 bits is below 2^-2000 of their size and has shrunk by at least half the
+    precision gained since 1000 bits. Only sides of at most _ZERO_MAX_BITS are tried (see there), and
+    each operation is evaluated once per precision: sympy's adaptive evalf raises the precision of
+    every sum that cancels, and again inside it, and took 130 s to 1000 digits on a product of sums of
+    zeros nested 7 deep (0.003 s here).
+    """
+    import mpmath
+    from sympy import Basic, Float, MatrixBase
+
+    if not (isinstance(a, Basic) and isinstance(b, Basic)) or isinstance(a, MatrixBase) or isinstance(b, MatrixBase):
+        return False
+    try:
+        # The sides as parsed, not doit(): rebuilding them asks sympy their signs, by the adaptive evalf
+        # this check avoids (0.5 s on sines of sums of zeros nested 6 deep, 0.004 s without).
+        x, y = a, b
+        if x.free_symbols or y.free_symbols or x.has(Float) or y.has(Float):
+            return False  # a float is only as exact as its bits: the tolerance decides
+        if _safe_log2_bound(x) + _safe_log2_bound(y) > _ZERO_MAX_BITS:
+            return False
+        ctx = mpmath.MPContext()  # a context of our own: mpmath.mp's precision is shared by the process
+        values = []
+        for bits in _ZERO_WORKING_BITS:
+            ctx.prec = bits
+            memo: dict[Any, Any] = {}
+            vx, vy = _fixed_precision_value(x, ctx, memo), _fixed_precision_value(y, ctx, memo)
+            if vx is None or vy is None:
+                return False
+            values.append((vx, vy, vx - vy))
+        (low_x, low_y, low), (high_x, high_y, high) = values
+        low_bits, high_bits = _ZERO_WORKING_BITS
+        # The size the difference is measured against: a side that evaluation resolves (its two values agree).
+        scale = 0.0
+        for lo, hi in ((low_x, high_x), (low_y, high_y)):
+            if hi and abs(hi - lo) <= abs(hi) * 2.0 ** (-low_bits // 2):
+                scale = max(scale, float(ctx.log(abs(hi), 2)))
+
+        if not high:
+            return True  # equal to the last of 4000 bits
+        # log2 of the difference; one that cancelled exactly at the lower precision was at most its error there.
+        low_size = float(ctx.log(abs(low), 2)) if low else scale - low_bits
+        high_size = float(ctx.log(abs(high), 2))
+        return high_size <= low_size - (high_bits - low_bits) / 2 and high_size <= scale - high_bits / 2
+    except Exception:  # 1/0, a domain error, an input mpmath refuses: not decided here
+        return False
+
+
+# sympy's functions that mpmath evaluates with the same principal branches, by class name.
+_MPMATH_FUNCTIONS = frozenset(
+    ["exp", "sin", "cos", "tan", "cot", "sec", "csc", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh",
+     "acosh", "atanh"]
+)
+_MPMATH_CONSTANTS = {"Pi": "pi", "Exp1": "e", "EulerGamma": "euler", "GoldenRatio": "phi", "Catalan": "catalan"}
+
+
+def _fixed_precision_value(expr: Any, ctx: Any, memo: dict[Any, Any]) -> Any:
+    """The value of an exact expression in ``ctx`` at its precision, each operation rounded once; ``None``
+    for what it does not know (an unevaluated sum, a special function)."""
+    from sympy import Abs, Add, Mul, Pow, Rational, UnevaluatedExpr, log
+
+    if expr in memo:
+        return memo[expr]
+    name = type(expr).__name__
+    args = [] if isinstance(expr, Rational) else [_fixed_precision_value(arg, ctx, memo) for arg in expr.args]
+    value: Any = None
+    if any(arg is None for arg in args):
+        pass
+    elif isinstance(expr, Rational):
+        value = ctx.mpf(int(expr.p)) / int(expr.q)
+    elif name in _MPMATH_CONSTANTS:
+        value = +getattr(ctx, _MPMATH_CONSTANTS[name])
+    elif name == "ImaginaryUnit":
+        value = ctx.mpc(0, 1)
+    elif isinstance(expr, Add):
+        value = ctx.fsum(args)
+    elif isinstance(expr, Mul):
+        value = ctx.fprod(args)
+    elif isinstance(expr, Pow):
+        exponent = expr.exp
+        value = ctx.power(args[0], int(exponent) if exponent.is_Integer else args[1])
+    elif isinstance(expr, log):
+        value = ctx.log(*args)
+    elif isinstance(expr, Abs):
+        value = abs(args[0])
+    elif isinstance(expr, UnevaluatedExpr):
+        value = args[0]
+    elif name in _MPMATH_FUNCTIONS and len(args) == 1:
+        value = getattr(ctx, name)(args[0])
+    memo[expr] = value
+    return value
 
 
 def _rounded_away(exact: Any, inexact: Any) -> bool:
@@ -1611,9 +1801,9 @@ _PLAIN_ARITHMETIC_RE = re.compile(r"[\d\s.,+\-*/^()%$\u20ac\u00a3\u00a5\u00d7\u0
 def _mv_parse(s: str) -> list[Any]:
     """Parse with Math-Verify: LaTeX first (as a box, the way final answers are written), then
     plain-text expressions. Returns only successfully parsed sympy objects."""
-    from math_verify import parse
-
     _load()
+    assert _parser is not None
+    parse = _parser.parse
     try:
         parsed = parse(
             "\\boxed{" + s + "}",
@@ -1632,6 +1822,37 @@ def _mv_parse(s: str) -> list[Any]:
         except Exception:
             parsed = []
     return [p for p in parsed if not isinstance(p, str)]
+
+
+def _with_imaginary_unit(gold_objs: list[Any], pred_objs: list[Any]) -> tuple[list[Any], list[Any]]:
+    """Both sides with the letter ``i`` as the imaginary unit when it is the only letter either uses.
+
+    latex2sympy reads ``i`` as a symbol (only ``I`` is the unit) and Math-Verify leaves it so, only
+    marking its symbols complex when the text shows an ``i`` on its own (``3+4 i``, not ``3+4i``). So
+    ``i`` was not ``\\sqrt{-1}``, ``1+i`` not ``\\frac{2}{1-i}``, ``e^{i\\pi}`` not ``-1``, and ``3+4 i``
+    not even ``3+4i``. An answer whose only letter is ``i`` is a complex number; beside another letter
+    (``a_i + i``, ``i + j``) it may be an index, and it stays a symbol, as it does in a relation
+    (``i = 3`` names an unknown; complex numbers have no order). The one relation read through is an
+    assignment to another letter, ``z = 1+i``, which Math-Verify compares by its value. Sides too large
+    to evaluate are left as they are, for the size bound to refuse, before the substitution evaluates them.
+    """
+    import sympy
+
+    objs = gold_objs + pred_objs
+    if not all(isinstance(o, (sympy.Basic, sympy.MatrixBase)) for o in objs):
+        return gold_objs, pred_objs
+    values = [o.rhs if isinstance(o, sympy.Eq) and isinstance(o.lhs, sympy.Symbol) and o.lhs.name != "i" else o
+              for o in objs]
+    symbols = set().union(*(v.free_symbols for v in values))
+    if not symbols or {s.name for s in symbols} != {"i"}:
+        return gold_objs, pred_objs
+    if any(v.has(sympy.Rel, sympy.Interval) or _too_big(v) for v in values):
+        return gold_objs, pred_objs
+    unit = {s: sympy.I for s in symbols}
+    try:
+        return [o.xreplace(unit) for o in gold_objs], [o.xreplace(unit) for o in pred_objs]
+    except Exception:  # a structure sympy refuses with a complex entry
+        return gold_objs, pred_objs
 
 
 def _safe_str(obj: Any) -> str:
@@ -1816,8 +2037,7 @@ def _judge(answer: str, rule: str, ground_truth: str) -> dict[str, str]:
     if (scaled := _SCALE_IN_TEXT_RE.search(pred_s)) and not _SCALE_IN_TEXT_RE.search(gold_s):
         return _result("wrong_answer", message=f"answer: a scale word in text ({scaled.group(0)[:40]!r})", **base)
 
-    gold_objs = _mv_parse(gold_s)
-    pred_objs = _mv_parse(pred_s)
+    gold_objs, pred_objs = _with_imaginary_unit(_mv_parse(gold_s), _mv_parse(pred_s))
     gold_str = _safe_str(gold_objs[0]) if gold_objs else gold_s
     pred_str = _safe_str(pred_objs[0]) if pred_objs else pred_s
     res = {"parsed": pred_str, "gold": gold_str, **base}

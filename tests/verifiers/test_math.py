@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import threading
+import time
 from typing import TypedDict, Unpack
 
 import pytest
@@ -365,6 +366,64 @@ TEXT_AND_CHOICES = [
 ]
 
 
+# The letter i alone is the imaginary unit (latex2sympy and Math-Verify read it as a symbol: all of these were refused).
+COMPLEX_NUMBERS = [
+    ("\\sqrt{-1}", "i", OK),
+    ("i", "\\sqrt{-1}", OK),
+    ("\\sqrt{-1}", "-i", WRONG),
+    ("\\frac{2}{1-i}", "1+i", OK),
+    ("1+i", "\\frac{2}{1-i}", OK),
+    ("\\frac{2}{1-i}", "1-i", WRONG),
+    ("e^{i\\pi}", "-1", OK),
+    ("-1", "e^{i\\pi}", OK),
+    ("e^{i\\pi}", "1", WRONG),
+    ("2i", "(1+i)^2", OK),
+    ("1+i", "\\sqrt{2}e^{i\\pi/4}", OK),
+    ("1+i", "\\sqrt{2}e^{-i\\pi/4}", WRONG),
+    ("\\pm\\sqrt{-1}", "\\{i, -i\\}", OK),
+    ("\\frac{2}{1-i}", "z = 1+i", OK),  # an assignment to another letter is compared by its value
+    ("\\frac{2}{1-i}", "z = 1-i", WRONG),
+    # Math-Verify made the symbol complex only where the text shows an i alone: "4 i" and "4i" were two symbols.
+    ("3+4i", "3+4 i", OK),
+    ("3+4i", "3+4\\cdot i", OK),
+    ("3+4i", "4+3i", WRONG),
+    ("1+2i", "1+2\\mathrm{i}", OK),  # the upright i was dropped with everything after it, as text
+    ("i", "\\imath", OK),
+    # Beside another letter, or as the unknown of a relation, i stays a symbol.
+    ("j+1", "i+1", WRONG),
+    ("3", "i = 3", OK),
+    ("\\sqrt{-1}", "i = 3", WRONG),
+]
+
+# A degree sign inside a trig function's argument is pi/180 (it was dropped as a unit: sin 15 degrees was sin 15).
+ANGLES = [
+    ("\\frac{\\sqrt{6}-\\sqrt{2}}{4}", "\\sin(15^\\circ)", OK),
+    ("\\sin(15^\\circ)", "\\frac{\\sqrt{6}-\\sqrt{2}}{4}", OK),
+    ("\\frac{\\sqrt{6}-\\sqrt{2}}{4}", "\\sin 15^\\circ", OK),
+    ("\\sin(15^\\circ)", "\\frac{\\sqrt6+\\sqrt2}{4}", WRONG),
+    ("\\frac{\\sqrt6-\\sqrt2}{4}", "\\sin 15", WRONG),  # fifteen radians
+    ("\\sin 15^\\circ", "\\sin 15", WRONG),  # was equal: both sin(15)
+    ("\\frac{1}{2}", "\\sin 30\u00b0", OK),
+    ("\\sqrt{2}-1", "\\tan 22.5^{\\circ}", OK),
+    ("\\frac{1}{8}", "\\cos 20^\\circ \\cos 40^\\circ \\cos 80^\\circ", OK),
+    ("\\frac{\\sqrt{6}+\\sqrt{2}}{4}", "\\cos(45^\\circ - 30^\\circ)", OK),
+    # Elsewhere the degree sign is still a unit, as in Math-Verify.
+    ("30", "30^\\circ", OK),
+    ("\\frac{\\pi}{6}", "30^\\circ", WRONG),
+]
+
+# Exact zeros written the long way: the relative comparison cannot call them 0 and simplify cannot prove them.
+EXACT_ZEROS = [
+    ("0", "\\cos\\frac{\\pi}{7}+\\cos\\frac{3\\pi}{7}+\\cos\\frac{5\\pi}{7}-\\frac{1}{2}", OK),
+    ("\\cos\\frac{\\pi}{7}+\\cos\\frac{3\\pi}{7}+\\cos\\frac{5\\pi}{7}-\\frac{1}{2}", "0", OK),
+    ("0", "\\cos\\frac{2\\pi}{9}+\\cos\\frac{4\\pi}{9}+\\cos\\frac{8\\pi}{9}", OK),
+    ("0", "\\tan\\frac{\\pi}{7}\\tan\\frac{2\\pi}{7}\\tan\\frac{3\\pi}{7} - \\sqrt{7}", OK),
+    ("0", "\\sin 20^\\circ + \\sin 40^\\circ - \\sin 80^\\circ", OK),
+    ("0", "\\cos\\frac{\\pi}{7}+\\cos\\frac{3\\pi}{7}+\\cos\\frac{5\\pi}{7}-\\frac{1}{2}+10^{-100}", WRONG),
+    ("0", "\\cos\\frac{\\pi}{7}+\\cos\\frac{3\\pi}{7}+\\cos\\frac{5\\pi}{7}", WRONG),
+]
+
+
 @pytest.mark.parametrize(
     ("gold", "answer", "expected"),
     NUMBERS
@@ -373,7 +432,10 @@ TEXT_AND_CHOICES = [
     + MATRICES
     + EQUATIONS_INEQUALITIES
     + UNITS_PERCENT_CURRENCY
-    + TEXT_AND_CHOICES,
+    + TEXT_AND_CHOICES
+    + COMPLEX_NUMBERS
+    + ANGLES
+    + EXACT_ZEROS,
 )
 def test_equivalence(gold: str, answer: str, expected: str) -> None:
     check(boxed(answer), gold, expected)
@@ -568,6 +630,13 @@ def test_fixed_cases_still_accept_the_right_answer(gold: str, answer: str) -> No
         "pi " * 5_000,
         # Spaces in spans of a list: a regex over each span backtracked cubically (review: ~15 s a span).
         "The answer is $5$, $x =" + " " * 1_900 + "= 5$, $y =" + " " * 1_900 + "= 5$.",
+        # The imaginary unit and degrees: refused by the size bounds before the i or the degree sign is evaluated.
+        boxed("(2i)^{10^{9}}"),
+        boxed("i^{10^{100}}"),
+        boxed("2^{i \\cdot 10^{100000}}"),
+        boxed("\\sin(i \\cdot 10^{5000})"),
+        boxed("\\cos(2^{900000}^\\circ)"),  # multiplied out, its sign took 3.4 s to ask
+        boxed("\\sin(9^{9^{9}}^\\circ)"),
     ],
 )
 def test_hostile_inputs_end_in_a_clean_status(completion: str) -> None:
@@ -779,12 +848,40 @@ def test_simplify_only_decides_what_evaluation_cannot(monkeypatch: pytest.Monkey
     check(boxed(_nest("\\sin({})", 6, "2")), "1", WRONG)
     check(boxed("2^{\\frac{1}{2}}"), "\\sqrt{3}", WRONG)
     assert asked == []
-    # A zero written the long way cancels past evaluation's precision, and still goes to simplify.
+    # A zero written the long way cancels past evaluation's precision: evaluated again at fixed precisions, it is
+    # 0 to each of them (_vanishes).
     check(boxed("\\sin^2(1)+\\cos^2(1)-1"), "0", OK)
+    assert asked == []
+    # One with numbers past _ZERO_MAX_BITS still goes to simplify.
+    check(boxed("\\sin^2(10^{200})+\\cos^2(10^{200})-1"), "0", OK)
     assert len(asked) == 1
     # So does a float, which is only as exact as its bits: 0.3 is 3/10 to 53 of them.
     check(boxed("\\frac{3}{10}"), "0.3", OK, float_tolerance=0.0)
     assert len(asked) == 2
+
+
+_ZERO = "(\\sin^2(1)+\\cos^2(1)-1)"
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize(
+    "zero",
+    [
+        # sympy's adaptive evalf, asked for 1000 digits, took 130 s on this one 7 deep.
+        _nest("({})\\cdot(" + _ZERO + "+1)+" + _ZERO, 14, _ZERO),
+        _nest("({}+" + _ZERO + ")^3", 2, _ZERO),
+        _nest("\\frac{{{}+" + _ZERO + "}}{{3}}", 14, _ZERO),
+        _nest("\\sin({}+" + _ZERO + ")", 5, _ZERO),
+        _nest("\\log(1+{}+" + _ZERO + ")", 5, _ZERO),
+    ],
+)
+def test_exact_zeros_are_checked_in_bounded_time(zero: str) -> None:
+    """Each operation is evaluated once per precision, however the sums that cancel nest (about 3 ms each here)."""
+    (parsed,) = mathv._mv_parse(zero)
+    (nought,) = mathv._mv_parse("0")
+    start = time.perf_counter()
+    assert mathv._vanishes(parsed, nought)
+    assert time.perf_counter() - start < 2
 
 
 def test_no_alarm_signal_is_installed() -> None:

@@ -1090,3 +1090,83 @@ def test_a_true_equality_with_a_percentage_still_scores(answer: str, gold: str) 
 )
 def test_a_unit_after_the_last_number_is_not_the_last_expression(completion: str, gold: str, expected: str) -> None:
     check(completion, gold, expected)
+
+
+# --------------------------------------------------------------------------------------------
+# Fixed: complex numbers, angles in degrees and exact zeros written the long way were refused; the answers near
+# them stay wrong, and an upright i or a degree in radians was paid
+# --------------------------------------------------------------------------------------------
+
+_ZERO_7 = "\\cos\\frac{\\pi}{7}+\\cos\\frac{3\\pi}{7}+\\cos\\frac{5\\pi}{7}-\\frac{1}{2}"
+
+
+def _pell_trace(k: int) -> int:
+    """(1+\\sqrt2)^k + (1-\\sqrt2)^k, an integer: (1+\\sqrt2)^k minus it is -(\\sqrt2-1)^k, tiny but not 0."""
+    previous, current = 2, 2
+    for _ in range(k - 1):
+        previous, current = current, 2 * current + previous
+    return current
+
+
+@pytest.mark.parametrize(
+    ("answer", "gold"),
+    [
+        ("1+2\\mathrm{i}", "3"),  # fixed: the normaliser dropped the upright i as text, and with it the 2: paid
+        ("2\\mathrm{i}", "2"),  # fixed: paid, the i read as a unit
+        ("\\sin 15", "\\sin 15^\\circ"),  # fixed: paid, both were sin(15)
+        ("\\sin 30", "\\frac{1}{2}"),
+        ("1-i", "\\frac{2}{1-i}"),
+        ("-i", "\\sqrt{-1}"),
+        ("i", "-\\sqrt{-1}"),
+        ("1", "e^{i\\pi}"),
+        ("i^2", "1"),
+        ("(1+i)^2", "2"),
+        ("\\frac{\\sqrt6+\\sqrt2}{4}", "\\sin(15^\\circ)"),
+        ("\\sin 15", "\\frac{\\sqrt6-\\sqrt2}{4}"),
+        ("\\cos 15^\\circ", "\\sin(15^\\circ)"),
+        ("\\frac{\\pi}{12}", "15^\\circ"),  # outside a trig function the degree sign is a unit
+        ("i+1", "j+1"),  # beside another letter i is a symbol
+        ("i = 3", "\\sqrt{-1}"),  # as is the unknown of a relation
+        (_ZERO_7 + "+10^{-100}", "0"),
+        (f"(1+\\sqrt{{2}})^{{40}} - {_pell_trace(40)}", "0"),
+        (f"(1+\\sqrt{{2}})^{{400}} - {_pell_trace(400)}", "0"),
+    ],
+)
+def test_near_misses_of_complex_numbers_angles_and_exact_zeros_are_wrong(answer: str, gold: str) -> None:
+    check(boxed(answer), gold, WRONG)
+
+
+@pytest.mark.parametrize(
+    ("answer", "gold"),
+    [
+        ("1+2\\mathrm{i}", "1+2i"),
+        ("\\sin 15^\\circ", "\\sin 15^\\circ"),
+        ("\\cos 75^\\circ", "\\sin 15^\\circ"),
+        (f"(1+\\sqrt{{2}})^{{40}} - {_pell_trace(40)}", "-(\\sqrt{2}-1)^{40}"),
+        (_ZERO_7, "0"),
+    ],
+)
+def test_complex_numbers_angles_and_exact_zeros_still_score(answer: str, gold: str) -> None:
+    check(boxed(answer), gold, OK)
+
+
+@pytest.mark.parametrize("k", [40, 400, 1000, 2000, 3000])
+def test_a_tiny_difference_is_not_zero_at_any_precision_tried(k: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The precision rule alone, without the size bound: (1+\\sqrt2)^k - N_k is about 2^(-1.3 k), and its terms
+    2^(1.3 k). Either 4000 bits resolve it (it stops shrinking at its value) or its error there is the size of
+    terms past 2^2000, and not below 2^-2000."""
+    monkeypatch.setattr(mathv, "_ZERO_MAX_BITS", float("inf"))
+    (tiny,) = mathv._mv_parse(f"(1+\\sqrt{{2}})^{{{k}}} - {_pell_trace(k)}")
+    (zero,) = mathv._mv_parse("0")
+    assert not mathv._vanishes(tiny, zero)
+    (exact,) = mathv._mv_parse(_ZERO_7)
+    assert mathv._vanishes(exact, zero)
+
+
+def test_a_tiny_term_added_to_a_zero_is_refused_by_its_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """10^-2000 is below what 4000 bits resolve: only the size bound (its 6,600 bits) keeps it from being 0."""
+    (hidden,) = mathv._mv_parse(_ZERO_7 + "+10^{-2000}")
+    (zero,) = mathv._mv_parse("0")
+    assert not mathv._vanishes(hidden, zero)
+    monkeypatch.setattr(mathv, "_ZERO_MAX_BITS", float("inf"))
+    assert mathv._vanishes(hidden, zero)
