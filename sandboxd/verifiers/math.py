@@ -1601,17 +1601,16 @@ def _vanishes(a: Any, b: Any) -> bool:
     try:
         # The sides as parsed, not doit(): rebuilding them asks sympy their signs, by the adaptive evalf
         # this check avoids (0.5 s on sines of sums of zeros nested 6 deep, 0.004 s without).
-        x, y = a, b
-        if x.free_symbols or y.free_symbols or x.has(Float) or y.has(Float):
+        if a.free_symbols or b.free_symbols or a.has(Float) or b.has(Float):
             return False  # a float is only as exact as its bits: the tolerance decides
-        if _safe_log2_bound(x) + _safe_log2_bound(y) > _ZERO_MAX_BITS:
+        if _safe_log2_bound(a) + _safe_log2_bound(b) > _ZERO_MAX_BITS:
             return False
         ctx = mpmath.MPContext()  # a context of our own: mpmath.mp's precision is shared by the process
         values = []
         for bits in _ZERO_WORKING_BITS:
             ctx.prec = bits
             memo: dict[Any, Any] = {}
-            vx, vy = _fixed_precision_value(x, ctx, memo), _fixed_precision_value(y, ctx, memo)
+            vx, vy = _fixed_precision_value(a, ctx, memo), _fixed_precision_value(b, ctx, memo)
             if vx is None or vy is None:
                 return False
             values.append((vx, vy, vx - vy))
