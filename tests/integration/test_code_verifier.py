@@ -543,6 +543,41 @@ def test_es_modules_and_java_packages_run(channel: grpc.Channel, languages: set[
     assert not failed
 
 
+# Go and Rust as models write them now. Each program fails to compile with Debian bookworm's own toolchains (Go
+# 1.19, rustc 1.63), which the langs image had: the min/max builtins, cmp and slices (Go 1.21), range over an int
+# (1.22), slices.Sorted over maps.Keys (1.23); let-else (Rust 1.65), is_some_and (1.70), div_ceil (1.73).
+CURRENT_LANGUAGE_FEATURES = {
+    "go": ("package main\n\nimport (\n\t\"bufio\"\n\t\"cmp\"\n\t\"fmt\"\n\t\"maps\"\n\t\"os\"\n\t\"slices\"\n)\n\n"
+           "func main() {\n\tin := bufio.NewReader(os.Stdin)\n\tvar n int\n\tfmt.Fscan(in, &n)\n"
+           "\txs := make([]int, n)\n\tfor i := range n {\n\t\tfmt.Fscan(in, &xs[i])\n\t}\n"
+           "\tslices.SortFunc(xs, func(a, b int) int { return cmp.Compare(b, a) })\n"
+           "\tcounts := map[int]int{}\n\tfor _, x := range xs {\n\t\tcounts[x]++\n\t}\n"
+           "\tkeys := slices.Sorted(maps.Keys(counts))\n"
+           "\tfmt.Println(max(xs[0], 0), min(xs[n-1], 100), xs, keys)\n}\n",
+           "6 4 [6 5 4 4] [4 5 6]"),
+    "rust": ("use std::io::Read;\n\nfn parse(s: &str) -> Option<i64> {\n    s.parse().ok()\n}\n\n"
+             "fn main() {\n    let mut s = String::new();\n    std::io::stdin().read_to_string(&mut s).unwrap();\n"
+             "    let mut it = s.split_whitespace();\n    let Some(n) = it.next().and_then(parse) else {\n"
+             "        return;\n    };\n    let v: Vec<i64> = it.filter_map(parse).take(n as usize).collect();\n"
+             "    let total: i64 = v.iter().sum();\n    let even = v.first().is_some_and(|x| x % 2 == 0);\n"
+             "    let pages = (total as u64).div_ceil(10);\n    println!(\"{total} {even} {pages}\");\n}\n",
+             "19 true 2"),
+}
+
+
+def test_current_go_and_rust_compile(channel: grpc.Channel, languages: set[str]) -> None:
+    present = [language for language in CURRENT_LANGUAGE_FEATURES if language in languages]
+    if not present:
+        pytest.skip("neither go nor rust is in GetInfo().languages")
+    jobs = [stdio_job(program, [("4\n4 5 6 4\n", expected)], language=language, timeout=10.0, index=i)
+            for i, (language, (program, expected)) in enumerate(
+                (language, CURRENT_LANGUAGE_FEATURES[language]) for language in present)]
+    results = run_batch(channel, jobs)
+    failed = {language: describe(results[i]) for i, language in enumerate(present)
+              if results[i].status != pb.STATUS_OK or results[i].reward != 1.0}
+    assert not failed
+
+
 # ---- Python-only dataset shapes ---------------------------------------------
 
 ADD = "def add(a, b):\n    return a + b\n"

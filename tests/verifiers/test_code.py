@@ -25,6 +25,7 @@ import pytest
 
 from sandboxd.verifiers import pyharness
 from sandboxd.verifiers.code import (
+    GO_BUILD_CACHE,
     LANGUAGES,
     FunctionCase,
     StdioCase,
@@ -175,7 +176,9 @@ def test_languages_table() -> None:
     assert c_argv is not None and c_argv[-1] == "-lm"
     assert LANGUAGES["rust"].compile_argv[:1] == ("rustc",)  # type: ignore[index]
     env = expand_env(dict(LANGUAGES["go"].env), "/work/job1")
-    assert env["GOCACHE"].startswith("/work/job1/") and env["HOME"] == "/work/job1"
+    # The image's read-only standard library cache, not one per job; GOPATH and HOME are the job's.
+    assert env["GOCACHE"] == GO_BUILD_CACHE and env["HOME"] == "/work/job1"
+    assert env["GOPATH"].startswith("/work/job1/")
     assert expand_env({"A": "{workdir}/x", "B": "plain"}, "/w") == {"A": "/w/x", "B": "plain"}
     unlimited = {name for name, lang in LANGUAGES.items() if not lang.address_space_limit}
     assert unlimited == {"java", "go", "javascript"}
