@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -168,14 +169,19 @@ def test_ca_bundle_prefers_the_sandboxd_variable(tmp_path: Path, monkeypatch: py
     assert images.ca_bundle() == pip_cert
 
 
-@pytest.mark.docker
-def test_python_image_runs_the_verifier_libraries_offline() -> None:
+def _docker_client() -> Any:
     docker = pytest.importorskip("docker")
     try:
         client = docker.from_env()
         client.ping()
     except docker.errors.DockerException as exc:
         pytest.skip(f"no Docker engine: {exc}")
+    return client
+
+
+@pytest.mark.docker
+def test_python_image_runs_the_verifier_libraries_offline() -> None:
+    client = _docker_client()
     ref = images.image_tag("python")
     assert ref in images.available_images().values(), f"{ref} missing: run `make setup`"
     out = client.containers.run(
@@ -202,12 +208,7 @@ def test_langs_image_builds_go_against_its_read_only_standard_library_cache() ->
     dependencies (about 50 packages, 4.9 s here) in every job. `go build -x`
     lists each compiler run.
     """
-    docker = pytest.importorskip("docker")
-    try:
-        client = docker.from_env()
-        client.ping()
-    except docker.errors.DockerException as exc:
-        pytest.skip(f"no Docker engine: {exc}")
+    client = _docker_client()
     ref = images.image_tag("langs")
     assert ref in images.available_images().values(), f"{ref} missing: run `make setup`"
     workdir = "/tmp/job"
@@ -223,6 +224,36 @@ def test_langs_image_builds_go_against_its_read_only_standard_library_cache() ->
     printed, compiler_runs = out.decode().split()
     assert printed == "9"
     assert compiler_runs == "1"  # main; every standard package came from the cache
+
+
+
+CPP_PROGRAM = ("#include <bits/stdc++.h>\nusing namespace std;\nint main() {\n"
+               "    set<int> seen{3, 9};\n    vector<int> xs{4, 1, 3};\n    ranges::sort(xs);\n"
+               "    cout << seen.contains(xs[2]) << popcount(7u) << xs[0] << endl;\n}\n")
+
+
+@pytest.mark.docker
+def test_langs_image_compiles_cpp_with_its_precompiled_standard_header() -> None:
+    """The daemon's C++ compile takes the image's precompiled <bits/stdc++.h>, and C++20.
+
+    `g++ -H` marks a precompiled header it used with "!". GCC silently reads
+    the header instead when the options differ from those it was built with
+    (1.25-1.33 s against 0.40 s here for a 10-line program).
+    """
+    client = _docker_client()
+    ref = images.image_tag("langs")
+    assert ref in images.available_images().values(), f"{ref} missing: run `make setup`"
+    compile_argv = " ".join(code.LANGUAGES["cpp"].compile_argv or ())
+    script = (f'set -e; mkdir -p /tmp/job; cd /tmp/job; printf %s "$SOURCE" > main.cpp; {compile_argv} -H 2> headers; '
+              './main; grep -c "^! .*/bits/stdc++.h.gch$" headers')
+    out = client.containers.run(
+        ref, ["bash", "-c", script], environment={"SOURCE": CPP_PROGRAM, "PATH": "/usr/local/bin:/usr/bin:/bin"},
+        user="65534:65534", network_mode="none", read_only=True, tmpfs={"/tmp": "size=256m,mode=1777,exec"},
+        cap_drop=["ALL"], security_opt=["no-new-privileges"], remove=True,
+    )
+    printed, precompiled_used = out.decode().split()
+    assert printed == "031"
+    assert precompiled_used == "1"
 
 
 def test_a_missing_image_names_the_builds_of_it_the_engine_has(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -31,6 +31,7 @@ from decimal import Decimal
 from typing import Any
 
 __all__ = [
+    "CPP_FLAGS",
     "GO_BUILD_CACHE",
     "GO_ENV",
     "LANGUAGES",
@@ -89,6 +90,9 @@ NODE_BLOCKING_STDIO = (
 
 NODE_STACK_KIB = 65_536
 
+# A C++ job's compile options. The langs image precompiles <bits/stdc++.h> with exactly
+# these; GCC uses that only for a compile with the same options.
+CPP_FLAGS = ("-O2", "-std=gnu++20")
 # The environment of a Go job's build and runs. The langs image builds its standard
 # library cache with exactly these settings: they are part of the cache's keys.
 GO_BUILD_CACHE = "/usr/local/lib/sandboxd/go-build"
@@ -106,13 +110,14 @@ LANGUAGES: dict[str, Language] = {
     for lang in (
         # -B: the work dir is private and thrown away, writing .pyc is wasted I/O.
         Language("python", "main.py", None, ("python3", "-B", "main.py"), 0.0, ("py", "python3", "py3")),
-        # The GNU dialects, as judges compile (Codeforces' "GNU G++17"): under strict
+        # The GNU dialects, as judges compile (Codeforces' "GNU G++20"): under strict
         # c11, strdup() was implicitly declared and its pointer cut to an int (SIGSEGV
-        # in a correct program), and M_PI was undeclared.
+        # in a correct program), and M_PI was undeclared. C++20, not 17: models
+        # write set.contains(), std::ranges and <bit>.
         Language(
             "cpp",
             "main.cpp",
-            ("g++", "-O2", "-std=gnu++17", "-o", "main", "main.cpp"),
+            ("g++", *CPP_FLAGS, "-o", "main", "main.cpp"),
             ("./main",),
             30.0,
             ("c++", "cxx", "cc"),

@@ -543,10 +543,18 @@ def test_es_modules_and_java_packages_run(channel: grpc.Channel, languages: set[
     assert not failed
 
 
-# Go and Rust as models write them now. Each program fails to compile with Debian bookworm's own toolchains (Go
-# 1.19, rustc 1.63), which the langs image had: the min/max builtins, cmp and slices (Go 1.21), range over an int
-# (1.22), slices.Sorted over maps.Keys (1.23); let-else (Rust 1.65), is_some_and (1.70), div_ceil (1.73).
+# Go, Rust and C++ as models write them now. Each program failed to compile as the langs image had them: Debian
+# bookworm's own Go 1.19 and rustc 1.63, g++ in C++17: the min/max builtins, cmp and slices (Go 1.21), range over
+# an int (1.22), slices.Sorted over maps.Keys (1.23); let-else (Rust 1.65), is_some_and (1.70), div_ceil (1.73);
+# set::contains, std::ranges, std::popcount and designated initializers (C++20).
 CURRENT_LANGUAGE_FEATURES = {
+    "cpp": ("#include <bits/stdc++.h>\nusing namespace std;\n\nstruct Range {\n    int lo, hi;\n};\n\n"
+            "int main() {\n    int n;\n    cin >> n;\n    vector<int> xs(n);\n    for (auto &x : xs) cin >> x;\n"
+            "    ranges::sort(xs);\n    set<int> seen(xs.begin(), xs.end());\n"
+            "    Range r{.lo = xs.front(), .hi = xs.back()};\n"
+            "    cout << r.lo << ' ' << r.hi << ' ' << seen.contains(5) << ' ' << popcount(unsigned(r.hi)) << endl;\n"
+            "}\n",
+            "4 6 1 2"),
     "go": ("package main\n\nimport (\n\t\"bufio\"\n\t\"cmp\"\n\t\"fmt\"\n\t\"maps\"\n\t\"os\"\n\t\"slices\"\n)\n\n"
            "func main() {\n\tin := bufio.NewReader(os.Stdin)\n\tvar n int\n\tfmt.Fscan(in, &n)\n"
            "\txs := make([]int, n)\n\tfor i := range n {\n\t\tfmt.Fscan(in, &xs[i])\n\t}\n"
@@ -565,10 +573,10 @@ CURRENT_LANGUAGE_FEATURES = {
 }
 
 
-def test_current_go_and_rust_compile(channel: grpc.Channel, languages: set[str]) -> None:
+def test_current_go_rust_and_cpp_compile(channel: grpc.Channel, languages: set[str]) -> None:
     present = [language for language in CURRENT_LANGUAGE_FEATURES if language in languages]
     if not present:
-        pytest.skip("neither go nor rust is in GetInfo().languages")
+        pytest.skip("none of go, rust and cpp is in GetInfo().languages")
     jobs = [stdio_job(program, [("4\n4 5 6 4\n", expected)], language=language, timeout=10.0, index=i)
             for i, (language, (program, expected)) in enumerate(
                 (language, CURRENT_LANGUAGE_FEATURES[language]) for language in present)]

@@ -171,7 +171,7 @@ def test_extraction_errors() -> None:
 def test_languages_table() -> None:
     assert set(LANGUAGES) == {"python", "cpp", "c", "java", "javascript", "go", "rust", "bash"}
     assert LANGUAGES["python"].compile_argv is None
-    assert "-std=gnu++17" in LANGUAGES["cpp"].compile_argv  # type: ignore[operator]
+    assert "-std=gnu++20" in LANGUAGES["cpp"].compile_argv  # type: ignore[operator]
     c_argv = LANGUAGES["c"].compile_argv
     assert c_argv is not None and c_argv[-1] == "-lm"
     assert LANGUAGES["rust"].compile_argv[:1] == ("rustc",)  # type: ignore[index]
