@@ -34,6 +34,8 @@ __all__ = [
     "CPP_FLAGS",
     "GO_BUILD_CACHE",
     "GO_ENV",
+    "JAVAC_CLASS_ARCHIVE",
+    "JAVAC_JVM_FLAGS",
     "LANGUAGES",
     "FunctionCase",
     "Language",
@@ -93,6 +95,13 @@ NODE_STACK_KIB = 65_536
 # A C++ job's compile options. The langs image precompiles <bits/stdc++.h> with exactly
 # these; GCC uses that only for a compile with the same options.
 CPP_FLAGS = ("-O2", "-std=gnu++20")
+# javac's JVM, not the program's: a compile is a short run. Its JIT stops at the quick
+# compiler (C1), one GC thread, and its classes come mapped from a class-data archive
+# that the langs image dumps from a javac run with these options (a JVM without the
+# file starts as before, silently). For a 15-line program, 0.75-0.81 -> 0.34-0.37 CPU
+# seconds (0.46 -> 0.27 s); for 400 methods, 3.0 -> 1.2 (1.6 -> 0.8 s).
+JAVAC_CLASS_ARCHIVE = "/usr/local/lib/sandboxd/javac.jsa"
+JAVAC_JVM_FLAGS = ("-J-XX:TieredStopAtLevel=1", "-J-XX:+UseSerialGC", f"-J-XX:SharedArchiveFile={JAVAC_CLASS_ARCHIVE}")
 # The environment of a Go job's build and runs. The langs image builds its standard
 # library cache with exactly these settings: they are part of the cache's keys.
 GO_BUILD_CACHE = "/usr/local/lib/sandboxd/go-build"
@@ -128,10 +137,11 @@ LANGUAGES: dict[str, Language] = {
         # stack overflows on a DFS over 1e5 nodes. SerialGC: one job, few cores,
         # the parallel collectors only add threads that count against pids limits.
         # -d .: a class in a package goes to the package's folder, where java finds it (resolve_language).
+        # javac's own JVM (JAVAC_JVM_FLAGS) is tuned for a short run; the program's is not.
         Language(
             "java",
             "Main.java",
-            ("javac", "-encoding", "UTF-8", "-d", ".", "Main.java"),
+            ("javac", *JAVAC_JVM_FLAGS, "-encoding", "UTF-8", "-d", ".", "Main.java"),
             ("java", "-XX:+UseSerialGC", "-Xss64m", "-cp", ".", "Main"),
             30.0,
             address_space_limit=False,
@@ -331,7 +341,7 @@ def resolve_language(language: str, code: str = "") -> Language:
     return dataclasses.replace(
         lang,
         source_file=source,
-        compile_argv=("javac", "-encoding", "UTF-8", "-d", ".", source),
+        compile_argv=(*(lang.compile_argv or ())[:-1], source),
         run_argv=(*lang.run_argv[:-1], run_class),
     )
 

@@ -26,6 +26,7 @@ import pytest
 from sandboxd.verifiers import pyharness
 from sandboxd.verifiers.code import (
     GO_BUILD_CACHE,
+    JAVAC_JVM_FLAGS,
     LANGUAGES,
     FunctionCase,
     StdioCase,
@@ -196,7 +197,7 @@ def test_java_file_and_class_names() -> None:
     )
     lang = resolve_language("java", public)
     assert lang.source_file == "Solution.java"
-    assert lang.compile_argv == ("javac", "-encoding", "UTF-8", "-d", ".", "Solution.java")
+    assert lang.compile_argv == ("javac", *JAVAC_JVM_FLAGS, "-encoding", "UTF-8", "-d", ".", "Solution.java")
     assert lang.run_argv[-1] == "Solution"
     helper_first = "class Helper { int x; }\nclass Runner {\n  public static void main(String[] a) {}\n}\n"
     lang = resolve_language("java", helper_first)
@@ -273,7 +274,7 @@ def test_javascript_with_module_syntax_runs_as_an_es_module(code: str, source: s
 def test_java_names_of_valid_and_unwritable_programs(code: str, source: str, run: str) -> None:
     lang = resolve_language("java", code)
     assert (lang.source_file, lang.run_argv[-1]) == (source, run)
-    assert lang.compile_argv == ("javac", "-encoding", "UTF-8", "-d", ".", source)
+    assert lang.compile_argv == ("javac", *JAVAC_JVM_FLAGS, "-encoding", "UTF-8", "-d", ".", source)
 
 
 def test_node_output_is_whole_when_a_program_exits_through_a_pipe(tmp_path: Path) -> None:
