@@ -454,12 +454,17 @@ def _prepare_code(job: pb.Job, config: Config, limits: dict[str, Any], failure_v
         prepared.early_result = {"status": "no_answer", "message": f"no {language} code found in the completion",
                                  "code": {"tests_total": cases}}
         return prepared
-    program["code"] = code_verifier.assemble_program(extracted, plan)
+    # A HumanEval prompt's program depends on the completion (code.program_assembly): the candidate's and the
+    # judge's processes assemble it in the sandbox. A stdio run has no such step; no dataset shape gives it a prompt.
+    assembly = code_verifier.program_assembly(plan) if plan.kind != "stdio" else None
+    program["code"] = extracted if assembly is not None else code_verifier.assemble_program(extracted, plan)
     agent_job: dict[str, Any] = {
         "kind": "code", "program": program, "limits": limits,
         "plan": plan_to_agent(plan), "checker": _enum(CHECKERS, request.checker, f"{where}.code.checker"),
         "tolerance": tolerance, "stop_on_first_failure": request.stop_on_first_failure,
     }
+    if assembly is not None:
+        agent_job["assembly"] = assembly
     prepared.extracted_code = extracted
     prepared.reward_mode = _enum(REWARD_MODES, request.reward_mode, f"{where}.code.reward_mode")
     if plan.kind != "stdio":

@@ -588,9 +588,13 @@ class Controller:
         capped = timeout < limits["timeout"] * cases
         run_limits = dict(limits, timeout=timeout)
         harness = dict(job["harness"], call_timeout=limits["timeout"])
+        # A HumanEval prompt's program is assembled here, in the candidate and in the judge (code.assemble).
+        assembly = job.get("assembly")
         if plan["kind"] == "assert":
             # The judge parses it for the names the tests may call (pyharness.run_tests), on this job's time.
             harness["program"] = job["program"]["code"]
+            if assembly is not None:
+                harness["assembly"] = assembly
         # Where the job's total time is what runs out, the judge keeps that clock itself and answers with
         # the verdicts of the tests before it (a fraction reward counts them); the candidate and the judge
         # get JUDGE_GRACE more, so that it is the judge's clock that ends the tests, not their kill.
@@ -599,7 +603,8 @@ class Controller:
             harness["time_for_all"] = timeout
         try:
             candidate = RunSpec(
-                mode="py_callee", uid=uid, cwd=workdir, code=job["program"]["code"], timeout=timeout + grace,
+                mode="py_callee", uid=uid, cwd=workdir, code=job["program"]["code"], assembly=assembly,
+                timeout=timeout + grace,
                 output_limit=limits["output"], rlimits=self.rlimits(run_limits, address_space=True),
                 env=self.env(workdir), peer=candidate_end, memory_limit=int(limits.get("memory") or 0),
                 cpu_credit_fd=cpu_credit_fd,
@@ -1081,6 +1086,10 @@ def validate_job(job: dict[str, Any]) -> str:
     if "plan" in fields:
         require(job["plan"], "kind", str, what="job.plan")
         require(job["plan"], "total", int, what="job.plan")
+    if kind == "code" and job.get("assembly") is not None:
+        require(job, "assembly", dict, what="job")
+        for name in ("head", "prompt", "prompt_head", "entry_point"):
+            require(job["assembly"], name, str, what="job.assembly")
     return kind
 
 

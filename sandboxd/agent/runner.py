@@ -132,6 +132,8 @@ class RunSpec:
     rlimits: dict[str, int]
     argv: list[str] = field(default_factory=list)
     code: str = ""
+    # py_callee: how the worker makes its program of ``code`` (sandboxd.verifiers.code.assemble); None: as it is.
+    assembly: dict[str, str] | None = None
     stdin: bytes = b""
     env: dict[str, str] = field(default_factory=dict)
     peer: socket.socket | None = None
@@ -858,6 +860,8 @@ class Runner:
             "rlimits": spec.rlimits,
             **(extra or {}),
         }
+        if spec.assembly is not None:
+            job["assembly"] = spec.assembly
         body = json.dumps(job).encode()
         if len(body) > MAX_FRAME_BYTES:
             raise ProtocolError("job too large")

@@ -244,7 +244,7 @@ def main(channel: socket.socket) -> NoReturn:
         channel.close()
         from sandboxd.verifiers import pyharness
 
-        pyharness.serve_candidate(job["code"], socket.socket(fileno=fds[3]))
+        pyharness.serve_candidate(job["code"], socket.socket(fileno=fds[3]), assembly=job.get("assembly"))
     elif mode == "py_judge":
         from sandboxd.agent import judgeserver
 

@@ -41,12 +41,14 @@ __all__ = [
     "Language",
     "StdioCase",
     "TestPlan",
+    "assemble",
     "assemble_program",
     "compare_stdout",
     "compare_values",
     "expand_env",
     "extract_code",
     "normalize_tests",
+    "program_assembly",
     "resolve_language",
     "score",
 ]
@@ -598,22 +600,50 @@ def _parse(code: str) -> ast.Module | None:
 def _defines(code: str, name: str) -> bool:
     """Whether ``code`` parses and a ``def`` or ``class`` statement at its top level binds ``name``.
 
-    The daemon asks this of every completion on its event loop, so no AST:
-    a statement at top level starts at column 0, and the compiled module
-    keeps the code object of each function and class it defines among its
-    constants. For 1 MiB of code, ast.parse took 1.3-1.7 s here (building
-    its Python objects is most of it) and compile() 0.33-0.47 s; a
-    completion without such a line is not compiled at all.
+    No AST: a statement at top level starts at column 0, and the compiled
+    module keeps the code object of each function and class it defines
+    among its constants. For 1 MiB of code, ast.parse took 1.3-1.7 s here
+    (building its Python objects is most of it) and compile() 0.33-0.47 s;
+    a completion without such a line is not compiled at all. The daemon
+    does not ask it (see :func:`program_assembly`).
     """
     if not re.search(rf"^(?:async[ \t]+def|def|class)[ \t]+{re.escape(name)}\b", code, re.MULTILINE):
         return False
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # SyntaxWarnings (an invalid escape) are the candidate's, not the daemon's
+        warnings.simplefilter("ignore")  # SyntaxWarnings (an invalid escape) are the candidate's
         try:
             module = compile(code, "<completion>", "exec", dont_inherit=True)
         except _PARSE_ERRORS:
             return False
     return any(isinstance(const, types.CodeType) and const.co_name == name for const in module.co_consts)
+
+
+def _prelude_head(plan: TestPlan) -> str:
+    head = plan.prelude
+    return head + "\n" if head and not head.endswith("\n") else head
+
+
+def program_assembly(plan: TestPlan) -> dict[str, str] | None:
+    """What :func:`assemble` needs to make a completion's program for ``plan``, when that depends on the completion.
+
+    Only a HumanEval prompt makes it so (see :func:`assemble_program`);
+    ``None`` otherwise. The daemon sends this with the bare completion, and
+    the candidate's and the judge's processes assemble the program in the
+    sandbox, on the job's time: whether the completion defines the entry
+    point takes a compile of it, 0.33-0.47 s for 1 MiB of code, which held
+    the daemon's event loop (every other call) when the daemon assembled it.
+    """
+    if not (plan.prompt and plan.entry_point):
+        return None
+    return {"head": _prelude_head(plan), "prompt": plan.prompt, "prompt_head": plan.prompt_head,
+            "entry_point": plan.entry_point}
+
+
+def assemble(code: str, assembly: Mapping[str, str]) -> str:
+    """The program of completion ``code`` by ``assembly`` (from :func:`program_assembly`)."""
+    if not _defines(code, assembly["entry_point"]):
+        return assembly["head"] + assembly["prompt"] + code
+    return assembly["head"] + assembly["prompt_head"] + "\n" + code
 
 
 def assemble_program(code: str, plan: TestPlan) -> str:
@@ -628,14 +658,11 @@ def assemble_program(code: str, plan: TestPlan) -> str:
     the prompt's stub. A prompt that does not parse alone contributes only its
     import lines.
     """
-    head = plan.prelude
-    if head and not head.endswith("\n"):
-        head += "\n"
-    if not (plan.prompt and plan.entry_point):
-        return head + "\n" + code if head else code
-    if not _defines(code, plan.entry_point):
-        return head + plan.prompt + code
-    return head + plan.prompt_head + "\n" + code
+    assembly = program_assembly(plan)
+    if assembly is not None:
+        return assemble(code, assembly)
+    head = _prelude_head(plan)
+    return head + "\n" + code if head else code
 
 
 def _get(tests: Mapping[str, Any], key: str) -> Any:

@@ -65,7 +65,7 @@ import unittest
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, NoReturn, cast
 
-from .code import FunctionCase, _parse
+from .code import FunctionCase, _parse, assemble
 
 __all__ = [
     "MAX_DEPTH",
@@ -437,7 +437,7 @@ def _answer(request: object, namespace: dict[str, Any], objects: dict[int, objec
     return {"ok": encode_value(result)}
 
 
-def _serve(code: str, channel: socket.socket, max_frame_bytes: int) -> int:
+def _serve(code: str, channel: socket.socket, max_frame_bytes: int, assembly: Mapping[str, str] | None) -> int:
     # Whatever fd 0 is, input() must fail fast instead of blocking until the deadline.
     sys.stdin = io.StringIO("")
     module = types.ModuleType(CANDIDATE_MODULE)
@@ -446,6 +446,8 @@ def _serve(code: str, channel: socket.socket, max_frame_bytes: int) -> int:
     sys.modules[CANDIDATE_MODULE] = module
     namespace = module.__dict__
     try:
+        if assembly is not None:
+            code = assemble(code, assembly)  # a MemoryError here is the program's load error too
         exec(compile(code, "<solution>", "exec"), namespace)
     except BaseException as exc:  # SystemExit at import time is a failed load, not a success
         send_frame(channel, {"load_error": _describe(exc)})
@@ -469,12 +471,16 @@ def _serve(code: str, channel: socket.socket, max_frame_bytes: int) -> int:
             send_frame(channel, _error("ValueTooLarge", f"return value exceeds {max_frame_bytes} bytes"))
 
 
-def serve_candidate(code: str, channel: socket.socket, *, max_frame_bytes: int = MAX_FRAME_BYTES) -> NoReturn:
+def serve_candidate(code: str, channel: socket.socket, *, max_frame_bytes: int = MAX_FRAME_BYTES,
+                    assembly: Mapping[str, str] | None = None) -> NoReturn:
     """Run the candidate's program and answer calls on ``channel`` until end of file.
 
-    Executes ``code`` (compiled with filename ``"<solution>"``) as the body of
-    a fresh module named ``"solution"`` (so ``if __name__ == "__main__":``
-    blocks do not run), with ``sys.stdin`` empty. Sends ``{"ready": true}``,
+    With ``assembly`` (a HumanEval prompt's, from
+    :func:`~sandboxd.verifiers.code.program_assembly`), the program is first
+    made of ``code`` by :func:`~sandboxd.verifiers.code.assemble`, as the
+    judge makes it. Executes the program (compiled with filename
+    ``"<solution>"``) as the body of a fresh module named ``"solution"``
+    (so ``if __name__ == "__main__":`` blocks do not run), with ``sys.stdin`` empty. Sends ``{"ready": true}``,
     or ``{"load_error": ...}`` if the program raised (``SyntaxError`` and
     ``SystemExit`` included), then serves requests (see the module docstring).
     ``Class.method`` instantiates ``Class()`` for every call, like LeetCode's
@@ -489,7 +495,7 @@ def serve_candidate(code: str, channel: socket.socket, *, max_frame_bytes: int =
     """
     status = 1
     try:
-        status = _serve(code, channel, max_frame_bytes)
+        status = _serve(code, channel, max_frame_bytes, assembly)
     except BaseException:  # whatever happened, the test process sees "candidate gone"
         status = 1
     finally:
@@ -1230,6 +1236,7 @@ def run_tests(
     stop_on_first_failure: bool = False,
     setup_code: str = "",
     program: str = "",
+    assembly: Mapping[str, str] | None = None,
     call_timeout: float | None = None,
     time_for_all: float | None = None,
     max_frame_bytes: int = MAX_FRAME_BYTES,
@@ -1250,9 +1257,11 @@ def run_tests(
     ``plan_kind="assert"``: executes ``setup_code`` (trusted dataset code, e.g.
     HumanEval's prompt), then binds a proxy for each of ``names`` (given, or
     computed with :func:`top_level_definitions` from ``program``, the
-    candidate's code, which then sets ``classes`` too) that neither shadows a
-    builtin nor was defined by the setup code, and one for ``entry_point``
-    always, in a fresh namespace; executes ``assert_code``; calls
+    candidate's code, which then sets ``classes`` too; with ``assembly``,
+    from the program :func:`~sandboxd.verifiers.code.assemble` makes of it,
+    as the candidate does) that neither shadows a builtin nor was defined
+    by the setup code, and one for ``entry_point`` always, in a fresh
+    namespace; executes ``assert_code``; calls
     ``check(<entry_point proxy>)`` if it defined ``check``; runs the
     ``unittest.TestCase`` classes it defined; calls the pytest-style
     ``test*`` functions and ``Test*`` classes' methods it defined, as pytest
@@ -1322,6 +1331,8 @@ def run_tests(
     if plan_kind == "assert" and program:
         # Here, in the trusted test process, while the candidate loads the same program: parsing 1 MiB of it
         # took 1.3-1.7 s, which the daemon's event loop paid when it sent the names.
+        if assembly is not None:
+            program = assemble(program, assembly)
         names, classes = top_level_definitions(program)
     remote = _Remote(channel, max_frame_bytes, call_timeout, frozenset(classes) - {entry_point}, deadline,
                      cpu_credit=cpu_credit, deadline_stretch=deadline_stretch)

@@ -31,12 +31,14 @@ from sandboxd.verifiers.code import (
     FunctionCase,
     StdioCase,
     TestPlan,
+    assemble,
     assemble_program,
     compare_stdout,
     compare_values,
     expand_env,
     extract_code,
     normalize_tests,
+    program_assembly,
     resolve_language,
     score,
 )
@@ -918,29 +920,32 @@ def test_recv_frame_deadline_covers_a_trickling_peer(pair: tuple[socket.socket, 
 # process has threads and at-fork handlers, and a forked candidate once died of a segfault in
 # one (filelock's) before it ran a line of the candidate (bare-machine CI).
 CANDIDATE_MAIN = (
-    "import socket, sys; from sandboxd.verifiers.pyharness import serve_candidate; "
+    "import json, socket, sys; from sandboxd.verifiers.pyharness import serve_candidate; "
     "serve_candidate(open(sys.argv[1]).read(), socket.socket(fileno=int(sys.argv[2])), "
-    "max_frame_bytes=int(sys.argv[3]))"
+    "max_frame_bytes=int(sys.argv[3]), assembly=json.loads(sys.argv[4]))"
 )
 
 
-def _start_candidate(code: str, tmp_path: Path, max_frame_bytes: int) -> tuple[socket.socket, subprocess.Popen[bytes]]:
+def _start_candidate(code: str, tmp_path: Path, max_frame_bytes: int, assembly: dict[str, str] | None = None,
+                     ) -> tuple[socket.socket, subprocess.Popen[bytes]]:
     """Start a candidate process serving ``code``, its stdout in ``tmp_path / "candidate.out"``."""
     source = tmp_path / "candidate.py"
     source.write_text(code)
     parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     with open(tmp_path / "candidate.out", "wb") as out:
         process = subprocess.Popen([sys.executable, "-c", CANDIDATE_MAIN, str(source), str(child.fileno()),
-                                    str(max_frame_bytes)], pass_fds=[child.fileno()], stdout=out, cwd=REPO)
+                                    str(max_frame_bytes), json.dumps(assembly)],
+                                   pass_fds=[child.fileno()], stdout=out, cwd=REPO)
     child.close()
     return parent, process
 
 
 def harness(
-    code: str, tmp_path: Path, kind: str = "function", candidate_max_frame: int = 1 << 24, **kwargs: Any
+    code: str, tmp_path: Path, kind: str = "function", candidate_max_frame: int = 1 << 24,
+    candidate_assembly: dict[str, str] | None = None, **kwargs: Any
 ) -> dict[str, Any]:
     """Run ``code`` in a candidate process and ``run_tests`` here; end the candidate."""
-    channel, process = _start_candidate(code, tmp_path, candidate_max_frame)
+    channel, process = _start_candidate(code, tmp_path, candidate_max_frame, candidate_assembly)
     try:
         if kind == "assert":
             names, classes = top_level_definitions(code)
@@ -1284,6 +1289,41 @@ def test_mbpp_style_asserts(tmp_path: Path) -> None:
     assert given["passed"], given
     unnamed = harness(program, tmp_path, "assert", assert_code=plan.assert_code, names=[], classes=[])
     assert unnamed["status"] == "runtime_error" and "NameError" in unnamed["message"], unnamed
+
+
+HUMANEVAL_STYLE = {
+    "prompt": "from typing import List\n\n\ndef helper(x):\n    return x * 2\n\n\n"
+              "def doubled(xs: List[int]) -> List[int]:\n    \"\"\"Each doubled, by helper.\"\"\"\n",
+    "test": "def check(candidate):\n    assert candidate([1, 2]) == [2, 4]\n    assert candidate([]) == []\n",
+    "entry_point": "doubled",
+}
+
+
+@pytest.mark.parametrize(("completion", "passes"), [
+    pytest.param("    return [helper(x) for x in xs]\n", True, id="body-only"),
+    pytest.param("def doubled(xs: List[int]) -> List[int]:\n    return [helper(x) for x in xs]\n", True, id="chat"),
+    pytest.param("    return xs\n", False, id="body-only-wrong"),
+    pytest.param("def doubled(xs):\n    return [x * 3 for x in xs]\n", False, id="chat-wrong"),
+])
+def test_humaneval_program_assembled_by_the_candidate_and_the_judge(completion: str, passes: bool,
+                                                                      tmp_path: Path) -> None:
+    """As the agent runs it: the candidate and the judge each get the bare completion and the prompt's assembly
+    (code.program_assembly), and each makes the program of it (code.assemble) that assemble_program makes."""
+    plan = normalize_tests({"dataset_json": HUMANEVAL_STYLE})
+    assembly = program_assembly(plan)
+    assert assembly is not None
+    assert assemble(completion, assembly) == assemble_program(completion, plan)
+    result = harness(completion, tmp_path, "assert", candidate_assembly=assembly, assert_code=plan.assert_code,
+                     entry_point=plan.entry_point, setup_code=plan.prompt, names=[], classes=[],
+                     program=completion, assembly=assembly)
+    assert result["passed"] is passes, result
+    if not passes:
+        assert result["status"] == "wrong_answer", result
+    # The candidate did assemble it: a body-only completion alone does not even load.
+    if completion.startswith(" "):
+        alone = harness(completion, tmp_path, "assert", assert_code=plan.assert_code, entry_point=plan.entry_point,
+                        setup_code=plan.prompt, names=[], classes=[])
+        assert alone["status"] == "load_error", alone
 
 
 def test_missing_function_is_a_runtime_error(tmp_path: Path) -> None:
@@ -1737,33 +1777,44 @@ def test_prepared_code_job_keeps_daemon_only_data_out_of_the_sandbox(monkeypatch
     assert result.code.extracted_code == prepared.extracted_code and result.code.language == "python"
 
 
-def test_the_daemon_builds_no_syntax_tree_of_a_completion(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_daemon_neither_parses_nor_compiles_a_completion(monkeypatch: pytest.MonkeyPatch) -> None:
     """ast.parse of 1 MiB of code took 1.3-1.7 s here, twice per job (the prompt's assembly, the names the tests
-    may call), on the daemon's event loop: 2.5-3.3 s per hostile job held every other call. Only the dataset's
-    prompt and tests are parsed, once per plan."""
+    may call), on the daemon's event loop: 2.5-3.3 s per hostile job held every other call; compile() of it, which
+    replaced the first, 0.33-0.47 s. Only the dataset's prompt and tests are parsed, once per plan; the program is
+    assembled in the sandbox, by the candidate and the judge, as code.assemble makes it."""
     from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 
     from sandboxd import jobs
     from sandboxd.config import Config
+    from sandboxd.verifiers import code as code_module
 
     parsed: list[str] = []
     real_parse = ast.parse
+    real_defines = code_module._defines
 
     def parse(source: str, *args: Any, **kwargs: Any) -> ast.Module:
         parsed.append(source)
         return real_parse(source, *args, **kwargs)
 
+    def defines(code: str, name: str) -> bool:
+        raise AssertionError("the daemon compiled the completion")
+
     monkeypatch.setattr(ast, "parse", parse)
+    monkeypatch.setattr(code_module, "_defines", defines)
     prompt = "def add(a, b):\n    \"\"\"Their sum.\"\"\"\n"
     dataset = json.dumps({"prompt": prompt, "test": "def check(candidate):\n    assert candidate(1, 2) == 3\n",
                           "entry_point": "add"})
+    programs = []
     for code, program in [("def add(a, b):\n    return a + b\n", prompt + "\ndef add(a, b):\n    return a + b\n"),
                           ("    return a + b\n", prompt + "    return a + b\n")]:
         job = pb.Job(code=pb.CodeJob(completion=f"```python\n{code}```", tests=pb.CodeTests(dataset_json=dataset)))
         prepared = jobs.prepare(job, Config())
-        assert prepared.agent_job is not None and prepared.agent_job["program"]["code"] == program
+        assert prepared.agent_job is not None and prepared.agent_job["program"]["code"] == code
+        programs.append((prepared.agent_job["assembly"], code, program))
     assert not [source for source in parsed if "return a + b" in source]
-
+    monkeypatch.setattr(code_module, "_defines", real_defines)
+    for assembly, code, program in programs:
+        assert code_module.assemble(code, assembly) == program
 
 
 def test_top_level_names() -> None:
