@@ -193,6 +193,18 @@ def test_python_image_runs_the_verifier_libraries_offline() -> None:
     assert out.decode().strip() == "True"
 
 
+def _run_in_langs_image(script: str, environment: dict[str, str]) -> str:
+    """``bash -c script``'s output in the langs image, hardened as a sandbox: a job's uid, read-only root."""
+    client = _docker_client()
+    ref = images.image_tag("langs")
+    assert ref in images.available_images().values(), f"{ref} missing: run `make setup`"
+    out = client.containers.run(
+        ref, ["bash", "-c", script], environment={"PATH": "/usr/local/bin:/usr/bin:/bin", **environment},
+        user="65534:65534", network_mode="none", read_only=True, tmpfs={"/tmp": "size=256m,mode=1777,exec"},
+        cap_drop=["ALL"], security_opt=["no-new-privileges"], remove=True,
+    )
+    return str(out.decode())
+
 
 GO_PROGRAM = ('package main\n\nimport (\n\t"bufio"\n\t"fmt"\n\t"os"\n\t"slices"\n)\n\n'
               'func main() {\n\tw := bufio.NewWriter(os.Stdout)\n\tdefer w.Flush()\n'
@@ -208,23 +220,13 @@ def test_langs_image_builds_go_against_its_read_only_standard_library_cache() ->
     dependencies (about 50 packages, 4.9 s here) in every job. `go build -x`
     lists each compiler run.
     """
-    client = _docker_client()
-    ref = images.image_tag("langs")
-    assert ref in images.available_images().values(), f"{ref} missing: run `make setup`"
     workdir = "/tmp/job"
-    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "TMPDIR": workdir,
-           **code.expand_env(dict(code.LANGUAGES["go"].env), workdir)}
+    env = {"TMPDIR": workdir, "SOURCE": GO_PROGRAM, **code.expand_env(dict(code.LANGUAGES["go"].env), workdir)}
     script = ('set -e; mkdir -p "$TMPDIR"; cd "$TMPDIR"; printf %s "$SOURCE" > main.go; '
               'go build -x -o main main.go 2> build.log; ./main; grep -c "/compile " build.log')
-    out = client.containers.run(
-        ref, ["bash", "-c", script], environment={**env, "SOURCE": GO_PROGRAM}, user="65534:65534",
-        network_mode="none", read_only=True, tmpfs={"/tmp": "size=256m,mode=1777,exec"}, cap_drop=["ALL"],
-        security_opt=["no-new-privileges"], remove=True,
-    )
-    printed, compiler_runs = out.decode().split()
+    printed, compiler_runs = _run_in_langs_image(script, env).split()
     assert printed == "9"
     assert compiler_runs == "1"  # main; every standard package came from the cache
-
 
 
 CPP_PROGRAM = ("#include <bits/stdc++.h>\nusing namespace std;\nint main() {\n"
@@ -240,21 +242,12 @@ def test_langs_image_compiles_cpp_with_its_precompiled_standard_header() -> None
     the header instead when the options differ from those it was built with
     (1.25-1.33 s against 0.40 s here for a 10-line program).
     """
-    client = _docker_client()
-    ref = images.image_tag("langs")
-    assert ref in images.available_images().values(), f"{ref} missing: run `make setup`"
     compile_argv = " ".join(code.LANGUAGES["cpp"].compile_argv or ())
     script = (f'set -e; mkdir -p /tmp/job; cd /tmp/job; printf %s "$SOURCE" > main.cpp; {compile_argv} -H 2> headers; '
               './main; grep -c "^! .*/bits/stdc++.h.gch$" headers')
-    out = client.containers.run(
-        ref, ["bash", "-c", script], environment={"SOURCE": CPP_PROGRAM, "PATH": "/usr/local/bin:/usr/bin:/bin"},
-        user="65534:65534", network_mode="none", read_only=True, tmpfs={"/tmp": "size=256m,mode=1777,exec"},
-        cap_drop=["ALL"], security_opt=["no-new-privileges"], remove=True,
-    )
-    printed, precompiled_used = out.decode().split()
+    printed, precompiled_used = _run_in_langs_image(script, {"SOURCE": CPP_PROGRAM}).split()
     assert printed == "031"
     assert precompiled_used == "1"
-
 
 
 JAVA_PROGRAM = ("import java.util.*;\n\npublic class Main {\n    record Pair(int a, int b) {}\n\n"
@@ -268,23 +261,15 @@ JAVA_PROGRAM = ("import java.util.*;\n\npublic class Main {\n    record Pair(int
 def test_langs_image_compiles_java_with_javacs_class_data_archive() -> None:
     """javac, run as the daemon runs it, maps the image's class-data archive.
 
-    A JVM that cannot use its archive starts without it, silently (0.75-0.81
+    A JVM that cannot use its archive starts without it, silently (0.75-0.88
     against 0.34-0.37 CPU seconds here for a 15-line program); -Xshare:on
     makes that an error instead.
     """
-    client = _docker_client()
-    ref = images.image_tag("langs")
-    assert ref in images.available_images().values(), f"{ref} missing: run `make setup`"
     javac, *options = code.LANGUAGES["java"].compile_argv or ()
     compile_argv = " ".join([javac, "-J-Xshare:on", *options])
     script = (f'set -e; mkdir -p /tmp/job; cd /tmp/job; printf %s "$SOURCE" > Main.java; {compile_argv}; '
               f'{" ".join(code.LANGUAGES["java"].run_argv)}')
-    out = client.containers.run(
-        ref, ["bash", "-c", script], environment={"SOURCE": JAVA_PROGRAM, "PATH": "/usr/local/bin:/usr/bin:/bin"},
-        user="65534:65534", network_mode="none", read_only=True, tmpfs={"/tmp": "size=256m,mode=1777,exec"},
-        cap_drop=["ALL"], security_opt=["no-new-privileges"], remove=True,
-    )
-    assert out.decode().strip() == "5"
+    assert _run_in_langs_image(script, {"SOURCE": JAVA_PROGRAM}).strip() == "5"
 
 
 def test_a_missing_image_names_the_builds_of_it_the_engine_has(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -588,7 +588,7 @@ class Controller:
         capped = timeout < limits["timeout"] * cases
         run_limits = dict(limits, timeout=timeout)
         harness = dict(job["harness"], call_timeout=limits["timeout"])
-        # A HumanEval prompt's program is assembled here, in the candidate and in the judge (code.assemble).
+        # A HumanEval prompt's program is assembled by the candidate and by the judge (code.assemble).
         assembly = job.get("assembly")
         if plan["kind"] == "assert":
             # The judge parses it for the names the tests may call (pyharness.run_tests), on this job's time.

@@ -100,8 +100,8 @@ CPP_FLAGS = ("-O2", "-std=gnu++20")
 # javac's JVM, not the program's: a compile is a short run. Its JIT stops at the quick
 # compiler (C1), one GC thread, and its classes come mapped from a class-data archive
 # that the langs image dumps from a javac run with these options (a JVM without the
-# file starts as before, silently). For a 15-line program, 0.75-0.81 -> 0.34-0.37 CPU
-# seconds (0.46 -> 0.27 s); for 400 methods, 3.0 -> 1.2 (1.6 -> 0.8 s).
+# file starts as before, silently). For a 15-line program, 0.75-0.88 -> 0.34-0.37 CPU
+# seconds (0.46-0.56 -> 0.25-0.27 s); for 400 methods, 3.0 -> 1.2 (1.6 -> 0.8 s).
 JAVAC_CLASS_ARCHIVE = "/usr/local/lib/sandboxd/javac.jsa"
 JAVAC_JVM_FLAGS = ("-J-XX:TieredStopAtLevel=1", "-J-XX:+UseSerialGC", f"-J-XX:SharedArchiveFile={JAVAC_CLASS_ARCHIVE}")
 # The environment of a Go job's build and runs. The langs image builds its standard

@@ -480,9 +480,10 @@ def serve_candidate(code: str, channel: socket.socket, *, max_frame_bytes: int =
     made of ``code`` by :func:`~sandboxd.verifiers.code.assemble`, as the
     judge makes it. Executes the program (compiled with filename
     ``"<solution>"``) as the body of a fresh module named ``"solution"``
-    (so ``if __name__ == "__main__":`` blocks do not run), with ``sys.stdin`` empty. Sends ``{"ready": true}``,
-    or ``{"load_error": ...}`` if the program raised (``SyntaxError`` and
-    ``SystemExit`` included), then serves requests (see the module docstring).
+    (so ``if __name__ == "__main__":`` blocks do not run), with ``sys.stdin``
+    empty. Sends ``{"ready": true}``, or ``{"load_error": ...}`` if the
+    program raised (``SyntaxError`` and ``SystemExit`` included), then
+    serves requests (see the module docstring).
     ``Class.method`` instantiates ``Class()`` for every call, like LeetCode's
     judge; a bare name that is not defined at top level but is a method of a
     top-level ``Solution`` class is called the same way. Exceptions of calls

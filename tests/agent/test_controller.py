@@ -935,7 +935,6 @@ def test_a_code_job_without_a_total_timeout_is_a_bad_request(tmp_path: Path, mon
     assert reply == {"error": "bad request: job.limits has no 'total_timeout'"}
 
 
-
 @pytest.mark.parametrize(("assembly", "error"), [
     ("prompt + code", "bad request: job.assembly is a str, not dict"),
     ({"head": "", "prompt": "def f():\n", "prompt_head": ""}, "bad request: job.assembly has no 'entry_point'"),
@@ -949,6 +948,7 @@ def test_a_code_job_with_a_malformed_assembly_is_a_bad_request(tmp_path: Path, m
            "limits": {"timeout": 2.0, "output": 100, "memory": 0, "total_timeout": 3.0},
            "plan": {"kind": "assert", "total": 1, "stdio": []}, "harness": {"assert_code": "assert f() == 1"}}
     assert _run(controller, job) == {"error": error}
+
 
 @pytest.mark.parametrize(("total_timeout", "deadline", "judge_deadline", "time_for_all", "limit"),
                          [(300, 2.0, 6.0, None, "wall_time"), (1.5, 2.5, 5.5, 1.5, "total_time")])

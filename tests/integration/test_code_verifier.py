@@ -574,14 +574,13 @@ CURRENT_LANGUAGE_FEATURES = {
 
 
 def test_current_go_rust_and_cpp_compile(channel: grpc.Channel, languages: set[str]) -> None:
-    present = [language for language in CURRENT_LANGUAGE_FEATURES if language in languages]
+    present = [(language, *program) for language, program in CURRENT_LANGUAGE_FEATURES.items() if language in languages]
     if not present:
         pytest.skip("none of go, rust and cpp is in GetInfo().languages")
-    jobs = [stdio_job(program, [("4\n4 5 6 4\n", expected)], language=language, timeout=10.0, index=i)
-            for i, (language, (program, expected)) in enumerate(
-                (language, CURRENT_LANGUAGE_FEATURES[language]) for language in present)]
+    jobs = [stdio_job(code, [("4\n4 5 6 4\n", expected)], language=language, timeout=10.0, index=i)
+            for i, (language, code, expected) in enumerate(present)]
     results = run_batch(channel, jobs)
-    failed = {language: describe(results[i]) for i, language in enumerate(present)
+    failed = {language: describe(results[i]) for i, (language, _, _) in enumerate(present)
               if results[i].status != pb.STATUS_OK or results[i].reward != 1.0}
     assert not failed
 
