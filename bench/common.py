@@ -218,18 +218,18 @@ def scrape_metrics(url: str, name: str) -> dict[tuple[tuple[str, str], ...], flo
 
 
 class BenchDaemon(DaemonProcess):
-    """A daemon for the benchmarks: the python image only (its python, math and
-    sessions pools; no benchmark uses the langs image), its own snapshot state,
-    and a metrics endpoint on a free port."""
+    """A daemon for the benchmarks: the python image (its python, math and
+    sessions pools) and, for `langs` only, the langs image; its own snapshot
+    state, and a metrics endpoint on a free port."""
 
-    def __init__(self, extra_env: dict[str, str] | None = None) -> None:
+    def __init__(self, extra_env: dict[str, str] | None = None, *, images: str = "python") -> None:
         self.tmp = Path(tempfile.mkdtemp(prefix="sandboxd-bench-"))
         port = free_port()
         self.metrics_url = f"http://127.0.0.1:{port}/metrics"
         env = {
             "SANDBOXD_SERVER_METRICS": f"127.0.0.1:{port}",
             "SANDBOXD_SANDBOX_STATE_DIR": STATE_DIR,
-            "SANDBOXD_POOL_IMAGES": "python",
+            "SANDBOXD_POOL_IMAGES": images,
             **(extra_env or {}),
         }
         super().__init__(self.tmp, "sandboxd", env=env)

@@ -2,8 +2,8 @@
 
     .venv/bin/python bench/run.py [--quick] [--only latency,ready,humaneval,math] [--address ADDR]
 
-Without --address it starts its own daemon (python image only, defaults
-otherwise) on a temporary socket. Progress goes to stderr, the tables to
+Without --address it starts its own daemon (python image only, and the
+langs image for `langs`; defaults otherwise) on a temporary socket. Progress goes to stderr, the tables to
 stdout, and everything measured to bench/results/latest.json.
 See bench/README.md for what each benchmark does and what it compares.
 """
@@ -44,7 +44,7 @@ from sandboxd.daemon import node_id  # noqa: E402
 if TYPE_CHECKING:
     from sandboxd_client import SandboxClient
 
-BENCHMARKS = ["latency", "ready", "humaneval", "math", "sessions", "rewardmodel"]
+BENCHMARKS = ["latency", "ready", "humaneval", "math", "sessions", "rewardmodel", "langs"]
 RESULTS = HERE / "results"
 
 
@@ -70,6 +70,10 @@ def _run_one(name: str, client: SandboxClient, args: argparse.Namespace, metrics
         from bench import sessions
 
         return sessions.run(client, quick=args.quick, node=node)
+    if name == "langs":
+        from bench import langs
+
+        return langs.run(client, quick=args.quick, cpu=meter)
     if name == "rewardmodel":
         from bench import rewardmodel
 
@@ -134,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
             node = None
             log(f"using the daemon at {address}")
         else:
-            daemon = BenchDaemon()
+            # The langs image (1.95 GB) only where a benchmark runs its jobs.
+            daemon = BenchDaemon(images="python,langs" if "langs" in selected else "python")
             address, metrics_url = daemon.address, daemon.metrics_url
             node = node_id(daemon.socket)
             meter = CpuMeter(daemon.process.pid, node)
