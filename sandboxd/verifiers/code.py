@@ -87,10 +87,10 @@ def expand_env(env: Mapping[str, str], workdir: str) -> dict[str, str]:
     return {key: value.replace("{workdir}", workdir) for key, value in env.items()}
 
 
-NODE_BLOCKING_STDIO = (
-    "data:text/javascript,[process.stdout,process.stderr].forEach("
-    "s=>s._handle&&s._handle.setBlocking&&s._handle.setBlocking(true))"
-)
+# A CommonJS file of the langs image, preloaded with --require: the same code given as an
+# ES module data: URL (--import) cost each run 10-12 ms more (node 18 starting its ES module
+# loader; 93-96 against 81 ms a run of a 3-line program, one CPU).
+NODE_BLOCKING_STDIO = "/usr/local/lib/sandboxd/node-blocking-stdio.cjs"
 
 NODE_STACK_KIB = 65_536
 
@@ -151,8 +151,7 @@ LANGUAGES: dict[str, Language] = {
         # Node writes to a pipe asynchronously once the pipe is full: a program
         # that ends with process.exit() lost all but the first 64 KiB of its
         # output (a judge's file would have taken it all). The preload makes
-        # stdout and stderr blocking, as Node makes them for files. It is a
-        # data: URL, so no file has to be in the image (no "?" or "#" in it).
+        # stdout and stderr blocking, as Node makes them for files.
         # --stack-size: V8 stops at its own limit, 984 KiB, whatever the process's
         # stack: a recursion 1e5 deep was a RangeError. The stack an exec'd run
         # gets (controller.RUN_STACK_LIMIT) is unlimited under Docker's defaults;
@@ -161,7 +160,7 @@ LANGUAGES: dict[str, Language] = {
             "javascript",
             "main.js",
             None,
-            ("node", f"--stack-size={NODE_STACK_KIB}", "--import", NODE_BLOCKING_STDIO, "main.js"),
+            ("node", f"--stack-size={NODE_STACK_KIB}", "--require", NODE_BLOCKING_STDIO, "main.js"),
             0.0,
             ("js", "node", "nodejs", "mjs", "cjs"),
             address_space_limit=False,

@@ -28,6 +28,7 @@ from sandboxd.verifiers.code import (
     GO_BUILD_CACHE,
     JAVAC_JVM_FLAGS,
     LANGUAGES,
+    NODE_BLOCKING_STDIO,
     FunctionCase,
     StdioCase,
     TestPlan,
@@ -56,6 +57,7 @@ from sandboxd.verifiers.pyharness import (
 )
 
 REPO = Path(__file__).resolve().parents[2]
+IMAGES = REPO / "images"
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -287,9 +289,19 @@ def test_node_output_is_whole_when_a_program_exits_through_a_pipe(tmp_path: Path
     (tmp_path / lang.source_file).write_text(
         f'let s = ""; for (let i = 0; i < {lines}; i++) s += i + "\\n";\nprocess.stdout.write(s);\nprocess.exit(0);\n'
     )
-    out = subprocess.run(lang.run_argv, cwd=tmp_path, capture_output=True, timeout=60)
+    # The preload as the langs image holds it (images/langs/node-blocking-stdio.cjs), from this checkout.
+    argv = [str(IMAGES / "langs" / Path(part).name) if part == NODE_BLOCKING_STDIO else part for part in lang.run_argv]
+    out = subprocess.run(argv, cwd=tmp_path, capture_output=True, timeout=60)
     assert (out.returncode, out.stderr) == (0, b"")
     assert out.stdout == "".join(f"{i}\n" for i in range(lines)).encode()
+
+
+def test_node_preload_is_a_file_of_the_langs_image() -> None:
+    """The JavaScript runs' preload is a file the langs image copies to where the run's command names it."""
+    dockerfile = (IMAGES / "langs" / "Dockerfile").read_text()
+    assert NODE_BLOCKING_STDIO in LANGUAGES["javascript"].run_argv
+    assert (IMAGES / "langs" / Path(NODE_BLOCKING_STDIO).name).is_file()
+    assert f"COPY {Path(NODE_BLOCKING_STDIO).name} {Path(NODE_BLOCKING_STDIO).parent}/" in dockerfile
 
 
 @pytest.mark.timeout(20)  # the time bound: these took minutes to hours before
