@@ -251,7 +251,7 @@ def run(client: Any, *, quick: bool, cpu: CpuMeter | None = None) -> BenchResult
     names: list[str] = []
     try:
         # As many containers as the batch has threads, each with a sandbox's CPU share, as the
-        # daemon's pool has sandboxes; the serial part uses one of them.
+        # daemon's pool has sandboxes; serial jobs take them in turn.
         log(f"langs: starting {threads} {image} containers for docker exec")
         for _ in range(threads):
             names.append(_container(image))
