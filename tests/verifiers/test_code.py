@@ -280,6 +280,11 @@ def test_java_names_of_valid_and_unwritable_programs(code: str, source: str, run
     assert lang.compile_argv == ("javac", *JAVAC_JVM_FLAGS, "-encoding", "UTF-8", "-d", ".", source)
 
 
+def _on_this_machine(argv: tuple[str, ...]) -> list[str]:
+    """A run's argv with the langs image's files it names taken from this checkout (images/langs/)."""
+    return [str(IMAGES / "langs" / Path(part).name) if part == NODE_BLOCKING_STDIO else part for part in argv]
+
+
 def test_node_output_is_whole_when_a_program_exits_through_a_pipe(tmp_path: Path) -> None:
     """Node wrote to a full pipe asynchronously: process.exit() kept only the first 64 KiB (red-team)."""
     lang = LANGUAGES["javascript"]
@@ -289,9 +294,7 @@ def test_node_output_is_whole_when_a_program_exits_through_a_pipe(tmp_path: Path
     (tmp_path / lang.source_file).write_text(
         f'let s = ""; for (let i = 0; i < {lines}; i++) s += i + "\\n";\nprocess.stdout.write(s);\nprocess.exit(0);\n'
     )
-    # The preload as the langs image holds it (images/langs/node-blocking-stdio.cjs), from this checkout.
-    argv = [str(IMAGES / "langs" / Path(part).name) if part == NODE_BLOCKING_STDIO else part for part in lang.run_argv]
-    out = subprocess.run(argv, cwd=tmp_path, capture_output=True, timeout=60)
+    out = subprocess.run(_on_this_machine(lang.run_argv), cwd=tmp_path, capture_output=True, timeout=60)
     assert (out.returncode, out.stderr) == (0, b"")
     assert out.stdout == "".join(f"{i}\n" for i in range(lines)).encode()
 
@@ -360,7 +363,7 @@ def test_toolchain_argv_build_and_run(name: str, tmp_path: Path) -> None:
     if lang.compile_argv:
         subprocess.run(lang.compile_argv, cwd=tmp_path, env=env, check=True, timeout=lang.compile_timeout)
     out = subprocess.run(
-        lang.run_argv, cwd=tmp_path, env=env, input=b"bob\n", capture_output=True, timeout=60
+        _on_this_machine(lang.run_argv), cwd=tmp_path, env=env, input=b"bob\n", capture_output=True, timeout=60
     )
     assert out.returncode == 0, out.stderr
     assert compare_stdout(out.stdout, "hi bob")
