@@ -212,6 +212,16 @@ def scrape_metrics(url: str, name: str) -> dict[tuple[tuple[str, str], ...], flo
     return samples
 
 
+def docker_container(image: str, *options: str) -> str:
+    """Name of a new running container of `image` that sleeps (`docker run -d --rm --network none` and
+    `options`), for `docker exec` baselines; the caller removes it."""
+    name = f"sandboxd-bench-exec-{time.time_ns() % 10**12}"
+    subprocess.run(["docker", "run", "-d", "--rm", "--name", name, "--network", "none", *options,
+                    "--entrypoint", "sleep", image, "infinity"],
+                   check=True, capture_output=True, text=True, timeout=120)
+    return name
+
+
 # ---------------------------------------------------------------------------
 # A daemon of our own
 # ---------------------------------------------------------------------------

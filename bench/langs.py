@@ -43,6 +43,7 @@ from bench.common import (
     CpuMeter,
     alternate,
     cpu_note,
+    docker_container,
     fmt,
     fmt_ratio,
     log,
@@ -205,18 +206,6 @@ def make_cases() -> list[tuple[str, str]]:
     return cases
 
 
-def _container(image: str) -> str:
-    from sandboxd.config import SandboxConfig
-
-    name = f"sandboxd-bench-langs-{time.time_ns() % 10**12}"
-    # The CPU share of a sandbox (the daemon's default): the JVM and V8 start with several threads,
-    # which a container with both cores finishes sooner than a sandbox with one.
-    subprocess.run(["docker", "run", "-d", "--rm", "--name", name, "--network", "none",
-                    "--cpus", str(SandboxConfig().cpus), "--entrypoint", "sleep", image, "infinity"],
-                   check=True, capture_output=True, text=True, timeout=120)
-    return name
-
-
 def _baseline_job(language: str, cases: list[tuple[str, str]]) -> bytes:
     from sandboxd.verifiers.code import LANGUAGES
 
@@ -230,6 +219,7 @@ def _baseline_job(language: str, cases: list[tuple[str, str]]) -> bytes:
 def run(client: Any, *, quick: bool, cpu: CpuMeter | None = None) -> BenchResult:
     from sandboxd_client import code_job
 
+    from sandboxd.config import SandboxConfig
     from sandboxd.images import image_tag
 
     available = set(client.info().languages)
@@ -254,7 +244,9 @@ def run(client: Any, *, quick: bool, cpu: CpuMeter | None = None) -> BenchResult
         # daemon's pool has sandboxes; serial jobs take them in turn.
         log(f"langs: starting {threads} {image} containers for docker exec")
         for _ in range(threads):
-            names.append(_container(image))
+            # The JVM and V8 start with several threads, which a container with both cores
+            # finishes sooner than a sandbox with one.
+            names.append(docker_container(image, "--cpus", str(SandboxConfig().cpus)))
             containers.put(names[-1])
 
         def baseline(lang: str) -> tuple[float, dict[str, Any]]:
@@ -270,7 +262,7 @@ def run(client: Any, *, quick: bool, cpu: CpuMeter | None = None) -> BenchResult
                 raise RuntimeError(f"docker exec {lang}: rc={done.returncode} {done.stderr[-300:]!r}")
             return elapsed, json.loads(done.stdout)
 
-        def sandboxd(lang: str) -> tuple[float, Any]:
+        def in_sandboxd(lang: str) -> tuple[float, Any]:
             t0 = time.perf_counter()
             result = client.run(sandbox_jobs[lang])
             return time.perf_counter() - t0, result
@@ -279,7 +271,7 @@ def run(client: Any, *, quick: bool, cpu: CpuMeter | None = None) -> BenchResult
         log(f"langs: batch hint {len(batch)}; waiting for the pool (target {pool_state(status, POOL).get('target')})")
         wait_pool_settled(client, timeout=300.0)
         for lang in languages:  # warm-up: the toolchains' files into the page cache, on both sides
-            sandboxd(lang)
+            in_sandboxd(lang)
             baseline(lang)
 
         serial: dict[str, dict[str, list[float]]] = {lang: {"sandboxd": [], "baseline": [], "in_sandbox": [],
@@ -291,7 +283,7 @@ def run(client: Any, *, quick: bool, cpu: CpuMeter | None = None) -> BenchResult
                 order = ("sandboxd", "baseline") if i % 2 == 0 else ("baseline", "sandboxd")
                 for side in order:
                     if side == "sandboxd":
-                        seconds, result = sandboxd(lang)
+                        seconds, result = in_sandboxd(lang)
                         serial[lang]["in_sandbox"].append(result.timings.run_seconds)
                         passed["sandboxd"] += result.ok
                         if not result.ok and len(failures) < 5:

@@ -17,19 +17,9 @@ import subprocess
 import time
 from typing import Any
 
-from bench.common import BenchResult, Target, default_python3, fmt, fmt_ratio, log, ratio, summary
+from bench.common import BenchResult, Target, default_python3, docker_container, fmt, fmt_ratio, log, ratio, summary
 
 CODE = "print(1)"
-
-
-def _docker_container(image: str) -> str:
-    name = f"sandboxd-bench-exec-{int(time.time() * 1000) % 10**8}"
-    subprocess.run(
-        ["docker", "run", "-d", "--rm", "--name", name, "--network", "none", "--entrypoint", "sleep",
-         image, "infinity"],
-        check=True, capture_output=True, text=True, timeout=120,
-    )
-    return name
 
 
 def _timed_subprocess(argv: list[str]) -> float:
@@ -72,7 +62,7 @@ def run(client: Any, *, quick: bool) -> BenchResult:
     container = ""
     try:
         log("latency: starting a container for docker exec")
-        container = _docker_container(image)
+        container = docker_container(image)
         exec_argv = ["docker", "exec", container, "python3", "-c", CODE]
         contenders["docker_exec"] = lambda: _timed_subprocess(exec_argv)
         contenders["usr_bin_python3"] = lambda: _timed_subprocess(["/usr/bin/python3", "-c", CODE])
