@@ -141,6 +141,49 @@ def test_unknown_or_missing_images_are_errors(tree: Path) -> None:
         images.image_tag("langs")
 
 
+def test_langs_build_arguments_are_the_verifiers_compile_settings() -> None:
+    args = images.toolchain_build_args()
+    assert tuple(args["CPP_FLAGS"].split()) == code.CPP_FLAGS
+    assert (*args["JAVAC_JIT_FLAGS"].split(), f"-J-XX:SharedArchiveFile={args['JAVAC_CLASS_ARCHIVE']}") \
+        == code.JAVAC_JVM_FLAGS
+    go_env = dict(pair.split("=", 1) for pair in args["GO_ENV"].split())
+    assert go_env.items() >= code.expand_env(dict(code.GO_ENV), args["GO_STD_BUILD_DIR"]).items()
+    assert go_env["GOCACHE"] == args["GO_BUILD_CACHE"] == code.GO_BUILD_CACHE
+    assert args["NODE_BLOCKING_STDIO"] in code.LANGUAGES["javascript"].run_argv
+
+
+@pytest.mark.parametrize(
+    ("setting", "changed"),
+    [
+        ("CPP_FLAGS", ("-O2", "-std=gnu++17")),
+        ("JAVAC_JIT_FLAGS", ("-J-XX:+UseSerialGC",)),
+        ("GO_ENV", (("GOCACHE", "/usr/local/lib/sandboxd/go-build"), ("CGO_ENABLED", "1"))),
+        ("NODE_BLOCKING_STDIO", "/opt/preload.cjs"),
+    ],
+)
+def test_a_changed_compile_setting_rebuilds_the_langs_image(setting: str, changed: Any,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A precompiled header, class archive or standard-library cache made with other options is silently unused."""
+    before = tags()
+    monkeypatch.setattr(code, setting, changed)
+    after = tags()
+    assert after["langs"] != before["langs"]
+    assert {name: tag for name, tag in after.items() if name != "langs"} == \
+        {name: tag for name, tag in before.items() if name != "langs"}
+
+
+def test_the_langs_dockerfile_takes_every_compile_setting_from_its_arguments() -> None:
+    """Each argument is declared and used, and no setting is written into the Dockerfile a second time."""
+    dockerfile = (Path(images.images_dir()) / "langs" / "Dockerfile").read_text()
+    instructions = "\n".join(line for line in dockerfile.splitlines() if not line.lstrip().startswith("#"))
+    for name in images.toolchain_build_args():
+        assert f"ARG {name}\n" in dockerfile
+        assert f"${name}" in instructions or f"${{{name}" in instructions
+    for value in ("gnu++", "-O2", "TieredStopAtLevel", "SerialGC", "GO111MODULE", "GOCACHE", "CGO_ENABLED",
+                  "javac.jsa", "go-build", "/usr/local/lib/sandboxd"):
+        assert value not in instructions
+
+
 def test_debian_mirror_from_apt_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SANDBOXD_DEBIAN_MIRROR", raising=False)
     (tmp_path / "sources.list.d").mkdir()

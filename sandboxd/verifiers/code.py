@@ -35,6 +35,7 @@ __all__ = [
     "GO_BUILD_CACHE",
     "GO_ENV",
     "JAVAC_CLASS_ARCHIVE",
+    "JAVAC_JIT_FLAGS",
     "JAVAC_JVM_FLAGS",
     "LANGUAGES",
     "FunctionCase",
@@ -95,17 +96,21 @@ NODE_BLOCKING_STDIO = "/usr/local/lib/sandboxd/node-blocking-stdio.cjs"
 NODE_STACK_KIB = 65_536
 
 # A C++ job's compile options. The langs image precompiles <bits/stdc++.h> with exactly
-# these; GCC uses that only for a compile with the same options.
+# these (its build argument CPP_FLAGS, from sandboxd.images.toolchain_build_args); GCC uses
+# that only for a compile with the same options.
 CPP_FLAGS = ("-O2", "-std=gnu++20")
 # javac's JVM, not the program's: a compile is a short run. Its JIT stops at the quick
 # compiler (C1), one GC thread, and its classes come mapped from a class-data archive
-# that the langs image dumps from a javac run with these options (a JVM without the
-# file starts as before, silently). For a 15-line program, 0.75-0.88 -> 0.34-0.37 CPU
-# seconds (0.46-0.56 -> 0.25-0.27 s); for 400 methods, 3.0 -> 1.2 (1.6 -> 0.8 s).
+# that the langs image dumps from a javac run with the same JIT and GC options (its build
+# arguments JAVAC_JIT_FLAGS and JAVAC_CLASS_ARCHIVE; a JVM without the file starts as
+# before, silently). For a 15-line program, 0.75-0.88 -> 0.34-0.37 CPU seconds
+# (0.46-0.56 -> 0.25-0.27 s); for 400 methods, 3.0 -> 1.2 (1.6 -> 0.8 s).
 JAVAC_CLASS_ARCHIVE = "/usr/local/lib/sandboxd/javac.jsa"
-JAVAC_JVM_FLAGS = ("-J-XX:TieredStopAtLevel=1", "-J-XX:+UseSerialGC", f"-J-XX:SharedArchiveFile={JAVAC_CLASS_ARCHIVE}")
+JAVAC_JIT_FLAGS = ("-J-XX:TieredStopAtLevel=1", "-J-XX:+UseSerialGC")
+JAVAC_JVM_FLAGS = (*JAVAC_JIT_FLAGS, f"-J-XX:SharedArchiveFile={JAVAC_CLASS_ARCHIVE}")
 # The environment of a Go job's build and runs. The langs image builds its standard
-# library cache with exactly these settings: they are part of the cache's keys.
+# library cache with exactly these settings (its build argument GO_ENV): they are part of
+# the cache's keys.
 GO_BUILD_CACHE = "/usr/local/lib/sandboxd/go-build"
 GO_ENV: tuple[tuple[str, str], ...] = (
     ("GOCACHE", GO_BUILD_CACHE),
