@@ -536,6 +536,45 @@ def test_a_job_crowded_out_of_tmp_by_its_neighbour_is_retried_not_charged(tmp_pa
         assert "replacing it" not in daemon.log_path.read_text(), "the sandbox was replaced, not waited for"
 
 
+# Keeps BUSY_PROCESSES processes busy for BUSY_SECONDS of wall time, then says so.
+BUSY_PROCESSES = 8
+BUSY_SECONDS = 10.0
+BUSY_RUN = (f"import os, time\nend = time.monotonic() + {BUSY_SECONDS}\nchild = False\n"
+           f"for _ in range({BUSY_PROCESSES - 1}):\n    if os.fork() == 0:\n        child = True\n        break\n"
+           "while time.monotonic() < end:\n    pass\nif child:\n    os._exit(0)\n"
+           f"for _ in range({BUSY_PROCESSES - 1}):\n    os.wait()\nprint('busy until the end')\n")
+# About 0.4 s of one CPU here (0.25 s on the host), under its 2 s timeout.
+CPU_BOUND = "n = 0\nfor i in range(10_000_000):\n    n += i\nprint(n)"
+
+
+def test_a_job_starved_of_cpu_by_its_neighbours_is_retried_not_charged(tmp_path: Path) -> None:
+    """A job's CPU is shared by thread with the other runs of its sandbox: beside three busy runs of eight processes
+    each, a program that needs a fraction of its 2 s timeout gets about 1/25 of the CPU. Its deadline moves on by
+    the CPU they took (up to protocol.DEADLINE_STRETCH times its timeout); still starved there, it is run again
+    (runner.starved_out, SandboxFull), once the sandbox has room, and scored as it deserves: never TIMEOUT, the
+    model's fault. The busy runs are answered as they are. One sandbox of four slots (so the retry runs there,
+    after them)."""
+    with one_sandbox(tmp_path, "starve", slots=4) as (daemon, channel):
+        busy: list[pb.JobResult] = []
+        runners = [threading.Thread(target=lambda: busy.append(outcome(channel, BUSY_RUN, timeout=3 * BUSY_SECONDS)))
+                   for _ in range(3)]
+        started = time.monotonic()
+        for runner in runners:
+            runner.start()
+        time.sleep(1.5)  # each forks its processes within milliseconds of its start
+        victim = outcome(channel, CPU_BOUND, timeout=2.0)
+        answered = time.monotonic() - started
+        for runner in runners:
+            runner.join(60)
+        assert [(run.status, run.attempts, run.execute.stdout) for run in busy] \
+            == [(pb.STATUS_OK, 1, b"busy until the end\n")] * 3, busy
+        assert (victim.status, victim.attempts, victim.execute.stdout) \
+            == (pb.STATUS_OK, 2, f"{sum(range(10_000_000))}\n".encode()), victim
+        # Answered by the retry after the busy runs' end, not by the first run beside them.
+        assert answered > BUSY_SECONDS, answered
+        assert "replacing it" not in daemon.log_path.read_text(), "the sandbox was replaced, not waited for"
+
+
 # Four children of 100 MiB each: each under RLIMIT_AS, 400 MiB together under a 128 MiB limit.
 SPLIT_MEMORY = """
 import os, time
