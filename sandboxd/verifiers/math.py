@@ -1720,7 +1720,13 @@ def _log2_bound(expr: Any, depth: int = 0) -> float:
         exp = expr.args[1]
         exp_bits = _log2_bound(exp, depth + 1)
         if exp.free_symbols and not expr.args[0].free_symbols:
-            return base_bits  # 2^x: nothing numeric to blow up
+            # 2^x has no value to blow up, but simplify takes numbers out of its exponent:
+            # powsimp made 2^{10^{100000} x} (2^{10^{100000}})^x and worked that power out
+            # (2.9 s in a sandbox, until the memory limit's MemoryError).
+            split_bits = _exponent_split_bits(exp, depth + 1)
+            if split_bits > 64:
+                return _pymath.inf
+            return max(base_bits * (2.0**split_bits) + 1.0, exp_bits)
         if exp_bits > 64:
             return _pymath.inf
         return base_bits * (2.0**exp_bits) + 1.0  # |b^e| <= 2^(log2|b| * |e|); +1 for rounding
@@ -1751,6 +1757,26 @@ def _log2_bound(expr: Any, depth: int = 0) -> float:
             if total > _MAX_NUMBER_BITS:
                 return _pymath.inf
     return total
+
+
+def _exponent_split_bits(exp: Any, depth: int) -> float:
+    """Bound of log2 of the number that simplification can take out of a symbolic exponent.
+
+    A factor of a product (``10^{6} x``, which powsimp takes out: ``(b^{10^6})^x``) or a term of
+    a sum (``x + 10^6``, which expand takes out: ``b^x b^{10^6}``); products of sums multiply
+    out. Symbols and what functions or powers of symbols hold stay in the exponent.
+    """
+    from sympy import Add, Mul
+
+    if depth > 200:
+        return _pymath.inf
+    if not exp.free_symbols:
+        return _log2_bound(exp, depth + 1)
+    if isinstance(exp, Add):
+        return max(_exponent_split_bits(term, depth + 1) for term in exp.args)
+    if isinstance(exp, Mul):
+        return sum(_exponent_split_bits(factor, depth + 1) for factor in exp.args)
+    return 0.0
 
 
 # sympy functions by how their value grows with their first argument n: like n! (log2 about

@@ -705,6 +705,38 @@ def test_a_function_of_a_huge_number_still_matches_itself() -> None:
     check(boxed("\\sin(\\pi/6)"), "\\frac{1}{2}", OK)
 
 
+@pytest.mark.timeout(20)  # the bound: without the fix each took 2.9 s in a sandbox (its memory limit), forever here
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "2^{x\\cdot 10^{100000}}",  # powsimp: (2^{10^{100000}})^x
+        "2^{x+10^{100000}}",  # expand: 2^x 2^{10^{100000}}
+        "2^{(x+1)\\cdot 10^{100000}}",
+        "\\frac{1}{2^{x\\cdot 10^{100000}}}",
+        "2^{x\\cdot 10^{7}}",
+    ],
+)
+def test_a_huge_number_in_a_symbolic_exponent_is_not_worked_out(answer: str) -> None:
+    """Fixed. A power with a symbolic exponent counted as small, but simplify takes numbers out of the exponent
+    and works out the power they make: the math server spent 2.9 s on the first and lost it to the memory limit."""
+    result = check(boxed(answer), "3", WRONG)
+    assert "number too large to evaluate" in result["message"], result
+
+
+@pytest.mark.parametrize(
+    ("answer", "gold"),
+    [
+        ("2^{3x}", "8^x"),
+        ("4^{x+1}", "2^{2x+2}"),
+        ("e^{-x^2/2}", "e^{-\\frac{x^2}{2}}"),
+        ("e^{100000x}", "e^{100000x}"),
+        ("2^{x+y+z+w+a+b+c+d+f+g+h+k+m+n+p+q+r+s+t+u+v}", "2^{x+y+z+w+a+b+c+d+f+g+h+k+m+n+p+q+r+s+t+u+v}"),
+    ],
+)
+def test_symbolic_exponents_of_ordinary_size_still_compare(answer: str, gold: str) -> None:
+    check(boxed(answer), gold, OK)
+
+
 # --------------------------------------------------------------------------------------------
 # Fixed (red team of b7d425f): an answer phrase's math span, text blocks and choice letters
 # --------------------------------------------------------------------------------------------
