@@ -154,9 +154,10 @@ _BOX_TOKEN_RE = re.compile(r"[^\s$]+")  # the argument of "\boxed 5"
 _PHRASE_RE = re.compile(r"(?:final\s+answer\s*(?:is\b|:)|the\s+answer\s+is\b|\banswer\s*:)", re.IGNORECASE)
 _HOPE_RE = re.compile(r"\.?\s*I\s+hope\s+it\s+is\s+correct.*$", re.IGNORECASE | re.DOTALL)
 # Span lengths are bounded so that text full of unclosed "\(" cannot make the scan quadratic.
+# "\$" is a dollar sign, not a delimiter: "The answer is $\$120$" was read as the span "\".
 _MATH_SPAN_RE = re.compile(
-    r"\$\$(?P<dd>[^$]{1,2000}?)\$\$|\\\[(?P<sb>.{1,2000}?)\\\]|\\\((?P<rb>.{1,2000}?)\\\)"
-    r"|\$(?P<d>[^$]{1,2000}?)\$",
+    r"(?<!\\)\$\$(?P<dd>(?:[^$\\]|\\.){1,2000}?)\$\$|\\\[(?P<sb>.{1,2000}?)\\\]|\\\((?P<rb>.{1,2000}?)\\\)"
+    r"|(?<!\\)\$(?P<d>(?:[^$\\]|\\.){1,2000}?)\$",
     re.DOTALL,
 )
 # What joins the math spans of a list after an answer phrase: "$2$ and $3$", "$2$, $3$", "$2$; $3$".
@@ -299,6 +300,10 @@ def _extract_answer_tag(text: str) -> str | None:
         boxed = _extract_boxed(content)
         if boxed:
             return boxed
+        if _has_prose(content):
+            # "<answer>The answer is 42.</answer>": the answer the sentence gives, not the sentence
+            # (which latex2sympy read as a product of letters). Words alone stay a text answer.
+            return _extract_phrase(content) or _extract_last_expression(content) or content
         return content
     return None
 
@@ -605,6 +610,9 @@ _MATH_WORDS = frozenset(
 )
 
 
+_UNESCAPED_DOLLAR_RE = re.compile(r"(?<!\\)\$")
+
+
 def _strip_delims(s: str) -> str:
     """Remove math delimiters that enclose the whole string (repeatedly)."""
     s = s.strip()
@@ -614,8 +622,8 @@ def _strip_delims(s: str) -> str:
         for left, right in _DELIMS:
             if len(s) >= len(left) + len(right) and s.startswith(left) and s.endswith(right):
                 inner = s[len(left) : -len(right)]
-                # "$a$ and $b$" is not one enclosed span.
-                if left == "$" and "$" in inner:
+                # "$a$ and $b$" is not one enclosed span ("$\\$5$" is: an escaped dollar sign).
+                if left == "$" and _UNESCAPED_DOLLAR_RE.search(inner):
                     continue
                 s = inner.strip()
                 changed = True
@@ -1874,8 +1882,15 @@ def _with_imaginary_unit(gold_objs: list[Any], pred_objs: list[Any]) -> tuple[li
     if any(v.has(sympy.Rel, sympy.Interval) or _too_big(v) for v in values):
         return gold_objs, pred_objs
     unit = {s: sympy.I for s in symbols}
+
+    def replaced(o: Any) -> Any:
+        if isinstance(o, sympy.Eq) and isinstance(o.lhs, sympy.Symbol) and o.lhs.name != "i":
+            # The value only: the parse of "z = 3+4i" made z real, and Eq(z, 3+4I) evaluated to False.
+            return sympy.Eq(o.lhs, o.rhs.xreplace(unit), evaluate=False)
+        return o.xreplace(unit)
+
     try:
-        return [o.xreplace(unit) for o in gold_objs], [o.xreplace(unit) for o in pred_objs]
+        return [replaced(o) for o in gold_objs], [replaced(o) for o in pred_objs]
     except Exception:  # a structure sympy refuses with a complex entry
         return gold_objs, pred_objs
 

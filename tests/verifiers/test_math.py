@@ -966,3 +966,33 @@ def test_a_memory_error_reaches_the_caller_as_the_memory_limit(monkeypatch: pyte
     monkeypatch.setattr(mathv, "_judge", broken)
     result = mathv.verify("\\boxed{2}", "2")
     assert result["status"] == "wrong_answer" and "ValueError" in result["message"]
+
+
+@pytest.mark.parametrize(
+    ("completion", "gold", "expected"),
+    [
+        # An escaped dollar sign in a math span (GSM8K-style money answers) was taken for the span's end: "\".
+        ("The answer is $\\$120$.", "120", OK),
+        ("Answer: $\\$120$", "120", OK),
+        ("Final answer: $\\$18.90$", "\\$18.90", OK),
+        ("The answer is $\\$120$.", "121", WRONG),
+        ("It costs \\$5 and \\$6, so $11$ in all.", "11", OK),
+        # "z = 3+4i": the parse made z real, so with i as the unit Eq(z, 3+4I) evaluated to False.
+        (boxed("z = 3+4i"), "3+4i", OK),
+        (boxed("3+4i"), "z=3+4i", OK),
+        (boxed("z = 3+4i"), "3-4i", WRONG),
+        (boxed("z = 3+4i"), "4+3i", WRONG),
+        # An <answer> tag holding a sentence was read whole, as a product of letters.
+        ("<answer>The answer is 42.</answer>", "42", OK),
+        ("<answer>The total is 120 dollars</answer>", "120", OK),
+        ("<answer>The total is 120 dollars</answer>", "12", WRONG),
+        ("<answer>So x = 7</answer>", "7", OK),
+        ("<answer>The answer is 2 or 3</answer>", "2", WRONG),
+        ("<answer>Monday</answer>", "Monday", OK),
+        ("<answer>Monday</answer>", "Tuesday", WRONG),
+    ],
+)
+def test_dataset_formats_found_by_a_sweep(completion: str, gold: str, expected: str) -> None:
+    """Fixed: correct answers scored wrong, from a sweep of 858 pairs in the formats of GSM8K, MATH, AIME, AMC and
+    the R1-style <answer> tag."""
+    check(completion, gold, expected)
