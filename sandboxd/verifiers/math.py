@@ -680,7 +680,7 @@ _UNICODE_MATH = str.maketrans(
 _AND_OR_RE = re.compile(r"(?<![{\s])(?:\s*,)?\s+(?:and|or)\s+(?!\})")
 _TEXT_NUMBER_RE = re.compile(rf"{_TEXT_MACRO}\s*\{{\s*(-?\d[\d,]*(?:\.\d+)?)([^{{}}\d]*)\}}")
 # 0.\overline{3}, 1.2\overline{45}, also written \overline{3} after "0." with a space
-_REPEATING_RE = re.compile(r"(-?)(\d{0,30})\.(\d{0,30})\s*\\overline\s*\{\s*(\d{1,30})\s*\}")
+_REPEATING_RE = re.compile(r"(-?)(\d{0,30})\.(\d{0,30})\s*\\(?:overline|bar|dot)\s*\{\s*(\d{1,30})\s*\}")
 # Commands that only space or style what follows them, with no value (Math-Verify drops or ignores them).
 _SPACE_CMD = (r"(?:\s|~|(?<!\\)\\[,;: ]|\\(?:q?quad|(?:neg)?(?:thin|med|thick)space|displaystyle|textstyle)(?![A-Za-z])"
             r"|\\hspace\*?\s*\{[^{}]*\})")
@@ -711,6 +711,18 @@ _SCALE_TOKEN_RE = re.compile(rf"(?:{_SCALE_WORD})s?", re.IGNORECASE)
 _BOLD_LETTER_RE = re.compile(r"\\(?:mathbf|boldsymbol|bm)\s*\{\s*([A-Za-z])\s*\}")
 # The imaginary unit set upright (ISO 80000-2: "\mathrm{i}") or dotless ("\imath"): the letter i.
 _UPRIGHT_I_RE = re.compile(r"\\(?:math(?:rm|it)|text(?:rm|up|normal)?|operatorname)\s*\{\s*i\s*\}|\\imath(?![A-Za-z])")
+# Euler's number set upright ("\mathrm{e}^2", as ISO 80000-2 and many textbooks write it): the letter e.
+_UPRIGHT_E_RE = re.compile(r"\\(?:math(?:rm|it)|text(?:rm|up|normal)?|operatorname)\s*\{\s*e\s*\}")
+# Commands that only style what follows them ("\bf 42", "\large 42", "\color{red}42") or their argument
+# ("\underline{42}", "\boldsymbol{42}", "\textcolor{red}{42}"), with no value: latex2sympy could not parse them.
+# A bold letter stays a vector's symbol (_BOLD_LETTER_RE runs first).
+_STYLE_SWITCH_RE = re.compile(
+    r"\\(?:bf|it|rm|sf|tt|sl|sc|em|normalfont|tiny|scriptsize|footnotesize|small|normalsize|large|Large|LARGE"
+    r"|huge|Huge)(?![A-Za-z])|\\color\s*\{[A-Za-z!0-9]{0,40}\}")
+_STYLE_WRAPPER_RE = re.compile(r"\\(?:underline|boldsymbol|bm|textcolor\s*\{[A-Za-z!0-9]{0,40}\})\s*(?=\{)")
+# Other spellings of symbols latex2sympy reads: "\textdollar" is "\$", "\degree" (gensymb) is "^\circ".
+_TEXT_DOLLAR_RE = re.compile(r"\\textdollar(?![A-Za-z])")
+_DEGREE_RE = re.compile(r"\\degree(?![A-Za-z])")
 
 
 def _scale_word_value(m: re.Match[str]) -> str:
@@ -771,6 +783,9 @@ def _normalize(s: str, *, single_number_gold: bool) -> str:
     s = _BOLD_LETTER_RE.sub(r" \1 ", s)
     # "1+2\mathrm{i}": the normaliser drops a text command and all after it (it was read as 1 + 2, and paid 3).
     s = _UPRIGHT_I_RE.sub(" i ", s)
+    s = _UPRIGHT_E_RE.sub(" e ", s)
+    s = _STYLE_WRAPPER_RE.sub("", _STYLE_SWITCH_RE.sub(" ", s))
+    s = _DEGREE_RE.sub(r"^\\circ", _TEXT_DOLLAR_RE.sub(r"\\$", s))
     s = _units_before_more_math(s)
     s = _replace_sqrt_parens(s)
     s = _REPEATING_RE.sub(_repeating_to_frac, s)

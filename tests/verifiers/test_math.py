@@ -990,6 +990,22 @@ def test_a_memory_error_reaches_the_caller_as_the_memory_limit(monkeypatch: pyte
         ("<answer>The answer is 2 or 3</answer>", "2", WRONG),
         ("<answer>Monday</answer>", "Monday", OK),
         ("<answer>Monday</answer>", "Tuesday", WRONG),
+        # Style commands with no value, which latex2sympy could not parse; other spellings of symbols.
+        (boxed("\\bf 42"), "42", OK),
+        (boxed("\\large 42"), "42", OK),
+        (boxed("\\bf 43"), "42", WRONG),
+        (boxed("\\color{red}42"), "42", OK),
+        (boxed("\\textcolor{red}{42}"), "42", OK),
+        (boxed("\\underline{42}"), "42", OK),
+        (boxed("\\boldsymbol{42}"), "42", OK),
+        (boxed("\\boldsymbol{i} + 2\\boldsymbol{j}"), "\\mathbf{i} + 2\\mathbf{j}", OK),
+        (boxed("\\textdollar 1000"), "1000", OK),
+        (boxed("30\\degree"), "30^\\circ", OK),
+        (boxed("\\mathrm{e}^2"), "e^2", OK),
+        (boxed("\\mathrm{e}^2"), "e^3", WRONG),
+        (boxed("0.\\bar{3}"), "\\frac13", OK),
+        (boxed("0.1\\dot{6}"), "\\frac16", OK),
+        (boxed("0.\\bar{3}"), "0.3", WRONG),
     ],
 )
 def test_dataset_formats_found_by_a_sweep(completion: str, gold: str, expected: str) -> None:
