@@ -1926,10 +1926,51 @@ def _clip(text: str) -> str:
     return text if len(text) <= MAX_FIELD_CHARS else text[: MAX_FIELD_CHARS - 3] + "..."
 
 
-def _compare(gold_objs: list[Any], pred_objs: list[Any]) -> bool:
+def _unknowns_in_order(gold: str) -> list[str]:
+    """The unknowns a ground truth of assignments names, in its order: "x=3, y=4" gives ["x", "y"], in
+    sympy's spelling ("\\theta" is "theta", "a_{1}" "a_1"); [] for any other ground truth."""
+    names = []
+    for part in re.split(r",|;|\\text\s*\{\s*and\s*\}|\band\b", gold):
+        sides = part.split("=")
+        if len(sides) != 2 or not _UNKNOWN_NAME_RE.fullmatch(name := sides[0].strip()):
+            return []
+        names.append(name.lstrip("\\").replace("{", "").replace("}", ""))
+    return names
+
+
+def _as_ordered(gold: Any, pred: Any, unknowns: list[str]) -> tuple[Any, Any]:
+    """An ordered answer against a ground truth that names each unknown's value: both as tuples.
+
+    "x=3, y=4" parses as a set of equations, and Math-Verify compared an answer "(4, 3)" with it as
+    a set of values: equal (it paid the reversed pair). A pair, a triple... now takes the unknowns in
+    the order the ground truth names them (`unknowns`); "(3, 4)" parses as an open interval, which
+    is also a pair. A list without brackets ("3, 4") stays a set of values, and equations are
+    matched by name.
+    """
+    import sympy
+
+    if not (isinstance(gold, sympy.FiniteSet) and isinstance(pred, (sympy.Tuple, sympy.Interval))):
+        return gold, pred
+    equations = list(gold.args)
+    if not all(isinstance(e, sympy.Eq) and isinstance(e.lhs, sympy.Symbol) for e in equations):
+        return gold, pred
+    if sorted(e.lhs.name for e in equations) != sorted(set(unknowns)) or len(unknowns) != len(equations):
+        return gold, pred
+    if isinstance(pred, sympy.Interval):
+        if not (pred.left_open and pred.right_open and len(equations) == 2):
+            return gold, pred
+        pred = sympy.Tuple(pred.start, pred.end)
+    if len(pred) != len(equations):
+        return gold, pred
+    return sympy.Tuple(*(e.rhs for e in sorted(equations, key=lambda e: unknowns.index(e.lhs.name)))), pred
+
+
+def _compare(gold_objs: list[Any], pred_objs: list[Any], unknowns: list[str]) -> bool:
+    """Whether an answer's parse matches a ground truth's; `unknowns`: see _unknowns_in_order."""
     grader = _load()
-    for g in gold_objs:
-        for p in pred_objs:
+    for gold in gold_objs:
+        for pred in pred_objs:
+            g, p = _as_ordered(gold, pred, unknowns)
             try:
                 if grader.verify(
                     g,
@@ -2127,7 +2168,7 @@ def _judge(answer: str, rule: str, ground_truth: str) -> dict[str, str]:
     if approximation := _false_approximation(pred_s):
         return _result("wrong_answer", message=f"answer: states an approximation between numbers that differ "
                        f"({_clip(approximation)})", **res)
-    if _compare(gold_objs, pred_objs):
+    if _compare(gold_objs, pred_objs, _unknowns_in_order(gold_s)):
         return _result("ok", **res)
     return _result("wrong_answer", message="answer not equivalent to ground truth", **res)
 

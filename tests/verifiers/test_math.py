@@ -1012,3 +1012,27 @@ def test_dataset_formats_found_by_a_sweep(completion: str, gold: str, expected: 
     """Fixed: correct answers scored wrong, from a sweep of 858 pairs in the formats of GSM8K, MATH, AIME, AMC and
     the R1-style <answer> tag."""
     check(completion, gold, expected)
+
+
+@pytest.mark.parametrize(
+    ("completion", "gold", "expected"),
+    [
+        (boxed("(4,3)"), "x=3, y=4", WRONG),  # was OK: compared as the set {3, 4}
+        (boxed("(3,4)"), "x=3, y=4", OK),
+        (boxed("(3,2,1)"), "x=1,y=2,z=3", WRONG),
+        (boxed("(1,2,3)"), "x=1,y=2,z=3", OK),
+        (boxed("(-1,2)"), "x=2, y=-1", WRONG),
+        (boxed("(2,1)"), "k=2, b=1", OK),  # the order written, not the alphabet's (y = kx + b)
+        (boxed("(1,2)"), "k=2, b=1", WRONG),
+        (boxed("(2, 1)"), "\\alpha = 1, \\beta = 2", WRONG),
+        (boxed("(1, 2)"), "x_{1} = 1, x_{2} = 2", OK),
+        (boxed("(4,3)"), "x=3 \\text{ and } y=4", WRONG),
+        (boxed("y=4, x=3"), "x=3, y=4", OK),  # equations are matched by name
+        (boxed("x=4, y=3"), "x=3, y=4", WRONG),
+        (boxed("4, 3"), "x=3, y=4", OK),  # a list without brackets is a set of values
+    ],
+)
+def test_a_pair_against_named_unknowns_is_ordered(completion: str, gold: str, expected: str) -> None:
+    """Fixed: "(4, 3)" against "x=3, y=4" was paid (Math-Verify compares the values as a set); a pair, triple...
+    takes the unknowns in the order the ground truth names them."""
+    check(completion, gold, expected)
