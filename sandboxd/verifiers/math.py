@@ -61,6 +61,10 @@ Input (gold vs answer)           Math-Verify                 Here
 ``3`` vs ``1+2\\mathrm{i}``       equal (text dropped)        different: ``\\mathrm{i}`` is ``i``
 ``\\frac12`` vs                   different (degree dropped)  equal: degrees in trig arguments
 ``\\sin 30^\\circ``
+``x=3, y=4`` vs ``(4, 3)``       equal (values as a set)     different: a pair takes the
+                                                             unknowns in the order named
+``e^2`` vs ``\\mathrm{e}^2``     different (upright e read   equal: an upright e is Euler's
+                                 as a symbol)                number, as an upright i is the unit
 ``0`` vs                         different (``simplify``     equal: 0 at 1000 and 4000 bits,
 ``\\cos\\frac{\\pi}{7}+             cannot prove it)            shrinking (_vanishes)
 \\cos\\frac{3\\pi}{7}+
