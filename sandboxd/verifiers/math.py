@@ -108,6 +108,12 @@ _MAX_POWER_DEPTH = 5
 # larger, or absolute below 1) are different; see _numerically_apart.
 _APART_MARGIN = 1e-20
 _APART_MIN_BITS = 80  # and each evaluated to at least this many bits (a 30-digit value has 103)
+# Where sides with unknowns are compared (_numerically_apart): the i-th unknown, by name, takes the
+# (i mod 5)-th value plus i // 5. Positive, and far from small rationals, so that no simple expression
+# is 0 or a pole there by chance.
+_SAMPLE_POINTS = ("0.6180339887498948482045868343656", "0.7071067811865475244008443621048",
+                  "0.5772156649015328606065120900824", "0.8414709848078965066525023216303",
+                  "0.4142135623730950488016887242097")
 # An exact difference that evaluation cannot tell from 0 is evaluated again at these two fixed working
 # precisions (bits): 0 to both, shrinking from one to the other, below half the higher one, is 0. See _vanishes.
 _ZERO_WORKING_BITS = (1_000, 4_000)
@@ -125,6 +131,8 @@ _MAX_CONSTANT_BITS = 1 << 16
 _MAX_FUNCTION_DEPTH = 6
 # Upper bound (in bits) on the magnitude of any numeric sub-expression we let sympy evaluate.
 _MAX_NUMBER_BITS = 1_000_000
+# Nor the root (a power with a fractional exponent) of a number larger than this: see _log2_bound.
+_MAX_ROOT_BITS = 2_000
 # sympy works out a binomial or a Gamma of concrete numbers as soon as latex2sympy builds it,
 # in pure-Python loops whose time grows with the square of the result's size (binom(10^5,
 # 5*10^4), 10^5 bits: 0.56 s here; binom(10^6, 5*10^5): over 20 s), where only the math
@@ -1572,34 +1580,57 @@ def _symbolic_eq_for(symbolic_eq: Any) -> Any:
 
 
 def _numerically_apart(a: Any, b: Any) -> bool:
-    """Whether two symbol-free scalars evaluate, to 30 digits, further apart than evaluation can err.
+    """Whether two scalars evaluate, to 30 digits, further apart than evaluation can err.
 
     The grader asks ``simplify(a - b)`` only after the numeric comparison said no. For numbers
     whose 30-digit values differ by more than 1e-20 of their size that cannot be a zero that
     evaluation missed, and simplify on them is where untrusted answers spent their time:
     ``\\sin`` of ``\\sin`` ... of 2, 8 deep, took 10 s in ``exptrigsimp``. A difference within
     the margin (an exact zero written the long way, a float that rounds an integer) still goes on.
+
+    Sides with symbols are evaluated at one fixed point (_SAMPLE_POINTS): an identity that
+    simplify can prove holds wherever both sides are defined, so sides apart there are different.
+    simplify spent 20 s and more on ``(x+1)^{5000}``, ``\\binom{x}{200}`` or ``(x+100)!`` against
+    ``x+1``. The point is positive, where roots and logarithms take their real branches, so an
+    identity that needs a positive unknown (``\\sqrt{x^2} = x``) is not refused here either.
+
+    The real and imaginary parts are judged apart: one that evaluation resolves decides, whatever
+    the other. ``(1+i)^{10000}`` is 2^5000, whose imaginary part comes back from evalf with no
+    precision; left to simplify, sympy took 3 minus it for zero and paid it against any number.
     """
-    from sympy import Basic, Float, MatrixBase
+    from sympy import Basic, Float, MatrixBase, im, re
 
     if not (isinstance(a, Basic) and isinstance(b, Basic)) or isinstance(a, MatrixBase) or isinstance(b, MatrixBase):
         return False
     try:
         x, y = _doit(a), _doit(b)
-        if x.free_symbols or y.free_symbols:
-            return False
+        symbols = sorted(x.free_symbols | y.free_symbols, key=str)
+        if symbols:
+            point = {symbol: Float(_SAMPLE_POINTS[i % len(_SAMPLE_POINTS)], 30) + i // len(_SAMPLE_POINTS)
+                     for i, symbol in enumerate(symbols)}
+            x, y = x.xreplace(point), y.xreplace(point)
         xv, yv = x.evalf(30), y.evalf(30)
         if not (xv.is_number and yv.is_number and xv.is_finite and yv.is_finite):
             return False
-        # evalf gives a value the precision it could vouch for: a sum that cancels past its
-        # working precision comes back with fewer bits (0.e-165 with 1 bit), and decides nothing.
-        if any(f._prec < _APART_MIN_BITS for f in xv.atoms(Float) | yv.atoms(Float)):
-            return False
         # A float written in the answer is only as exact as its bits: 0.3 is 3/10 to 53 of them, and
-        # the grader's simplify, which works at that precision, takes it for 3/10.
-        written = [f._prec for f in x.atoms(Float) | y.atoms(Float)]
+        # the grader's simplify, which works at that precision, takes it for 3/10. (The point's own
+        # floats have 30 digits, as the evaluation does.)
+        written = [f._prec for f in a.atoms(Float) | b.atoms(Float)]
         margin = max(_APART_MARGIN, 2.0 ** (4 - min(written))) if written else _APART_MARGIN
-        return bool(abs(xv - yv) > margin * max(1, abs(xv), abs(yv)))
+        size = max(1, abs(xv), abs(yv))
+        for part in (re, im):
+            px, py = part(xv), part(yv)
+            # evalf gives a value the precision it could vouch for: a sum that cancels past its
+            # working precision comes back with fewer bits (0.e-165 with 1 bit), and decides nothing.
+            if any(f._prec < _APART_MIN_BITS for f in px.atoms(Float) | py.atoms(Float)):
+                continue
+            if abs(px - py) > margin * size:
+                return True
+            if not written and (px == 0) != (py == 0):
+                # An exact value that evalf resolves (all its bits) is not 0, however small:
+                # (1-\\sqrt{2})^{30000} against 0 took simplify 8.6 s (an unresolved 0 has no bits).
+                return True
+        return False
     except Exception:  # a comparison sympy cannot decide: leave it to the grader
         return False
 
@@ -1755,6 +1786,10 @@ def _log2_bound(expr: Any, depth: int = 0) -> float:
                 return _pymath.inf
             return max(base_bits * (2.0**split_bits) + 1.0, exp_bits)
         if exp_bits > 64:
+            return _pymath.inf
+        if base_bits > _MAX_ROOT_BITS and isinstance(exp, Rational) and not exp.is_integer:
+            # A root of a number is small, but sympy factors the number to take perfect powers out
+            # of it: \sqrt{10^{6000}+1} ran its primality tests for more than 20 s.
             return _pymath.inf
         return base_bits * (2.0**exp_bits) + 1.0  # |b^e| <= 2^(log2|b| * |e|); +1 for rounding
     growth = _GROWTH.get(type(expr).__name__) if args else None

@@ -723,6 +723,62 @@ def test_a_huge_number_in_a_symbolic_exponent_is_not_worked_out(answer: str) -> 
     assert "number too large to evaluate" in result["message"], result
 
 
+@pytest.mark.parametrize("gold", ["3", "\\frac{1}{2}", "7", "x+1"])
+@pytest.mark.parametrize("answer", ["(1+i)^{10000}", "(1-i)^{10000}"])
+def test_a_power_whose_imaginary_part_cancels_is_not_any_number(answer: str, gold: str) -> None:
+    """Fixed (red team). (1+i)^{10000} is 2^{5000}; its 30-digit evaluation has an imaginary part with no
+    precision, which left the decision to simplify, and sympy took 3 minus it for zero: it was paid against any
+    number. The real part, which evaluation resolves, decides now."""
+    check(boxed(answer), gold, WRONG)
+    check(boxed("2^{5000}"), answer, OK)
+
+
+@pytest.mark.timeout(20)  # the bound: each took simplify 7 s to more than 20 s before
+@pytest.mark.parametrize(
+    ("answer", "gold"),
+    [
+        ("(x+1)^{5000}", "x+1"),  # 18.9 s
+        ("\\binom{x}{200}", "x+1"),  # > 20 s
+        ("(a+b+c+d+e+f)^{20}", "x+1"),  # > 20 s
+        ("(x+100)!", "x+1"),  # 7.7 s
+        ("\\Gamma(x+200)", "x+1"),  # > 20 s
+        ("\\sin((x+1)^{1000}^\\circ)", "3"),  # > 20 s
+        ("\\frac{(x+1)^{300}}{(x-1)^{300}}", "x+1"),  # 9.8 s
+        ("(1-\\sqrt{2})^{30000}", "0"),  # 8.7 s
+        ("-(1-\\sqrt{2})^{100000}", "0"),  # > 20 s
+    ],
+)
+def test_sides_apart_at_a_point_are_not_simplified(answer: str, gold: str) -> None:
+    """Fixed (red team). Sides with unknowns are evaluated at one positive point before simplify (an identity holds
+    wherever both sides are defined), and an exact value evaluation resolves is not 0, however small."""
+    check(boxed(answer), gold, WRONG)
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize("answer", ["\\sqrt{10^{6000}+1}", "\\sqrt{20000!}", "\\sqrt[3]{3^{200000}+1}",
+                                    "\\sqrt{10^{2500}+1}\\cdot\\sqrt{10^{2500}+3}"])
+def test_a_root_of_a_huge_number_is_refused(answer: str) -> None:
+    """Fixed (red team): sympy factors a root's radicand to take perfect powers out (> 20 s for 10^{6000}+1)."""
+    result = check(boxed(answer), "3", WRONG)
+    assert "number too large to evaluate" in result["message"], result
+
+
+@pytest.mark.parametrize(
+    ("answer", "gold"),
+    [
+        ("(x+1)^2", "x^2+2x+1"),
+        ("\\frac{x^2-1}{x-1}", "x+1"),
+        ("\\sin^2 x + \\cos^2 x", "1"),
+        ("\\sqrt{12}", "2\\sqrt{3}"),
+        ("\\sqrt{10^{500}}", "10^{250}"),
+        ("\\cos\\frac{\\pi}{7}+\\cos\\frac{3\\pi}{7}+\\cos\\frac{5\\pi}{7}-\\frac12", "0"),
+        ("e^{i\\pi}+1", "0"),
+    ],
+)
+def test_identities_still_hold_after_the_point_and_root_checks(answer: str, gold: str) -> None:
+    check(boxed(answer), gold, OK)
+
+
 @pytest.mark.parametrize(
     ("answer", "gold"),
     [
