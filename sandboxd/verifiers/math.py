@@ -1605,11 +1605,11 @@ def _numerically_apart(a: Any, b: Any) -> bool:
     try:
         x, y = _doit(a), _doit(b)
         symbols = sorted(x.free_symbols | y.free_symbols, key=str)
-        if symbols:
-            point = {symbol: Float(_SAMPLE_POINTS[i % len(_SAMPLE_POINTS)], 30) + i // len(_SAMPLE_POINTS)
-                     for i, symbol in enumerate(symbols)}
-            x, y = x.xreplace(point), y.xreplace(point)
-        xv, yv = x.evalf(30), y.evalf(30)
+        # Substituted by evalf, which tracks the precision a sum that cancels there loses (replacing
+        # the symbols by floats first would compute in plain 30-digit arithmetic and not know it).
+        point = {symbol: Float(_SAMPLE_POINTS[i % len(_SAMPLE_POINTS)], 30) + i // len(_SAMPLE_POINTS)
+                 for i, symbol in enumerate(symbols)}
+        xv, yv = x.evalf(30, subs=point), y.evalf(30, subs=point)
         if not (xv.is_number and yv.is_number and xv.is_finite and yv.is_finite):
             return False
         # A float written in the answer is only as exact as its bits: 0.3 is 3/10 to 53 of them, and

@@ -754,6 +754,17 @@ def test_sides_apart_at_a_point_are_not_simplified(answer: str, gold: str) -> No
     check(boxed(answer), gold, WRONG)
 
 
+def test_an_identity_that_cancels_31_digits_at_the_point_still_holds() -> None:
+    """The point is substituted by evalf, which raises its precision where a sum cancels: replaced by 30-digit
+    floats first, (x+10)^{30} minus its expansion less 1 came out apart from 1, and the answer was refused."""
+    import sympy
+
+    x = sympy.Symbol("x")
+    answer = "(x+10)^{30} - (" + sympy.latex(sympy.expand((x + 10) ** 30 - 1)) + ")"
+    check(boxed(answer), "1", OK)
+    check(boxed(answer), "2", WRONG)
+
+
 @pytest.mark.timeout(20)
 @pytest.mark.parametrize("answer", ["\\sqrt{10^{6000}+1}", "\\sqrt{20000!}", "\\sqrt[3]{3^{200000}+1}",
                                     "\\sqrt{10^{2500}+1}\\cdot\\sqrt{10^{2500}+3}"])
