@@ -312,10 +312,11 @@ def _extract_answer_tag(text: str) -> str | None:
         boxed = _extract_boxed(content)
         if boxed:
             return boxed
-        if _has_prose(content):
-            # "<answer>The answer is 42.</answer>": the answer the sentence gives, not the sentence
-            # (which latex2sympy read as a product of letters). Words alone stay a text answer.
-            return _extract_phrase(content) or _extract_last_expression(content) or content
+        if _has_prose(content) and (found := extract_answer(content)):
+            # "<answer>The answer is 42.</answer>": the answer the sentence gives (the rules that
+            # follow this one), not the sentence, which latex2sympy read as a product of letters.
+            # Words alone stay a text answer.
+            return found[0]
         return content
     return None
 
@@ -385,13 +386,19 @@ def _one_if_restated(listed: list[str]) -> str | None:
         return None
     values, names = set(), set()
     for item in listed:
-        sides = item.split("=")
-        named = len(sides) == 2 and _UNKNOWN_NAME_RE.fullmatch(sides[0].strip())
-        name, value = (sides[0].strip(), sides[1]) if named else ("", item)
+        name, value = _assignment(item) or ("", item)
         values.add(re.sub(r"\s+", "", value))
         names.add(name)
     names.discard("")
     return listed[0] if len(values) == 1 and len(names) <= 1 else None
+
+
+def _assignment(s: str) -> tuple[str, str] | None:
+    """``(name, value)`` of "x = 5" (one unknown named on the left, as _UNKNOWN_NAME_RE spells it); else None."""
+    sides = s.split("=")
+    if len(sides) != 2 or not _UNKNOWN_NAME_RE.fullmatch(name := sides[0].strip()):
+        return None
+    return name, sides[1]
 
 
 def _has_prose(s: str) -> bool:
@@ -1613,9 +1620,8 @@ def _numerically_apart(a: Any, b: Any) -> bool:
         if not (xv.is_number and yv.is_number and xv.is_finite and yv.is_finite):
             return False
         # A float written in the answer is only as exact as its bits: 0.3 is 3/10 to 53 of them, and
-        # the grader's simplify, which works at that precision, takes it for 3/10. (The point's own
-        # floats have 30 digits, as the evaluation does.)
-        written = [f._prec for f in a.atoms(Float) | b.atoms(Float)]
+        # the grader's simplify, which works at that precision, takes it for 3/10.
+        written = [f._prec for f in x.atoms(Float) | y.atoms(Float)]
         margin = max(_APART_MARGIN, 2.0 ** (4 - min(written))) if written else _APART_MARGIN
         size = max(1, abs(xv), abs(yv))
         for part in (re, im):
@@ -1970,10 +1976,9 @@ def _unknowns_in_order(gold: str) -> list[str]:
     sympy's spelling ("\\theta" is "theta", "a_{1}" "a_1"); [] for any other ground truth."""
     names = []
     for part in re.split(r",|;|\\text\s*\{\s*and\s*\}|\band\b", gold):
-        sides = part.split("=")
-        if len(sides) != 2 or not _UNKNOWN_NAME_RE.fullmatch(name := sides[0].strip()):
+        if (assigned := _assignment(part)) is None:
             return []
-        names.append(name.lstrip("\\").replace("{", "").replace("}", ""))
+        names.append(assigned[0].lstrip("\\").replace("{", "").replace("}", ""))
     return names
 
 
