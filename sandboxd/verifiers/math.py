@@ -141,6 +141,12 @@ _MAX_ROOT_BITS = 2_000
 _MAX_EAGER_RESULT_BITS = 50_000
 _MAX_EAGER_TERMS = 20_000
 _MAX_EAGER_GAMMA_ARG = 70_000  # Gamma(70000) has 1.06 million bits: over _MAX_NUMBER_BITS anyway
+# The grader solves two relations that it could not match term by term and compares the solutions (2x + 2y = 6
+# against x + y = 3). sympy's solve takes time that grows with the degree: x^{10}+x=3 0.18 s here, x^{20}+x=3 1.1 s,
+# x^{30}+x=3 5.5 s, and x^{50}+x=3 or x=(x+1)^{1000} against x=3 more than 20 s (with the pinned Math-Verify and
+# sympy, one unknown's solutions then come back in a form the grader fails to compare: that time buys nothing).
+# Past this bound in every unknown (_degree_bound), a relation is not solved.
+_MAX_SOLVE_DEGREE = 10
 # Only the tail of a long completion is searched for a "last expression": the final answer is at
 # the end, and regex scans over megabytes of text are wasted work.
 _LAST_EXPR_TAIL_CHARS = 10_000
@@ -1329,9 +1335,10 @@ def _load() -> ModuleType:
     # The grader's recursive helpers (sets, tuples, intervals, relations, matrices) look that
     # function up as a module global, so substituting it in *our* copy fixes every structural
     # case at once without monkeypatching the shared math_verify module for other users.
-    module = _private_copy(mv_grader, _PRIVATE_GRADER_NAME, ("sympy_numeric_eq", "sympy_symbolic_eq"))
+    module = _private_copy(mv_grader, _PRIVATE_GRADER_NAME, ("sympy_numeric_eq", "sympy_symbolic_eq", "solve"))
     module.sympy_numeric_eq = _numeric_eq  # type: ignore[attr-defined]
     module.sympy_symbolic_eq = _symbolic_eq_for(module.sympy_symbolic_eq)  # type: ignore[attr-defined]
+    module.solve = _bounded_solve(module.solve)  # type: ignore[attr-defined]
     # Likewise a private parser, whose LaTeX conversion reads degrees inside trig functions.
     parser = _private_copy(mv_parser, _PRIVATE_PARSER_NAME, ("latex2sympy", "parse"))
     parser.latex2sympy = _trig_degree_latex2sympy()  # type: ignore[attr-defined]
@@ -1609,6 +1616,60 @@ def _symbolic_eq_for(symbolic_eq: Any) -> Any:
         return bool(symbolic_eq(a, b))
 
     return eq
+
+
+def _bounded_solve(solve: Any) -> Any:
+    """sympy's ``solve`` as the grader calls it, refusing a relation of a degree over _MAX_SOLVE_DEGREE in each
+    of its unknowns (solve takes one it can: ``x^{50} + y = 4`` is ``y = 4 - x^{50}``, 0.09 s).
+
+    The grader catches the refusal, as any failure to solve, and takes the relations for different.
+    """
+
+    def bounded(relation: Any, *args: Any, **kwargs: Any) -> Any:
+        sides = getattr(relation, "args", ())
+        unknowns: set[Any] = getattr(relation, "free_symbols", set())
+        if unknowns and all(max(_degree_bound(side, x) for side in sides) > _MAX_SOLVE_DEGREE for x in unknowns):
+            raise ValueError("relation of too high a degree to solve")
+        return solve(relation, *args, **kwargs)
+
+    return bounded
+
+
+def _degree_bound(expr: Any, unknown: Any, depth: int = 0) -> float:
+    """Upper bound of the degree in ``unknown`` of the polynomial that solving ``expr = 0`` for it comes to, from
+    the unexpanded tree.
+
+    ``(x+1)^{1000}`` is 1000 without multiplying it out; a root counts its index (``x^{1/3}`` is 3: solve puts
+    ``x = t^3``); a function counts what it holds (solving ``\\sin(x^{50}) = 0`` solves ``x^{50} = n \\pi``); an
+    exponential ``2^x`` counts 1 (solve takes logarithms).
+    """
+    from sympy import Add, Mul, Pow, Rational
+
+    if depth > 200:
+        return _pymath.inf
+    if not getattr(expr, "has", None) or not expr.has(unknown):
+        return 0.0
+    args = expr.args
+    if not args:
+        return 1.0  # the unknown itself
+    if isinstance(expr, Add):
+        return max(_degree_bound(arg, unknown, depth + 1) for arg in args)
+    if isinstance(expr, Mul):
+        return sum(_degree_bound(arg, unknown, depth + 1) for arg in args)
+    if isinstance(expr, Pow):
+        base, exp = args
+        base_degree = _degree_bound(base, unknown, depth + 1)
+        if exp.has(unknown):
+            return max(1.0, base_degree, _degree_bound(exp, unknown, depth + 1))
+        if isinstance(exp, Rational):
+            return base_degree * max(abs(int(exp.p)), int(exp.q))
+        if exp.free_symbols:
+            return base_degree  # x^y is solved for x as a power: x = 3^{1/y}
+        try:
+            return base_degree * max(1.0, _pymath.ceil(abs(float(exp))))
+        except (TypeError, ValueError, OverflowError):
+            return _pymath.inf  # too large for a float
+    return max(_degree_bound(arg, unknown, depth + 1) for arg in args)
 
 
 def _numerically_apart(a: Any, b: Any) -> bool:

@@ -1076,3 +1076,45 @@ def test_latex_that_sll_cannot_decide_falls_back_to_full_context(
 def test_a_syntax_error_still_fails_the_parse(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(Exception, match=r"expected|understand"):
         _full_context_predictions(monkeypatch, "3 + * )(")
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize("answer", ["x^{50}+x=3", "x=(x+1)^{1000}", "(x^{2}+1)^{40} = x", "x^{25} - x = 1"])
+def test_relations_of_too_high_a_degree_are_not_solved(answer: str) -> None:
+    """The grader solved each (more than 20 s in sympy's solve) before it found their solutions differ."""
+    check(boxed(answer), "x=3", WRONG)
+
+
+@pytest.mark.parametrize(
+    ("answer", "gold"),
+    [
+        ("2x+2y=6", "x+y=3"),
+        ("x^2 y=4", "2x^2 y = 8"),
+        ("x^{12}+y=4", "2x^{12}+2y = 8"),  # solved for y: the degree in x does not matter
+    ],
+)
+def test_relations_matched_by_their_solutions_still_are(answer: str, gold: str) -> None:
+    check(boxed(answer), gold, OK)
+
+
+@pytest.mark.parametrize(
+    ("latex", "degree"),
+    [
+        ("x", 1),
+        ("3", 0),
+        ("x^2 + y^7", 2),  # in x
+        ("x^3 y^5 + x", 3),
+        ("(x+1)^{1000}", 1000),
+        ("(x^2+1)^{40}", 80),
+        ("x^{-50}", 50),
+        ("\\sqrt[3]{x}", 3),
+        ("2^{x}", 1),
+        ("\\sin(x^{60})", 60),
+        ("x^{y}", 1),
+    ],
+)
+def test_degree_bound(latex: str, degree: float) -> None:
+    from sympy import Symbol
+
+    (parsed,) = mathv._mv_parse(latex)
+    assert mathv._degree_bound(parsed, Symbol("x", real=True)) == degree
