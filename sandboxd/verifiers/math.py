@@ -101,6 +101,9 @@ MAX_FIELD_CHARS = 1_000
 _MAX_BARE_BRACE_DEPTH = 5
 _MAX_PAREN_DEPTH = 16
 _MAX_TOTAL_DEPTH = 40
+# Subscripts in subscripts cost the grammar's prediction about the square of their depth: x_{x_{...}} 10 deep took
+# 0.46 s here, 30 deep 4.2 s. Indices of indices (a_{n_{k}}) are as deep as answers go.
+_MAX_SUBSCRIPT_DEPTH = 4
 # Towers of exponents: the grammar's prediction is exponential in the tower height (x^x^...^x
 # with 12 carets ~1 s, with 20 carets ~20 s) and sympy evaluates them eagerly. 9^{9^{9^9}} is 3.
 _MAX_POWER_DEPTH = 5
@@ -147,6 +150,12 @@ _MAX_EAGER_GAMMA_ARG = 70_000  # Gamma(70000) has 1.06 million bits: over _MAX_N
 # sympy, one unknown's solutions then come back in a form the grader fails to compare: that time buys nothing).
 # Past this bound in every unknown (_degree_bound), a relation is not solved.
 _MAX_SOLVE_DEGREE = 10
+# Sets with unknowns cost sympy's set algebra about the square of their elements' count and twice as much for each
+# interval: {x, x^2, ..., x^{30}} against {1, 2} took 1.8 s here and 79 elements 16 s; 6 intervals with symbolic
+# ends 0.12 s, 8 0.9 s, 10 4.5 s and 12 more than 20 s. Past these counts such a set only matches the same set
+# (_bounded_compare_sets).
+_MAX_SYMBOLIC_SET_ELEMENTS = 10
+_MAX_SYMBOLIC_SET_INTERVALS = 6
 # Only the tail of a long completion is searched for a "last expression": the final answer is at
 # the end, and regex scans over megabytes of text are wasted work.
 _LAST_EXPR_TAIL_CHARS = 10_000
@@ -1215,7 +1224,8 @@ def _unevaluated_operator(s: str) -> str | None:
 def _structure_problem(s: str) -> str | None:
     """Reason to refuse parsing ``s`` (too deeply nested), or ``None``; its length _judge checks first."""
     stack: list[bool] = []  # True for a bare { ... } group, False for a command argument
-    bare = paren = max_bare = max_paren = 0
+    subscripts: list[bool] = []  # for each open group, whether it is a subscript's
+    bare = paren = max_bare = max_paren = subscript = 0
     prev = ""
     i = 0
     while i < len(s):
@@ -1232,11 +1242,15 @@ def _structure_problem(s: str) -> str | None:
             stack.append(is_bare)
             bare += is_bare
             max_bare = max(max_bare, bare)
-            if len(stack) > _MAX_TOTAL_DEPTH:
+            subscripts.append(prev == "_")
+            subscript += prev == "_"
+            if len(stack) > _MAX_TOTAL_DEPTH or subscript > _MAX_SUBSCRIPT_DEPTH:
                 return "answer nested too deeply"
         elif c == "}":
             if stack and stack.pop():
                 bare -= 1
+            if subscripts and subscripts.pop():
+                subscript -= 1
         elif c in "([":
             paren += 1
             max_paren = max(max_paren, paren)
@@ -1331,14 +1345,16 @@ def _load() -> ModuleType:
     import math_verify.grader as mv_grader
     import math_verify.parser as mv_parser
 
-    # A private instance of math_verify.grader whose module-level numeric comparison is ours.
-    # The grader's recursive helpers (sets, tuples, intervals, relations, matrices) look that
-    # function up as a module global, so substituting it in *our* copy fixes every structural
-    # case at once without monkeypatching the shared math_verify module for other users.
-    module = _private_copy(mv_grader, _PRIVATE_GRADER_NAME, ("sympy_numeric_eq", "sympy_symbolic_eq", "solve"))
+    # A private instance of math_verify.grader whose module-level numeric comparison is ours, and whose
+    # solve and set comparison are bounded. The grader's recursive helpers (sets, tuples, intervals,
+    # relations, matrices) look these functions up as module globals, so substituting them in *our* copy
+    # fixes every structural case at once without monkeypatching the shared math_verify module for other users.
+    module = _private_copy(mv_grader, _PRIVATE_GRADER_NAME,
+                           ("sympy_numeric_eq", "sympy_symbolic_eq", "solve", "sympy_compare_sets"))
     module.sympy_numeric_eq = _numeric_eq  # type: ignore[attr-defined]
     module.sympy_symbolic_eq = _symbolic_eq_for(module.sympy_symbolic_eq)  # type: ignore[attr-defined]
     module.solve = _bounded_solve(module.solve)  # type: ignore[attr-defined]
+    module.sympy_compare_sets = _bounded_compare_sets(module.sympy_compare_sets)  # type: ignore[attr-defined]
     # Likewise a private parser, whose LaTeX conversion reads degrees inside trig functions.
     parser = _private_copy(mv_parser, _PRIVATE_PARSER_NAME, ("latex2sympy", "parse"))
     parser.latex2sympy = _trig_degree_latex2sympy()  # type: ignore[attr-defined]
@@ -1633,6 +1649,34 @@ def _bounded_solve(solve: Any) -> Any:
         return solve(relation, *args, **kwargs)
 
     return bounded
+
+
+def _bounded_compare_sets(compare_sets: Any) -> Any:
+    """The grader's ``sympy_compare_sets``, but a set with unknowns of more than _MAX_SYMBOLIC_SET_ELEMENTS elements
+    or _MAX_SYMBOLIC_SET_INTERVALS intervals only matches the same set: sympy orders and merges such items by
+    comparing them pairwise as it reduces the two sets' symmetric difference."""
+
+    def compare(gold: Any, pred: Any, *args: Any, **kwargs: Any) -> bool:
+        for elements, intervals in (_symbolic_set_size(gold), _symbolic_set_size(pred)):
+            if elements > _MAX_SYMBOLIC_SET_ELEMENTS or intervals > _MAX_SYMBOLIC_SET_INTERVALS:
+                return bool(gold == pred)
+        return bool(compare_sets(gold, pred, *args, **kwargs))
+
+    return compare
+
+
+def _symbolic_set_size(obj: Any) -> tuple[int, int]:
+    """How many elements and intervals a set holds, if it has unknowns: (0, 0) for a set of numbers."""
+    from sympy import FiniteSet, Interval, Set
+
+    if not isinstance(obj, Set) or not obj.free_symbols:
+        return 0, 0
+    if isinstance(obj, FiniteSet):
+        return len(obj.args), 0
+    if isinstance(obj, Interval):
+        return 0, 1
+    sizes = [_symbolic_set_size(arg) for arg in obj.args]  # a union, intersection, complement...
+    return sum(e for e, _ in sizes), sum(i for _, i in sizes)
 
 
 def _degree_bound(expr: Any, unknown: Any, depth: int = 0) -> float:

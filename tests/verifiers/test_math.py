@@ -1118,3 +1118,79 @@ def test_degree_bound(latex: str, degree: float) -> None:
 
     (parsed,) = mathv._mv_parse(latex)
     assert mathv._degree_bound(parsed, Symbol("x", real=True)) == degree
+
+
+def _powers(count: int) -> str:
+    return "\\{" + ",".join(f"x^{{{k}}}" for k in range(1, count + 1)) + "\\}"
+
+
+def _symbolic_intervals(count: int) -> str:
+    return "\\cup".join(f"(x^{{{2 * k + 1}}},x^{{{2 * k + 2}}})" for k in range(count))
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize(
+    ("answer", "gold"),
+    [
+        (_powers(79), "\\{1,2\\}"),  # 16 s in sympy's set algebra
+        (_symbolic_intervals(12), "(0,1)"),  # more than 20 s
+        ("x_{" * 38 + "1" + "}" * 38, "3"),  # 7.9 s in the parser
+    ],
+)
+def test_sets_with_many_unknown_items_and_deep_subscripts_are_refused_cheaply(answer: str, gold: str) -> None:
+    check(boxed(answer), gold, WRONG)
+
+
+def test_subscripts_past_four_deep_are_not_parsed() -> None:
+    assert "nested too deeply" in check(boxed("x_{" * 5 + "1" + "}" * 5), "3", WRONG)["message"]
+    check(boxed("x_{" * 4 + "1" + "}" * 4), "x_{" * 4 + "1" + "}" * 4, OK)
+
+
+@pytest.mark.parametrize(
+    ("gold", "pred", "algebra"),
+    [
+        (_powers(11), "\\{1, 2\\}", False),
+        ("\\{1, 2\\}", _powers(11), False),
+        (_symbolic_intervals(7), "(0, 1)", False),
+        (_powers(10), "\\{1, 2\\}", True),
+        (_symbolic_intervals(6), "(0, 1)", True),
+        ("\\{" + ",".join(map(str, range(100))) + "\\}", "\\{1, 2\\}", True),  # numbers: no bound
+    ],
+)
+def test_only_sets_within_the_bounds_reach_the_set_algebra(gold: str, pred: str, algebra: bool) -> None:
+    reached = []
+    compare = mathv._bounded_compare_sets(lambda *args: reached.append(args) or False)
+    (g,), (p,) = mathv._mv_parse(gold), mathv._mv_parse(pred)
+    assert compare(g, p, 6, 15) is False
+    assert bool(reached) is algebra
+
+
+@pytest.mark.parametrize(
+    ("answer", "gold"),
+    [
+        (_powers(11), _powers(11)),  # past the bound: the same set still matches
+        ("\\{c, a, b\\}", "\\{a, b, c\\}"),
+        ("(b, \\infty) \\cup (-\\infty, a)", "(-\\infty, a) \\cup (b, \\infty)"),
+        ("a_{n_{k}} + 1", "1 + a_{n_{k}}"),
+        ("x_{i_{j_{k_{1}}}}", "x_{i_{j_{k_{1}}}}"),  # four subscripts deep: the most parsed
+    ],
+)
+def test_sets_and_subscripts_within_the_bounds_still_compare(answer: str, gold: str) -> None:
+    check(boxed(answer), gold, OK)
+
+
+@pytest.mark.parametrize(
+    ("latex", "size"),
+    [
+        ("\\{1, 2, 3\\}", (0, 0)),
+        ("\\{a, 2, 3\\}", (3, 0)),
+        ("(0, a)", (0, 1)),
+        ("(-\\infty, a) \\cup (b, \\infty)", (0, 2)),
+        ("(-\\infty, a) \\cup \\{b, c\\}", (2, 1)),
+        ("(1, 2) \\cup (3, 4)", (0, 0)),
+        ("a + b", (0, 0)),
+    ],
+)
+def test_symbolic_set_size(latex: str, size: tuple[int, int]) -> None:
+    (parsed,) = mathv._mv_parse(latex)
+    assert mathv._symbolic_set_size(parsed) == size
