@@ -104,6 +104,11 @@ _MAX_TOTAL_DEPTH = 40
 # Subscripts in subscripts cost the grammar's prediction about the square of their depth: x_{x_{...}} 10 deep took
 # 0.46 s here, 30 deep 4.2 s. Indices of indices (a_{n_{k}}) are as deep as answers go.
 _MAX_SUBSCRIPT_DEPTH = 4
+# Absolute-value bars are ambiguous for the grammar (an opening bar looks like a closing one), and each costs its
+# prediction more the more there are: |x| written 10 times side by side took 0.53 s here, 22 times 3.6 s, 52 times
+# 5 s; summed, 400 took 6.9 s. \left| and \right| are not ambiguous and not counted.
+_MAX_BARS = 16
+_BAR_RE = re.compile(r"(\\left|\\right)?\s*(?:\||\\[lr]?vert(?![a-zA-Z]))")
 # Towers of exponents: the grammar's prediction is exponential in the tower height (x^x^...^x
 # with 12 carets ~1 s, with 20 carets ~20 s) and sympy evaluates them eagerly. 9^{9^{9^9}} is 3.
 _MAX_POWER_DEPTH = 5
@@ -148,14 +153,16 @@ _MAX_EAGER_GAMMA_ARG = 70_000  # Gamma(70000) has 1.06 million bits: over _MAX_N
 # against x + y = 3). sympy's solve takes time that grows with the degree: x^{10}+x=3 0.18 s here, x^{20}+x=3 1.1 s,
 # x^{30}+x=3 5.5 s, and x^{50}+x=3 or x=(x+1)^{1000} against x=3 more than 20 s (with the pinned Math-Verify and
 # sympy, one unknown's solutions then come back in a form the grader fails to compare: that time buys nothing).
-# Past this bound in every unknown (_degree_bound), a relation is not solved.
+# A relation is solved only as a rational function of its unknowns of at most this degree in one of them
+# (_bounded_solve).
 _MAX_SOLVE_DEGREE = 10
-# Sets with unknowns cost sympy's set algebra about the square of their elements' count and twice as much for each
-# interval: {x, x^2, ..., x^{30}} against {1, 2} took 1.8 s here and 79 elements 16 s; 6 intervals with symbolic
-# ends 0.12 s, 8 0.9 s, 10 4.5 s and 12 more than 20 s. Past these counts such a set only matches the same set
-# (_bounded_compare_sets).
-_MAX_SYMBOLIC_SET_ELEMENTS = 10
-_MAX_SYMBOLIC_SET_INTERVALS = 6
+# Sets cost sympy's set algebra about the square of their elements' count, unless they are rational numbers, and
+# more for each interval: {x, x^2, ..., x^{30}} against {1, 2} took 1.8 s here and 79 elements 16 s; 60 sums of
+# roots 10.5 s; 6 intervals with symbolic ends 0.12 s, 8 0.9 s, 10 4.5 s and 12 more than 20 s; 6 intervals with
+# irrational ends that differ in one end each 0.59 s, 8 1.5 s; 10 with integer ends 0.93 s, 30 more than 25 s.
+# Past these counts a set only matches the same set (_bounded_compare_sets).
+_MAX_SET_ELEMENTS = 10
+_MAX_SET_INTERVALS = 6
 # Only the tail of a long completion is searched for a "last expression": the final answer is at
 # the end, and regex scans over megabytes of text are wasted work.
 _LAST_EXPR_TAIL_CHARS = 10_000
@@ -1261,6 +1268,8 @@ def _structure_problem(s: str) -> str | None:
         i += 1
     if max_bare > _MAX_BARE_BRACE_DEPTH or max_paren > _MAX_PAREN_DEPTH:
         return "answer nested too deeply"
+    if sum(not m.group(1) for m in _BAR_RE.finditer(s)) > _MAX_BARS:
+        return f"more than {_MAX_BARS} absolute-value bars"
     if _power_depth(s) > _MAX_POWER_DEPTH:
         return "exponents nested too deeply"
     return None
@@ -1635,85 +1644,85 @@ def _symbolic_eq_for(symbolic_eq: Any) -> Any:
 
 
 def _bounded_solve(solve: Any) -> Any:
-    """sympy's ``solve`` as the grader calls it, refusing a relation of a degree over _MAX_SOLVE_DEGREE in each
-    of its unknowns (solve takes one it can: ``x^{50} + y = 4`` is ``y = 4 - x^{50}``, 0.09 s).
+    """sympy's ``solve`` as the grader calls it, for rational functions of the unknowns only, and only where one
+    unknown's degree is at most _MAX_SOLVE_DEGREE (solve takes the lowest: ``x^{50} + y = 4`` is
+    ``y = 4 - x^{50}``, 0.09 s).
 
-    The grader catches the refusal, as any failure to solve, and takes the relations for different.
+    Exponentials, trig functions, roots and absolute values of an unknown come down to polynomials of a degree
+    that the written tree hides: solving ``e^{8x}+e^{x}=3``, ``\\cos(3x)=\\cos(x)+1``,
+    ``x^{1/3}+x^{1/5}+x^{1/7}=3`` or six ``|x-k|`` summed ran past 25 s (a red team's, against ``x=3``). The grader
+    catches the refusal, as any failure to solve, and takes the relations for different.
     """
 
     def bounded(relation: Any, *args: Any, **kwargs: Any) -> Any:
-        sides = getattr(relation, "args", ())
+        sides: tuple[Any, ...] = getattr(relation, "args", ())
         unknowns: set[Any] = getattr(relation, "free_symbols", set())
-        if unknowns and all(max(_degree_bound(side, x) for side in sides) > _MAX_SOLVE_DEGREE for x in unknowns):
-            raise ValueError("relation of too high a degree to solve")
+        if unknowns and len(sides) == 2:
+            degrees = [_rational_degrees(sides[0] - sides[1], x)[0] for x in unknowns]
+            if min(degrees) > _MAX_SOLVE_DEGREE or _pymath.inf in degrees:
+                raise ValueError("relation not solved: of too high a degree, or not a rational function")
         return solve(relation, *args, **kwargs)
 
     return bounded
 
 
+def _rational_degrees(expr: Any, unknown: Any, depth: int = 0) -> tuple[float, float]:
+    """Upper bounds of the degrees in ``unknown`` of the numerator and the denominator that ``expr``, a rational
+    function of it, comes to over a common denominator, from the unexpanded tree; ``inf`` for anything else.
+
+    ``(x+1)^{1000}`` is 1000 without multiplying it out, and the sum of twelve ``\\frac{1}{x-k}`` is 12 over 12
+    (solving it set to 1 took 0.84 s). Where the unknown sits in a function, an exponent or a root: ``inf``.
+    """
+    from sympy import Add, Integer, Mul, Pow
+
+    if depth > 200:
+        return _pymath.inf, _pymath.inf
+    if not getattr(expr, "has", None) or not expr.has(unknown):
+        return 0.0, 0.0
+    args = expr.args
+    if not args:
+        return 1.0, 0.0  # the unknown itself
+    if isinstance(expr, (Add, Mul)):
+        parts = [_rational_degrees(arg, unknown, depth + 1) for arg in args]
+        denominator = sum(d for _, d in parts)
+        if isinstance(expr, Mul):
+            return sum(n for n, _ in parts), denominator
+        return max(n for n, _ in parts) + denominator, denominator  # each term times the others' denominators
+    if isinstance(expr, Pow) and isinstance(expr.args[1], Integer):
+        numerator, denominator = _rational_degrees(expr.args[0], unknown, depth + 1)
+        power = int(expr.args[1])
+        if power < 0:
+            numerator, denominator = denominator, numerator
+        return numerator * abs(power), denominator * abs(power)
+    return _pymath.inf, _pymath.inf
+
+
 def _bounded_compare_sets(compare_sets: Any) -> Any:
-    """The grader's ``sympy_compare_sets``, but a set with unknowns of more than _MAX_SYMBOLIC_SET_ELEMENTS elements
-    or _MAX_SYMBOLIC_SET_INTERVALS intervals only matches the same set: sympy orders and merges such items by
-    comparing them pairwise as it reduces the two sets' symmetric difference."""
+    """The grader's ``sympy_compare_sets``, but a set of more than _MAX_SET_ELEMENTS elements other than plain
+    numbers, or of more than _MAX_SET_INTERVALS intervals, only matches the same set: sympy orders and merges such
+    items by comparing them pairwise as it reduces the two sets' symmetric difference."""
 
     def compare(gold: Any, pred: Any, *args: Any, **kwargs: Any) -> bool:
-        for elements, intervals in (_symbolic_set_size(gold), _symbolic_set_size(pred)):
-            if elements > _MAX_SYMBOLIC_SET_ELEMENTS or intervals > _MAX_SYMBOLIC_SET_INTERVALS:
+        for elements, intervals in (_set_size(gold), _set_size(pred)):
+            if elements > _MAX_SET_ELEMENTS or intervals > _MAX_SET_INTERVALS:
                 return bool(gold == pred)
         return bool(compare_sets(gold, pred, *args, **kwargs))
 
     return compare
 
 
-def _symbolic_set_size(obj: Any) -> tuple[int, int]:
-    """How many elements and intervals a set holds, if it has unknowns: (0, 0) for a set of numbers."""
-    from sympy import FiniteSet, Interval, Set
+def _set_size(obj: Any) -> tuple[int, int]:
+    """How many elements other than plain numbers (rationals, decimals), and how many intervals, a set holds."""
+    from sympy import FiniteSet, Float, Interval, Rational, Set
 
-    if not isinstance(obj, Set) or not obj.free_symbols:
+    if not isinstance(obj, Set):
         return 0, 0
     if isinstance(obj, FiniteSet):
-        return len(obj.args), 0
+        return sum(not isinstance(e, (Rational, Float)) for e in obj.args), 0
     if isinstance(obj, Interval):
         return 0, 1
-    sizes = [_symbolic_set_size(arg) for arg in obj.args]  # a union, intersection, complement...
+    sizes = [_set_size(arg) for arg in obj.args]  # a union, intersection, complement...
     return sum(e for e, _ in sizes), sum(i for _, i in sizes)
-
-
-def _degree_bound(expr: Any, unknown: Any, depth: int = 0) -> float:
-    """Upper bound of the degree in ``unknown`` of the polynomial that solving ``expr = 0`` for it comes to, from
-    the unexpanded tree.
-
-    ``(x+1)^{1000}`` is 1000 without multiplying it out; a root counts its index (``x^{1/3}`` is 3: solve puts
-    ``x = t^3``); a function counts what it holds (solving ``\\sin(x^{50}) = 0`` solves ``x^{50} = n \\pi``); an
-    exponential ``2^x`` counts 1 (solve takes logarithms).
-    """
-    from sympy import Add, Mul, Pow, Rational
-
-    if depth > 200:
-        return _pymath.inf
-    if not getattr(expr, "has", None) or not expr.has(unknown):
-        return 0.0
-    args = expr.args
-    if not args:
-        return 1.0  # the unknown itself
-    if isinstance(expr, Add):
-        return max(_degree_bound(arg, unknown, depth + 1) for arg in args)
-    if isinstance(expr, Mul):
-        return sum(_degree_bound(arg, unknown, depth + 1) for arg in args)
-    if isinstance(expr, Pow):
-        base, exp = args
-        base_degree = _degree_bound(base, unknown, depth + 1)
-        if exp.has(unknown):
-            return max(1.0, base_degree, _degree_bound(exp, unknown, depth + 1))
-        if isinstance(exp, Rational):
-            return base_degree * max(abs(int(exp.p)), int(exp.q))
-        if exp.free_symbols:
-            return base_degree  # x^y is solved for x as a power: x = 3^{1/y}
-        try:
-            return base_degree * max(1.0, _pymath.ceil(abs(float(exp))))
-        except (TypeError, ValueError, OverflowError):
-            return _pymath.inf  # too large for a float
-    return max(_degree_bound(arg, unknown, depth + 1) for arg in args)
 
 
 def _numerically_apart(a: Any, b: Any) -> bool:

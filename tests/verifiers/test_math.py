@@ -13,6 +13,7 @@ import json
 import os
 import threading
 import time
+from math import inf
 from typing import TypedDict, Unpack
 
 import pytest
@@ -1097,27 +1098,49 @@ def test_relations_matched_by_their_solutions_still_are(answer: str, gold: str) 
     check(boxed(answer), gold, OK)
 
 
+@pytest.mark.timeout(20)
 @pytest.mark.parametrize(
-    ("latex", "degree"),
+    "answer",
     [
-        ("x", 1),
-        ("3", 0),
-        ("x^2 + y^7", 2),  # in x
-        ("x^3 y^5 + x", 3),
-        ("(x+1)^{1000}", 1000),
-        ("(x^2+1)^{40}", 80),
-        ("x^{-50}", 50),
-        ("\\sqrt[3]{x}", 3),
-        ("2^{x}", 1),
-        ("\\sin(x^{60})", 60),
-        ("x^{y}", 1),
+        # A red team's: the written tree hides the degree of the polynomial solve comes to. Each ran past 25 s.
+        "e^{8x}+e^{x}=3",
+        "2^{30x}+2^{x}=3",
+        "\\cos(3x)=\\cos(x)+1",
+        "x^{1/3}+x^{1/5}+x^{1/7}=3",
+        "\\sqrt[3]{x}+\\sqrt[5]{x}+\\sqrt[7]{x}=3",
+        "|x-1|+|x-2|+|x-3|+|x-4|+|x-5|+|x-6|=10",
     ],
 )
-def test_degree_bound(latex: str, degree: float) -> None:
+def test_relations_that_are_not_rational_functions_are_not_solved(answer: str) -> None:
+    check(boxed(answer), "x=3", WRONG)
+
+
+@pytest.mark.parametrize(
+    ("latex", "degrees"),
+    [
+        ("x", (1, 0)),
+        ("3", (0, 0)),
+        ("x^2 + y^7", (2, 0)),  # in x
+        ("x^3 y^5 + x", (3, 0)),
+        ("(x+1)^{1000}", (1000, 0)),
+        ("(x^2+1)^{40}", (80, 0)),
+        ("x^{-50}", (0, 50)),
+        ("\\frac{1}{x-1}+\\frac{1}{x-2}+\\frac{1}{x-3}", (3, 3)),  # over a common denominator
+        ("\\frac{x^2}{x+1}", (2, 1)),
+        ("\\frac{y}{x}", (0, 1)),
+        ("\\sqrt[3]{x}", (inf, inf)),
+        ("2^{x}", (inf, inf)),
+        ("\\sin(x^{2})", (inf, inf)),
+        ("|x|", (inf, inf)),
+        ("x^{y}", (inf, inf)),
+        ("y^{1/2} + x", (1, 0)),  # a root of another unknown: a constant
+    ],
+)
+def test_rational_degrees(latex: str, degrees: tuple[float, float]) -> None:
     from sympy import Symbol
 
     (parsed,) = mathv._mv_parse(latex)
-    assert mathv._degree_bound(parsed, Symbol("x", real=True)) == degree
+    assert mathv._rational_degrees(parsed, Symbol("x", real=True)) == degrees
 
 
 def _powers(count: int) -> str:
@@ -1134,6 +1157,11 @@ def _symbolic_intervals(count: int) -> str:
     [
         (_powers(79), "\\{1,2\\}"),  # 16 s in sympy's set algebra
         (_symbolic_intervals(12), "(0,1)"),  # more than 20 s
+        # A red team's: 30 intervals with integer ends, each differing in one end (more than 25 s), 60 sums of roots.
+        ("\\cup".join(f"({2 * k},{2 * k + 1}]" for k in reversed(range(1, 31))),
+         "\\cup".join(f"[{2 * k},{2 * k + 1}]" for k in range(1, 31))),
+        ("\\{" + ",".join(f"\\sqrt{{{k + 1}}}+\\sqrt{{{k}}}" for k in reversed(range(2, 62))) + "\\}",
+         "\\{" + ",".join(f"\\sqrt{{{k}}}+\\sqrt{{{k + 1}}}" for k in range(1, 61)) + "\\}"),
         ("x_{" * 38 + "1" + "}" * 38, "3"),  # 7.9 s in the parser
     ],
 )
@@ -1154,7 +1182,10 @@ def test_subscripts_past_four_deep_are_not_parsed() -> None:
         (_symbolic_intervals(7), "(0, 1)", False),
         (_powers(10), "\\{1, 2\\}", True),
         (_symbolic_intervals(6), "(0, 1)", True),
-        ("\\{" + ",".join(map(str, range(100))) + "\\}", "\\{1, 2\\}", True),  # numbers: no bound
+        ("\\{" + ",".join(map(str, range(100))) + "\\}", "\\{1, 2\\}", True),  # rational numbers: no bound
+        ("\\{" + ",".join(f"\\sqrt{{{k}}}" for k in range(2, 13)) + "\\}", "\\{1, 2\\}", False),
+        ("\\cup".join(f"({2 * k},{2 * k + 1}]" for k in range(7)), "(0, 1)", False),
+        ("\\cup".join(f"({2 * k},{2 * k + 1}]" for k in range(6)), "(0, 1)", True),
     ],
 )
 def test_only_sets_within_the_bounds_reach_the_set_algebra(gold: str, pred: str, algebra: bool) -> None:
@@ -1183,14 +1214,52 @@ def test_sets_and_subscripts_within_the_bounds_still_compare(answer: str, gold: 
     ("latex", "size"),
     [
         ("\\{1, 2, 3\\}", (0, 0)),
-        ("\\{a, 2, 3\\}", (3, 0)),
+        ("\\{1, 0.5, \\frac{2}{3}\\}", (0, 0)),  # rational numbers: not counted
+        ("\\{a, 2, 3\\}", (1, 0)),
+        ("\\{\\sqrt{2}, -\\sqrt{2}, 1\\}", (2, 0)),
         ("(0, a)", (0, 1)),
         ("(-\\infty, a) \\cup (b, \\infty)", (0, 2)),
         ("(-\\infty, a) \\cup \\{b, c\\}", (2, 1)),
-        ("(1, 2) \\cup (3, 4)", (0, 0)),
+        ("(1, 2) \\cup (3, 4)", (0, 2)),
         ("a + b", (0, 0)),
     ],
 )
-def test_symbolic_set_size(latex: str, size: tuple[int, int]) -> None:
+def test_set_size(latex: str, size: tuple[int, int]) -> None:
     (parsed,) = mathv._mv_parse(latex)
-    assert mathv._symbolic_set_size(parsed) == size
+    assert mathv._set_size(parsed) == size
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize(
+    "answer",
+    [
+        # A red team's: bars side by side fail SLL prediction, and full context then took 3.6-12 s.
+        "|x|" * 22,
+        "|x|" * 52,
+        "|x|" * 20 + "+" + "+".join(["|x|"] * 50),
+        "+".join(["|x|"] * 400),  # 6.9 s
+    ],
+)
+def test_answers_of_many_bars_are_refused_before_parsing(answer: str) -> None:
+    assert "absolute-value bars" in check(boxed(answer), "x", WRONG)["message"]
+
+
+@pytest.mark.parametrize(
+    ("text", "refused"),
+    [
+        ("|x|" * 8, False),
+        ("|x|" * 9, True),
+        ("\\left|x\\right|" * 9, False),  # not ambiguous: not counted
+        ("\\left\\vert x \\right\\vert" * 9, False),
+        ("\\vert x\\vert" * 9, True),
+        ("\\lvert x\\rvert" * 9, True),
+        ("\\|x\\|" * 9, True),
+    ],
+)
+def test_bars_counted(text: str, refused: bool) -> None:
+    assert (mathv._structure_problem(text) is not None) is refused
+
+
+def test_absolute_values_within_the_bound_still_compare() -> None:
+    check(boxed("|x-1|+|x-2|+|x-3|+|x-4|"), "|x-4|+|x-3|+|x-2|+|x-1|", OK)
+    check(boxed("||x|-1|"), "||x|-1|", OK)
