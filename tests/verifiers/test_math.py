@@ -1189,8 +1189,13 @@ def test_subscripts_past_four_deep_are_not_parsed() -> None:
     ],
 )
 def test_only_sets_within_the_bounds_reach_the_set_algebra(gold: str, pred: str, algebra: bool) -> None:
-    reached = []
-    compare = mathv._bounded_compare_sets(lambda *args: reached.append(args) or False)
+    reached: list[tuple[object, ...]] = []
+
+    def set_algebra(*args: object) -> bool:
+        reached.append(args)
+        return False
+
+    compare = mathv._bounded_compare_sets(set_algebra)
     (g,), (p,) = mathv._mv_parse(gold), mathv._mv_parse(pred)
     assert compare(g, p, 6, 15) is False
     assert bool(reached) is algebra
