@@ -987,6 +987,7 @@ class Runner:
                 exit_message = exited.result()
         except TimeoutError:
             self.usage.count_now(watched)
+            watched.close_looks()
             kill("wall_time")
             exit_message = await self._await_exit(exited)
         finally:
