@@ -1652,11 +1652,17 @@ def _bounded_solve(solve: Any) -> Any:
     that the written tree hides: solving ``e^{8x}+e^{x}=3``, ``\\cos(3x)=\\cos(x)+1``,
     ``x^{1/3}+x^{1/5}+x^{1/7}=3`` or six ``|x-k|`` summed ran past 25 s (a red team's, against ``x=3``). The grader
     catches the refusal, as any failure to solve, and takes the relations for different.
+
+    Nor is a relation in one unknown solved: sympy gives its solutions as a list of values, which the grader takes
+    for a list of dicts, and fails on (an inequality's, a relational, it tries to iterate). So the solving only ever
+    matched two relations without a real solution, equal or not: ``x^2=-4`` against ``x^2=-1`` was paid.
     """
 
     def bounded(relation: Any, *args: Any, **kwargs: Any) -> Any:
         sides: tuple[Any, ...] = getattr(relation, "args", ())
         unknowns: set[Any] = getattr(relation, "free_symbols", set())
+        if len(unknowns) == 1:
+            raise ValueError("relation in one unknown not solved: the grader cannot compare its solutions")
         if unknowns and len(sides) == 2:
             degrees = [_rational_degrees(sides[0] - sides[1], x)[0] for x in unknowns]
             if min(degrees) > _MAX_SOLVE_DEGREE or _pymath.inf in degrees:

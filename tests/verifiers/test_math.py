@@ -1098,6 +1098,18 @@ def test_relations_matched_by_their_solutions_still_are(answer: str, gold: str) 
     check(boxed(answer), gold, OK)
 
 
+@pytest.mark.parametrize(
+    ("answer", "gold"),
+    [
+        ("x^2=-4", "x^2=-1"),  # was paid: neither has a real solution, and two empty lists of them matched
+        ("x^2+4 > 0", "x^2+1 < 0"),
+        ("2x=6", "x=3"),  # nothing solved (refused before too: the grader fails on one unknown's solutions)
+    ],
+)
+def test_relations_in_one_unknown_are_not_matched_by_solving(answer: str, gold: str) -> None:
+    check(boxed(answer), gold, WRONG)
+
+
 @pytest.mark.timeout(20)
 @pytest.mark.parametrize(
     "answer",
