@@ -151,10 +151,8 @@ _MAX_EAGER_TERMS = 20_000
 _MAX_EAGER_GAMMA_ARG = 70_000  # Gamma(70000) has 1.06 million bits: over _MAX_NUMBER_BITS anyway
 # The grader solves two relations that it could not match term by term and compares the solutions (2x + 2y = 6
 # against x + y = 3). sympy's solve takes time that grows with the degree: x^{10}+x=3 0.18 s here, x^{20}+x=3 1.1 s,
-# x^{30}+x=3 5.5 s, and x^{50}+x=3 or x=(x+1)^{1000} against x=3 more than 20 s (with the pinned Math-Verify and
-# sympy, one unknown's solutions then come back in a form the grader fails to compare: that time buys nothing).
-# A relation is solved only as a rational function of its unknowns of at most this degree in one of them
-# (_bounded_solve).
+# x^{50}+x=3 more than 20 s; in two unknowns, x^{30}y^{30}+x^{29}y^{29}+xy=3 6.9 s. A relation is solved only in
+# several unknowns, as a rational function of them of at most this degree in one of them (_bounded_solve).
 _MAX_SOLVE_DEGREE = 10
 # Sets cost sympy's set algebra about the square of their elements' count, unless they are rational numbers, and
 # more for each interval: {x, x^2, ..., x^{30}} against {1, 2} took 1.8 s here and 79 elements 16 s; 60 sums of
@@ -1230,8 +1228,8 @@ def _unevaluated_operator(s: str) -> str | None:
 
 def _structure_problem(s: str) -> str | None:
     """Reason to refuse parsing ``s`` (too deeply nested), or ``None``; its length _judge checks first."""
-    stack: list[bool] = []  # True for a bare { ... } group, False for a command argument
-    subscripts: list[bool] = []  # for each open group, whether it is a subscript's
+    stack: list[tuple[bool, bool]] = []  # each open group: whether it is bare { ... } (not a command's argument),
+    # and whether it is a subscript's
     bare = paren = max_bare = max_paren = subscript = 0
     prev = ""
     i = 0
@@ -1246,18 +1244,17 @@ def _structure_problem(s: str) -> str | None:
             continue
         if c == "{":
             is_bare = not (prev.isalpha() or prev in "}]^_")
-            stack.append(is_bare)
+            is_subscript = prev == "_"
+            stack.append((is_bare, is_subscript))
             bare += is_bare
+            subscript += is_subscript
             max_bare = max(max_bare, bare)
-            subscripts.append(prev == "_")
-            subscript += prev == "_"
             if len(stack) > _MAX_TOTAL_DEPTH or subscript > _MAX_SUBSCRIPT_DEPTH:
                 return "answer nested too deeply"
-        elif c == "}":
-            if stack and stack.pop():
-                bare -= 1
-            if subscripts and subscripts.pop():
-                subscript -= 1
+        elif c == "}" and stack:
+            was_bare, was_subscript = stack.pop()
+            bare -= was_bare
+            subscript -= was_subscript
         elif c in "([":
             paren += 1
             max_paren = max(max_paren, paren)

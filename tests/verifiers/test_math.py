@@ -1099,6 +1099,34 @@ def test_relations_matched_by_their_solutions_still_are(answer: str, gold: str) 
 
 
 @pytest.mark.parametrize(
+    ("relation", "solved"),
+    [
+        ("2x+2y=6", True),
+        ("x^{12}+y=4", True),  # of degree 1 in y
+        ("\\frac{1}{x}+\\frac{1}{y}=1", True),
+        ("x^{30}y^{30}+x^{29}y^{29}+xy=3", False),  # 6.9 s in sympy's solve
+        ("e^{x}+y=3", False),  # not a rational function of x
+        ("x^2=-4", False),  # one unknown
+    ],
+)
+def test_only_relations_within_the_bounds_reach_solve(relation: str, solved: bool) -> None:
+    reached: list[object] = []
+
+    def solve(*args: object) -> list[object]:
+        reached.append(args)
+        return []
+
+    (parsed,) = mathv._mv_parse(relation)
+    bounded = mathv._bounded_solve(solve)
+    if solved:
+        bounded(parsed, parsed.free_symbols)
+    else:
+        with pytest.raises(ValueError, match="not solved"):
+            bounded(parsed, parsed.free_symbols)
+    assert bool(reached) is solved
+
+
+@pytest.mark.parametrize(
     ("answer", "gold"),
     [
         ("x^2=-4", "x^2=-1"),  # was paid: neither has a real solution, and two empty lists of them matched
