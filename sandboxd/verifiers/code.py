@@ -325,8 +325,9 @@ def resolve_language(language: str, code: str = "") -> Language:
     compile error, not in the agent when it writes the file.
 
     JavaScript with ``import`` or ``export`` statements is an ES module: it
-    runs as ``main.mjs`` (Node 18 runs a ``.js`` file as CommonJS, where an
-    ``import`` statement is a SyntaxError; Node 22 detects the module itself).
+    runs as ``main.mjs`` (Node 18 ran a ``.js`` file as CommonJS, where an
+    ``import`` statement is a SyntaxError; Node 22 and later detect the
+    module, but only after a failed CommonJS parse).
 
     Raises ``ValueError`` for an unknown language.
     """

@@ -543,10 +543,11 @@ def test_es_modules_and_java_packages_run(channel: grpc.Channel, languages: set[
     assert not failed
 
 
-# Go, Rust and C++ as models write them now. Each program failed to compile as the langs image had them: Debian
-# bookworm's own Go 1.19 and rustc 1.63, g++ in C++17: the min/max builtins, cmp and slices (Go 1.21), range over
-# an int (1.22), slices.Sorted over maps.Keys (1.23); let-else (Rust 1.65), is_some_and (1.70), div_ceil (1.73);
-# set::contains, std::ranges, std::popcount and designated initializers (C++20).
+# Go, Rust, C++ and JavaScript as models write them now. Each program failed as the langs image had them: Debian
+# bookworm's own Go 1.19 and rustc 1.63, g++ in C++17, nodejs 18: the min/max builtins, cmp and slices (Go 1.21),
+# range over an int (1.22), slices.Sorted over maps.Keys (1.23); let-else (Rust 1.65), is_some_and (1.70),
+# div_ceil (1.73); set::contains, std::ranges, std::popcount and designated initializers (C++20);
+# Array.prototype.toSorted (Node 20), Object.groupBy (21) and Set.prototype.union (22), each a TypeError on 18.
 CURRENT_LANGUAGE_FEATURES = {
     "cpp": ("#include <bits/stdc++.h>\nusing namespace std;\n\nstruct Range {\n    int lo, hi;\n};\n\n"
             "int main() {\n    int n;\n    cin >> n;\n    vector<int> xs(n);\n    for (auto &x : xs) cin >> x;\n"
@@ -570,13 +571,19 @@ CURRENT_LANGUAGE_FEATURES = {
              "    let total: i64 = v.iter().sum();\n    let even = v.first().is_some_and(|x| x % 2 == 0);\n"
              "    let pages = (total as u64).div_ceil(10);\n    println!(\"{total} {even} {pages}\");\n}\n",
              "19 true 2"),
+    "javascript": ("const [n, ...xs] = require('fs').readFileSync(0, 'utf8').trim().split(/\\s+/).map(Number);\n"
+                   "const sorted = xs.slice(0, n).toSorted((a, b) => b - a);\n"
+                   "const groups = Object.groupBy(sorted, (x) => (x % 2 ? 'odd' : 'even'));\n"
+                   "const distinct = new Set(sorted).union(new Set([7]));\n"
+                   "console.log(sorted.join(' '), groups.even.length, distinct.size, sorted.findLast((x) => x > 4));\n",
+                   "6 5 4 4 3 4 5"),
 }
 
 
-def test_current_go_rust_and_cpp_compile(channel: grpc.Channel, languages: set[str]) -> None:
+def test_current_go_rust_cpp_and_javascript_run(channel: grpc.Channel, languages: set[str]) -> None:
     present = [(language, *program) for language, program in CURRENT_LANGUAGE_FEATURES.items() if language in languages]
     if not present:
-        pytest.skip("none of go, rust and cpp is in GetInfo().languages")
+        pytest.skip("none of go, rust, cpp and javascript is in GetInfo().languages")
     jobs = [stdio_job(code, [("4\n4 5 6 4\n", expected)], language=language, timeout=10.0, index=i)
             for i, (language, code, expected) in enumerate(present)]
     results = run_batch(channel, jobs)
