@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+import traceback
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -183,23 +184,43 @@ async def test_the_zygote_hanging_up_fails_waiting_forks(played: tuple[Zygote, s
     assert not zygote.alive
 
 
-def _first_report_of_stand_in(reap: Callable[[socket.socket], None]) -> tuple[int, ...]:
-    """The first message that `reap(channel)` sends, run in a stand-in zygote (a child of ours, so that its reap
-    takes no child of this process)."""
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+def _in_stand_in(body: Callable[[], None]) -> int:
+    """Fork a stand-in zygote running `body` (a child of ours, so that its reap takes no child of this process).
+
+    A body that raises prints its traceback (captured with the test's output) and exits 1: it then sent nothing,
+    and _exited_report says so instead of failing to unpack an empty message.
+    """
     stand_in = os.fork()
     if stand_in == 0:
+        code = 0
         try:
-            reap(theirs)
+            body()
+        except BaseException:
+            traceback.print_exc()
+            code = 1
         finally:
-            os._exit(0)
+            os._exit(code)
+    return stand_in
+
+
+def _exited_report(ours: socket.socket) -> tuple[int, ...]:
+    """The EXITED message a stand-in zygote sends on `ours`."""
+    ours.settimeout(10)
+    message = ours.recv(64)
+    assert message, "the stand-in zygote sent nothing: it raised (its traceback is in the captured stderr)"
+    return zygote_module.EXITED.unpack(message)
+
+
+def _first_report_of_stand_in(reap: Callable[[socket.socket], None]) -> tuple[int, ...]:
+    """The first message that `reap(channel)` sends, run in a stand-in zygote."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    stand_in = _in_stand_in(lambda: reap(theirs))
     theirs.close()
     try:
-        ours.settimeout(10)
-        return zygote_module.EXITED.unpack(ours.recv(64))
+        return _exited_report(ours)
     finally:
-        os.waitpid(stand_in, 0)
         ours.close()
+        os.waitpid(stand_in, 0)
 
 
 def _until_state(pid: int, state: str) -> None:
@@ -233,23 +254,20 @@ def test_a_worker_reaped_before_its_tag_was_written_down_is_reported_with_it(
             time.sleep(0.001)
         return child
 
-    stand_in = os.fork()
-    if stand_in == 0:
-        try:
-            ours.close()
-            monkeypatch.setattr(zygote_module, "_fork_worker", fork_killed_at_once)
-            zygote_module._serve(theirs)
-        finally:
-            os._exit(0)
+    def serve() -> None:
+        ours.close()
+        monkeypatch.setattr(zygote_module, "_fork_worker", fork_killed_at_once)
+        zygote_module._serve(theirs)
+
+    stand_in = _in_stand_in(serve)
     theirs.close()
     try:
         ours.send(zygote_module.REQUEST.pack(zygote_module.OP_FORK, 11))
-        ours.settimeout(10)
-        op, tag, _pid, status, _cpu, _rss = zygote_module.EXITED.unpack(ours.recv(64))
+        op, tag, _pid, status, _cpu, _rss = _exited_report(ours)
         assert (op, tag) == (zygote_module.OP_EXITED, 11)
         assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 5
     finally:
-        ours.close()
+        ours.close()  # the stand-in's _serve ends on the hang-up
         os.waitpid(stand_in, 0)
 
 
