@@ -260,7 +260,7 @@ class ChunkState:
         if i not in self._jobs or i in self._answered or i not in self.pending:
             return None  # unknown or duplicate index: the contract promises one per job
         self._answered.add(i)
-        result = to_result(msg)
+        result = to_result(msg, failure_value=failure_value_of(self._jobs[i]))
         # do_not_retry: the job's pool cannot start sandboxes, and a retry
         # would only hold the answer back for the whole backoff (about 15 s).
         if result.is_infrastructure_failure and self.can_retry and not msg.do_not_retry:

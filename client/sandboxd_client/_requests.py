@@ -12,7 +12,7 @@ import enum
 import functools
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, Union, cast
 
@@ -478,6 +478,26 @@ def _set_tolerance(request: pb.CodeJob | pb.MathJob, float_tolerance: float | No
         request.float_tolerance = tolerance
 
 
+def check_reward_options(
+    failure_value: float, code_options: Mapping[str, Any] | None, math_options: Mapping[str, Any] | None
+) -> None:
+    """Raise ValueError for reward-function settings that no row can make valid.
+
+    The TRL and verl adapters build every row's job with these settings; left to the rows,
+    a misspelt extraction or a failure value above a pass scored every completion as
+    unscorable for the whole run. Each set of options must make the job of a plain row.
+    """
+    samples: tuple[tuple[str, Mapping[str, Any] | None, Callable[..., pb.Job]], ...] = (
+        ("math_options", math_options, lambda **options: math_job("\\boxed{1}", "1", **options)),
+        ("code_options", code_options, lambda **options: code_job("print(1)", [("", "1\n")], **options)),
+    )
+    for what, options, make in samples:
+        try:
+            make(**{"failure_value": failure_value, **dict(options or {})})
+        except (InvalidRequest, TypeError) as error:
+            raise ValueError(f"{what}: {error}") from None
+
+
 def code_job(
     completion: str,
     tests: CodeTestsLike,
@@ -734,8 +754,20 @@ def _dataset_cases(dataset_json: str) -> int:
         n = len(data.get("inputs") or ()) + len(data.get("test_list") or ())
         for key in DATASET_KEYS["CodeContests"]:
             n += len((data.get(key) or {}).get("input") or ()) if isinstance(data.get(key), Mapping) else 0
+        # LiveCodeBench's and PrimeIntellect's lists, which may come as JSON strings.
+        for key in (*DATASET_KEYS["LiveCodeBench"], *DATASET_KEYS["PrimeIntellect"]):
+            n += _listed_cases(data.get(key))
         return max(1, n)
     return 1
+
+
+def _listed_cases(value: Any) -> int:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return 0  # LiveCodeBench's released private cases are not JSON: the daemon refuses them
+    return len(value) if isinstance(value, list) else 0
 
 
 # The daemon moves a run's deadline on by the CPU the other runs of its
@@ -753,9 +785,13 @@ def job_deadline(job: pb.Job, *, default_timeout: float, margin: float) -> float
     return runs * DEADLINE_STRETCH + margin
 
 
-def to_result(msg: pb.JobResult, *, index: int | None = None) -> Result:
-    """Turn a ``JobResult`` into a :class:`Result` (``index`` overrides the wire index)."""
-    reward = msg.reward if math.isfinite(msg.reward) else -1.0  # the contract says never NaN; hold to it
+def to_result(msg: pb.JobResult, *, index: int | None = None, failure_value: float = -1.0) -> Result:
+    """Turn a ``JobResult`` into a :class:`Result` (``index`` overrides the wire index).
+
+    A reward that is not finite (the contract says never; a reward model's raw score could be)
+    becomes ``failure_value``, the job's own.
+    """
+    reward = msg.reward if math.isfinite(msg.reward) else failure_value
     return Result(
         index=msg.index if index is None else index,
         reward=reward,

@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 import grpc
@@ -817,3 +818,38 @@ class AsyncSession(_SessionBase):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+# -- rows of a trainer's batch ------------------------------------------------
+#
+# The daemon refuses a whole batch, before any of it runs, for one job it cannot take (tests it
+# cannot read, an unknown language, a completion over its size limit). A trainer's reward
+# function must not lose every row's reward for one such row: the batch is halved until each
+# refused job stands alone (about 2 log2(n) refused calls per such job, each answered at once),
+# and every other job is scored as usual.
+
+
+def _shifted(results: list[Result | InvalidRequest], offset: int) -> list[Result | InvalidRequest]:
+    return [replace(r, index=r.index + offset) if isinstance(r, Result) else r for r in results]
+
+
+def score_rows(client: SandboxClient, jobs: Sequence[pb.Job]) -> list[Result | InvalidRequest]:
+    """:meth:`SandboxClient.score_batch`, but a job the daemon refuses comes back as its own InvalidRequest."""
+    try:
+        return list(client.score_batch(jobs))
+    except InvalidRequest as error:
+        if len(jobs) == 1:
+            return [error]
+    half = len(jobs) // 2
+    return score_rows(client, jobs[:half]) + _shifted(score_rows(client, jobs[half:]), half)
+
+
+async def score_rows_async(client: AsyncSandboxClient, jobs: Sequence[pb.Job]) -> list[Result | InvalidRequest]:
+    """The ``async def`` twin of :func:`score_rows`."""
+    try:
+        return list(await client.score_batch(jobs))
+    except InvalidRequest as error:
+        if len(jobs) == 1:
+            return [error]
+    half = len(jobs) // 2
+    return await score_rows_async(client, jobs[:half]) + _shifted(await score_rows_async(client, jobs[half:]), half)

@@ -18,8 +18,15 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 from ._proto.sandboxd.v1 import sandboxd_pb2 as pb
-from ._requests import Result, _check_failure_below_a_pass, _check_finite, code_job, math_job
-from .client import AsyncSandboxClient, SandboxClient
+from ._requests import (
+    Result,
+    _check_failure_below_a_pass,
+    _check_finite,
+    check_reward_options,
+    code_job,
+    math_job,
+)
+from .client import AsyncSandboxClient, SandboxClient, score_rows, score_rows_async
 from .errors import InvalidRequest, SandboxdError
 
 __all__ = ["completion_text", "make_async_reward_func", "make_reward_func"]
@@ -103,6 +110,7 @@ class _RewardSpec:
         _check_finite(failure_value, "failure_value")
         _check_failure_below_a_pass(failure_value, scored_to_one=True)  # here, not as every row's infra failure
         _check_finite(infra_failure_value, "infra_failure_value (a finite number or None)")
+        check_reward_options(failure_value, code_options, math_options)
         unknown = set(column_map or {}) - {"ground_truth", "tests", "fn_name", "language", "entry_point"}
         if unknown:
             raise ValueError(
@@ -238,7 +246,7 @@ class _RewardSpec:
     def rewards(
         self,
         prepared: list[pb.Job | InvalidRequest],
-        results: list[Result] | SandboxdError,
+        results: list[Result | InvalidRequest] | SandboxdError,
         log_metric: Callable[[str, float], Any] | None,
     ) -> list[float | None]:
         """Rewards in input order, with metrics sent to ``log_metric``."""
@@ -257,12 +265,14 @@ class _RewardSpec:
         verdicts: list[Result] = []
         infra = 0
         for item in prepared:
-            if isinstance(item, InvalidRequest):
-                log.warning("%s: unscorable row, reward %r: %s", self.name, self.infra_failure_value, item)
+            result = item if isinstance(item, InvalidRequest) else next(scored, None)
+            if isinstance(result, InvalidRequest):  # refused by the client, or by the daemon (score_rows)
+                if self.raise_on_error:
+                    raise result
+                log.warning("%s: unscorable row, reward %r: %s", self.name, self.infra_failure_value, result)
                 infra += 1
                 out.append(self.infra_failure_value)
                 continue
-            result = next(scored, None)
             if result is None or result.is_infrastructure_failure:
                 infra += 1
                 out.append(self.infra_failure_value)
@@ -339,10 +349,10 @@ def make_reward_func(
         log_metric = kwargs.get("log_metric")
         prepared = spec.prepare(completions, _split_kwargs(kwargs))
         jobs = [j for j in prepared if isinstance(j, pb.Job)]
-        results: list[Result] | SandboxdError = []
+        results: list[Result | InvalidRequest] | SandboxdError = []
         if jobs:
             try:
-                results = get_client().score_batch(jobs)
+                results = score_rows(get_client(), jobs)
             except SandboxdError as e:
                 results = e
         return spec.rewards(prepared, results, log_metric)
@@ -389,10 +399,10 @@ def make_async_reward_func(
         log_metric = kwargs.get("log_metric")
         prepared = spec.prepare(completions, _split_kwargs(kwargs))
         jobs = [j for j in prepared if isinstance(j, pb.Job)]
-        results: list[Result] | SandboxdError = []
+        results: list[Result | InvalidRequest] | SandboxdError = []
         if jobs:
             try:
-                results = await get_client().score_batch(jobs)
+                results = await score_rows_async(get_client(), jobs)
             except SandboxdError as e:
                 results = e
         return spec.rewards(prepared, results, log_metric)

@@ -24,8 +24,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ._proto.sandboxd.v1 import sandboxd_pb2 as pb
-from ._requests import Result, code_job, math_job
-from .client import AsyncSandboxClient, SandboxClient
+from ._requests import Result, check_reward_options, code_job, math_job
+from .client import AsyncSandboxClient, SandboxClient, score_rows
 from .errors import InvalidRequest, SandboxdError
 
 __all__ = [
@@ -123,10 +123,11 @@ def _job(
     if kind == "math":
         options = dict(kwargs.get("math_options") or {})
         options.setdefault("failure_value", failure_value)
+        # A parquet column comes as numpy: a scalar, or an array of any size (tolist() gives plain values).
+        if hasattr(ground_truth, "tolist"):
+            ground_truth = ground_truth.tolist()
         if isinstance(ground_truth, (list, tuple)) and len(ground_truth) == 1:
             ground_truth = ground_truth[0]
-        if hasattr(ground_truth, "item"):  # numpy scalar from a parquet column
-            ground_truth = ground_truth.item()
         return math_job(solution_str, ground_truth, **options)
     options = dict(kwargs.get("code_options") or {})
     options.setdefault("failure_value", failure_value)
@@ -170,9 +171,31 @@ def _score(result: Result | SandboxdError, kwargs: Mapping[str, Any]) -> dict[st
     }
 
 
+# The reward settings already checked (check_reward_options), by their repr: every row brings them again.
+_checked_settings: set[str] = set()
+_CHECKED_SETTINGS_KEPT = 64
+
+
+def _check_settings(kwargs: Mapping[str, Any]) -> None:
+    settings = (kwargs.get("failure_value", -1.0), kwargs.get("code_options"), kwargs.get("math_options"))
+    key = repr(settings)
+    if key in _checked_settings:
+        return
+    failure_value, code_options, math_options = settings
+    try:
+        failure_value = float(failure_value)
+    except (TypeError, ValueError):
+        raise ValueError(f"failure_value must be a number, got {failure_value!r}") from None
+    check_reward_options(failure_value, code_options, math_options)
+    if len(_checked_settings) >= _CHECKED_SETTINGS_KEPT:
+        _checked_settings.clear()
+    _checked_settings.add(key)
+
+
 def _prepare(
     data_source: str, solution_str: str, ground_truth: Any, extra_info: Any, kwargs: Mapping[str, Any]
 ) -> pb.Job | InvalidRequest:
+    _check_settings(kwargs)  # settings that no row can make valid stop the run (ValueError)
     try:
         return _job(data_source, solution_str, ground_truth, extra_info, kwargs)
     except InvalidRequest as e:
@@ -236,11 +259,11 @@ def compute_score_batch(
         for row in zip(data_sources, solution_strs, ground_truths, extra_infos, strict=True)
     ]
     jobs = [p for p in prepared if isinstance(p, pb.Job)]
-    results: list[Result] = []
+    results: list[Result | InvalidRequest] = []
     error: SandboxdError | None = None
     if jobs:
         try:
-            results = _client(kwargs.get("address"), kwargs.get("client_options")).score_batch(jobs)
+            results = score_rows(_client(kwargs.get("address"), kwargs.get("client_options")), jobs)
         except SandboxdError as e:
             error = e
     scored = iter(results)

@@ -905,11 +905,51 @@ def _dataset_plan(data: Any, fn_name: str, entry_point: str) -> TestPlan:
         metadata = _maybe_json(data.get("metadata") or {}, "dataset_json.metadata")
         name = fn_name or (metadata.get("func_name") if isinstance(metadata, Mapping) else "") or ""
         return _case_list_plan(cases, name)
+    if "test_cases" in data:
+        return _prime_intellect_plan(data, fn_name)
     raise ValueError(
         "dataset_json has no known shape; expected one of: inputs/outputs[/fn_name] (verl, APPS, TACO), "
         "test/entry_point (HumanEval), test_list (MBPP), public_tests/private_tests/generated_tests "
-        "(CodeContests), a list of {input, output, testtype} or public_test_cases (LiveCodeBench)"
+        "(CodeContests), a list of {input, output, testtype} or public_test_cases (LiveCodeBench), "
+        "test_cases (PrimeIntellect)"
     )
+
+
+def _prime_intellect_plan(data: Mapping[str, Any], fn_name: str) -> TestPlan:
+    """PrimeIntellect's ``verification_info``: ``{"test_cases": [{"type", "input", "output", "fn_name"?}]}``.
+
+    Its problems come from APPS, TACO and CodeContests and keep their conventions, as
+    verl's shape does: a ``function_call`` case's input is the list of arguments and its
+    output the expected value in a one-element list; ``stdin_stdout`` cases are text.
+    """
+    cases = _maybe_json(data["test_cases"], "dataset_json.test_cases")
+    if not isinstance(cases, list) or not cases:
+        raise ValueError("dataset_json.test_cases must be a non-empty list of test cases")
+    kinds, names = set(), set()
+    for i, case in enumerate(cases):
+        if not isinstance(case, Mapping) or "input" not in case or "output" not in case:
+            raise ValueError(f"dataset_json.test_cases[{i}] must be an object with 'input' and 'output'")
+        kinds.add(case.get("type") or "stdin_stdout")
+        if case.get("fn_name"):
+            names.add(case["fn_name"])
+    if len(kinds) > 1:
+        raise ValueError(f"dataset_json.test_cases mixes test types {sorted(map(str, kinds))}")
+    kind = kinds.pop()
+    inputs = [case["input"] for case in cases]
+    outputs = [case["output"] for case in cases]
+    if kind == "stdin_stdout":
+        return _io_plan({"inputs": inputs, "outputs": outputs}, "")
+    if kind != "function_call":
+        raise ValueError(f"dataset_json.test_cases: unknown type {kind!r} (expected 'stdin_stdout' or "
+                         "'function_call')")
+    if len(names) > 1:
+        raise ValueError(f"dataset_json.test_cases call different functions {sorted(map(str, names))}")
+    name = fn_name or (names.pop() if names else "")
+    if not name:
+        raise ValueError("dataset_json.test_cases: function_call tests need fn_name")
+    inputs = [_maybe_json(args, f"dataset_json.test_cases[{i}].input") for i, args in enumerate(inputs)]
+    outputs = [_maybe_json(out, f"dataset_json.test_cases[{i}].output") for i, out in enumerate(outputs)]
+    return _io_plan({"inputs": inputs, "outputs": outputs}, name)
 
 
 def normalize_tests(tests: Mapping[str, Any]) -> TestPlan:

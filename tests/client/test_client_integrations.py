@@ -154,6 +154,32 @@ def test_trl_bad_row_and_infra_failure_use_infra_value(start_fake: StartFake) ->
         strict(prompts=["p"], completions=["boom"], answer=["4"])
 
 
+def _refuses_bad(fake: Any, job: Any, attempt: int) -> Abort | None:
+    """The daemon's answer to a job it cannot take: INVALID_ARGUMENT for the whole RunBatch."""
+    return Abort(grpc.StatusCode.INVALID_ARGUMENT, "jobs[1].math: refused") if job.math.completion == "BAD" else None
+
+
+def test_a_row_the_daemon_refuses_costs_only_its_own_reward(start_fake: StartFake) -> None:
+    """The daemon refuses a whole batch for one job; the other rows must still be scored (they all got the
+    infrastructure value, or None, before)."""
+    server = start_fake("a", _refuses_bad)
+    completions = ["1", "BAD", "1", "2", "1", "BAD", "1"]
+    reward = make_reward_func("math", address=server.address, infra_failure_value=None, client_options=FAST)
+    assert reward(prompts=["p"] * 7, completions=completions, answer=["1"] * 7) == \
+        [1.0, None, 1.0, -1.0, 1.0, None, 1.0]
+    async_reward = make_async_reward_func("math", address=server.address, infra_failure_value=0.5,
+                                          client_options=FAST)
+    assert asyncio.run(async_reward(prompts=["p"] * 7, completions=completions, answer=["1"] * 7)) == \
+        [1.0, 0.5, 1.0, -1.0, 1.0, 0.5, 1.0]
+    scores = compute_score_batch(["openai/gsm8k"] * 7, completions, ["1"] * 7, address=server.address,
+                                 infra_failure_value=0.0, client_options=FAST)
+    assert [s["score"] for s in scores] == [1.0, 0.0, 1.0, -1.0, 1.0, 0.0, 1.0]
+    assert [s["status"] for s in scores][:2] == ["OK", "INVALID_REQUEST"]
+    strict = make_reward_func("math", address=server.address, raise_on_error=True, client_options=FAST)
+    with pytest.raises(InvalidRequest, match="refused"):
+        strict(prompts=["p"] * 2, completions=["1", "BAD"], answer=["1"] * 2)
+
+
 def test_trl_deadline_scores_infra_value(start_fake: StartFake) -> None:
     server = start_fake("a", lambda fake, job, attempt: Delay(3.0))
     reward = make_reward_func(
@@ -222,6 +248,32 @@ def test_verl_batch_and_bad_rows(fake: FakeServer) -> None:
     )
     assert [s["score"] for s in scores] == [1.0, 0.0, 1.0]
     assert scores[1]["status"] == "INVALID_REQUEST" and scores[1]["infra_failure"]
+
+
+def test_verl_numpy_ground_truths(fake: FakeServer) -> None:
+    """verl hands parquet columns over as numpy; an array of any size was .item()'d and raised ValueError."""
+    np = pytest.importorskip("numpy")
+    scores = [compute_score("openai/gsm8k", "1", truth, address=fake.address)
+              for truth in (np.array(["1"]), np.str_("1"), np.int64(1), np.array(["1", "2"]), np.array([]))]
+    assert [s["score"] for s in scores] == [1.0, 1.0, 1.0, -1.0, -1.0]
+    assert [s["status"] for s in scores][3:] == ["INVALID_REQUEST", "INVALID_REQUEST"]
+
+
+def test_reward_settings_no_row_can_fix_are_errors_not_rewards(fake: FakeServer) -> None:
+    """Before, each such setting made every row unscorable and every completion scored -1.0 for the whole run."""
+    for settings in ({"failure_value": 1.0}, {"math_options": {"extraction": "bogus"}},
+                     {"code_options": {"checker": "fuzzy"}}, {"code_options": {"langauge": "cpp"}}):
+        with pytest.raises(ValueError):
+            compute_score("openai/gsm8k", "1", "1", address=fake.address, **settings)
+        with pytest.raises(ValueError):
+            compute_score_batch(["apps"], ["x"], [{"inputs": ["1"], "outputs": ["1"]}], address=fake.address,
+                                **settings)
+        with pytest.raises(ValueError):
+            make_reward_func("auto", **settings)
+    with pytest.raises(ValueError):
+        make_async_reward_func("math", math_options={"failure_value": 3.0})
+    assert compute_score("openai/gsm8k", "1", "1", address=fake.address,
+                         math_options={"extraction": "boxed"})["status"] in {"OK", "NO_ANSWER"}
 
 
 def test_verl_infra_failure(start_fake: StartFake) -> None:

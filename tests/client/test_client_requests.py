@@ -92,6 +92,8 @@ def test_to_result_mirrors_job_result() -> None:
 
 def test_nan_reward_from_a_buggy_daemon_never_leaks() -> None:
     assert to_result(pb.JobResult(reward=float("nan"), status=pb.STATUS_OK)).reward == -1.0
+    # The job's own failure value, not the contract's default (a reward model's raw score of +inf).
+    assert to_result(pb.JobResult(reward=math.inf, status=pb.STATUS_OK), failure_value=0.0).reward == 0.0
 
 
 def test_failure_result_statuses() -> None:
@@ -334,6 +336,13 @@ def test_deadline_follows_limits_and_cases_as_far_as_the_daemon_stretches_them()
     capped = code_job("x", {"inputs": ["1"] * 5, "outputs": ["1"] * 5}, timeout=2.0, total_timeout=4.0)
     assert job_deadline(capped, default_timeout=10.0, margin=3.0) == 4.0 * 3 + 3.0
     assert job_deadline(math_job("1", "1"), default_timeout=10.0, margin=3.0) == 10.0 * 3 + 3.0
+    # Every shape's cases count, LiveCodeBench's and PrimeIntellect's JSON strings too: a job that timed
+    # out on all 20 cases was cut off by a deadline made for 1 and counted as an infrastructure failure.
+    cases = [{"input": "1", "output": "1", "testtype": "stdin"}] * 20
+    for tests in ({"public_test_cases": json.dumps(cases[:8]), "private_test_cases": cases[8:]},
+                  {"test_cases": json.dumps([{"type": "stdin_stdout", "input": "1", "output": "1"}] * 20)},
+                  {"public_test_cases": cases, "private_test_cases": "eJzLSM3JyQcABiwCFQ=="}):
+        assert job_deadline(code_job("x", tests, timeout=2.0), default_timeout=10.0, margin=3.0) == 2.0 * 20 * 3 + 3.0
 
 
 def test_the_clients_stretch_is_the_daemons() -> None:

@@ -623,6 +623,14 @@ CODE_CONTESTS = {
     "generated_tests": {"input": ["0 0\n"], "output": ["0\n"]},
 }
 PY_SUM = "a, b = map(int, input().split())\nprint(a + b)\n"
+PRIME_INTELLECT_STDIO = {"language": "python", "test_cases": [
+    {"type": "stdin_stdout", "input": "1 2\n", "output": "3\n", "fn_name": None},
+    {"type": "stdin_stdout", "input": "5 5\n", "output": "10\n", "fn_name": None},
+]}
+PRIME_INTELLECT_CALLS = {"language": "python", "test_cases": [
+    {"type": "function_call", "fn_name": "add", "input": [1, 2], "output": [3]},
+    {"type": "function_call", "fn_name": "add", "input": [3, 4], "output": [7]},
+]}
 
 
 @pytest.mark.parametrize(
@@ -647,6 +655,10 @@ PY_SUM = "a, b = map(int, input().split())\nprint(a + b)\n"
         pytest.param("a, b = map(int, input().split())\nprint(abs(a + b))\n", CODE_CONTESTS, False, 4,
                      id="codecontests-wrong-on-private"),
         pytest.param(PY_SUM, {"inputs": ["1 2\n", "5 5\n"], "outputs": ["3\n", "10\n"]}, True, 2, id="verl-stdio"),
+        # PrimeIntellect's verification_info (its dataset stores it as the JSON string dataset_json carries).
+        pytest.param(PY_SUM, PRIME_INTELLECT_STDIO, True, 2, id="primeintellect-stdio"),
+        pytest.param(ADD, PRIME_INTELLECT_CALLS, True, 2, id="primeintellect-fn"),
+        pytest.param(ADD_WRONG, PRIME_INTELLECT_CALLS, False, 2, id="primeintellect-fn-wrong"),
     ],
 )
 def test_python_dataset_shapes(channel: grpc.Channel, code: str, dataset: dict[str, Any], passes: bool,

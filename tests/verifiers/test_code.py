@@ -516,6 +516,36 @@ def test_livecodebench_shapes() -> None:
         normalize_tests({"dataset_json": {"public_test_cases": "eJzLSM3JyQcABiwCFQ==", "metadata": "{}"}})
 
 
+def test_prime_intellect_shapes() -> None:
+    """verification_info of PrimeIntellect's verifiable-coding-problems, as a dict or its JSON string."""
+    stdio = {"language": "python", "test_cases": [
+        {"type": "stdin_stdout", "input": "1 2\n", "output": "3\n", "fn_name": None},
+        {"type": "stdin_stdout", "input": "5 5\n", "output": "10\n"},
+    ]}
+    for shape in (stdio, json.dumps(stdio)):
+        assert normalize_tests({"dataset_json": shape}).stdio == (StdioCase("1 2\n", "3\n"),
+                                                                   StdioCase("5 5\n", "10\n"))
+    calls = {"test_cases": [{"type": "function_call", "fn_name": "add", "input": [1, 2], "output": [3]},
+                            {"type": "function_call", "fn_name": "add", "input": "[[1], [2]]", "output": "[[1, 2]]"}]}
+    plan = normalize_tests({"dataset_json": calls})
+    assert plan.kind == "function" and plan.fn_name == "add"
+    assert plan.function == (FunctionCase((1, 2), [3], unwrap_single=True),
+                             FunctionCase(([1], [2]), [[1, 2]], unwrap_single=True))
+    assert normalize_tests({"fn_name": "plus", "dataset_json": calls}).fn_name == "plus"
+    for bad, message in (
+        ({"test_cases": []}, "non-empty list"),
+        ({"test_cases": [{"type": "stdin_stdout", "input": "1"}]}, "'input' and 'output'"),
+        ({"test_cases": [{"type": "stdin_stdout", "input": "1", "output": "1"},
+                         {"type": "function_call", "fn_name": "f", "input": [], "output": [1]}]}, "mixes"),
+        ({"test_cases": [{"type": "function_call", "input": [1], "output": [1]}]}, "need fn_name"),
+        ({"test_cases": [{"type": "function_call", "fn_name": "f", "input": [1], "output": [1]},
+                         {"type": "function_call", "fn_name": "g", "input": [1], "output": [1]}]}, "different"),
+        ({"test_cases": [{"type": "checker", "input": "1", "output": "1"}]}, "unknown type"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            normalize_tests({"dataset_json": bad})
+
+
 def test_assemble_program_humaneval_and_mbpp() -> None:
     prompt = 'from typing import List\n\n\ndef f(xs: List[int]) -> int:\n    """Sum."""\n'
     plan = TestPlan("assert", assert_code="assert f([1]) == 1", entry_point="f", prompt=prompt)
