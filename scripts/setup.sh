@@ -39,6 +39,8 @@ say() { echo "    $*"; }
 warn() { echo "setup: WARNING: $*" >&2; }
 die() { echo "setup: error: $*" >&2; exit 1; }
 
+# Kept for the re-run under sudo below: the loop shifts them away.
+ARGS=("$@")
 while [ $# -gt 0 ]; do
     case "$1" in
         --no-criu) SKIP_CRIU=1; shift ;;
@@ -51,7 +53,7 @@ done
 
 if [ "$(id -u)" -ne 0 ]; then
     command -v sudo >/dev/null || die "must run as root (Docker, debootstrap and CRIU need it)"
-    exec sudo -E PATH="$PATH" bash "$0" "$@"
+    exec sudo -E PATH="$PATH" bash "$0" "${ARGS[@]}"
 fi
 started=$SECONDS
 cd "$REPO"

