@@ -357,7 +357,10 @@ class SandboxClient(_ClientBase):
         calls: set[Any] = set()
         executor = self._get_executor()
         for chunk in self._chunks(jobs):
-            executor.submit(self._run_chunk, chunk, deadline, out, stop, calls)
+            future = executor.submit(self._run_chunk, chunk, deadline, out, stop, calls)
+            # close() cancels the chunks still queued: their jobs would never be answered, and the loop below
+            # would wait for them for ever.
+            future.add_done_callback(lambda done: done.cancelled() and out.put(_closed_during_batch()))
         try:
             for _ in range(len(jobs)):
                 item = out.get()
@@ -403,7 +406,8 @@ class SandboxClient(_ClientBase):
                 if state.pending:
                     stop.wait(state.next_delay())
         except BaseException as e:  # handed to the consumer, which re-raises it
-            out.put(e)
+            # A channel that close() shut mid-call raises grpc's own errors (ValueError here).
+            out.put(_closed_during_batch() if self._closed else e)
 
     def _get_executor(self) -> ThreadPoolExecutor:
         with self._lock:
@@ -704,7 +708,8 @@ class AsyncSandboxClient(_ClientBase):
         except asyncio.CancelledError:
             raise
         except BaseException as e:  # handed to the consumer, which re-raises it
-            out.put_nowait(e)
+            # A channel that close() shut mid-call raises grpc's own errors (UsageError here).
+            out.put_nowait(_closed_during_batch() if self._closed else e)
 
     async def score_batch(self, jobs: Iterable[pb.Job], *, deadline: float | None = None) -> list[Result]:
         """Run jobs and return their results in input order (validated before the first RPC)."""
@@ -818,6 +823,10 @@ class AsyncSession(_SessionBase):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+def _closed_during_batch() -> SandboxdError:
+    return SandboxdError("the client was closed while the batch ran; its unanswered jobs were not scored")
 
 
 # -- rows of a trainer's batch ------------------------------------------------

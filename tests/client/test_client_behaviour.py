@@ -21,6 +21,7 @@ from sandboxd_client import (
     MessageTooLarge,
     RetryPolicy,
     SandboxClient,
+    SandboxdError,
     SessionNotFound,
     Status,
     Unavailable,
@@ -309,3 +310,42 @@ async def test_async_breaking_out_of_a_batch_cancels_the_rest(start_fake: StartF
         async for _ in client.run_batch([math_job("1", "1") for _ in range(4)]):
             break
         assert (await client.run(math_job("1", "1"))).ok
+
+
+# -- closing mid-batch ------------------------------------------------------
+
+
+def test_closing_a_sync_client_mid_batch_ends_the_batch_with_its_error(start_fake: StartFake) -> None:
+    """close() cancelled the chunks still queued, whose jobs were then never answered: the batch waited for them
+    for ever. The chunk in flight raised grpc's ValueError, which no `except SandboxdError` catches."""
+    import threading
+
+    server = start_fake("a", lambda fake, job, attempt: Delay(1.0))
+    client = SandboxClient(server.address, batch_size=1, max_concurrent_batches=1, deadline=10)
+    outcome: list[BaseException | list[Any]] = []
+
+    def score() -> None:
+        try:
+            outcome.append(client.score_batch([math_job("1", "1")] * 3))
+        except BaseException as error:
+            outcome.append(error)
+
+    thread = threading.Thread(target=score, daemon=True)
+    thread.start()
+    time.sleep(0.3)
+    client.close()
+    thread.join(10)
+    assert not thread.is_alive(), "score_batch hung after close()"
+    assert len(outcome) == 1 and type(outcome[0]) is SandboxdError and "closed" in str(outcome[0])
+
+
+async def test_closing_an_async_client_mid_batch_ends_the_batch_with_its_error(start_fake: StartFake) -> None:
+    import asyncio
+
+    server = start_fake("a", lambda fake, job, attempt: Delay(1.0))
+    client = AsyncSandboxClient(server.address, batch_size=1, max_concurrent_batches=1, deadline=10)
+    task = asyncio.ensure_future(client.score_batch([math_job("1", "1")] * 3))
+    await asyncio.sleep(0.3)
+    await client.close()
+    with pytest.raises(SandboxdError, match="closed"):
+        await asyncio.wait_for(task, 10)
