@@ -8,12 +8,13 @@ each twin only drives the RPCs with blocking or ``grpc.aio`` calls.
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import queue
 import threading
 import time
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
@@ -360,7 +361,7 @@ class SandboxClient(_ClientBase):
             future = executor.submit(self._run_chunk, chunk, deadline, out, stop, calls)
             # close() cancels the chunks still queued: their jobs would never be answered, and the loop below
             # would wait for them for ever.
-            future.add_done_callback(lambda done: done.cancelled() and out.put(_closed_during_batch()))
+            future.add_done_callback(functools.partial(_report_if_cancelled, out))
         try:
             for _ in range(len(jobs)):
                 item = out.get()
@@ -827,6 +828,11 @@ class AsyncSession(_SessionBase):
 
 def _closed_during_batch() -> SandboxdError:
     return SandboxdError("the client was closed while the batch ran; its unanswered jobs were not scored")
+
+
+def _report_if_cancelled(out: queue.Queue[Result | BaseException], chunk: Future[None]) -> None:
+    if chunk.cancelled():
+        out.put(_closed_during_batch())
 
 
 # -- rows of a trainer's batch ------------------------------------------------
