@@ -179,6 +179,29 @@ def test_batch_manager(reward_kwargs: dict[str, Any]) -> None:
     assert all({k: type(v) for k, v in s.items()} == {k: type(v) for k, v in scores[0].items()} for s in scores)
 
 
+def test_a_row_the_daemon_refuses_costs_only_its_own_score(reward_kwargs: dict[str, Any]) -> None:
+    """The real daemon refuses a whole batch, before any of it runs, for one job it cannot take (here a
+    language it does not know, which only the daemon can tell); the other rows are still scored."""
+    rows = ROWS * 2
+    extra_infos = [extra_info_of(r[3]) for r in rows]
+    refused = len(rows) // 2
+    extra_infos[refused] = {**(extra_infos[refused] or {}), "language": "cobol"}
+    data_sources = [r[0] for r in rows]
+    data_sources[refused] = "codecontests"
+    scores = sandboxd_verl.compute_score_batch(
+        data_sources=data_sources,
+        solution_strs=[r[1] for r in rows],
+        ground_truths=[r[2] if i != refused else json.dumps({"inputs": ["1"], "outputs": ["1"]})
+                       for i, r in enumerate(rows)],
+        extra_infos=extra_infos,
+        **reward_kwargs,
+    )
+    assert scores[refused]["status"] == "INVALID_REQUEST" and scores[refused]["infra_failure"]
+    for i, (score, row) in enumerate(zip(scores, rows, strict=True)):
+        if i != refused:
+            check(score, row)
+
+
 def test_numpy_ground_truths(reward_kwargs: dict[str, Any]) -> None:
     """Parquet gives numpy scalars and arrays; they must score like plain values."""
     score = sandboxd_verl.compute_score("openai/gsm8k", "\\boxed{72}", np.int64(72), **reward_kwargs)
