@@ -149,6 +149,13 @@ const out = [];
 for (let i = 0; i < n; i++) out.push((words[1 + 2 * i] + words[2 + 2 * i]).toString());
 console.log(out.join("\\n"));
 """,
+    "typescript": """\
+const words: bigint[] = require("fs").readFileSync(0, "utf8").split(/\\s+/).filter(Boolean).map(BigInt);
+const n: number = Number(words[0]);
+const out: string[] = [];
+for (let i = 0; i < n; i++) out.push((words[1 + 2 * i] + words[2 + 2 * i]).toString());
+console.log(out.join("\\n"));
+""",
     "bash": """\
 read -r n
 for ((i = 0; i < n; i++)); do

@@ -14,6 +14,7 @@ TOOLCHAINS = {
     "c": "gcc",
     "java": "javac",
     "javascript": "node",
+    "typescript": "node",
     "go": "go",
     "rust": "rustc",
     "bash": "bash",

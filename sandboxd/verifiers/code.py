@@ -170,6 +170,21 @@ LANGUAGES: dict[str, Language] = {
             ("js", "node", "nodejs", "mjs", "cjs"),
             address_space_limit=False,
         ),
+        # Node 24 runs TypeScript itself: it strips the types, and with transform-types also
+        # turns enums, namespaces and parameter properties into JavaScript (without it they
+        # are a SyntaxError, and models write them). Types are not checked, as with tsx, Bun
+        # or Deno's run: a program that runs correctly passes. The transform's warning that it
+        # is experimental would be every run's stderr.
+        Language(
+            "typescript",
+            "main.ts",
+            None,
+            ("node", f"--stack-size={NODE_STACK_KIB}", "--experimental-transform-types",
+             "--disable-warning=ExperimentalWarning", "--require", NODE_BLOCKING_STDIO, "main.ts"),
+            0.0,
+            ("ts", "mts", "cts"),
+            address_space_limit=False,
+        ),
         # The langs image compiles Go's standard library into a build cache that
         # jobs can read and not write (images/langs/Dockerfile): a job's `go build`
         # then compiles only its own package (0.1 s; 4.9 s from an empty cache with
@@ -325,16 +340,16 @@ def resolve_language(language: str, code: str = "") -> Language:
     compile error, not in the agent when it writes the file.
 
     JavaScript with ``import`` or ``export`` statements is an ES module: it
-    runs as ``main.mjs`` (Node 18 ran a ``.js`` file as CommonJS, where an
+    runs as ``main.mjs``, and TypeScript as ``main.mts`` (Node 18 ran a ``.js`` file as CommonJS, where an
     ``import`` statement is a SyntaxError; Node 22 and later detect the
     module, but only after a failed CommonJS parse).
 
     Raises ``ValueError`` for an unknown language.
     """
     lang = LANGUAGES[_canonical_language(language)]
-    if lang.name == "javascript" and code and _JS_MODULE_SYNTAX.search(_JS_BLANK.sub(" ", code)):
-        return dataclasses.replace(lang, source_file="main.mjs",
-                                   run_argv=(*lang.run_argv[:-1], "main.mjs"))
+    if lang.name in _ES_MODULE_FILES and code and _JS_MODULE_SYNTAX.search(_JS_BLANK.sub(" ", code)):
+        module_file = _ES_MODULE_FILES[lang.name]
+        return dataclasses.replace(lang, source_file=module_file, run_argv=(*lang.run_argv[:-1], module_file))
     if lang.name != "java" or not code:
         return lang
     public_name, main_name = _java_classes(code)
@@ -365,14 +380,17 @@ def _java_package(code: str) -> str:
     return re.sub(r"\s+", "", match.group(1)) if match else ""
 
 
-# JavaScript: an import or export statement at the start of a line (not import(), a call CommonJS has too), once
-# comments and string literals are blanked.
+# JavaScript and TypeScript: an import or export statement at the start of a line (not import(), a call CommonJS
+# has too), once comments and string literals are blanked. Such a program runs as an ES module file.
+_ES_MODULE_FILES = {"javascript": "main.mjs", "typescript": "main.mts"}
 _JS_BLANK = re.compile(
     r"//[^\n]*|/\*.*?(?:\*/|\Z)|`(?:\\.|[^`\\])*+(?:`|\Z)|\"(?:\\.|[^\"\\\n])*+\"?|'(?:\\.|[^'\\\n])*+'?",
     re.DOTALL,
 )
 _JS_MODULE_SYNTAX = re.compile(
-    r"^[ \t]*+(?:import(?:[ \t]++[\w$]|[ \t]*+[{*])|export[ \t]++(?:default|const|let|var|function|async|class|\{|\*))",
+    r"^[ \t]*+(?:import(?:[ \t]++[\w$]|[ \t]*+[{*])|"
+    r"export[ \t]++(?:default|const|let|var|function|async|class|\{|\*"
+    r"|interface|type|enum|abstract|declare|namespace))",  # the last line: TypeScript's
     re.MULTILINE,
 )
 

@@ -592,6 +592,44 @@ def test_current_go_rust_cpp_and_javascript_run(channel: grpc.Channel, languages
     assert not failed
 
 
+# TypeScript as models write it: interfaces, generics, an enum and a parameter property (the last two are a
+# SyntaxError in Node's strip-only mode), run by the langs image's Node with its own type transform; and as an
+# ES module. Types are not checked: the third program's annotation is wrong, and it runs correctly.
+TYPESCRIPT_PROGRAMS = [
+    ("interface Pair { a: number; b: number }\nenum Op { Add, Mul }\n"
+     "class Calc {\n    constructor(private readonly op: Op) {}\n"
+     "    apply(p: Pair): number { return this.op === Op.Add ? p.a + p.b : p.a * p.b; }\n}\n"
+     "function parse<T extends number>(text: string): T[] { return text.trim().split(/\\s+/).map(Number) as T[]; }\n"
+     "const [a, b] = parse(require('fs').readFileSync(0, 'utf8'));\n"
+     "console.log(new Calc(Op.Add).apply({ a, b }));\n", "5"),
+    ("import { readFileSync } from 'fs';\n"
+     "const [a, b]: number[] = readFileSync(0, 'utf8').trim().split(/\\s+/).map(Number);\nconsole.log(a + b);\n",
+     "5"),
+    ("const text: number = require('fs').readFileSync(0, 'utf8');\n"
+     "console.log(String(text).trim().split(' ').map(Number).reduce((x, y) => x + y));\n", "5"),
+    ("const [a, b] = require('fs').readFileSync(0, 'utf8').trim().split(' ').map(Number);\nconsole.log(a - b);\n",
+     None),
+]
+
+
+def test_typescript_runs_with_nodes_type_transform(channel: grpc.Channel, languages: set[str]) -> None:
+    if "typescript" not in languages:
+        pytest.skip("typescript is not in GetInfo().languages")
+    jobs = [stdio_job(code, [("2 3\n", "5")], language="typescript", timeout=10.0, index=i)
+            for i, (code, _) in enumerate(TYPESCRIPT_PROGRAMS)]
+    # Its alias, in the completion's fence too (```ts).
+    jobs.append(stdio_job(TYPESCRIPT_PROGRAMS[0][0], [("2 3\n", "5")], language="ts", timeout=10.0,
+                          index=len(jobs)))
+    results = run_batch(channel, jobs)
+    for i, (_, expected) in enumerate(TYPESCRIPT_PROGRAMS):
+        if expected is None:
+            assert results[i].status == pb.STATUS_WRONG_ANSWER, describe(results[i])
+        else:
+            assert results[i].status == pb.STATUS_OK and results[i].reward == 1.0, describe(results[i])
+        assert "ExperimentalWarning" not in "".join(t.stderr for t in results[i].tests)
+    assert results[len(TYPESCRIPT_PROGRAMS)].status == pb.STATUS_OK, describe(results[len(TYPESCRIPT_PROGRAMS)])
+
+
 # ---- Python-only dataset shapes ---------------------------------------------
 
 ADD = "def add(a, b):\n    return a + b\n"

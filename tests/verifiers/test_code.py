@@ -173,7 +173,7 @@ def test_extraction_errors() -> None:
 
 
 def test_languages_table() -> None:
-    assert set(LANGUAGES) == {"python", "cpp", "c", "java", "javascript", "go", "rust", "bash"}
+    assert set(LANGUAGES) == {"python", "cpp", "c", "java", "javascript", "go", "rust", "bash", "typescript"}
     assert LANGUAGES["python"].compile_argv is None
     assert "-std=gnu++20" in LANGUAGES["cpp"].compile_argv  # type: ignore[operator]
     c_argv = LANGUAGES["c"].compile_argv
@@ -185,7 +185,7 @@ def test_languages_table() -> None:
     assert env["GOPATH"].startswith("/work/job1/")
     assert expand_env({"A": "{workdir}/x", "B": "plain"}, "/w") == {"A": "/w/x", "B": "plain"}
     unlimited = {name for name, lang in LANGUAGES.items() if not lang.address_space_limit}
-    assert unlimited == {"java", "go", "javascript"}
+    assert unlimited == {"java", "go", "javascript", "typescript"}
     assert resolve_language("golang") is LANGUAGES["go"]
     with pytest.raises(ValueError):
         resolve_language("fortran")
@@ -242,6 +242,25 @@ def test_a_java_package_names_the_class_run(code: str, run: str) -> None:
 def test_javascript_with_module_syntax_runs_as_an_es_module(code: str, source: str) -> None:
     lang = resolve_language("javascript", code)
     assert (lang.source_file, lang.run_argv[-1]) == (source, source)
+
+
+@pytest.mark.parametrize(
+    ("code", "source"),
+    [
+        ("import { readFileSync } from 'fs';\nconst n: number = Number(readFileSync(0, 'utf8'));\n", "main.mts"),
+        ("import type { Foo } from './foo';\n", "main.mts"),
+        ("export interface Point { x: number }\n", "main.mts"),
+        ("export type Pair = [number, number];\n", "main.mts"),
+        ("export enum Color { Red }\n", "main.mts"),
+        ("interface Point { x: number }\nconst fs = require('fs');\n", "main.ts"),
+        ("// export type X = 1\nconst s: string = 'import x from y';\n", "main.ts"),
+    ],
+)
+def test_typescript_runs_with_nodes_own_type_transform_and_as_a_module_when_it_is_one(code: str, source: str) -> None:
+    for name in ("typescript", "ts"):
+        lang = resolve_language(name, code)
+        assert (lang.name, lang.source_file, lang.run_argv[-1]) == ("typescript", source, source)
+        assert "--experimental-transform-types" in lang.run_argv and lang.run_argv[0] == "node"
 
 
 @pytest.mark.parametrize(
