@@ -839,14 +839,24 @@ def _lcb_args(text: Any, what: str) -> tuple[Any, ...]:
 
 
 def _case_list_plan(cases: list[Any], fn_name: str) -> TestPlan:
-    """LiveCodeBench-style ``[{"input", "output", "testtype"}]``."""
+    """LiveCodeBench-style ``[{"input", "output", "testtype", "metadata"?}]``.
+
+    DeepCoder keeps PrimeIntellect's cases as such a bare list, with ``type`` (``stdin_stdout``,
+    ``function_call``) and ``fn_name`` instead: read as PrimeIntellect's. Its LiveCodeBench
+    cases name the function in each case's ``metadata``.
+    """
     if not cases:
         raise ValueError("dataset_json: empty list of test cases")
+    if all(isinstance(case, Mapping) and "type" in case and "testtype" not in case for case in cases):
+        return _prime_intellect_plan({"test_cases": cases}, fn_name)
     kinds = set()
     for i, case in enumerate(cases):
         if not isinstance(case, Mapping) or "input" not in case or "output" not in case:
             raise ValueError(f"dataset_json[{i}] must be an object with 'input' and 'output'")
         kinds.add(case.get("testtype") or "stdin")
+        metadata = _maybe_json(case.get("metadata") or {}, f"dataset_json[{i}].metadata")
+        if not fn_name and isinstance(metadata, Mapping) and isinstance(metadata.get("func_name"), str):
+            fn_name = metadata["func_name"]
     if len(kinds) > 1:
         raise ValueError(f"dataset_json mixes test types {sorted(kinds)}")
     kind = kinds.pop()

@@ -551,6 +551,14 @@ def test_prime_intellect_shapes() -> None:
     assert plan.function == (FunctionCase((1, 2), [3], unwrap_single=True),
                              FunctionCase(([1], [2]), [[1, 2]], unwrap_single=True))
     assert normalize_tests({"fn_name": "plus", "dataset_json": calls}).fn_name == "plus"
+    # DeepCoder keeps the same cases as a bare list: they were read as stdin/stdout, the arguments as stdin.
+    bare = normalize_tests({"dataset_json": calls["test_cases"]})
+    assert bare.kind == "function" and bare.fn_name == "add" and bare.function == plan.function
+    assert normalize_tests({"dataset_json": stdio["test_cases"]}).stdio == (StdioCase("1 2\n", "3\n"),
+                                                                        StdioCase("5 5\n", "10\n"))
+    # DeepCoder's LiveCodeBench cases name the function in each case's metadata.
+    lcb = [{"input": "[1, 2]", "output": "3", "testtype": "functional", "metadata": {"func_name": "add"}}]
+    assert normalize_tests({"dataset_json": lcb}).fn_name == "add"
     for bad, message in (
         ({"test_cases": []}, "non-empty list"),
         ({"test_cases": [{"type": "stdin_stdout", "input": "1"}]}, "'input' and 'output'"),
