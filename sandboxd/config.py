@@ -8,6 +8,8 @@ one line naming the key and where it came from.
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import math
 import os
 import re
 import tomllib
@@ -277,7 +279,15 @@ class Config:
             (self.pool.snapshot_retry_seconds > 0, "pool.snapshot_retry_seconds must be > 0"),
             (set(self.pool.images) <= {"python", "langs"}, "pool.images may hold python and langs"),
             (self.sandbox.memory_bytes >= 64 * MIB, "sandbox.memory_bytes must be >= 64 MiB"),
-            (self.sandbox.cpus > 0, "sandbox.cpus must be > 0"),
+            # Docker refuses a CPU quota outside [0.01, the host's CPUs]: every sandbox's start failed.
+            (0.01 <= self.sandbox.cpus <= (os.cpu_count() or 1),
+             f"sandbox.cpus must be between 0.01 and this host's {os.cpu_count() or 1} CPUs"),
+            (self.sandbox.tmpfs_bytes >= MIB, "sandbox.tmpfs_bytes must be >= 1 MiB (0 would mean no limit)"),
+            (self.docker.timeout_seconds >= 1, "docker.timeout_seconds must be >= 1 (docker-py takes whole seconds)"),
+            (_is_address(self.server.metrics, allow_empty=True),
+             "server.metrics must be host:port, [::]:port or :port (all interfaces), or empty"),
+            (_is_address(self.server.tcp, allow_empty=True),
+             "server.tcp must be host:port, [::]:port or :port (all interfaces), or empty"),
             (self.sandbox.pids >= 16, "sandbox.pids must be >= 16"),
             (self.sandbox.tmpfs_inodes >= MIN_TMPFS_INODES,
              f"sandbox.tmpfs_inodes must be >= {MIN_TMPFS_INODES} (0 would mean no limit to tmpfs)"),
@@ -291,13 +301,16 @@ class Config:
              "limits: 0 < default_output_bytes <= max_output_bytes"),
             (0 < self.limits.default_total_timeout_seconds <= self.limits.max_total_timeout_seconds,
              "limits: 0 < default_total_timeout_seconds <= max_total_timeout_seconds"),
+            (self.limits.compile_timeout_seconds > 0, "limits.compile_timeout_seconds must be > 0"),
             (len(self.sandbox.run_dir) <= MAX_RUN_DIR_CHARS,
              f"sandbox.run_dir must be at most {MAX_RUN_DIR_CHARS} characters (agent sockets live under it, "
              "and Unix socket paths are limited to 108 bytes)"),
             (self.scheduler.attempts >= 1, "scheduler.attempts must be >= 1"),
             (self.scheduler.max_queued >= 1, "scheduler.max_queued must be >= 1"),
             (self.scheduler.max_held_bytes >= MIB, "scheduler.max_held_bytes must be >= 1 MiB"),
-            (self.scheduler.engine_outage_seconds >= 0, "scheduler.engine_outage_seconds must be >= 0"),
+            # Below the engine's own answer time, every look counted as an outage: health flapped each second.
+            (self.scheduler.engine_outage_seconds >= 1, "scheduler.engine_outage_seconds must be >= 1"),
+            (self.scheduler.max_batch >= 1, "scheduler.max_batch must be >= 1"),
             (1 <= self.sessions.per_sandbox <= MAX_SESSIONS_PER_SANDBOX,
              f"sessions.per_sandbox must be in [1, {MAX_SESSIONS_PER_SANDBOX}] (each session holds one of the "
              f"sandbox's {UIDS_PER_SANDBOX} uids)"),
@@ -318,9 +331,24 @@ class Config:
 
 
 def split_address(address: str) -> tuple[str, int]:
-    """(host, port) of "host:port", "[::]:port" or ":port" (all interfaces); ValueError when malformed."""
-    host, _, port = address.rpartition(":")
+    """(host, port) of "host:port", "[::]:port" or ":port" (all interfaces); ValueError when malformed.
+
+    A bare port is malformed: it read as all interfaces, where a port alone usually means this host.
+    """
+    host, colon, port = address.rpartition(":")
+    if not colon or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"expected host:port, [::]:port or :port, got {address!r}")
     return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def _is_address(address: str, *, allow_empty: bool) -> bool:
+    if not address:
+        return allow_empty
+    try:
+        split_address(address)
+    except ValueError:
+        return False
+    return True
 
 
 SECTIONS = [f.name for f in dataclasses.fields(Config)]
@@ -342,9 +370,13 @@ def _coerce(value: Any, target: Any, where: str) -> Any:
             raise ConfigError(f"{where}: expected a number, got {value!r}")
         try:
             number = kind(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # int(inf) overflows
             raise ConfigError(f"{where}: expected {'an integer' if kind is int else 'a number'}, "
                               f"got {value!r}") from None
+        # No setting means anything by inf or nan: each let a value through that broke later
+        # (int(inf) in a container's CPU quota, ceil(nan) in the session pool's target).
+        if not math.isfinite(number):
+            raise ConfigError(f"{where}: expected a finite number, got {value!r}")
         if kind is int and isinstance(value, float) and value != int(value):
             raise ConfigError(f"{where}: expected an integer, got {value!r}")
         return number
@@ -425,7 +457,12 @@ def load(path: str | os.PathLike[str] | None = None, *, environ: dict[str, str] 
         rest = name[len("SANDBOXD_"):].lower()
         env_section = next((s for s in SECTIONS if rest.startswith(s + "_")), None)
         if env_section is None:
-            # Other tools share the prefix (setup flags); only section names are ours.
+            # Other tools share the prefix (setup and image settings); only section names are ours. A near miss
+            # of one (SANDBOXD_MODEL_RM_PATH, SANDBOXD_SESSION_ENABLED) was ignored without a word.
+            near = difflib.get_close_matches(rest.split("_", 1)[0], SECTIONS, n=1, cutoff=0.8)
+            if near:
+                raise ConfigError(f"environment {name}: no section {rest.split('_', 1)[0]!r}; did you mean "
+                                  f"SANDBOXD_{near[0].upper()}_...?")
             continue
         _apply(config, env_section, rest[len(env_section) + 1:], value, f"environment {name}")
     for dotted, value in (overrides or {}).items():

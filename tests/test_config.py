@@ -45,7 +45,18 @@ def test_list_from_environment() -> None:
 
 
 def test_unrelated_prefixed_variables_are_ignored() -> None:
-    config.load(environ={"SANDBOXD_ADDRESS": "unix:///x", "SANDBOXD_SKIP_IMAGES": "1"})
+    config.load(environ={"SANDBOXD_ADDRESS": "unix:///x", "SANDBOXD_SKIP_IMAGES": "1", "SANDBOXD_SKIP_CRIU": "1",
+                         "SANDBOXD_IMAGES": "langs", "SANDBOXD_BASE_IMAGE": "python:3.12-slim",
+                         "SANDBOXD_CA_BUNDLE": "/x", "SANDBOXD_CACHE_DIR": "/x", "SANDBOXD_TORCH": "cpu",
+                         "SANDBOXD_PIP_INDEX_URL": "http://x", "SANDBOXD_DEBIAN_MIRROR": "http://x",
+                         "SANDBOXD_WHEELS_DIR": "/x", "SANDBOXD_IMAGES_DIR": "/x"})
+
+
+@pytest.mark.parametrize("name", ["SANDBOXD_MODEL_RM_PATH", "SANDBOXD_SESSION_ENABLED", "SANDBOXD_POOLS_MIN_SIZE"])
+def test_a_near_miss_of_a_section_in_the_environment_is_an_error(name: str) -> None:
+    """It was ignored without a word: the daemon started with no reward model, or sessions still on."""
+    with pytest.raises(ConfigError, match=f"environment {name}: no section"):
+        config.load(environ={name: "x"})
 
 
 @pytest.mark.parametrize(
@@ -71,6 +82,21 @@ def test_unrelated_prefixed_variables_are_ignored() -> None:
         ("[sandbox]\ntmpfs_inodes = 100\n", "sandbox.tmpfs_inodes must be >= 1024"),
         ("[limits]\ndefault_total_timeout_seconds = 4000\n",
          "0 < default_total_timeout_seconds <= max_total_timeout_seconds"),
+        # Each of these was accepted and broke later (review): every sandbox's start, the health status, or
+        # start-up with a traceback.
+        ("[sandbox]\ncpus = 0.001\n", "sandbox.cpus must be between 0.01"),
+        ("[sandbox]\ncpus = 500\n", "sandbox.cpus must be between 0.01"),
+        ("[sandbox]\ncpus = inf\n", "expected a finite number"),
+        ("[sessions]\nheadroom = nan\n", "expected a finite number"),
+        ("[pool]\nmin_size = inf\n", "expected an integer"),
+        ("[sandbox]\ntmpfs_bytes = 0\n", "sandbox.tmpfs_bytes must be >= 1 MiB"),
+        ("[scheduler]\nmax_batch = 0\n", "scheduler.max_batch must be >= 1"),
+        ("[scheduler]\nengine_outage_seconds = 0\n", "scheduler.engine_outage_seconds must be >= 1"),
+        ("[limits]\ncompile_timeout_seconds = -1\n", "limits.compile_timeout_seconds must be > 0"),
+        ("[docker]\ntimeout_seconds = 0.5\n", "docker.timeout_seconds must be >= 1"),
+        ("[server]\nmetrics = '9464'\n", "server.metrics must be host:port"),
+        ("[server]\nmetrics = 'localhost'\n", "server.metrics must be host:port"),
+        ("[server]\ntcp = '127.0.0.1:99999'\n", "server.tcp must be host:port"),
     ],
 )
 def test_invalid_file(tmp_path: Path, toml: str, fragment: str) -> None:
