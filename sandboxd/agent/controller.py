@@ -604,7 +604,7 @@ class Controller:
         try:
             candidate = RunSpec(
                 mode="py_callee", uid=uid, cwd=workdir, code=job["program"]["code"], assembly=assembly,
-                timeout=timeout + grace,
+                implicit_imports=plan["kind"] == "function", timeout=timeout + grace,
                 output_limit=limits["output"], rlimits=self.rlimits(run_limits, address_space=True),
                 env=self.env(workdir), peer=candidate_end, memory_limit=int(limits.get("memory") or 0),
                 cpu_credit_fd=cpu_credit_fd,

@@ -134,6 +134,8 @@ class RunSpec:
     code: str = ""
     # py_callee: how the worker makes its program of ``code`` (sandboxd.verifiers.code.assemble); None: as it is.
     assembly: dict[str, str] | None = None
+    # py_callee: run pyharness.IMPLICIT_IMPORTS first (function-call tests, as LeetCode's environment does).
+    implicit_imports: bool = False
     stdin: bytes = b""
     env: dict[str, str] = field(default_factory=dict)
     peer: socket.socket | None = None
@@ -862,6 +864,8 @@ class Runner:
         }
         if spec.assembly is not None:
             job["assembly"] = spec.assembly
+        if spec.implicit_imports:
+            job["implicit_imports"] = True
         body = json.dumps(job).encode()
         if len(body) > MAX_FRAME_BYTES:
             raise ProtocolError("job too large")

@@ -244,7 +244,8 @@ def main(channel: socket.socket) -> NoReturn:
         channel.close()
         from sandboxd.verifiers import pyharness
 
-        pyharness.serve_candidate(job["code"], socket.socket(fileno=fds[3]), assembly=job.get("assembly"))
+        pyharness.serve_candidate(job["code"], socket.socket(fileno=fds[3]), assembly=job.get("assembly"),
+                                  implicit_imports=job.get("implicit_imports") is True)
     elif mode == "py_judge":
         from sandboxd.agent import judgeserver
 

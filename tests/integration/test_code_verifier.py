@@ -661,6 +661,22 @@ CODE_CONTESTS = {
     "generated_tests": {"input": ["0 0\n"], "output": ["0\n"]},
 }
 PY_SUM = "a, b = map(int, input().split())\nprint(a + b)\n"
+LEETCODE_NO_IMPORTS = textwrap.dedent("""
+    class Solution:
+        def topKFrequent(self, nums: List[int], k: int) -> List[int]:
+            counts = defaultdict(int)
+            for x in nums:
+                counts[x] += 1
+            heap = []
+            for x, c in counts.items():
+                heappush(heap, (-c, x))
+            return sorted(heappop(heap)[1] for _ in range(min(k, len(heap))))
+""")
+LCB_TOP_K = [
+    {"input": "[1, 1, 1, 2, 2, 3]\n2", "output": "[1, 2]", "testtype": "functional",
+     "metadata": {"func_name": "topKFrequent"}},
+    {"input": "[4]\n1", "output": "[4]", "testtype": "functional", "metadata": {"func_name": "topKFrequent"}},
+]
 PRIME_INTELLECT_STDIO = {"language": "python", "test_cases": [
     {"type": "stdin_stdout", "input": "1 2\n", "output": "3\n", "fn_name": None},
     {"type": "stdin_stdout", "input": "5 5\n", "output": "10\n", "fn_name": None},
@@ -697,6 +713,8 @@ PRIME_INTELLECT_CALLS = {"language": "python", "test_cases": [
         pytest.param(PY_SUM, PRIME_INTELLECT_STDIO, True, 2, id="primeintellect-stdio"),
         pytest.param(ADD, PRIME_INTELLECT_CALLS, True, 2, id="primeintellect-fn"),
         pytest.param(ADD_WRONG, PRIME_INTELLECT_CALLS, False, 2, id="primeintellect-fn-wrong"),
+        # LeetCode's environment imports defaultdict, heappush and inf for a solution; LiveCodeBench's grader too.
+        pytest.param(LEETCODE_NO_IMPORTS, LCB_TOP_K, True, 2, id="livecodebench-leetcode-implicit-imports"),
     ],
 )
 def test_python_dataset_shapes(channel: grpc.Channel, code: str, dataset: dict[str, Any], passes: bool,

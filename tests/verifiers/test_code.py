@@ -1045,19 +1045,19 @@ def test_recv_frame_deadline_covers_a_trickling_peer(pair: tuple[socket.socket, 
 CANDIDATE_MAIN = (
     "import json, socket, sys; from sandboxd.verifiers.pyharness import serve_candidate; "
     "serve_candidate(open(sys.argv[1]).read(), socket.socket(fileno=int(sys.argv[2])), "
-    "max_frame_bytes=int(sys.argv[3]), assembly=json.loads(sys.argv[4]))"
+    "max_frame_bytes=int(sys.argv[3]), assembly=json.loads(sys.argv[4]), implicit_imports=sys.argv[5] == '1')"
 )
 
 
 def _start_candidate(code: str, tmp_path: Path, max_frame_bytes: int, assembly: dict[str, str] | None = None,
-                     ) -> tuple[socket.socket, subprocess.Popen[bytes]]:
+                     implicit_imports: bool = False) -> tuple[socket.socket, subprocess.Popen[bytes]]:
     """Start a candidate process serving ``code``, its stdout in ``tmp_path / "candidate.out"``."""
     source = tmp_path / "candidate.py"
     source.write_text(code)
     parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     with open(tmp_path / "candidate.out", "wb") as out:
         process = subprocess.Popen([sys.executable, "-c", CANDIDATE_MAIN, str(source), str(child.fileno()),
-                                    str(max_frame_bytes), json.dumps(assembly)],
+                                    str(max_frame_bytes), json.dumps(assembly), "1" if implicit_imports else "0"],
                                    pass_fds=[child.fileno()], stdout=out, cwd=REPO)
     child.close()
     return parent, process
@@ -1067,8 +1067,11 @@ def harness(
     code: str, tmp_path: Path, kind: str = "function", candidate_max_frame: int = 1 << 24,
     candidate_assembly: dict[str, str] | None = None, **kwargs: Any
 ) -> dict[str, Any]:
-    """Run ``code`` in a candidate process and ``run_tests`` here; end the candidate."""
-    channel, process = _start_candidate(code, tmp_path, candidate_max_frame, candidate_assembly)
+    """Run ``code`` in a candidate process and ``run_tests`` here; end the candidate.
+
+    As the agent runs it: function-call tests' candidates get pyharness.IMPLICIT_IMPORTS."""
+    channel, process = _start_candidate(code, tmp_path, candidate_max_frame, candidate_assembly,
+                                        implicit_imports=kind == "function")
     try:
         if kind == "assert":
             names, classes = top_level_definitions(code)
@@ -1209,6 +1212,50 @@ def test_a_counter_returned_passes_and_a_lying_int_still_fails(tmp_path: Path) -
              "def f():\n    return Yes(0)\n")
     result = harness(lying, tmp_path, fn_name="f", cases=[FunctionCase((), 42)])
     assert not result["passed"] and result["tests"][0]["status"] == "wrong_answer", result
+
+
+# A LeetCode-style solution that uses what LeetCode's environment imports for it (LiveCodeBench's grader too).
+LEETCODE_IMPLICIT = """
+class Solution:
+    def topKFrequent(self, nums: List[int], k: int) -> List[int]:
+        counts = defaultdict(int)
+        for x in nums:
+            counts[x] += 1
+        heap = []
+        for x, c in counts.items():
+            heappush(heap, (-c, x))
+        return sorted(heappop(heap)[1] for _ in range(k))
+
+    @cache
+    def smallest(self, n: int) -> float:
+        return min(inf, n)
+"""
+
+
+def test_function_calls_get_the_names_leetcode_imports_for_a_solution(tmp_path: Path) -> None:
+    """It failed with NameError: name 'defaultdict' is not defined (review)."""
+    cases = [FunctionCase(([1, 1, 1, 2, 2, 3], 2), [1, 2])]
+    assert harness(LEETCODE_IMPLICIT, tmp_path, fn_name="topKFrequent", cases=cases)["passed"]
+    assert harness(LEETCODE_IMPLICIT, tmp_path, fn_name="Solution.smallest",
+                   cases=[FunctionCase((5,), 5)])["passed"]
+
+
+@pytest.mark.parametrize("fn_name", ["gcd", "sqrt", "Counter", "Counter.most_common", "sorted"])
+def test_a_name_only_the_implicit_imports_bind_is_not_the_programs(tmp_path: Path, fn_name: str) -> None:
+    """A program that never wrote gcd must not pass gcd's tests with math's."""
+    result = harness("x = 1\n", tmp_path, fn_name=fn_name, cases=[FunctionCase((4, 6), 2)])
+    assert not result["passed"] and result["tests"][0]["status"] == "runtime_error", result
+    # Its own gcd, shadowing math's, is the one called.
+    own = "def gcd(a, b):\n    return 2\n"
+    assert harness(own, tmp_path, fn_name="gcd", cases=[FunctionCase((4, 6), 2)])["passed"]
+
+
+def test_assert_tests_get_no_implicit_imports(tmp_path: Path) -> None:
+    """HumanEval's and MBPP's graders import nothing for the program: a Counter it never imported stays a
+    NameError."""
+    code = "def f(xs):\n    return Counter(xs)[1]\n"
+    assert not harness(code, tmp_path, kind="assert", entry_point="f",
+                       assert_code="assert f([1, 1]) == 2\n")["passed"]
 
 
 def test_returning_a_class_instance_or_calling_a_class_fails(tmp_path: Path) -> None:
