@@ -83,8 +83,10 @@ class Daemon:
         if self.engine_problem:
             raise NotReady(f"the Docker engine does not answer ({self.engine_problem}); retry once it is back")
         if not self.serving:
-            # At start-up, or while the pools refill after the engine came back.
+            # At start-up, or while the pools refill after the engine came back, or when none can start sandboxes.
             failing = "".join(f"; {pool.failing_reason}" for pool in self.pools.values() if pool.failing)
+            if self.pools and all(pool.failing for pool in self.pools.values()):
+                raise NotReady(f"no pool can start sandboxes{failing}")
             raise NotReady(f"sandboxd is starting: no warm sandbox yet{failing}")
 
     def _set_serving(self, serving: bool) -> None:
@@ -130,6 +132,10 @@ class Daemon:
         warm = bool(working) and all(len(pool.ready) >= pool.min_ready for pool in working)
         if not self.serving and not self.stopping and not self.engine_problem and warm:
             self._set_serving(True)
+        elif self.serving and self.pools and not working:
+            # Every pool stopped being able to start sandboxes and none has one left (Pool.failing): SERVING sent
+            # round-robin clients batches whose every job was answered SANDBOX_LOST (review).
+            self._set_serving(False)
 
     async def _bind(self, server: grpc.aio.Server) -> list[str]:
         addresses = []

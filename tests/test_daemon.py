@@ -175,3 +175,43 @@ def test_a_failing_pool_holds_back_no_other_pools_health() -> None:
     working.sandboxes = [_sandbox]
     daemon._on_pool_change()
     assert serving == [True]
+
+
+def test_a_daemon_none_of_whose_pools_can_start_sandboxes_stops_serving() -> None:
+    """It stayed SERVING once warm (review): round-robin clients kept sending it batches, each of whose jobs was
+    answered SANDBOX_LOST. A pool that is refilling, or one failing beside a working one, keeps it serving."""
+    from sandboxd import pool as pool_module
+    from sandboxd.errors import NotReady
+
+    python, python_sandbox = one_slot_pool()
+    math, math_sandbox = one_slot_pool()
+    math.name = "math"
+    serving: list[bool] = []
+    daemon = object.__new__(Daemon)
+    daemon.pools = {"python": python, "math": math}
+    daemon.serving, daemon.stopping = True, False
+    daemon.engine_problem = ""
+
+    def set_serving(value: bool) -> None:
+        serving.append(value)
+        daemon.serving = value
+
+    daemon._set_serving = set_serving  # type: ignore[method-assign, assignment]
+    python.sandboxes = []
+    daemon._on_pool_change()
+    assert serving == []  # refilling
+    math.start_failures, math.start_error = pool_module.FAILING_AFTER_STARTS, "exit status 70"
+    daemon._on_pool_change()
+    assert serving == []  # one pool failing, the other refilling
+    python.start_failures, python.start_error = pool_module.FAILING_AFTER_STARTS, "no space left on device"
+    daemon._on_pool_change()
+    assert serving == []  # the math pool still has its sandbox
+    math.sandboxes = []
+    daemon._on_pool_change()
+    assert serving == [False]
+    with pytest.raises(NotReady, match="no pool can start sandboxes; pool python cannot start"):
+        daemon.check_ready()
+    python.start_failures, python.sandboxes = 0, [python_sandbox]
+    daemon._on_pool_change()
+    assert serving == [False, True]
+    del math_sandbox
