@@ -504,6 +504,7 @@ def test_every_language_the_daemon_lists_is_served(channel: grpc.Channel) -> Non
         "python": "print(3)",
         "bash": "echo 3",
         "javascript": "console.log(3)",
+        "typescript": "const three: number = 3;\nconsole.log(three);",
         "c": '#include <stdio.h>\nint main(void) { puts("3"); return 0; }',
         "cpp": '#include <iostream>\nint main() { std::cout << 3 << "\\n"; }',
         "go": 'package main\nimport "fmt"\nfunc main() { fmt.Println(3) }',
