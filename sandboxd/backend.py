@@ -29,6 +29,8 @@ LABEL_INSTANCE = "io.sandboxd.instance"
 LABEL_POOL = "io.sandboxd.pool"
 # Which daemon (by its listening addresses) owns a sandbox: orphans are reaped per node.
 LABEL_NODE = "io.sandboxd.node"
+# Which process owns a sandbox (pool.owner_token): a daemon on this host that has died, whatever it listened on.
+LABEL_OWNER = "io.sandboxd.owner"
 LABEL_IMAGE = "io.sandboxd.image"
 
 # The agent runs as root inside the sandbox, stripped of every capability

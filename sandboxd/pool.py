@@ -33,6 +33,7 @@ from sandboxd.backend import (
     LABEL_INSTANCE,
     LABEL_MANAGED,
     LABEL_NODE,
+    LABEL_OWNER,
     LABEL_POOL,
     DockerBackend,
     SandboxSpec,
@@ -407,7 +408,7 @@ class Pool:
             control_dir=control_dir,
             code_dir=self.code_dir,
             labels={LABEL_MANAGED: "1", LABEL_INSTANCE: self.instance, LABEL_NODE: self.node,
-                    LABEL_POOL: self.name, LABEL_IMAGE: self.image},
+                    LABEL_OWNER: owner_token(), LABEL_POOL: self.name, LABEL_IMAGE: self.image},
             memory_bytes=sandbox.memory_bytes,
             nano_cpus=int(sandbox.cpus * 1e9),
             pids=sandbox.pids,
@@ -676,12 +677,70 @@ def start_retry_pause(failures: int) -> float:
     return min(START_RETRY_MAX_SECONDS, START_RETRY_SECONDS * 2.0 ** min(failures - 1, 32))
 
 
+def _process_start(pid: int) -> str | None:
+    """The start time of process `pid` in clock ticks since boot (/proc/PID/stat field 22); None when gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rpartition(b")")[2].split()
+    except OSError:
+        return None
+    # After the command's closing parenthesis come field 3 (state) onwards: field 22 is the 20th.
+    return fields[19].decode() if len(fields) > 19 else None
+
+
+def _host_identity() -> str:
+    """This boot and this PID namespace: where a pid and its start time name one process."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as boot:
+            boot_id = boot.read().strip()
+        namespace = os.readlink("/proc/self/ns/pid").removeprefix("pid:").strip("[]")
+    except OSError:
+        return ""
+    return f"{boot_id}/{namespace}"
+
+
+def owner_token(pid: int | None = None) -> str:
+    """The io.sandboxd.owner label of the sandboxes process `pid` (this one by default) starts.
+
+    A pid alone is reused; with its start time, its boot and its PID namespace
+    it names one process for good, so a later daemon can tell a dead owner
+    from a live one without asking it.
+    """
+    pid = os.getpid() if pid is None else pid
+    return f"{_host_identity()}/{pid}/{_process_start(pid) or ''}"
+
+
+def owner_is_dead(token: str) -> bool:
+    """Whether the process an owner label names is known to be gone.
+
+    Only a process of this boot and this PID namespace can be judged: a
+    daemon in another namespace (another container sharing the engine) or on
+    another host (a remote engine) may be alive where /proc cannot see it.
+    """
+    where, _, rest = token.rpartition("/")
+    host, _, pid = where.rpartition("/")
+    identity = _host_identity()
+    if not identity or host != identity or not pid.isdigit():
+        return False
+    return _process_start(int(pid)) != rest
+
+
 def reap_orphans(backend: DockerBackend, node: str, instance: str) -> int:
-    """Remove sandboxes a previous daemon on this node left behind; returns how many."""
+    """Remove sandboxes left behind by a daemon that is gone; returns how many.
+
+    Two marks make a container an orphan: the node label of this daemon's
+    addresses (a daemon restarted on the same socket, whether the old one
+    died or not), or an owner label naming a process of this host that has
+    died. The node label alone missed a daemon killed and restarted on
+    another socket or TCP address: its sandboxes ran until someone removed
+    them by hand (review).
+    """
     removed = 0
     for container in backend.list_ours():
         labels = container.get("Labels") or {}
-        if labels.get(LABEL_NODE) == node and labels.get(LABEL_INSTANCE) != instance:
+        if labels.get(LABEL_INSTANCE) == instance:
+            continue
+        if labels.get(LABEL_NODE) == node or owner_is_dead(labels.get(LABEL_OWNER, "")):
             backend.remove(container["Id"])
             removed += 1
     return removed

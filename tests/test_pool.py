@@ -375,3 +375,69 @@ def test_starts_that_fail_while_the_engine_does_not_answer_are_the_outages_not_t
         return pool.start_failures, pool.failing, done
 
     assert asyncio.run(scenario()) == (0, False, False)
+
+
+def test_an_owner_token_names_a_live_process_until_it_exits() -> None:
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        token = pool_module.owner_token(child.pid)
+        assert not pool_module.owner_is_dead(token)
+        assert not pool_module.owner_is_dead(pool_module.owner_token())
+    finally:
+        child.kill()
+        child.wait()
+    assert pool_module.owner_is_dead(token)
+
+
+def test_a_reused_pid_is_not_its_former_owner() -> None:
+    # Same boot, same namespace, same pid, another start time: the owner died and its pid went to another process.
+    identity, pid, started = pool_module.owner_token().rsplit("/", 2)
+    assert pool_module.owner_is_dead(f"{identity}/{pid}/{int(started) - 1}")
+
+
+@pytest.mark.parametrize("token", [
+    "",  # a sandbox of a daemon from before owner labels
+    "not-a-token",
+    "other-boot/4026531836/1/1",  # another boot or host: cannot be judged from here
+])
+def test_an_owner_that_cannot_be_judged_is_not_dead(token: str) -> None:
+    assert not pool_module.owner_is_dead(token)
+
+
+def test_an_owner_in_another_pid_namespace_is_not_judged() -> None:
+    boot_namespace, pid, started = pool_module.owner_token().rsplit("/", 2)
+    boot = boot_namespace.rsplit("/", 1)[0]
+    # pid 1 of another namespace (a daemon in a container) is not our pid 1, alive or not.
+    assert not pool_module.owner_is_dead(f"{boot}/4026599999/{pid}/{int(started) + 1}")
+
+
+def test_reap_orphans_removes_a_dead_owners_sandboxes_whatever_its_node() -> None:
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", ""])
+    child.wait()
+    dead, alive = pool_module.owner_token(child.pid), pool_module.owner_token()
+    containers = [
+        {"Id": "same-node", "Labels": {"io.sandboxd.node": "n", "io.sandboxd.instance": "old"}},
+        {"Id": "dead-owner", "Labels": {"io.sandboxd.node": "other", "io.sandboxd.instance": "x",
+                                        "io.sandboxd.owner": dead}},
+        {"Id": "live-owner", "Labels": {"io.sandboxd.node": "other", "io.sandboxd.instance": "y",
+                                        "io.sandboxd.owner": alive}},
+        {"Id": "no-owner", "Labels": {"io.sandboxd.node": "other", "io.sandboxd.instance": "z"}},
+        {"Id": "mine", "Labels": {"io.sandboxd.node": "n", "io.sandboxd.instance": "i",
+                                  "io.sandboxd.owner": dead}},
+    ]
+    removed: list[str] = []
+    backend = types.SimpleNamespace(list_ours=lambda: containers, remove=removed.append)
+    assert pool_module.reap_orphans(backend, "n", "i") == 2  # type: ignore[arg-type]
+    assert removed == ["same-node", "dead-owner"]
+
+
+def test_every_sandbox_is_labelled_with_its_owner() -> None:
+    pool, _sandbox = one_slot_pool()
+    labels = pool._spec("s", "/x").labels
+    assert labels["io.sandboxd.owner"] == pool_module.owner_token()

@@ -82,6 +82,30 @@ def test_restarted_daemon_reaps_previous_sandboxes(tmp_path: Path) -> None:
     assert containers(f"io.sandboxd.instance={instance_of(second)}") == []
 
 
+def test_a_daemon_restarted_on_another_socket_reaps_its_predecessors_sandboxes(tmp_path: Path) -> None:
+    """The node label is a hash of the listen addresses: a daemon killed, then started on another socket, never
+    reaped the first one's sandboxes (review). The owner label names the dead process itself."""
+    small = {**NO_MATH, "SANDBOXD_POOL_IMAGES": "python", "SANDBOXD_POOL_MIN_SIZE": "1"}
+    first = DaemonProcess(tmp_path, "before", extra_env=small)
+    try:
+        first.wait_serving()
+    except BaseException:
+        first.stop()
+        raise
+    instance = instance_of(first)
+    first.process.kill()
+    first.process.wait()
+    first.log.close()
+    assert containers(f"io.sandboxd.instance={instance}")
+    second = DaemonProcess(tmp_path, "after", extra_env=small)
+    try:
+        second.wait_serving()
+        assert containers(f"io.sandboxd.instance={instance}") == []
+        assert "sandboxes left by a previous daemon" in second.log_path.read_text()
+    finally:
+        assert second.stop() == 0
+
+
 def test_snapshot_clones_answer_independently(daemon: DaemonProcess, channel: grpc.Channel) -> None:
     info = pb_grpc.DaemonStub(channel).GetInfo(pb.GetInfoRequest(), timeout=5)
     helpers.require_snapshots(info)
