@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import grp
 import math
 import os
 import re
@@ -56,11 +57,21 @@ def _one_of(values: tuple[str, ...]) -> str:
 @dataclass
 class ServerConfig:
     socket: str = "/run/sandboxd/sandboxd.sock"
+    # Connecting to a Unix socket needs write permission on it. Created under
+    # the process umask, it was 0755 under systemd's UMask=0022 and root's
+    # alone: a trainer running as another user got EACCES. Octal, as chmod
+    # takes it; the group is a name or a gid ("": the daemon's own group).
+    socket_mode: str = "0660"
+    socket_group: str = ""
     # "" disables TCP; "127.0.0.1:50051" or "[::]:50051" enables it.
     tcp: str = ""
     # "" disables the Prometheus endpoint.
     metrics: str = "127.0.0.1:9464"
-    grace_seconds: float = 10.0
+    # How long in-flight RPCs may run on after SIGTERM before they are cancelled.
+    # A RunBatch of a training step takes seconds to a minute; 10 s cut them off
+    # and the client had to send them again to another daemon. systemd's
+    # TimeoutStopSec (120 s) leaves 60 s more to remove the sandboxes.
+    grace_seconds: float = 60.0
     log_format: str = "json"  # json | text
     log_level: str = "info"
 
@@ -267,6 +278,10 @@ class Config:
              "server.log_level must be debug, info, warning or error"),
             (bool(self.server.socket) or bool(self.server.tcp), "server.socket and server.tcp are both empty"),
             (self.server.grace_seconds >= 0, "server.grace_seconds must be >= 0"),
+            (socket_mode(self.server.socket_mode) is not None,
+             "server.socket_mode must be an octal mode of owner, group and others' bits, e.g. 0660"),
+            (socket_gid(self.server.socket_group) is not None,
+             f"server.socket_group: no group {self.server.socket_group!r} on this host"),
             (self.pool.min_size >= 0, "pool.min_size must be >= 0"),
             (self.pool.max_size == 0 or self.pool.max_size >= max(1, self.pool.min_size),
              "pool.max_size must be 0 (twice the host's CPUs) or >= max(1, pool.min_size)"),
@@ -328,6 +343,29 @@ class Config:
         for ok, message in checks:
             if not ok:
                 raise ConfigError(message)
+
+
+def socket_mode(text: str) -> int | None:
+    """The permission bits of an octal mode ("0660", "660", "0o660"); None when it is not one.
+
+    Setuid, setgid and sticky bits mean nothing on a socket and are refused.
+    """
+    digits = text.strip().lower().removeprefix("0o")
+    if not re.fullmatch(r"0?[0-7]{3}", digits):
+        return None
+    return int(digits, 8)
+
+
+def socket_gid(group: str) -> int | None:
+    """The gid of a group name or number (-1: "" keeps the daemon's own); None when the host has no such group."""
+    if not group:
+        return -1
+    if group.isdigit():
+        return int(group)
+    try:
+        return grp.getgrnam(group).gr_gid
+    except KeyError:
+        return None
 
 
 def split_address(address: str) -> tuple[str, int]:

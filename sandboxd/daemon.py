@@ -22,7 +22,7 @@ from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
 
 from sandboxd import api, metrics, rewardpool
 from sandboxd.backend import DockerBackend
-from sandboxd.config import Config, split_address
+from sandboxd.config import Config, socket_gid, socket_mode, split_address
 from sandboxd.errors import ConfigError, NotReady
 from sandboxd.images import LABEL_NAME, image_tag, missing_image_message
 from sandboxd.pool import MATH_POOL, Pool, reap_orphans, stage_agent_code
@@ -56,6 +56,20 @@ def check_socket_path(path: str) -> None:
     finally:
         probe.close()
     raise ConfigError(f"server.socket {path} is in use by another process (is sandboxd already running?)")
+
+
+def set_socket_access(path: str, mode: str, group: str) -> None:
+    """Give the gRPC socket server.socket_mode and server.socket_group (config checked both)."""
+    gid, bits = socket_gid(group), socket_mode(mode)
+    if gid is None or bits is None:
+        raise ConfigError(f"server.socket_group {group!r} or server.socket_mode {mode!r} is not valid")
+    try:
+        if gid != -1:
+            os.chown(path, -1, gid)
+        os.chmod(path, bits)
+    except OSError as exc:
+        raise ConfigError(f"server.socket {path}: cannot set group {group or '(own)'} and mode {mode}: "
+                          f"{exc.strerror}") from None
 
 
 def node_id(socket_path: str, tcp: str = "") -> str:
@@ -142,10 +156,17 @@ class Daemon:
         if self.config.server.socket:
             check_socket_path(self.config.server.socket)
             address = f"unix:{self.config.server.socket}"
+            # gRPC creates the socket here, under the umask: created owner-only, it is never
+            # open to more users than server.socket_mode lets in, even for the moment until chmod.
+            umask = os.umask(0o177)
             try:
                 server.add_insecure_port(address)
             except RuntimeError as exc:
                 raise ConfigError(f"cannot listen on {address}: {exc}") from None
+            finally:
+                os.umask(umask)
+            set_socket_access(self.config.server.socket, self.config.server.socket_mode,
+                              self.config.server.socket_group)
             addresses.append(address)
         if self.config.server.tcp:
             # Probe the port ourselves: gRPC's own failure is a C-core log line

@@ -47,6 +47,9 @@ class DaemonProcess(testing.DaemonProcess):
             # Restores are what the snapshot tests test; pool.restore = auto would
             # cold-start on an engine where restores are slower (Docker 20.10 here).
             "SANDBOXD_POOL_RESTORE": "always",
+            # DaemonProcess.stop SIGKILLs a daemon still draining after 60 s, the default grace: a test that stops
+            # its daemon with a call in flight gets its exit status, not the SIGKILL.
+            "SANDBOXD_SERVER_GRACE_SECONDS": "10",
             **(extra_env or {}),
         }
         super().__init__(tmp, name, env=env, args=[*(args or []), *(["--tcp", tcp] if tcp else [])])

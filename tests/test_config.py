@@ -97,6 +97,11 @@ def test_a_near_miss_of_a_section_in_the_environment_is_an_error(name: str) -> N
         ("[server]\nmetrics = '9464'\n", "server.metrics must be host:port"),
         ("[server]\nmetrics = 'localhost'\n", "server.metrics must be host:port"),
         ("[server]\ntcp = '127.0.0.1:99999'\n", "server.tcp must be host:port"),
+        # An integer 0660 in TOML is decimal 660; setuid and sticky bits mean nothing on a socket.
+        ("[server]\nsocket_mode = 660\n", "expected a string"),
+        ("[server]\nsocket_mode = '0668'\n", "server.socket_mode must be an octal mode"),
+        ("[server]\nsocket_mode = '4770'\n", "server.socket_mode must be an octal mode"),
+        ("[server]\nsocket_group = 'no-such-group-here'\n", "server.socket_group: no group"),
     ],
 )
 def test_invalid_file(tmp_path: Path, toml: str, fragment: str) -> None:
@@ -148,3 +153,18 @@ def test_tmpfs_entries_are_capped_on_every_tmpfs_a_job_can_write() -> None:
     assert set(tmpfs) == {"/tmp", "/dev/shm"}
     for options in tmpfs.values():
         assert "nr_inodes=4096" in options.split(",")
+
+
+@pytest.mark.parametrize(("text", "bits"), [("0660", 0o660), ("660", 0o660), ("0o600", 0o600), (" 0666 ", 0o666)])
+def test_socket_mode_is_read_as_octal(text: str, bits: int) -> None:
+    assert config.socket_mode(text) == bits
+    assert config.load(environ={"SANDBOXD_SERVER_SOCKET_MODE": text}).server.socket_mode == text
+
+
+def test_socket_group_by_name_or_number() -> None:
+    import grp
+    import os
+
+    assert config.socket_gid("") == -1
+    assert config.socket_gid("1234") == 1234
+    assert config.socket_gid(grp.getgrgid(os.getgid()).gr_name) == os.getgid()

@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 import types
 from collections.abc import Callable
 
+import grpc
 import pytest
 
 from sandboxd.daemon import Daemon
@@ -215,3 +222,78 @@ def test_a_daemon_none_of_whose_pools_can_start_sandboxes_stops_serving() -> Non
     daemon._on_pool_change()
     assert serving == [False, True]
     del math_sandbox
+
+
+def with_bound_socket(folder: str, mode: str, group: str, check: Callable[[str], None]) -> None:
+    """Bind a gRPC server with Daemon._bind (no engine needed) on a socket in `folder` with the given access,
+    and call `check` with the socket's path while it is bound."""
+    from sandboxd.config import Config
+
+    async def scenario() -> None:
+        daemon = object.__new__(Daemon)
+        daemon.config = Config()
+        daemon.config.server.socket = f"{folder}/sandboxd.sock"
+        daemon.config.server.socket_mode = mode
+        daemon.config.server.socket_group = group
+        server = grpc.aio.server()
+        await daemon._bind(server)
+        try:
+            await asyncio.to_thread(check, daemon.config.server.socket)
+        finally:
+            await server.stop(None)
+
+    asyncio.run(scenario())
+
+
+def connects_as(path: str, uid: int, gid: int, groups: list[int]) -> str:
+    """Connect to the socket `path` from a process running as uid/gid with `groups`: "ok" or the errno's name."""
+    probe = ("import errno, socket, sys\n"
+             "s = socket.socket(socket.AF_UNIX)\n"
+             "try:\n    s.connect(sys.argv[1]); print('ok')\n"
+             "except OSError as e:\n    print(errno.errorcode[e.errno])\n")
+    return subprocess.run([sys.executable, "-c", probe, path], user=uid, group=gid, extra_groups=groups,
+                          capture_output=True, text=True, timeout=30).stdout.strip()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="running probes as other users needs root")
+def test_the_grpc_socket_lets_in_its_group_and_no_one_else() -> None:
+    """Created under the umask, the socket was 0755 under systemd's UMask=0022: only root could connect, and a
+    trainer running as another user got EACCES (review). Now server.socket_mode and server.socket_group."""
+    trainers, outsider = 4242, 4343
+    folder = tempfile.mkdtemp(prefix="sbd-sock-")
+    os.chmod(folder, 0o755)  # a socket is reached through its folder
+
+    def check(path: str) -> None:
+        status = os.stat(path)
+        assert (stat.S_IMODE(status.st_mode), status.st_gid) == (0o660, trainers)
+        assert connects_as(path, 1000, 1000, [trainers]) == "ok"
+        assert connects_as(path, 1000, 1000, [outsider]) == "EACCES"
+
+    try:
+        with_bound_socket(folder, "0660", str(trainers), check)
+    finally:
+        shutil.rmtree(folder)
+
+
+def test_the_grpc_socket_is_never_open_to_others_under_a_loose_umask(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The socket is created owner-only and then opened up to server.socket_mode: even with umask 0 it is never
+    world-writable, not even before the chmod."""
+    from sandboxd import daemon as daemon_module
+
+    folder = tempfile.mkdtemp(prefix="sbd-sock-")
+    modes: list[int] = []
+    set_access = daemon_module.set_socket_access
+
+    def recording(path: str, mode: str, group: str) -> None:
+        modes.append(stat.S_IMODE(os.stat(path).st_mode))
+        set_access(path, mode, group)
+
+    monkeypatch.setattr(daemon_module, "set_socket_access", recording)
+    umask = os.umask(0)
+    try:
+        with_bound_socket(folder, "0640", "", lambda path: modes.append(stat.S_IMODE(os.stat(path).st_mode)))
+        assert modes == [0o600, 0o640]
+        assert os.umask(0) == 0  # the daemon's umask is given back
+    finally:
+        os.umask(umask)
+        shutil.rmtree(folder)
