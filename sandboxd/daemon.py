@@ -141,9 +141,11 @@ class Daemon:
         # still queues jobs, and clients that health check would otherwise fail
         # fast on a daemon that is merely busy. A pool that cannot start
         # sandboxes (Pool.failing) answers its own jobs and holds back no other
-        # pool's; with every pool failing the daemon serves nothing.
+        # pool's; with every pool failing the daemon serves nothing. A reward
+        # model still loading holds back no job pool (Pool.gates_health).
         working = [pool for pool in self.pools.values() if not pool.failing]
-        warm = bool(working) and all(len(pool.ready) >= pool.min_ready for pool in working)
+        gating = [pool for pool in working if pool.gates_health] or working
+        warm = bool(gating) and all(len(pool.ready) >= pool.min_ready for pool in gating)
         if not self.serving and not self.stopping and not self.engine_problem and warm:
             self._set_serving(True)
         elif self.serving and self.pools and not working:

@@ -137,6 +137,9 @@ class Pool:
     `sessions` pool (held from Open to Close, so open sessions count as demand).
     """
 
+    # Whether the daemon waits for this pool to be warm before it reports SERVING.
+    gates_health = True
+
     def __init__(self, name: str, image: str, backend: DockerBackend, config: Config, *, instance: str,
                  node: str, code_dir: str, code_key: str, on_change: Callable[[], None] = lambda: None,
                  kind: str = "jobs") -> None:

@@ -187,6 +187,11 @@ def model_fingerprint(folder: str) -> str:
 class RewardModelPool(Pool):
     """The sandboxes of one reward model."""
 
+    # A model loads for up to load_timeout_seconds (600 s) per try. While it did, the whole daemon was
+    # NOT_SERVING and every code and math job on the node was refused UNAVAILABLE (review). Its own jobs
+    # wait for it instead, as for any pool that is filling.
+    gates_health = False
+
     def __init__(self, model_name: str, model: ModelConfig, device: str, image: str, backend: DockerBackend,
                  config: Config, *, instance: str, node: str, code_dir: str, code_key: str,
                  on_change: Callable[[], None] = lambda: None) -> None:

@@ -297,3 +297,48 @@ def test_the_grpc_socket_is_never_open_to_others_under_a_loose_umask(monkeypatch
     finally:
         os.umask(umask)
         shutil.rmtree(folder)
+
+
+def test_a_reward_model_still_loading_holds_back_no_job_pool() -> None:
+    """A model loads for up to load_timeout_seconds (600 s) per try; meanwhile the daemon was NOT_SERVING and every
+    code and math job on the node was refused UNAVAILABLE (review). Its own jobs wait for it, as for any pool."""
+    from sandboxd.rewardpool import RewardModelPool
+
+    assert RewardModelPool.gates_health is False
+    python, python_sandbox = one_slot_pool()
+    model, _model_sandbox = one_slot_pool()
+    model.name, model.sandboxes = "rm-judge", []
+    model.gates_health = False
+    serving: list[bool] = []
+    daemon = object.__new__(Daemon)
+    daemon.pools = {"python": python, "rm-judge": model}
+    daemon.serving = daemon.stopping = False
+    daemon.engine_problem = ""
+    daemon._set_serving = serving.append  # type: ignore[method-assign, assignment]
+    python.sandboxes = []
+    daemon._on_pool_change()
+    assert serving == []  # no job pool is warm yet
+    python.sandboxes = [python_sandbox]
+    daemon._on_pool_change()
+    assert serving == [True]  # the model is still loading
+
+
+def test_a_daemon_whose_job_pools_all_fail_serves_its_reward_model_once_loaded() -> None:
+    from sandboxd import pool as pool_module
+
+    python, _python_sandbox = one_slot_pool()
+    python.sandboxes, python.start_failures = [], pool_module.FAILING_AFTER_STARTS
+    model, model_sandbox = one_slot_pool()
+    model.name, model.sandboxes = "rm-judge", []
+    model.gates_health = False
+    serving: list[bool] = []
+    daemon = object.__new__(Daemon)
+    daemon.pools = {"python": python, "rm-judge": model}
+    daemon.serving = daemon.stopping = False
+    daemon.engine_problem = ""
+    daemon._set_serving = serving.append  # type: ignore[method-assign, assignment]
+    daemon._on_pool_change()
+    assert serving == []
+    model.sandboxes = [model_sandbox]
+    daemon._on_pool_change()
+    assert serving == [True]
