@@ -257,11 +257,13 @@ def test_javascript_with_module_syntax_runs_as_an_es_module(code: str, source: s
         ("// export type X = 1\nconst s: string = 'import x from y';\n", "main.ts"),
     ],
 )
-def test_typescript_runs_with_nodes_own_type_transform_and_as_a_module_when_it_is_one(code: str, source: str) -> None:
+def test_typescript_is_transformed_once_by_node_and_runs_as_a_module_when_it_is_one(code: str, source: str) -> None:
+    output = source.replace(".mts", ".mjs").replace(".ts", ".js")
     for name in ("typescript", "ts"):
         lang = resolve_language(name, code)
-        assert (lang.name, lang.source_file, lang.run_argv[-1]) == ("typescript", source, source)
-        assert "--experimental-transform-types" in lang.run_argv and lang.run_argv[0] == "node"
+        assert (lang.name, lang.source_file, lang.run_argv[-1]) == ("typescript", source, output)
+        assert lang.compile_argv is not None and lang.compile_argv[-2:] == (source, output)
+        assert lang.run_argv[0] == "node" and "--experimental-transform-types" not in lang.run_argv
 
 
 @pytest.mark.parametrize(
