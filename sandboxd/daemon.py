@@ -342,12 +342,16 @@ class Daemon:
                             reason)
 
     async def _sweep_orphans(self, containers: list[dict[str, Any]]) -> None:
-        """Remove those of `containers` (ours) that no pool knows (a crash between create and ready)."""
+        """Remove those of `containers` (ours) that no pool knows (a crash between create and ready), and the
+        sandboxes of another daemon of this host that died and was not started again."""
         known = {s.container_id for pool in self.pools.values() for s in pool.sandboxes}
         try:
             for container in containers:
                 too_young = time.time() - container.get("Created", 0) < 300
                 if container["Id"] not in known and not too_young and "template" not in container["Names"][0]:
                     await asyncio.to_thread(self.backend.remove, container["Id"])
+            if removed := await asyncio.to_thread(reap_orphans, self.backend, self.node, self.instance,
+                                                  by_node=False):
+                log.info("removed %d sandboxes of a daemon of this host that is gone", removed)
         except Exception:
             log.exception("orphan sweep failed")

@@ -728,22 +728,22 @@ def owner_is_dead(token: str) -> bool:
     return _process_start(int(pid)) != rest
 
 
-def reap_orphans(backend: DockerBackend, node: str, instance: str) -> int:
+def reap_orphans(backend: DockerBackend, node: str, instance: str, *, by_node: bool = True) -> int:
     """Remove sandboxes left behind by a daemon that is gone; returns how many.
 
     Two marks make a container an orphan: the node label of this daemon's
     addresses (a daemon restarted on the same socket, whether the old one
-    died or not), or an owner label naming a process of this host that has
-    died. The node label alone missed a daemon killed and restarted on
-    another socket or TCP address: its sandboxes ran until someone removed
-    them by hand (review).
+    died or not; only with `by_node`, at start-up), or an owner label naming
+    a process of this host that has died. The node label alone missed a
+    daemon killed and restarted on another socket or TCP address: its
+    sandboxes ran until someone removed them by hand (review).
     """
     removed = 0
     for container in backend.list_ours():
         labels = container.get("Labels") or {}
         if labels.get(LABEL_INSTANCE) == instance:
             continue
-        if labels.get(LABEL_NODE) == node or owner_is_dead(labels.get(LABEL_OWNER, "")):
+        if (by_node and labels.get(LABEL_NODE) == node) or owner_is_dead(labels.get(LABEL_OWNER, "")):
             backend.remove(container["Id"])
             removed += 1
     return removed

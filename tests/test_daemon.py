@@ -28,7 +28,8 @@ def test_the_orphan_sweep_removes_only_old_containers_no_pool_knows() -> None:
     removed: list[str] = []
     daemon = object.__new__(Daemon)  # no engine: only what the sweep reads
     daemon.pools = {"python": pool}
-    daemon.backend = types.SimpleNamespace(remove=removed.append)  # type: ignore[assignment]
+    daemon.node, daemon.instance = "n", "i"
+    daemon.backend = types.SimpleNamespace(remove=removed.append, list_ours=list)  # type: ignore[assignment]
     hour_ago, now = time.time() - 3600, time.time()
     containers = [
         {"Id": sandbox.container_id, "Created": hour_ago, "Names": ["/sandboxd-i-python-1"]},
@@ -38,6 +39,31 @@ def test_the_orphan_sweep_removes_only_old_containers_no_pool_knows() -> None:
     ]
     asyncio.run(daemon._sweep_orphans(containers))
     assert removed == ["orphan"]
+
+
+def test_the_orphan_sweep_removes_the_sandboxes_of_a_dead_daemon_of_this_host(caplog: pytest.LogCaptureFixture) -> None:
+    """Another daemon of this host that died and was not started again: its sandboxes held their memory until the
+    next start of a daemon. A live one's, and a previous daemon's on this node (only start-up reaps those), stay."""
+    from sandboxd import pool as pool_module
+
+    child = subprocess.Popen([sys.executable, "-c", ""])
+    child.wait()
+    others = [
+        {"Id": "dead", "Labels": {"io.sandboxd.instance": "x", "io.sandboxd.node": "m",
+                                  "io.sandboxd.owner": pool_module.owner_token(child.pid)}},
+        {"Id": "alive", "Labels": {"io.sandboxd.instance": "y", "io.sandboxd.node": "m",
+                                   "io.sandboxd.owner": pool_module.owner_token()}},
+        {"Id": "same-node", "Labels": {"io.sandboxd.instance": "z", "io.sandboxd.node": "n"}},
+    ]
+    removed: list[str] = []
+    daemon = object.__new__(Daemon)
+    daemon.pools = {}
+    daemon.node, daemon.instance = "n", "i"
+    daemon.backend = types.SimpleNamespace(remove=removed.append, list_ours=lambda: others)  # type: ignore[assignment]
+    with caplog.at_level("INFO"):
+        asyncio.run(daemon._sweep_orphans([]))
+    assert removed == ["dead"]
+    assert "removed 1 sandboxes of a daemon of this host that is gone" in caplog.text
 
 
 def test_an_orphan_sweep_that_fails_is_logged_not_raised(caplog: pytest.LogCaptureFixture) -> None:
