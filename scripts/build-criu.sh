@@ -63,25 +63,32 @@ fetch_source() {
     ls -1t "$CACHE"/criu_*.orig.tar.* 2>/dev/null | head -n1 || true
 }
 
+# The cached tarball, else one fetched now (adding the deb-src entry when apt knows no source).
+obtain_source() {
+    local found
+    found=$(ls -1t "$CACHE"/criu_*.orig.tar.* 2>/dev/null | head -n1 || true)
+    [ -n "$found" ] || found=$(fetch_source)
+    if [ -z "$found" ]; then
+        if [ ! -f "$KEYRING" ]; then
+            apt-get install -y -q debian-archive-keyring >/dev/null || die "cannot install debian-archive-keyring"
+        fi
+        if [ ! -f "$SRC_LIST" ]; then
+            log "adding a deb-src entry for $SUITE: $SRC_LIST" >&2
+            printf 'Types: deb-src\nURIs: %s\nSuites: %s\nComponents: main\nSigned-By: %s\n' \
+                "$(debian_mirror)" "$SUITE" "$KEYRING" >"$SRC_LIST"
+        fi
+        log "refreshing the $SUITE source index" >&2
+        # This one source only: fast, and leaves the host's other lists alone.
+        apt-get update -q -o Dir::Etc::sourcelist="$SRC_LIST" -o Dir::Etc::sourceparts=- \
+            -o APT::Get::List-Cleanup=0 >/dev/null || die "apt-get update of $SRC_LIST failed"
+        found=$(fetch_source)
+        [ -n "$found" ] || die "apt-get source criu/$SUITE fetched no criu_*.orig.tar.* (see $CACHE/apt-source.log)"
+    fi
+    echo "$found"
+}
+
 mkdir -p "$CACHE"
-tarball=$(ls -1t "$CACHE"/criu_*.orig.tar.* 2>/dev/null | head -n1 || true)
-[ -n "$tarball" ] || tarball=$(fetch_source)
-if [ -z "$tarball" ]; then
-    if [ ! -f "$KEYRING" ]; then
-        apt-get install -y -q debian-archive-keyring >/dev/null || die "cannot install debian-archive-keyring"
-    fi
-    if [ ! -f "$SRC_LIST" ]; then
-        log "adding a deb-src entry for $SUITE: $SRC_LIST"
-        printf 'Types: deb-src\nURIs: %s\nSuites: %s\nComponents: main\nSigned-By: %s\n' \
-            "$(debian_mirror)" "$SUITE" "$KEYRING" >"$SRC_LIST"
-    fi
-    log "refreshing the $SUITE source index"
-    # This one source only: fast, and leaves the host's other lists alone.
-    apt-get update -q -o Dir::Etc::sourcelist="$SRC_LIST" -o Dir::Etc::sourceparts=- \
-        -o APT::Get::List-Cleanup=0 >/dev/null || die "apt-get update of $SRC_LIST failed"
-    tarball=$(fetch_source)
-    [ -n "$tarball" ] || die "apt-get source criu/$SUITE fetched no criu_*.orig.tar.* (see $CACHE/apt-source.log)"
-fi
+tarball=$(obtain_source)
 version=$(basename "$tarball" | sed -E 's/^criu_([^.]+\.[^.]+(\.[0-9]+)?)\.orig\..*/\1/')
 case "$version" in
     4.[1-9]*|[5-9].*|[1-9][0-9].*) ;;  # 4.1 and later (4.10 too), not 4.0
@@ -100,6 +107,14 @@ else
         apt-get update -q >/dev/null
         apt-get install -y -q --no-install-recommends "${need[@]}" >/dev/null \
             || die "apt-get install of the build dependencies failed"
+    fi
+    # A download cut short (a killed setup, a full disk) left a truncated tarball that every later
+    # run found and failed to unpack, so CRIU was never built again until the cache was removed by hand.
+    if ! tar -tf "$tarball" >/dev/null 2>&1; then
+        log "the cached $(basename "$tarball") is damaged: fetching it again"
+        rm -f "$tarball"
+        tarball=$(obtain_source)
+        tar -tf "$tarball" >/dev/null 2>&1 || die "$(basename "$tarball") as fetched does not unpack"
     fi
     log "building in $src (make -j$(nproc) criu, log $CACHE/build.log)"
     rm -rf "$src"
