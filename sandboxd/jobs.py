@@ -62,7 +62,8 @@ LIMITS = {
     "total_time": pb.LIMIT_TOTAL_TIME,
 }
 CODE_EXTRACTION = {0: "last_block", 1: "last_block", 2: "first_block", 3: "whole", 4: "tag"}
-CHECKERS = {0: "whitespace", 1: "whitespace", 2: "exact", 3: "float"}
+# CHECKER_UNSPECIFIED takes the checker of the tests' dataset (TestPlan.checker): whitespace for explicit cases.
+CHECKERS = {0: "unspecified", 1: "whitespace", 2: "exact", 3: "float", 4: "tokens_ignore_case", 5: "lines_decimal"}
 MATH_EXTRACTION = {0: "auto", 1: "auto", 2: "boxed", 3: "answer_tag", 4: "phrase", 5: "last_expression"}
 REWARD_MODES = {0: "binary", pb.REWARD_MODE_BINARY: "binary", pb.REWARD_MODE_FRACTION: "fraction"}
 
@@ -458,9 +459,10 @@ def _prepare_code(job: pb.Job, config: Config, limits: dict[str, Any], failure_v
     # judge's processes assemble it in the sandbox. A stdio run has no such step; no dataset shape gives it a prompt.
     assembly = code_verifier.program_assembly(plan) if plan.kind != "stdio" else None
     program["code"] = extracted if assembly is not None else code_verifier.assemble_program(extracted, plan)
+    checker = _enum(CHECKERS, request.checker, f"{where}.code.checker")
     agent_job: dict[str, Any] = {
         "kind": "code", "program": program, "limits": limits,
-        "plan": plan_to_agent(plan), "checker": _enum(CHECKERS, request.checker, f"{where}.code.checker"),
+        "plan": plan_to_agent(plan), "checker": checker if checker != "unspecified" else plan.checker,
         "tolerance": tolerance, "stop_on_first_failure": request.stop_on_first_failure,
     }
     if assembly is not None:

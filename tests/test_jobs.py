@@ -61,6 +61,32 @@ def test_bad_tests_fail_every_job_that_sends_them() -> None:
             jobs.prepare(code_job(index, "```python\nx = 1\n```", {**TESTS, "test": "def check(:\n"}), Config())
 
 
+# -- checker: unset takes the one of the tests' dataset's grader --------------------------------
+
+CODE_CONTESTS = {"public_tests": {"input": ["1\n"], "output": ["YES\n"]}}
+LIVECODEBENCH = [{"input": "1\n", "output": "2.0\n", "testtype": "stdin"}]
+
+
+@pytest.mark.parametrize(("tests", "checker", "sent"), [
+    pytest.param(CODE_CONTESTS, pb.CHECKER_UNSPECIFIED, "tokens_ignore_case", id="code-contests"),
+    pytest.param(LIVECODEBENCH, pb.CHECKER_UNSPECIFIED, "lines_decimal", id="livecodebench"),
+    pytest.param({"inputs": ["1\n"], "outputs": ["2\n"]}, pb.CHECKER_UNSPECIFIED, "whitespace", id="verl-apps"),
+    pytest.param(CODE_CONTESTS, pb.CHECKER_WHITESPACE, "whitespace", id="explicit-wins"),
+    pytest.param(LIVECODEBENCH, pb.CHECKER_EXACT, "exact", id="explicit-exact-wins"),
+    pytest.param(LIVECODEBENCH, pb.CHECKER_TOKENS_IGNORE_CASE, "tokens_ignore_case", id="by-name"),
+    pytest.param(CODE_CONTESTS, pb.CHECKER_LINES_DECIMAL, "lines_decimal", id="the-other-by-name"),
+])
+def test_the_checker_reaching_the_agent(tests: Any, checker: int, sent: str) -> None:
+    job = pb.Job(code=pb.CodeJob(completion="```python\nprint(1)\n```", checker=checker,  # type: ignore[arg-type]
+                                 tests=pb.CodeTests(dataset_json=json.dumps(tests))))
+    assert agent_job(jobs.prepare(job, Config()))["checker"] == sent
+
+
+def test_explicit_stdio_cases_keep_the_whitespace_default() -> None:
+    job = pb.Job(code=pb.CodeJob(completion="```python\nprint(1)\n```", tests=STDIO_TESTS))
+    assert agent_job(jobs.prepare(job, Config()))["checker"] == "whitespace"
+
+
 # -- float_tolerance: optional, so an explicit 0 (exact comparison) is not "unset" ----------------
 
 STDIO_TESTS = pb.CodeTests(stdio=[pb.StdioCase(stdin="", expected_stdout="0.3\n")])

@@ -264,7 +264,7 @@ DATASET_KEYS: dict[str, tuple[str, ...]] = {
 }
 
 _CODE_EXTRACTION = {"last_block", "first_block", "whole", "tag"}
-_CHECKERS = {"whitespace", "exact", "float"}
+_CHECKERS = {"whitespace", "exact", "float", "tokens_ignore_case", "lines_decimal"}
 _REWARD_MODES = {"binary", "fraction"}
 _MATH_EXTRACTION = {"auto", "boxed", "answer_tag", "phrase", "last_expression"}
 
@@ -507,7 +507,7 @@ def code_job(
     entry_point: str | None = None,
     extraction: str = "last_block",
     tag: str | None = None,
-    checker: str = "whitespace",
+    checker: str | None = None,
     float_tolerance: float | None = None,
     reward_mode: str = "binary",
     stop_on_first_failure: bool = False,
@@ -524,7 +524,9 @@ def code_job(
     the cases left when it runs out are failed, ``Limit.TOTAL_TIME``).
     ``failure_value`` is the reward for a model failure (daemon default -1.0).
     ``float_tolerance`` (float checker and function tests): None for the daemon's default
-    (1e-6, absolute and relative), 0.0 for exact comparison.
+    (1e-6, absolute and relative), 0.0 for exact comparison. ``checker`` (stdout tests): None
+    for the checker of the tests' dataset's own grader (CodeContests' ``tokens_ignore_case``,
+    LiveCodeBench's ``lines_decimal``), ``whitespace`` for other tests.
     """
     extraction_value = _enum(
         pb.CodeExtraction, "CODE_EXTRACTION_", extraction, _CODE_EXTRACTION, "extraction"
@@ -542,7 +544,8 @@ def code_job(
             tests=code_tests(tests, fn_name=fn_name, entry_point=entry_point),
             extraction=extraction_value,
             tag=tag or "",
-            checker=_enum(pb.Checker, "CHECKER_", checker, _CHECKERS, "checker"),
+            checker=pb.CHECKER_UNSPECIFIED if checker is None else _enum(pb.Checker, "CHECKER_", checker,
+                                                                          _CHECKERS, "checker"),
             reward_mode=_enum(pb.RewardMode, "REWARD_MODE_", reward_mode, _REWARD_MODES, "reward_mode"),
             stop_on_first_failure=bool(stop_on_first_failure),
         )

@@ -23,6 +23,7 @@ import functools
 import json
 import math
 import re
+import string
 import types
 import warnings
 from collections.abc import Mapping
@@ -586,7 +587,8 @@ class TestPlan:
     not the candidate's; and :func:`assemble_program` prepends it to a
     body-only completion. ``prelude`` (MBPP's ``test_imports``) is prepended
     to every program, as the reference harness executes it in the program's
-    namespace.
+    namespace. ``checker`` is the stdout checker of the dataset's own grader
+    (see :func:`compare_stdout`), used when a request names none.
     """
 
     __test__ = False  # not a pytest test class, despite the name
@@ -599,6 +601,7 @@ class TestPlan:
     entry_point: str = ""
     prompt: str = ""
     prelude: str = ""
+    checker: str = "whitespace"
 
     @functools.cached_property
     def prompt_head(self) -> str:
@@ -846,7 +849,7 @@ def _code_contests_plan(data: Mapping[str, Any]) -> TestPlan:
             )
     if not cases:
         raise ValueError("dataset_json: no test cases in public_tests/private_tests/generated_tests")
-    return TestPlan("stdio", stdio=tuple(cases))
+    return TestPlan("stdio", stdio=tuple(cases), checker="tokens_ignore_case")
 
 
 def _lcb_args(text: Any, what: str) -> tuple[Any, ...]:
@@ -879,6 +882,9 @@ def _case_list_plan(cases: list[Any], fn_name: str) -> TestPlan:
         raise ValueError(f"dataset_json mixes test types {sorted(kinds)}")
     kind = kinds.pop()
     if kind == "stdin":
+        # LiveCodeBench's own grader, where the cases say they are its (testtype); a bare list of
+        # {input, output} comes from other datasets too (DeepCoder's Codeforces rows).
+        named = all(case.get("testtype") == "stdin" for case in cases)
         return TestPlan(
             "stdio",
             stdio=tuple(
@@ -888,6 +894,7 @@ def _case_list_plan(cases: list[Any], fn_name: str) -> TestPlan:
                 )
                 for i, c in enumerate(cases)
             ),
+            checker="lines_decimal" if named else "whitespace",
         )
     if kind != "functional":
         raise ValueError(f"dataset_json: unknown testtype {kind!r} (expected 'stdin' or 'functional')")
@@ -1021,11 +1028,13 @@ def normalize_tests(tests: Mapping[str, Any]) -> TestPlan:
       imports + setup + the asserts as one block (``challenge_test_list`` is
       ignored, as in the reference evaluation).
     - CodeContests ``{"public_tests", "private_tests", "generated_tests"}``:
-      stdio, all groups present, in that order.
+      stdio, all groups present, in that order; checked as its tester does
+      (``tokens_ignore_case``).
     - LiveCodeBench ``[{"input", "output", "testtype"}]`` or a row with
       ``public_test_cases``/``private_test_cases`` (JSON only) and
-      ``metadata.func_name``: ``stdin`` cases are stdio; ``functional`` cases
-      take one JSON argument per input line and a JSON output.
+      ``metadata.func_name``: ``stdin`` cases are stdio, checked as its grader
+      does (``lines_decimal``) when each names its testtype; ``functional``
+      cases take one JSON argument per input line and a JSON output.
 
     Raises ``ValueError`` with a precise message on malformed tests.
     """
@@ -1085,6 +1094,77 @@ def _token_close(actual: str, expected: str, tolerance: float) -> bool:
     return math.isfinite(got) and math.isfinite(want) and _close(got, want, tolerance)
 
 
+# CodeContests' tester (google-deepmind/code_contests, execution/tester_sandboxer.cc: OutputsMatch, SplitAndLowercase,
+# ValuesMatch) splits at these five characters only (absl::ByAnyChar(" \n\t\r\v")) and lower-cases ASCII letters only
+# (absl::AsciiStrToLower): a form feed or a no-break space stays inside a token, and "É" is not "é".
+_CODE_CONTESTS_TOKEN = re.compile(r"[^ \n\t\r\v]+")
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+# What absl::SimpleAtod reads besides a decimal number (lower-cased here): infinities and NaNs, a NaN with a payload.
+# They are numbers there, and their difference with anything is never below the tolerance: they never match per token.
+_NON_FINITE = re.compile(r"[+-]?(?:inf(?:inity)?|nan(?:\(\w*\))?)", re.ASCII)
+# ValuesMatch's kDoublePrecision: absolute, and strictly below.
+_CODE_CONTESTS_TOLERANCE = 1e-5
+
+
+def _code_contests_value(token: str) -> float | None:
+    """A lower-cased token as a number the way CodeContests' tester reads one; None for a word."""
+    if _NUMBER.fullmatch(token):
+        return float(token)  # past the double range: inf, as absl's
+    return math.nan if _NON_FINITE.fullmatch(token) else None
+
+
+def _code_contests_token(actual: str, expected: str) -> bool:
+    got, want = _code_contests_value(actual), _code_contests_value(expected)
+    if got is None or want is None:
+        return actual == expected
+    # Two integers compare exactly. The tester compares every number as a double (absl::SimpleAtod reads
+    # integers too), so 10^18 + 1 for 10^18 passed there; an off-by-one 64-bit answer is not paid here.
+    if _INTEGER.fullmatch(actual) and _INTEGER.fullmatch(expected):
+        return Decimal(actual) == Decimal(expected)
+    # A NaN, or inf - inf, is never below: as in the tester, a non-finite token matches no token here.
+    return abs(got - want) < _CODE_CONTESTS_TOLERANCE
+
+
+def _tokens_ignore_case(actual: str, expected: str) -> bool:
+    got = _CODE_CONTESTS_TOKEN.findall(actual.translate(_ASCII_LOWER))
+    want = _CODE_CONTESTS_TOKEN.findall(expected.translate(_ASCII_LOWER))
+    if got == want:
+        return True
+    return len(got) == len(want) and all(_code_contests_token(g, w) for g, w in zip(got, want, strict=True))
+
+
+def _decimals(line: str) -> list[Decimal] | None:
+    """A line's tokens as LiveCodeBench's convert_line_to_decimals reads them; None when one is not a number.
+
+    Decimal() keeps the exponent apart from the digits, so 1e999999999 is a short object, and
+    comparing two costs their digits, not their magnitude.
+    """
+    try:
+        return [Decimal(token) for token in line.split()]
+    except (ArithmeticError, ValueError):  # decimal.InvalidOperation is an ArithmeticError
+        return None
+
+
+def _lines_decimal(actual: str, expected: str) -> bool:
+    # LiveCodeBench's grade_stdio (lcb_runner/evaluation/testing_util.py): get_stripped_lines, then each pair of
+    # lines equal as text, else equal as lists of Decimals (2.0 = 2.00, 1e3 = 1000).
+    got = [line.strip() for line in actual.strip().split("\n")]
+    want = [line.strip() for line in expected.strip().split("\n")]
+    if len(got) != len(want):
+        return False
+    for got_line, want_line in zip(got, want, strict=True):
+        if got_line == want_line:
+            continue
+        got_values, want_values = _decimals(got_line), _decimals(want_line)
+        try:
+            # NaN equals nothing, Infinity only Infinity, as Decimal's ==.
+            if got_values is None or got_values != want_values:
+                return False
+        except ArithmeticError:  # a signaling NaN refuses ==; the grader fails the case on its exception
+            return False
+    return True
+
+
 def compare_stdout(
     actual: str | bytes, expected: str | bytes, checker: str = "whitespace", tolerance: float = 1e-6
 ) -> bool:
@@ -1098,6 +1178,14 @@ def compare_stdout(
     - ``"exact"``: byte-for-byte equal.
     - ``"float"``: same tokens, except that two numbers are equal when within
       ``tolerance``, absolute or relative.
+    - ``"tokens_ignore_case"`` (CodeContests' tester): tokens split at ASCII
+      blanks, equal once ASCII letters are lower-cased, or both numbers less
+      than 1e-5 apart (absolute; ``tolerance`` is not used); two integers
+      compare exactly, and an infinity or NaN matches only in an output equal
+      token for token.
+    - ``"lines_decimal"`` (LiveCodeBench's grader): as many lines once the
+      output is stripped, each line equal once stripped, or its tokens equal
+      as ``Decimal`` numbers (``2.0`` = ``2.00``; NaN equals nothing).
 
     Bytes are decoded as UTF-8 with replacement.
     """
@@ -1116,6 +1204,10 @@ def compare_stdout(
         return len(got) == len(want) and all(
             _token_close(g, w, tolerance) for g, w in zip(got, want, strict=True)
         )
+    if name == "tokens_ignore_case":
+        return _tokens_ignore_case(actual, expected)
+    if name == "lines_decimal":
+        return _lines_decimal(actual, expected)
     raise ValueError(f"unknown checker {checker!r}")
 
 

@@ -16,6 +16,7 @@ import pytest
 from conftest import StartFake
 from fake_daemon import Abort, Delay, FakeServer
 from sandboxd_client import InvalidRequest, RetryPolicy
+from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 from sandboxd_client.trl import completion_text, make_async_reward_func, make_reward_func
 from sandboxd_client.verl import compute_score, compute_score_async, compute_score_batch, kind_for
 
@@ -248,6 +249,27 @@ def test_verl_batch_and_bad_rows(fake: FakeServer) -> None:
     )
     assert [s["score"] for s in scores] == [1.0, 0.0, 1.0]
     assert scores[1]["status"] == "INVALID_REQUEST" and scores[1]["infra_failure"]
+
+
+def test_the_adapters_leave_the_checker_to_the_daemon(start_fake: StartFake) -> None:
+    """TRL and verl rows of CodeContests and LiveCodeBench reach the daemon without a checker, which then
+    checks them as their own graders do (they were sent CHECKER_WHITESPACE)."""
+    checkers: list[int] = []
+
+    def record(fake: Any, job: Any, attempt: int) -> None:
+        checkers.append(job.code.checker)
+
+    server = start_fake("a", record)
+    code_contests = {"public_tests": {"input": ["1"], "output": ["YES"]}}
+    livecodebench = json.dumps([{"input": "1", "output": "2.0", "testtype": "stdin"}])
+    compute_score("codecontests", "correct", code_contests, address=server.address)
+    compute_score("livecodebench", "correct", livecodebench, address=server.address)
+    reward = make_reward_func("code", address=server.address)
+    reward(prompts=["p"], completions=["correct"], input_output=[livecodebench])
+    assert checkers == [pb.CHECKER_UNSPECIFIED] * 3
+    explicit = make_reward_func("code", address=server.address, code_options={"checker": "exact"})
+    explicit(prompts=["p"], completions=["correct"], input_output=[livecodebench])
+    assert checkers[-1] == pb.CHECKER_EXACT
 
 
 def test_verl_numpy_ground_truths(fake: FakeServer) -> None:

@@ -228,6 +228,19 @@ def test_code_job_options() -> None:
     assert not code_job("x", [("1", "1")]).HasField("failure_value")
 
 
+def test_the_checker_is_left_to_the_daemon_unless_given() -> None:
+    """code_job sent CHECKER_WHITESPACE by default, so the daemon's checker for a dataset's shape
+    (CodeContests' case-insensitive tokens, LiveCodeBench's Decimal lines) never applied."""
+    code_contests = {"public_tests": {"input": ["1"], "output": ["YES"]}}
+    assert code_job("x", code_contests).code.checker == pb.CHECKER_UNSPECIFIED
+    assert code_job("x", [("1", "1")]).code.checker == pb.CHECKER_UNSPECIFIED
+    assert code_job("x", code_contests, checker="whitespace").code.checker == pb.CHECKER_WHITESPACE
+    assert code_job("x", code_contests, checker="TOKENS_IGNORE_CASE").code.checker == pb.CHECKER_TOKENS_IGNORE_CASE
+    assert code_job("x", code_contests, checker="lines_decimal").code.checker == pb.CHECKER_LINES_DECIMAL
+    with pytest.raises(InvalidRequest, match="checker must be one of"):
+        code_job("x", code_contests, checker="codecontests")
+
+
 @pytest.mark.parametrize("kind", ["code", "math"])
 def test_float_tolerance_is_sent_only_when_given(kind: str) -> None:
     """0.0 (exact comparison) goes on the wire with presence; None leaves the field unset (daemon default)."""

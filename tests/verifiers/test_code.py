@@ -521,6 +521,29 @@ def test_code_contests_shape_concatenates_groups() -> None:
     assert plan.stdio == (StdioCase("1\n", "1\n"), StdioCase("2\n", "4\n"))
 
 
+@pytest.mark.parametrize(("tests", "checker"), [
+    pytest.param({"public_tests": {"input": ["1"], "output": ["YES"]}}, "tokens_ignore_case", id="code-contests"),
+    pytest.param([{"input": "1", "output": "2.0", "testtype": "stdin"}], "lines_decimal", id="livecodebench"),
+    pytest.param({"public_test_cases": json.dumps([{"input": "1", "output": "2.0", "testtype": "stdin"}]),
+                  "private_test_cases": "[]", "metadata": "{}"}, "lines_decimal", id="livecodebench-row"),
+    pytest.param([{"input": "1", "output": "2.0", "testtype": "stdin", "metadata": {}}], "lines_decimal",
+                 id="deepcoder-livecodebench"),
+    # Other datasets keep whitespace: a bare list of {input, output} is not only LiveCodeBench's (DeepCoder's
+    # Codeforces rows), and the APPS-family graders (verl's prime_code, TACO) are not case-insensitive.
+    pytest.param([{"input": "1", "output": "2"}], "whitespace", id="bare-case-list"),
+    pytest.param({"inputs": ["1"], "outputs": ["2"]}, "whitespace", id="verl-apps"),
+    pytest.param({"test_cases": [{"type": "stdin_stdout", "input": "1", "output": "2"}]}, "whitespace",
+                 id="prime-intellect"),
+    pytest.param([{"type": "stdin_stdout", "input": "1", "output": "2"}], "whitespace", id="deepcoder-prime"),
+])
+def test_a_dataset_shape_names_its_graders_checker(tests: Any, checker: str) -> None:
+    assert normalize_tests({"dataset_json": tests}).checker == checker
+
+
+def test_explicit_cases_are_checked_by_whitespace() -> None:
+    assert normalize_tests({"stdio": [{"stdin": "", "expected_stdout": "1"}]}).checker == "whitespace"
+
+
 def test_livecodebench_shapes() -> None:
     cases = [{"input": "3\n1 2 3\n", "output": "6\n", "testtype": "stdin"}]
     assert normalize_tests({"dataset_json": json.dumps(cases)}).stdio == (StdioCase("3\n1 2 3\n", "6\n"),)
@@ -688,6 +711,111 @@ def test_a_zero_float_tolerance_is_exact() -> None:
     assert compare_values({"x": [0.25]}, {"x": (0.25,)}, 0.0)
     with pytest.raises(ValueError):
         compare_values(1.0, 1.0, -1e-9)
+
+
+# CodeContests' tester: google-deepmind/code_contests, execution/tester_sandboxer.cc (OutputsMatch).
+@pytest.mark.parametrize(("actual", "expected", "passes"), [
+    pytest.param("Yes\n", "YES\n", True, id="case-of-a-word"),
+    pytest.param("possible\n1 2\n", "POSSIBLE\n1 2", True, id="case-among-numbers"),
+    pytest.param("1  2\r\n\n3\t\v", "1 2\n3\n", True, id="ascii-blanks"),
+    pytest.param("0.333333", "0.3333333333", True, id="within-1e-5"),
+    pytest.param("3.000009", "3", True, id="an-integer-within-1e-5"),
+    pytest.param("1e3", "1000", True, id="a-number-spelt-otherwise"),
+    pytest.param("1.00002", "1", False, id="past-1e-5"),
+    pytest.param("1000000.00002", "1000000", False, id="absolute-not-relative"),
+    pytest.param("1.2 x", "1.2 y", False, id="another-word"),
+    pytest.param("1\f2", "1 2", False, id="form-feed-is-no-separator"),
+    pytest.param("1\u00a02", "1 2", False, id="no-break-space-is-no-separator"),
+    pytest.param("\u00c9T\u00c9", "\u00e9t\u00e9", False, id="ascii-case-only"),
+    pytest.param("0x10", "16", False, id="hex-is-a-word"),
+])
+def test_the_tokens_ignore_case_checker_is_code_contests_tester(actual: str, expected: str, passes: bool) -> None:
+    """`Yes` against `YES` failed the default checker, where CodeContests' own tester passes it (review)."""
+    assert compare_stdout(actual, expected, "tokens_ignore_case") is passes
+    assert compare_stdout(actual, expected, "CHECKER_TOKENS_IGNORE_CASE") is passes
+
+
+def test_the_tokens_ignore_case_checker_has_its_testers_tolerance_only() -> None:
+    # ValuesMatch's kDoublePrecision, 1e-5 absolute, whatever float_tolerance the request gives.
+    assert compare_stdout("1.000009", "1", "tokens_ignore_case", 0.0)
+    assert not compare_stdout("1.00002", "1", "tokens_ignore_case", 1e-3)
+
+
+@pytest.mark.parametrize(("actual", "expected"), [
+    pytest.param("", "YES\n", id="empty-output"),
+    pytest.param("YES\nYes\nyes\n", "YES\n", id="every-case-variant"),
+    pytest.param("YES NO", "YES", id="both-answers"),
+    pytest.param("nan", "5", id="nan-for-a-number"),
+    pytest.param("nan(123)", "5", id="nan-with-a-payload"),
+    pytest.param("NaN 2", "NaN 2.000001", id="nan-against-nan-beside-another-number"),
+    pytest.param("inf", "1e308", id="inf-for-a-finite-number"),
+    pytest.param("-infinity", "-1e308", id="minus-infinity"),
+    pytest.param("1e999 1", "1e999 1.000001", id="equal-infinities-beside-another-number"),
+    pytest.param("1e999", "inf", id="an-overflow-is-no-match"),
+    # The tester reads 64-bit integers as doubles, where 10^18 + 1 is 10^18: an off-by-one is not paid here.
+    pytest.param("1000000000000000001", "1000000000000000000", id="big-integers-exact"),
+    pytest.param("1" * 5000, "1" * 4999 + "2", id="past-int-digits"),
+])
+def test_the_tokens_ignore_case_checker_pays_no_attack(actual: str, expected: str) -> None:
+    assert not compare_stdout(actual, expected, "tokens_ignore_case")
+
+
+def test_the_tokens_ignore_case_checker_takes_equal_outputs_of_any_token() -> None:
+    """Token lists equal once lower-cased pass first, as in the tester: an expected NaN or infinity too."""
+    assert compare_stdout("NaN Inf", "nan inf\n", "tokens_ignore_case")
+    assert compare_stdout("1" * 5000, "1" * 5000, "tokens_ignore_case")
+    assert compare_stdout("", "\n", "tokens_ignore_case")
+
+
+@pytest.mark.timeout(20)
+def test_the_tokens_ignore_case_checker_reads_any_output_in_linear_time() -> None:
+    assert not compare_stdout("1" * 1_000_000 + "x", "3", "tokens_ignore_case")
+    assert not compare_stdout("1." + "1" * 1_000_000 + "e", "3", "tokens_ignore_case")
+    assert compare_stdout("0." + "3" * 1_000_000, "0.3333333", "tokens_ignore_case")
+    assert not compare_stdout("9" * 1_000_000, "1e999", "tokens_ignore_case")
+
+
+# LiveCodeBench's grader: lcb_runner/evaluation/testing_util.py (grade_stdio, get_stripped_lines,
+# convert_line_to_decimals).
+@pytest.mark.parametrize(("actual", "expected", "passes"), [
+    pytest.param("2.0\n", "2.00\n", True, id="equal-decimals"),
+    pytest.param("1e3 -0\n", "1000 0\n", True, id="other-spellings"),
+    pytest.param("1  2\n", "1 2\n", True, id="blanks-between-numbers"),
+    pytest.param("\n\n  abc \r\n3\n\n", "abc\n3", True, id="stripped-lines"),
+    pytest.param("0.30000000000000004", "0.3", False, id="no-tolerance"),
+    pytest.param("1 2\n", "1\n2\n", False, id="a-line-break-counts"),
+    pytest.param("1\n\n2\n", "1\n2\n", False, id="a-blank-line-inside-counts"),
+    pytest.param("a  b\n", "a b\n", False, id="blanks-inside-a-text-line"),
+    pytest.param("YES\n", "yes\n", False, id="case-counts"),
+])
+def test_the_lines_decimal_checker_is_livecodebench_grader(actual: str, expected: str, passes: bool) -> None:
+    """LiveCodeBench's grader takes 2.0 for 2.00, which the default checker failed (review)."""
+    assert compare_stdout(actual, expected, "lines_decimal") is passes
+    assert compare_stdout(actual, expected, "CHECKER_LINES_DECIMAL") is passes
+
+
+@pytest.mark.parametrize(("actual", "expected"), [
+    pytest.param("", "5\n", id="empty-output"),
+    pytest.param("5\n", "", id="output-where-none-is-expected"),
+    pytest.param("YES\nyes\n", "yes\n", id="every-case-variant"),
+    pytest.param("NaN\n", "5\n", id="nan-for-a-number"),
+    pytest.param("NaN 1\n", "NaN 1.0\n", id="nan-against-nan"),
+    pytest.param("sNaN\n", "5\n", id="a-signaling-nan"),
+    pytest.param("Infinity\n", "1e999999999\n", id="infinity-for-a-finite-number"),
+    pytest.param("-inf\n", "-1e999999999\n", id="minus-infinity"),
+    pytest.param("1e999999999\n", "1\n", id="a-huge-exponent"),
+    pytest.param("1e99999999999999999999\n", "1\n", id="an-exponent-past-the-context"),
+])
+def test_the_lines_decimal_checker_pays_no_attack(actual: str, expected: str) -> None:
+    assert not compare_stdout(actual, expected, "lines_decimal")
+
+
+@pytest.mark.timeout(20)
+def test_the_lines_decimal_checker_reads_any_output_in_linear_time() -> None:
+    assert not compare_stdout("1" * 4_000_000 + "x", "3", "lines_decimal")
+    assert not compare_stdout("1" * 4_000_000, "1" * 3_999_999 + "2", "lines_decimal")
+    assert compare_stdout("1" * 4_000_000 + "e-3999999", "1." + "1" * 3_999_999, "lines_decimal")
+    assert not compare_stdout("1 " * 1_000_000, "1 " * 999_999 + "2", "lines_decimal")
 
 
 @pytest.mark.parametrize(
