@@ -970,6 +970,47 @@ def test_checkers(channel: grpc.Channel, program: str, expected: str, checker: i
         assert_failed(result, pb.STATUS_WRONG_ANSWER)
 
 
+def code_contests(expected: str) -> dict[str, Any]:
+    return {"public_tests": {"input": [""], "output": [expected]}, "private_tests": {"input": [], "output": []}}
+
+
+def livecodebench(expected: str) -> list[dict[str, str]]:
+    return [{"input": "", "output": expected, "testtype": "stdin"}]
+
+
+@pytest.mark.parametrize(
+    ("program", "dataset", "checker", "passes"),
+    [
+        pytest.param("print('Yes')", code_contests("YES\n"), pb.CHECKER_UNSPECIFIED, True, id="codecontests-case"),
+        pytest.param("print(1/3)", code_contests("0.333333\n"), pb.CHECKER_UNSPECIFIED, True,
+                     id="codecontests-within-1e-5"),
+        pytest.param("print('Yes')", code_contests("YES\n"), pb.CHECKER_WHITESPACE, False,
+                     id="codecontests-explicit-whitespace"),
+        pytest.param("print('YES yes Yes')", code_contests("YES\n"), pb.CHECKER_UNSPECIFIED, False,
+                     id="codecontests-every-case"),
+        pytest.param("print('nan')", code_contests("0.5\n"), pb.CHECKER_UNSPECIFIED, False, id="codecontests-nan"),
+        pytest.param("print(2.0)", livecodebench("2.00\n"), pb.CHECKER_UNSPECIFIED, True, id="livecodebench-decimal"),
+        pytest.param("print(2.0)", livecodebench("2.00\n"), pb.CHECKER_WHITESPACE, False,
+                     id="livecodebench-explicit-whitespace"),
+        pytest.param("print(1, 2)", livecodebench("1\n2\n"), pb.CHECKER_UNSPECIFIED, False,
+                     id="livecodebench-lines-count"),
+        pytest.param("print('Infinity')", livecodebench("1e999999999\n"), pb.CHECKER_UNSPECIFIED, False,
+                     id="livecodebench-infinity"),
+        pytest.param("print('Yes')", {"inputs": [""], "outputs": ["YES\n"]}, pb.CHECKER_UNSPECIFIED, False,
+                     id="apps-keeps-whitespace"),
+    ],
+)
+def test_a_dataset_shape_is_checked_as_its_grader_checks(channel: grpc.Channel, program: str, dataset: Any,
+                                                          checker: int, passes: bool) -> None:
+    """Through the real daemon and agent: unset, the checker is the dataset's grader's (CodeContests' tester,
+    LiveCodeBench's grade_stdio); a correct `Yes` for `YES` was paid the failure value (review)."""
+    result = helpers.run(channel, dataset_job(program, dataset, checker=checker))
+    if passes:
+        assert_ok(result)
+    else:
+        assert_failed(result, pb.STATUS_WRONG_ANSWER)
+
+
 @pytest.mark.parametrize(
     ("completion", "language", "extraction"),
     [
