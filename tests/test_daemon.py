@@ -277,8 +277,10 @@ def connects_as(path: str, uid: int, gid: int, groups: list[int]) -> str:
              "s = socket.socket(socket.AF_UNIX)\n"
              "try:\n    s.connect(sys.argv[1]); print('ok')\n"
              "except OSError as e:\n    print(errno.errorcode[e.errno])\n")
-    return subprocess.run([sys.executable, "-c", probe, path], user=uid, group=gid, extra_groups=groups,
-                          capture_output=True, text=True, timeout=30).stdout.strip()
+    # The system's interpreter: the checkout's venv may lie in a folder another user cannot enter.
+    interpreter = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+    return subprocess.run([interpreter, "-I", "-c", probe, path], user=uid, group=gid, extra_groups=groups,
+                          capture_output=True, text=True, timeout=30, cwd="/").stdout.strip()
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="running probes as other users needs root")
