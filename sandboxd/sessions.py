@@ -16,6 +16,7 @@ import asyncio
 import base64
 import contextlib
 import functools
+import hashlib
 import logging
 import math
 import secrets
@@ -55,6 +56,14 @@ EXPIRY_TICK_SECONDS = 0.5
 DEATH_CHECK_SECONDS = 2.0
 AGENT_SLACK_SECONDS = 10.0
 OPEN_ATTEMPTS = 3
+# OpenSessionRequest.request_id: at most this long (a uuid4's hex is 32), remembered this long after its
+# session opened (a client's retries of one open end well within it: the Python client's default policy
+# waits about 11 to 23 s in all, and at most 8 x 30 s, its cap on a retry hint), and at most
+# this many at once: 16,384 keys of 128 characters hold about 7 MB, and 1,024 sessions (the default
+# maximum) turned over in 600 s are 27 opens a second.
+MAX_REQUEST_ID_CHARS = 128
+REQUEST_ID_SECONDS = 600.0
+REMEMBERED_REQUEST_IDS = 16384
 
 
 @dataclass(eq=False)
@@ -85,6 +94,21 @@ class Session:
 SessionGroup = list[Session]  # named here: inside SessionManager, `list` is its method
 
 
+@dataclass(frozen=True, slots=True)
+class _KeyOpening:
+    """An open with a request_id, in flight: `done` is set when it opened or failed."""
+
+    digest: bytes  # of the whole request: a repeat must be the same request
+    done: asyncio.Event
+
+
+@dataclass(frozen=True, slots=True)
+class _KeyOpened:
+    digest: bytes
+    session: Session
+    at: float  # monotonic
+
+
 class SessionManager:
     def __init__(self, pool: Pool | None, config: Config) -> None:
         self.pool = pool
@@ -92,6 +116,9 @@ class SessionManager:
         self.sessions: dict[str, Session] = {}
         self._endings: OrderedDict[str, str] = OrderedDict()
         self._opening = 0
+        # request_id -> the open it named: in flight, or done (oldest first) for REQUEST_ID_SECONDS.
+        self._keys_opening: dict[str, _KeyOpening] = {}
+        self._keys_opened: OrderedDict[str, _KeyOpened] = OrderedDict()
         self._task: asyncio.Task[None] | None = None
         # Endings started from a lost sandbox, held until done (a bare task may be collected).
         self._endings_running: set[asyncio.Task[None]] = set()
@@ -129,6 +156,54 @@ class SessionManager:
         return language, limits, idle, files
 
     async def open(self, request: pb.OpenSessionRequest) -> Session:
+        """Open a session; a repeat of a request_id gets the session its first open opened.
+
+        A repeat that comes while the first is in flight waits for it, so
+        concurrent opens with one key end with one session; if the first
+        failed, the repeat opens anew. Keys are the daemon's, not a
+        caller's: it knows no caller identity (any caller on its socket may
+        List every session and use its id), and the peer address cannot
+        scope them, since a retry after a dropped connection comes on a new
+        one. A key then gives no more than the session id it answers with,
+        which List shows anyway; clients make it random (uuid4), so that no
+        two of them pick one key.
+        """
+        key = request.request_id
+        if not key:
+            return await self._open(request)
+        if len(key) > MAX_REQUEST_ID_CHARS:
+            raise InvalidRequest(f"request_id has {len(key)} characters; at most {MAX_REQUEST_ID_CHARS}")
+        # The key is among the bytes hashed, and the same in a repeat: a digest that differs is another request.
+        digest = hashlib.sha256(request.SerializeToString(deterministic=True)).digest()
+        while True:
+            self._forget_request_ids()
+            earlier = self._keys_opened.get(key) or self._keys_opening.get(key)
+            if earlier is None:
+                break
+            if earlier.digest != digest:
+                raise InvalidRequest(f"request_id {key!r} was sent before with another request (language, "
+                                     "limits, files or idle_timeout_seconds differ); a key names one open")
+            if isinstance(earlier, _KeyOpened):
+                return earlier.session
+            await earlier.done.wait()  # then it opened (answered above), or failed and this one opens anew
+        opening = _KeyOpening(digest, asyncio.Event())
+        self._keys_opening[key] = opening
+        try:
+            session = await self._open(request)
+            self._keys_opened[key] = _KeyOpened(digest, session, time.monotonic())
+            self._forget_request_ids()
+            return session
+        finally:
+            del self._keys_opening[key]
+            opening.done.set()
+
+    def _forget_request_ids(self) -> None:
+        cutoff = time.monotonic() - REQUEST_ID_SECONDS
+        opened = self._keys_opened
+        while opened and (len(opened) > REMEMBERED_REQUEST_IDS or next(iter(opened.values())).at < cutoff):
+            opened.popitem(last=False)
+
+    async def _open(self, request: pb.OpenSessionRequest) -> Session:
         language, limits, idle, files = self._validate(request)
         pool = self.pool
         if pool is None:

@@ -16,6 +16,7 @@ from sandboxd.config import Config
 from sandboxd.errors import (
     InvalidRequest,
     NoSandbox,
+    SandboxdError,
     SandboxFull,
     SandboxLost,
     SessionBusy,
@@ -82,6 +83,7 @@ def test_unknown_pool_kind_is_refused() -> None:
     ({"files": [pb.File(path="big", content=b"x" * (17 << 20))]}, "at most"),
     ({"files": [pb.File(path=f"d{i}/" + "a/" * 2040 + "f") for i in range(33)]}, "more than the 65536"),
     ({"limits": pb.Limits(memory_bytes=1 << 40)}, "limits.memory_bytes"),
+    ({"request_id": "k" * 129}, "request_id has 129 characters; at most 128"),
 ])
 async def test_malformed_open_requests(request_fields: dict, fragment: str) -> None:
     manager = SessionManager(None, Config())
@@ -133,6 +135,107 @@ async def test_an_open_that_finds_tmp_full_goes_to_another_sandbox_and_ends_no_s
         assert pool._pick() is spare
     finally:
         await pool.close()
+
+
+class GatedSandbox(Sandbox):
+    """Opens sessions 7, 8, 9... once `gate` is set; refuses the opens listed in `refuse` (1 = the first)."""
+
+    gate: asyncio.Event
+    opens: int
+    refuse: tuple[int, ...] = ()
+
+    async def request(self, message: dict, timeout: float, withdrawal: object = None) -> dict:
+        if message["op"] != "session_open":
+            return {"ok": True}
+        self.opens += 1
+        number = self.opens
+        await self.gate.wait()
+        return {"error": "refused"} if number in self.refuse else {"session": 6 + number}
+
+
+@contextlib.asynccontextmanager
+async def gated_manager(refuse: tuple[int, ...] = (), *, opened: bool = True) -> AsyncIterator[tuple[SessionManager,
+                                                                                                      GatedSandbox]]:
+    """A manager whose one sandbox answers each session_open once its gate is set (set at once if `opened`)."""
+    config = Config()
+    pool = _pool(config, "sessions")
+    sandbox = GatedSandbox(name="s0", pool="sessions", container_id="0", control_dir="/x", started_by="cold")
+    sandbox.gate, sandbox.opens, sandbox.refuse = asyncio.Event(), 0, refuse
+    if opened:
+        sandbox.gate.set()
+    pool.sandboxes = [sandbox]
+    manager = SessionManager(pool, config)
+    try:
+        yield manager, sandbox
+    finally:
+        await manager.close_all()
+        await pool.close()
+
+
+async def test_a_repeated_request_id_gets_the_session_its_first_open_opened() -> None:
+    """A client retries an Open that got UNAVAILABLE after the daemon had opened it: the retry opened a second
+    session, which held a slot until its idle timeout and was never closed."""
+    async with gated_manager() as (manager, sandbox):
+        first = await manager.open(pb.OpenSessionRequest(language="bash", request_id="a" * 32))
+        again = await manager.open(pb.OpenSessionRequest(language="bash", request_id="a" * 32))
+        assert again is first and sandbox.opens == 1 and sandbox.in_flight == 1
+        assert [info.session_id for info in manager.list()] == [first.id]
+        other = await manager.open(pb.OpenSessionRequest(language="bash", request_id="b" * 32))
+        unkeyed = [await manager.open(pb.OpenSessionRequest(language="bash")) for _ in range(2)]
+        assert len({first.id, other.id, *(s.id for s in unkeyed)}) == 4 and sandbox.opens == 4
+        # A late repeat gets the session it opened, ended or not: it opens no other.
+        await manager.close(first.id)
+        late = await manager.open(pb.OpenSessionRequest(language="bash", request_id="a" * 32))
+        assert late is first and not first.info(3600).alive and sandbox.opens == 4
+
+
+async def test_concurrent_opens_with_one_request_id_end_with_one_session() -> None:
+    """A retry can reach the daemon while the first attempt is still opening: it waits for that one."""
+    async with gated_manager(opened=False) as (manager, sandbox):
+        request = pb.OpenSessionRequest(request_id="k" * 32)
+        opening = [asyncio.create_task(manager.open(request)) for _ in range(3)]
+        await until(lambda: sandbox.opens >= 1)
+        await asyncio.sleep(0.05)  # time for the repeats to open sessions of their own, as they did
+        sandbox.gate.set()
+        first, *repeats = await asyncio.wait_for(asyncio.gather(*opening), timeout=10)
+        assert all(session is first for session in repeats)
+        assert sandbox.opens == 1 and [info.session_id for info in manager.list()] == [first.id]
+
+
+async def test_a_repeat_of_a_request_id_whose_open_failed_opens_anew_once() -> None:
+    async with gated_manager(refuse=(1,), opened=False) as (manager, sandbox):
+        request = pb.OpenSessionRequest(request_id="k" * 32)
+        failing, waiting = asyncio.create_task(manager.open(request)), asyncio.create_task(manager.open(request))
+        await until(lambda: sandbox.opens >= 1)
+        sandbox.gate.set()
+        with pytest.raises(SandboxdError, match="refused to open a session"):
+            await failing
+        session = await asyncio.wait_for(waiting, timeout=10)  # the waiter tried again, and opened
+        assert session.handle == 8 and await manager.open(request) is session and sandbox.opens == 2
+
+
+async def test_a_request_id_sent_with_another_request_is_refused() -> None:
+    async with gated_manager() as (manager, sandbox):
+        await manager.open(pb.OpenSessionRequest(language="python", request_id="k" * 32))
+        with pytest.raises(InvalidRequest, match=r"request_id 'k{32}' was sent before with another request"):
+            await manager.open(pb.OpenSessionRequest(language="bash", request_id="k" * 32))
+        assert sandbox.opens == 1
+
+
+async def test_request_ids_are_forgotten_after_their_time_and_beyond_their_number(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from sandboxd import sessions as sessions_module
+
+    monkeypatch.setattr(sessions_module, "REMEMBERED_REQUEST_IDS", 2)
+    monkeypatch.setattr(sessions_module, "REQUEST_ID_SECONDS", 0.2)
+    async with gated_manager() as (manager, sandbox):
+        a, _, c = [await manager.open(pb.OpenSessionRequest(request_id=key)) for key in "abc"]
+        assert list(manager._keys_opened) == ["b", "c"]
+        assert await manager.open(pb.OpenSessionRequest(request_id="c")) is c and sandbox.opens == 3
+        assert await manager.open(pb.OpenSessionRequest(request_id="a")) is not a and sandbox.opens == 4
+        await asyncio.sleep(0.3)
+        assert await manager.open(pb.OpenSessionRequest(request_id="c")) is not c and sandbox.opens == 5
+        assert list(manager._keys_opened) == ["c"]
 
 
 async def test_a_cell_the_agent_refuses_as_busy_is_not_counted_against_max_cells() -> None:
