@@ -13,6 +13,7 @@ import math
 import queue
 import threading
 import time
+import uuid
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
@@ -159,6 +160,10 @@ class _ClientBase:
             limits=_limits(timeout, memory_bytes, output_bytes),
             files=_files(files),
             idle_timeout_seconds=_check_finite(idle_timeout, "idle_timeout", positive=True) or 0.0,
+            # One key per open_session call, sent again on each of its retries (_unary resends this
+            # request): an UNAVAILABLE can come after the daemon opened the session, and the daemon
+            # answers a repeat with that session instead of opening a second one.
+            request_id=uuid.uuid4().hex,
         )
 
     def _hint_shares(self, batch_size: int, sessions: int,

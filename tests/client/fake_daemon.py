@@ -97,6 +97,9 @@ class FakeSandboxd(
         self.batches: list[list[int]] = []
         self.hints: list[pb.BatchHint] = []
         self.sessions: dict[str, _Session] = {}
+        self.open_requests: list[pb.OpenSessionRequest] = []
+        # Each Open takes the first, after opening its session: the answer lost on the way back.
+        self.open_failures: list[Abort] = []
         self._ids = itertools.count(1)
 
     async def _answer(self, job: pb.Job, context: grpc.aio.ServicerContext) -> pb.JobResult:
@@ -130,8 +133,12 @@ class FakeSandboxd(
     # -- Sessions ---------------------------------------------------------
 
     async def Open(self, request: pb.OpenSessionRequest, context: grpc.aio.ServicerContext) -> pb.SessionInfo:
+        self.open_requests.append(request)
         session_id = f"{self.name}-{next(self._ids)}"
         self.sessions[session_id] = {"vars": {}, "cells": 0}
+        if self.open_failures:
+            failure = self.open_failures.pop(0)
+            await context.abort(failure.code, failure.details)
         return pb.SessionInfo(session_id=session_id, language=request.language or "python", alive=True)
 
     async def RunCell(self, request: pb.RunCellRequest, context: grpc.aio.ServicerContext) -> pb.CellResult:

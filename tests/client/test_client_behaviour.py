@@ -6,13 +6,14 @@ SandboxClient and with AsyncSandboxClient (on a fresh event loop).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import Any
 
 import grpc
 import pytest
-from conftest import StartFake, Twin
+from conftest import FAST, StartFake, Twin
 from fake_daemon import Abort, Delay, FakeServer
 from sandboxd_client import (
     AsyncSandboxClient,
@@ -280,6 +281,31 @@ async def test_session_keeps_state_async(fake: FakeServer) -> None:
             await session.run("x")
 
 
+def test_a_retried_open_sends_its_request_id_again_and_each_open_its_own(twin: Twin, fake: FakeServer) -> None:
+    """An UNAVAILABLE can come after the daemon opened the session: the retry carried nothing to tell it from a
+    new open, and the daemon opened a second session, never closed. Each open_session call has a key of its own,
+    sent again on each retry, for the daemon to answer with the session the first attempt opened."""
+    fake.fake.open_failures = [Abort(grpc.StatusCode.UNAVAILABLE, "the connection dropped after the open")]
+
+    def open_two_sync() -> None:
+        with SandboxClient(fake.address, retry_policy=FAST) as client:
+            for _ in range(2):
+                client.open_session().close()
+
+    async def open_two_async() -> None:
+        async with AsyncSandboxClient(fake.address, retry_policy=FAST) as client:
+            for _ in range(2):
+                await (await client.open_session()).close()
+
+    if twin.kind == "sync":
+        open_two_sync()
+    else:
+        asyncio.run(open_two_async())
+    keys = [request.request_id for request in fake.fake.open_requests]
+    assert len(keys) == 3 and keys[0] == keys[1] != keys[2], keys
+    assert all(len(key) == 32 and int(key, 16) >= 0 for key in keys)  # a uuid4's hex
+
+
 def test_sessions_stick_to_one_daemon_and_spread(start_fake: StartFake) -> None:
     a, b = start_fake("a"), start_fake("b")
     with SandboxClient([a.address, b.address]) as client:
@@ -340,8 +366,6 @@ def test_closing_a_sync_client_mid_batch_ends_the_batch_with_its_error(start_fak
 
 
 async def test_closing_an_async_client_mid_batch_ends_the_batch_with_its_error(start_fake: StartFake) -> None:
-    import asyncio
-
     server = start_fake("a", lambda fake, job, attempt: Delay(1.0))
     client = AsyncSandboxClient(server.address, batch_size=1, max_concurrent_batches=1, deadline=10)
     task = asyncio.ensure_future(client.score_batch([math_job("1", "1")] * 3))
