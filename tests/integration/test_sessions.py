@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -187,6 +188,32 @@ def test_concurrent_cells_in_one_session_are_refused(daemon: DaemonProcess) -> N
             assert slow.result().status == pb.STATUS_OK
         finally:
             stub.Close(pb.CloseSessionRequest(session_id=info.session_id), timeout=30)
+
+
+def test_opens_with_one_request_id_hold_one_session(daemon: DaemonProcess) -> None:
+    """A retried Open whose first attempt had opened a session (its answer lost to a dropped connection) opened a
+    second one, held until its idle timeout and never closed. Opens with one request_id, at once or one after the
+    other, now get one session; the key sent with another request is refused."""
+    with grpc.insecure_channel(daemon.address) as channel:
+        stub = pb_grpc.SessionsStub(channel)
+
+        def listed() -> set[str]:
+            return {s.session_id for s in stub.List(pb.ListSessionsRequest(), timeout=10).sessions}
+
+        before = listed()
+        request = pb.OpenSessionRequest(request_id=uuid.uuid4().hex)
+        at_once = [stub.Open.future(request, timeout=60) for _ in range(2)]
+        opened = {future.result().session_id for future in at_once} | {stub.Open(request, timeout=60).session_id}
+        try:
+            assert len(opened) == 1 and listed() - before == opened
+            with pytest.raises(grpc.RpcError) as caught:
+                stub.Open(pb.OpenSessionRequest(language="bash", request_id=request.request_id), timeout=60)
+            assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "was sent before with another request" in caught.value.details()
+            assert listed() - before == opened
+        finally:
+            for session_id in opened:
+                stub.Close(pb.CloseSessionRequest(session_id=session_id), timeout=30)
 
 
 def test_idle_expiry_frees_the_slot(client: SandboxClient, daemon: DaemonProcess) -> None:
