@@ -61,14 +61,14 @@ def test_bad_tests_fail_every_job_that_sends_them() -> None:
             jobs.prepare(code_job(index, "```python\nx = 1\n```", {**TESTS, "test": "def check(:\n"}), Config())
 
 
-# -- checker: unset takes the one of the tests' dataset's grader --------------------------------
+# -- checker: unset takes LiveCodeBench's grader's for its rows, whitespace for others -----------------
 
 CODE_CONTESTS = {"public_tests": {"input": ["1\n"], "output": ["YES\n"]}}
 LIVECODEBENCH = [{"input": "1\n", "output": "2.0\n", "testtype": "stdin"}]
 
 
 @pytest.mark.parametrize(("tests", "checker", "sent"), [
-    pytest.param(CODE_CONTESTS, pb.CHECKER_UNSPECIFIED, "tokens_ignore_case", id="code-contests"),
+    pytest.param(CODE_CONTESTS, pb.CHECKER_UNSPECIFIED, "whitespace", id="code-contests"),
     pytest.param(LIVECODEBENCH, pb.CHECKER_UNSPECIFIED, "lines_decimal", id="livecodebench"),
     pytest.param({"inputs": ["1\n"], "outputs": ["2\n"]}, pb.CHECKER_UNSPECIFIED, "whitespace", id="verl-apps"),
     pytest.param(CODE_CONTESTS, pb.CHECKER_WHITESPACE, "whitespace", id="explicit-wins"),

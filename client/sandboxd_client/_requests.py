@@ -525,8 +525,8 @@ def code_job(
     ``failure_value`` is the reward for a model failure (daemon default -1.0).
     ``float_tolerance`` (float checker and function tests): None for the daemon's default
     (1e-6, absolute and relative), 0.0 for exact comparison. ``checker`` (stdout tests): None
-    for the checker of the tests' dataset's own grader (CodeContests' ``tokens_ignore_case``,
-    LiveCodeBench's ``lines_decimal``), ``whitespace`` for other tests.
+    for the daemon's default: LiveCodeBench's own grader (``lines_decimal``) for its stdin tests,
+    ``whitespace`` for other tests (``tokens_ignore_case``, CodeContests' tester, by name).
     """
     extraction_value = _enum(
         pb.CodeExtraction, "CODE_EXTRACTION_", extraction, _CODE_EXTRACTION, "extraction"

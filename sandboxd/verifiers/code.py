@@ -849,7 +849,11 @@ def _code_contests_plan(data: Mapping[str, Any]) -> TestPlan:
             )
     if not cases:
         raise ValueError("dataset_json: no test cases in public_tests/private_tests/generated_tests")
-    return TestPlan("stdio", stdio=tuple(cases), checker="tokens_ignore_case")
+    # WHITESPACE, not the tester's TOKENS_IGNORE_CASE: that one pays a program that echoes its input on a
+    # problem that asks to change a word's case ("konjac" for "Konjac", Codeforces 281A), a hack a trainer's
+    # policy finds. The RL graders of CodeContests rows (DeepCoder's, verl's prime_code, Open-R1's) ignore no
+    # case either; the tester's leniency is there by name.
+    return TestPlan("stdio", stdio=tuple(cases))
 
 
 def _lcb_args(text: Any, what: str) -> tuple[Any, ...]:
@@ -1028,8 +1032,7 @@ def normalize_tests(tests: Mapping[str, Any]) -> TestPlan:
       imports + setup + the asserts as one block (``challenge_test_list`` is
       ignored, as in the reference evaluation).
     - CodeContests ``{"public_tests", "private_tests", "generated_tests"}``:
-      stdio, all groups present, in that order; checked as its tester does
-      (``tokens_ignore_case``).
+      stdio, all groups present, in that order.
     - LiveCodeBench ``[{"input", "output", "testtype"}]`` or a row with
       ``public_test_cases``/``private_test_cases`` (JSON only) and
       ``metadata.func_name``: ``stdin`` cases are stdio, checked as its grader
@@ -1118,7 +1121,8 @@ def _code_contests_token(actual: str, expected: str) -> bool:
     if got is None or want is None:
         return actual == expected
     # Two integers compare exactly. The tester compares every number as a double (absl::SimpleAtod reads
-    # integers too), so 10^18 + 1 for 10^18 passed there; an off-by-one 64-bit answer is not paid here.
+    # integers too), so 10^18 + 1 for 10^18 passed there; an off-by-one 64-bit answer written as an integer is
+    # not paid here. Written as a double (1e18, 1000000000000000000.0) it is compared as one, as there.
     if _INTEGER.fullmatch(actual) and _INTEGER.fullmatch(expected):
         return Decimal(actual) == Decimal(expected)
     # A NaN, or inf - inf, is never below: as in the tester, a non-finite token matches no token here.

@@ -970,8 +970,8 @@ def test_checkers(channel: grpc.Channel, program: str, expected: str, checker: i
         assert_failed(result, pb.STATUS_WRONG_ANSWER)
 
 
-def code_contests(expected: str) -> dict[str, Any]:
-    return {"public_tests": {"input": [""], "output": [expected]}, "private_tests": {"input": [], "output": []}}
+def code_contests(expected: str, stdin: str = "") -> dict[str, Any]:
+    return {"public_tests": {"input": [stdin], "output": [expected]}, "private_tests": {"input": [], "output": []}}
 
 
 def livecodebench(expected: str) -> list[dict[str, str]]:
@@ -981,14 +981,20 @@ def livecodebench(expected: str) -> list[dict[str, str]]:
 @pytest.mark.parametrize(
     ("program", "dataset", "checker", "passes"),
     [
-        pytest.param("print('Yes')", code_contests("YES\n"), pb.CHECKER_UNSPECIFIED, True, id="codecontests-case"),
-        pytest.param("print(1/3)", code_contests("0.333333\n"), pb.CHECKER_UNSPECIFIED, True,
+        pytest.param("print('Yes')", code_contests("YES\n"), pb.CHECKER_TOKENS_IGNORE_CASE, True,
+                     id="codecontests-case"),
+        pytest.param("print(1/3)", code_contests("0.333333\n"), pb.CHECKER_TOKENS_IGNORE_CASE, True,
                      id="codecontests-within-1e-5"),
+        # Unset, a CodeContests row keeps whitespace: the tester's leniency pays an echo of the input on a
+        # problem that asks to change a word's case (Codeforces 281A).
+        pytest.param("print(input())", code_contests("Konjac\n", "konjac\n"), pb.CHECKER_UNSPECIFIED, False,
+                     id="codecontests-unset-keeps-case"),
         pytest.param("print('Yes')", code_contests("YES\n"), pb.CHECKER_WHITESPACE, False,
                      id="codecontests-explicit-whitespace"),
-        pytest.param("print('YES yes Yes')", code_contests("YES\n"), pb.CHECKER_UNSPECIFIED, False,
+        pytest.param("print('YES yes Yes')", code_contests("YES\n"), pb.CHECKER_TOKENS_IGNORE_CASE, False,
                      id="codecontests-every-case"),
-        pytest.param("print('nan')", code_contests("0.5\n"), pb.CHECKER_UNSPECIFIED, False, id="codecontests-nan"),
+        pytest.param("print('nan')", code_contests("0.5\n"), pb.CHECKER_TOKENS_IGNORE_CASE, False,
+                     id="codecontests-nan"),
         pytest.param("print(2.0)", livecodebench("2.00\n"), pb.CHECKER_UNSPECIFIED, True, id="livecodebench-decimal"),
         pytest.param("print(2.0)", livecodebench("2.00\n"), pb.CHECKER_WHITESPACE, False,
                      id="livecodebench-explicit-whitespace"),
@@ -1002,8 +1008,8 @@ def livecodebench(expected: str) -> list[dict[str, str]]:
 )
 def test_a_dataset_shape_is_checked_as_its_grader_checks(channel: grpc.Channel, program: str, dataset: Any,
                                                           checker: int, passes: bool) -> None:
-    """Through the real daemon and agent: unset, the checker is the dataset's grader's (CodeContests' tester,
-    LiveCodeBench's grade_stdio); a correct `Yes` for `YES` was paid the failure value (review)."""
+    """Through the real daemon and agent: unset, LiveCodeBench's rows are checked as its grade_stdio checks them
+    (2.0 for 2.00 was paid the failure value, review); CodeContests' tester is there by name."""
     result = helpers.run(channel, dataset_job(program, dataset, checker=checker))
     if passes:
         assert_ok(result)

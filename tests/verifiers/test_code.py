@@ -522,7 +522,8 @@ def test_code_contests_shape_concatenates_groups() -> None:
 
 
 @pytest.mark.parametrize(("tests", "checker"), [
-    pytest.param({"public_tests": {"input": ["1"], "output": ["YES"]}}, "tokens_ignore_case", id="code-contests"),
+    # Not the tester's tokens_ignore_case: it pays an echo of the input on a problem that changes a word's case.
+    pytest.param({"public_tests": {"input": ["1"], "output": ["YES"]}}, "whitespace", id="code-contests"),
     pytest.param([{"input": "1", "output": "2.0", "testtype": "stdin"}], "lines_decimal", id="livecodebench"),
     pytest.param({"public_test_cases": json.dumps([{"input": "1", "output": "2.0", "testtype": "stdin"}]),
                   "private_test_cases": "[]", "metadata": "{}"}, "lines_decimal", id="livecodebench-row"),
@@ -2282,3 +2283,11 @@ def test_skipped_xfail_and_fixture_tests_are_not_called(tmp_path: Path) -> None:
                         "@pytest.mark.parametrize('n', [1], indirect=True)\ndef test_indirect(n):\n    assert False\n")
     result = harness(KODCODE_DIVIDE, tmp_path, "assert", assert_code=fixtures)
     assert result["status"] == "unsupported" and "(and 1 more)" in result["message"], result
+
+
+def test_the_testers_leniency_pays_an_echo_of_the_input_so_it_is_not_a_default() -> None:
+    """Codeforces 281A (capitalise a word): printing the input passes CodeContests' tester, which ignores case;
+    a trainer's policy would learn to echo. Unset, a CodeContests row is checked with whitespace."""
+    assert compare_stdout("konjac\n", "Konjac\n", "tokens_ignore_case")
+    plan = normalize_tests({"dataset_json": {"public_tests": {"input": ["konjac\n"], "output": ["Konjac\n"]}}})
+    assert not compare_stdout("konjac\n", plan.stdio[0].expected_stdout, plan.checker)
