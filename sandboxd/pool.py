@@ -720,12 +720,23 @@ def owner_is_dead(token: str) -> bool:
     daemon in another namespace (another container sharing the engine) or on
     another host (a remote engine) may be alive where /proc cannot see it.
     """
-    where, _, rest = token.rpartition("/")
+    where, _, started = token.rpartition("/")
     host, _, pid = where.rpartition("/")
     identity = _host_identity()
-    if not identity or host != identity or not pid.isdigit():
+    if not identity or host != identity or not pid.isdigit() or not started:
         return False
-    return _process_start(int(pid)) != rest
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        pass  # it runs, as a user this one may not signal
+    except OverflowError:
+        return False
+    # A process whose stat this one cannot read (/proc mounted hidepid, systemd's ProtectProc) is taken
+    # for alive: only a start time read and found different says its pid went to another process.
+    now = _process_start(int(pid))
+    return now is not None and now != started
 
 
 def reap_orphans(backend: DockerBackend, node: str, instance: str, *, by_node: bool = True) -> int:

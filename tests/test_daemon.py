@@ -46,11 +46,13 @@ def test_the_orphan_sweep_removes_the_sandboxes_of_a_dead_daemon_of_this_host(ca
     next start of a daemon. A live one's, and a previous daemon's on this node (only start-up reaps those), stay."""
     from sandboxd import pool as pool_module
 
-    child = subprocess.Popen([sys.executable, "-c", ""])
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    dead = pool_module.owner_token(child.pid)
+    child.kill()
     child.wait()
     others = [
         {"Id": "dead", "Labels": {"io.sandboxd.instance": "x", "io.sandboxd.node": "m",
-                                  "io.sandboxd.owner": pool_module.owner_token(child.pid)}},
+                                  "io.sandboxd.owner": dead}},
         {"Id": "alive", "Labels": {"io.sandboxd.instance": "y", "io.sandboxd.node": "m",
                                    "io.sandboxd.owner": pool_module.owner_token()}},
         {"Id": "same-node", "Labels": {"io.sandboxd.instance": "z", "io.sandboxd.node": "n"}},

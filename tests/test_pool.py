@@ -418,9 +418,10 @@ def test_reap_orphans_removes_a_dead_owners_sandboxes_whatever_its_node() -> Non
     import subprocess
     import sys
 
-    child = subprocess.Popen([sys.executable, "-c", ""])
-    child.wait()
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     dead, alive = pool_module.owner_token(child.pid), pool_module.owner_token()
+    child.kill()
+    child.wait()
     containers = [
         {"Id": "same-node", "Labels": {"io.sandboxd.node": "n", "io.sandboxd.instance": "old"}},
         {"Id": "dead-owner", "Labels": {"io.sandboxd.node": "other", "io.sandboxd.instance": "x",
@@ -441,3 +442,17 @@ def test_every_sandbox_is_labelled_with_its_owner() -> None:
     pool, _sandbox = one_slot_pool()
     labels = pool._spec("s", "/x").labels
     assert labels["io.sandboxd.owner"] == pool_module.owner_token()
+
+
+def test_an_owner_whose_stat_cannot_be_read_is_alive(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under hidepid (or systemd's ProtectProc) another user's /proc/PID/stat cannot be read: a live daemon was
+    judged dead, and its sandboxes were removed under its jobs (review)."""
+    token = pool_module.owner_token()
+    monkeypatch.setattr(pool_module, "_process_start", lambda pid: None)
+    assert not pool_module.owner_is_dead(token)
+
+
+def test_an_owner_label_without_a_start_time_is_never_judged() -> None:
+    identity, pid, _started = pool_module.owner_token().rsplit("/", 2)
+    assert not pool_module.owner_is_dead(f"{identity}/{pid}/")
+    assert not pool_module.owner_is_dead(f"{identity}/{10**30}/5")
