@@ -70,7 +70,8 @@ class ServerConfig:
     # How long in-flight RPCs may run on after SIGTERM before they are cancelled.
     # A RunBatch of a training step takes seconds to a minute; 10 s cut them off
     # and the client had to send them again to another daemon. systemd's
-    # TimeoutStopSec (120 s) leaves 60 s more to remove the sandboxes.
+    # TimeoutStopSec (180 s) leaves 120 s more for the Docker calls in flight
+    # (docker.timeout_seconds, 60 s) and the removal of the sandboxes.
     grace_seconds: float = 60.0
     log_format: str = "json"  # json | text
     log_level: str = "info"

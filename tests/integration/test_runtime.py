@@ -69,10 +69,11 @@ def test_restarted_daemon_reaps_previous_sandboxes(tmp_path: Path) -> None:
         raise
     instance = instance_of(first)
     assert containers(f"io.sandboxd.instance={instance}")
-    first.process.kill()  # no clean shutdown: its sandboxes are left running
+    # No clean shutdown: its sandboxes are left running. Not asserted after the kill: a live daemon's once-a-minute
+    # sweep (the tests' shared one) may already be removing them, as the owner is dead.
+    first.process.kill()
     first.process.wait()
     first.log.close()
-    assert containers(f"io.sandboxd.instance={instance}")
     second = DaemonProcess(tmp_path, "restart", extra_env=NO_MATH)
     try:
         second.wait_serving()
@@ -93,15 +94,16 @@ def test_a_daemon_restarted_on_another_socket_reaps_its_predecessors_sandboxes(t
         first.stop()
         raise
     instance = instance_of(first)
+    assert containers(f"io.sandboxd.instance={instance}")
     first.process.kill()
     first.process.wait()
     first.log.close()
-    assert containers(f"io.sandboxd.instance={instance}")
+    # Removed by the second daemon's start-up, or by the tests' shared daemon's once-a-minute sweep if it comes
+    # first: either judged the owner dead, which no daemon did before.
     second = DaemonProcess(tmp_path, "after", extra_env=small)
     try:
         second.wait_serving()
         assert containers(f"io.sandboxd.instance={instance}") == []
-        assert "sandboxes left by a previous daemon" in second.log_path.read_text()
     finally:
         assert second.stop() == 0
 
