@@ -63,10 +63,17 @@ fetch_source() {
     ls -1t "$CACHE"/criu_*.orig.tar.* 2>/dev/null | head -n1 || true
 }
 
-# The cached tarball, else one fetched now (adding the deb-src entry when apt knows no source).
+# The newest cached tarball that unpacks, else one fetched now (adding the deb-src entry when
+# apt knows no source). A download cut short (a killed setup, a full disk) left a truncated
+# tarball that every later run found and failed to unpack: CRIU was never built again until
+# the cache was removed by hand. A damaged one is removed and the next looked at.
 obtain_source() {
     local found
-    found=$(ls -1t "$CACHE"/criu_*.orig.tar.* 2>/dev/null | head -n1 || true)
+    while found=$(ls -1t "$CACHE"/criu_*.orig.tar.* 2>/dev/null | head -n1 || true); [ -n "$found" ]; do
+        tar -tf "$found" >/dev/null 2>&1 && break
+        log "the cached $(basename "$found") is damaged: fetching it again" >&2
+        rm -f "$found"
+    done
     [ -n "$found" ] || found=$(fetch_source)
     if [ -z "$found" ]; then
         if [ ! -f "$KEYRING" ]; then
@@ -84,6 +91,7 @@ obtain_source() {
         found=$(fetch_source)
         [ -n "$found" ] || die "apt-get source criu/$SUITE fetched no criu_*.orig.tar.* (see $CACHE/apt-source.log)"
     fi
+    tar -tf "$found" >/dev/null 2>&1 || die "$(basename "$found") as fetched does not unpack"
     echo "$found"
 }
 
@@ -107,14 +115,6 @@ else
         apt-get update -q >/dev/null
         apt-get install -y -q --no-install-recommends "${need[@]}" >/dev/null \
             || die "apt-get install of the build dependencies failed"
-    fi
-    # A download cut short (a killed setup, a full disk) left a truncated tarball that every later
-    # run found and failed to unpack, so CRIU was never built again until the cache was removed by hand.
-    if ! tar -tf "$tarball" >/dev/null 2>&1; then
-        log "the cached $(basename "$tarball") is damaged: fetching it again"
-        rm -f "$tarball"
-        tarball=$(obtain_source)
-        tar -tf "$tarball" >/dev/null 2>&1 || die "$(basename "$tarball") as fetched does not unpack"
     fi
     log "building in $src (make -j$(nproc) criu, log $CACHE/build.log)"
     rm -rf "$src"
