@@ -17,6 +17,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+from sandboxd_client import reward_model_health_service
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
 
@@ -92,6 +93,8 @@ class Daemon:
         # Why the Docker engine cannot be used now ("" while it answers): no sandbox can start or be removed.
         self.engine_problem = ""
         self._background: set[asyncio.Future[None]] = set()
+        # What each reward model's health service last said (_set_models_serving).
+        self._models_serving: dict[str, bool] = {}
 
     def check_ready(self) -> None:
         if self.engine_problem:
@@ -107,11 +110,28 @@ class Daemon:
         if serving == self.serving:
             return
         self.serving = serving
-        status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
         for service in ("", "sandboxd.v1.Jobs"):
-            task = asyncio.ensure_future(self.health.set(service, status))
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
+            self._publish_health(service, serving)
+        self._set_models_serving()
+
+    def _publish_health(self, service: str, serving: bool) -> None:
+        status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        task = asyncio.ensure_future(self.health.set(service, status))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def _set_models_serving(self) -> None:
+        """Each reward model's own health (reward_model_health_service): SERVING while the daemon serves and the
+        model is loaded in a warm sandbox. The daemon serves before a model has loaded; a client that balances
+        reward-model jobs over daemons checks this one, so that none waits for a model still loading on one of
+        them, or is answered by one whose model failed to load."""
+        for pool in self.pools.values():
+            if isinstance(pool, rewardpool.RewardModelPool):
+                loaded = pool.model_state.get("state") != "failed"
+                up = self.serving and loaded and not pool.failing and len(pool.ready) >= pool.min_ready
+                if self._models_serving.get(pool.model_name) != up:
+                    self._models_serving[pool.model_name] = up
+                    self._publish_health(reward_model_health_service(pool.model_name), up)
 
     def pool_status(self) -> pb.PoolStatus:
         status = pb.PoolStatus(queue_depth=self.scheduler.queued, in_flight=self.scheduler.in_flight,
@@ -152,6 +172,7 @@ class Daemon:
             # Every pool stopped being able to start sandboxes and none has one left (Pool.failing): SERVING sent
             # round-robin clients batches whose every job was answered SANDBOX_LOST (review).
             self._set_serving(False)
+        self._set_models_serving()
 
     async def _bind(self, server: grpc.aio.Server) -> list[str]:
         addresses = []
@@ -224,6 +245,8 @@ class Daemon:
             self.pools[rewardpool.pool_name(name)] = rewardpool.RewardModelPool(
                 name, config.models[name], device, reward_image, self.backend, config, instance=self.instance,
                 node=self.node, code_dir=code_dir, code_key=code_key, on_change=self._on_pool_change)
+            await self.health.set(reward_model_health_service(name), health_pb2.HealthCheckResponse.NOT_SERVING)
+            self._models_serving[name] = False
         def pool(name: str, image: str, kind: str = "jobs") -> Pool:
             return Pool(name, image, self.backend, config, instance=self.instance, node=self.node,
                         code_dir=code_dir, code_key=code_key, on_change=self._on_pool_change, kind=kind)

@@ -13,6 +13,7 @@ import threading
 import time
 import types
 from collections.abc import Callable
+from pathlib import Path
 
 import grpc
 import pytest
@@ -372,3 +373,52 @@ def test_a_daemon_whose_job_pools_all_fail_serves_its_reward_model_once_loaded()
     model.sandboxes = [model_sandbox]
     daemon._on_pool_change()
     assert serving == [True]
+
+
+def test_each_reward_model_has_a_health_service_of_its_own(tmp_path: Path) -> None:
+    """The daemon serves while a model loads (its job pools are warm); a client balancing reward-model jobs over
+    daemons checks the model's own service, so that no job waits for a model still loading on one of them."""
+    from grpc_health.v1 import health_pb2
+    from sandboxd_client import reward_model_health_service
+
+    from sandboxd.config import ModelConfig
+    from sandboxd.sandbox import Sandbox
+    from tests.test_rewardpool import make_pool
+
+    async def scenario() -> list[tuple[str, int]]:
+        said: list[tuple[str, int]] = []
+
+        class Health:
+            async def set(self, service: str, status: int) -> None:
+                said.append((service, status))
+
+        python, _python_sandbox = one_slot_pool()
+        model_pool = make_pool(ModelConfig(path=str(tmp_path)), "cpu", tmp_path)
+        model_sandbox = Sandbox(name="m", pool=model_pool.name, container_id="m", control_dir="/x",
+                                started_by="cold")
+        daemon = object.__new__(Daemon)
+        daemon.pools = {"python": python, "rm-rm": model_pool}
+        daemon.serving = daemon.stopping = False
+        daemon.engine_problem = ""
+        daemon.health = Health()
+        daemon._background = set()
+        daemon._models_serving = {"rm": False}
+        daemon._on_pool_change()  # the daemon serves; the model is loading
+        await asyncio.sleep(0)
+        assert daemon.serving
+        model_pool.sandboxes = [model_sandbox]
+        daemon._on_pool_change()  # loaded
+        await asyncio.sleep(0)
+        model_pool.sandboxes = []
+        daemon._on_pool_change()  # its sandbox lost: reloading
+        await asyncio.sleep(0)
+        model_pool.sandboxes = [model_sandbox]
+        model_pool.model_state = {"state": "failed", "error": "no such architecture"}
+        daemon._on_pool_change()  # a sandbox whose model failed to load answers each job with the error
+        await asyncio.sleep(0)
+        return said
+
+    said = asyncio.run(scenario())
+    serving, not_serving = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
+    model = reward_model_health_service("rm")
+    assert said == [("", serving), ("sandboxd.v1.Jobs", serving), (model, serving), (model, not_serving)]

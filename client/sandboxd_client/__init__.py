@@ -6,7 +6,7 @@ build the jobs they run. The TRL and verl helpers live in
 ``sandboxd_client.trl`` and ``sandboxd_client.verl``.
 """
 
-from ._core import DEFAULT_ADDRESS, RetryPolicy
+from ._core import DEFAULT_ADDRESS, RetryPolicy, reward_model_health_service
 from ._requests import (
     CellResult,
     CodeDetail,
@@ -80,5 +80,6 @@ __all__ = [
     "execute_job",
     "job_from_row",
     "math_job",
+    "reward_model_health_service",
     "reward_model_job",
 ]

@@ -29,6 +29,25 @@ JOBS_SERVICE_CONFIG: dict[str, Any] = {
     "loadBalancingConfig": [{"round_robin": {}}],
     "healthCheckConfig": {"serviceName": ""},
 }
+
+
+def reward_model_health_service(model: str) -> str:
+    """The grpc.health.v1 service name by which a daemon says whether reward model `model` can score there now.
+
+    SERVING while the daemon serves and the model is loaded in a warm sandbox;
+    NOT_SERVING while it loads (the daemon itself serves by then), when it
+    failed to load, or while the daemon drains.
+    """
+    return f"sandboxd.v1.Jobs/reward_model/{model}"
+
+
+def jobs_service_config(reward_model: str | None) -> dict[str, Any]:
+    """The job channel's service config: every serving daemon, or those where `reward_model` can score."""
+    if not reward_model:
+        return JOBS_SERVICE_CONFIG
+    return {**JOBS_SERVICE_CONFIG, "healthCheckConfig": {"serviceName": reward_model_health_service(reward_model)}}
+
+
 # A session lives on one daemon, so its calls must not be balanced: pick_first
 # sticks to one connection, and shuffling spreads sessions over daemons.
 SESSION_SERVICE_CONFIG: dict[str, Any] = {

@@ -23,12 +23,12 @@ import grpc
 
 from ._core import (
     CONTROL_SERVICE_CONFIG,
-    JOBS_SERVICE_CONFIG,
     SESSION_SERVICE_CONFIG,
     ChunkState,
     RetryPolicy,
     Target,
     channel_options,
+    jobs_service_config,
     merge_pool_status,
     plan_chunks,
     resolve_target,
@@ -88,6 +88,7 @@ class _ClientBase:
         credentials: grpc.ChannelCredentials | None = None,
         metadata: _Metadata = (),
         options: Sequence[tuple[str, Any]] = (),
+        reward_model: str | None = None,
     ) -> None:
         for name, value in (
             ("job_timeout", job_timeout),
@@ -114,6 +115,7 @@ class _ClientBase:
             (("authorization", f"Bearer {token}"),) if token else ()
         )
         self._extra_options = tuple(options)
+        self._jobs_service_config = jobs_service_config(reward_model)
         self._closed = False
         self._setup()
 
@@ -230,7 +232,10 @@ class SandboxClient(_ClientBase):
     ``address`` is a gRPC target (``"unix:///run/sandboxd/sandboxd.sock"``,
     ``"host:port"``, ``"dns:///name:port"``) or a list of them, defaulting to
     ``$SANDBOXD_ADDRESS`` then the local socket. Several daemons share one
-    channel balanced by gRPC (round_robin with health checking).
+    channel balanced by gRPC (round_robin with health checking). With
+    ``reward_model="NAME"`` the jobs go only to daemons where that reward
+    model is loaded (its own health service), not to one where it still
+    loads or failed to load.
 
     Scoring calls return a :class:`Result` for every job, even when the
     infrastructure failed after ``max_retries`` retries (``result.error`` then
@@ -248,7 +253,7 @@ class SandboxClient(_ClientBase):
     """
 
     def _setup(self) -> None:
-        self._channel = self._make_channel(self.target.grpc_target, JOBS_SERVICE_CONFIG)
+        self._channel = self._make_channel(self.target.grpc_target, self._jobs_service_config)
         self._jobs = pb_grpc.JobsStub(self._channel)
         self._lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
@@ -566,7 +571,7 @@ class AsyncSandboxClient(_ClientBase):
     """
 
     def _setup(self) -> None:
-        self._channel = self._make_channel(self.target.grpc_target, JOBS_SERVICE_CONFIG)
+        self._channel = self._make_channel(self.target.grpc_target, self._jobs_service_config)
         self._jobs = pb_grpc.JobsStub(self._channel)
         self._address_channels: dict[str, grpc.aio.Channel] = {}
         self._semaphore: asyncio.Semaphore | None = None

@@ -221,13 +221,13 @@ class FakeServer:
         await self._health.set("", health_pb2.HealthCheckResponse.SERVING)
         self._server = server
 
-    def set_serving(self, serving: bool) -> None:
-        """Flip grpc.health.v1 for the whole server, as a draining daemon would."""
+    def set_serving(self, serving: bool, service: str = "") -> None:
+        """Flip grpc.health.v1 for the whole server, as a draining daemon would, or for one `service`."""
         status = (
             health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
         )
         assert self._health is not None
-        self._call(self._health.set("", status))
+        self._call(self._health.set(service, status))
 
     def stop(self, grace: float | None = None) -> None:
         """Stop serving; in-flight calls end with UNAVAILABLE when grace is None."""

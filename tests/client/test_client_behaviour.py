@@ -27,6 +27,8 @@ from sandboxd_client import (
     Status,
     Unavailable,
     math_job,
+    reward_model_health_service,
+    reward_model_job,
 )
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 
@@ -200,13 +202,36 @@ def test_round_robin_spreads_and_survives_a_stopped_daemon(twin: Twin, start_fak
 def test_health_checking_skips_a_draining_daemon(start_fake: StartFake) -> None:
     a, b = start_fake("a"), start_fake("b")
     with SandboxClient([a.address, b.address], batch_size=1) as client:
-        client.score_batch([math_job("1", "1") for _ in range(10)])
+        # Until b's first health answer, round_robin has only a (run alone, the first batch all went there).
+        for _ in range(50):
+            client.score_batch([math_job("1", "1") for _ in range(10)])
+            if b.fake.jobs_seen:
+                break
+            time.sleep(0.05)
         assert b.fake.jobs_seen > 0
         b.set_serving(False)
         time.sleep(0.5)
         before = b.fake.jobs_seen
         results = client.score_batch([math_job("1", "1") for _ in range(20)])
     assert all(r.ok for r in results) and b.fake.jobs_seen == before
+
+
+def test_a_reward_model_client_skips_daemons_where_its_model_is_not_loaded(start_fake: StartFake) -> None:
+    """A daemon serves while a reward model loads there (its job pools are warm): a client of that model sends its
+    jobs only to daemons that say, by the model's own health service, that it is loaded."""
+    a, b = start_fake("a"), start_fake("b")
+    a.set_serving(True, reward_model_health_service("rm"))
+    b.set_serving(False, reward_model_health_service("rm"))
+    with SandboxClient([a.address, b.address], batch_size=1, reward_model="rm") as client:
+        results = client.score_batch([reward_model_job("p", "c", model="rm") for _ in range(20)])
+        assert all(r.ok for r in results) and a.fake.jobs_seen == 20 and b.fake.jobs_seen == 0
+        b.set_serving(True, reward_model_health_service("rm"))
+        for _ in range(50):
+            client.score_batch([reward_model_job("p", "c", model="rm") for _ in range(10)])
+            if b.fake.jobs_seen:
+                break
+            time.sleep(0.05)
+    assert b.fake.jobs_seen > 0
 
 
 def test_status_info_and_hint_reach_a_daemon_that_is_not_serving(twin: Twin, start_fake: StartFake) -> None:

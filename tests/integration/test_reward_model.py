@@ -277,6 +277,20 @@ def test_info_lists_models_and_snapshot_state(rm_channel: grpc.Channel) -> None:
     helpers.require_snapshot(pools["rm-chat"].snapshot, "rm-chat: ")
 
 
+def test_each_model_says_whether_it_can_score_in_its_own_health_service(rm_channel: grpc.Channel) -> None:
+    """The daemon serves once its job pools are warm, before a model has loaded: a client balancing reward-model
+    jobs checks the model's own service. A loaded model is SERVING, one that cannot load NOT_SERVING."""
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+    from sandboxd_client import reward_model_health_service
+
+    stub = health_pb2_grpc.HealthStub(rm_channel)
+    pb_grpc.JobsStub(rm_channel).Run(job("chat", "a", "b"), timeout=120)  # loaded by now
+    statuses = {name: stub.Check(health_pb2.HealthCheckRequest(service=reward_model_health_service(name)),
+                                 timeout=10).status for name in ("chat", "broken")}
+    assert statuses == {"chat": health_pb2.HealthCheckResponse.SERVING,
+                        "broken": health_pb2.HealthCheckResponse.NOT_SERVING}
+
+
 def test_gpu_model_is_refused_without_gpu_runtime(reward_image: str, models: dict[str, Path],
                                                   tmp_path: Path) -> None:
     info = subprocess.run(["docker", "info", "--format", "{{json .Runtimes}}"], capture_output=True, text=True)
