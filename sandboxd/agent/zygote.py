@@ -30,6 +30,12 @@ from typing import NoReturn
 
 from sandboxd.agent import worker
 
+# The signal module's own signal(), without the wrapper that turns the handler
+# it replaces into a Handlers member: in a fresh worker, replacing the zygote's
+# SIGCHLD handler (a function, not a member) went through enum's ValueError
+# path, 69 page faults (about 4 us each here) for that one call.
+_raw_signal = importlib.import_module("_signal")
+
 # The zygote's channel (SOCK_SEQPACKET) carries fixed-layout messages; see _serve for why.
 # controller -> zygote: (op, tag)
 REQUEST = struct.Struct("<BI")
@@ -231,7 +237,7 @@ def _fork_worker(control: socket.socket, tag: int) -> int:
     if pid:
         return pid
     try:
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        _raw_signal.signal(signal.SIGCHLD, _raw_signal.SIG_DFL)
         if _wakeup is not None:
             # Not the job's to read (the zygote's wake-ups) or to write.
             signal.set_wakeup_fd(-1)
