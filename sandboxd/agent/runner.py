@@ -1025,8 +1025,9 @@ class Runner:
             # The status the program reported; its resources are not known
             # before its exit, and nothing reads them for a normal exit.
             exit_message = {"status": (reported or 0) << 8, "cpu_seconds": 0.0, "max_rss_bytes": 0}
-        # Only a run that did not exit cleanly is judged by the count (classify, crowded_out).
-        oom_kills_after = usage.oom_kills() if exit_message["status"] else None
+        # Only a run that did not exit cleanly is judged by the count (classify, crowded_out), and not one its
+        # caller ended (a candidate once its judge answered): its caller does not take the verdict.
+        oom_kills_after = usage.oom_kills() if exit_message["status"] and not spec.ended_by_caller else None
         outcome = RunOutcome(
             wait_status=exit_message["status"],
             stdout=bytes(stdout.data),

@@ -114,12 +114,11 @@ def _read(path: str, size: int = 1 << 16) -> bytes | None:
 
 def oom_kills(path: str = VMSTAT) -> int | None:
     """How many processes the OOM killer has killed on this host so far; None where the kernel does not say."""
-    text = _read(path)
-    for line in (text or b"").splitlines():
-        name, _, value = line.partition(b" ")
-        if name == b"oom_kill" and value.strip().isdigit():
-            return int(value)
-    return None
+    # One look for its line rather than a parse of all ~190: 16 of the 47 us a
+    # read took here, where the agent reads it up to twice per run.
+    _, found, rest = (b"\n" + (_read(path) or b"")).partition(b"\noom_kill ")
+    value = rest.partition(b"\n")[0].strip()
+    return int(value) if found and value.isdigit() else None
 
 
 def sandbox_usage() -> tuple[int, int]:
