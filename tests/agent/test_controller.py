@@ -157,6 +157,7 @@ def test_a_jobs_uid_comes_back_only_after_its_files_are_gone(tmp_path: Path, mon
     controller = bare_controller(tmp_path, monkeypatch)
     uid = controller.uids.take()
     (tmp_path / "work" / str(uid)).mkdir()
+    (tmp_path / "work" / str(uid) / "output.txt").write_text("x")
     (tmp_path / "shm" / "left").write_text("x")
     os.chown(tmp_path / "shm" / "left", uid, uid)
     seen: list[bool] = []
@@ -176,6 +177,20 @@ def test_a_jobs_uid_comes_back_only_after_its_files_are_gone(tmp_path: Path, mon
     assert uid in controller.uids._free
     assert not (tmp_path / "work" / str(uid)).exists()
     assert not (tmp_path / "shm" / "left").exists()
+
+
+def test_an_empty_work_dir_is_removed_without_a_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What most runs leave (a Python-harness candidate writes nothing): rmdir on the loop, then the uid is free."""
+    controller = bare_controller(tmp_path, monkeypatch)
+    uid = controller.uids.take()
+    (tmp_path / "work" / str(uid)).mkdir()
+    removals: list[str] = []
+    monkeypatch.setattr(controller_module, "remove_tree", removals.append)
+
+    asyncio.run(controller.release(uid))
+    assert removals == []
+    assert not (tmp_path / "work" / str(uid)).exists()
+    assert uid in controller.uids._free
 
 
 def test_a_jobs_files_in_shared_folders_are_removed_off_the_event_loop(
@@ -212,6 +227,8 @@ def test_a_removal_that_fails_damages_the_sandbox_and_keeps_the_uid(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     controller = bare_controller(tmp_path, monkeypatch)
     uid = controller.uids.take()
+    (tmp_path / "work" / str(uid)).mkdir()
+    (tmp_path / "work" / str(uid) / "left").write_text("x")
 
     def stuck(path: str) -> None:
         raise runner.SandboxDamaged(f"cannot remove {path}")
