@@ -19,6 +19,8 @@ import grpc
 import pytest
 
 from sandboxd.daemon import Daemon
+from sandboxd.pool import Pool
+from sandboxd.sandbox import Sandbox
 from tests.test_pool import one_slot_pool
 
 
@@ -330,6 +332,25 @@ def test_the_grpc_socket_is_never_open_to_others_under_a_loose_umask(monkeypatch
         shutil.rmtree(folder)
 
 
+def health_watching_daemon(pools: dict[str, Pool], serving: list[bool]) -> Daemon:
+    """A Daemon with only what _on_pool_change reads: `pools`, not serving yet, its SERVING changes appended to
+    `serving`."""
+    daemon = object.__new__(Daemon)
+    daemon.pools = pools
+    daemon.serving = daemon.stopping = False
+    daemon.engine_problem = ""
+    daemon._set_serving = serving.append  # type: ignore[method-assign, assignment]
+    return daemon
+
+
+def loading_model_pool() -> tuple[Pool, Sandbox]:
+    """A reward-model pool, as health sees one, that has no sandbox yet; and the sandbox it will have."""
+    model, model_sandbox = one_slot_pool()
+    model.name, model.sandboxes = "rm-judge", []
+    model.gates_health = False
+    return model, model_sandbox
+
+
 def test_a_reward_model_still_loading_holds_back_no_job_pool() -> None:
     """A model loads for up to load_timeout_seconds (600 s) per try; meanwhile the daemon was NOT_SERVING and every
     code and math job on the node was refused UNAVAILABLE (review). Its own jobs wait for it, as for any pool."""
@@ -337,15 +358,9 @@ def test_a_reward_model_still_loading_holds_back_no_job_pool() -> None:
 
     assert RewardModelPool.gates_health is False
     python, python_sandbox = one_slot_pool()
-    model, _model_sandbox = one_slot_pool()
-    model.name, model.sandboxes = "rm-judge", []
-    model.gates_health = False
+    model, _model_sandbox = loading_model_pool()
     serving: list[bool] = []
-    daemon = object.__new__(Daemon)
-    daemon.pools = {"python": python, "rm-judge": model}
-    daemon.serving = daemon.stopping = False
-    daemon.engine_problem = ""
-    daemon._set_serving = serving.append  # type: ignore[method-assign, assignment]
+    daemon = health_watching_daemon({"python": python, "rm-judge": model}, serving)
     python.sandboxes = []
     daemon._on_pool_change()
     assert serving == []  # no job pool is warm yet
@@ -359,15 +374,9 @@ def test_a_daemon_whose_job_pools_all_fail_serves_its_reward_model_once_loaded()
 
     python, _python_sandbox = one_slot_pool()
     python.sandboxes, python.start_failures = [], pool_module.FAILING_AFTER_STARTS
-    model, model_sandbox = one_slot_pool()
-    model.name, model.sandboxes = "rm-judge", []
-    model.gates_health = False
+    model, model_sandbox = loading_model_pool()
     serving: list[bool] = []
-    daemon = object.__new__(Daemon)
-    daemon.pools = {"python": python, "rm-judge": model}
-    daemon.serving = daemon.stopping = False
-    daemon.engine_problem = ""
-    daemon._set_serving = serving.append  # type: ignore[method-assign, assignment]
+    daemon = health_watching_daemon({"python": python, "rm-judge": model}, serving)
     daemon._on_pool_change()
     assert serving == []
     model.sandboxes = [model_sandbox]

@@ -60,8 +60,13 @@ def test_job_survives_sandbox_killed_mid_run(tmp_path: Path) -> None:
         assert daemon.stop() == 0
 
 
-def test_restarted_daemon_reaps_previous_sandboxes(tmp_path: Path) -> None:
-    first = DaemonProcess(tmp_path, "restart", extra_env=NO_MATH)
+def killed_with_its_sandboxes(tmp_path: Path, name: str, env: dict[str, str]) -> str:
+    """Start a daemon, wait for its sandboxes, SIGKILL it (no clean shutdown: they are left running); its instance.
+
+    Not asserted after the kill: a live daemon's once-a-minute sweep (the tests' shared one) may already be
+    removing them, as their owner is dead.
+    """
+    first = DaemonProcess(tmp_path, name, extra_env=env)
     try:
         first.wait_serving()
     except BaseException:
@@ -69,11 +74,14 @@ def test_restarted_daemon_reaps_previous_sandboxes(tmp_path: Path) -> None:
         raise
     instance = instance_of(first)
     assert containers(f"io.sandboxd.instance={instance}")
-    # No clean shutdown: its sandboxes are left running. Not asserted after the kill: a live daemon's once-a-minute
-    # sweep (the tests' shared one) may already be removing them, as the owner is dead.
     first.process.kill()
     first.process.wait()
     first.log.close()
+    return instance
+
+
+def test_restarted_daemon_reaps_previous_sandboxes(tmp_path: Path) -> None:
+    instance = killed_with_its_sandboxes(tmp_path, "restart", NO_MATH)
     second = DaemonProcess(tmp_path, "restart", extra_env=NO_MATH)
     try:
         second.wait_serving()
@@ -87,17 +95,7 @@ def test_a_daemon_restarted_on_another_socket_reaps_its_predecessors_sandboxes(t
     """The node label is a hash of the listen addresses: a daemon killed, then started on another socket, never
     reaped the first one's sandboxes (review). The owner label names the dead process itself."""
     small = {**NO_MATH, "SANDBOXD_POOL_IMAGES": "python", "SANDBOXD_POOL_MIN_SIZE": "1"}
-    first = DaemonProcess(tmp_path, "before", extra_env=small)
-    try:
-        first.wait_serving()
-    except BaseException:
-        first.stop()
-        raise
-    instance = instance_of(first)
-    assert containers(f"io.sandboxd.instance={instance}")
-    first.process.kill()
-    first.process.wait()
-    first.log.close()
+    instance = killed_with_its_sandboxes(tmp_path, "before", small)
     # Removed by the second daemon's start-up, or by the tests' shared daemon's once-a-minute sweep if it comes
     # first: either judged the owner dead, which no daemon did before.
     second = DaemonProcess(tmp_path, "after", extra_env=small)
