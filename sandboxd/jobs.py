@@ -272,6 +272,7 @@ def _prepare(job: pb.Job, config: Config, where: str) -> PreparedJob:
                                  f"{MAX_COLLECT_FILES}")
         for path in execute.collect_files:
             check_path(path, f"{where}.execute.collect_files")
+        check_args(list(execute.args), f"{where}.execute.args")
         agent_job: dict[str, Any] = {
             "kind": "execute", "program": program, "limits": limits,
             "stdin": base64.b64encode(execute.stdin).decode(), "args": list(execute.args),
@@ -330,6 +331,35 @@ MAX_NAME_BYTES = 255
 MAX_EXECUTE_FILES = 1024
 MAX_EXECUTE_FILES_BYTES = 32 << 20
 MAX_COLLECT_FILES = 64
+# Linux's MAX_ARG_STRLEN (32 pages, its NUL included), and for the whole list well under what execve takes
+# with the sandbox's stack limit (a quarter of it, at most 6 MiB, less the environment): each argument costs
+# its bytes, its NUL and a pointer.
+MAX_ARG_BYTES = (32 << 12) - 1
+MAX_ARGS_BYTES = 1 << 20
+ARG_POINTER_BYTES = 8
+
+
+def check_args(args: list[str], where: str) -> None:
+    """Arguments that an exec'd program can be given: no NUL, each within MAX_ARG_BYTES, all within MAX_ARGS_BYTES.
+
+    Past these execve fails in the sandbox whatever the program: a NUL ended
+    the run with exit status 1 and no word of why (Python's execve raised
+    ValueError), and an argument list too long with 127, each scored as the
+    model's runtime error for the caller's slip (red team). Python runs in
+    the warm interpreter without an exec, but a real `python main.py ARGS`
+    fails the same way, so one rule holds for every language.
+    """
+    total = 0
+    for position, arg in enumerate(args):
+        if "\0" in arg:
+            raise InvalidRequest(f"{where}[{position}] holds a NUL character, which no program's arguments can")
+        size = len(arg.encode())
+        if size > MAX_ARG_BYTES:
+            raise InvalidRequest(f"{where}[{position}] is {size} bytes; execve takes at most {MAX_ARG_BYTES}")
+        total += size + 1 + ARG_POINTER_BYTES
+    if total > MAX_ARGS_BYTES:
+        raise InvalidRequest(f"{where}: {len(args)} arguments take {total} bytes with their pointers; at most "
+                             f"{MAX_ARGS_BYTES}")
 
 
 def check_path(path: str, where: str) -> None:

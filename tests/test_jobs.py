@@ -176,12 +176,23 @@ def _execute(**fields: Any) -> pb.Job:
          "'x/b' is both a file and a folder"),
         ({"collect_files": [f"f{i}" for i in range(65)]}, "at most 64"),
         ({"files": [pb.File(path=f"f{i}", content=b"x" * (9 << 20)) for i in range(4)]}, "more than 33554432 bytes"),
+        # execve refuses these whatever the program: a NUL ended the run with exit status 1 and no word of why,
+        # a list too long with 127, each scored as the model's runtime error (red team).
+        ({"args": ["ok", "a\0b"]}, r"execute\.args\[1\] holds a NUL character"),
+        ({"language": "bash", "args": ["a" * 131_072]}, r"args\[0\] is 131072 bytes; execve takes at most 131071"),
+        ({"args": ["a"] * 200_000}, "200000 arguments take 2000000 bytes with their pointers; at most 1048576"),
     ],
 )
 def test_execute_files_that_cannot_be_written_or_sent_back_are_invalid(fields: dict[str, Any],
                                                                        message: str) -> None:
     with pytest.raises(InvalidRequest, match=message):
         jobs.prepare(_execute(**fields), Config())
+
+
+def test_arguments_execve_takes_are_valid() -> None:
+    args = ["a" * 131_071, "\u00e9" * 20_000, *["x"] * 1_000]
+    prepared = jobs.prepare(_execute(language="bash", args=args), Config())
+    assert prepared.agent_job is not None and prepared.agent_job["args"] == args
 
 
 def test_execute_files_as_deep_and_many_as_allowed_are_valid() -> None:

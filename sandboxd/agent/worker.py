@@ -382,6 +382,7 @@ def _run_python(code: str, argv: list[str], status_fd: int = -1) -> NoReturn:
     sys.path[0:0] = [os.getcwd()]
     namespace = {"__name__": "__main__", "__file__": argv[0], "__builtins__": builtins}
     status = 0
+    program_pid = os.getpid()
     try:
         exec(compile(code, argv[0], "exec"), namespace)
     except SystemExit as exc:
@@ -397,7 +398,11 @@ def _run_python(code: str, argv: list[str], status_fd: int = -1) -> NoReturn:
         tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None
         traceback.print_exception(type(exc), exc, tb)
         status = 1
-    _flush_and_exit(status, status_fd)
+    # A child the program forked (os.fork) that ends here ends alone, as under `python main.py`: only the
+    # program's own process reports the run's status. A child that fell off the end, called sys.exit() or
+    # raised wrote its status for the run, which ended there, its parent killed mid-way: a correct program
+    # that forked was scored on its child's exit (red team).
+    _flush_and_exit(status, status_fd if os.getpid() == program_pid else -1)
 
 
 def _run_exec(argv: list[str]) -> NoReturn:

@@ -303,3 +303,41 @@ def test_deadlines_and_cancellations_leak_nothing(daemon: DaemonProcess, channel
         assert len(sessions.List(pb.ListSessionsRequest(), timeout=10).sessions) == open_before
     finally:
         pool.SetBatchHint(pb.BatchHint(batch_size=0), timeout=10)
+
+
+def test_opens_cancelled_and_closes_raced_leave_one_session_per_key_and_every_slot(daemon: DaemonProcess) -> None:
+    """Three opens per request_id, the first of some cancelled mid-open, then a cell raced by two closes (one of
+    them cancelled): each key opens one session, none stays open, and every slot of the pool comes back."""
+    async def scenario() -> tuple[list[int], int, int]:
+        async with grpc.aio.insecure_channel(daemon.address) as channel:
+            stub = pb_grpc.SessionsStub(channel)
+
+            async def episode(i: int) -> int:
+                key = f"race-{i:04d}-{time.monotonic_ns()}"
+                opens = [stub.Open(pb.OpenSessionRequest(request_id=key), timeout=60) for _ in range(3)]
+                if i % 3 == 0:
+                    await asyncio.sleep(0.01 * (i % 7))
+                    opens[0].cancel()
+                answers = await asyncio.gather(*opens, return_exceptions=True)
+                ids = {a.session_id for a in answers if isinstance(a, pb.SessionInfo)}
+                for session_id in ids:
+                    cell = stub.RunCell(pb.RunCellRequest(session_id=session_id, code="import time; time.sleep(0.2)"),
+                                        timeout=60)
+                    closes = [stub.Close(pb.CloseSessionRequest(session_id=session_id), timeout=60) for _ in range(2)]
+                    if i % 2:
+                        closes[0].cancel()
+                    await asyncio.gather(cell, *closes, return_exceptions=True)
+                return len(ids)
+
+            per_key = await asyncio.gather(*(episode(i) for i in range(24)))
+            await asyncio.sleep(1)  # a cancelled close's ending finishes in the daemon
+            left = len((await stub.List(pb.ListSessionsRequest(), timeout=10)).sessions)
+            # The pool's whole capacity opens again (one sandbox of sessions.per_sandbox, 64).
+            full = await asyncio.gather(*(stub.Open(pb.OpenSessionRequest(), timeout=120) for _ in range(64)))
+            await asyncio.gather(*(stub.Close(pb.CloseSessionRequest(session_id=s.session_id), timeout=60)
+                                   for s in full))
+            return per_key, left, len(full)
+
+    per_key, left, reopened = asyncio.run(scenario())
+    assert per_key == [1] * 24
+    assert (left, reopened) == (0, 64)
