@@ -23,10 +23,12 @@ ASCII JSON (non-ASCII is escaped, so lone surrogates survive). Frames:
 - tests -> candidate: ``{"call": name, "args": [enc...], "kwargs": {str: enc}}``
   where ``name`` is a top-level name or ``"Class.method"`` (a fresh instance
   per call), plus ``"handle": int`` to call a method of an object made
-  earlier;
+  earlier; with ``"attr": true`` as well, ``name`` is an attribute of that
+  object for the tests to read, not to call;
 - candidate -> tests: ``{"ok": enc}``, ``{"handle": int}`` when the call
   constructed an instance of a top-level class (it stays in the candidate's
-  process), or ``{"error": {"type": str, "message": str}}``.
+  process), ``{"method": true}`` when an attribute read is a method, or
+  ``{"error": {"type": str, "message": str}}``.
 
 Tests that import the candidate as a module (KodCode and other pytest-style
 datasets: ``from solution import f``, ``import solution``) get, while they run,
@@ -505,6 +507,11 @@ def _answer(request: object, namespace: dict[str, Any], objects: dict[int, objec
     if type(args) is not list or type(raw_kwargs) is not dict:
         raise ProtocolError("args must be a list and kwargs an object")
     kwargs = {str(key): decode_value(value) for key, value in raw_kwargs.items()}
+    if request.get("attr") is True:  # the tests read an attribute of an object (_RemoteObject)
+        if request.get("handle") is None:
+            raise ProtocolError("only an object's attributes are read")
+        value, _ = _resolve(request, namespace, objects)
+        return {"method": True} if callable(value) else {"ok": encode_value(value)}
     function, constructs = _resolve(request, namespace, objects)
     result = function(*args, **kwargs)
     if constructs:
@@ -750,9 +757,14 @@ class _Remote:
         raise self.broken
 
     def request(
-        self, target: str, args: Sequence[object], kwargs: Mapping[str, object], handle: int | None = None
+        self, target: str, args: Sequence[object], kwargs: Mapping[str, object], handle: int | None = None,
+        *, attribute: bool = False,
     ) -> tuple[str, object, str]:
-        """Call the candidate: ("ok", value, ""), ("handle", n, class) or ("error", type, message)."""
+        """Call the candidate: ("ok", value, ""), ("handle", n, class) or ("error", type, message).
+
+        With ``attribute``, read the attribute ``target`` of the object ``handle``
+        instead: ("ok", value, ""), ("method", None, target) or ("error", type, message).
+        """
         if self.broken is not None:
             raise type(self.broken)(f"not run: {self.broken}")
         try:
@@ -765,6 +777,8 @@ class _Remote:
             raise TypeError(f"only plain data can be passed to the candidate: {exc}") from None
         if handle is not None:
             message["handle"] = handle
+        if attribute:
+            message["attr"] = True
         if self._time_up():
             self.broken = TestsTimeUp(TIME_UP_MESSAGE)
             raise type(self.broken)(f"not run: {self.broken}")
@@ -790,6 +804,8 @@ class _Remote:
                     return "ok", decode_value(body), ""
                 if kind == "handle" and type(body) is int:
                     return "handle", body, target
+                if kind == "method" and body is True and attribute:
+                    return "method", None, target
                 if kind == "error" and type(body) is dict:
                     error_type, error_message = body.get("type"), body.get("message")
                     if type(error_type) is str and type(error_message) is str:
@@ -835,8 +851,9 @@ class _RemoteFunction:
 class _RemoteObject:
     """An instance of a candidate's class, living in the candidate's process.
 
-    Only method calls are supported: ``obj.method(...)`` calls it remotely;
-    data attributes cannot be read (``obj.size`` is a method proxy, not a value).
+    Its attributes are read from the candidate's object: ``obj.method(...)``
+    calls a method remotely, and ``obj.size`` is the plain data the attribute
+    holds (an attribute that is not plain data fails as a value does).
     """
 
     def __init__(self, remote: _Remote, handle: int, class_name: str) -> None:
@@ -850,6 +867,12 @@ class _RemoteObject:
         if name.startswith("_"):
             raise AttributeError(name)
         remote, handle = self._remote, self._handle
+        # Read, not assumed: a method stand-in for any name made `assert light.on` and `node.next is not None`
+        # pass for a class that has no such attribute (red team). A candidate that answers "a method" for any
+        # name gets no more than one that defines a method of that name, under the dataset's own pytest too.
+        kind, body, detail = remote.request(name, (), {}, handle, attribute=True)
+        if kind != "method":
+            return _unwrap(remote, (kind, body, detail), method=True)  # type: ignore[return-value]
 
         def method(*args: object, **kwargs: object) -> object:
             return _unwrap(remote, remote.request(name, args, kwargs, handle), method=True)
@@ -1379,8 +1402,9 @@ def run_tests(
     :func:`_candidate_module`). Any exception fails the test, and so does never
     calling the candidate (status ``no_calls``: nothing was checked).
     Calling a proxy of a class makes an instance in the candidate's process
-    and returns a stand-in whose methods are called remotely (data
-    attributes cannot be read); only plain data can be passed as arguments.
+    and returns a stand-in whose methods are called remotely (an attribute
+    that is not a method is read as plain data); only plain data can be
+    passed as arguments.
     Only the names in ``classes`` (the candidate's top-level ``class``
     statements, by :func:`top_level_definitions`), except ``entry_point``,
     may answer with an object; methods answer with values. Tests that pytest

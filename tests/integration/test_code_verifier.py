@@ -1512,6 +1512,48 @@ def test_reward_hacks_through_lax_comparisons_fail(channel: grpc.Channel) -> Non
     assert_failed(results[3], pb.STATUS_RUNTIME_ERROR)
 
 
+# pytest-style tests of a class, reading its attributes (KodCode's shape, `from solution import`).
+LIGHT_TESTS = textwrap.dedent("""
+    from solution import Light
+
+    def test_toggle():
+        light = Light()
+        light.toggle()
+        assert light.on
+        assert light.owner is not None
+        assert light.flips == 1
+""")
+LIGHT = textwrap.dedent("""
+    class Light:
+        def __init__(self):
+            self.on, self.owner, self.flips = False, "me", 0
+
+        def toggle(self):
+            self.on = not self.on
+            self.flips += 1
+""")
+
+
+@pytest.mark.parametrize(
+    ("code", "status"),
+    [
+        pytest.param(LIGHT, pb.STATUS_OK, id="right"),
+        pytest.param("class Light:\n    def toggle(self):\n        pass\n", pb.STATUS_RUNTIME_ERROR,
+                     id="no-attributes"),
+        pytest.param("class Light:\n    on, owner, flips = True, None, 1\n    def toggle(self):\n        pass\n",
+                     pb.STATUS_WRONG_ANSWER, id="wrong-attributes"),
+    ],
+)
+def test_object_attributes_the_tests_read_are_the_candidates(channel: grpc.Channel, code: str, status: int) -> None:
+    """Red team: the tests' stand-in for an object took any attribute for a method, so `assert light.on` and
+    `light.owner is not None` passed for a class that had neither (a right one failed `light.flips == 1`)."""
+    result = helpers.run(channel, assert_job(code, LIGHT_TESTS))
+    if status == pb.STATUS_OK:
+        assert_ok(result)
+    else:
+        assert_failed(result, status)
+
+
 def test_assert_tests_that_never_call_the_candidate_are_a_dataset_error(channel: grpc.Channel) -> None:
     result = helpers.run(channel, assert_job("def add(a, b):\n    return 0\n", "import math\nassert math.pi > 3\n"))
     assert result.status == pb.STATUS_INTERNAL and result.reward == FAIL, describe(result)

@@ -1683,6 +1683,38 @@ def test_remote_objects_for_class_based_tests(tmp_path: Path) -> None:
     assert harness(code, tmp_path, "assert", assert_code=tests)["passed"]
 
 
+LIGHT_TESTS = (
+    "def test_toggle():\n    light = Light()\n    light.toggle()\n"
+    "    assert light.on\n    assert light.owner is not None\n    assert light.flips == 1\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("code", "passes"),
+    [
+        ("class Light:\n    def __init__(self):\n        self.on, self.owner, self.flips = False, 'me', 0\n"
+         "    def toggle(self):\n        self.on = not self.on\n        self.flips += 1\n", True),
+        ("class Light:\n    def toggle(self):\n        pass\n", False),
+        ("class Light:\n    on = owner = None\n    flips = 0\n    def toggle(self):\n        pass\n", False),
+    ],
+    ids=["right", "no-attributes", "wrong-attributes"],
+)
+def test_object_attributes_are_read_from_the_candidates_object(code: str, passes: bool, tmp_path: Path) -> None:
+    """Red team: every attribute of an object was a method stand-in, so `assert light.on` and
+    `light.owner is not None` passed for a class without them."""
+    result = harness(code, tmp_path, "assert", assert_code=LIGHT_TESTS)
+    assert result["passed"] is passes, result
+
+
+def test_an_answer_of_a_method_to_a_call_breaks_the_protocol(tmp_path: Path) -> None:
+    # "method" answers an attribute read only: to a call it would be no value at all.
+    code = ("import sys\nh = sys.modules['sandboxd.verifiers.pyharness']\n"
+            "h._answer = lambda request, namespace, objects: {'method': True}\n"
+            "def add(a, b):\n    return a + b\n")
+    result = harness(code, tmp_path, "assert", assert_code="assert add(1, 2) is not None\n")
+    assert result["status"] == "died" and "bad reply" in result["message"], result
+
+
 PRIMES_CHECK = (
     "def check(candidate):\n    r = candidate(10)\n"
     "    assert r.issubset({2, 3, 5, 7}) and r.issuperset({2, 3, 5, 7})\n"
