@@ -64,7 +64,7 @@ import math
 import operator  # noqa: F401
 import os
 import random  # noqa: F401
-import re  # noqa: F401
+import re
 import socket
 import statistics  # noqa: F401
 import string  # noqa: F401
@@ -81,6 +81,7 @@ from typing import Any, NoReturn, cast
 from .code import FunctionCase, _parse, assemble
 
 __all__ = [
+    "MAX_CONTAINERS",
     "MAX_DEPTH",
     "MAX_FRAME_BYTES",
     "CandidateDied",
@@ -104,6 +105,12 @@ __all__ = [
 # about 7 MB of JSON), small enough that the test process cannot be pushed
 # into its memory limit by one frame.
 MAX_FRAME_BYTES = 16 * 1024 * 1024
+# Lists and objects in one frame from the candidate, which the test process parses: each costs it
+# 56-64 bytes for the 3 of "[]," (twice, once decoded), where numbers and strings cost about 12 times
+# their text. A 15 MiB frame of "[]," took 775 MiB, and two such jobs' judges beside their candidates
+# ran the sandbox out of memory, which the candidates escaped as SANDBOX_LOST (red team). Real values
+# hold far fewer: a frame of pairs of numbers stops at about 900,000 of them.
+MAX_CONTAINERS = 1 << 20
 # Nesting depth of values; json's own C parser stops near the recursion limit
 # (1000), and no test data nests anywhere near 100.
 MAX_DEPTH = 100
@@ -417,8 +424,22 @@ _ENCODER = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",",
 _DECODER = json.JSONDecoder(parse_constant=_reject_constant)
 
 
+# A JSON string of a frame (ASCII: see send_frame), whose brackets are text, not lists or objects.
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*+"')
+
+
+def _containers(body: bytes) -> int:
+    """How many lists and objects a frame's JSON holds (at most; exactly when it is valid JSON)."""
+    count = body.count(b"[") + body.count(b"{")
+    if count > MAX_CONTAINERS:  # only then do the brackets inside strings matter
+        text = _JSON_STRING.sub(b"", body)
+        count = text.count(b"[") + text.count(b"{")
+    return count
+
+
 def recv_frame(
-    sock: socket.socket, max_bytes: int = MAX_FRAME_BYTES, deadline: Deadline = None
+    sock: socket.socket, max_bytes: int = MAX_FRAME_BYTES, deadline: Deadline = None,
+    max_containers: int | None = None,
 ) -> object:
     """Receive one frame and parse its JSON (values inside are still encoded).
 
@@ -429,13 +450,17 @@ def recv_frame(
     the peer closed (before or inside the frame), ``TimeoutError`` past the
     deadline, :class:`FrameTooLarge` for a length over ``max_bytes`` (nothing
     is read past the header), :class:`ProtocolError` for bytes that are not
-    JSON, and ``OSError`` for socket errors.
+    JSON, and ``OSError`` for socket errors. With ``max_containers``, a frame
+    of more lists and objects than that is a :class:`ProtocolError`, before
+    it is parsed.
     """
     sock.settimeout(None)
     (size,) = _HEADER.unpack(_recv_exact(sock, _HEADER.size, deadline))
     if size > max_bytes:
         raise FrameTooLarge(f"frame of {size} bytes exceeds the limit of {max_bytes}")
     body = _recv_exact(sock, size, deadline)
+    if max_containers is not None and _containers(body) > max_containers:
+        raise ProtocolError(f"frame holds more than {max_containers} lists and objects")
     try:
         return _DECODER.decode(body.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
@@ -729,7 +754,7 @@ class _Remote:
 
     def _receive(self) -> object:
         try:
-            return recv_frame(self.channel, self.max_frame_bytes, self._deadline())
+            return recv_frame(self.channel, self.max_frame_bytes, self._deadline(), MAX_CONTAINERS)
         except TimeoutError:
             if self._time_up():
                 self.broken = TestsTimeUp(TIME_UP_MESSAGE)

@@ -1762,6 +1762,37 @@ def test_attack_does_not_reach_later_jobs(channel: grpc.Channel, attack: str) ->
         _assert_followups(results, 100 + 10 * round_)
 
 
+# Answers every call with 16 MiB of "[],", which the judge parses (a list each), beside 400 MiB of its own.
+SWELLING_REPLIES = textwrap.dedent("""
+    import struct, sys
+    h = sys.modules["sandboxd.verifiers.pyharness"]
+    BALLAST = bytearray(400 << 20)
+    FRAME = b'{"ok":[' + b"[]," * ((16 << 20) // 3 - 8) + b'[]]}'
+    FRAME = struct.pack(">I", len(FRAME)) + FRAME
+    _send = h.send_frame
+    def send_frame(sock, obj, *args):
+        if "ok" in obj:
+            sock.sendall(FRAME)
+        else:
+            _send(sock, obj, *args)
+    h.send_frame = send_frame
+    def add(a, b):
+        return a + b
+""")
+
+
+def test_replies_that_swell_in_the_judge_are_the_candidates_failure(channel: grpc.Channel) -> None:
+    """Red team: the judge took 775 MiB to parse such a reply. Two of these jobs in one sandbox (2 GiB) ran it out
+    of memory; the OOM killer took a candidate that held less than its limit, which was retried as crowded out
+    until the daemon gave up (SANDBOX_LOST, a failure a trainer drops), and the jobs beside it were retried too."""
+    attacks = [harness_job("function", SWELLING_REPLIES, timeout=10.0, index=i) for i in range(4)]
+    results = run_batch(channel, attacks + _followups(10))
+    for index in range(4):
+        assert_failed(results[index], pb.STATUS_RUNTIME_ERROR)
+        assert results[index].attempts == 1, describe(results[index])
+    _assert_followups(results, 10)
+
+
 # ---- the resident judge (sandboxd/agent/judgeserver.py) -------------------
 
 JUDGE_KILLER = """

@@ -1777,6 +1777,30 @@ def test_candidate_data_that_broke_the_judge_is_the_candidates_failure(tmp_path:
     assert result["status"] == "died" and "too large for a float" in result["message"], result
 
 
+# The candidate's own process answers every call with a frame of `body`, built at load time.
+SWELLING_REPLY = (
+    "import struct, sys\nh = sys.modules['sandboxd.verifiers.pyharness']\n"
+    "FRAME = b'{{\"ok\":[' + {body} + b'\"x\"]}}'\nFRAME = struct.pack('>I', len(FRAME)) + FRAME\n"
+    "h._answer = lambda request, namespace, objects: {{'ok': None}}\n"
+    "h.send_frame = lambda sock, obj, *a: sock.sendall(FRAME) if obj == {{'ok': None}} else _send(sock, obj, *a)\n"
+    "def _send(sock, obj, *a):\n    data = h._ENCODER.encode(obj).encode()\n"
+    "    sock.sendall(struct.pack('>I', len(data)) + data)\n"
+    "def f(x):\n    return x\n"
+)
+
+
+def test_a_reply_of_millions_of_lists_is_refused_before_it_is_parsed(tmp_path: Path) -> None:
+    """Red team: 15 MiB of "[]," took the test process 775 MiB to parse and decode; two such jobs' judges and
+    candidates ran the sandbox out of memory, and the candidates escaped as SANDBOX_LOST."""
+    lists = SWELLING_REPLY.format(body="b'[],' * ((1 << 20) + 1)")
+    result = harness(lists, tmp_path, fn_name="f", cases=[FunctionCase((1,), 1)])
+    assert result["status"] == "died" and "more than 1048576 lists and objects" in result["message"], result
+    # Brackets inside strings are text: as many of them pass.
+    brackets = SWELLING_REPLY.format(body="b'\"' + b'[{' * ((1 << 20) + 1) + b'\",'")
+    result = harness(brackets, tmp_path, fn_name="f", cases=[FunctionCase((1,), 1)])
+    assert result["status"] == "wrong_answer", result
+
+
 def test_a_verdicts_messages_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(pyharness, "VERDICT_MESSAGES_LIMIT", 10_000)
     code = "def add(a, b):\n    raise ValueError('x' * 5000)\n"
