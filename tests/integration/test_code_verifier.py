@@ -1251,6 +1251,31 @@ HARNESS_ATTACKS: dict[str, str] = {
             while True:
                 pass
     """),
+    # Right once, then stopped in the middle of the next call (and, the second time, the judge's process
+    # group and every process of its uid too).
+    "stop_in_second_call": textwrap.dedent("""
+        import os, signal
+        calls = []
+        def add(a, b):
+            calls.append(1)
+            if len(calls) > 1:
+                os.kill(os.getpid(), signal.SIGSTOP)
+            return a + b
+    """),
+    "stop_everything_in_second_call": textwrap.dedent("""
+        import os, signal
+        calls = []
+        def add(a, b):
+            calls.append(1)
+            if len(calls) > 1:
+                for target in (0, -1, os.getppid()):
+                    try:
+                        os.kill(target, signal.SIGSTOP)
+                    except OSError:
+                        pass
+                os.kill(os.getpid(), signal.SIGSTOP)
+            return a + b
+    """),
 }
 HARNESS_ATTACK_TIMEOUT = 1.0
 
@@ -1388,6 +1413,21 @@ STDIO_ATTACKS: dict[str, str] = {
         os.execve(python, [python, "-c", "while True: pass"], env)
     """),
     "sleep_past_deadline": "import time\ntime.sleep(100)\nprint(3)\n",
+    # The right answer, then a stop that a wait must not take for an exit (a stopped status once read as exit
+    # status 19 under ptrace); the second stops with its tracer, the zygote.
+    "stop_after_right_answer_hang": textwrap.dedent("""
+        import os, signal
+        a, b = map(int, input().split())
+        print(a + b, flush=True)
+        os.kill(os.getpid(), signal.SIGSTOP)
+    """),
+    "traced_stop_after_right_answer_hang": textwrap.dedent("""
+        import ctypes, os, signal
+        a, b = map(int, input().split())
+        print(a + b, flush=True)
+        ctypes.CDLL(None).ptrace(0, 0, None, None)  # PTRACE_TRACEME
+        os.kill(os.getpid(), signal.SIGSTOP)
+    """),
 }
 STDIO_ATTACK_TIMEOUT = 1.0
 
