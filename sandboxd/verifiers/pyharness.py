@@ -121,11 +121,15 @@ MAX_INT_BITS = 14_000
 MESSAGE_LIMIT = 2000
 # An exception's type name is the candidate's to choose too (a class named with 9 MB).
 TYPE_NAME_LIMIT = 200
-# All the messages of one verdict: thousands of failing cases each with a
-# full message would not fit the judge's reply (16 MiB), and an oversized
-# verdict would read as the judge's failure, not the candidate's. Past this,
-# each further message is cut short.
+# All the messages of one verdict, in the bytes of the judge's reply (ASCII
+# JSON, where a character past ASCII takes 6 bytes, 12 past the BMP):
+# thousands of failing cases each with a full message would not fit the
+# judge's reply (16 MiB), and an oversized verdict would read as the judge's
+# failure, not the candidate's. Past this, each further message is cut short,
+# to ASCII.
 VERDICT_MESSAGES_LIMIT = 4 << 20
+# What is left of each message past VERDICT_MESSAGES_LIMIT, in characters.
+CUT_MESSAGE_CHARS = 100
 # Name of the candidate's module: not "__main__", so that a completion's
 # `if __name__ == "__main__":` block (reading stdin, unittest.main() which
 # calls sys.exit) does not run, as in HumanEval's and LiveCodeBench's harnesses.
@@ -1476,8 +1480,11 @@ def run_tests(
         nonlocal messages_size
         message = str(result["message"])
         if messages_size > VERDICT_MESSAGES_LIMIT:
-            result["message"] = message = message[:100]
-        messages_size += len(message)
+            cut = message[:CUT_MESSAGE_CHARS].encode("ascii", "backslashreplace").decode("ascii")
+            result["message"] = message = cut[:CUT_MESSAGE_CHARS]
+        # Counted as the reply will hold it: 700 failing cases of the candidate's longest error, in characters past
+        # the BMP, were 1.5 Mi characters but a 17 MiB reply (red team).
+        messages_size += len(message) if message.isascii() else len(_ENCODER.encode(message))
         tests.append(result)
         if on_result is not None:
             on_result(result)

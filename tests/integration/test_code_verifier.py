@@ -1802,6 +1802,21 @@ def test_attack_does_not_reach_later_jobs(channel: grpc.Channel, attack: str) ->
         _assert_followups(results, 100 + 10 * round_)
 
 
+# An exception whose type name and message are as long as the judge keeps (200 and 2,000 characters), of
+# characters that JSON writes as 12 bytes each (a surrogate pair, escaped).
+WIDE_ERRORS = ("Wide = type('\\U0001F600' * 300, (Exception,), {})\n"
+               "def add(a, b):\n    raise Wide('\\U0001F600' * 3000)\n")
+
+
+def test_many_wide_error_messages_are_still_the_candidates_failure(channel: grpc.Channel) -> None:
+    """Red team: a verdict's messages were bounded in characters (4 Mi), not in the bytes of the judge's reply, in
+    which each of these characters takes 12: 700 failing cases made a 17 MiB reply, over the 16 MiB a judge may
+    send, and the job was the sandbox's failure (STATUS_INTERNAL, which a trainer may drop), not the program's."""
+    result = helpers.run(channel, function_job(WIDE_ERRORS, "add", ADD_CASES * 240, timeout=1.0))
+    assert_failed(result, pb.STATUS_RUNTIME_ERROR)
+    assert result.code.tests_total == 720, describe(result)
+
+
 # Answers every call with 16 MiB of "[],", which the judge parses (a list each), beside 400 MiB of its own.
 SWELLING_REPLIES = textwrap.dedent("""
     import struct, sys

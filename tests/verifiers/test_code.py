@@ -1809,6 +1809,16 @@ def test_a_verdicts_messages_are_bounded(tmp_path: Path, monkeypatch: pytest.Mon
     assert sizes[:5] == [2000 + len("ValueError: ")] * 5 and set(sizes[6:]) == {100}, sizes
 
 
+def test_a_verdict_of_wide_messages_fits_the_judges_reply(tmp_path: Path) -> None:
+    """Red team: messages were bounded in characters, and JSON writes one past the BMP in 12 bytes: 700 failing
+    cases of the longest error the judge keeps made a 17 MiB verdict, over the 16 MiB a judge may send."""
+    code = "Wide = type('\\U0001F600' * 300, (Exception,), {})\ndef add(a, b):\n    raise Wide('\\U0001F600' * 3000)\n"
+    result = harness(code, tmp_path, fn_name="add", cases=[FunctionCase((1, 2), 3)] * 700)
+    assert result["status"] == "runtime_error" and len(result["tests"]) == 700, result["status"]
+    assert len(json.dumps(result, separators=(",", ":"))) < pyharness.VERDICT_MESSAGES_LIMIT + (1 << 20)
+    assert result["tests"][-1]["message"].isascii() and len(result["tests"][-1]["message"]) == 100
+
+
 def test_unittest_style_tests(tmp_path: Path) -> None:
     tests = (
         "import unittest\nclass T(unittest.TestCase):\n    def test_add(self):\n"
