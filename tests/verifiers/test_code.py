@@ -1706,6 +1706,19 @@ def test_object_attributes_are_read_from_the_candidates_object(code: str, passes
     assert result["passed"] is passes, result
 
 
+def test_an_objects_method_is_asked_about_once(tmp_path: Path) -> None:
+    # Each read of an attribute is a round trip: a loop of calls of one method makes one, not one per call.
+    code = ("import sys\nh = sys.modules['sandboxd.verifiers.pyharness']\nreads, _answer = [], h._answer\n"
+            "def answer(request, namespace, objects):\n    if request.get('attr'):\n"
+            "        reads.append(request['call'])\n    return _answer(request, namespace, objects)\n"
+            "h._answer = answer\n"
+            "class C:\n    n = 0\n    def inc(self):\n        self.n += 1\n    def reads(self):\n"
+            "        return reads\n")
+    tests = ("c = C()\nfor _ in range(5):\n    c.inc()\n"
+             "assert c.n == 5\nassert c.n == 5\nassert c.reads() == ['inc', 'n', 'n', 'reads']\n")
+    assert harness(code, tmp_path, "assert", assert_code=tests)["passed"]
+
+
 def test_an_answer_of_a_method_to_a_call_breaks_the_protocol(tmp_path: Path) -> None:
     # "method" answers an attribute read only: to a call it would be no value at all.
     code = ("import sys\nh = sys.modules['sandboxd.verifiers.pyharness']\n"
