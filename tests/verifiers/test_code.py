@@ -1696,8 +1696,11 @@ LIGHT_TESTS = (
          "    def toggle(self):\n        self.on = not self.on\n        self.flips += 1\n", True),
         ("class Light:\n    def toggle(self):\n        pass\n", False),
         ("class Light:\n    on = owner = None\n    flips = 0\n    def toggle(self):\n        pass\n", False),
+        # Any attribute an object equal to anything: the dataset's own pytest would pass it; here it is no value.
+        ("class Anything:\n    __eq__ = lambda self, other: True\n"
+         "class Light:\n    def __getattr__(self, name):\n        return Anything()\n", False),
     ],
-    ids=["right", "no-attributes", "wrong-attributes"],
+    ids=["right", "no-attributes", "wrong-attributes", "lying-getattr"],
 )
 def test_object_attributes_are_read_from_the_candidates_object(code: str, passes: bool, tmp_path: Path) -> None:
     """Red team: every attribute of an object was a method stand-in, so `assert light.on` and
