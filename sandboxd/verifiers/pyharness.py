@@ -23,10 +23,12 @@ ASCII JSON (non-ASCII is escaped, so lone surrogates survive). Frames:
 - tests -> candidate: ``{"call": name, "args": [enc...], "kwargs": {str: enc}}``
   where ``name`` is a top-level name or ``"Class.method"`` (a fresh instance
   per call), plus ``"handle": int`` to call a method of an object made
-  earlier;
+  earlier; with ``"attr": true`` as well, ``name`` is an attribute of that
+  object for the tests to read, not to call;
 - candidate -> tests: ``{"ok": enc}``, ``{"handle": int}`` when the call
   constructed an instance of a top-level class (it stays in the candidate's
-  process), or ``{"error": {"type": str, "message": str}}``.
+  process), ``{"method": true}`` when an attribute read is a method, or
+  ``{"error": {"type": str, "message": str}}``.
 
 Tests that import the candidate as a module (KodCode and other pytest-style
 datasets: ``from solution import f``, ``import solution``) get, while they run,
@@ -62,7 +64,7 @@ import math
 import operator  # noqa: F401
 import os
 import random  # noqa: F401
-import re  # noqa: F401
+import re
 import socket
 import statistics  # noqa: F401
 import string  # noqa: F401
@@ -79,6 +81,7 @@ from typing import Any, NoReturn, cast
 from .code import FunctionCase, _parse, assemble
 
 __all__ = [
+    "MAX_CONTAINERS",
     "MAX_DEPTH",
     "MAX_FRAME_BYTES",
     "CandidateDied",
@@ -102,6 +105,12 @@ __all__ = [
 # about 7 MB of JSON), small enough that the test process cannot be pushed
 # into its memory limit by one frame.
 MAX_FRAME_BYTES = 16 * 1024 * 1024
+# Lists and objects in one frame from the candidate, which the test process parses: each costs it
+# 56-64 bytes for the 3 of "[]," (twice, once decoded), where numbers and strings cost about 12 times
+# their text. A 15 MiB frame of "[]," took 775 MiB, and two such jobs' judges beside their candidates
+# ran the sandbox out of memory, which the candidates escaped as SANDBOX_LOST (red team). Real values
+# hold far fewer: a frame of pairs of numbers stops at about 900,000 of them.
+MAX_CONTAINERS = 1 << 20
 # Nesting depth of values; json's own C parser stops near the recursion limit
 # (1000), and no test data nests anywhere near 100.
 MAX_DEPTH = 100
@@ -112,11 +121,15 @@ MAX_INT_BITS = 14_000
 MESSAGE_LIMIT = 2000
 # An exception's type name is the candidate's to choose too (a class named with 9 MB).
 TYPE_NAME_LIMIT = 200
-# All the messages of one verdict: thousands of failing cases each with a
-# full message would not fit the judge's reply (16 MiB), and an oversized
-# verdict would read as the judge's failure, not the candidate's. Past this,
-# each further message is cut short.
+# All the messages of one verdict, in the bytes of the judge's reply (ASCII
+# JSON, where a character past ASCII takes 6 bytes, 12 past the BMP):
+# thousands of failing cases each with a full message would not fit the
+# judge's reply (16 MiB), and an oversized verdict would read as the judge's
+# failure, not the candidate's. Past this, each further message is cut short,
+# to ASCII.
 VERDICT_MESSAGES_LIMIT = 4 << 20
+# What is left of each message past VERDICT_MESSAGES_LIMIT, in characters.
+CUT_MESSAGE_CHARS = 100
 # Name of the candidate's module: not "__main__", so that a completion's
 # `if __name__ == "__main__":` block (reading stdin, unittest.main() which
 # calls sys.exit) does not run, as in HumanEval's and LiveCodeBench's harnesses.
@@ -415,8 +428,22 @@ _ENCODER = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",",
 _DECODER = json.JSONDecoder(parse_constant=_reject_constant)
 
 
+# A JSON string of a frame (ASCII: see send_frame), whose brackets are text, not lists or objects.
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*+"')
+
+
+def _containers(body: bytes) -> int:
+    """How many lists and objects a frame's JSON holds (at most; exactly when it is valid JSON)."""
+    count = body.count(b"[") + body.count(b"{")
+    if count > MAX_CONTAINERS:  # only then do the brackets inside strings matter
+        text = _JSON_STRING.sub(b"", body)
+        count = text.count(b"[") + text.count(b"{")
+    return count
+
+
 def recv_frame(
-    sock: socket.socket, max_bytes: int = MAX_FRAME_BYTES, deadline: Deadline = None
+    sock: socket.socket, max_bytes: int = MAX_FRAME_BYTES, deadline: Deadline = None,
+    max_containers: int | None = None,
 ) -> object:
     """Receive one frame and parse its JSON (values inside are still encoded).
 
@@ -427,13 +454,17 @@ def recv_frame(
     the peer closed (before or inside the frame), ``TimeoutError`` past the
     deadline, :class:`FrameTooLarge` for a length over ``max_bytes`` (nothing
     is read past the header), :class:`ProtocolError` for bytes that are not
-    JSON, and ``OSError`` for socket errors.
+    JSON, and ``OSError`` for socket errors. With ``max_containers``, a frame
+    of more lists and objects than that is a :class:`ProtocolError`, before
+    it is parsed.
     """
     sock.settimeout(None)
     (size,) = _HEADER.unpack(_recv_exact(sock, _HEADER.size, deadline))
     if size > max_bytes:
         raise FrameTooLarge(f"frame of {size} bytes exceeds the limit of {max_bytes}")
     body = _recv_exact(sock, size, deadline)
+    if max_containers is not None and _containers(body) > max_containers:
+        raise ProtocolError(f"frame holds more than {max_containers} lists and objects")
     try:
         return _DECODER.decode(body.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
@@ -505,6 +536,11 @@ def _answer(request: object, namespace: dict[str, Any], objects: dict[int, objec
     if type(args) is not list or type(raw_kwargs) is not dict:
         raise ProtocolError("args must be a list and kwargs an object")
     kwargs = {str(key): decode_value(value) for key, value in raw_kwargs.items()}
+    if request.get("attr") is True:  # the tests read an attribute of an object (_RemoteObject)
+        if request.get("handle") is None:
+            raise ProtocolError("only an object's attributes are read")
+        value, _ = _resolve(request, namespace, objects)
+        return {"method": True} if callable(value) else {"ok": encode_value(value)}
     function, constructs = _resolve(request, namespace, objects)
     result = function(*args, **kwargs)
     if constructs:
@@ -722,7 +758,7 @@ class _Remote:
 
     def _receive(self) -> object:
         try:
-            return recv_frame(self.channel, self.max_frame_bytes, self._deadline())
+            return recv_frame(self.channel, self.max_frame_bytes, self._deadline(), MAX_CONTAINERS)
         except TimeoutError:
             if self._time_up():
                 self.broken = TestsTimeUp(TIME_UP_MESSAGE)
@@ -750,9 +786,14 @@ class _Remote:
         raise self.broken
 
     def request(
-        self, target: str, args: Sequence[object], kwargs: Mapping[str, object], handle: int | None = None
+        self, target: str, args: Sequence[object], kwargs: Mapping[str, object], handle: int | None = None,
+        *, attribute: bool = False,
     ) -> tuple[str, object, str]:
-        """Call the candidate: ("ok", value, ""), ("handle", n, class) or ("error", type, message)."""
+        """Call the candidate: ("ok", value, ""), ("handle", n, class) or ("error", type, message).
+
+        With ``attribute``, read the attribute ``target`` of the object ``handle``
+        instead: ("ok", value, ""), ("method", None, target) or ("error", type, message).
+        """
         if self.broken is not None:
             raise type(self.broken)(f"not run: {self.broken}")
         try:
@@ -765,6 +806,8 @@ class _Remote:
             raise TypeError(f"only plain data can be passed to the candidate: {exc}") from None
         if handle is not None:
             message["handle"] = handle
+        if attribute:
+            message["attr"] = True
         if self._time_up():
             self.broken = TestsTimeUp(TIME_UP_MESSAGE)
             raise type(self.broken)(f"not run: {self.broken}")
@@ -790,6 +833,8 @@ class _Remote:
                     return "ok", decode_value(body), ""
                 if kind == "handle" and type(body) is int:
                     return "handle", body, target
+                if kind == "method" and body is True and attribute:
+                    return "method", None, target
                 if kind == "error" and type(body) is dict:
                     error_type, error_message = body.get("type"), body.get("message")
                     if type(error_type) is str and type(error_message) is str:
@@ -835,8 +880,9 @@ class _RemoteFunction:
 class _RemoteObject:
     """An instance of a candidate's class, living in the candidate's process.
 
-    Only method calls are supported: ``obj.method(...)`` calls it remotely;
-    data attributes cannot be read (``obj.size`` is a method proxy, not a value).
+    Its attributes are read from the candidate's object: ``obj.method(...)``
+    calls a method remotely, and ``obj.size`` is the plain data the attribute
+    holds (an attribute that is not plain data fails as a value does).
     """
 
     def __init__(self, remote: _Remote, handle: int, class_name: str) -> None:
@@ -850,11 +896,21 @@ class _RemoteObject:
         if name.startswith("_"):
             raise AttributeError(name)
         remote, handle = self._remote, self._handle
+        # Read, not assumed: a method stand-in for any name made `assert light.on` and `node.next is not None`
+        # pass for a class that has no such attribute (red team). A candidate that answers "a method" for any
+        # name gets no more than one that defines a method of that name, under the dataset's own pytest too.
+        kind, body, detail = remote.request(name, (), {}, handle, attribute=True)
+        if kind != "method":
+            return _unwrap(remote, (kind, body, detail), method=True)  # type: ignore[return-value]
 
         def method(*args: object, **kwargs: object) -> object:
             return _unwrap(remote, remote.request(name, args, kwargs, handle), method=True)
 
         method.__name__ = name
+        # Kept, so that only the first use of a method asks what it is: a test's loop of 20,000 calls took twice
+        # as long, a round trip more each. A method that the object later replaced with data is then called, and
+        # fails as a call of data does.
+        self.__dict__[name] = method
         return method
 
     def __repr__(self) -> str:
@@ -1379,8 +1435,9 @@ def run_tests(
     :func:`_candidate_module`). Any exception fails the test, and so does never
     calling the candidate (status ``no_calls``: nothing was checked).
     Calling a proxy of a class makes an instance in the candidate's process
-    and returns a stand-in whose methods are called remotely (data
-    attributes cannot be read); only plain data can be passed as arguments.
+    and returns a stand-in whose methods are called remotely (an attribute
+    that is not a method is read as plain data); only plain data can be
+    passed as arguments.
     Only the names in ``classes`` (the candidate's top-level ``class``
     statements, by :func:`top_level_definitions`), except ``entry_point``,
     may answer with an object; methods answer with values. Tests that pytest
@@ -1427,8 +1484,11 @@ def run_tests(
         nonlocal messages_size
         message = str(result["message"])
         if messages_size > VERDICT_MESSAGES_LIMIT:
-            result["message"] = message = message[:100]
-        messages_size += len(message)
+            cut = message[:CUT_MESSAGE_CHARS].encode("ascii", "backslashreplace").decode("ascii")
+            result["message"] = message = cut[:CUT_MESSAGE_CHARS]
+        # Counted as the reply will hold it: 700 failing cases of the candidate's longest error, in characters past
+        # the BMP, were 1.5 Mi characters but a 17 MiB reply (red team).
+        messages_size += len(message) if message.isascii() else len(_ENCODER.encode(message))
         tests.append(result)
         if on_result is not None:
             on_result(result)

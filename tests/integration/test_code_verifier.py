@@ -1251,6 +1251,31 @@ HARNESS_ATTACKS: dict[str, str] = {
             while True:
                 pass
     """),
+    # Right once, then stopped in the middle of the next call (and, the second time, the judge's process
+    # group and every process of its uid too).
+    "stop_in_second_call": textwrap.dedent("""
+        import os, signal
+        calls = []
+        def add(a, b):
+            calls.append(1)
+            if len(calls) > 1:
+                os.kill(os.getpid(), signal.SIGSTOP)
+            return a + b
+    """),
+    "stop_everything_in_second_call": textwrap.dedent("""
+        import os, signal
+        calls = []
+        def add(a, b):
+            calls.append(1)
+            if len(calls) > 1:
+                for target in (0, -1, os.getppid()):
+                    try:
+                        os.kill(target, signal.SIGSTOP)
+                    except OSError:
+                        pass
+                os.kill(os.getpid(), signal.SIGSTOP)
+            return a + b
+    """),
 }
 HARNESS_ATTACK_TIMEOUT = 1.0
 
@@ -1388,6 +1413,21 @@ STDIO_ATTACKS: dict[str, str] = {
         os.execve(python, [python, "-c", "while True: pass"], env)
     """),
     "sleep_past_deadline": "import time\ntime.sleep(100)\nprint(3)\n",
+    # The right answer, then a stop that a wait must not take for an exit (a stopped status once read as exit
+    # status 19 under ptrace); the second stops with its tracer, the zygote.
+    "stop_after_right_answer_hang": textwrap.dedent("""
+        import os, signal
+        a, b = map(int, input().split())
+        print(a + b, flush=True)
+        os.kill(os.getpid(), signal.SIGSTOP)
+    """),
+    "traced_stop_after_right_answer_hang": textwrap.dedent("""
+        import ctypes, os, signal
+        a, b = map(int, input().split())
+        print(a + b, flush=True)
+        ctypes.CDLL(None).ptrace(0, 0, None, None)  # PTRACE_TRACEME
+        os.kill(os.getpid(), signal.SIGSTOP)
+    """),
 }
 STDIO_ATTACK_TIMEOUT = 1.0
 
@@ -1510,6 +1550,48 @@ def test_reward_hacks_through_lax_comparisons_fail(channel: grpc.Channel) -> Non
     for index in (0, 1, 2):
         assert_failed(results[index], pb.STATUS_WRONG_ANSWER)
     assert_failed(results[3], pb.STATUS_RUNTIME_ERROR)
+
+
+# pytest-style tests of a class, reading its attributes (KodCode's shape, `from solution import`).
+LIGHT_TESTS = textwrap.dedent("""
+    from solution import Light
+
+    def test_toggle():
+        light = Light()
+        light.toggle()
+        assert light.on
+        assert light.owner is not None
+        assert light.flips == 1
+""")
+LIGHT = textwrap.dedent("""
+    class Light:
+        def __init__(self):
+            self.on, self.owner, self.flips = False, "me", 0
+
+        def toggle(self):
+            self.on = not self.on
+            self.flips += 1
+""")
+
+
+@pytest.mark.parametrize(
+    ("code", "status"),
+    [
+        pytest.param(LIGHT, pb.STATUS_OK, id="right"),
+        pytest.param("class Light:\n    def toggle(self):\n        pass\n", pb.STATUS_RUNTIME_ERROR,
+                     id="no-attributes"),
+        pytest.param("class Light:\n    on, owner, flips = True, None, 1\n    def toggle(self):\n        pass\n",
+                     pb.STATUS_WRONG_ANSWER, id="wrong-attributes"),
+    ],
+)
+def test_object_attributes_the_tests_read_are_the_candidates(channel: grpc.Channel, code: str, status: int) -> None:
+    """Red team: the tests' stand-in for an object took any attribute for a method, so `assert light.on` and
+    `light.owner is not None` passed for a class that had neither (a right one failed `light.flips == 1`)."""
+    result = helpers.run(channel, assert_job(code, LIGHT_TESTS))
+    if status == pb.STATUS_OK:
+        assert_ok(result)
+    else:
+        assert_failed(result, status)
 
 
 def test_assert_tests_that_never_call_the_candidate_are_a_dataset_error(channel: grpc.Channel) -> None:
@@ -1718,6 +1800,52 @@ def test_attack_does_not_reach_later_jobs(channel: grpc.Channel, attack: str) ->
     results = run_batch(channel, later)
     for round_ in range(4):
         _assert_followups(results, 100 + 10 * round_)
+
+
+# An exception whose type name and message are as long as the judge keeps (200 and 2,000 characters), of
+# characters that JSON writes as 12 bytes each (a surrogate pair, escaped).
+WIDE_ERRORS = ("Wide = type('\\U0001F600' * 300, (Exception,), {})\n"
+               "def add(a, b):\n    raise Wide('\\U0001F600' * 3000)\n")
+
+
+def test_many_wide_error_messages_are_still_the_candidates_failure(channel: grpc.Channel) -> None:
+    """Red team: a verdict's messages were bounded in characters (4 Mi), not in the bytes of the judge's reply, in
+    which each of these characters takes 12: 700 failing cases made a 17 MiB reply, over the 16 MiB a judge may
+    send, and the job was the sandbox's failure (STATUS_INTERNAL, which a trainer may drop), not the program's."""
+    result = helpers.run(channel, function_job(WIDE_ERRORS, "add", ADD_CASES * 240, timeout=1.0))
+    assert_failed(result, pb.STATUS_RUNTIME_ERROR)
+    assert result.code.tests_total == 720, describe(result)
+
+
+# Answers every call with 16 MiB of "[],", which the judge parses (a list each), beside 400 MiB of its own.
+SWELLING_REPLIES = textwrap.dedent("""
+    import struct, sys
+    h = sys.modules["sandboxd.verifiers.pyharness"]
+    BALLAST = bytearray(400 << 20)
+    FRAME = b'{"ok":[' + b"[]," * ((16 << 20) // 3 - 8) + b'[]]}'
+    FRAME = struct.pack(">I", len(FRAME)) + FRAME
+    _send = h.send_frame
+    def send_frame(sock, obj, *args):
+        if "ok" in obj:
+            sock.sendall(FRAME)
+        else:
+            _send(sock, obj, *args)
+    h.send_frame = send_frame
+    def add(a, b):
+        return a + b
+""")
+
+
+def test_replies_that_swell_in_the_judge_are_the_candidates_failure(channel: grpc.Channel) -> None:
+    """Red team: the judge took 775 MiB to parse such a reply. Two of these jobs in one sandbox (2 GiB) ran it out
+    of memory; the OOM killer took a candidate that held less than its limit, which was retried as crowded out
+    until the daemon gave up (SANDBOX_LOST, a failure a trainer drops), and the jobs beside it were retried too."""
+    attacks = [harness_job("function", SWELLING_REPLIES, timeout=10.0, index=i) for i in range(4)]
+    results = run_batch(channel, attacks + _followups(10))
+    for index in range(4):
+        assert_failed(results[index], pb.STATUS_RUNTIME_ERROR)
+        assert results[index].attempts == 1, describe(results[index])
+    _assert_followups(results, 10)
 
 
 # ---- the resident judge (sandboxd/agent/judgeserver.py) -------------------

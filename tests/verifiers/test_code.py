@@ -1683,6 +1683,54 @@ def test_remote_objects_for_class_based_tests(tmp_path: Path) -> None:
     assert harness(code, tmp_path, "assert", assert_code=tests)["passed"]
 
 
+LIGHT_TESTS = (
+    "def test_toggle():\n    light = Light()\n    light.toggle()\n"
+    "    assert light.on\n    assert light.owner is not None\n    assert light.flips == 1\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("code", "passes"),
+    [
+        ("class Light:\n    def __init__(self):\n        self.on, self.owner, self.flips = False, 'me', 0\n"
+         "    def toggle(self):\n        self.on = not self.on\n        self.flips += 1\n", True),
+        ("class Light:\n    def toggle(self):\n        pass\n", False),
+        ("class Light:\n    on = owner = None\n    flips = 0\n    def toggle(self):\n        pass\n", False),
+        # Any attribute an object equal to anything: the dataset's own pytest would pass it; here it is no value.
+        ("class Anything:\n    __eq__ = lambda self, other: True\n"
+         "class Light:\n    def __getattr__(self, name):\n        return Anything()\n", False),
+    ],
+    ids=["right", "no-attributes", "wrong-attributes", "lying-getattr"],
+)
+def test_object_attributes_are_read_from_the_candidates_object(code: str, passes: bool, tmp_path: Path) -> None:
+    """Red team: every attribute of an object was a method stand-in, so `assert light.on` and
+    `light.owner is not None` passed for a class without them."""
+    result = harness(code, tmp_path, "assert", assert_code=LIGHT_TESTS)
+    assert result["passed"] is passes, result
+
+
+def test_an_objects_method_is_asked_about_once(tmp_path: Path) -> None:
+    # Each read of an attribute is a round trip: a loop of calls of one method makes one, not one per call.
+    code = ("import sys\nh = sys.modules['sandboxd.verifiers.pyharness']\nreads, _answer = [], h._answer\n"
+            "def answer(request, namespace, objects):\n    if request.get('attr'):\n"
+            "        reads.append(request['call'])\n    return _answer(request, namespace, objects)\n"
+            "h._answer = answer\n"
+            "class C:\n    n = 0\n    def inc(self):\n        self.n += 1\n    def reads(self):\n"
+            "        return reads\n")
+    tests = ("c = C()\nfor _ in range(5):\n    c.inc()\n"
+             "assert c.n == 5\nassert c.n == 5\nassert c.reads() == ['inc', 'n', 'n', 'reads']\n")
+    assert harness(code, tmp_path, "assert", assert_code=tests)["passed"]
+
+
+def test_an_answer_of_a_method_to_a_call_breaks_the_protocol(tmp_path: Path) -> None:
+    # "method" answers an attribute read only: to a call it would be no value at all.
+    code = ("import sys\nh = sys.modules['sandboxd.verifiers.pyharness']\n"
+            "h._answer = lambda request, namespace, objects: {'method': True}\n"
+            "def add(a, b):\n    return a + b\n")
+    result = harness(code, tmp_path, "assert", assert_code="assert add(1, 2) is not None\n")
+    assert result["status"] == "died" and "bad reply" in result["message"], result
+
+
 PRIMES_CHECK = (
     "def check(candidate):\n    r = candidate(10)\n"
     "    assert r.issubset({2, 3, 5, 7}) and r.issuperset({2, 3, 5, 7})\n"
@@ -1745,12 +1793,46 @@ def test_candidate_data_that_broke_the_judge_is_the_candidates_failure(tmp_path:
     assert result["status"] == "died" and "too large for a float" in result["message"], result
 
 
+# The candidate's own process answers every call with a frame of `body`, built at load time.
+SWELLING_REPLY = (
+    "import struct, sys\nh = sys.modules['sandboxd.verifiers.pyharness']\n"
+    "FRAME = b'{{\"ok\":[' + {body} + b'\"x\"]}}'\nFRAME = struct.pack('>I', len(FRAME)) + FRAME\n"
+    "h._answer = lambda request, namespace, objects: {{'ok': None}}\n"
+    "h.send_frame = lambda sock, obj, *a: sock.sendall(FRAME) if obj == {{'ok': None}} else _send(sock, obj, *a)\n"
+    "def _send(sock, obj, *a):\n    data = h._ENCODER.encode(obj).encode()\n"
+    "    sock.sendall(struct.pack('>I', len(data)) + data)\n"
+    "def f(x):\n    return x\n"
+)
+
+
+def test_a_reply_of_millions_of_lists_is_refused_before_it_is_parsed(tmp_path: Path) -> None:
+    """Red team: 15 MiB of "[]," took the test process 775 MiB to parse and decode; two such jobs' judges and
+    candidates ran the sandbox out of memory, and the candidates escaped as SANDBOX_LOST."""
+    lists = SWELLING_REPLY.format(body="b'[],' * ((1 << 20) + 1)")
+    result = harness(lists, tmp_path, fn_name="f", cases=[FunctionCase((1,), 1)])
+    assert result["status"] == "died" and "more than 1048576 lists and objects" in result["message"], result
+    # Brackets inside strings are text: as many of them pass.
+    brackets = SWELLING_REPLY.format(body="b'\"' + b'[{' * ((1 << 20) + 1) + b'\",'")
+    result = harness(brackets, tmp_path, fn_name="f", cases=[FunctionCase((1,), 1)])
+    assert result["status"] == "wrong_answer", result
+
+
 def test_a_verdicts_messages_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(pyharness, "VERDICT_MESSAGES_LIMIT", 10_000)
     code = "def add(a, b):\n    raise ValueError('x' * 5000)\n"
     result = harness(code, tmp_path, fn_name="add", cases=[FunctionCase((1, 2), 3)] * 20)
     sizes = [len(test["message"]) for test in result["tests"]]
     assert sizes[:5] == [2000 + len("ValueError: ")] * 5 and set(sizes[6:]) == {100}, sizes
+
+
+def test_a_verdict_of_wide_messages_fits_the_judges_reply(tmp_path: Path) -> None:
+    """Red team: messages were bounded in characters, and JSON writes one past the BMP in 12 bytes: 700 failing
+    cases of the longest error the judge keeps made a 17 MiB verdict, over the 16 MiB a judge may send."""
+    code = "Wide = type('\\U0001F600' * 300, (Exception,), {})\ndef add(a, b):\n    raise Wide('\\U0001F600' * 3000)\n"
+    result = harness(code, tmp_path, fn_name="add", cases=[FunctionCase((1, 2), 3)] * 700)
+    assert result["status"] == "runtime_error" and len(result["tests"]) == 700, result["status"]
+    assert len(json.dumps(result, separators=(",", ":"))) < pyharness.VERDICT_MESSAGES_LIMIT + (1 << 20)
+    assert result["tests"][-1]["message"].isascii() and len(result["tests"][-1]["message"]) == 100
 
 
 def test_unittest_style_tests(tmp_path: Path) -> None:
