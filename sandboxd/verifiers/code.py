@@ -1144,14 +1144,14 @@ def _tokens_ignore_case(actual: str, expected: str) -> bool:
     return len(got) == len(want) and all(_code_contests_token(g, w) for g, w in zip(got, want, strict=True))
 
 
-def _decimals(line: str) -> list[Decimal] | None:
+def _decimals(tokens: list[str]) -> list[Decimal] | None:
     """A line's tokens as LiveCodeBench's convert_line_to_decimals reads them; None when one is not a number.
 
     Decimal() keeps the exponent apart from the digits, so 1e999999999 is a short object, and
     comparing two costs their digits, not their magnitude.
     """
     try:
-        return [Decimal(token) for token in line.split()]
+        return [Decimal(token) for token in tokens]
     except (ArithmeticError, ValueError):  # decimal.InvalidOperation is an ArithmeticError
         return None
 
@@ -1166,7 +1166,14 @@ def _lines_decimal(actual: str, expected: str) -> bool:
     for got_line, want_line in zip(got, want, strict=True):
         if got_line == want_line:
             continue
-        got_values, want_values = _decimals(got_line), _decimals(want_line)
+        got_tokens, want_tokens = got_line.split(), want_line.split()
+        # Counted before any Decimal is made: lists of different lengths are unequal anyway, and a 16 MiB
+        # line of output made a Decimal of each of its tokens first, 1.1 s of the agent's event loop per
+        # case, which every job of the sandbox waited on (red team). Now a line's Decimals are made only
+        # when it holds as many tokens as the expected line.
+        if len(got_tokens) != len(want_tokens):
+            return False
+        got_values, want_values = _decimals(got_tokens), _decimals(want_tokens)
         try:
             # NaN equals nothing, Infinity only Infinity, as Decimal's ==.
             if got_values is None or got_values != want_values:

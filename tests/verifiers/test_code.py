@@ -19,6 +19,7 @@ import threading
 import time
 from collections import namedtuple
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -817,6 +818,25 @@ def test_the_lines_decimal_checker_reads_any_output_in_linear_time() -> None:
     assert not compare_stdout("1" * 4_000_000, "1" * 3_999_999 + "2", "lines_decimal")
     assert compare_stdout("1" * 4_000_000 + "e-3999999", "1." + "1" * 3_999_999, "lines_decimal")
     assert not compare_stdout("1 " * 1_000_000, "1 " * 999_999 + "2", "lines_decimal")
+
+
+def test_the_lines_decimal_checker_makes_no_decimal_of_a_line_with_too_many_tokens(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A line of 16 MiB of tokens against a short expected line: each token became a Decimal before the lists
+    were compared, 1.1 s of the agent's event loop per case (red team). Counted in Decimals made, not seconds."""
+    from sandboxd.verifiers import code
+
+    made: list[str] = []
+
+    def counting_decimal(token: str) -> Decimal:
+        made.append(token)
+        return Decimal(token)
+
+    monkeypatch.setattr(code, "Decimal", counting_decimal)
+    assert not compare_stdout("1 " * 100_000, "1.0 2\n", "lines_decimal")
+    assert made == []
+    assert compare_stdout("1 2.0\n", "1.0 2\n", "lines_decimal")  # as many tokens: read as numbers
+    assert made == ["1", "2.0", "1.0", "2"]
 
 
 @pytest.mark.parametrize(
