@@ -88,6 +88,12 @@ def _content_text(content: Any) -> str:
     raise InvalidRequest(f"cannot read message content of type {type(content).__name__}")
 
 
+
+def _why(result: Result) -> str:
+    """A failed result's status and message, once (the client's own results start with the status)."""
+    status = result.status.name
+    return result.message if result.message.startswith(status) else f"{status}: {result.message}"
+
 class _RewardSpec:
     """Everything about a reward function except how it waits for the daemon."""
 
@@ -279,7 +285,7 @@ class _RewardSpec:
             if result is None or result.is_infrastructure_failure:
                 infra += 1
                 if not first_infra:
-                    first_infra = "no result" if result is None else f"{result.status.name}: {result.message}"
+                    first_infra = "no result" if result is None else _why(result)
                 out.append(self.infra_failure_value)
                 continue
             verdicts.append(result)

@@ -181,7 +181,8 @@ def _score(result: Result | SandboxdError, kwargs: Mapping[str, Any]) -> dict[st
         else:
             status = result.status.name
         value = _infra_value(kwargs)
-        _warn_infra(value, f"{status}: {result if isinstance(result, SandboxdError) else result.message}")
+        message = str(result) if isinstance(result, SandboxdError) else result.message
+        _warn_infra(value, message if message.startswith(status) else f"{status}: {message}")
         return {
             "score": value,
             "acc": 0.0,
