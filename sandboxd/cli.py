@@ -22,6 +22,31 @@ SERVE_FLAGS = {
     "run_dir": "sandbox.run_dir",
 }
 
+SERVE_HELP = {
+    "socket": 'Unix socket to serve gRPC on; "" for none',
+    "tcp": 'host:port to serve gRPC on as well, e.g. 127.0.0.1:50051; "" for none',
+    "metrics": 'host:port of the Prometheus endpoint; "" disables it',
+    "log_format": "json or text",
+    "log_level": "debug, info, warning or error",
+    "docker_url": "the Docker engine",
+    "min_size": "warm sandboxes per pool with no batch hint",
+    "max_size": "sandboxes per pool at most; 0: twice the CPUs",
+    "snapshots": "true or false: CRIU snapshots of warm sandboxes",
+    "state_dir": "agent code and snapshots",
+    "run_dir": "the sandboxes' control sockets (at most 72 characters)",
+}
+
+
+def serve_flag_help(flag: str) -> str:
+    """What a serve flag takes, the key it sets and that key's default (from Config, so they cannot drift)."""
+    from sandboxd.config import Config
+
+    dotted = SERVE_FLAGS[flag]
+    section, _, key = dotted.partition(".")
+    default = getattr(getattr(Config(), section), key)
+    shown = str(default).lower() if isinstance(default, bool) else default if default != "" else '""'
+    return f"{SERVE_HELP[flag]} ({dotted}, default {shown})"
+
 
 def _serve(args: argparse.Namespace) -> int:
     from sandboxd import config as config_module
@@ -91,7 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--config", help="TOML file (default: none; SANDBOXD_CONFIG)")
     for flag in SERVE_FLAGS:
         kind = int if flag in ("min_size", "max_size") else str
-        serve.add_argument(f"--{flag.replace('_', '-')}", dest=flag, type=kind, default=None)
+        # The README sends users here for flags, which were listed as bare names (what does --snapshots take?).
+        serve.add_argument(f"--{flag.replace('_', '-')}", dest=flag, type=kind, default=None,
+                           help=serve_flag_help(flag))
     serve.set_defaults(handler=_serve)
     status = commands.add_parser("status", help="pools, sandboxes, snapshots, queue, throughput")
     status.add_argument("--address", default=None, help="default: SANDBOXD_ADDRESS or the local socket")

@@ -168,3 +168,16 @@ def test_socket_group_by_name_or_number() -> None:
     assert config.socket_gid("") == -1
     assert config.socket_gid("1234") == 1234
     assert config.socket_gid(grp.getgrgid(os.getgid()).gr_name) == os.getgid()
+
+
+def test_every_serve_flag_says_what_it_takes_and_its_default(capsys: pytest.CaptureFixture[str]) -> None:
+    """The README sends users to `sandboxd serve --help` for flags, which listed bare names."""
+    from sandboxd import cli
+
+    assert set(cli.SERVE_HELP) == set(cli.SERVE_FLAGS)
+    with pytest.raises(SystemExit):
+        cli.main(["serve", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "true or false: CRIU snapshots of warm sandboxes (pool.snapshots, default true)" in text
+    assert "(server.socket, default /run/sandboxd/sandboxd.sock)" in text
+    assert '(server.tcp, default "")' in text

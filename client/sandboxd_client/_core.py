@@ -10,6 +10,7 @@ import ipaddress
 import json
 import os
 import random
+import re
 import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -221,6 +222,9 @@ def plan_chunks(jobs: Sequence[pb.Job], *, max_jobs: int, max_bytes: int) -> lis
     return chunks
 
 
+# The daemon's name for the job it refused in a RunBatch: its position in the request.
+_REQUEST_POSITION = re.compile(r"^(?:[A-Z_]+: )?jobs\[(?P<position>\d+)\]")
+
 # RPC errors that condemn the request itself rather than the daemon serving it.
 _CALLER_ERRORS = (InvalidRequest, PermissionDenied, Unimplemented)
 
@@ -243,6 +247,8 @@ class ChunkState:
         self._jobs = jobs
         self._policy = policy
         self.pending: list[int] = list(jobs)
+        # The jobs of the latest request, in its order: request.jobs[k] is self._jobs[self._sent[k]].
+        self._sent: list[int] = []
         self.attempt = 0
         self._answered: set[int] = set()
         self._retry: list[int] = []
@@ -254,7 +260,8 @@ class ChunkState:
         self._answered = set()
         self._retry = []
         self._hint = None
-        return list(self.pending)
+        self._sent = list(self.pending)
+        return list(self._sent)
 
     def request(self) -> pb.RunBatchRequest:
         """The next attempt's pending jobs, each copied once and stamped with its index.
@@ -301,7 +308,7 @@ class ChunkState:
             error = Unavailable("the daemon closed the stream without answering every job")
         if unanswered and error is not None:
             if isinstance(error, _CALLER_ERRORS):
-                raise error
+                raise self._named_by_index(error)
             if error.retryable and self.can_retry:
                 self._retry.extend(unanswered)
                 hint = getattr(error, "retry_after", None)
@@ -316,6 +323,22 @@ class ChunkState:
                 ]
         self.pending = sorted(self._retry)
         return finals
+
+    def _named_by_index(self, error: SandboxdError) -> SandboxdError:
+        """The daemon's refusal of a RunBatch, naming the job by its input position (the caller's index).
+
+        The daemon names a batch's bad job by its place in the request, ``jobs[5]``; a batch goes out
+        in chunks of ``batch_size``, so the 70th job of a list was ``jobs[5]`` of the second chunk, and
+        ``sandboxd score`` sent its user to the file's sixth row. A Run names the job by its index
+        already: a one-job request's ``jobs[N]`` is left as it is.
+        """
+        match = _REQUEST_POSITION.match(error.message)
+        if match is None or len(self._sent) < 2 or int(match["position"]) >= len(self._sent):
+            return error
+        index = self._sent[int(match["position"])]
+        error.message = f"{error.message[: match.start('position')]}{index}{error.message[match.end('position'):]}"
+        error.args = (error.message,)
+        return error
 
     def next_delay(self) -> float:
         """Seconds to wait before retrying :attr:`pending`."""

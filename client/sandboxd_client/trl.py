@@ -88,6 +88,12 @@ def _content_text(content: Any) -> str:
     raise InvalidRequest(f"cannot read message content of type {type(content).__name__}")
 
 
+
+def _why(result: Result) -> str:
+    """A failed result's status and message, once (the client's own results start with the status)."""
+    status = result.status.name
+    return result.message if result.message.startswith(status) else f"{status}: {result.message}"
+
 class _RewardSpec:
     """Everything about a reward function except how it waits for the daemon."""
 
@@ -264,6 +270,9 @@ class _RewardSpec:
         out: list[float | None] = []
         verdicts: list[Result] = []
         infra = 0
+        # The first infrastructure failure's message: without a line saying why, a daemon that is not
+        # running (or a wrong SANDBOXD_ADDRESS) scored every completion infra_failure_value in silence.
+        first_infra = ""
         for item in prepared:
             result = item if isinstance(item, InvalidRequest) else next(scored, None)
             if isinstance(result, InvalidRequest):  # refused by the client, or by the daemon (score_rows)
@@ -275,12 +284,17 @@ class _RewardSpec:
                 continue
             if result is None or result.is_infrastructure_failure:
                 infra += 1
+                if not first_infra:
+                    first_infra = "no result" if result is None else _why(result)
                 out.append(self.infra_failure_value)
                 continue
             verdicts.append(result)
             out.append(result.reward if math.isfinite(result.reward) else self.failure_value)
         if infra and self.raise_on_error:
             raise SandboxdError(f"{self.name}: {infra} of {len(prepared)} completions could not be scored")
+        if first_infra:
+            log.warning("%s: %d of %d completions could not be scored, reward %r; the first: %s",
+                        self.name, infra, len(prepared), self.infra_failure_value, first_infra)
         self._log(log_metric, verdicts, infra, len(prepared))
         return out
 

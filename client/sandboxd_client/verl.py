@@ -16,17 +16,22 @@ from __future__ import annotations
 
 import asyncio
 import fnmatch
+import logging
 import math
 import os
 import threading
+import time
 import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ._proto.sandboxd.v1 import sandboxd_pb2 as pb
-from ._requests import Result, check_reward_options, code_job, math_job
-from .client import AsyncSandboxClient, SandboxClient, score_rows
-from .errors import InvalidRequest, SandboxdError
+# Absolute imports: verl loads `custom_reward_function.path` by file (spec_from_file_location, as
+# "custom_module"), outside any package, where a relative import raises ImportError. The README
+# points verl at this very file.
+from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
+from sandboxd_client._requests import Result, check_reward_options, code_job, math_job
+from sandboxd_client.client import AsyncSandboxClient, SandboxClient, score_rows
+from sandboxd_client.errors import InvalidRequest, SandboxdError
 
 __all__ = [
     "DATA_SOURCE_KINDS",
@@ -58,6 +63,14 @@ DATA_SOURCE_KINDS: list[tuple[str, str]] = [
 ]
 
 _lock = threading.Lock()
+# By name: loaded by file path (verl's custom_reward_function.path) this module is "custom_module".
+log = logging.getLogger("sandboxd_client.verl")
+# Completions scored infra_failure_value since the last warning, and when that was (time.monotonic()).
+# A daemon that was not running scored every completion so without a word; one line a minute says
+# why, where a line per completion would flood a run's log.
+INFRA_WARNING_SECONDS = 60.0
+_infra_unwarned = 0
+_infra_warned_at: float | None = None
 _clients: dict[tuple[int, str | tuple[str, ...] | None], SandboxClient] = {}
 _async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Any, AsyncSandboxClient]] = (
     weakref.WeakKeyDictionary()
@@ -145,6 +158,19 @@ def _infra_value(kwargs: Mapping[str, Any]) -> float:
     return float(value)
 
 
+def _warn_infra(value: float, why: str) -> None:
+    """Log an unscored completion: at once for the first, then at most once per INFRA_WARNING_SECONDS."""
+    global _infra_unwarned, _infra_warned_at
+    with _lock:
+        _infra_unwarned += 1
+        now = time.monotonic()
+        if _infra_warned_at is not None and now - _infra_warned_at < INFRA_WARNING_SECONDS:
+            return
+        count, _infra_unwarned, _infra_warned_at = _infra_unwarned, 0, now
+    log.warning("sandboxd: %d completion(s) could not be scored since the last warning, score %r; the latest: %s",
+                count, value, why)
+
+
 def _score(result: Result | SandboxdError, kwargs: Mapping[str, Any]) -> dict[str, Any]:
     """verl's reward dict; every call returns the same keys (verl stacks them per key)."""
     if isinstance(result, SandboxdError) or result.is_infrastructure_failure:
@@ -154,8 +180,11 @@ def _score(result: Result | SandboxdError, kwargs: Mapping[str, Any]) -> dict[st
             status = "CLIENT_ERROR"
         else:
             status = result.status.name
+        value = _infra_value(kwargs)
+        message = str(result) if isinstance(result, SandboxdError) else result.message
+        _warn_infra(value, message if message.startswith(status) else f"{status}: {message}")
         return {
-            "score": _infra_value(kwargs),
+            "score": value,
             "acc": 0.0,
             "pass_rate": 0.0,
             "status": status,

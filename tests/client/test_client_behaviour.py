@@ -111,6 +111,20 @@ def test_invalid_argument_from_daemon_raises(twin: Twin, start_fake: StartFake) 
     assert server.fake.attempts[0] == 1
 
 
+def test_a_refused_batch_job_is_named_by_its_input_position(twin: Twin, start_fake: StartFake) -> None:
+    """The daemon names a RunBatch's bad job by its place in the request; a list goes out in chunks, so
+    the 7th job was "jobs[2]" of the second chunk of 4 (`sandboxd score` sent its user to the wrong row)."""
+    def refuse_six(fake: Any, job: pb.Job, attempt: int) -> Abort | None:
+        # As the daemon words it: the position in this chunk (chunks of 4 go out in input order).
+        return Abort(grpc.StatusCode.INVALID_ARGUMENT, f"jobs[{job.index % 4}].math: refused") \
+            if job.index == 6 else None
+
+    server = start_fake("a", refuse_six)
+    jobs = [math_job(str(i), str(i)) for i in range(10)]
+    with pytest.raises(InvalidRequest, match=r"^INVALID_ARGUMENT: jobs\[6\]\.math: refused$"):
+        twin.call(server.address, "score_batch", jobs, client={"batch_size": 4, "max_concurrent_batches": 1})
+
+
 @pytest.mark.parametrize("method", ["run", "score_batch"])
 def test_a_request_over_the_message_limit_raises_at_once(twin: Twin, fake: FakeServer, method: str) -> None:
     """gRPC's size limit says RESOURCE_EXHAUSTED, as an overloaded daemon does: the client retried the same

@@ -309,3 +309,40 @@ async def test_verl_async(fake: FakeServer) -> None:
         *(compute_score_async("aime24", str(i), "1", address=fake.address) for i in range(3))
     )
     assert [s["score"] for s in scores] == [-1.0, 1.0, -1.0]
+
+
+def test_verl_loads_the_module_by_file_path_as_verl_does(fake: FakeServer) -> None:
+    """README: custom_reward_function.path=<site-packages>/sandboxd_client/verl.py. verl imports that file
+    with spec_from_file_location("custom_module", path), outside its package: relative imports failed."""
+    import importlib.util
+
+    import sandboxd_client.verl
+
+    spec = importlib.util.spec_from_file_location("custom_module", sandboxd_client.verl.__file__)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    score = module.compute_score("openai/gsm8k", "7", "7", {"index": 0}, address=fake.address)
+    assert score["score"] == 1.0 and score["status"] == "OK"
+
+
+def test_unscored_completions_are_logged_with_why(start_fake: StartFake, caplog: pytest.LogCaptureFixture,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A daemon that cannot be reached scored every completion the infrastructure value without a word."""
+    import logging
+
+    import sandboxd_client.verl as verl_module
+
+    server = start_fake("a", lambda fake, job, attempt: Abort(grpc.StatusCode.UNAVAILABLE, "daemon away"))
+    caplog.set_level(logging.WARNING)
+    reward = make_reward_func("math", address=server.address, infra_failure_value=None, client_options=FAST)
+    assert reward(prompts=["p"] * 2, completions=["4", "4"], answer=["4", "4"]) == [None, None]
+    assert "2 of 2 completions could not be scored" in caplog.text and "daemon away" in caplog.text
+    caplog.clear()
+    monkeypatch.setattr(verl_module, "_infra_warned_at", None)
+    monkeypatch.setattr(verl_module, "_infra_unwarned", 0)
+    for _ in range(3):
+        assert compute_score("openai/gsm8k", "4", "4", address=server.address, client_options=FAST)["infra_failure"]
+    warnings = [r for r in caplog.records if r.name == "sandboxd_client.verl"]
+    # One line at once for the first, then at most one a minute: not a line per completion.
+    assert len(warnings) == 1 and "daemon away" in warnings[0].getMessage(), caplog.text
