@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sandboxd.errors import SandboxdError
+
+if TYPE_CHECKING:
+    from sandboxd.config import Config
 
 SERVE_FLAGS = {
     "socket": "server.socket",
@@ -37,13 +40,11 @@ SERVE_HELP = {
 }
 
 
-def serve_flag_help(flag: str) -> str:
+def serve_flag_help(flag: str, defaults: Config) -> str:
     """What a serve flag takes, the key it sets and that key's default (from Config, so they cannot drift)."""
-    from sandboxd.config import Config
-
     dotted = SERVE_FLAGS[flag]
     section, _, key = dotted.partition(".")
-    default = getattr(getattr(Config(), section), key)
+    default = getattr(getattr(defaults, section), key)
     shown = str(default).lower() if isinstance(default, bool) else default if default != "" else '""'
     return f"{SERVE_HELP[flag]} ({dotted}, default {shown})"
 
@@ -114,11 +115,14 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="run the daemon")
     serve.add_argument("--config", help="TOML file (default: none; SANDBOXD_CONFIG)")
+    from sandboxd.config import Config
+
+    defaults = Config()  # one for all the flags' help
     for flag in SERVE_FLAGS:
         kind = int if flag in ("min_size", "max_size") else str
         # The README sends users here for flags, which were listed as bare names (what does --snapshots take?).
         serve.add_argument(f"--{flag.replace('_', '-')}", dest=flag, type=kind, default=None,
-                           help=serve_flag_help(flag))
+                           help=serve_flag_help(flag, defaults))
     serve.set_defaults(handler=_serve)
     status = commands.add_parser("status", help="pools, sandboxes, snapshots, queue, throughput")
     status.add_argument("--address", default=None, help="default: SANDBOXD_ADDRESS or the local socket")

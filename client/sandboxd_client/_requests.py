@@ -230,6 +230,11 @@ class Result:
         raise SandboxdError(f"{self.status.name}: {self.message or 'infrastructure failure'}")
 
 
+def status_and_message(status: str, message: str) -> str:
+    """A failure's status and message for a log line, the status once (the client's own results start with it)."""
+    return message if message.startswith(status) else f"{status}: {message}"
+
+
 def _plain(value: Any) -> Any:
     if isinstance(value, enum.Enum):
         return value.name

@@ -25,6 +25,7 @@ from ._requests import (
     check_reward_options,
     code_job,
     math_job,
+    status_and_message,
 )
 from .client import AsyncSandboxClient, SandboxClient, score_rows, score_rows_async
 from .errors import InvalidRequest, SandboxdError
@@ -87,12 +88,6 @@ def _content_text(content: Any) -> str:
         )
     raise InvalidRequest(f"cannot read message content of type {type(content).__name__}")
 
-
-
-def _why(result: Result) -> str:
-    """A failed result's status and message, once (the client's own results start with the status)."""
-    status = result.status.name
-    return result.message if result.message.startswith(status) else f"{status}: {result.message}"
 
 class _RewardSpec:
     """Everything about a reward function except how it waits for the daemon."""
@@ -285,7 +280,8 @@ class _RewardSpec:
             if result is None or result.is_infrastructure_failure:
                 infra += 1
                 if not first_infra:
-                    first_infra = "no result" if result is None else _why(result)
+                    first_infra = ("no result" if result is None
+                                   else status_and_message(result.status.name, result.message))
                 out.append(self.infra_failure_value)
                 continue
             verdicts.append(result)

@@ -29,7 +29,7 @@ from typing import Any
 # "custom_module"), outside any package, where a relative import raises ImportError. The README
 # points verl at this very file.
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
-from sandboxd_client._requests import Result, check_reward_options, code_job, math_job
+from sandboxd_client._requests import Result, check_reward_options, code_job, math_job, status_and_message
 from sandboxd_client.client import AsyncSandboxClient, SandboxClient, score_rows
 from sandboxd_client.errors import InvalidRequest, SandboxdError
 
@@ -182,7 +182,7 @@ def _score(result: Result | SandboxdError, kwargs: Mapping[str, Any]) -> dict[st
             status = result.status.name
         value = _infra_value(kwargs)
         message = str(result) if isinstance(result, SandboxdError) else result.message
-        _warn_infra(value, message if message.startswith(status) else f"{status}: {message}")
+        _warn_infra(value, status_and_message(status, message))
         return {
             "score": value,
             "acc": 0.0,
