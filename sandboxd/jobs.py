@@ -15,6 +15,7 @@ import itertools
 import json
 import logging
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -272,7 +273,7 @@ def _prepare(job: pb.Job, config: Config, where: str) -> PreparedJob:
                                  f"{MAX_COLLECT_FILES}")
         for path in execute.collect_files:
             check_path(path, f"{where}.execute.collect_files")
-        check_args(list(execute.args), f"{where}.execute.args")
+        check_args(execute.args, f"{where}.execute.args")
         agent_job: dict[str, Any] = {
             "kind": "execute", "program": program, "limits": limits,
             "stdin": base64.b64encode(execute.stdin).decode(), "args": list(execute.args),
@@ -339,7 +340,7 @@ MAX_ARGS_BYTES = 1 << 20
 ARG_POINTER_BYTES = 8
 
 
-def check_args(args: list[str], where: str) -> None:
+def check_args(args: Sequence[str], where: str) -> None:
     """Arguments that an exec'd program can be given: no NUL, each within MAX_ARG_BYTES, all within MAX_ARGS_BYTES.
 
     Past these execve fails in the sandbox whatever the program: a NUL ended
