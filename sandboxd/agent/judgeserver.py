@@ -100,7 +100,7 @@ class JudgeServers:
         server = None
         while self._idle:
             candidate = self._idle.pop()
-            if candidate.usable:
+            if candidate.usable and candidate.has_cpu_for(timeout):
                 server = candidate
                 break
             candidate.close()

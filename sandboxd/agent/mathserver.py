@@ -133,7 +133,7 @@ class MathServers:
         server.close()
         self._live[server.memory] -= 1
 
-    async def _borrow(self, memory: int) -> MathServer:
+    async def _borrow(self, memory: int, timeout: float) -> MathServer:
         idle = self._idle.setdefault(memory, [])
         loop = asyncio.get_running_loop()
         spill_at = loop.time() + SPILL_SECONDS
@@ -143,7 +143,7 @@ class MathServers:
                 while True:
                     while idle:
                         server = idle.pop()
-                        if server.usable:
+                        if server.usable and server.has_cpu_for(timeout):
                             return server
                         self._closed(server)
                     if self._live.get(memory, 0) < self.servers or loop.time() >= spill_at:
@@ -157,7 +157,7 @@ class MathServers:
     async def verify(self, job: dict[str, Any]) -> tuple[str, dict[str, Any] | None, str]:
         limits = job["limits"]
         memory = int(limits.get("memory") or 0)
-        server = await self._borrow(memory)
+        server = await self._borrow(memory, float(limits["timeout"]))
 
         def kill() -> None:
             # Withdrawn (its caller gave up): the server dies as at a deadline, and is replaced.

@@ -10,6 +10,7 @@ request left it holding much more memory than it started with, or after
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import signal
 import socket
@@ -64,6 +65,10 @@ def serve_requests(name: bytes, receive: Callable[[], tuple[dict[str, Any], list
             reply = {"error": f"{type(exc).__name__}: {exc}"[:2000]}
         if memory_bytes()[1] - started_with > RECYCLE_GROWTH_BYTES:
             reply["worn"] = True
+        # What this process has used of SERVER_CPU_SECONDS, so that the controller hands it no request it may
+        # not have the CPU left to finish (one times(2) call).
+        used = os.times()
+        reply["cpu_seconds"] = used.user + used.system
         try:
             send_frame(results, reply)
         except OSError:
@@ -81,6 +86,8 @@ class ResidentServer:
         self.jobs_done = 0
         # Set when the server said it holds far more memory than it started with (see serve_requests).
         self.worn = False
+        # The CPU it said it had used with its last answer (see has_cpu_for).
+        self.cpu_seconds = 0.0
         # Imported here: the runner needs asyncio, which the server's own
         # process (forked from a zygote that holds no asyncio) does not.
         from sandboxd.agent.runner import ResidentWorker
@@ -103,6 +110,20 @@ class ResidentServer:
     def usable(self) -> bool:
         return self.worker.alive and self.jobs_done < self.recycle_after and not self.worn
 
+    def has_cpu_for(self, seconds: float) -> bool:
+        """Whether a request that may run `seconds` fits in what is left of its lifetime CPU limit.
+
+        The limit (SERVER_CPU_SECONDS) covers all of a server's requests: a
+        judge of slow dataset tests, or a math server of answers that each
+        run just short of their timeout, could reach it in the middle of an
+        innocent job, whose answer would then be lost (STATUS_INTERNAL). A
+        request runs on one thread, so its wall-clock deadline bounds its CPU;
+        a server without that much left is replaced before the request
+        instead. A new server has all of it (a single request may still
+        outlast it: a job's total time can be as long as the limit).
+        """
+        return self.cpu_seconds + seconds < SERVER_CPU_SECONDS
+
     async def ask(self, request: dict[str, Any], timeout: float,
                   fds: tuple[int, ...] = ()) -> tuple[str, dict[str, Any] | None, str]:
         """(outcome, result, message) for one job's request; `fds` are handed over.
@@ -117,6 +138,9 @@ class ResidentServer:
         reply = await self.worker.request(request, timeout=timeout, fds=fds)
         if reply is not None and isinstance(reply.get("result"), dict):
             self.worn = bool(reply.get("worn"))
+            cpu_seconds = reply.get("cpu_seconds")
+            if isinstance(cpu_seconds, (int, float)) and math.isfinite(cpu_seconds):
+                self.cpu_seconds = float(cpu_seconds)
             return "ok", reply["result"], ""
         no_answer = self.worker.no_answer
         detail, killed = self.worker.describe_exit()

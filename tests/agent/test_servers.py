@@ -9,9 +9,11 @@ import types
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import pytest
+
 from sandboxd.agent.protocol import HEADER, encode_frame, recv_frame, recv_frame_fds, send_frame
 from sandboxd.agent.runner import ResidentWorker
-from sandboxd.agent.servers import RECYCLE_GROWTH_BYTES, ResidentServer, serve_requests
+from sandboxd.agent.servers import RECYCLE_GROWTH_BYTES, SERVER_CPU_SECONDS, ResidentServer, serve_requests
 
 
 async def connected_worker() -> tuple[ResidentWorker, socket.socket, socket.socket]:
@@ -100,14 +102,116 @@ def test_a_server_that_grew_says_so_with_its_answer() -> None:
     theirs_results.close()
     try:
         send_frame(requests, {"grow": 1 << 20})
-        assert recv_frame(results) == {"result": {"held": 1}}
+        first = recv_frame(results)
+        first_cpu = first.pop("cpu_seconds")
+        assert first_cpu >= 0 and first == {"result": {"held": 1}}
         send_frame(requests, {"grow": RECYCLE_GROWTH_BYTES + (16 << 20)})
-        assert recv_frame(results) == {"result": {"held": 2}, "worn": True}
+        second = recv_frame(results)
+        # Writing the second request's 80 MiB took CPU: the count covers the server's life so far.
+        assert second.pop("cpu_seconds") > first_cpu and second == {"result": {"held": 2}, "worn": True}
     finally:
         requests.close()
         results.close()
         _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, "the server ends when its channel closes"
+
+
+def test_a_server_takes_no_request_it_may_not_have_the_cpu_left_to_finish() -> None:
+    """Its CPU rlimit covers its whole life (SERVER_CPU_SECONDS): a request that
+    could run past it would be lost to SIGXCPU (STATUS_INTERNAL for an innocent job)."""
+    async def nearly_spent(_requests: socket.socket, results: socket.socket, _worker: ResidentWorker) -> None:
+        results.sendall(encode_frame({"result": {"verdict": True}, "cpu_seconds": SERVER_CPU_SECONDS - 5.0}))
+
+    outcome, _message, server = ask_server_with(nearly_spent, timeout=5)
+    assert outcome == "ok" and server.usable
+    assert server.has_cpu_for(4.0)
+    assert not server.has_cpu_for(10.0)
+
+
+def test_a_new_server_has_its_whole_cpu_limit_and_a_bad_count_changes_nothing() -> None:
+    async def bad_count(_requests: socket.socket, results: socket.socket, _worker: ResidentWorker) -> None:
+        results.sendall(encode_frame({"result": {"verdict": True}, "cpu_seconds": "a lot"}))
+
+    worker = ResidentWorker(runner=None, max_reply_bytes=1024)  # type: ignore[arg-type]
+    assert server_with(worker).has_cpu_for(SERVER_CPU_SECONDS - 1)
+    outcome, _message, server = ask_server_with(bad_count, timeout=5)
+    assert outcome == "ok" and server.cpu_seconds == 0.0
+
+
+def test_judges_replace_an_idle_judge_without_the_cpu_for_the_job(monkeypatch: pytest.MonkeyPatch) -> None:
+    """JudgeServers starts a new judge rather than hand a job to one whose
+    lifetime CPU limit it could reach; the spent one is closed."""
+    from sandboxd.agent import judgeserver
+
+    events: list[str] = []
+
+    class Judge:
+        def __init__(self, name: str, cpu_seconds: float) -> None:
+            self.name, self.cpu_seconds, self.usable = name, cpu_seconds, True
+
+        def has_cpu_for(self, seconds: float) -> bool:
+            return self.cpu_seconds + seconds < SERVER_CPU_SECONDS
+
+        async def start(self) -> None:
+            events.append(f"start {self.name}")
+
+        async def judge(self, *_args: object) -> tuple[str, dict[str, Any], str]:
+            events.append(f"judge {self.name}")
+            return "ok", {"tests": []}, ""
+
+        def close(self) -> None:
+            events.append(f"close {self.name}")
+
+    monkeypatch.setattr(judgeserver, "JudgeServer", lambda _controller: Judge("new", 0.0))
+    judges = judgeserver.JudgeServers(controller=None)  # type: ignore[arg-type]
+    judges._idle = [Judge("spent", SERVER_CPU_SECONDS - 20.0), Judge("fresh", 100.0)]  # type: ignore[list-item]
+    peer = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        # 30 s of deadline: the last idle judge ("fresh", popped first) has room, and is used.
+        assert asyncio.run(judges.judge({}, peer, -1, 30.0))[0] == "ok"
+        assert events == ["judge fresh"]
+        # The next job finds the spent one left: closed, and a new judge takes the job.
+        events.clear()
+        judges._idle = [Judge("spent", SERVER_CPU_SECONDS - 20.0)]  # type: ignore[list-item]
+        assert asyncio.run(judges.judge({}, peer, -1, 30.0))[0] == "ok"
+        assert events == ["close spent", "start new", "judge new"]
+    finally:
+        peer.close()
+
+
+def test_math_servers_replace_an_idle_server_without_the_cpu_for_the_job(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sandboxd.agent import mathserver
+
+    events: list[str] = []
+
+    class Server:
+        def __init__(self, name: str, cpu_seconds: float) -> None:
+            self.name, self.cpu_seconds, self.usable, self.memory, self.jobs_done = name, cpu_seconds, True, 0, 1
+
+        def has_cpu_for(self, seconds: float) -> bool:
+            return self.cpu_seconds + seconds < SERVER_CPU_SECONDS
+
+        async def start(self) -> None:
+            events.append(f"start {self.name}")
+
+        async def verify(self, _job: object, timeout: float) -> tuple[str, dict[str, Any], str]:
+            events.append(f"verify {self.name} {timeout:g}")
+            return "ok", {"status": "ok"}, ""
+
+        def close(self) -> None:
+            events.append(f"close {self.name}")
+
+    monkeypatch.setattr(mathserver, "MathServer", lambda _controller, _memory: Server("new", 0.0))
+
+    async def scenario() -> None:
+        servers = mathserver.MathServers(controller=None, servers=1)  # type: ignore[arg-type]
+        servers._idle = {0: [Server("spent", SERVER_CPU_SECONDS - 5.0)]}  # type: ignore[list-item]
+        servers._live = {0: 1}
+        outcome, _verdict, _message = await servers.verify({"limits": {"timeout": 10.0, "memory": 0}})
+        assert outcome == "ok"
+
+    asyncio.run(scenario())
+    assert events == ["close spent", "start new", "verify new 10"]
 
 
 def test_no_answer_by_the_deadline_is_a_timeout() -> None:
