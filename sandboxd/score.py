@@ -80,12 +80,20 @@ def run(args: argparse.Namespace) -> int:
         _error(str(exc))
         return 2
     jobs = []
+    # (key, the option it looks like, the row's kind) -> its lines: a typo'd option silently took the default.
+    ignored: dict[tuple[str, str, str], list[int]] = {}
     for index, (row, line) in enumerate(zip(rows, lines, strict=True)):
         try:
             jobs.append(requests.job_from_row(row, index))
         except (ValueError, TypeError) as exc:
             _error(f"{name}:{line}: {exc}")
             return 2
+        for key, option in requests.ignored_row_options(row):
+            ignored.setdefault((key, option, str(jobs[-1].WhichOneof("kind"))), []).append(line)
+    for (key, option, kind), at in ignored.items():
+        where = f"line {at[0]}" if len(at) == 1 else f"{len(at)} rows, the first at line {at[0]}"
+        why = f"is not an option of {kind} rows" if key == option else f"is not a job option (did you mean {option!r}?)"
+        print(f"sandboxd: warning: {name}: {key!r} {why}; ignored ({where})", file=sys.stderr)
     # Opened before scoring, so a bad path fails before the work rather than after it.
     try:
         output = contextlib.nullcontext(sys.stdout) if args.output == "-" else open(args.output, "w")  # noqa: SIM115

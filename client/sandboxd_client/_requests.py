@@ -8,6 +8,7 @@ bad request never costs a round trip.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import enum
 import functools
 import json
@@ -708,6 +709,42 @@ def job_from_row(row: Mapping[str, Any], index: int = 0) -> pb.Job:
         raise InvalidRequest(f"row {index}: {e.message}") from e
     job.index = index
     return job
+
+
+# Keys of a row that are not job options: what job_from_row reads besides them.
+_ROW_FIELDS = ("kind", "completion", "tests", "ground_truth")
+
+
+def ignored_row_options(row: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``(key, option)`` for each key of `row` that :func:`job_from_row` ignores but that
+    looks like a job option: a misspelling (``timeout_seconds`` for ``timeout``,
+    ``memory`` for ``memory_bytes``), or an option of the other kind of row
+    (``language`` on a math row). Other keys (``id``, ``prompt``, ...) are the
+    caller's own data and are not reported. A row job_from_row refuses gives ``[]``.
+    """
+    if not isinstance(row, Mapping):
+        return []
+    kind = row.get("kind") or ("code" if "tests" in row else "math" if "ground_truth" in row else None)
+    if kind not in _ROW_OPTIONS:
+        return []
+    own = set(_ROW_OPTIONS[kind]) | set(_ROW_FIELDS)
+    every = sorted(own | {option for options in _ROW_OPTIONS.values() for option in options})
+    found: list[tuple[str, str]] = []
+    for key in row:
+        if not isinstance(key, str) or key in own:
+            continue
+        if key in every:
+            found.append((key, key))  # an option, of the other kind of row
+            continue
+        # A prefix either way (memory / memory_bytes, timeout_seconds / timeout) or the last words
+        # (tolerance / float_tolerance), longest first, then spelling.
+        prefixed = [option for option in every
+                    if min(len(key), len(option)) >= 4
+                    and (key.startswith(option) or option.startswith(key) or option.endswith("_" + key))]
+        close = sorted(prefixed, key=len, reverse=True) or difflib.get_close_matches(key, every, n=1, cutoff=0.8)
+        if close:
+            found.append((key, close[0]))
+    return found
 
 
 def validate_job(job: Any) -> pb.Job:

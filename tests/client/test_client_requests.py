@@ -478,6 +478,29 @@ def test_job_from_row() -> None:
         job_from_row({"completion": "x", "tests": []})
 
 
+@pytest.mark.parametrize(
+    ("row", "expected"),
+    [
+        ({"completion": "x", "ground_truth": "1", "timeout_seconds": 30}, [("timeout_seconds", "timeout")]),
+        ({"completion": "x", "ground_truth": "1", "tolerance": 1e-3}, [("tolerance", "float_tolerance")]),
+        ({"completion": "x", "ground_truth": "1", "language": "cpp"}, [("language", "language")]),
+        ({"completion": "x", "tests": [["1", "1"]], "stop_on_first_fail": True, "fnname": "f"},
+         [("stop_on_first_fail", "stop_on_first_failure"), ("fnname", "fn_name")]),
+        # The caller's own data, and the options and fields of the row's kind: nothing to say.
+        ({"id": 7, "prompt": "p", "data_source": "apps", "task_id": "t/1", "completion": "x",
+          "tests": [["1", "1"]], "language": "cpp", "timeout": 2, "kind": "code"}, []),
+        ({"completion": "x", "ground_truth": "1", "tests": {}, "kind": "math"}, []),
+        # A row job_from_row refuses has its own error.
+        ({"completion": "x", "timeout_seconds": 3}, []),
+        (["not", "a", "row"], []),
+    ],
+)  # fmt: skip
+def test_ignored_row_options_names_what_looks_like_an_option(row: Any, expected: list[tuple[str, str]]) -> None:
+    from sandboxd_client.requests import ignored_row_options
+
+    assert ignored_row_options(row) == expected
+
+
 def test_result_to_dict_is_json_ready() -> None:
     msg = pb.JobResult(index=1, reward=1.0, status=pb.STATUS_OK, execute=pb.ExecuteOutput(stdout=b"\xffok"))
     data = to_result(msg).to_dict()

@@ -135,3 +135,25 @@ def test_empty_file_writes_nothing(tmp_path: Path) -> None:
     source.write_text("\n\n")
     done = sandboxd("score", str(source), "--address", "unix:///nonexistent/sandboxd.sock")
     assert done.returncode == 0 and done.stdout == "" and "no rows to score" in done.stderr
+
+
+def test_a_misspelt_option_is_named_before_any_work(tmp_path: Path) -> None:
+    """A key that looks like an option but is not one took the default in silence
+    (a typo'd ``timeout_seconds`` ran every job at 10 s); the caller's own keys are not reported."""
+    source = tmp_path / "rows.jsonl"
+    write_rows(source, [
+        {"id": 1, "kind": "math", "completion": "\\boxed{1}", "ground_truth": "1", "timeout_seconds": 30},
+        {"id": 2, "kind": "math", "completion": "\\boxed{1}", "ground_truth": "1", "timeout_seconds": 30,
+         "language": "python"},
+        {"id": 3, "completion": ADD, "tests": {"inputs": ["1 2\n"], "outputs": ["3\n"]}, "prompt": "add",
+         "memory": 1 << 20},
+    ])  # fmt: skip
+    done = sandboxd("score", str(source), "--address", "unix:///nonexistent/sandboxd.sock")
+    warnings = [line for line in done.stderr.splitlines() if line.startswith("sandboxd: warning: ")]
+    assert warnings == [
+        f"sandboxd: warning: {source}: 'timeout_seconds' is not a job option (did you mean 'timeout'?); "
+        "ignored (2 rows, the first at line 1)",
+        f"sandboxd: warning: {source}: 'language' is not an option of math rows; ignored (line 2)",
+        f"sandboxd: warning: {source}: 'memory' is not a job option (did you mean 'memory_bytes'?); ignored (line 3)",
+    ], done.stderr
+    assert done.returncode == 1, "the rows are still scored: here no daemon answers"
