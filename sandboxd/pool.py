@@ -488,9 +488,8 @@ class Pool:
             # pool restores at once, and that queue says nothing of a restore's cost.
             self.start_chooser.record(method, sandbox.ready_seconds - sandbox.restore_wait_seconds)
             if self.start_method != before:
-                chooser = self.start_chooser
-                log.info("pool %s: starting sandboxes by %s now (recent medians: restore %.2f s, cold %.2f s)",
-                         self.name, self.start_method, chooser.median("restore"), chooser.median("cold"))
+                log.info("pool %s: starting sandboxes by %s now (recent medians: %s)",
+                         self.name, self.start_method, self.start_chooser.summary())
         metrics.SANDBOX_STARTS.labels(self.name, sandbox.started_by).inc()
         metrics.SANDBOX_READY_SECONDS.labels(self.name, sandbox.started_by).set(sandbox.ready_seconds)
         return sandbox

@@ -113,6 +113,11 @@ class StartChooser:
         recent = self._seconds[method]
         return statistics.median(recent) if recent else 0.0
 
+    def summary(self) -> str:
+        """The recent medians, for a log line: a method with no start yet says so, not "0.00 s"."""
+        return ", ".join(f"{method} {self.median(method):.2f} s" if self._seconds[method] else f"{method} not measured yet"
+                         for method in START_METHODS)
+
     @property
     def preferred(self) -> str:
         """The method that was quicker recently.

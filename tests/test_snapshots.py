@@ -26,6 +26,17 @@ def test_without_a_usable_snapshot_every_start_is_cold() -> None:
         assert chooser.method(False) == "cold"
 
 
+def test_the_summary_says_which_method_is_not_measured_yet() -> None:
+    """The log line that announced a pool's first cold start said "restore 0.00 s"."""
+    chooser = StartChooser("auto")
+    assert chooser.summary() == "restore not measured yet, cold not measured yet"
+    chooser.record("cold", 0.614)
+    assert chooser.summary() == "restore not measured yet, cold 0.61 s"
+    chooser.record("restore", 0.9)
+    chooser.record("restore", 1.1)
+    assert chooser.summary() == "restore 1.00 s, cold 0.61 s"
+
+
 def test_always_restores_whatever_the_times() -> None:
     chooser = StartChooser("always")
     chooser.record("restore", 5.0)
