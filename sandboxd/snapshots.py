@@ -115,8 +115,8 @@ class StartChooser:
 
     def summary(self) -> str:
         """The recent medians, for a log line: a method with no start yet says so, not "0.00 s"."""
-        return ", ".join(f"{method} {self.median(method):.2f} s" if self._seconds[method] else f"{method} not measured yet"
-                         for method in START_METHODS)
+        return ", ".join(f"{method} {self.median(method):.2f} s" if self._seconds[method]
+                         else f"{method} not measured yet" for method in START_METHODS)
 
     @property
     def preferred(self) -> str:
