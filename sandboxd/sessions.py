@@ -215,9 +215,12 @@ class SessionManager:
             agent_limits = dict(limits, lifetime=self.config.sessions.max_lifetime_seconds)
             for attempt in range(1, OPEN_ATTEMPTS + 1):
                 sandbox = await self._take_slot(pool)
+                opening = asyncio.ensure_future(sandbox.request(
+                    {"op": "session_open", "language": language, "files": files, "limits": agent_limits},
+                    timeout=AGENT_SLACK_SECONDS * 3))
                 try:
-                    reply = await sandbox.request({"op": "session_open", "language": language, "files": files,
-                                                   "limits": agent_limits}, timeout=AGENT_SLACK_SECONDS * 3)
+                    # Shielded: a cancelled Open lets the agent finish, and what it opened is closed (below).
+                    reply = await asyncio.shield(opening)
                 except SandboxFull as exc:
                     # Its other sessions are fine: it only takes no new one until its space is back.
                     await pool.release(sandbox)
@@ -230,11 +233,20 @@ class SessionManager:
                     log.warning("session open: %s (attempt %d of %d)", exc, attempt, OPEN_ATTEMPTS)
                     continue
                 except BaseException:
-                    # Cancelled mid-open: the agent may still open a session that
-                    # nothing will close. The sandbox takes no more and is replaced
-                    # once its other sessions end.
-                    sandbox.retiring = True
-                    await pool.release(sandbox)
+                    if opening.done():
+                        # Our own failure, not the caller's cancel: the sandbox takes no
+                        # more sessions and is replaced once its other sessions end.
+                        sandbox.retiring = True
+                        await pool.release(sandbox)
+                        raise
+                    # Cancelled mid-open (the caller's deadline, a dropped connection):
+                    # the session the agent is opening would hold its slot with nothing
+                    # to close it. The sandbox used to be retired for it, replacing a
+                    # sandbox of up to sessions.per_sandbox live sessions per cancel;
+                    # instead the open finishes and its session is closed.
+                    task = asyncio.ensure_future(self._close_unclaimed_open(sandbox, opening))
+                    self._endings_running.add(task)
+                    task.add_done_callback(self._ending_done)
                     raise
                 if "session" not in reply:
                     await pool.release(sandbox)
@@ -372,6 +384,29 @@ class SessionManager:
             # Also when a Close RPC is cancelled here: the slot must come back.
             if self.pool is not None:
                 await self.pool.release(session.sandbox)
+
+    async def _close_unclaimed_open(self, sandbox: Sandbox, opening: asyncio.Future[dict[str, Any]]) -> None:
+        """The end of an open whose caller is gone: close the session it opened, give its slot back."""
+        pool = self.pool
+        assert pool is not None
+        lost = False
+        try:
+            reply = await opening
+            if "session" in reply:
+                await sandbox.request({"op": "session_close", "session": int(reply["session"])},
+                                      timeout=AGENT_SLACK_SECONDS)
+        except SandboxFull:
+            pool.mark_full(sandbox)  # no session was opened; it takes no new one until its space is back
+        except SandboxLost as exc:
+            log.warning("a session open its caller cancelled lost its sandbox: %s", exc)
+            lost = True
+        except BaseException:
+            sandbox.retiring = True  # what it left open is unknown: as before, no new session there
+            raise
+        finally:
+            await pool.release(sandbox)
+        if lost:
+            self._sandbox_lost(sandbox)
 
     def _remember(self, session_id: str, why: str) -> None:
         self._endings[session_id] = why

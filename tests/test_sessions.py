@@ -172,6 +172,44 @@ async def gated_manager(refuse: tuple[int, ...] = (), *, opened: bool = True) ->
         await pool.close()
 
 
+class RecordingGatedSandbox(GatedSandbox):
+    """A GatedSandbox that notes the sessions it was asked to close."""
+
+    closed: list[int]
+
+    async def request(self, message: dict, timeout: float, withdrawal: object = None) -> dict:
+        if message["op"] == "session_close":
+            self.closed.append(message["session"])
+        return await super().request(message, timeout, withdrawal)
+
+
+async def test_an_open_cancelled_mid_way_closes_what_the_agent_opened_and_keeps_the_sandbox() -> None:
+    """A cancelled Open (a caller's deadline, a dropped connection) retired its sandbox, which was
+    replaced once its other sessions ended: up to sessions.per_sandbox (64) live sessions' sandbox
+    per cancel. The agent's open now finishes, and the session nobody will use is closed."""
+    config = Config()
+    pool = _pool(config, "sessions")
+    sandbox = RecordingGatedSandbox(name="s0", pool="sessions", container_id="0", control_dir="/x", started_by="cold")
+    sandbox.gate, sandbox.opens, sandbox.closed = asyncio.Event(), 0, []
+    pool.sandboxes = [sandbox]
+    manager = SessionManager(pool, config)
+    try:
+        opening = asyncio.create_task(manager.open(pb.OpenSessionRequest()))
+        await until(lambda: sandbox.opens == 1)
+        opening.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await opening
+        assert sandbox.in_flight == 1 and sandbox.closed == [], "the slot is held while the agent still opens"
+        sandbox.gate.set()
+        await until(lambda: sandbox.in_flight == 0)
+        assert sandbox.closed == [7] and manager.list() == []
+        assert not (sandbox.retiring or sandbox.damaged or sandbox.full)
+        assert (await manager.open(pb.OpenSessionRequest())).handle == 8, "the sandbox takes the next session"
+    finally:
+        await manager.close_all()
+        await pool.close()
+
+
 async def test_a_repeated_request_id_gets_the_session_its_first_open_opened() -> None:
     """A client retries an Open that got UNAVAILABLE after the daemon had opened it: the retry opened a second
     session, which held a slot until its idle timeout and was never closed."""

@@ -307,10 +307,16 @@ def test_deadlines_and_cancellations_leak_nothing(daemon: DaemonProcess, channel
 
 def test_opens_cancelled_and_closes_raced_leave_one_session_per_key_and_every_slot(daemon: DaemonProcess) -> None:
     """Three opens per request_id, the first of some cancelled mid-open, then a cell raced by two closes (one of
-    them cancelled): each key opens one session, none stays open, and every slot of the pool comes back."""
-    async def scenario() -> tuple[list[int], int, int]:
+    them cancelled): each key opens one session, none stays open, and every slot of the pool comes back. No
+    sandbox is replaced for it: a cancelled open used to retire its sandbox (and its other live sessions' home)."""
+    async def recycled(stub: pb_grpc.PoolStub) -> int:
+        status = await stub.GetStatus(pb.GetPoolStatusRequest(), timeout=10)
+        return sum(p.recycled_total for p in status.pools if p.name == "sessions")
+
+    async def scenario() -> tuple[list[int], int, int, int]:
         async with grpc.aio.insecure_channel(daemon.address) as channel:
             stub = pb_grpc.SessionsStub(channel)
+            recycled_before = await recycled(pb_grpc.PoolStub(channel))
 
             async def episode(i: int) -> int:
                 key = f"race-{i:04d}-{time.monotonic_ns()}"
@@ -336,8 +342,9 @@ def test_opens_cancelled_and_closes_raced_leave_one_session_per_key_and_every_sl
             full = await asyncio.gather(*(stub.Open(pb.OpenSessionRequest(), timeout=120) for _ in range(64)))
             await asyncio.gather(*(stub.Close(pb.CloseSessionRequest(session_id=s.session_id), timeout=60)
                                    for s in full))
-            return per_key, left, len(full)
+            return per_key, left, len(full), await recycled(pb_grpc.PoolStub(channel)) - recycled_before
 
-    per_key, left, reopened = asyncio.run(scenario())
+    per_key, left, reopened, replaced = asyncio.run(scenario())
     assert per_key == [1] * 24
     assert (left, reopened) == (0, 64)
+    assert replaced == 0, "a cancelled open cost a sessions sandbox"
