@@ -98,6 +98,13 @@ def _swap_stdio(out_fd: int, err_fd: int) -> None:
         os.close(err_fd)
 
 
+def end_if_forked(own_pid: int) -> None:
+    """As pyharness.end_if_forked, which this module does not import: the sessions zygote stays lean."""
+    if os.getpid() != own_pid:
+        _flush()
+        os._exit(0)
+
+
 def serve(channel: socket.socket, results: socket.socket, receive: Any) -> NoReturn:
     """The session loop: one cell per frame on `channel` until it closes.
 
@@ -111,6 +118,7 @@ def serve(channel: socket.socket, results: socket.socket, receive: Any) -> NoRet
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     devnull = os.open(os.devnull, os.O_WRONLY)
     sys.path[0:0] = [os.getcwd()]
+    own_pid = os.getpid()
     while True:
         try:
             cell, fds = receive(channel)
@@ -127,6 +135,9 @@ def serve(channel: socket.socket, results: socket.socket, receive: Any) -> NoRet
             result = {"status": "interrupted", "value": "", "message": "interrupted"}
         finally:
             signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        # A child the cell forked (os.fork) ends with the cell: it shares this loop's channels, and its result
+        # and its reads of the next cell interleaved with its parent's (the session's own answers garbled).
+        end_if_forked(own_pid)
         # Hand the pipes back (end of file for the controller) before the
         # result, so the cell's output is complete when the result arrives.
         _swap_stdio(devnull, devnull)

@@ -550,8 +550,24 @@ def _answer(request: object, namespace: dict[str, Any], objects: dict[int, objec
     return {"ok": encode_value(result)}
 
 
+def end_if_forked(own_pid: int) -> None:
+    """End here, silently, if this is a child the candidate forked (os.fork) that came back into our loop.
+
+    Parent and child share the channel: the child's frames interleaved with
+    its parent's, so a correct program that forked was scored on its
+    child's answers, or on none. The child ends as it would have at the end
+    of ``python main.py``: its output flushed, exit status 0.
+    """
+    if os.getpid() != own_pid:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(BaseException):
+                stream.flush()
+        os._exit(0)
+
+
 def _serve(code: str, channel: socket.socket, max_frame_bytes: int, assembly: Mapping[str, str] | None,
            implicit_imports: bool = False) -> int:
+    own_pid = os.getpid()
     # Whatever fd 0 is, input() must fail fast instead of blocking until the deadline.
     sys.stdin = io.StringIO("")
     module = types.ModuleType(CANDIDATE_MODULE)
@@ -568,8 +584,10 @@ def _serve(code: str, channel: socket.socket, max_frame_bytes: int, assembly: Ma
             code = assemble(code, assembly)  # a MemoryError here is the program's load error too
         exec(compile(code, "<solution>", "exec"), namespace)
     except BaseException as exc:  # SystemExit at import time is a failed load, not a success
+        end_if_forked(own_pid)
         send_frame(channel, {"load_error": _describe(exc)})
         return 1
+    end_if_forked(own_pid)
     send_frame(channel, {"ready": True})
     objects: dict[int, object] = {}
     while True:
@@ -583,6 +601,7 @@ def _serve(code: str, channel: socket.socket, max_frame_bytes: int, assembly: Ma
             reply = _error("ProtocolError", str(exc))
         except Exception as exc:
             reply = {"error": _describe(exc)}
+        end_if_forked(own_pid)
         try:
             send_frame(channel, reply, max_frame_bytes)
         except FrameTooLarge:

@@ -52,6 +52,35 @@ def test_a_forked_child_that_ends_ends_alone(channel: grpc.Channel, child: str, 
     assert scored.status == pb.STATUS_OK and scored.reward == 1.0, scored
 
 
+# A correct add() that forks for nothing; the child comes back into the harness with a wrong answer.
+FORKING_ADD = """```python
+import os
+
+if os.fork() == 0:
+    pass  # a child at load time falls through to the harness too
+else:
+    os.wait()
+
+def add(a, b):
+    pid = os.fork()
+    if pid == 0:
+        return -1
+    os.waitpid(pid, 0)
+    return a + b
+```"""
+
+
+@pytest.mark.parametrize("tests", [
+    {"fn_name": "add", "inputs": [[1, 2], [5, 5], [0, 0]], "outputs": [3, 10, 0]},
+    {"test_list": ["assert add(1, 2) == 3", "assert add(5, 5) == 10", "assert add(0, 0) == 0"]},
+], ids=["function-call", "asserts"])
+def test_a_program_that_forks_is_scored_on_its_own_answers(channel: grpc.Channel, tests: dict) -> None:
+    """The forked child returned into the harness and answered on the channel it shares with its parent:
+    the judge read the child's -1 (or its second "ready") as the answer, and a correct program failed."""
+    result = helpers.run(channel, helpers.code(FORKING_ADD, tests))
+    assert result.status == pb.STATUS_OK and result.reward == 1.0, (result.message, list(result.tests))
+
+
 def test_arguments_execve_cannot_take_are_invalid_argument(channel: grpc.Channel) -> None:
     """A NUL ended the run with exit status 1 and no word of why: the caller's slip, scored as the model's."""
     job = helpers.execute('echo "$@"', language="bash")

@@ -113,6 +113,18 @@ def test_crashed_interpreter_is_reported_dead(client: SandboxClient, code: str, 
             session.run("1")
 
 
+def test_a_cell_that_forks_answers_with_its_parents_value(client: SandboxClient) -> None:
+    """The child came back into the session loop on the channel it shares with its parent: its result raced the
+    parent's and it read the next cell too, so the session answered with the child's values or stalled."""
+    with client.open_session(timeout=10) as session:
+        forked = session.run("import os\npid = os.fork()\nprint('child' if pid == 0 else 'parent', flush=True)\n"
+                             "if pid:\n    os.waitpid(pid, 0)\n'child' if pid == 0 else 'parent'")
+        assert (forked.status, forked.value) == (Status.OK, "'parent'"), forked
+        assert sorted(forked.stdout.split()) == ["child", "parent"]
+        for number in range(3):  # each later cell answered once, by the session's own interpreter
+            assert session.run(f"os.getpid() == {session.run('os.getpid()').value} and {number}").value == str(number)
+
+
 def test_sys_exit_and_limits_leave_the_session_alive(client: SandboxClient) -> None:
     with client.open_session(memory_bytes=256 << 20, output_bytes=10_000) as session:
         assert session.run("x = 1\nimport sys\nsys.exit(0)").status == Status.OK
