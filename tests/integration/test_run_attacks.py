@@ -81,6 +81,33 @@ def test_a_program_that_forks_is_scored_on_its_own_answers(channel: grpc.Channel
     assert result.status == pb.STATUS_OK and result.reward == 1.0, (result.message, list(result.tests))
 
 
+POOLED_SUM_OF_SQUARES = """```python
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import Pool
+
+def square(x):
+    return x * x
+
+def sum_squares(n):
+    with Pool(2) as pool:
+        pooled = sum(pool.map(square, range(n)))
+    with ProcessPoolExecutor(2) as executor:
+        assert sum(executor.map(square, range(n))) == pooled
+    return pooled
+```"""
+
+
+@pytest.mark.parametrize("tests", [
+    {"fn_name": "sum_squares", "inputs": [[3], [4]], "outputs": [5, 14]},
+    {"test_list": ["assert sum_squares(3) == 5", "assert sum_squares(4) == 14"]},
+], ids=["function-call", "asserts"])
+def test_a_program_that_uses_a_process_pool_passes(channel: grpc.Channel, tests: dict) -> None:
+    """The pool's workers are forked children that never return into the harness: ending forked children
+    that come back (above) must not end these, nor may their exits end the run."""
+    result = helpers.run(channel, helpers.code(POOLED_SUM_OF_SQUARES, tests, timeout=20))
+    assert result.status == pb.STATUS_OK and result.reward == 1.0, (result.message, list(result.tests))
+
+
 def test_arguments_execve_cannot_take_are_invalid_argument(channel: grpc.Channel) -> None:
     """A NUL ended the run with exit status 1 and no word of why: the caller's slip, scored as the model's."""
     job = helpers.execute('echo "$@"', language="bash")
