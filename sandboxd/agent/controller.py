@@ -141,7 +141,9 @@ DATASET_ERRORS = {
     "unsupported": "the dataset's tests need what the harness does not provide",
 }
 # pyharness test statuses -> ours. A candidate that exits or breaks the
-# protocol mid-test ("died": sys.exit(0), os._exit) failed that test.
+# protocol mid-test ("died": sys.exit(0), os._exit) failed that test. One
+# whose program or reply was too large for the judge to read ("memory":
+# pyharness.TooLargeForJudge) failed it at the memory limit.
 HARNESS_STATUSES = {
     "ok": "ok",
     "wrong_answer": "wrong_answer",
@@ -151,7 +153,10 @@ HARNESS_STATUSES = {
     "died": "runtime_error",
     "load_error": "runtime_error",
     "rejected": "rejected",
+    "memory": "memory_limit",
 }
+# The limit that ended a test of a harness status (HARNESS_STATUSES) of ours; the others name none.
+HARNESS_LIMITS = {"timeout": "wall_time", "memory_limit": "memory"}
 
 
 @dataclass
@@ -676,8 +681,9 @@ class Controller:
         for entry in verdict.get("tests", []):
             status = HARNESS_STATUSES.get(str(entry.get("status")), "wrong_answer")
             message = str(entry.get("message", ""))
-            # The judge gave up on a call at the per-call deadline, or when all the tests' time ran out.
-            limit = "wall_time" if status == "timeout" else ""
+            # A call the judge gave up on at its deadline, a program or reply too large for it to read; or below,
+            # all the tests' time ran out.
+            limit = HARNESS_LIMITS.get(status, "")
             if entry.get("status") == "total_time":
                 limit = "total_time"
                 message = (f"not run: {_total_time_ran_out(timeout)}" if message.startswith("not run")

@@ -17,14 +17,17 @@ replaced; one that dies, answers with an error, holds far more memory than
 it started with (servers.RECYCLE_GROWTH_BYTES), or has judged
 RECYCLE_AFTER_JOBS jobs is replaced too. The candidate can only send plain
 data to a judge (pyharness caps its size and depth), and cannot signal,
-trace or read the judge's memory: it runs under another uid.
+trace or read the judge's memory: it runs under another uid. What the judge
+may map to judge one job is bounded (JOB_MEMORY_BYTES); a program or reply
+too large for that is the candidate's failure at the memory limit, after
+which the judge is replaced.
 """
 
 from __future__ import annotations
 
 import os
 import socket
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from sandboxd.agent.protocol import CPU_CREDIT, DEADLINE_STRETCH
 from sandboxd.agent.servers import ResidentServer, serve_requests
@@ -35,6 +38,15 @@ if TYPE_CHECKING:
     from sandboxd.agent.controller import Controller
 
 RECYCLE_AFTER_JOBS = 200
+# What a judge may map, on top of what it maps between jobs, while it judges one job. A judge reads
+# what the candidate sends it: the syntax tree of its program (assert tests, to find the names they
+# may call; about 500 bytes per byte of `[1,1,1,...]`, 430 MiB for a 900 KB program) and its replies
+# (15 MiB of two-letter strings decode into 3.2 million objects, 274 MiB). Without a bound, a judge
+# built all of it in the sandbox's memory (2 GiB by default), beside the sandbox's other jobs; with
+# one, it gets a MemoryError, which pyharness answers as the candidate's failure (TooLargeForJudge).
+# A reply of 2 million ints (a 15 MiB frame) takes 122 MiB to decode, one of 900,000 pairs of ints
+# (13 MiB) 236 MiB. The dataset's own test code runs under it too.
+JOB_MEMORY_BYTES = 256 << 20
 # As pyharness.MAX_FRAME_BYTES: thousands of failing cases, each with its message.
 RESULT_FRAME_BYTES = 16 << 20
 SERVER_NAME = b"sandboxd-judge"
@@ -64,12 +76,17 @@ def serve(channel: socket.socket, results: socket.socket,
 
         try:
             with socket.socket(fileno=fds[0]) as peer:
-                return {"result": pyharness.run_tests(job["plan_kind"], peer, cpu_credit=cpu_credit,
-                                                      deadline_stretch=DEADLINE_STRETCH, **job["harness"])}
+                verdict = pyharness.run_tests(job["plan_kind"], peer, cpu_credit=cpu_credit,
+                                              deadline_stretch=DEADLINE_STRETCH, **job["harness"])
         finally:
             os.close(credit_fd)
+        # A judge that reached its budget is replaced, not handed the next job: the heap that a MemoryError
+        # leaves may be fragmented, and hold on to much of what it held whether it stays resident or not.
+        tests = cast("list[dict[str, object]]", verdict["tests"])
+        worn = any(test["status"] == "memory" for test in tests)
+        return {"result": verdict, "worn": True} if worn else {"result": verdict}
 
-    serve_requests(SERVER_NAME, lambda: receive(channel), judge, results)
+    serve_requests(SERVER_NAME, lambda: receive(channel), judge, results, memory_per_request=JOB_MEMORY_BYTES)
 
 
 class JudgeServer(ResidentServer):

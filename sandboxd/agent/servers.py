@@ -9,9 +9,11 @@ request left it holding much more memory than it started with, or after
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import math
 import os
+import resource
 import signal
 import socket
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -20,7 +22,7 @@ from sandboxd.agent.protocol import ProtocolError, send_frame
 from sandboxd.agent.worker import memory_bytes
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
     from sandboxd.agent.controller import Controller
     from sandboxd.agent.runner import ResidentWorker
@@ -38,15 +40,44 @@ PR_SET_NAME = 15
 RECYCLE_GROWTH_BYTES = 64 << 20
 
 
+@contextlib.contextmanager
+def _memory_budget(extra: int) -> Iterator[None]:
+    """A soft RLIMIT_AS of `extra` bytes over what this process maps now, for the block (0: none).
+
+    Soft, so that it can be raised again after: an unprivileged process may
+    raise its soft limit up to the hard one, never the hard one it lowered.
+    Never above a limit already set (a math server's address space, which is
+    both soft and hard).
+    """
+    if not extra:
+        yield
+        return
+    before = resource.getrlimit(resource.RLIMIT_AS)
+    soft = memory_bytes()[0] + extra
+    if before[0] != resource.RLIM_INFINITY:
+        soft = min(soft, before[0])
+    resource.setrlimit(resource.RLIMIT_AS, (soft, before[1]))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, before)
+
+
 def serve_requests(name: bytes, receive: Callable[[], tuple[dict[str, Any], list[int]]],
                    handle: Callable[[dict[str, Any], list[int]], dict[str, Any]],
-                   results: socket.socket) -> NoReturn:
+                   results: socket.socket, memory_per_request: int = 0) -> NoReturn:
     """Worker side: one answer on `results` per request `receive` returns, until the channel closes.
 
     What `handle` raises is answered as an error (a MemoryError flagged as
     such), after which the controller replaces this server. So is an answer
     after which this process holds RECYCLE_GROWTH_BYTES more than when it
     began: flagged ``worn``, answered, then replaced.
+
+    With `memory_per_request`, each `handle` call may map that many bytes
+    more than the server maps when the call starts; past it, allocations
+    fail with MemoryError (which `handle` may answer itself) instead of
+    growing the server into the memory that the sandbox's other jobs share.
+    The limit is lifted again for the answer and between requests.
     """
     # Named, so that a look at /proc tells the server from a job's leftovers.
     ctypes.CDLL(None).prctl(PR_SET_NAME, name, 0, 0, 0)
@@ -58,7 +89,8 @@ def serve_requests(name: bytes, receive: Callable[[], tuple[dict[str, Any], list
             os._exit(0)
         reply: dict[str, Any]
         try:
-            reply = handle(request, fds)
+            with _memory_budget(memory_per_request):
+                reply = handle(request, fds)
         except MemoryError:
             reply = {"error": "MemoryError", "memory": True}
         except BaseException as exc:  # our own code's failure: reported, then this server is replaced

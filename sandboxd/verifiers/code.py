@@ -648,7 +648,7 @@ def _parse(code: str) -> ast.Module | None:
 _TOP_LEVEL_DEFINITION = re.compile(r"^(?:async[ \t]+def|def|class)[ \t]+(\w+)", re.MULTILINE)
 
 
-def _defines(code: str, name: str) -> bool:
+def _defines(code: str, name: str, parse_errors: tuple[type[BaseException], ...] = _PARSE_ERRORS) -> bool:
     """Whether ``code`` parses and a ``def`` or ``class`` statement at its top level binds ``name``.
 
     No AST: a statement at top level starts at column 0, and the compiled
@@ -664,7 +664,7 @@ def _defines(code: str, name: str) -> bool:
         warnings.simplefilter("ignore")  # SyntaxWarnings (an invalid escape) are the candidate's
         try:
             module = compile(code, "<completion>", "exec", dont_inherit=True)
-        except _PARSE_ERRORS:
+        except parse_errors:
             return False
     return any(isinstance(const, types.CodeType) and const.co_name == name for const in module.co_consts)
 
@@ -690,9 +690,16 @@ def program_assembly(plan: TestPlan) -> dict[str, str] | None:
             "entry_point": plan.entry_point}
 
 
-def assemble(code: str, assembly: Mapping[str, str]) -> str:
-    """The program of completion ``code`` by ``assembly`` (from :func:`program_assembly`)."""
-    if not _defines(code, assembly["entry_point"]):
+def assemble(code: str, assembly: Mapping[str, str], *, strict: bool = False) -> str:
+    """The program of completion ``code`` by ``assembly`` (from :func:`program_assembly`).
+
+    ``strict``: a compile of ``code`` that runs out of memory or recursion
+    raises (MemoryError, RecursionError) instead of taking ``code`` for one
+    that does not define the entry point: the judge, whose memory is bounded
+    apart from the candidate's, must not assemble another program than the
+    candidate did.
+    """
+    if not _defines(code, assembly["entry_point"], (SyntaxError, ValueError) if strict else _PARSE_ERRORS):
         return assembly["head"] + assembly["prompt"] + code
     return assembly["head"] + assembly["prompt_head"] + "\n" + code
 

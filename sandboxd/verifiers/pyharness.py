@@ -91,6 +91,7 @@ __all__ = [
     "ProtocolError",
     "RejectedValue",
     "TestsTimeUp",
+    "TooLargeForJudge",
     "decode_value",
     "encode_value",
     "recv_frame",
@@ -195,6 +196,18 @@ class CandidateDied(BaseException):
     """
 
 
+class TooLargeForJudge(CandidateDied):
+    """The candidate's program or one of its replies took more memory (or nesting) to read than the judge may use.
+
+    Its syntax tree, which the judge builds to find the names the tests may
+    call, or a reply frame that decodes into far more objects than its bytes
+    (15 MiB of two-letter strings are 3.2 million objects). A judge runs each
+    job under a memory budget of its own (judgeserver.JOB_MEMORY_BYTES):
+    past it, this is the candidate's failure (test status ``memory``), not
+    the judge's, whose MemoryError read as the sandbox's (STATUS_INTERNAL).
+    """
+
+
 class CandidateTimeout(BaseException):
     """A call to the candidate did not answer within ``call_timeout``."""
 
@@ -206,6 +219,8 @@ class TestsTimeUp(CandidateTimeout):
 
 
 TIME_UP_MESSAGE = "the time for all the tests ran out"
+REPLY_TOO_LARGE = "the candidate's reply took more memory to decode than the judge may use (MemoryError)"
+VALUE_TOO_LARGE = "the candidate's value took more memory to judge than the judge may use (MemoryError)"
 
 
 # ---------------------------------------------------------------------------
@@ -666,8 +681,10 @@ def top_level_definitions(code: str) -> tuple[list[str], list[str]]:
     (the only names whose calls may make objects for the tests: ``run_tests(classes=)``);
     one parse for both."""
     tree = _parse(code)
-    if tree is None:
-        return [], []
+    return ([], []) if tree is None else _definitions(tree)
+
+
+def _definitions(tree: ast.Module) -> tuple[list[str], list[str]]:
     names: list[str] = []
     classes: set[str] = set()
 
@@ -708,6 +725,30 @@ def top_level_definitions(code: str) -> tuple[list[str], list[str]]:
     unique = dict.fromkeys(names)  # first occurrence wins, order kept
     public = [name for name in unique if not (name.startswith("__") and name.endswith("__"))]
     return public, [name for name in public if name in classes]
+
+
+def _program_definitions(program: str, assembly: Mapping[str, str] | None) -> tuple[list[str], list[str]]:
+    """:func:`top_level_definitions` of the candidate's program, assembled as the candidate assembles it, in the judge.
+
+    Raises :class:`TooLargeForJudge` where the judge runs out of memory or of
+    recursion on it: its syntax tree takes about 500 bytes of memory per
+    byte of ``[1,1,1,...]`` (430 MiB for a 900 KB program here, which
+    compile() in the candidate does in 315 MiB). Before, the judge built a
+    tree of any size, in the sandbox's memory beside its other jobs. The
+    parser's own limits (its stack: a MemoryError for 200,000 nested ``-``;
+    a RecursionError past about 3,000 levels) are the same in the candidate,
+    whose load error is then the verdict (see :func:`run_tests`).
+    """
+    try:
+        if assembly is not None:
+            program = assemble(program, assembly, strict=True)
+        tree = ast.parse(program)
+    except (SyntaxError, ValueError):
+        return [], []
+    except (MemoryError, RecursionError) as exc:
+        raise TooLargeForJudge(f"the program took more memory or nesting to parse than the judge may use "
+                               f"({type(exc).__name__})") from None
+    return _definitions(tree)
 
 
 class _Remote:
@@ -789,6 +830,8 @@ class _Remote:
             self.broken = CandidateDied(f"the candidate broke the protocol: {exc}")
         except OSError as exc:
             self.broken = CandidateDied(f"the channel failed: {exc}")
+        except MemoryError:
+            self.broken = TooLargeForJudge(REPLY_TOO_LARGE)
         raise self.broken
 
     def handshake(self) -> dict[str, str] | None:
@@ -845,6 +888,18 @@ class _Remote:
             self.broken = CandidateDied(f"the candidate process exited ({exc.strerror or exc})")
             raise self.broken from None
         reply = self._receive()
+        try:
+            return self._read(reply, target, attribute)
+        except MemoryError:
+            # Raised below, not in this handler: it would keep the MemoryError as its context, and in that the
+            # frames that hold the half-decoded reply, for as long as self.broken lives.
+            pass
+        del reply  # and this frame, which it keeps in its own traceback
+        self.broken = TooLargeForJudge(REPLY_TOO_LARGE)
+        raise self.broken
+
+    def _read(self, reply: object, target: str, attribute: bool) -> tuple[str, object, str]:
+        """The reply to a request (see `request`), decoded; CandidateDied when it is not one."""
         if type(reply) is dict and len(reply) == 1:
             ((kind, body),) = reply.items()
             try:
@@ -981,6 +1036,8 @@ def _test(index: int, status: str, message: str = "") -> dict[str, object]:
 def _broken_status(exc: BaseException) -> str:
     if isinstance(exc, TestsTimeUp):
         return "total_time"
+    if isinstance(exc, TooLargeForJudge):
+        return "memory"
     return "timeout" if isinstance(exc, CandidateTimeout) else "died"
 
 
@@ -997,9 +1054,14 @@ def _function_case(
         return _test(index, "runtime_error", f"{body}: {detail}")
     if kind == "handle":
         return _test(index, "runtime_error", f"{fn_name} is a class; name a method as 'Class.method'")
-    if case.matches(body, tolerance):
-        return _test(index, "ok")
-    return _test(index, "wrong_answer", f"expected {_short(case.expected)}, got {_short(body)}")
+    try:
+        if case.matches(body, tolerance):
+            return _test(index, "ok")
+        return _test(index, "wrong_answer", f"expected {_short(case.expected)}, got {_short(body)}")
+    except MemoryError:
+        # A value that barely fitted the judge's budget when decoded: the repr() of 900,000 pairs of ints (13 MiB
+        # of reply, 236 MiB decoded) for the message of a wrong answer ran past it, and the job ended INTERNAL.
+        return _test(index, "memory", VALUE_TOO_LARGE)
 
 
 def _failure_line(exc: BaseException, source: str) -> str:
@@ -1383,6 +1445,10 @@ def _run_assert(
         if remote.broken is not None:
             return _test(0, _broken_status(remote.broken), str(remote.broken))
         where = _failure_line(exc, assert_code)
+        if isinstance(exc, MemoryError) and not any(exc is raised for raised in remote.raised):
+            # The judge's, not one the candidate raised: the tests ran out of its budget (judgeserver.JOB_MEMORY_BYTES)
+            # on what the candidate gave them, or on their own.
+            return _test(0, "memory", f"the tests ran out of the judge's memory{where}")
         description = _describe(exc)
         text = f"{description['type']}{where}" + (
             f": {description['message']}" if description["message"] else ""
@@ -1484,6 +1550,9 @@ def run_tests(
     (``time_for_all`` ran out during the call or before it), ``died`` (the
     candidate exited or broke the protocol), ``load_error`` (the program
     raised while loading, ``SystemExit`` and ``SyntaxError`` included),
+    ``memory`` (the candidate's program or a reply of it was too large for
+    the judge to read, :class:`TooLargeForJudge`, or the judge ran out of
+    memory judging a value or running the tests),
     ``setup_error`` (the trusted setup code failed: not the model's fault),
     ``no_calls`` (the tests never called the candidate: not the model's fault either),
     ``unsupported`` (see above: not the model's fault either).
@@ -1513,12 +1582,14 @@ def run_tests(
             on_result(result)
 
     deadline = None if time_for_all is None else time.monotonic() + time_for_all
+    too_large: TooLargeForJudge | None = None
     if plan_kind == "assert" and program:
         # Here, in the trusted test process, while the candidate loads the same program: parsing 1 MiB of it
         # took 1.3-1.7 s, which the daemon's event loop paid when it sent the names.
-        if assembly is not None:
-            program = assemble(program, assembly)
-        names, classes = top_level_definitions(program)
+        try:
+            names, classes = _program_definitions(program, assembly)
+        except TooLargeForJudge as exc:
+            too_large = exc
     remote = _Remote(channel, max_frame_bytes, call_timeout, frozenset(classes) - {entry_point}, deadline,
                      cpu_credit=cpu_credit, deadline_stretch=deadline_stretch)
     load_error: dict[str, str] | None = None
@@ -1533,6 +1604,9 @@ def run_tests(
                 text = f"{load_error['type']}: {load_error['message']}"
                 for index in range(total):
                     report(_test(index, "load_error", text))
+            elif too_large is not None:
+                # Only now: a program the candidate could not load either is that load error.
+                report(_test(0, "memory", str(too_large)))
             elif plan_kind == "function":
                 for index, case in enumerate(cases):
                     result = _function_case(remote, fn_name, index, _as_case(case), tolerance)

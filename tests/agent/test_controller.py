@@ -1023,3 +1023,25 @@ def test_function_tests_cut_by_the_jobs_time_keep_the_verdicts_before_it(
         ("timeout", "total_time", "killed when the job's 1.5 s for all its tests ran out"),
         ("timeout", "total_time", "not run: the job's 1.5 s for all its tests ran out")]
     assert result["code"]["tests_passed"] == 1 and result["status"] == "timeout", result
+
+
+def test_a_program_or_reply_too_large_for_the_judge_is_the_memory_limit(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The judge's verdict "memory" (pyharness.TooLargeForJudge) is the model's failure at the memory limit: it
+    was no status of the harness's before, and a judge's MemoryError ended the job STATUS_INTERNAL."""
+    controller = bare_controller(tmp_path, monkeypatch)
+    monkeypatch.setattr(controller.runner, "run", until_the_judge_hangs_up)
+    too_large = "the candidate's reply took more memory to decode than the judge may use (MemoryError)"
+
+    async def judge(request: dict[str, Any], peer: socket.socket, cpu_credit_fd: int, timeout: float) -> Any:
+        tests = [{"index": 0, "passed": True, "status": "ok", "message": ""},
+                 {"index": 1, "passed": False, "status": "memory", "message": too_large},
+                 {"index": 2, "passed": False, "status": "memory", "message": f"not run: {too_large}"}]
+        return "ok", {"passed": False, "passed_count": 1, "total": 3, "status": "memory", "tests": tests}, ""
+
+    monkeypatch.setattr(controller.judges, "judge", judge)
+    job = dict(JUDGED_JOB, plan={"kind": "function", "total": 3, "stdio": []})
+    result = _run(controller, job)["result"]
+    assert [(t["status"], t["limit"]) for t in result["tests"]] == [
+        ("ok", ""), ("memory_limit", "memory"), ("memory_limit", "memory")]
+    assert (result["status"], result["limit"], result["message"]) == ("memory_limit", "memory", too_large), result

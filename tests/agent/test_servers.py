@@ -116,6 +116,52 @@ def test_a_server_that_grew_says_so_with_its_answer() -> None:
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, "the server ends when its channel closes"
 
 
+def _address_space_limit(pid: int) -> str:
+    """The soft RLIMIT_AS of process `pid`, as /proc shows it ("unlimited" or bytes)."""
+    with open(f"/proc/{pid}/limits") as limits:
+        line = next(line for line in limits if line.startswith("Max address space"))
+    return line.split()[3]
+
+
+def test_a_request_past_its_memory_budget_is_answered_and_the_next_is_served() -> None:
+    """serve_requests(memory_per_request=) in a forked process: a request that maps more than its budget gets a
+    MemoryError, answered as one, and the server goes on; the budget holds during each request only."""
+    budget = 64 << 20
+    outside = _address_space_limit(os.getpid())  # the forked server's between requests
+    requests, theirs_requests = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    results, theirs_results = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    pid = os.fork()
+    if pid == 0:
+        requests.close()
+        results.close()
+
+        def handle(request: dict[str, Any], _fds: list[int]) -> dict[str, Any]:
+            held = bytearray(request["map"])
+            return {"result": {"mapped": len(held), "limit": _address_space_limit(os.getpid())}}
+
+        try:
+            serve_requests(b"test-server", lambda: (recv_frame(theirs_requests), []), handle, theirs_results,
+                           memory_per_request=budget)
+        finally:
+            os._exit(1)
+    theirs_requests.close()
+    theirs_results.close()
+    try:
+        send_frame(requests, {"map": budget + (16 << 20)})
+        over = recv_frame(results)
+        assert over["error"] == "MemoryError" and over["memory"] is True, over
+        assert _address_space_limit(pid) == outside, "lifted between requests"
+        send_frame(requests, {"map": budget - (16 << 20)})
+        within = recv_frame(results)["result"]
+        assert within["mapped"] == budget - (16 << 20) and within["limit"] != outside, within
+        assert _address_space_limit(pid) == outside
+    finally:
+        requests.close()
+        results.close()
+        _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, "the server ends when its channel closes"
+
+
 def test_a_server_takes_no_request_it_may_not_have_the_cpu_left_to_finish() -> None:
     """Its CPU rlimit covers its whole life (SERVER_CPU_SECONDS): a request that
     could run past it would be lost to SIGXCPU (STATUS_INTERNAL for an innocent job)."""

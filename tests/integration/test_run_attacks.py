@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 from collections.abc import Iterator
 
 import grpc
@@ -106,6 +107,30 @@ def test_a_program_that_uses_a_process_pool_passes(channel: grpc.Channel, tests:
     that come back (above) must not end these, nor may their exits end the run."""
     result = helpers.run(channel, helpers.code(POOLED_SUM_OF_SQUARES, tests, timeout=20))
     assert result.status == pb.STATUS_OK and result.reward == 1.0, (result.message, list(result.tests))
+
+
+# A correct add, and a table whose syntax tree takes the judge about 430 MiB to build (compile() takes the
+# candidate 315 MiB of its 512): past the judge's budget per job (judgeserver.JOB_MEMORY_BYTES, 256 MiB).
+LARGE_TREE = "```python\ndef add(a, b):\n    return a + b\n\n\nTABLE = [" + "1," * 450_000 + "]\n```"
+CORRECT_ADD = "```python\ndef add(a, b):\n    return a + b\n```"
+ADD_ASSERTS = {"test_list": ["assert add(1, 2) == 3", "assert add(5, 5) == 10"]}
+
+
+def test_a_program_too_large_for_the_judge_is_its_memory_limit_and_spares_its_neighbours(
+        channel: grpc.Channel) -> None:
+    """The judge parses an assert job's program for the names its tests may call. It did so without a bound on
+    its memory: this program's tree took 430 MiB of the sandbox's memory, beside its other jobs, and the job
+    passed. Now a tree past the judge's budget is the model's failure at the memory limit, and the jobs beside it
+    and after it on the same sandbox are judged as ever."""
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        attack = pool.submit(helpers.run, channel, helpers.code(LARGE_TREE, ADD_ASSERTS))
+        beside = pool.submit(helpers.run, channel, helpers.code(CORRECT_ADD, ADD_ASSERTS))
+        result, neighbour = attack.result(), beside.result()
+    assert (result.status, result.limit_hit, result.reward) == (pb.STATUS_MEMORY_LIMIT, pb.LIMIT_MEMORY, -1.0), result
+    assert "more memory or nesting to parse than the judge may use" in result.message, result.message
+    assert neighbour.status == pb.STATUS_OK and neighbour.reward == 1.0, neighbour
+    after = helpers.run(channel, helpers.code(CORRECT_ADD, ADD_ASSERTS))
+    assert after.status == pb.STATUS_OK and after.reward == 1.0, after
 
 
 def test_arguments_execve_cannot_take_are_invalid_argument(channel: grpc.Channel) -> None:

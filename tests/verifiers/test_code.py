@@ -1837,6 +1837,123 @@ def test_a_reply_of_millions_of_lists_is_refused_before_it_is_parsed(tmp_path: P
     assert result["status"] == "wrong_answer", result
 
 
+# A judge as the agent runs one (judgeserver.serve: a memory budget per job, the worn flag), in a process of its
+# own: one job, its candidate's socket and a CPU credit of none (/dev/null) handed over, then end of file.
+JUDGE_MAIN = (
+    "import json, os, socket, sys\n"
+    "from sandboxd.agent import judgeserver\n"
+    "jobs = [(json.load(open(sys.argv[3])), [int(sys.argv[1]), os.open(os.devnull, os.O_RDONLY)])]\n"
+    "def receive(_channel):\n"
+    "    if not jobs:\n"
+    "        raise EOFError\n"
+    "    return jobs.pop()\n"
+    "judgeserver.serve(None, socket.socket(fileno=int(sys.argv[2])), receive)\n"
+)
+
+
+def judged(code: str, tmp_path: Path, kind: str, candidate_assembly: dict[str, str] | None = None,
+           **harness_args: Any) -> dict[str, Any]:
+    """A judge's reply (verdict in ``result``) to one job of ``code``'s candidate; ``harness_args`` as run_tests'."""
+    from sandboxd.agent import protocol
+
+    channel, candidate = _start_candidate(code, tmp_path, 1 << 24, candidate_assembly,
+                                          implicit_imports=kind == "function")
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps({"plan_kind": kind, "harness": harness_args}))
+    results, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    judge = subprocess.Popen([sys.executable, "-c", JUDGE_MAIN, str(channel.fileno()), str(theirs.fileno()), str(job)],
+                             pass_fds=[channel.fileno(), theirs.fileno()], cwd=REPO)
+    channel.close()
+    theirs.close()
+    try:
+        reply: dict[str, Any] = protocol.recv_frame(results)
+    finally:
+        results.close()
+        for process in (judge, candidate):
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+    return reply
+
+
+def test_a_reply_too_large_for_the_judge_is_the_candidates_memory_limit(tmp_path: Path) -> None:
+    """A 15 MiB reply of 3.2 million two-letter strings decodes into 274 MiB of objects, which the judge built
+    without a bound, beside the sandbox's other jobs. Past its budget now, the MemoryError is the candidate's
+    failure (status memory), not the judge's (its request loop answers one as an error: STATUS_INTERNAL); each
+    later call fails the same way, and the judge is replaced (worn)."""
+    code = "def f(n):\n    return n if n < 2 else ['ab'] * 3_200_000\n"
+    cases = [{"args": [1], "expected": 1}, {"args": [5], "expected": 5}, {"args": [0], "expected": 0}]
+    reply = judged(code, tmp_path, "function", fn_name="f", cases=cases)
+    verdict = reply["result"]
+    assert [test["status"] for test in verdict["tests"]] == ["ok", "memory", "memory"], verdict
+    assert "more memory to decode than the judge may use" in verdict["message"], verdict
+    assert reply["worn"] is True
+    # A reply that size of ints fits: 2 million of them (15 MiB) decode into 122 MiB.
+    ints = "def f(n):\n    return n if n < 2 else list(range(10**6, 3 * 10**6))\n"
+    reply = judged(ints, tmp_path, "function", fn_name="f", cases=cases)
+    assert [test["status"] for test in reply["result"]["tests"]] == ["ok", "wrong_answer", "ok"], reply
+    assert "worn" not in reply
+
+
+# Its syntax tree takes a judge about 430 MiB, compile() in the candidate 315 MiB.
+LARGE_TREE = "def add(a, b):\n    return a + b\n\n\nTABLE = [" + "1," * 450_000 + "]\n"
+
+
+@pytest.mark.parametrize("assembled", [False, True], ids=["program", "humaneval-assembly"])
+def test_a_program_too_large_for_the_judge_to_parse_is_the_candidates_memory_limit(assembled: bool,
+                                                                                 tmp_path: Path) -> None:
+    """The judge parses an assert job's program for the names its tests may call (and compiles a HumanEval
+    completion to assemble it as the candidate does), without a bound on its memory before: this tree took it
+    430 MiB. Past its budget now, it is the candidate's failure."""
+    harness_args: dict[str, Any] = {"assert_code": "assert add(1, 2) == 3\n", "program": LARGE_TREE}
+    assembly = None
+    if assembled:
+        plan = normalize_tests({"dataset_json": {"prompt": "def add(a, b):\n    \"\"\"Their sum.\"\"\"\n",
+                                                 "test": "def check(candidate):\n    assert candidate(1, 2) == 3\n",
+                                                 "entry_point": "add"}})
+        assembly = program_assembly(plan)
+        harness_args = {"assert_code": plan.assert_code, "entry_point": "add", "setup_code": plan.prompt,
+                        "program": LARGE_TREE, "assembly": assembly}
+    reply = judged(LARGE_TREE, tmp_path, "assert", candidate_assembly=assembly, **harness_args)
+    verdict = reply["result"]
+    assert verdict["status"] == "memory" and "more memory or nesting to parse" in verdict["message"], verdict
+    assert reply["worn"] is True
+    # The parser's own limit is the candidate's too: its load error, as before.
+    deep = "def add(a, b):\n    return a + b\n\n\nx = " + "-" * 200_000 + "1\n"
+    reply = judged(deep, tmp_path, "assert", assert_code="assert add(1, 2) == 3\n", program=deep)
+    assert reply["result"]["status"] == "load_error" and "MemoryError" in reply["result"]["message"], reply
+    assert "worn" not in reply
+    # A program the judge can read is judged as ever, under the same budget.
+    small = "def add(a, b):\n    return a + b\n\n\nTABLE = [" + "1," * 1000 + "]\n"
+    reply = judged(small, tmp_path, "assert", assert_code="assert add(1, 2) == 3\n", program=small)
+    assert reply["result"]["passed"] and "worn" not in reply, reply
+
+
+def test_the_judges_own_memory_error_on_the_candidates_value_or_in_the_tests_is_a_memory_limit(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past decoding, a MemoryError in the judge still reached its request loop (STATUS_INTERNAL): the repr() of a
+    wrong answer of 900,000 pairs of ints for its message did, in a judge under its budget. The tests' own
+    MemoryError was a runtime error, and the judge judged on with whatever heap it left. Both are the memory
+    limit now (and the judge is replaced); a MemoryError the candidate raised is its runtime error, as before."""
+    with monkeypatch.context() as patched:
+        def no_memory(_value: object, _limit: int = 200) -> str:
+            raise MemoryError
+
+        patched.setattr(pyharness, "_short", no_memory)
+        wrong_once = "def add(a, b):\n    return 0 if a == 1 else a + b\n"
+        result = harness(wrong_once, tmp_path, fn_name="add", cases=ADD_CASES)
+    assert [t["status"] for t in result["tests"]] == ["memory", "ok", "ok"], result
+    assert "more memory to judge than the judge may use" in result["message"]
+    add = "def add(a, b):\n    return a + b\n"
+    result = harness(add, tmp_path, "assert", assert_code="assert add(1, 2) == 3\nspent = bytearray(1 << 60)\n")
+    assert result["status"] == "memory" and "ran out of the judge's memory at line 2" in result["message"], result
+    raises = "def add(a, b):\n    raise MemoryError('its own')\n"
+    result = harness(raises, tmp_path, "assert", assert_code="assert add(1, 2) == 3\n")
+    assert result["status"] == "runtime_error" and "its own" in result["message"], result
+
+
 def test_a_verdicts_messages_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(pyharness, "VERDICT_MESSAGES_LIMIT", 10_000)
     code = "def add(a, b):\n    raise ValueError('x' * 5000)\n"
