@@ -1015,8 +1015,41 @@ def _unwrap(remote: _Remote, reply: tuple[str, object, str], *, method: bool = F
 
 
 def _short(value: object, limit: int = 200) -> str:
-    text = repr(value)
+    """repr(value), cut to `limit` characters, without the repr of what the cut drops.
+
+    A wrong answer of 900,000 pairs (13 MiB of reply) took a 236 MiB repr
+    for the first 200 characters of its message.
+    """
+    text = repr(_first_items(value, [limit]))
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _first_items(value: object, room: list[int]) -> object:
+    """`value` with its lists, tuples and dicts cut past their first `room[0]` items, counted over the whole value.
+
+    Each item kept (in the order repr writes them) adds a character or more
+    to the repr, so the repr of what is kept starts as the whole value's for
+    `room` characters. Sets are kept whole: a smaller set may iterate in
+    another order.
+    """
+    room[0] -= 1
+    kind = type(value)
+    if kind is list or kind is tuple:
+        items = []
+        for item in cast("Sequence[object]", value):
+            if room[0] <= 0:
+                break
+            items.append(_first_items(item, room))
+        return kind(items)
+    if kind is dict:
+        kept: dict[object, object] = {}
+        for key, item in cast("dict[object, object]", value).items():
+            if room[0] <= 0:
+                break
+            kept[key] = _first_items(item, room)
+            room[0] -= 1
+        return kept
+    return value
 
 
 def _as_case(case: object) -> FunctionCase:
@@ -1059,8 +1092,9 @@ def _function_case(
             return _test(index, "ok")
         return _test(index, "wrong_answer", f"expected {_short(case.expected)}, got {_short(body)}")
     except MemoryError:
-        # A value that barely fitted the judge's budget when decoded: the repr() of 900,000 pairs of ints (13 MiB
-        # of reply, 236 MiB decoded) for the message of a wrong answer ran past it, and the job ended INTERNAL.
+        # A value that barely fitted the judge's budget when decoded, and what comparing it or describing it takes
+        # runs past it: the whole repr() of 900,000 pairs of ints (13 MiB of reply, 236 MiB decoded) for a wrong
+        # answer's message did, before _short, and the job ended INTERNAL.
         return _test(index, "memory", VALUE_TOO_LARGE)
 
 

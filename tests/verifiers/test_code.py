@@ -1954,6 +1954,25 @@ def test_the_judges_own_memory_error_on_the_candidates_value_or_in_the_tests_is_
     assert result["status"] == "runtime_error" and "its own" in result["message"], result
 
 
+def test_a_wrong_answers_message_reprs_only_what_it_shows() -> None:
+    """The message of a wrong answer of 900,000 pairs made the whole 236 MiB repr for its first 200 characters."""
+    reprs = 0
+
+    class Counted:
+        def __repr__(self) -> str:
+            nonlocal reprs
+            reprs += 1
+            return "c"
+
+    assert pyharness._short([[Counted()] * 3] * 1_000_000, 50) == "[[c, c, c], [c, c, c], [c, c, c], [c, c, c], [c..."
+    assert reprs <= 50, reprs
+    values: list[object] = [[(1, 2)] * 900, {"k": [1] * 500, "j": {1: "it's"}}, ((1,),), [{}, [], ()], "x" * 300,
+                            {3, 1, 2}]
+    for value in values:
+        text = repr(value)
+        assert pyharness._short(value) == (text if len(text) <= 200 else text[:197] + "..."), value
+
+
 def test_a_verdicts_messages_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(pyharness, "VERDICT_MESSAGES_LIMIT", 10_000)
     code = "def add(a, b):\n    raise ValueError('x' * 5000)\n"
