@@ -631,7 +631,10 @@ _IMPORT_LINE = re.compile(r"^(?:import\s+\S|from\s+\S+\s+import\s)")
 # What ast.parse raises for code it cannot take: bad syntax, NUL bytes (ValueError),
 # nesting too deep for the parser (RecursionError, or MemoryError for a long chain
 # such as "assert " + "-" * 200000 + "1").
-_PARSE_ERRORS = (SyntaxError, ValueError, RecursionError, MemoryError)
+# What a program that does not parse raises; with a parse that ran out of stack or memory, all that _parse and
+# _defines take for "does not parse" (the judge, whose memory is bounded apart, tells the two apart).
+_SYNTAX_ERRORS = (SyntaxError, ValueError)
+_PARSE_ERRORS = (*_SYNTAX_ERRORS, RecursionError, MemoryError)
 
 
 def _parse(code: str) -> ast.Module | None:
@@ -699,7 +702,7 @@ def assemble(code: str, assembly: Mapping[str, str], *, strict: bool = False) ->
     apart from the candidate's, must not assemble another program than the
     candidate did.
     """
-    if not _defines(code, assembly["entry_point"], (SyntaxError, ValueError) if strict else _PARSE_ERRORS):
+    if not _defines(code, assembly["entry_point"], _SYNTAX_ERRORS if strict else _PARSE_ERRORS):
         return assembly["head"] + assembly["prompt"] + code
     return assembly["head"] + assembly["prompt_head"] + "\n" + code
 

@@ -78,7 +78,7 @@ import unittest
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, NoReturn, cast
 
-from .code import FunctionCase, _parse, assemble
+from .code import _SYNTAX_ERRORS, FunctionCase, _parse, assemble
 
 __all__ = [
     "MAX_CONTAINERS",
@@ -574,10 +574,15 @@ def end_if_forked(own_pid: int) -> None:
     of ``python main.py``: its output flushed, exit status 0.
     """
     if os.getpid() != own_pid:
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(BaseException):
-                stream.flush()
+        _flush_stdio()
         os._exit(0)
+
+
+def _flush_stdio() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        # The candidate may have replaced or closed them.
+        with contextlib.suppress(BaseException):
+            stream.flush()
 
 
 def _serve(code: str, channel: socket.socket, max_frame_bytes: int, assembly: Mapping[str, str] | None,
@@ -654,10 +659,7 @@ def serve_candidate(code: str, channel: socket.socket, *, max_frame_bytes: int =
     except BaseException:  # whatever happened, the test process sees "candidate gone"
         status = 1
     finally:
-        for stream in (sys.stdout, sys.stderr):
-            # The candidate may have replaced or closed them.
-            with contextlib.suppress(BaseException):
-                stream.flush()
+        _flush_stdio()
         os._exit(status)
 
 
@@ -743,7 +745,7 @@ def _program_definitions(program: str, assembly: Mapping[str, str] | None) -> tu
         if assembly is not None:
             program = assemble(program, assembly, strict=True)
         tree = ast.parse(program)
-    except (SyntaxError, ValueError):
+    except _SYNTAX_ERRORS:
         return [], []
     except (MemoryError, RecursionError) as exc:
         raise TooLargeForJudge(f"the program took more memory or nesting to parse than the judge may use "
