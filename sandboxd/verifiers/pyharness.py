@@ -3,73 +3,72 @@
 The candidate's code and the tests never share a process:
 
 - the **candidate process** runs :func:`serve_candidate`: it executes the
-  candidate's program, then answers calls over a connected ``AF_UNIX``
+  candidate's program, then answers requests over a connected ``AF_UNIX``
   ``SOCK_STREAM`` socket until end of file;
-- the **test process** (another uid; it never runs candidate code) runs
-  :func:`run_tests`: it calls the candidate through proxies and judges the
-  decoded return values itself.
+- the **test process** (the judge: another uid; it never runs candidate code)
+  runs :func:`run_tests`: it runs the dataset's tests, whose calls of the
+  candidate's functions, classes and objects become requests (pyremote), and
+  judges what comes back itself.
 
-What crosses the socket is plain data only (see :func:`encode_value`), so
-nothing the candidate does in its own process (lying ``__eq__``, patched
-builtins or ``AssertionError``, ``sys.exit(0)``, printing "All tests passed")
-can make a test pass: the candidate never sees the expected values, and its
-process can only answer with values.
+Values cross the channel by value, rebuilt on the other side from its own
+classes (pywire): a list, a numpy array, a ``Fraction`` or a namedtuple
+that the candidate returns is the judge's own when the test compares it, so
+nothing the candidate does in its own process (a lying ``__eq__``, patched
+builtins or ``AssertionError``, ``sys.exit(0)``, printing "All tests
+passed") can make a test pass, and the expected values never enter the
+candidate's process. Everything else crosses by reference (pyremote): the
+candidate's objects are answered by the candidate (``len(stack)``, ``node.next``),
+compared only with its own objects; the test's callbacks, mocks and buffers
+by the judge, within the rules pyremote states.
 
-Wire format: each frame is a 4-byte big-endian length, then that many bytes of
-ASCII JSON (non-ASCII is escaped, so lone surrogates survive). Frames:
-
-- candidate -> tests, once, first: ``{"ready": true}`` or
-  ``{"load_error": {"type": str, "message": str}}`` (then the candidate exits);
-- tests -> candidate: ``{"call": name, "args": [enc...], "kwargs": {str: enc}}``
-  where ``name`` is a top-level name or ``"Class.method"`` (a fresh instance
-  per call), plus ``"handle": int`` to call a method of an object made
-  earlier; with ``"attr": true`` as well, ``name`` is an attribute of that
-  object for the tests to read, not to call;
-- candidate -> tests: ``{"ok": enc}``, ``{"handle": int}`` when the call
-  constructed an instance of a top-level class (it stays in the candidate's
-  process), ``{"method": true}`` when an attribute read is a method, or
-  ``{"error": {"type": str, "message": str}}``.
-
-Tests that import the candidate as a module (KodCode and other pytest-style
-datasets: ``from solution import f``, ``import solution``) get, while they run,
-a module named ``solution`` in the test process that holds the same proxies
-(see :func:`_candidate_module`); the candidate's code is never imported there.
+The first frame from the candidate is ``{"ready": true}`` or
+``{"load_error": {"type": str, "message": str}}`` (then the candidate
+exits). Tests that import the candidate as a module (KodCode and other
+pytest-style datasets: ``from solution import f``, ``import solution``) get,
+while they run, a module named ``solution`` in the test process whose
+attributes are read from the candidate's (see :func:`_candidate_module`); the
+candidate's code is never imported there. What the candidate prints during a
+call is printed in the judge when the call returns (``redirect_stdout`` and
+``capsys`` see it); ``input()`` and ``sys.stdin`` read the test's (empty
+unless it patches them); a test that patches ``builtins.print`` or
+``builtins.open`` is obeyed by the candidate's.
 
 End of file on the socket means the candidate is gone: the call in flight and
 every later one fail. ``SystemExit`` (or any other ``BaseException`` that is
 not an ``Exception``) raised by a call ends the candidate process, as it would
 end a program.
 
-Stdlib only: this module runs inside the sandbox image.
+Stdlib only: this module runs inside the sandbox image (pytest, where a
+dataset's tests import it, comes from the image).
 """
 
 from __future__ import annotations
 
 import ast
-import base64
-import binascii
 import bisect  # noqa: F401 - this and the other F401s: warmed in the zygote for IMPLICIT_IMPORTS
 import builtins
-import collections  # noqa: F401
+import collections
 import contextlib
 import copy  # noqa: F401
 import datetime  # noqa: F401
+import decimal
+import fractions
 import functools
 import heapq  # noqa: F401
 import inspect
 import io
 import itertools
-import json
-import math
+import json  # noqa: F401
 import operator  # noqa: F401
 import os
+import pathlib
 import random  # noqa: F401
-import re
+import re  # noqa: F401
 import socket
 import statistics  # noqa: F401
 import string  # noqa: F401
-import struct
 import sys
+import tempfile
 import time
 import traceback
 import types
@@ -79,11 +78,46 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, NoReturn, cast
 
 from .code import _SYNTAX_ERRORS, FunctionCase, _parse, assemble
+from .pyremote import (
+    MESSAGE_LIMIT,
+    TEST_MODULE,
+    TIME_UP_MESSAGE,
+    CandidateClass,
+    CandidateDied,
+    CandidateEndpoint,
+    CandidateError,
+    CandidateTimeout,
+    JudgeEndpoint,
+    RemoteFunction,
+    Proxy,
+    RemoteIterator,
+    TestsTimeUp,
+    TooLargeForJudge,
+    Unsupported,
+    describe,
+)
+from .pywire import (
+    _ENCODER,
+    MAX_CONTAINERS,
+    MAX_DEPTH,
+    MAX_FRAME_BYTES,
+    MAX_INT_BITS,
+    FrameTooLarge,
+    ProtocolError,
+    RejectedValue,
+    decode_value,
+    encode_value,
+    recv_frame,
+    send_frame,
+)
 
 __all__ = [
+    "CANDIDATE_FRAME_BYTES",
     "MAX_CONTAINERS",
     "MAX_DEPTH",
     "MAX_FRAME_BYTES",
+    "MAX_INT_BITS",
+    "TIME_UP_MESSAGE",
     "CandidateDied",
     "CandidateError",
     "CandidateTimeout",
@@ -102,26 +136,9 @@ __all__ = [
     "top_level_names",
 ]
 
-# Large enough for any realistic return value (a 10^6-element list of ints is
-# about 7 MB of JSON), small enough that the test process cannot be pushed
-# into its memory limit by one frame.
-MAX_FRAME_BYTES = 16 * 1024 * 1024
-# Lists and objects in one frame from the candidate, which the test process parses: each costs it
-# 56-64 bytes for the 3 of "[]," (twice, once decoded), where numbers and strings cost about 12 times
-# their text. A 15 MiB frame of "[]," took 775 MiB, and two such jobs' judges beside their candidates
-# ran the sandbox out of memory, which the candidates escaped as SANDBOX_LOST (red team). Real values
-# hold far fewer: a frame of pairs of numbers stops at about 900,000 of them.
-MAX_CONTAINERS = 1 << 20
-# Nesting depth of values; json's own C parser stops near the recursion limit
-# (1000), and no test data nests anywhere near 100.
-MAX_DEPTH = 100
-# Python refuses int<->str conversions beyond 4300 digits (CVE-2020-10735);
-# 14000 bits is about 4214 digits, so every int we send can also be parsed.
-MAX_INT_BITS = 14_000
-# Error messages from the candidate are for humans; keep them short.
-MESSAGE_LIMIT = 2000
-# An exception's type name is the candidate's to choose too (a class named with 9 MB).
-TYPE_NAME_LIMIT = 200
+# What the judge may send the candidate in one frame: the dataset's own data, which a performance test
+# makes large (3 million ints are 24 MB of JSON). The candidate's own memory limit bounds what it decodes.
+CANDIDATE_FRAME_BYTES = 1 << 30
 # All the messages of one verdict, in the bytes of the judge's reply (ASCII
 # JSON, where a character past ASCII takes 6 bytes, 12 past the BMP):
 # thousands of failing cases each with a full message would not fit the
@@ -131,6 +148,9 @@ TYPE_NAME_LIMIT = 200
 VERDICT_MESSAGES_LIMIT = 4 << 20
 # What is left of each message past VERDICT_MESSAGES_LIMIT, in characters.
 CUT_MESSAGE_CHARS = 100
+VALUE_TOO_LARGE = "the candidate's value took more memory to judge than the judge may use (MemoryError)"
+# Items the judge reads at most of an iterator a function-call case returns, to compare it as a list.
+MAX_ITERATOR_ITEMS = MAX_CONTAINERS
 # Name of the candidate's module: not "__main__", so that a completion's
 # `if __name__ == "__main__":` block (reading stdin, unittest.main() which
 # calls sys.exit) does not run, as in HumanEval's and LiveCodeBench's harnesses.
@@ -157,374 +177,33 @@ IMPLICIT_IMPORTS = (
 # Compiled once, in the zygote: 0.07 ms of each function-call job's 0.14 ms for these imports (measured on the host).
 _IMPLICIT_IMPORTS_CODE = compile(IMPLICIT_IMPORTS, "<implicit imports>", "exec")
 
-_HEADER = struct.Struct(">I")
-_TAGS = ("$float", "$tuple", "$set", "$frozenset", "$dict", "$bytes", "$complex")
 _TEST_FILENAME = "<test>"
 # Compiled test code a judge keeps (_compiled), and the longest source it keeps.
 COMPILED_TESTS_CACHED = 128
 COMPILED_TESTS_MAX_CHARS = 16 << 10
 
 
-class RejectedValue(ValueError):
-    """A value that is not plain data (or is too big or deep) and may not cross the channel."""
-
-
-class ProtocolError(Exception):
-    """A malformed frame, or a frame that breaks the request/reply protocol."""
-
-
-class FrameTooLarge(ProtocolError):
-    """A frame longer than the size cap."""
-
-
-_ENDS_ITERATION = (StopIteration, StopAsyncIteration)
-
-
-class CandidateError(Exception):
-    """An exception raised by the candidate that has no builtin equivalent.
-
-    Builtin exception types (``ValueError``, ``KeyError``, ...) are re-raised
-    in the test process as themselves, so tests that expect them still work.
-    """
-
-
-class CandidateDied(BaseException):
-    """The candidate process is gone (end of file) or broke the protocol.
-
-    A ``BaseException`` so that test code catching ``Exception`` cannot swallow it;
-    the harness also remembers it, so a test that swallows it anyway still fails.
-    """
-
-
-class TooLargeForJudge(CandidateDied):
-    """The candidate's program or one of its replies took more memory (or nesting) to read than the judge may use.
-
-    Its syntax tree, which the judge builds to find the names the tests may
-    call, or a reply frame that decodes into far more objects than its bytes
-    (15 MiB of two-letter strings are 3.2 million objects). A judge runs each
-    job under a memory budget of its own (judgeserver.JOB_MEMORY_BYTES):
-    past it, this is the candidate's failure (test status ``memory``), not
-    the judge's, whose MemoryError read as the sandbox's (STATUS_INTERNAL).
-    """
-
-
-class CandidateTimeout(BaseException):
-    """A call to the candidate did not answer within ``call_timeout``."""
-
-
-class TestsTimeUp(CandidateTimeout):
-    """The time for all the tests (``run_tests``' ``time_for_all``) ran out: during a call, or before it."""
-
-    __test__ = False  # not a pytest class, whatever its name
-
-
-TIME_UP_MESSAGE = "the time for all the tests ran out"
-REPLY_TOO_LARGE = "the candidate's reply took more memory to decode than the judge may use (MemoryError)"
-VALUE_TOO_LARGE = "the candidate's value took more memory to judge than the judge may use (MemoryError)"
-
-
-# ---------------------------------------------------------------------------
-# Value codec
-# ---------------------------------------------------------------------------
-
-
-def _type_name(obj: object) -> str:
-    try:
-        return str(type(obj).__qualname__)
-    except Exception:
-        return "?"
-
-
-def encode_value(obj: object, _depth: int = 0) -> object:
-    """Encode plain Python data as JSON-able data, rejecting everything else.
-
-    Plain data: ``None``, ``bool``, ``int``, ``float`` (``nan``/``inf``
-    included), ``complex``, ``str``, ``bytes``, ``list``, ``tuple``, ``dict``
-    (any plain hashable keys), ``set`` and ``frozenset``, nested. A subclass of
-    one of these (``Counter``, ``defaultdict``, ``OrderedDict``, a namedtuple,
-    an ``IntEnum``, numpy's ``float64``) is encoded as its base type's data,
-    read through the base type's own methods (``dict.items``, ``int.__index__``),
-    never the subclass's: the reference graders compare with ``==``, which takes
-    ``Counter({1: 2}) == {1: 2}``, while an ``int`` whose ``__eq__`` lies is sent
-    as the number it holds. Anything else (``deque``, numpy's ``int64``, a class
-    instance) raises :class:`RejectedValue`.
-
-    Encoding: ``None``/``bool``/``int``/``str``, finite ``float`` and ``list``
-    are themselves; every other value is a one-key object:
-    ``{"$float": "nan"|"inf"|"-inf"}``, ``{"$tuple": [...]}``,
-    ``{"$set": [...]}``, ``{"$frozenset": [...]}``,
-    ``{"$dict": [[key, value], ...]}``, ``{"$bytes": "<base64>"}``,
-    ``{"$complex": [real, imag]}``.
-    """
-    if _depth > MAX_DEPTH:
-        raise RejectedValue(f"value nested deeper than {MAX_DEPTH} levels")
-    kind = type(obj)
-    if obj is None or kind is bool or kind is str:
-        return obj
-    if kind is int:
-        if obj.bit_length() > MAX_INT_BITS:  # type: ignore[attr-defined]
-            raise RejectedValue(f"int with more than {MAX_INT_BITS} bits")
-        return obj
-    if kind is float:
-        if math.isfinite(obj):  # type: ignore[arg-type]
-            return obj
-        return {"$float": "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")}  # type: ignore[arg-type,operator]
-    depth = _depth + 1
-    if kind is list:
-        return [encode_value(item, depth) for item in obj]  # type: ignore[attr-defined]
-    if kind is tuple:
-        return {"$tuple": [encode_value(item, depth) for item in obj]}  # type: ignore[attr-defined]
-    if kind is dict:
-        return {"$dict": [[encode_value(k, depth), encode_value(v, depth)] for k, v in obj.items()]}  # type: ignore[attr-defined]
-    if kind is set:
-        return {"$set": [encode_value(item, depth) for item in obj]}  # type: ignore[attr-defined]
-    if kind is frozenset:
-        return {"$frozenset": [encode_value(item, depth) for item in obj]}  # type: ignore[attr-defined]
-    if kind is bytes:
-        return {"$bytes": base64.b64encode(obj).decode("ascii")}  # type: ignore[arg-type]
-    if kind is complex:
-        return {"$complex": [encode_value(obj.real, depth), encode_value(obj.imag, depth)]}  # type: ignore[attr-defined]
-    # issubclass of type(obj), which the value cannot fake (isinstance would ask its __class__).
-    for base, read in _BASE_READERS:
-        if issubclass(kind, base):
-            return encode_value(read(obj), _depth)
-    raise RejectedValue(f"a value of type {_type_name(obj)} is not plain data")
-
-
-# The data of a subclass of a plain type, as that exact type, read by the base type's own methods.
-_BASE_READERS: tuple[tuple[type, Callable[[Any], object]], ...] = (
-    (int, int.__index__),
-    (float, float.__float__),
-    (str, str.__str__),
-    (bytes, bytes.__bytes__),
-    (list, lambda obj: list(list.__iter__(obj))),
-    (tuple, lambda obj: tuple(tuple.__iter__(obj))),
-    (dict, lambda obj: dict(dict.items(obj))),
-    (set, lambda obj: set(set.__iter__(obj))),
-    (frozenset, lambda obj: frozenset(frozenset.__iter__(obj))),
-)
-
-
-def _decode_items(body: object, depth: int, tag: str) -> list[object]:
-    if type(body) is not list:
-        raise RejectedValue(f"{tag} must hold a list")
-    return [decode_value(item, depth) for item in body]
-
-
-def _hashable_collection(factory: Callable[[list[object]], object], items: list[object], tag: str) -> object:
-    try:
-        return factory(items)
-    except TypeError:
-        raise RejectedValue(f"{tag} holds an unhashable item") from None
-
-
-def decode_value(obj: object, _depth: int = 0) -> object:
-    """Decode what :func:`encode_value` produced (after a JSON round trip).
-
-    Raises :class:`RejectedValue` on anything else: unknown or extra tags,
-    malformed bodies, unhashable set items or dict keys, duplicate dict keys,
-    nesting deeper than :data:`MAX_DEPTH`. The result is built only from
-    builtin types, so it is safe to compare in the test process.
-    """
-    if _depth > MAX_DEPTH:
-        raise RejectedValue(f"value nested deeper than {MAX_DEPTH} levels")
-    kind = type(obj)
-    if obj is None or kind is bool or kind is str:
-        return obj
-    if kind is int:
-        if obj.bit_length() > MAX_INT_BITS:  # type: ignore[attr-defined]
-            raise RejectedValue(f"int with more than {MAX_INT_BITS} bits")
-        return obj
-    if kind is float:
-        if not math.isfinite(obj):  # type: ignore[arg-type]
-            raise RejectedValue("non-finite floats must be tagged")
-        return obj
-    depth = _depth + 1
-    if kind is list:
-        return [decode_value(item, depth) for item in obj]  # type: ignore[attr-defined]
-    if kind is not dict or len(obj) != 1:  # type: ignore[arg-type]
-        raise RejectedValue(f"not an encoded value: {_type_name(obj)}")
-    ((tag, body),) = obj.items()  # type: ignore[attr-defined]
-    if tag == "$float":
-        if body not in ("nan", "inf", "-inf") or type(body) is not str:
-            raise RejectedValue("$float must be 'nan', 'inf' or '-inf'")
-        return float(body)
-    if tag == "$tuple":
-        return tuple(_decode_items(body, depth, tag))
-    if tag == "$set":
-        return _hashable_collection(set, _decode_items(body, depth, tag), tag)
-    if tag == "$frozenset":
-        return _hashable_collection(frozenset, _decode_items(body, depth, tag), tag)
-    if tag == "$dict":
-        if type(body) is not list:
-            raise RejectedValue("$dict must hold a list of [key, value] pairs")
-        result: dict[object, object] = {}
-        for pair in body:
-            if type(pair) is not list or len(pair) != 2:
-                raise RejectedValue("$dict must hold a list of [key, value] pairs")
-            key = decode_value(pair[0], depth)
-            try:
-                if key in result:
-                    raise RejectedValue("$dict has a duplicate key")
-            except TypeError:
-                raise RejectedValue("$dict has an unhashable key") from None
-            result[key] = decode_value(pair[1], depth)
-        return result
-    if tag == "$bytes":
-        if type(body) is not str:
-            raise RejectedValue("$bytes must hold a base64 string")
-        try:
-            return base64.b64decode(body, validate=True)
-        except (binascii.Error, ValueError):
-            raise RejectedValue("$bytes holds invalid base64") from None
-    if tag == "$complex":
-        parts = _decode_items(body, depth, tag)
-        if len(parts) != 2 or not all(type(part) in (int, float) for part in parts):
-            raise RejectedValue("$complex must hold [real, imag]")
-        try:
-            return complex(parts[0], parts[1])  # type: ignore[call-overload]
-        except OverflowError:  # an int past the float range
-            raise RejectedValue("$complex part too large for a float") from None
-    raise RejectedValue(f"unknown tag {tag!r}")
-
-
-# ---------------------------------------------------------------------------
-# Framing
-# ---------------------------------------------------------------------------
-
-
-def send_frame(sock: socket.socket, obj: object, max_bytes: int = MAX_FRAME_BYTES) -> None:
-    """Send one frame: 4-byte big-endian length, then ``obj`` as ASCII JSON.
-
-    ``obj`` must already be JSON-able (encode values with :func:`encode_value`
-    first). Raises :class:`FrameTooLarge` before sending anything when the
-    JSON is longer than ``max_bytes``, ``OSError`` when the peer is gone.
-    """
-    data = _ENCODER.encode(obj).encode("ascii")
-    if len(data) > max_bytes:
-        raise FrameTooLarge(f"frame of {len(data)} bytes exceeds the limit of {max_bytes}")
-    sock.sendall(_HEADER.pack(len(data)) + data)
-
-
-Deadline = float | Callable[[], float] | None
-
-
-def _recv_exact(sock: socket.socket, size: int, deadline: Deadline) -> bytes:
-    buffer = bytearray(size)
-    view = memoryview(buffer)
-    got = 0
-    while got < size:
-        if deadline is not None:
-            remaining = (deadline() if callable(deadline) else deadline) - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError("no complete frame before the deadline")
-            sock.settimeout(remaining)
-        try:
-            n = sock.recv_into(view[got:])
-        except TimeoutError:
-            if callable(deadline):
-                continue  # asked again: it may have moved meanwhile
-            raise
-        if n == 0:
-            raise EOFError("connection closed" if got == 0 else "connection closed in the middle of a frame")
-        got += n
-    return bytes(buffer)
-
-
-def _reject_constant(name: str) -> object:
-    raise ValueError(f"JSON constant {name} is not allowed (non-finite floats are tagged)")
-
-
-# Made once, in the zygote: json.dumps and json.loads with options other than the
-# defaults build an encoder or decoder per call, Python code that a fresh candidate
-# runs (and copies the pages of) for every message: 613-619 -> 597-604 page faults
-# per HumanEval candidate here.
-_ENCODER = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",", ":"))
-_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
-
-
-# A JSON string of a frame (ASCII: see send_frame), whose brackets are text, not lists or objects.
-_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*+"')
-
-
-def _containers(body: bytes) -> int:
-    """How many lists and objects a frame's JSON holds (at most; exactly when it is valid JSON)."""
-    count = body.count(b"[") + body.count(b"{")
-    if count > MAX_CONTAINERS:  # only then do the brackets inside strings matter
-        text = _JSON_STRING.sub(b"", body)
-        count = text.count(b"[") + text.count(b"{")
-    return count
-
-
-def recv_frame(
-    sock: socket.socket, max_bytes: int = MAX_FRAME_BYTES, deadline: Deadline = None,
-    max_containers: int | None = None,
-) -> object:
-    """Receive one frame and parse its JSON (values inside are still encoded).
-
-    ``deadline`` is a ``time.monotonic()`` instant for the whole frame, so a
-    peer sending a byte at a time cannot stretch it; or a function that
-    answers that instant as it stands when asked (it is asked again when it
-    passes: a deadline that moves, see ``_Remote``). Raises ``EOFError`` when
-    the peer closed (before or inside the frame), ``TimeoutError`` past the
-    deadline, :class:`FrameTooLarge` for a length over ``max_bytes`` (nothing
-    is read past the header), :class:`ProtocolError` for bytes that are not
-    JSON, and ``OSError`` for socket errors. With ``max_containers``, a frame
-    of more lists and objects than that is a :class:`ProtocolError`, before
-    it is parsed.
-    """
-    sock.settimeout(None)
-    (size,) = _HEADER.unpack(_recv_exact(sock, _HEADER.size, deadline))
-    if size > max_bytes:
-        raise FrameTooLarge(f"frame of {size} bytes exceeds the limit of {max_bytes}")
-    body = _recv_exact(sock, size, deadline)
-    if max_containers is not None and _containers(body) > max_containers:
-        raise ProtocolError(f"frame holds more than {max_containers} lists and objects")
-    try:
-        return _DECODER.decode(body.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise ProtocolError(f"frame is not valid JSON: {exc}") from None
-
-
 # ---------------------------------------------------------------------------
 # Candidate side
 # ---------------------------------------------------------------------------
-
-
-def _describe(exc: BaseException) -> dict[str, str]:
-    try:
-        message = str(exc)
-    except Exception:
-        message = "<unprintable exception>"
-    return {"type": _type_name(exc)[:TYPE_NAME_LIMIT], "message": message[:MESSAGE_LIMIT]}
-
-
-def _error(type_name: str, message: str) -> dict[str, object]:
-    return {"error": {"type": type_name, "message": message[:MESSAGE_LIMIT]}}
-
 
 # What IMPLICIT_IMPORTS bound in this candidate's module, by name (set by _serve).
 _implicit_names: dict[str, object] = {}
 
 
-def _resolve(request: Mapping[str, object], namespace: dict[str, Any], objects: dict[int, object]) -> Any:
-    """The callable a request names, and whether calling it makes a remote object.
+def _resolve(target: str, namespace: dict[str, Any]) -> Any:
+    """The callable a function-call test names: a top-level name, ``Class.method`` (on a fresh instance, as
+    LeetCode's judge does) or a method of a top-level ``Solution`` class.
 
     A name still bound to what IMPLICIT_IMPORTS bound is not the program's: the tests of a
     gcd or sqrt that the program never wrote must not call math's (nor would a program's own
     `from math import gcd` pass them).
     """
-    target = request.get("call")
-    if type(target) is not str or not all(part.isidentifier() for part in target.split(".")):
+    if not all(part.isidentifier() for part in target.split(".")):
         raise ProtocolError(f"bad call target {target!r}")
     name = target.partition(".")[0]
-    if request.get("handle") is None and name in _implicit_names and namespace.get(name) is _implicit_names[name]:
+    if name in _implicit_names and namespace.get(name) is _implicit_names[name]:
         namespace = {key: value for key, value in namespace.items() if key != name}
-    handle = request.get("handle")
-    if handle is not None:
-        if type(handle) is not int or handle not in objects or "." in target:
-            raise ProtocolError(f"bad handle {handle!r}")
-        return getattr(objects[handle], target), False
     if "." in target:
         class_name, _, method = target.partition(".")
         if "." in method:
@@ -532,39 +211,14 @@ def _resolve(request: Mapping[str, object], namespace: dict[str, Any], objects: 
         cls = namespace.get(class_name)
         if not isinstance(cls, type):
             raise NameError(f"no top-level class {class_name!r}")
-        return getattr(cls(), method), False
+        return getattr(cls(), method)
     if target in namespace:
-        function = namespace[target]
-        return function, isinstance(function, type)
+        return namespace[target]
     solution = namespace.get("Solution")
     # LeetCode-style datasets (LiveCodeBench functional tests) name the method only.
     if isinstance(solution, type) and hasattr(solution, target):
-        return getattr(solution(), target), False
+        return getattr(solution(), target)
     raise NameError(f"name {target!r} is not defined")
-
-
-def _answer(request: object, namespace: dict[str, Any], objects: dict[int, object]) -> dict[str, object]:
-    if type(request) is not dict:
-        raise ProtocolError("a request must be a JSON object")
-    args = decode_value(request.get("args", []))
-    raw_kwargs = request.get("kwargs", {})
-    if type(args) is not list or type(raw_kwargs) is not dict:
-        raise ProtocolError("args must be a list and kwargs an object")
-    kwargs = {str(key): decode_value(value) for key, value in raw_kwargs.items()}
-    if request.get("attr") is True:  # the tests read an attribute of an object (_RemoteObject)
-        if request.get("handle") is None:
-            raise ProtocolError("only an object's attributes are read")
-        value, _ = _resolve(request, namespace, objects)
-        return {"method": True} if callable(value) else {"ok": encode_value(value)}
-    function, constructs = _resolve(request, namespace, objects)
-    result = function(*args, **kwargs)
-    if constructs:
-        handle = len(objects) + 1
-        objects[handle] = result
-        return {"handle": handle}
-    return {"ok": encode_value(result)}
-
-
 def end_if_forked(own_pid: int) -> None:
     """End here, silently, if this is a child the candidate forked (os.fork) that came back into our loop.
 
@@ -585,16 +239,19 @@ def _flush_stdio() -> None:
             stream.flush()
 
 
+
 def _serve(code: str, channel: socket.socket, max_frame_bytes: int, assembly: Mapping[str, str] | None,
            implicit_imports: bool = False) -> int:
     own_pid = os.getpid()
-    # Whatever fd 0 is, input() must fail fast instead of blocking until the deadline.
-    sys.stdin = io.StringIO("")
     module = types.ModuleType(CANDIDATE_MODULE)
     module.__file__ = "<solution>"
     # Registered so that dataclasses, typing.get_type_hints and pickle find it.
     sys.modules[CANDIDATE_MODULE] = module
     namespace = module.__dict__
+    endpoint = CandidateEndpoint(channel, max_frame_bytes, CANDIDATE_FRAME_BYTES, namespace,
+                                 lambda target: _resolve(target, namespace), own_pid=own_pid)
+    # Whatever fd 0 is, input() reads the test's stdin (empty unless a test patches it), never blocks.
+    endpoint.install()
     try:
         if implicit_imports:
             before = set(namespace)
@@ -605,48 +262,38 @@ def _serve(code: str, channel: socket.socket, max_frame_bytes: int, assembly: Ma
         exec(compile(code, "<solution>", "exec"), namespace)
     except BaseException as exc:  # SystemExit at import time is a failed load, not a success
         end_if_forked(own_pid)
-        send_frame(channel, {"load_error": _describe(exc)})
+        endpoint.send({"load_error": describe(exc)})
         return 1
     end_if_forked(own_pid)
-    send_frame(channel, {"ready": True})
-    objects: dict[int, object] = {}
+    endpoint.send({"ready": True})
     while True:
         try:
-            request = recv_frame(channel, max_frame_bytes)
+            request = endpoint.receive()
         except EOFError:
             return 0
-        try:
-            reply = _answer(request, namespace, objects)
-        except ProtocolError as exc:
-            reply = _error("ProtocolError", str(exc))
-        except Exception as exc:
-            reply = {"error": _describe(exc)}
+        if "q" not in request:
+            raise ProtocolError("a frame that is not a request")
+        reply = endpoint.serve(request)
         end_if_forked(own_pid)
-        try:
-            send_frame(channel, reply, max_frame_bytes)
-        except FrameTooLarge:
-            send_frame(channel, _error("ValueTooLarge", f"return value exceeds {max_frame_bytes} bytes"))
+        endpoint.send(reply)
 
 
 def serve_candidate(code: str, channel: socket.socket, *, max_frame_bytes: int = MAX_FRAME_BYTES,
                     assembly: Mapping[str, str] | None = None, implicit_imports: bool = False) -> NoReturn:
-    """Run the candidate's program and answer calls on ``channel`` until end of file.
+    """Run the candidate's program and answer requests on ``channel`` until end of file.
 
     With ``assembly`` (a HumanEval prompt's, from
     :func:`~sandboxd.verifiers.code.program_assembly`), the program is first
     made of ``code`` by :func:`~sandboxd.verifiers.code.assemble`, as the
     judge makes it. Executes the program (compiled with filename
     ``"<solution>"``) as the body of a fresh module named ``"solution"``
-    (so ``if __name__ == "__main__":`` blocks do not run), with ``sys.stdin``
-    empty. Sends ``{"ready": true}``, or ``{"load_error": ...}`` if the
-    program raised (``SyntaxError`` and ``SystemExit`` included), then
-    serves requests (see the module docstring).
-    ``Class.method`` instantiates ``Class()`` for every call, like LeetCode's
-    judge; a bare name that is not defined at top level but is a method of a
-    top-level ``Solution`` class is called the same way. With
-    ``implicit_imports`` (function-call tests), IMPLICIT_IMPORTS runs in the
-    module first, as LeetCode's environment does. Exceptions of calls
-    are answered as errors (type name and message, truncated); a
+    (so ``if __name__ == "__main__":`` blocks do not run), with its stdio
+    and ``input()`` the test's (see the module docstring). Sends
+    ``{"ready": true}``, or ``{"load_error": ...}`` if the program raised
+    (``SyntaxError`` and ``SystemExit`` included), then serves requests
+    (pyremote.CandidateEndpoint). With ``implicit_imports`` (function-call
+    tests), IMPLICIT_IMPORTS runs in the module first, as LeetCode's
+    environment does. Exceptions of requests are answered as errors; a
     ``BaseException`` that is not an ``Exception`` ends the process.
 
     Never returns: the process ends with ``os._exit`` (0 after end of file,
@@ -753,276 +400,16 @@ def _program_definitions(program: str, assembly: Mapping[str, str] | None) -> tu
     return _definitions(tree)
 
 
-class _Remote:
-    """The test process's end of the channel: one request, one reply, until it breaks."""
-
-    def __init__(self, channel: socket.socket, max_frame_bytes: int, call_timeout: float | None,
-                 classes: frozenset[str] = frozenset(), deadline: float | None = None,
-                 cpu_credit: Callable[[], float] | None = None, deadline_stretch: float = 1.0) -> None:
-        self.channel = channel
-        # When all the tests' time runs out (time.monotonic()), whatever call is then in flight.
-        self.deadline = deadline
-        # The seconds the other runs of the sandbox have had the CPU while the
-        # candidate waited for one, as its agent counts them: each deadline
-        # moves on by what they took meanwhile, up to deadline_stretch times
-        # its span (sandboxd.agent.runner.RunDeadline, the same rule).
-        self.cpu_credit = cpu_credit
-        self.deadline_stretch = max(1.0, deadline_stretch)
-        self.started = time.monotonic()
-        self.credit_at_start = self._credit()
-        # Names whose calls may answer with an object living in the candidate's
-        # process (see _unwrap): its top-level classes, by its source.
-        self.classes = classes
-        self.max_frame_bytes = max_frame_bytes
-        self.call_timeout = call_timeout
-        # Set once the channel is unusable; every later call fails the same way.
-        self.broken: CandidateDied | CandidateTimeout | None = None
-        # Exceptions the proxies raised, to tell the candidate's errors from the tests'.
-        self.raised: list[BaseException] = []
-        # Requests sent: tests that never call the candidate check nothing.
-        self.calls = 0
-
-    def _credit(self) -> float:
-        return self.cpu_credit() if self.cpu_credit is not None else 0.0
-
-    def _moved(self, started: float, span: float, credit_then: float) -> float:
-        """`span` after `started`, moved on by the credit since then (up to the stretch) once that has passed: the
-        credit is read only then, off a call's usual path."""
-        ends = started + span
-        if time.monotonic() < ends:
-            return ends
-        return ends + min(max(0.0, self._credit() - credit_then), (self.deadline_stretch - 1.0) * span)
-
-    def _time_for_all_ends(self) -> float | None:
-        if self.deadline is None:
-            return None
-        return self._moved(self.started, self.deadline - self.started, self.credit_at_start)
-
-    def _deadline(self) -> Callable[[], float] | None:
-        """The deadline of a call starting now, as it stands whenever asked (None: none)."""
-        if self.call_timeout is None and self.deadline is None:
-            return None
-        call_started, credit_then, call_timeout = time.monotonic(), self._credit(), self.call_timeout
-
-        def now() -> float:
-            for_all = self._time_for_all_ends()
-            if call_timeout is None:
-                assert for_all is not None  # one of the two is set (above)
-                return for_all
-            call_ends = self._moved(call_started, call_timeout, credit_then)
-            return call_ends if for_all is None else min(call_ends, for_all)
-
-        return now
-
-    def _time_up(self) -> bool:
-        ends = self._time_for_all_ends()
-        return ends is not None and time.monotonic() >= ends
-
-    def _receive(self) -> object:
-        try:
-            return recv_frame(self.channel, self.max_frame_bytes, self._deadline(), MAX_CONTAINERS)
-        except TimeoutError:
-            if self._time_up():
-                self.broken = TestsTimeUp(TIME_UP_MESSAGE)
-            else:
-                self.broken = CandidateTimeout(f"the candidate did not answer within {self.call_timeout} s")
-        except EOFError:
-            self.broken = CandidateDied("the candidate process exited")
-        except ProtocolError as exc:
-            self.broken = CandidateDied(f"the candidate broke the protocol: {exc}")
-        except OSError as exc:
-            self.broken = CandidateDied(f"the channel failed: {exc}")
-        except MemoryError:
-            self.broken = TooLargeForJudge(REPLY_TOO_LARGE)
-        raise self.broken
-
-    def handshake(self) -> dict[str, str] | None:
-        """None when the program loaded, else its load error (type, message)."""
-        hello = self._receive()
-        if hello == {"ready": True}:
-            return None
-        if type(hello) is dict and set(hello) == {"load_error"}:
-            error = hello["load_error"]
-            if type(error) is dict and type(error.get("type")) is str and type(error.get("message")) is str:
-                self.broken = CandidateDied("the program failed to load")
-                return {"type": error["type"][:TYPE_NAME_LIMIT], "message": error["message"][:MESSAGE_LIMIT]}
-        self.broken = CandidateDied("the candidate broke the protocol: bad greeting")
-        raise self.broken
-
-    def request(
-        self, target: str, args: Sequence[object], kwargs: Mapping[str, object], handle: int | None = None,
-        *, attribute: bool = False,
-    ) -> tuple[str, object, str]:
-        """Call the candidate: ("ok", value, ""), ("handle", n, class) or ("error", type, message).
-
-        With ``attribute``, read the attribute ``target`` of the object ``handle``
-        instead: ("ok", value, ""), ("method", None, target) or ("error", type, message).
-        """
-        if self.broken is not None:
-            raise type(self.broken)(f"not run: {self.broken}")
-        try:
-            message: dict[str, object] = {
-                "call": target,
-                "args": encode_value(list(args)),
-                "kwargs": {str(k): encode_value(v) for k, v in kwargs.items()},
-            }
-        except RejectedValue as exc:
-            raise TypeError(f"only plain data can be passed to the candidate: {exc}") from None
-        if handle is not None:
-            message["handle"] = handle
-        if attribute:
-            message["attr"] = True
-        if self._time_up():
-            self.broken = TestsTimeUp(TIME_UP_MESSAGE)
-            raise type(self.broken)(f"not run: {self.broken}")
-        self.calls += 1
-        try:
-            ends = self._deadline()
-            self.channel.settimeout(None if ends is None else max(1e-3, ends() - time.monotonic()))
-            send_frame(self.channel, message, self.max_frame_bytes)
-        except TimeoutError:
-            self.broken = (TestsTimeUp(TIME_UP_MESSAGE) if self._time_up()
-                           else CandidateTimeout("the candidate stopped reading its requests"))
-            raise self.broken from None
-        except FrameTooLarge:
-            raise TypeError("arguments too large to pass to the candidate") from None
-        except OSError as exc:
-            self.broken = CandidateDied(f"the candidate process exited ({exc.strerror or exc})")
-            raise self.broken from None
-        reply = self._receive()
-        try:
-            return self._read(reply, target, attribute)
-        except MemoryError:
-            # Raised below, not in this handler: it would keep the MemoryError as its context, and in that the
-            # frames that hold the half-decoded reply, for as long as self.broken lives.
-            pass
-        del reply  # and this frame, which it keeps in its own traceback
-        self.broken = TooLargeForJudge(REPLY_TOO_LARGE)
-        raise self.broken
-
-    def _read(self, reply: object, target: str, attribute: bool) -> tuple[str, object, str]:
-        """The reply to a request (see `request`), decoded; CandidateDied when it is not one."""
-        if type(reply) is dict and len(reply) == 1:
-            ((kind, body),) = reply.items()
-            try:
-                if kind == "ok":
-                    return "ok", decode_value(body), ""
-                if kind == "handle" and type(body) is int:
-                    return "handle", body, target
-                if kind == "method" and body is True and attribute:
-                    return "method", None, target
-                if kind == "error" and type(body) is dict:
-                    error_type, error_message = body.get("type"), body.get("message")
-                    if type(error_type) is str and type(error_message) is str:
-                        return "error", error_type[:TYPE_NAME_LIMIT], error_message[:MESSAGE_LIMIT]
-            except RejectedValue as exc:
-                self.broken = CandidateDied(f"the candidate sent a value that is not plain data: {exc}")
-                raise self.broken from None
-        self.broken = CandidateDied("the candidate broke the protocol: bad reply")
-        raise self.broken
-
-    def candidate_exception(self, type_name: str, message: str) -> BaseException:
-        """The exception to raise in test code for an error the candidate answered."""
-        cls = getattr(builtins, type_name, None) if type_name.isidentifier() else None
-        exc: BaseException | None = None
-        # Not StopIteration: raised by a proxy inside the tests' own map(),
-        # zip() or next() loop, it would end that loop as if the data had run
-        # out, and `assert all(map(check, cases))` would pass unchecked.
-        if isinstance(cls, type) and issubclass(cls, Exception) and not issubclass(cls, _ENDS_ITERATION):
-            try:
-                exc = cls(message)
-            except Exception:
-                exc = None
-        if exc is None:
-            exc = CandidateError(f"{type_name}: {message}")
-        self.raised.append(exc)
-        return exc
-
-
-class _RemoteFunction:
-    """Stands for a top-level callable of the candidate in the test namespace."""
-
-    def __init__(self, remote: _Remote, name: str) -> None:
-        self._remote = remote
-        self.__name__ = self.__qualname__ = name
-
-    def __call__(self, *args: object, **kwargs: object) -> object:
-        return _unwrap(self._remote, self._remote.request(self.__name__, args, kwargs))
-
-    def __repr__(self) -> str:
-        return f"<candidate function {self.__name__}>"
-
-
-class _RemoteObject:
-    """An instance of a candidate's class, living in the candidate's process.
-
-    Its attributes are read from the candidate's object: ``obj.method(...)``
-    calls a method remotely, and ``obj.size`` is the plain data the attribute
-    holds (an attribute that is not plain data fails as a value does).
-    """
-
-    def __init__(self, remote: _Remote, handle: int, class_name: str) -> None:
-        self._remote = remote
-        self._handle = handle
-        self._class_name = class_name
-
-    def __getattr__(self, name: str) -> Callable[..., object]:
-        # Private names are ours (or copy/pickle probing an instance without
-        # them): answering them remotely would recurse or leak proxies.
-        if name.startswith("_"):
-            raise AttributeError(name)
-        remote, handle = self._remote, self._handle
-        # Read, not assumed: a method stand-in for any name made `assert light.on` and `node.next is not None`
-        # pass for a class that has no such attribute (red team). A candidate that answers "a method" for any
-        # name gets no more than one that defines a method of that name, under the dataset's own pytest too.
-        kind, body, detail = remote.request(name, (), {}, handle, attribute=True)
-        if kind != "method":
-            return _unwrap(remote, (kind, body, detail), method=True)  # type: ignore[return-value]
-
-        def method(*args: object, **kwargs: object) -> object:
-            return _unwrap(remote, remote.request(name, args, kwargs, handle), method=True)
-
-        method.__name__ = name
-        # Kept, so that only the first use of a method asks what it is: a test's loop of 20,000 calls took twice
-        # as long, a round trip more each. A method that the object later replaced with data is then called, and
-        # fails as a call of data does.
-        self.__dict__[name] = method
-        return method
-
-    def __repr__(self) -> str:
-        return f"<candidate {self._class_name} object>"
-
-
-def _unwrap(remote: _Remote, reply: tuple[str, object, str], *, method: bool = False) -> object:
-    """The test code's value for a reply: plain data, a stand-in for an object, or the candidate's exception.
-
-    An object's methods are the candidate's to answer, so one is taken only
-    where the tests asked for one: a call of a class the candidate's source
-    defines at top level, not its function under test (``entry_point``), and
-    not a method's result. Otherwise a function written as a class, or a
-    candidate answering ``{"handle": n}`` to any call, would return a
-    stand-in whose ``issubset``/``startswith``/``count`` the candidate
-    answers, and ``assert r.issubset(primes)`` would pass.
-    """
-    kind, body, detail = reply
-    if kind == "ok":
-        return body
-    if kind == "handle":
-        if method or detail not in remote.classes:
-            what = "a method" if method else repr(detail)
-            remote.broken = CandidateDied(f"the candidate answered a call of {what} with an object, not a value")
-            raise remote.broken
-        return _RemoteObject(remote, body, detail)  # type: ignore[arg-type]
-    raise remote.candidate_exception(body, detail)  # type: ignore[arg-type]
-
-
 def _short(value: object, limit: int = 200) -> str:
     """repr(value), cut to `limit` characters, without the repr of what the cut drops.
 
     A wrong answer of 900,000 pairs (13 MiB of reply) took a 236 MiB repr
     for the first 200 characters of its message.
     """
-    text = repr(_first_items(value, [limit]))
+    try:
+        text = repr(_first_items(value, [limit]))
+    except (CandidateDied, CandidateTimeout, Exception):  # an object of the candidate's that does not answer
+        text = f"<{type(value).__name__}>"
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -1076,30 +463,75 @@ def _broken_status(exc: BaseException) -> str:
     return "timeout" if isinstance(exc, CandidateTimeout) else "died"
 
 
+
+def _as_plain(value: object, depth: int = 0) -> object:
+    """A function-call case's answer as the plain data its JSON expected value is: numpy's values as Python's,
+    an iterator or a view as the list of its items, a deque or a range as a list, Counter and the other
+    dicts as dicts, a whole Fraction or Decimal as an int and any other as a float.
+
+    The judge's own values only (rebuilt from the wire, or the items of a candidate's iterator); an object of
+    the candidate's stays what it is, and equals nothing (compare_values).
+    """
+    if depth > MAX_DEPTH:
+        return value
+    kind = type(value)
+    if kind in (int, float, str, bool, bytes, complex) or value is None:
+        return value
+    depth += 1
+    if kind is list:
+        return [_as_plain(item, depth) for item in cast("list[object]", value)]
+    if isinstance(value, RemoteIterator):
+        items = list(itertools.islice(value, MAX_ITERATOR_ITEMS + 1))
+        if len(items) > MAX_ITERATOR_ITEMS:
+            raise ValueError(f"the returned iterator holds more than {MAX_ITERATOR_ITEMS} items")
+        return [_as_plain(item, depth) for item in items]
+    if isinstance(value, tuple):  # namedtuples too
+        return tuple(_as_plain(item, depth) for item in tuple.__iter__(value))
+    if isinstance(value, dict) or kind is type({}.items()):
+        return {_as_plain(k, depth): _as_plain(v, depth) for k, v in dict(value).items()}  # type: ignore[call-overload]
+    if kind in (set, frozenset):
+        return kind(_as_plain(item, depth) for item in cast("set[object]", value))
+    if kind in (collections.deque, range, type({}.keys()), type({}.values())):
+        return [_as_plain(item, depth) for item in cast("Iterable[object]", value)]
+    if kind is bytearray:
+        return bytes(cast("bytearray", value))
+    if kind in (fractions.Fraction, decimal.Decimal):
+        number = cast("fractions.Fraction | decimal.Decimal", value)
+        return int(number) if number == int(number) else float(number)
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and isinstance(value, (numpy.ndarray, numpy.generic)):
+        return _as_plain(value.tolist() if isinstance(value, numpy.ndarray) else value.item(), depth)
+    return value
+
+
 def _function_case(
-    remote: _Remote, fn_name: str, index: int, case: FunctionCase, tolerance: float
+    remote: JudgeEndpoint, fn_name: str, index: int, case: FunctionCase, tolerance: float
 ) -> dict[str, object]:
     try:
-        kind, body, detail = remote.request(fn_name, case.args, {})
+        try:
+            answer = _as_plain(remote.request("call_name", [fn_name, *case.args]))
+        finally:
+            remote.forget_exports()
     except (CandidateDied, CandidateTimeout) as exc:
         return _test(index, _broken_status(exc), str(exc))
-    except TypeError as exc:  # arguments that are not plain data: a malformed case
-        return _test(index, "runtime_error", str(exc))
-    if kind == "error":
-        return _test(index, "runtime_error", f"{body}: {detail}")
-    if kind == "handle":
-        return _test(index, "runtime_error", f"{fn_name} is a class; name a method as 'Class.method'")
+    except Unsupported as exc:
+        return _test(index, "unsupported", str(exc))
+    except MemoryError:
+        return _test(index, "memory", VALUE_TOO_LARGE)
+    except Exception as exc:
+        if remote.broken is not None:
+            return _test(index, _broken_status(remote.broken), str(remote.broken))
+        text = str(exc)[:MESSAGE_LIMIT]
+        return _test(index, "runtime_error", text if isinstance(exc, CandidateError) else f"{type(exc).__name__}: {text}")
     try:
-        if case.matches(body, tolerance):
+        if case.matches(answer, tolerance):
             return _test(index, "ok")
-        return _test(index, "wrong_answer", f"expected {_short(case.expected)}, got {_short(body)}")
+        return _test(index, "wrong_answer", f"expected {_short(case.expected)}, got {_short(answer)}")
     except MemoryError:
         # A value that barely fitted the judge's budget when decoded, and what comparing it or describing it takes
         # runs past it: the whole repr() of 900,000 pairs of ints (13 MiB of reply, 236 MiB decoded) for a wrong
         # answer's message did, before _short, and the job ended INTERNAL.
         return _test(index, "memory", VALUE_TOO_LARGE)
-
-
 def _failure_line(exc: BaseException, source: str) -> str:
     lineno = None
     for frame, line in traceback.walk_tb(exc.__traceback__):
@@ -1236,14 +668,190 @@ def _mock_arguments(test: Callable[..., object]) -> int:
                and getattr(patching, "new", None) is mock.DEFAULT)
 
 
-def _run_pytest_style(
-    name: str, test: Callable[..., object], setup: Callable[[], object] | None = None, outer_marks: Sequence[Any] = ()
-) -> None:
-    """Call one pytest-style test once per parameter set.
+
+
+class _Capture:
+    """pytest's ``capsys`` (and ``capfd``): what the test and the candidate print, while the test runs."""
+
+    def __init__(self) -> None:
+        self._out, self._err = io.StringIO(), io.StringIO()
+        self._saved: tuple[Any, Any] | None = None
+
+    def start(self) -> None:
+        self._saved = (sys.stdout, sys.stderr)
+        sys.stdout, sys.stderr = self._out, self._err
+
+    def stop(self) -> None:
+        if self._saved is not None:
+            sys.stdout, sys.stderr = self._saved
+            self._saved = None
+
+    def readouterr(self) -> Any:
+        out, err = self._out.getvalue(), self._err.getvalue()
+        for buffer in (self._out, self._err):
+            buffer.seek(0)
+            buffer.truncate()
+        try:
+            from _pytest.capture import CaptureResult
+        except ImportError:
+            return collections.namedtuple("CaptureResult", "out err")(out, err)
+        return CaptureResult(out, err)
+
+    @contextlib.contextmanager
+    def disabled(self) -> Iterator[None]:
+        saved = (sys.stdout, sys.stderr)
+        self.stop()
+        try:
+            yield
+        finally:
+            self._saved = (sys.stdout, sys.stderr)
+            sys.stdout, sys.stderr = saved
+
+
+class _Request:
+    """pytest's ``request``, as far as a parametrized fixture reads it."""
+
+    def __init__(self, name: str, param: object) -> None:
+        self.fixturename = name
+        self.param = param
+
+
+def _builtin_fixture(name: str, files: str, cleanup: contextlib.ExitStack) -> tuple[bool, object]:
+    """(found, value) of one of pytest's own fixtures the harness provides; its teardown goes on ``cleanup``."""
+    if name in ("capsys", "capfd"):
+        capture = _Capture()
+        capture.start()
+        cleanup.callback(capture.stop)
+        return True, capture
+    if name in ("tmp_path", "tmpdir"):
+        path = pathlib.Path(tempfile.mkdtemp(prefix="pytest-", dir=files or None))
+        if name == "tmp_path":
+            return True, path
+        try:
+            from _pytest._py.path import LocalPath
+        except ImportError:
+            return False, None
+        return True, LocalPath(str(path))
+    if name == "monkeypatch":
+        try:
+            from _pytest.monkeypatch import MonkeyPatch
+        except ImportError:
+            return False, None
+        patcher = MonkeyPatch()
+        cleanup.callback(patcher.undo)
+        return True, patcher
+    return False, None
+
+
+_Fixture = tuple[Callable[..., object], Any]  # the fixture's function and its marker (scope, params, autouse)
+
+
+def _fixtures(namespace: dict[str, Any]) -> dict[str, _Fixture]:
+    """The ``@pytest.fixture`` functions the test code defined, by fixture name.
+
+    Duck-typed across pytest versions: 8.4+ wraps a fixture in a
+    ``FixtureFunctionDefinition`` with ``_fixture_function_marker``, older ones
+    set ``_pytestfixturefunction`` on the function.
+    """
+    found: dict[str, _Fixture] = {}
+    for name, value in list(namespace.items()):
+        if isinstance(value, (Proxy, CandidateClass)):
+            continue  # the candidate's: asking it about pytest's attributes would be calling it
+        marker = getattr(value, "_fixture_function_marker", None) or getattr(value, "_pytestfixturefunction", None)
+        if marker is None:
+            continue
+        function = value._get_wrapped_function() if hasattr(value, "_get_wrapped_function") else value
+        fixture_name = getattr(marker, "name", None) or name
+        found[fixture_name] = (function, marker)
+    return found
+
+
+def _arguments_of(function: Callable[..., object], skip: int = 0) -> tuple[set[str], set[str]]:
+    """(required, all) parameter names of a test or a fixture, past the ``skip`` first (mocks, self)."""
+    try:
+        parameters = list(inspect.signature(function).parameters.values())[skip:]
+    except (TypeError, ValueError):
+        raise _Unsupported("its signature cannot be read") from None
+    required = {parameter.name for parameter in parameters if parameter.default is inspect.Parameter.empty
+                and parameter.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)}
+    return required, {parameter.name for parameter in parameters}
+
+
+_PROVIDED = frozenset({"capsys", "capfd", "tmp_path", "tmpdir", "monkeypatch", "request"})
+
+
+def _fixture_closure(names: Iterable[str], fixtures: Mapping[str, _Fixture], where: str) -> list[str]:
+    """The test's fixtures and theirs, each after those it needs; _Unsupported for one nobody provides."""
+    order: list[str] = []
+    visiting: set[str] = set()
+
+    def visit(name: str) -> None:
+        if name in order or (name in _PROVIDED and name not in fixtures):
+            return
+        if name not in fixtures:
+            raise _Unsupported(f"{where}: needs the fixture {name}, which the harness does not provide")
+        if name in visiting:
+            raise _Unsupported(f"{where}: fixture {name} depends on itself")
+        visiting.add(name)
+        function, _marker = fixtures[name]
+        if inspect.iscoroutinefunction(function) or inspect.isasyncgenfunction(function):
+            raise _Unsupported(f"{where}: fixture {name} is async (pytest runs these only with a plugin)")
+        for needed in _arguments_of(function)[0]:
+            visit(needed)
+        order.append(name)
+
+    for name in names:
+        visit(name)
+    return order
+
+
+class _FixtureValues:
+    """The fixtures of one call of a test, each made once, function-scoped; teardowns go on ``cleanup``."""
+
+    def __init__(self, fixtures: Mapping[str, _Fixture], params: Mapping[str, object], files: str,
+                 cleanup: contextlib.ExitStack) -> None:
+        self.fixtures, self.params, self.files, self.cleanup = fixtures, params, files, cleanup
+        self.values: dict[str, object] = {}
+
+    def get(self, name: str) -> object:
+        if name in self.values:
+            return self.values[name]
+        if name in self.fixtures:
+            value = self._make(name)
+        elif name == "request":
+            value = _Request("", None)
+        else:
+            found, value = _builtin_fixture(name, self.files, self.cleanup)
+            if not found:
+                raise _Unsupported(f"needs the fixture {name}, which the harness does not provide")
+        self.values[name] = value
+        return value
+
+    def _make(self, name: str) -> object:
+        function, _marker = self.fixtures[name]
+        required, accepted = _arguments_of(function)
+        kwargs: dict[str, object] = {}
+        for needed in accepted:
+            if needed == "request":
+                kwargs[needed] = _Request(name, self.params.get(name))
+            elif needed in required or needed in self.fixtures:
+                kwargs[needed] = self.get(needed)
+        if inspect.isgeneratorfunction(function):
+            generator = function(**kwargs)
+            value = next(generator)
+            self.cleanup.callback(lambda: next(generator, None))
+            return value
+        return function(**kwargs)
+
+
+def _run_pytest_style(name: str, test: Callable[..., object], setup: Callable[[], object] | None,
+                      outer_marks: Sequence[Any], fixtures: Mapping[str, _Fixture], remote: JudgeEndpoint,
+                      files: str) -> None:
+    """Call one pytest-style test once per parameter set (and per fixture parameter), with its fixtures.
 
     Raises :class:`_Unsupported` before calling it when it needs what the harness
-    does not provide (fixtures, ``indirect`` parameters) or what pytest itself
-    fails (``async def`` without a plugin, ``yield`` tests).
+    does not provide (a fixture nobody defines, ``indirect`` parameters) or what
+    pytest itself fails (``async def`` without a plugin, ``yield`` tests).
     """
     declared = getattr(test, "__func__", test)  # a method's marks are on its function
     function = inspect.unwrap(declared)
@@ -1257,27 +865,30 @@ def _run_pytest_style(
         raise _Unsupported(f"{name}: an async test (pytest runs these only with a plugin)")
     if inspect.isgeneratorfunction(function):
         raise _Unsupported(f"{name}: a yield test (pytest fails these)")
-    try:
-        parameters = list(inspect.signature(test).parameters.values())
-    except (TypeError, ValueError):
-        raise _Unsupported(f"{name}: its signature cannot be read") from None
-    parameters = parameters[_mock_arguments(test):]
-    required = {
-        parameter.name
-        for parameter in parameters
-        if parameter.default is inspect.Parameter.empty
-        and parameter.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    }
-    names = {parameter.name for parameter in parameters}
+    required, accepted = _arguments_of(test, _mock_arguments(test))
+    autouse = [fixture for fixture, (_f, marker) in fixtures.items() if getattr(marker, "autouse", False)]
+    runs: list[tuple[dict[str, object], list[str], dict[str, object]]] = []
     for arguments in calls:
-        missing = required - arguments.keys()
-        if missing:
-            raise _Unsupported(f"{name}: needs the fixture(s) {', '.join(sorted(missing))}, "
-                               "which the harness does not provide")
-    for arguments in calls:
-        if setup is not None:
-            setup()
-        test(**{key: value for key, value in arguments.items() if key in names})
+        wanted = [*autouse, *sorted((required | (accepted & fixtures.keys())) - arguments.keys())]
+        order = _fixture_closure(wanted, fixtures, name)
+        parametrized = [fixture for fixture in order if getattr(fixtures[fixture][1], "params", None) is not None]
+        for chosen in itertools.product(*(list(fixtures[fixture][1].params) for fixture in parametrized)):
+            runs.append((arguments, order, dict(zip(parametrized, chosen, strict=True))))
+    for arguments, order, params in runs:
+        with contextlib.ExitStack() as cleanup:
+            try:
+                values = _FixtureValues(fixtures, params, files, cleanup)
+                for fixture in order:
+                    values.get(fixture)
+                kwargs = {key: value for key, value in arguments.items() if key in accepted}
+                for parameter in accepted - kwargs.keys():
+                    if parameter in required or parameter in fixtures:
+                        kwargs[parameter] = values.get(parameter)
+                if setup is not None:
+                    setup()
+                test(**kwargs)
+            finally:
+                remote.forget_exports()
 
 
 _PytestTest = tuple[str, Callable[..., object], "Callable[[], object] | None", list[Any]]
@@ -1322,54 +933,40 @@ def _pytest_tests(namespace: dict[str, Any]) -> list[_PytestTest]:
     return tests
 
 
-def _autouse_fixtures(namespace: dict[str, Any]) -> list[str]:
-    """Names of the ``@pytest.fixture(autouse=True)`` fixtures the test code defined (which the harness cannot apply).
-
-    Duck-typed across pytest versions: 8.4+ wraps a fixture in a
-    ``FixtureFunctionDefinition`` with ``_fixture_function_marker``, older ones
-    set ``_pytestfixturefunction`` on the function.
-    """
-    names = []
-    for name, value in list(namespace.items()):
-        marker = getattr(value, "_fixture_function_marker", None) or getattr(value, "_pytestfixturefunction", None)
-        if marker is not None and getattr(marker, "autouse", False) is True:
-            names.append(name)
-    return names
 
 
-def _run_test_functions(namespace: dict[str, Any], source: str, called_candidate: bool) -> list[str]:
+def _run_test_functions(namespace: dict[str, Any], source: str, called_candidate: bool, remote: JudgeEndpoint,
+                        files: str) -> list[str]:
     """Call the pytest-style tests the test code defined and does not call itself.
 
     As pytest would: ``test*`` functions and ``Test*`` classes' ``test*``
     methods, once per ``@pytest.mark.parametrize`` parameter set (the
-    function's, its class's and the module's ``pytestmark``), leaving out
-    those marked ``skip``/``xfail``. When the code already called the
-    candidate (a script that calls its own test functions, or a module-level
-    instance the tests share), the tests its code refers to by name are left
-    out, so that none runs twice; the others still run, or a module-level
-    ``Counter()`` would pass them unchecked.
+    function's, its class's and the module's ``pytestmark``) and per
+    parameter of the fixtures they use, leaving out those marked
+    ``skip``/``xfail``, with the fixtures the test code defines (autouse ones
+    too; every fixture function-scoped) and pytest's ``capsys``, ``capfd``,
+    ``tmp_path``, ``tmpdir``, ``monkeypatch`` and ``request.param``. When
+    the code already called the candidate (a script that calls its own test
+    functions, or a module-level instance the tests share), the tests its
+    code refers to by name are left out, so that none runs twice; the others
+    still run, or a module-level ``Counter()`` would pass them unchecked.
 
     Returns why each test that the harness cannot run as pytest would (it
-    needs a fixture, an ``indirect`` parameter, an event loop; or an autouse
-    fixture would change every test) was not run; the others still run, so
-    that a wrong program still fails them.
+    needs a fixture nobody defines, an ``indirect`` parameter, an event loop)
+    was not run; the others still run, so that a wrong program still fails them.
     """
     tests = _pytest_tests(namespace)
     if tests and called_candidate:
         used = _names_used(source)
         tests = [test for test in tests if test[0].partition(".")[0] not in used]
-    autouse = _autouse_fixtures(namespace)
-    if tests and autouse:
-        return [f"autouse fixture(s) {', '.join(autouse)}, which the harness cannot apply"]
+    fixtures = _fixtures(namespace)
     unsupported = []
     for name, test, setup, marks in tests:
         try:
-            _run_pytest_style(name, test, setup, marks)
+            _run_pytest_style(name, test, setup, marks, fixtures, remote, files)
         except _Unsupported as exc:
             unsupported.append(str(exc))
     return unsupported
-
-
 def _is_test_failure(exc: BaseException) -> bool:
     """An assert that failed, or pytest's own failure (``pytest.fail``, ``pytest.raises``' "DID NOT RAISE")."""
     cls = type(exc)
@@ -1379,31 +976,38 @@ def _is_test_failure(exc: BaseException) -> bool:
     )
 
 
-def _candidate_module(
-    remote: _Remote, names: Sequence[str], proxies: Mapping[str, _RemoteFunction]
-) -> types.ModuleType:
-    """The module the tests get for ``import solution``: the candidate's top-level names, as proxies.
 
-    It holds proxies and nothing else, so the tests reach through it nothing
-    that their namespace did not already give them. Every top-level name the
-    candidate defines is an attribute (the namespace's own proxy where it has
-    one): ``from solution import f`` for a name the candidate does not define
-    raises ImportError, as it would. ``from solution import *`` binds
-    ``__all__``: the public names that the namespace binds anyway, so a star
-    import does not make the tests' own ``abs`` or ``len`` the candidate's,
-    nor replace the helpers the trusted setup code defined; naming such a name
-    in the import gets the candidate's, as the test asked.
-    """
-    module = types.ModuleType(CANDIDATE_MODULE)
-    defined: set[str] = set()
-    for name in names:
+
+class _CandidateModule(types.ModuleType):
+    """The module the tests get for ``import solution``: its attributes are the candidate's module's, read when
+    read (a constant, a function, a class); setting or deleting one (``mock.patch("solution.helper")``) sets
+    or deletes the candidate's."""
+
+    def __init__(self, remote: JudgeEndpoint, names: Sequence[str]) -> None:
+        super().__init__(CANDIDATE_MODULE)
+        object.__setattr__(self, "_sandboxd_remote", remote)
+        # ``from solution import *`` binds these: the public names the tests' namespace binds anyway.
+        object.__setattr__(self, "__all__", list(names))
+
+    def __getattr__(self, name: str) -> Any:
         # No dunders: a candidate's `__getattr__` or `__path__` would change how imports resolve.
-        if name.isidentifier() and not (name.startswith("__") and name.endswith("__")):
-            setattr(module, name, proxies.get(name) or _RemoteFunction(remote, name))
-            defined.add(name)
-    module.__all__ = [name for name in proxies if name in defined and not name.startswith("_")]  # type: ignore[attr-defined]
-    return module
+        if name.startswith("__") or name.startswith("_sandboxd"):
+            raise AttributeError(name)
+        remote: JudgeEndpoint = object.__getattribute__(self, "_sandboxd_remote")
+        found = remote.request("globals", [name])
+        remote.calls -= 1  # reading a name is not calling the candidate (see no_calls)
+        if name not in found:
+            raise AttributeError(f"module 'solution' has no attribute {name!r}")
+        return found[name]
 
+    def __setattr__(self, name: str, value: object) -> None:
+        if name.startswith("__"):
+            object.__setattr__(self, name, value)
+            return
+        object.__getattribute__(self, "_sandboxd_remote").request("setglobal", [name, value])
+
+    def __delattr__(self, name: str) -> None:
+        object.__getattribute__(self, "_sandboxd_remote").request("delglobal", [name])
 
 @contextlib.contextmanager
 def _importable(module: types.ModuleType) -> Iterator[None]:
@@ -1446,46 +1050,103 @@ def _compiled_small(source: str, filename: str) -> types.CodeType:
     return compile(source, filename, "exec")
 
 
+
+
+@contextlib.contextmanager
+def _job_environment(files: str) -> Iterator[None]:
+    """While one job's tests run in a judge: empty stdin, stdout and stderr of their own, the job's files folder
+    as the working directory and the folder of temporary files (the candidate's is the same), and the judge's
+    own builtins, sys.modules entries and folder back afterwards, whatever the tests did."""
+    saved = (sys.stdin, sys.stdout, sys.stderr, tempfile.tempdir, builtins.input, builtins.print, builtins.open)
+    cwd = os.open(".", os.O_RDONLY | os.O_DIRECTORY) if files else -1
+    sys.stdin, sys.stdout, sys.stderr = io.StringIO(""), io.StringIO(), io.StringIO()
+    try:
+        if files:
+            os.chdir(files)
+            tempfile.tempdir = files
+        yield
+    finally:
+        sys.stdin, sys.stdout, sys.stderr, tempfile.tempdir = saved[:4]
+        builtins.input, builtins.print, builtins.open = saved[4:]
+        if cwd >= 0:
+            os.fchdir(cwd)
+            os.close(cwd)
+
+
+def _bind_names(remote: JudgeEndpoint, namespace: dict[str, Any], names: Sequence[str],
+                entry_point: str) -> list[str]:
+    """Bind the candidate's top-level names the tests may use in their namespace; the names bound, in order.
+
+    Never shadow a builtin: a candidate defining `abs` or `len` would
+    otherwise answer for the tests' own `abs(candidate(x) - y) < 1e-6`.
+    Names the trusted setup code (HumanEval's prompt) defined stay the
+    dataset's, so its helpers (poly, encode_cyclic) cannot be replaced.
+    """
+    wanted = [name for name in names
+              if name.isidentifier() and name not in namespace and not hasattr(builtins, name)
+              and not (name.startswith("__") and name.endswith("__"))]
+    if entry_point and entry_point not in wanted:
+        wanted.append(entry_point)
+    if not wanted:
+        return []
+    found = remote.request("globals", wanted)
+    remote.calls -= 1  # reading names is not calling the candidate (see no_calls)
+    bound = []
+    for name in wanted:
+        if name in found:
+            namespace[name] = found[name]
+            bound.append(name)
+        elif name == entry_point:
+            namespace[name] = _Undefined(name)
+    return bound
+
+
+class _Undefined:
+    """The entry point a program does not define: calling it fails as calling an undefined name would."""
+
+    def __init__(self, name: str) -> None:
+        self.__name__ = name
+
+    def __call__(self, *args: object, **kwargs: object) -> NoReturn:
+        raise NameError(f"name {self.__name__!r} is not defined")
+
+
 def _run_assert(
-    remote: _Remote, names: Sequence[str], assert_code: str, entry_point: str, setup_code: str
+    remote: JudgeEndpoint, names: Sequence[str], assert_code: str, entry_point: str, setup_code: str, files: str
 ) -> dict[str, object]:
-    namespace: dict[str, Any] = {"__name__": "__sandboxd_test__", "__builtins__": builtins}
+    namespace: dict[str, Any] = {"__name__": TEST_MODULE, "__builtins__": builtins}
     if setup_code:
         try:
             exec(_compiled(setup_code, "<setup>"), namespace)
         except BaseException as exc:
-            return _test(0, "setup_error", f"setup code failed: {_describe(exc)['type']}: {exc}")
-    proxies: dict[str, _RemoteFunction] = {}
-    for name in names:
-        # Never shadow a builtin: a candidate defining `abs` or `len` would
-        # otherwise answer for the tests' own `abs(candidate(x) - y) < 1e-6`.
-        # Names the trusted setup code (HumanEval's prompt) defined stay the
-        # dataset's, so its helpers (poly, encode_cyclic) cannot be replaced.
-        if name.isidentifier() and name not in namespace and not hasattr(builtins, name):
-            proxies[name] = _RemoteFunction(remote, name)
-    if entry_point:
-        proxies[entry_point] = _RemoteFunction(remote, entry_point)
-    namespace.update(proxies)
-    module = _candidate_module(remote, names, proxies)
+            return _test(0, "setup_error", f"setup code failed: {describe(exc)['type']}: {exc}")
     try:
+        bound = _bind_names(remote, namespace, names, entry_point)
+        module = _CandidateModule(remote, [name for name in bound if not name.startswith("_")])
         with _importable(module):
             exec(_compiled(assert_code, _TEST_FILENAME), namespace)
             check = namespace.get("check")
-            if entry_point and callable(check) and not isinstance(check, _RemoteFunction):
-                check(proxies[entry_point])
+            if entry_point and callable(check) and not isinstance(check, RemoteFunction):
+                check(namespace[entry_point])
+            remote.forget_exports()
             _run_unittest_cases(namespace)
-            unsupported = _run_test_functions(namespace, assert_code, remote.calls > 0)
+            remote.forget_exports()
+            unsupported = _run_test_functions(namespace, assert_code, remote.calls > 0, remote, files)
     except (CandidateDied, CandidateTimeout) as exc:
         return _test(0, _broken_status(exc), str(exc))
     except BaseException as exc:
         if remote.broken is not None:
             return _test(0, _broken_status(remote.broken), str(remote.broken))
         where = _failure_line(exc, assert_code)
+        if isinstance(exc, Unsupported) or remote.unsupported:
+            # What the harness could not do as Python would may be why the test failed: not the model's fault.
+            why = str(exc) if isinstance(exc, Unsupported) else remote.unsupported[0]
+            return _test(0, "unsupported", f"the harness cannot run this test as Python would: {why}")
         if isinstance(exc, MemoryError) and not any(exc is raised for raised in remote.raised):
             # The judge's, not one the candidate raised: the tests ran out of its budget (judgeserver.JOB_MEMORY_BYTES)
             # on what the candidate gave them, or on their own.
             return _test(0, "memory", f"the tests ran out of the judge's memory{where}")
-        description = _describe(exc)
+        description = describe(exc)
         text = f"{description['type']}{where}" + (
             f": {description['message']}" if description["message"] else ""
         )
@@ -1503,14 +1164,13 @@ def _run_assert(
         # Any program that loads would pass tests that check nothing.
         return _test(0, "no_calls", "the tests never called the candidate's code, so nothing was checked")
     return _test(0, "ok")
-
-
 def run_tests(
     plan_kind: str,
     channel: socket.socket,
     *,
     names: Sequence[str] = (),
     classes: Sequence[str] = (),
+    files: str = "",
     assert_code: str = "",
     entry_point: str = "",
     fn_name: str = "",
@@ -1626,31 +1286,12 @@ def run_tests(
             names, classes = _program_definitions(program, assembly)
         except TooLargeForJudge as exc:
             too_large = exc
-    remote = _Remote(channel, max_frame_bytes, call_timeout, frozenset(classes) - {entry_point}, deadline,
-                     cpu_credit=cpu_credit, deadline_stretch=deadline_stretch)
-    load_error: dict[str, str] | None = None
+    remote = JudgeEndpoint(channel, max_frame_bytes, call_timeout, deadline, cpu_credit=cpu_credit,
+                           deadline_stretch=deadline_stretch, send_limit=CANDIDATE_FRAME_BYTES)
     try:
-        try:
-            load_error = remote.handshake()
-        except (CandidateDied, CandidateTimeout) as exc:
-            for index in range(total):
-                report(_test(index, _broken_status(exc), f"before the program was ready: {exc}"))
-        else:
-            if load_error is not None:
-                text = f"{load_error['type']}: {load_error['message']}"
-                for index in range(total):
-                    report(_test(index, "load_error", text))
-            elif too_large is not None:
-                # Only now: a program the candidate could not load either is that load error.
-                report(_test(0, "memory", str(too_large)))
-            elif plan_kind == "function":
-                for index, case in enumerate(cases):
-                    result = _function_case(remote, fn_name, index, _as_case(case), tolerance)
-                    report(result)
-                    if stop_on_first_failure and not result["passed"]:
-                        break
-            else:
-                report(_run_assert(remote, names, assert_code, entry_point, setup_code))
+        with _job_environment(files):
+            _run_plan(remote, plan_kind, total, report, too_large, names, assert_code, entry_point, setup_code,
+                      fn_name, cases, tolerance, stop_on_first_failure, files)
     finally:
         # End of file tells the candidate to exit.
         with contextlib.suppress(OSError):
@@ -1663,7 +1304,34 @@ def run_tests(
         "total": total,
         "status": "ok" if first_failure is None else first_failure["status"],
         "message": "" if first_failure is None else str(first_failure["message"]),
-        "load_error": load_error,
-        "candidate_died": isinstance(remote.broken, CandidateDied) and load_error is None,
+        "load_error": remote.load_error,
+        "candidate_died": isinstance(remote.broken, CandidateDied) and remote.load_error is None,
         "tests": tests,
     }
+
+
+def _run_plan(remote: JudgeEndpoint, plan_kind: str, total: int, report: Callable[[dict[str, object]], None],
+              too_large: TooLargeForJudge | None, names: Sequence[str], assert_code: str, entry_point: str,
+              setup_code: str, fn_name: str, cases: Sequence[object], tolerance: float, stop_on_first_failure: bool,
+              files: str) -> None:
+    try:
+        remote.load_error = remote.handshake()
+    except (CandidateDied, CandidateTimeout) as exc:
+        for index in range(total):
+            report(_test(index, _broken_status(exc), f"before the program was ready: {exc}"))
+        return
+    if remote.load_error is not None:
+        text = f"{remote.load_error['type']}: {remote.load_error['message']}"
+        for index in range(total):
+            report(_test(index, "load_error", text))
+    elif too_large is not None:
+        # Only now: a program the candidate could not load either is that load error.
+        report(_test(0, "memory", str(too_large)))
+    elif plan_kind == "function":
+        for index, case in enumerate(cases):
+            result = _function_case(remote, fn_name, index, _as_case(case), tolerance)
+            report(result)
+            if stop_on_first_failure and not result["passed"]:
+                break
+    else:
+        report(_run_assert(remote, names, assert_code, entry_point, setup_code, files))

@@ -1,0 +1,1348 @@
+"""Objects that live in one process and are used from the other: the candidate's and the judge's.
+
+The two-process harness (pyharness) keeps the candidate's code and the
+dataset's tests apart. Values cross the channel by value (pywire); every
+other object stays where it was made and the other side gets a **proxy**,
+whose uses become requests answered by the object's own process:
+
+- the judge holds proxies of the candidate's functions, classes (stand-in
+  classes, so that ``isinstance``, ``pytest.raises(solution.MyError)`` and
+  class attributes work), instances and iterators; a test that asks the
+  candidate's objects (``len(stack)``, ``Point(1, 2) == Point(1, 2)``,
+  ``node.next.val``) is answered by the candidate's methods, as Python would;
+- the candidate holds proxies of what a test passed it that is not a value:
+  its lambdas and callbacks, its iterators, mocks, ``io.StringIO`` buffers,
+  instances of the test's own classes;
+- arguments that the candidate mutates in place (``a.sort()``, ``m[:] = ...``)
+  are written back into the test's own objects after each request.
+
+The rules that keep a reward honest:
+
+- a comparison of a candidate's object with anything that is not another of
+  its objects is the judge's, and Python's default for an object that does not
+  compare (``NotImplemented``: not equal, unordered): an always-equal object or
+  a lying ``__eq__``/``__lt__`` cannot pass a test against the test's own values;
+  values (a returned list, an int, an array) are rebuilt in the judge from its
+  own classes before anything compares them;
+- the candidate reaches nothing of the judge but what a test handed it, and of
+  that only calls, iteration, and the public attributes of the test's own
+  objects, mocks and buffers: no ``_``-names (``__globals__``, ``gi_frame``);
+  a proxy of the judge's is good for the test that handed it over only;
+- a candidate's context manager cannot swallow a failed assertion;
+- ``open`` reaches the judge only while a test has patched it (a mock); an
+  unpatched ``open`` is the candidate's own, under its own uid.
+
+Requests nest: while one side waits for its answer, the other may ask it
+something (a callback into the test, which may call the candidate again).
+
+Stdlib only: this module runs inside the sandbox image.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import copy
+import io
+import itertools
+import math
+import operator
+import os
+import random
+import socket
+import sys
+import time
+import types
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, NoReturn
+
+from .pywire import (
+    MAX_CONTAINERS,
+    MAX_FRAME_BYTES,
+    Codec,
+    Deadline,
+    FrameTooLarge,
+    ProtocolError,
+    RejectedValue,
+    recv_frame,
+    send_frame,
+)
+
+__all__ = [
+    "MESSAGE_LIMIT",
+    "TYPE_NAME_LIMIT",
+    "CandidateDied",
+    "CandidateEndpoint",
+    "CandidateError",
+    "CandidateTimeout",
+    "JudgeEndpoint",
+    "Proxy",
+    "TestsTimeUp",
+    "TooLargeForJudge",
+    "Unsupported",
+]
+
+# Error messages from the candidate are for humans; keep them short.
+MESSAGE_LIMIT = 2000
+# An exception's type name is the candidate's to choose too (a class named with 9 MB).
+TYPE_NAME_LIMIT = 200
+# Requests inside requests (a callback that calls the candidate, that calls back, ...).
+MAX_NESTING = 64
+# What a candidate prints during one request reaches the judge with its answer (a test's
+# redirect_stdout or capsys reads it); past this, over the whole job, its output is dropped.
+OUTPUT_LIMIT_BYTES = 8 << 20
+# Items an iterator of the candidate's sends at most per request: it asks for 1, then twice as
+# many each time, so an infinite generator read with next() computes few items ahead.
+ITERATOR_BATCH_MAX = 4096
+TIME_UP_MESSAGE = "the time for all the tests ran out"
+REPLY_TOO_LARGE = "the candidate's reply took more memory to decode than the judge may use (MemoryError)"
+
+_ENDS_ITERATION = (StopIteration, StopAsyncIteration)
+# Builtins that a test may patch (unittest.mock.patch("builtins.input")) and the candidate's code
+# must then see patched: its own are routed to the judge's while they are (see CandidateEndpoint).
+PATCHABLE_BUILTINS = ("input", "print", "open")
+_REAL_BUILTINS = {name: getattr(builtins, name) for name in PATCHABLE_BUILTINS}
+
+
+class CandidateError(Exception):
+    """An exception raised by the candidate that has no builtin equivalent.
+
+    Builtin exception types (``ValueError``, ``KeyError``, ...) are re-raised
+    in the test process as themselves, so tests that expect them still work;
+    the candidate's own exception classes as their stand-ins.
+    """
+
+
+class CandidateDied(BaseException):
+    """The candidate process is gone (end of file) or broke the protocol.
+
+    A ``BaseException`` so that test code catching ``Exception`` cannot swallow it;
+    the harness also remembers it, so a test that swallows it anyway still fails.
+    """
+
+
+class TooLargeForJudge(CandidateDied):
+    """The candidate's program or one of its replies took more memory (or nesting) to read than the judge may use."""
+
+
+class CandidateTimeout(BaseException):
+    """A call to the candidate did not answer within ``call_timeout``."""
+
+
+class TestsTimeUp(CandidateTimeout):
+    """The time for all the tests ran out: during a call, or before it."""
+
+    __test__ = False  # not a pytest class, whatever its name
+
+
+class Unsupported(Exception):
+    """What the harness cannot do safely for a test (a value numpy-less, an object it will not hand over)."""
+
+
+def _type_name(obj: object) -> str:
+    try:
+        return str(type(obj).__qualname__)
+    except Exception:
+        return "?"
+
+
+def describe(exc: BaseException) -> dict[str, str]:
+    try:
+        message = str(exc)
+    except Exception:
+        message = "<unprintable exception>"
+    return {"type": _type_name(exc)[:TYPE_NAME_LIMIT], "message": message[:MESSAGE_LIMIT]}
+
+
+def _mutable(value: object) -> bool:
+    """Whether a value a request carried may have been changed in place by whoever served it (write-back)."""
+    kind = type(value)
+    return kind in (list, dict, set, bytearray, deque) or (
+        "numpy" in sys.modules and isinstance(value, sys.modules["numpy"].ndarray))
+
+
+def write_back(original: Any, new: Any, depth: int = 0) -> None:
+    """Make ``original`` (a test's list, dict, set, bytearray, deque or array) hold what ``new`` holds, in place.
+
+    Nested lists and dicts are updated in place too, so a test that kept a
+    row of its matrix sees the row change, as it would in one process.
+    """
+    kind = type(original)
+    if depth > 100 or (type(new) is not kind and not (kind is deque and type(new) is deque)):
+        raise Unsupported(f"a {_type_name(original)} argument came back as a {_type_name(new)}")
+    if kind is list:
+        for index in range(min(len(original), len(new))):
+            old, fresh = original[index], new[index]
+            if type(old) is type(fresh) and type(old) in (list, dict) and old is not original:
+                write_back(old, fresh, depth + 1)
+            else:
+                original[index] = fresh
+        del original[len(new):]
+        original.extend(new[len(original):])
+    elif kind is dict:
+        for key in [key for key in original if key not in new]:
+            del original[key]
+        for key, fresh in new.items():
+            old = original.get(key)
+            if type(old) is type(fresh) and type(old) in (list, dict) and old is not original:
+                write_back(old, fresh, depth + 1)
+            else:
+                original[key] = fresh
+    elif kind in (set, deque):
+        original.clear()
+        original.extend(new) if kind is deque else original.update(new)
+    elif kind is bytearray:
+        original[:] = new
+    else:  # a numpy array
+        if original.shape != new.shape or original.dtype != new.dtype:
+            raise Unsupported("an array argument came back with another shape or dtype")
+        original[...] = new
+
+
+# ---------------------------------------------------------------------------
+# Both sides
+# ---------------------------------------------------------------------------
+
+
+class Endpoint(Codec):
+    """One side's end of the channel: its objects the peer holds, the peer's it holds, requests that nest.
+
+    Frames: a request ``{"q": op, "a": [args...], "k": {kwargs}}`` (plus extras
+    of each side); a reply ``{"r": value}``, ``{"m": true}`` (an attribute that
+    is a method of the object) or ``{"e": {"type", "message", ...}}``.
+    """
+
+    def __init__(self, channel: socket.socket, send_limit: int, receive_limit: int) -> None:
+        self.channel = channel
+        self.send_limit = send_limit
+        self.receive_limit = receive_limit
+        # Ours that the peer may name (kept alive, so that their ids stay theirs).
+        self.exported: dict[int, object] = {}
+        self.export_ids: dict[int, int] = {}
+        self.next_id = itertools.count(1)
+        # The peer's that we hold, one proxy each, so that `is` works.
+        self.proxies: dict[int, object] = {}
+        self.proxy_ids: dict[int, int] = {}
+        self.nesting = 0
+
+    # ---- references ----
+
+    def export(self, obj: object) -> object:
+        ref = self.export_ids.get(id(obj))
+        if ref is None or self.exported.get(ref) is not obj:
+            ref = next(self.next_id)
+            self.exported[ref] = obj
+            self.export_ids[id(obj)] = ref
+        return {"$mine": self.describe_export(ref, obj)}
+
+    def describe_export(self, ref: int, obj: object) -> list[object]:
+        kind = "iterator" if isinstance(obj, Iterator) else "function" if callable(obj) else "object"
+        return [ref, kind, _type_name(obj)[:TYPE_NAME_LIMIT]]
+
+    def own(self, ref: object) -> object:
+        if type(ref) is not int or ref not in self.exported:
+            raise RejectedValue(f"no object {ref!r} of this side's is shared (a reference past its test?)")
+        return self.exported[ref]
+
+    def peer_id(self, obj: object) -> int | None:
+        ref = self.proxy_ids.get(id(obj))
+        return ref if ref is not None and self.proxies.get(ref) is obj else None
+
+    def remember(self, ref: int, proxy: object) -> object:
+        self.proxies[ref] = proxy
+        self.proxy_ids[id(proxy)] = ref
+        return proxy
+
+    # ---- frames ----
+
+    def encode_call(self, op: str, args: Sequence[object], kwargs: Mapping[str, object]) -> dict[str, Any]:
+        return {"q": op, "a": [self.encode(arg) for arg in args], "k": {str(k): self.encode(v) for k, v in kwargs.items()}}
+
+    def decode_call(self, request: Mapping[str, Any]) -> tuple[str, list[Any], dict[str, Any]]:
+        op, raw_args, raw_kwargs = request.get("q"), request.get("a", []), request.get("k", {})
+        if type(op) is not str or type(raw_args) is not list or type(raw_kwargs) is not dict:
+            raise ProtocolError("a request is {q: op, a: [args], k: {kwargs}}")
+        return op, [self.decode(arg) for arg in raw_args], {str(k): self.decode(v) for k, v in raw_kwargs.items()}
+
+
+def _checked(result: object, kind: type | tuple[type, ...], op: str) -> Any:
+    if not isinstance(result, kind) or (kind is int and type(result) is bool and op != "bool"):
+        raise TypeError(f"{op}() of the candidate's object returned {_type_name(result)}")
+    return result
+
+
+# Operations one side may ask of the other's objects: name -> function of the serving side.
+_OPERATORS: dict[str, Callable[..., object]] = {
+    "call": lambda target, /, *args, **kwargs: target(*args, **kwargs),
+    "callmethod": lambda obj, name, /, *args, **kwargs: getattr(obj, name)(*args, **kwargs),
+    "getattr": getattr, "setattr": setattr, "delattr": delattr,
+    "len": len, "bool": bool, "str": str, "repr": repr, "hash": hash, "format": format, "dir": dir,
+    "iter": iter, "reversed": reversed,
+    "getitem": operator.getitem, "setitem": operator.setitem, "delitem": operator.delitem,
+    "contains": operator.contains, "isinstance": isinstance, "issubclass": issubclass,
+    "int": int, "float": float, "complex": complex, "index": operator.index, "round": round,
+    "trunc": math.trunc, "floor": math.floor, "ceil": math.ceil,
+    "neg": operator.neg, "pos": operator.pos, "abs": operator.abs, "invert": operator.invert,
+    "eq": operator.eq, "ne": operator.ne, "lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge,
+    "copy": copy.copy, "deepcopy": copy.deepcopy,
+    "enter": lambda obj: type(obj).__enter__(obj),
+    "exit": lambda obj, *args: type(obj).__exit__(obj, *args),
+}
+_BINARY = ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and", "or", "xor", "lshift", "rshift")
+for _name in _BINARY:
+    _OPERATORS[_name] = getattr(operator, _name + ("_" if _name in ("and", "or") else ""))
+    _OPERATORS["i" + _name] = getattr(operator, "i" + _name)
+_COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge"})
+
+
+# ---------------------------------------------------------------------------
+# The candidate's side
+# ---------------------------------------------------------------------------
+
+
+class _Output(io.TextIOBase):
+    """The candidate's sys.stdout/sys.stderr: what it prints goes to the judge with its next frame."""
+
+    def __init__(self, endpoint: CandidateEndpoint, name: str) -> None:
+        self.endpoint = endpoint
+        self.name = name
+        self.parts: list[str] = []
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        if type(text) is not str:
+            raise TypeError(f"write() argument must be str, not {_type_name(text)}")
+        room = OUTPUT_LIMIT_BYTES - self.endpoint.output_sent
+        if room > 0:
+            self.parts.append(text[:room])
+            self.endpoint.output_sent += min(len(text), room)
+        return len(text)
+
+    def take(self) -> str:
+        text = "".join(self.parts)
+        self.parts.clear()
+        return text
+
+
+class _Stdin(io.TextIOBase):
+    """The candidate's sys.stdin: reads what the test's sys.stdin holds (a test that patched it with a StringIO)."""
+
+    def __init__(self, endpoint: CandidateEndpoint) -> None:
+        self.endpoint = endpoint
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int | None = -1) -> str:
+        return str(self.endpoint.ask("stdin", ["read", -1 if size is None else size]))
+
+    def readline(self, size: int | None = -1) -> str:  # type: ignore[override]
+        return str(self.endpoint.ask("stdin", ["readline", -1 if size is None else size]))
+
+    def readlines(self, hint: int | None = -1) -> list[str]:  # type: ignore[override]
+        lines = self.endpoint.ask("stdin", ["readlines", -1 if hint is None else hint])
+        return [str(line) for line in lines] if isinstance(lines, list) else []
+
+    def __iter__(self) -> Iterator[str]:  # type: ignore[override]
+        return self
+
+    def __next__(self) -> str:
+        line = self.readline()
+        if not line:
+            raise StopIteration
+        return line
+
+
+class JudgeObject:
+    """In the candidate: something a test handed it that is not a value (a callback, an iterator, a mock, a buffer).
+
+    What it may do with it is the judge's to allow (see JudgeEndpoint._serve).
+    """
+
+    __slots__ = ("_sandboxd_batch", "_sandboxd_buffer", "_sandboxd_endpoint", "_sandboxd_ref", "_sandboxd_type")
+
+    def __init__(self, endpoint: CandidateEndpoint, ref: int, type_name: str) -> None:
+        object.__setattr__(self, "_sandboxd_endpoint", endpoint)
+        object.__setattr__(self, "_sandboxd_ref", ref)
+        object.__setattr__(self, "_sandboxd_type", type_name)
+        object.__setattr__(self, "_sandboxd_buffer", deque())
+        object.__setattr__(self, "_sandboxd_batch", 1)
+
+    def _ask(self, op: str, *args: object, **kwargs: object) -> Any:
+        return self._sandboxd_endpoint.ask(op, [self, *args], kwargs)
+
+    def __call__(self, *args: object, **kwargs: object) -> Any:
+        return self._ask("call", *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return self._ask("getattr", name)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        self._ask("setattr", name, value)
+
+    def __iter__(self) -> Iterator[Any]:
+        return self._ask("iter")  # type: ignore[no-any-return]
+
+    def __next__(self) -> Any:
+        buffer: deque[Any] = self._sandboxd_buffer
+        if not buffer:
+            batch = self._sandboxd_batch
+            object.__setattr__(self, "_sandboxd_batch", min(batch * 2, ITERATOR_BATCH_MAX))
+            items, ended = self._ask("next", batch)
+            buffer.extend(items)
+            if ended and not buffer:
+                raise StopIteration
+            if ended:
+                buffer.append(_END)
+        item = buffer.popleft()
+        if item is _END:
+            raise StopIteration
+        return item
+
+    def __len__(self) -> int:
+        return int(self._ask("len"))
+
+    def __getitem__(self, key: object) -> Any:
+        return self._ask("getitem", key)
+
+    def __contains__(self, item: object) -> bool:
+        return bool(self._ask("contains", item))
+
+    def __enter__(self) -> Any:
+        return self._ask("enter")
+
+    def __exit__(self, *exc: object) -> Any:
+        return self._ask("exit", None, None, None)
+
+    def __str__(self) -> str:
+        return str(self._ask("str"))
+
+    def __repr__(self) -> str:
+        return f"<test's {self._sandboxd_type}>"
+
+
+_END = object()
+
+
+class CandidateEndpoint(Endpoint):
+    """The candidate's end: answers the judge's requests; its callbacks go the other way."""
+
+    def __init__(self, channel: socket.socket, max_frame_bytes: int, receive_limit: int,
+                 namespace: dict[str, Any], resolve: Callable[[str], Any], own_pid: int = 0) -> None:
+        super().__init__(channel, max_frame_bytes, receive_limit)
+        # A child that the program forked (os.fork) and that comes back to us must not write on our channel: it
+        # ends instead, its output flushed (pyharness.end_if_forked), when it first would.
+        self.own_pid = own_pid
+        self.namespace = namespace
+        self.resolve = resolve
+        self.output_sent = 0
+        self.stdout = _Output(self, "stdout")
+        self.stderr = _Output(self, "stderr")
+        # Builtins the test has patched at the moment (see PATCHABLE_BUILTINS): the judge says with each request.
+        self.patched: frozenset[str] = frozenset()
+        self.batches: dict[int, int] = {}
+
+    def proxy(self, body: object) -> object:
+        if type(body) is not list or len(body) != 3 or type(body[0]) is not int or type(body[2]) is not str:
+            raise RejectedValue("$mine must hold [id, kind, type]")
+        found = self.proxies.get(body[0])
+        return found if found is not None else self.remember(body[0], JudgeObject(self, body[0], body[2]))
+
+    def install(self) -> None:
+        """Route the program's stdio, input() and (while a test patches them) print and open through the judge."""
+        sys.stdout, sys.stderr, sys.stdin = self.stdout, self.stderr, _Stdin(self)
+        real_print, real_open = builtins.print, builtins.open
+
+        def input(prompt: object = "") -> str:
+            answer = self.ask("input", [prompt] if prompt != "" else [])
+            if not isinstance(answer, str):
+                raise TypeError(f"the test's input() returned {_type_name(answer)}")
+            return answer
+
+        def print(*args: object, **kwargs: object) -> None:
+            if "print" in self.patched:
+                self.ask("print", list(args), {key: value for key, value in kwargs.items() if key in ("sep", "end")})
+                return
+            real_print(*args, **kwargs)  # type: ignore[call-overload]
+
+        def open(*args: Any, **kwargs: Any) -> Any:
+            if "open" in self.patched:
+                return self.ask("open", list(args), kwargs)
+            return real_open(*args, **kwargs)
+
+        builtins.input, builtins.print, builtins.open = input, print, open
+
+    def frame_extras(self, frame: dict[str, Any]) -> dict[str, Any]:
+        out, err = self.stdout.take(), self.stderr.take()
+        if out:
+            frame["out"] = out
+        if err:
+            frame["err"] = err
+        return frame
+
+    def send(self, frame: dict[str, Any]) -> None:
+        if self.own_pid and os.getpid() != self.own_pid:
+            with contextlib.suppress(BaseException):
+                sys.__stdout__.flush()  # type: ignore[union-attr]
+            os._exit(0)
+        try:
+            send_frame(self.channel, self.frame_extras(frame), self.send_limit)
+        except FrameTooLarge:
+            send_frame(self.channel, {"e": {"type": "ValueTooLarge",
+                                            "message": f"the answer exceeds {self.send_limit} bytes"}})
+
+    def receive(self) -> dict[str, Any]:
+        message = recv_frame(self.channel, self.receive_limit)
+        if type(message) is not dict:
+            raise ProtocolError("a frame must be a JSON object")
+        patched = message.get("p")
+        if type(patched) is list:
+            self.patched = frozenset(name for name in patched if name in PATCHABLE_BUILTINS)
+        elif "q" in message:
+            self.patched = frozenset()
+        return message
+
+    def ask(self, op: str, args: Sequence[object], kwargs: Mapping[str, object] | None = None) -> Any:
+        """A callback into the test's process; its answer, or the exception it raised (as ours)."""
+        if self.nesting >= MAX_NESTING:
+            raise RecursionError("requests nested too deep between the program and its tests")
+        self.send(self.encode_call(op, args, kwargs or {}))
+        self.nesting += 1
+        try:
+            while True:
+                message = self.receive()
+                if "q" in message:
+                    self.send(self.serve(message))
+                    continue
+                break
+        finally:
+            self.nesting -= 1
+        if "r" in message:
+            return self.decode(message["r"])
+        error = message.get("e")
+        if type(error) is dict:
+            raise _rebuilt(error)
+        raise ProtocolError("bad answer to a callback")
+
+    def serve(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The answer to one of the judge's requests (never raises but for a BaseException that ends the program).
+
+        A value of the test's that this process cannot take (numpy missing) is the harness's limit, not the
+        program's failure; whatever the program's own code or values raise is the program's.
+        """
+        try:
+            op, args, kwargs = self.decode_call(request)
+        except RejectedValue as exc:
+            return {"e": {"type": "Unsupported", "message": str(exc)[:MESSAGE_LIMIT], "unsupported": True}}
+        except ProtocolError as exc:
+            return {"e": {"type": "ProtocolError", "message": str(exc)[:MESSAGE_LIMIT]}}
+        try:
+            return self._serve(request, op, args, kwargs)
+        except ProtocolError as exc:
+            return {"e": {"type": "ProtocolError", "message": str(exc)[:MESSAGE_LIMIT]}}
+        except Exception as exc:
+            return {"e": self.describe_error(exc)}
+
+    def describe_error(self, exc: BaseException) -> dict[str, Any]:
+        error: dict[str, Any] = describe(exc)
+        cls = type(exc)
+        if getattr(builtins, cls.__name__, None) is not cls:
+            with contextlib.suppress(Exception):
+                error["cls"] = self.encode(cls)
+                error["obj"] = self.export(exc)
+        return error
+
+    def _serve(self, request: dict[str, Any], op: str, args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+        if op == "globals":
+            found = {}
+            for name in args:
+                if type(name) is str and name in self.namespace:
+                    found[name] = self.encode(self.namespace[name])
+            return {"r": {"$dict": [[name, value] for name, value in found.items()]}}
+        if op in ("setglobal", "delglobal"):
+            if not args or type(args[0]) is not str or (op == "setglobal") != (len(args) == 2):
+                raise ProtocolError(f"{op} needs a name")
+            if op == "setglobal":
+                self.namespace[args[0]] = args[1]
+            elif args[0] in self.namespace:
+                del self.namespace[args[0]]
+            else:
+                raise AttributeError(args[0])
+            return {"r": None}
+        if op == "call_name":
+            if not args or type(args[0]) is not str:
+                raise ProtocolError("call_name needs a name")
+            target = self.resolve(args[0])
+            result = target(*args[1:], **kwargs)
+        elif op == "next":
+            if len(args) != 2 or type(args[1]) is not int:
+                raise ProtocolError("next needs an iterator and a count")
+            return self.frame_next(args[0], max(1, min(args[1], ITERATOR_BATCH_MAX)))
+        else:
+            function = _OPERATORS.get(op)
+            if function is None:
+                raise ProtocolError(f"unknown request {op!r}")
+            if op == "getattr" and len(args) == 2 and type(args[1]) is str:
+                value = getattr(args[0], args[1])
+                if isinstance(value, (types.MethodType, types.BuiltinMethodType)) and value.__self__ is args[0]:
+                    return {"m": True}
+                result = value
+            else:
+                result = function(*args, **kwargs)
+        reply: dict[str, Any] = {"r": self.encode(result)}
+        changed = self.changes(request, args, kwargs)
+        if changed:
+            reply["w"] = changed
+        return reply
+
+    def changes(self, request: Mapping[str, Any], args: list[Any], kwargs: dict[str, Any]) -> list[object]:
+        """[position, value] of each argument that the request changed in place (write-back)."""
+        changed: list[object] = []
+        for position, (raw, value) in enumerate(zip(request.get("a", []), args, strict=False)):
+            if _mutable(value):
+                fresh = self.encode(value)
+                if fresh != raw:
+                    changed.append([position, fresh])
+        for key, value in kwargs.items():
+            if _mutable(value):
+                fresh = self.encode(value)
+                if fresh != request["k"].get(key):
+                    changed.append([key, fresh])
+        return changed
+
+    def frame_next(self, iterator: Any, count: int) -> dict[str, Any]:
+        """Up to `count` items of one of our iterators, and whether it ended; an error after some items waits."""
+        items: list[object] = []
+        ended = False
+        try:
+            for _ in range(count):
+                items.append(next(iterator))
+        except StopIteration:
+            ended = True
+        except Exception as exc:
+            if not items:
+                raise
+            # The items before it come first; the error is raised at the next request.
+            ref = self.export_ids.get(id(iterator))
+            if ref is not None:
+                self.exported[ref] = _raising(exc)
+        return {"r": [[self.encode(item) for item in items], ended]}
+
+    def describe_export(self, ref: int, obj: object) -> list[object]:
+        if isinstance(obj, type):
+            return [ref, "class", str(obj.__name__)[:TYPE_NAME_LIMIT],
+                    [self.encode(base) for base in obj.__bases__ if base is not object]]
+        if isinstance(obj, Iterator):
+            return [ref, "iterator", _type_name(obj)[:TYPE_NAME_LIMIT]]
+        if callable(obj) and isinstance(getattr(obj, "__name__", None), str):
+            return [ref, "function", obj.__name__[:TYPE_NAME_LIMIT]]  # type: ignore[attr-defined]
+        return [ref, "function" if callable(obj) else "object", _type_name(obj)[:TYPE_NAME_LIMIT]]
+
+
+def _raising(exc: Exception) -> Iterator[Any]:
+    raise exc
+    yield  # a generator that raises at once
+
+
+def _rebuilt(error: Mapping[str, Any]) -> Exception:
+    """In the candidate: the exception a callback into the test raised, as a builtin exception of ours."""
+    type_name, message = str(error.get("type", "Exception")), str(error.get("message", ""))
+    cls = getattr(builtins, type_name, None) if type_name.isidentifier() else None
+    if isinstance(cls, type) and issubclass(cls, Exception) and not issubclass(cls, _ENDS_ITERATION):
+        with contextlib.suppress(Exception):
+            return cls(message)
+    return RuntimeError(f"{type_name}: {message}")
+
+
+# ---------------------------------------------------------------------------
+# The judge's side
+# ---------------------------------------------------------------------------
+
+
+def _exposable(obj: object) -> bool:
+    """Whether the candidate may read and set public attributes of a test's object: the test's own classes'
+    instances, mocks, and the buffers and generators of random numbers tests hand over."""
+    if isinstance(obj, (io.StringIO, io.BytesIO, random.Random)):
+        return True
+    mock = sys.modules.get("unittest.mock")
+    if mock is not None and isinstance(obj, mock.NonCallableMock):
+        return True
+    code = getattr(getattr(type(obj), "__init__", None), "__code__", None)
+    module = type(obj).__dict__.get("__module__")
+    return module == TEST_MODULE or (code is not None and code.co_filename in TEST_FILENAMES)
+
+
+TEST_MODULE = "__sandboxd_test__"
+TEST_FILENAMES = frozenset({"<test>", "<setup>"})
+# Public attributes of a test's callable that are its name, not its code or its frames.
+_CALLABLE_NAMES = frozenset({"__name__", "__qualname__", "__doc__"})
+
+
+class JudgeEndpoint(Endpoint):
+    """The test process's end: requests to the candidate under deadlines; the candidate's callbacks answered."""
+
+    def __init__(self, channel: socket.socket, max_frame_bytes: int, call_timeout: float | None,
+                 deadline: float | None = None, cpu_credit: Callable[[], float] | None = None,
+                 deadline_stretch: float = 1.0, send_limit: int = MAX_FRAME_BYTES) -> None:
+        super().__init__(channel, send_limit, max_frame_bytes)
+        self.max_frame_bytes = max_frame_bytes
+        # When all the tests' time runs out (time.monotonic()), whatever call is then in flight.
+        self.deadline = deadline
+        # The seconds the other runs of the sandbox have had the CPU while the
+        # candidate waited for one, as its agent counts them: each deadline
+        # moves on by what they took meanwhile, up to deadline_stretch times
+        # its span (sandboxd.agent.runner.RunDeadline, the same rule).
+        self.cpu_credit = cpu_credit
+        self.deadline_stretch = max(1.0, deadline_stretch)
+        self.started = time.monotonic()
+        self.credit_at_start = self._credit()
+        self.call_timeout = call_timeout
+        # Set once the channel is unusable; every later call fails the same way.
+        self.broken: CandidateDied | CandidateTimeout | None = None
+        # Exceptions the proxies raised, to tell the candidate's errors from the tests'.
+        self.raised: list[BaseException] = []
+        # Requests sent: tests that never call the candidate check nothing.
+        self.calls = 0
+        # Why something a test did could not be done as Python would (see Unsupported).
+        self.unsupported: list[str] = []
+        # The program's load error, once the handshake has said (None: it loaded).
+        self.load_error: dict[str, str] | None = None
+
+    # ---- deadlines ----
+
+    def _credit(self) -> float:
+        return self.cpu_credit() if self.cpu_credit is not None else 0.0
+
+    def _moved(self, started: float, span: float, credit_then: float) -> float:
+        """`span` after `started`, moved on by the credit since then (up to the stretch) once that has passed: the
+        credit is read only then, off a call's usual path."""
+        ends = started + span
+        if time.monotonic() < ends:
+            return ends
+        return ends + min(max(0.0, self._credit() - credit_then), (self.deadline_stretch - 1.0) * span)
+
+    def _time_for_all_ends(self) -> float | None:
+        if self.deadline is None:
+            return None
+        return self._moved(self.started, self.deadline - self.started, self.credit_at_start)
+
+    def _deadline(self) -> Callable[[], float] | None:
+        """The deadline of a call starting now, as it stands whenever asked (None: none)."""
+        if self.call_timeout is None and self.deadline is None:
+            return None
+        call_started, credit_then, call_timeout = time.monotonic(), self._credit(), self.call_timeout
+
+        def now() -> float:
+            for_all = self._time_for_all_ends()
+            if call_timeout is None:
+                assert for_all is not None  # one of the two is set (above)
+                return for_all
+            call_ends = self._moved(call_started, call_timeout, credit_then)
+            return call_ends if for_all is None else min(call_ends, for_all)
+
+        return now
+
+    def time_up(self) -> bool:
+        ends = self._time_for_all_ends()
+        return ends is not None and time.monotonic() >= ends
+
+    # ---- frames ----
+
+    def _break(self, exc: CandidateDied | CandidateTimeout) -> NoReturn:
+        self.broken = exc
+        raise exc
+
+    def receive(self, deadline: Deadline) -> dict[str, Any]:
+        try:
+            message = recv_frame(self.channel, self.max_frame_bytes, deadline, MAX_CONTAINERS)
+        except TimeoutError:
+            if self.time_up():
+                self._break(TestsTimeUp(TIME_UP_MESSAGE))
+            self._break(CandidateTimeout(f"the candidate did not answer within {self.call_timeout} s"))
+        except EOFError:
+            self._break(CandidateDied("the candidate process exited"))
+        except ProtocolError as exc:
+            self._break(CandidateDied(f"the candidate broke the protocol: {exc}"))
+        except OSError as exc:
+            self._break(CandidateDied(f"the channel failed: {exc}"))
+        except MemoryError:
+            self._break(TooLargeForJudge(REPLY_TOO_LARGE))
+        if type(message) is not dict:
+            self._break(CandidateDied("the candidate broke the protocol: a frame that is not an object"))
+        for key, stream in (("out", sys.stdout), ("err", sys.stderr)):
+            text = message.get(key)
+            if type(text) is str and text:
+                with contextlib.suppress(Exception):
+                    stream.write(text)
+        return message
+
+    def handshake(self) -> dict[str, str] | None:
+        """None when the program loaded, else its load error (type, message)."""
+        deadline = self._deadline()
+        hello = self.receive(deadline)
+        while "q" in hello:  # the program reads the test's stdin (or calls input()) as it loads
+            self.answer_callback(hello)
+            hello = self.receive(deadline)
+        if hello.get("ready") is True:
+            return None
+        error = hello.get("load_error")
+        if type(error) is dict and type(error.get("type")) is str and type(error.get("message")) is str:
+            self.broken = CandidateDied("the program failed to load")
+            return {"type": error["type"][:TYPE_NAME_LIMIT], "message": error["message"][:MESSAGE_LIMIT]}
+        self._break(CandidateDied("the candidate broke the protocol: bad greeting"))
+
+    def patched(self) -> list[str]:
+        return [name for name in PATCHABLE_BUILTINS if getattr(builtins, name) is not _REAL_BUILTINS[name]]
+
+    def request(self, op: str, args: Sequence[object] = (), kwargs: Mapping[str, object] | None = None) -> Any:
+        """Ask the candidate: the decoded answer, or the exception it raised (as the test's to catch)."""
+        if self.broken is not None:
+            raise type(self.broken)(f"not run: {self.broken}")
+        if self.nesting >= MAX_NESTING:
+            raise RecursionError("requests nested too deep between the tests and the program")
+        try:
+            frame = self.encode_call(op, args, kwargs or {})
+        except RejectedValue as exc:
+            self.unsupported.append(f"a value the harness cannot pass: {exc}")
+            raise Unsupported(f"a value the harness cannot pass to the candidate: {exc}") from None
+        frame["p"] = self.patched()
+        if self.time_up():
+            self._break(TestsTimeUp(TIME_UP_MESSAGE))
+        self.calls += 1
+        ends = self._deadline()
+        try:
+            self.channel.settimeout(None if ends is None else max(1e-3, ends() - time.monotonic()))
+            send_frame(self.channel, frame, self.send_limit)
+        except TimeoutError:
+            self._break(TestsTimeUp(TIME_UP_MESSAGE) if self.time_up()
+                        else CandidateTimeout("the candidate stopped reading its requests"))
+        except FrameTooLarge:
+            self.unsupported.append("arguments larger than the harness passes")
+            raise Unsupported("arguments too large to pass to the candidate") from None
+        except OSError as exc:
+            self._break(CandidateDied(f"the candidate process exited ({exc.strerror or exc})"))
+        self.nesting += 1
+        try:
+            while True:
+                reply = self.receive(ends)
+                if "q" not in reply:
+                    break
+                self.answer_callback(reply)
+        finally:
+            self.nesting -= 1
+        try:
+            value, error = self.read(reply, args, kwargs or {})
+        except MemoryError:
+            # Handled below, not here: the handler would keep the MemoryError as its context, and in that the
+            # frames that hold the half-decoded reply, for as long as self.broken lives.
+            value, error = None, None
+        else:
+            if error is not None:
+                raise error
+            return value
+        del reply  # and this frame, which it keeps in its own traceback
+        self._break(TooLargeForJudge(REPLY_TOO_LARGE))
+
+    def read(self, reply: dict[str, Any], args: Sequence[object],
+             kwargs: Mapping[str, object]) -> tuple[Any, BaseException | None]:
+        """(the answer in a reply, or the candidate's exception to raise), after writing its changed arguments back."""
+        try:
+            changed = reply.get("w")
+            if changed is not None:
+                self.write_back(changed, args, kwargs)
+            if "r" in reply:
+                return self.decode(reply["r"]), None
+            if reply.get("m") is True:
+                return _METHOD, None
+            error = reply.get("e")
+            if type(error) is dict and type(error.get("type")) is str and type(error.get("message")) is str:
+                return None, self.candidate_exception(error)
+        except RejectedValue as exc:
+            self._break(CandidateDied(f"the candidate sent a value that is not valid: {exc}"))
+        self._break(CandidateDied("the candidate broke the protocol: bad reply"))
+
+    def write_back(self, changed: object, args: Sequence[object], kwargs: Mapping[str, object]) -> None:
+        if type(changed) is not list:
+            raise RejectedValue("write-back must be a list")
+        for entry in changed:
+            if type(entry) is not list or len(entry) != 2:
+                raise RejectedValue("write-back entries are [position, value]")
+            position, raw = entry
+            if type(position) is int and 0 <= position < len(args):
+                original = args[position]
+            elif type(position) is str and position in kwargs:
+                original = kwargs[position]
+            else:
+                raise RejectedValue("write-back names no argument")
+            if not _mutable(original):
+                raise RejectedValue("write-back into an argument that cannot change")
+            try:
+                write_back(original, self.decode(raw))
+            except Unsupported as exc:
+                self.unsupported.append(str(exc))
+
+    def candidate_exception(self, error: Mapping[str, Any]) -> BaseException:
+        """The exception to raise in test code for an error the candidate answered."""
+        type_name, message = error["type"][:TYPE_NAME_LIMIT], error["message"][:MESSAGE_LIMIT]
+        if error.get("unsupported") is True:
+            self.unsupported.append(f"the candidate could not take a value: {message}")
+            exc: BaseException = Unsupported(message)
+            self.raised.append(exc)
+            return exc
+        cls = None
+        if "cls" in error:
+            with contextlib.suppress(RejectedValue):
+                cls = self.decode(error["cls"])
+        if isinstance(cls, type) and issubclass(cls, BaseException) and isinstance(cls, CandidateClass) \
+                and not issubclass(cls, _ENDS_ITERATION):
+            exc = BaseException.__new__(cls)
+            BaseException.__init__(exc, message)
+            with contextlib.suppress(RejectedValue):
+                exc.__dict__["_sandboxd_object"] = self.decode(error.get("obj"))
+            self.raised.append(exc)
+            return exc
+        builtin = getattr(builtins, type_name, None) if type_name.isidentifier() else None
+        exc = None  # type: ignore[assignment]
+        # Not StopIteration: raised by a proxy inside the tests' own map(),
+        # zip() or next() loop, it would end that loop as if the data had run
+        # out, and `assert all(map(check, cases))` would pass unchecked.
+        if isinstance(builtin, type) and issubclass(builtin, Exception) and not issubclass(builtin, _ENDS_ITERATION):
+            try:
+                exc = builtin(message)
+            except Exception:
+                exc = None  # type: ignore[assignment]
+        if exc is None:
+            exc = CandidateError(f"{type_name}: {message}")
+        self.raised.append(exc)
+        return exc
+
+    # ---- references ----
+
+    def describe_export(self, ref: int, obj: object) -> list[object]:
+        kind = "iterator" if isinstance(obj, Iterator) else "function" if callable(obj) else "object"
+        return [ref, kind, _type_name(obj)[:TYPE_NAME_LIMIT]]
+
+    def forget_exports(self) -> None:
+        """A test ended: what it handed the candidate is no longer the candidate's to use."""
+        self.exported.clear()
+        self.export_ids.clear()
+
+    def proxy(self, body: object) -> object:
+        if type(body) is not list or len(body) < 3 or type(body[0]) is not int or type(body[1]) is not str \
+                or type(body[2]) is not str:
+            raise RejectedValue("$mine must hold [id, kind, type, ...]")
+        ref, kind, type_name = body[0], body[1], body[2][:TYPE_NAME_LIMIT]
+        found = self.proxies.get(ref)
+        if found is not None:
+            return found
+        if kind == "class":
+            made: object = self.stand_in(ref, type_name, body[3:])
+        elif kind == "iterator":
+            made = RemoteIterator(self, ref, type_name)
+        elif kind == "function":
+            made = RemoteFunction(self, ref, type_name)
+        elif kind == "object":
+            made = RemoteObject(self, ref, type_name)
+        else:
+            raise RejectedValue(f"unknown kind {kind!r}")
+        return self.remember(ref, made)
+
+    def stand_in(self, ref: int, name: str, rest: list[object]) -> type:
+        """A class of the judge's own for a class of the candidate's; exceptions get their builtin bases."""
+        if len(rest) != 1 or type(rest[0]) is not list:
+            raise RejectedValue("a class is [id, 'class', name, [bases]]")
+        bases = tuple(base for base in (self.decode(raw) for raw in rest[0])
+                      if isinstance(base, type) and issubclass(base, BaseException))
+        if not name.isidentifier():
+            name = "CandidateClass"
+        namespace = {"__module__": "solution", "__qualname__": name}
+        if bases:
+            namespace["__getattr__"] = _exception_getattr
+            namespace["__str__"] = BaseException.__str__
+        try:
+            cls = CandidateClass(name, bases, namespace)
+        except TypeError:  # bases whose layouts conflict
+            cls = CandidateClass(name, (Exception,), namespace)
+        type.__setattr__(cls, "_sandboxd_endpoint", self)
+        return cls
+
+    def export(self, obj: object) -> object:
+        if isinstance(obj, (types.FrameType, types.CodeType, types.TracebackType, types.ModuleType)):
+            raise RejectedValue(f"a {_type_name(obj)} is not handed to the candidate")
+        return super().export(obj)
+
+    # ---- the candidate's callbacks ----
+
+    def answer_callback(self, request: dict[str, Any]) -> None:
+        try:
+            reply = {"r": self.encode(self._callback(request))}
+        except (CandidateDied, CandidateTimeout):
+            raise
+        except RejectedValue as exc:
+            reply = {"e": {"type": "TypeError", "message": f"cannot be answered: {exc}"[:MESSAGE_LIMIT]}}
+        except Exception as exc:
+            reply = {"e": describe(exc)}
+        try:
+            send_frame(self.channel, reply, self.send_limit)
+        except FrameTooLarge:
+            send_frame(self.channel, {"e": {"type": "ValueError", "message": "the answer is too large"}})
+        except OSError as exc:
+            self._break(CandidateDied(f"the candidate process exited ({exc.strerror or exc})"))
+
+    def _callback(self, request: dict[str, Any]) -> object:
+        try:
+            op, args, kwargs = self.decode_call(request)
+        except (ProtocolError, RejectedValue) as exc:
+            raise ReferenceError(str(exc)) from None
+        if op == "input":
+            return builtins.input(*args[:1])
+        if op == "print":
+            builtins.print(*args, **{key: value for key, value in kwargs.items() if key in ("sep", "end")})
+            return None
+        if op == "open":
+            if builtins.open is _REAL_BUILTINS["open"]:
+                raise PermissionError("the tests' open() is not the program's")
+            return builtins.open(*args, **kwargs)
+        if op == "stdin":
+            if len(args) != 2 or args[0] not in ("read", "readline", "readlines") or type(args[1]) is not int:
+                raise ValueError("a bad read of stdin")
+            return getattr(sys.stdin, args[0])(args[1])
+        target = args[0] if args else None
+        ref = self.export_ids.get(id(target))
+        if ref is None or self.exported.get(ref) is not target:
+            raise ReferenceError("not an object the tests handed over")
+        if op == "call":
+            if not callable(target):
+                raise TypeError(f"'{_type_name(target)}' object is not callable")
+            return target(*args[1:], **kwargs)
+        if op == "next":
+            if len(args) != 2 or type(args[1]) is not int:
+                raise ValueError("next needs a count")
+            items: list[object] = []
+            for item in itertools.islice(target, max(1, min(args[1], ITERATOR_BATCH_MAX))):  # type: ignore[call-overload]
+                items.append(item)
+            return [items, len(items) < max(1, min(args[1], ITERATOR_BATCH_MAX))]
+        if op == "iter":
+            return iter(target)  # type: ignore[call-overload]
+        if op in ("getattr", "setattr") and len(args) >= 2 and type(args[1]) is str:
+            name = args[1]
+            if op == "getattr" and name in _CALLABLE_NAMES and callable(target):
+                return getattr(target, name)
+            if name.startswith("_"):
+                raise AttributeError(f"the candidate may not use {name!r} of the tests' objects")
+            if not _exposable(target):
+                self.unsupported.append(f"the program used .{name} of the test's {_type_name(target)}")
+                raise AttributeError(f"the harness does not hand over .{name} of a {_type_name(target)}")
+            return getattr(target, name) if op == "getattr" else setattr(target, name, args[2] if len(args) > 2 else None)
+        if op in ("len", "getitem", "contains", "enter", "exit", "str") and _exposable(target):
+            return _OPERATORS[op](*args, **kwargs)
+        self.unsupported.append(f"the program used {op}() on the test's {_type_name(target)}")
+        raise TypeError(f"the harness does not hand over {op}() of a {_type_name(target)}")
+
+
+_METHOD = object()
+
+
+def _exception_getattr(self: BaseException, name: str) -> Any:
+    """A candidate's exception in the tests: attributes it does not hold here are read from the candidate's."""
+    original = self.__dict__.get("_sandboxd_object")
+    if original is None or name.startswith("__"):
+        raise AttributeError(name)
+    return getattr(original, name)
+
+
+class CandidateClass(type):
+    """Stand-in classes of the candidate's classes: `isinstance`, calls, class attributes answered by the candidate."""
+
+    _sandboxd_endpoint: JudgeEndpoint
+
+    def __call__(cls, *args: object, **kwargs: object) -> Any:
+        if issubclass(cls, BaseException):
+            return super().__call__(*args, **kwargs)
+        return cls._sandboxd_endpoint.request("call", [cls, *args], kwargs)
+
+    def __instancecheck__(cls, obj: object) -> bool:
+        if isinstance(obj, Proxy) and obj._sandboxd_endpoint is cls._sandboxd_endpoint:
+            return bool(cls._sandboxd_endpoint.request("isinstance", [obj, cls]))
+        return type.__instancecheck__(cls, obj)
+
+    def __subclasscheck__(cls, sub: type) -> bool:
+        if isinstance(sub, CandidateClass) and sub._sandboxd_endpoint is cls._sandboxd_endpoint \
+                and not issubclass(cls, BaseException):
+            return bool(cls._sandboxd_endpoint.request("issubclass", [sub, cls]))
+        return type.__subclasscheck__(cls, sub)
+
+    def __getattr__(cls, name: str) -> Any:
+        if name.startswith("__") or name.startswith("_sandboxd"):
+            raise AttributeError(name)
+        value = cls._sandboxd_endpoint.request("getattr", [cls, name])
+        return RemoteFunction(cls._sandboxd_endpoint, 0, name, (cls, name)) if value is _METHOD else value
+
+    def __setattr__(cls, name: str, value: object) -> None:
+        if name.startswith("__"):
+            type.__setattr__(cls, name, value)
+            return
+        cls._sandboxd_endpoint.request("setattr", [cls, name, value])
+
+    def __delattr__(cls, name: str) -> None:
+        cls._sandboxd_endpoint.request("delattr", [cls, name])
+
+    def __repr__(cls) -> str:
+        return f"<candidate class {cls.__qualname__}>"
+
+
+class Proxy:
+    """A candidate's object in the judge (see the module docstring for what it answers itself)."""
+
+    __slots__ = ("__weakref__", "_sandboxd_endpoint", "_sandboxd_methods", "_sandboxd_ref", "_sandboxd_type")
+
+    def __init__(self, endpoint: JudgeEndpoint, ref: int, type_name: str) -> None:
+        object.__setattr__(self, "_sandboxd_endpoint", endpoint)
+        object.__setattr__(self, "_sandboxd_ref", ref)
+        object.__setattr__(self, "_sandboxd_type", type_name)
+        object.__setattr__(self, "_sandboxd_methods", {})
+
+    def _ask(self, op: str, *args: object, **kwargs: object) -> Any:
+        return self._sandboxd_endpoint.request(op, [self, *args], kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_sandboxd"):
+            raise AttributeError(name)
+        methods = self._sandboxd_methods
+        if name in methods:
+            return methods[name]
+        value = self._ask("getattr", name)
+        if value is _METHOD:
+            # Kept, so that only the first use of a method asks what it is: a test's loop of 20,000 calls took
+            # twice as long, a round trip more each. A method that the object later replaced with data is then
+            # called, and fails as a call of data does.
+            value = methods[name] = RemoteFunction(self._sandboxd_endpoint, 0, name, (self, name))
+        return value
+
+    def __setattr__(self, name: str, value: object) -> None:
+        self._sandboxd_methods.pop(name, None)
+        self._ask("setattr", name, value)
+
+    def __delattr__(self, name: str) -> None:
+        self._sandboxd_methods.pop(name, None)
+        self._ask("delattr", name)
+
+    def __call__(self, *args: object, **kwargs: object) -> Any:
+        return self._ask("call", *args, **kwargs)
+
+    def __repr__(self) -> str:
+        endpoint = self._sandboxd_endpoint
+        if endpoint.broken is None:
+            with contextlib.suppress(Exception):
+                return _checked(self._ask("repr"), str, "repr")  # type: ignore[no-any-return]
+        return f"<candidate {self._sandboxd_type} object>"
+
+    def __str__(self) -> str:
+        return _checked(self._ask("str"), str, "str")  # type: ignore[no-any-return]
+
+    def __format__(self, spec: str) -> str:
+        return _checked(self._ask("format", spec), str, "format")  # type: ignore[no-any-return]
+
+    def __bool__(self) -> bool:
+        return _checked(self._ask("bool"), bool, "bool")  # type: ignore[no-any-return]
+
+    def __len__(self) -> int:
+        length = _checked(self._ask("len"), int, "len")
+        if length < 0:
+            raise ValueError("__len__() should return >= 0")
+        return length  # type: ignore[no-any-return]
+
+    def __hash__(self) -> int:
+        return _checked(self._ask("hash"), int, "hash")  # type: ignore[no-any-return]
+
+    def __iter__(self) -> Iterator[Any]:
+        return _checked(self._ask("iter"), RemoteIterator, "iter")  # type: ignore[no-any-return]
+
+    def __reversed__(self) -> Iterator[Any]:
+        return _checked(self._ask("reversed"), RemoteIterator, "reversed")  # type: ignore[no-any-return]
+
+    def __contains__(self, item: object) -> bool:
+        return bool(_checked(self._ask("contains", item), bool, "contains"))
+
+    def __getitem__(self, key: object) -> Any:
+        return self._ask("getitem", key)
+
+    def __setitem__(self, key: object, value: object) -> None:
+        self._ask("setitem", key, value)
+
+    def __delitem__(self, key: object) -> None:
+        self._ask("delitem", key)
+
+    def __dir__(self) -> list[str]:
+        names = self._ask("dir")
+        return [name for name in names if type(name) is str] if isinstance(names, list) else []
+
+    def __copy__(self) -> Any:
+        return self._ask("copy")
+
+    def __deepcopy__(self, memo: object) -> Any:
+        return self._ask("deepcopy")
+
+    def __reduce_ex__(self, protocol: object) -> NoReturn:
+        raise TypeError(f"the candidate's {self._sandboxd_type} object cannot be pickled in the tests")
+
+    def __enter__(self) -> Any:
+        return self._ask("enter")
+
+    def __exit__(self, exc_type: object, exc: object, traceback: object) -> bool:
+        # What the test raised stays the judge's: the candidate learns its type only, and may not swallow a failed
+        # assertion (a context manager answering True to everything would pass the asserts inside it).
+        kind = exc_type if exc_type is None or not isinstance(exc_type, type) or _builtin(exc_type) else Exception
+        suppressed = bool(self._ask("exit", kind, None, None))
+        if exc_type is not None and isinstance(exc_type, type) and issubclass(exc_type, AssertionError):
+            return False
+        return suppressed
+
+    def __int__(self) -> int:
+        return _checked(self._ask("int"), int, "int")  # type: ignore[no-any-return]
+
+    def __index__(self) -> int:
+        return _checked(self._ask("index"), int, "index")  # type: ignore[no-any-return]
+
+    def __float__(self) -> float:
+        return _checked(self._ask("float"), float, "float")  # type: ignore[no-any-return]
+
+    def __complex__(self) -> complex:
+        return _checked(self._ask("complex"), complex, "complex")  # type: ignore[no-any-return]
+
+    def __round__(self, digits: int | None = None) -> Any:
+        return self._ask("round") if digits is None else self._ask("round", digits)
+
+    def __trunc__(self) -> Any:
+        return self._ask("trunc")
+
+    def __floor__(self) -> Any:
+        return self._ask("floor")
+
+    def __ceil__(self) -> Any:
+        return self._ask("ceil")
+
+    def __neg__(self) -> Any:
+        return self._ask("neg")
+
+    def __pos__(self) -> Any:
+        return self._ask("pos")
+
+    def __abs__(self) -> Any:
+        return self._ask("abs")
+
+    def __invert__(self) -> Any:
+        return self._ask("invert")
+
+    def _compare(self, op: str, other: object) -> Any:
+        # Only between the candidate's own objects: against the test's values, Python's default for objects that
+        # do not compare, whatever the candidate's __eq__ would say.
+        if isinstance(other, (Proxy, CandidateClass)) and getattr(other, "_sandboxd_endpoint", None) \
+                is self._sandboxd_endpoint:
+            return self._ask(op, other)
+        return NotImplemented
+
+    def __eq__(self, other: object) -> Any:
+        return self._compare("eq", other)
+
+    def __ne__(self, other: object) -> Any:
+        return self._compare("ne", other)
+
+    def __lt__(self, other: object) -> Any:
+        return self._compare("lt", other)
+
+    def __le__(self, other: object) -> Any:
+        return self._compare("le", other)
+
+    def __gt__(self, other: object) -> Any:
+        return self._compare("gt", other)
+
+    def __ge__(self, other: object) -> Any:
+        return self._compare("ge", other)
+
+
+def _builtin(cls: type) -> bool:
+    return getattr(builtins, cls.__name__, None) is cls
+
+
+def _binary(name: str) -> tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any]]:
+    def forward(self: Proxy, other: object) -> Any:
+        return self._sandboxd_endpoint.request(name, [self, other])
+
+    def reflected(self: Proxy, other: object) -> Any:
+        return self._sandboxd_endpoint.request(name, [other, self])
+
+    def in_place(self: Proxy, other: object) -> Any:
+        return self._sandboxd_endpoint.request("i" + name, [self, other])
+
+    return forward, reflected, in_place
+
+
+for _name in _BINARY:
+    _dunder = _name + ("_" if _name in ("and", "or") else "")
+    _forward, _reflected, _in_place = _binary(_name)
+    setattr(Proxy, f"__{_name}__", _forward)
+    setattr(Proxy, f"__r{_name}__", _reflected)
+    setattr(Proxy, f"__i{_name}__", _in_place)
+
+
+class RemoteObject(Proxy):
+    """An instance of the candidate's (one of its classes', or any object that is not a value)."""
+
+    __slots__ = ()
+
+
+class RemoteFunction(Proxy):
+    """A function of the candidate's, or a method of one of its objects (called in one round trip)."""
+
+    __slots__ = ("_sandboxd_method",)
+
+    def __init__(self, endpoint: JudgeEndpoint, ref: int, name: str, method: tuple[object, str] | None = None) -> None:
+        super().__init__(endpoint, ref, name)
+        object.__setattr__(self, "_sandboxd_method", method)
+
+    @property
+    def __name__(self) -> str:
+        return self._sandboxd_type  # type: ignore[no-any-return]
+
+    def __call__(self, *args: object, **kwargs: object) -> Any:
+        method = self._sandboxd_method
+        if method is not None:
+            owner, name = method
+            return self._sandboxd_endpoint.request("callmethod", [owner, name, *args], kwargs)
+        return self._sandboxd_endpoint.request("call", [self, *args], kwargs)
+
+    def __repr__(self) -> str:
+        return f"<candidate function {self._sandboxd_type}>"
+
+
+class RemoteIterator(Proxy):
+    """An iterator of the candidate's (a generator, a map): its items come in batches, as the test reads them."""
+
+    __slots__ = ("_sandboxd_batch", "_sandboxd_buffer", "_sandboxd_ended")
+
+    def __init__(self, endpoint: JudgeEndpoint, ref: int, type_name: str) -> None:
+        super().__init__(endpoint, ref, type_name)
+        object.__setattr__(self, "_sandboxd_buffer", deque())
+        object.__setattr__(self, "_sandboxd_batch", 1)
+        object.__setattr__(self, "_sandboxd_ended", False)
+
+    def __iter__(self) -> Iterator[Any]:
+        return self
+
+    def __next__(self) -> Any:
+        buffer: deque[Any] = self._sandboxd_buffer
+        if not buffer:
+            if self._sandboxd_ended:
+                raise StopIteration
+            batch = self._sandboxd_batch
+            object.__setattr__(self, "_sandboxd_batch", min(batch * 2, ITERATOR_BATCH_MAX))
+            items, ended = self._sandboxd_endpoint.request("next", [self, batch])
+            buffer.extend(items)
+            object.__setattr__(self, "_sandboxd_ended", ended)
+            if not buffer:
+                raise StopIteration
+        return buffer.popleft()
