@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import grpc
 import pytest
-from sandboxd_client import SandboxClient, Status
+from sandboxd_client import Limit, SandboxClient, Status
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
 
@@ -142,12 +142,13 @@ def test_kernel_memory_a_job_pins_is_its_memory_limit_and_spares_its_neighbours(
         beside = [threads.submit(helpers.run, channel, job) for job in correct]
         attacked = [attack.result() for attack in attacks]
         neighbours = [job.result() for job in beside]
+    assert [(r.status, r.reward) for r in neighbours] == [(pb.STATUS_OK, 1.0)] * len(correct), [
+        (r.status, r.message, r.attempts) for r in neighbours]
+    assert _recycled(channel, "python") == recycled
     for result in attacked:
         assert (result.status, result.limit_hit, result.reward, result.attempts) == (
-            pb.STATUS_MEMORY_LIMIT, pb.LIMIT_MEMORY, -1.0, 1), result
-    assert [(r.status, r.reward) for r in neighbours] == [(pb.STATUS_OK, 1.0)] * len(correct), [
-        (r.status, r.message, list(r.tests), r.attempts) for r in neighbours]
-    assert _recycled(channel, "python") == recycled
+            pb.STATUS_MEMORY_LIMIT, pb.LIMIT_MEMORY, -1.0, 1), (result.status, result.message, result.attempts)
+        assert "of it in the kernel" in result.message, result.message
 
 
 HOLD_150_MIB = "held = bytearray(b'x') * (150 << 20)\nlen(held)"
@@ -166,10 +167,10 @@ def test_kernel_memory_a_session_pins_is_its_memory_limit_and_spares_its_neighbo
                 assert holder.run(HOLD_150_MIB).value == str(150 << 20)
             with client.open_session(memory_bytes=256 << 20, timeout=30) as attacker:
                 pinned = attacker.run(PIN_SOCKETS + "\n0")
-            assert (pinned.status, pinned.limit_hit) == (Status.MEMORY_LIMIT, "memory"), pinned
             for holder in holders:
                 after = holder.run("len(held)")
                 assert (after.status, after.value) == (Status.OK, str(150 << 20)), after
+            assert (pinned.status, pinned.limit_hit) == (Status.MEMORY_LIMIT, Limit.MEMORY), pinned
         finally:
             for holder in holders:
                 holder.close()
@@ -178,9 +179,10 @@ def test_kernel_memory_a_session_pins_is_its_memory_limit_and_spares_its_neighbo
 
 def test_a_function_call_candidate_the_oom_killer_takes_under_its_limit_is_retried(
         tmp_path_factory: pytest.TempPathFactory) -> None:
-    """The two-process harness: a candidate the OOM killer took (its judge answers "died" first) while it held
-    less than its limit and half the sandbox was charged RUNTIME_ERROR for its neighbours' memory; stdio runs were
-    retried. Three candidates of 150 MiB each within their 256 MiB limit, in a sandbox of 384 MiB."""
+    """The two-process harness: a candidate the OOM killer took while it held less than its limit and half the
+    sandbox is retried, as a stdio run is. Three candidates of 150 MiB each within their 256 MiB limit, in a
+    sandbox of 384 MiB. Which comes first, the judge's "died" or the exit's report, is a race that this test
+    does not steer (it passed before the fix too); tests/agent/test_controller.py sets the order that failed."""
     hold = ("```python\nimport time\n_held = bytearray(b'x') * (150 << 20)\ntime.sleep(3)\n"
             "def add(a, b):\n    return a + b\n```")
     with serving_daemon(tmp_path_factory.mktemp("oomharness"), "oomh", extra_env={
