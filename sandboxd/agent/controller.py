@@ -108,6 +108,9 @@ FILE_COLLECT_BYTES = 16 << 20
 # What a function or assert job's candidate and judge get past its total time, which the judge keeps
 # itself: its answer with the verdicts so far comes first, then their kill.
 JUDGE_GRACE_SECONDS = 1.0
+# How long a candidate whose judge saw it die has for its exit to be reported (a few ms here) before it is
+# killed as one whose verdict is in.
+CANDIDATE_EXIT_SECONDS = 1.0
 # A job's files up to this size (paths and contents) are written on the loop: a thread's hand-off costs more.
 INLINE_WRITE_BYTES = 256 << 10
 COLLECT_TOTAL_BYTES = 24 << 20
@@ -636,6 +639,11 @@ class Controller:
             except BaseException:
                 candidate_task.cancel()
                 raise
+            if isinstance(verdict, dict) and verdict.get("candidate_died"):
+                # The judge saw the candidate's end of the socket close, which comes before its exit's report:
+                # that exit says whether the OOM killer took it while the others held the sandbox's memory
+                # (runner.crowded_out, then retried as a stdio run is) or at its own limit.
+                await asyncio.wait([candidate_task], timeout=CANDIDATE_EXIT_SECONDS)
             # The judge is done: whatever the candidate still does is moot,
             # and its death by our SIGKILL says nothing about it. The run
             # waits for the worker's exit, then sweeps the uid until empty.

@@ -173,8 +173,9 @@ class RunOutcome:
     max_rss_bytes: int
     # The worker's exit, when the outcome came before it (Runner.run, settle=False).
     pending_exit: asyncio.Future[dict[str, Any]] | None = None
-    # The most its processes were seen holding together (0: not measured).
+    # The most its processes were seen holding together (0: not measured), and the most of it in the kernel.
     peak_memory_bytes: int = 0
+    peak_kernel_bytes: int = 0
     # Processes the OOM killer took on the host while it ran (usage.VMSTAT); None after a clean exit, where
     # nothing reads it, and where the kernel does not say.
     oom_kills: int | None = None
@@ -208,8 +209,8 @@ def classify(outcome: RunOutcome, spec: RunSpec) -> tuple[str, str, str]:
     if outcome.killed_for == "withdrawn":
         return "internal", "", "the daemon withdrew the job"
     if outcome.killed_for == "memory":
-        return ("memory_limit", "memory", f"its processes held {outcome.peak_memory_bytes >> 20} MiB together, "
-                f"over the limit of {spec.memory_limit >> 20} MiB")
+        return "memory_limit", "memory", held_over_limit(outcome.peak_memory_bytes, outcome.peak_kernel_bytes,
+                                                         spec.memory_limit)
     if spec.peak_memory_limit and outcome.max_rss_bytes > spec.peak_memory_limit:
         return ("memory_limit", "memory",
                 f"peak memory {outcome.max_rss_bytes >> 20} MiB over the limit of {spec.peak_memory_limit >> 20} MiB")
@@ -234,6 +235,14 @@ def classify(outcome: RunOutcome, spec: RunSpec) -> tuple[str, str, str]:
     if any(marker in tail for marker in MEMORY_MARKERS):
         return "memory_limit", "memory", "allocation failed at the memory limit"
     return "runtime_error", "", f"exit status {code}"
+
+
+def held_over_limit(held: int, kernel: int, limit: int) -> str:
+    """A run's memory limit message: what its processes held, and how much of it they pinned in the kernel."""
+    message = f"its processes held {held >> 20} MiB together, over the limit of {limit >> 20} MiB"
+    if kernel >= 1 << 20:
+        message += f" ({kernel >> 20} MiB of it in the kernel: socket buffers, pipes and other descriptors)"
+    return message
 
 
 def _over_cpu(outcome: RunOutcome, spec: RunSpec) -> bool:
@@ -1040,6 +1049,7 @@ class Runner:
             max_rss_bytes=exit_message["max_rss_bytes"],
             pending_exit=pending_exit,
             peak_memory_bytes=watched.peak,
+            peak_kernel_bytes=watched.peak_kernel,
             cpu_share=self.usage.share_of(watched),
             deadline_moved_seconds=deadline.moved_seconds,
             oom_kills=(oom_kills_after - oom_kills_before

@@ -15,6 +15,15 @@ each watched uid's processes and kills a run over its limit, which is
 then answered MEMORY_LIMIT. A run of one process under RLIMIT_AS is
 bounded already and costs the sweep one stat of /proc/<pid>.
 
+Memory no process maps counts too: what the run pins in the kernel
+(kernelmem: socket buffers, pipes, epoll and inotify watches, descriptors).
+A wrong program queued GiB in socketpair send buffers with 5 MiB resident;
+the sweep saw nothing, the sandbox's cgroup was charged, and the OOM killer,
+which weighs processes by what they map, took the runs and sessions beside
+it (red team). Each sweep adds what every watched run pins to what its
+processes map, a lone process under RLIMIT_AS included once it pins more
+than LONE_KERNEL_BYTES.
+
 What a process holds is counted in two steps. First RssAnon + RssShmem
 (/proc/<pid>/status, readable by anyone): an upper bound, since a forked
 copy counts every page it still shares with its parent (a Python fork
@@ -63,7 +72,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from sandboxd.agent import worker
+from sandboxd.agent import kernelmem, worker
 
 # Between two sweeps while any run is watched. A sweep took 0.11 ms here
 # among 81 processes none of which was watched, 0.76 ms when all 81 were
@@ -73,6 +82,8 @@ from sandboxd.agent import worker
 WATCH_SECONDS = 0.05
 WATCH_DUTY_INVERSE = 20
 WATCH_MAX_PAUSE = 0.5
+# What a lone process under RLIMIT_AS may pin in the kernel before its mapped memory is counted with it.
+LONE_KERNEL_BYTES = 1 << 20
 # What a job's process is given; restored when lowered.
 JOB_OOM_SCORE_ADJ = str(worker.JOB_OOM_SCORE_ADJ).encode()
 # The kernel's count of OOM kills. Host-wide: a sandbox restored from a
@@ -127,6 +138,7 @@ def sandbox_usage() -> tuple[int, int]:
     Read from the processes rather than the cgroup's files, which a restored
     sandbox cannot see (VMSTAT). Each process's private memory counts in
     full, pages it shares with a fork's parent included: an over-count.
+    What Unix sockets hold in the kernel counts too (kernelmem.socket_memory).
     """
     held = tasks = 0
     for name in os.listdir("/proc"):
@@ -136,7 +148,7 @@ def sandbox_usage() -> tuple[int, int]:
         if status:
             held += _status_private_bytes(status)
             tasks += _status_field(status, b"\nThreads:") or 1
-    return held, tasks
+    return held + sum(kernelmem.socket_memory().values()), tasks
 
 
 def _status_field(status: bytes, field: bytes) -> int:
@@ -227,6 +239,16 @@ def memory_of_run(uid: int, pids: list[int]) -> int:
     return held
 
 
+def kernel_memory(runs: dict[int, list[int]]) -> dict[int, int]:
+    """What each run (uid: its pids) pins in the kernel: its Unix sockets and its other descriptors (kernelmem)."""
+    sockets = kernelmem.socket_memory()
+    pinned: dict[int, int] = {}
+    for uid, pids in runs.items():
+        with _file_system_ids(uid):
+            pinned[uid] = sockets.get(uid, 0) + kernelmem.descriptor_memory(pids)
+    return pinned
+
+
 def processes_of(uids: set[int]) -> dict[int, list[int]]:
     """The pids of each of `uids`, from one listing of /proc (zombies included: they hold nothing)."""
     found: dict[int, list[int]] = {}
@@ -263,6 +285,8 @@ class WatchedRun:
     # UsageWatch.cpu_ns when the watch began: what all watched runs had run by then.
     all_cpu_ns_at_start: int = 0
     peak: int = 0
+    # The most of `peak`'s kind that its processes pinned in the kernel (kernel_memory) at one sweep.
+    peak_kernel: int = 0
     over: bool = False
     # What its processes ran and waited on a run queue, summed over every process a sweep saw.
     cpu_ns: int = 0
@@ -398,6 +422,7 @@ class UsageWatch:
 
     async def sweep(self) -> None:
         processes = processes_of(set(self._runs))
+        held_to_limit: list[tuple[WatchedRun, list[int]]] = []
         for run in list(self._runs.values()):
             pids = processes.get(run.uid, [])
             run.most_processes = max(run.most_processes, len(pids))
@@ -410,15 +435,29 @@ class UsageWatch:
                 run.seen = {pid: run.seen[pid] for pid in pids if pid in run.seen}
             if run.on_counted is not None:
                 run.on_counted()
-            if not run.limit or run.over or (run.bounded_alone and len(pids) <= 1):
-                continue
-            held = sum(private_memory(pid) for pid in pids)
-            if held > run.limit:
+            if run.limit and not run.over and pids:
+                held_to_limit.append((run, pids))
+        if not held_to_limit:
+            return
+        # Off the loop: a run of 256 processes of 512 descriptors each is 131,072 links to read.
+        pinned = await asyncio.to_thread(kernel_memory, {run.uid: pids for run, pids in held_to_limit})
+        for run, pids in held_to_limit:
+            if self._runs.get(run.uid) is not run:
+                continue  # the run ended meanwhile; its uid may run the next case by now
+            kernel = pinned.get(run.uid, 0)
+            mapped = 0
+            # A lone process under RLIMIT_AS maps no more than its limit: only what it pins beyond its
+            # descriptors' usual few (a pipe of 64 KiB each for stdout and stderr) makes its mapped memory count.
+            if not (run.bounded_alone and len(pids) <= 1 and kernel <= LONE_KERNEL_BYTES):
+                mapped = sum(private_memory(pid) for pid in pids)
+            if mapped and mapped + kernel > run.limit:
                 # Off the loop: for a fork bomb's 256 copies this reads for tens of milliseconds.
-                held = await asyncio.to_thread(memory_of_run, run.uid, pids)
+                mapped = await asyncio.to_thread(memory_of_run, run.uid, pids)
                 if self._runs.get(run.uid) is not run:
-                    continue  # the run ended meanwhile; its uid may run the next case by now
+                    continue
+            held = mapped + kernel
             run.peak = max(run.peak, held)
+            run.peak_kernel = max(run.peak_kernel, kernel)
             if held > run.limit and not run.over:
                 run.over = True
                 if run.on_over is not None:

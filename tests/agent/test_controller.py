@@ -771,6 +771,37 @@ def test_a_judge_that_cannot_start_for_lack_of_space_blames_the_candidate_only_i
 JUDGED_JOB: dict[str, Any] = dict(EXECUTE, kind="code", plan={"kind": "function", "total": 2, "stdio": []}, harness={})
 
 
+@pytest.mark.parametrize("crowded", [True, False], ids=["crowded-out", "its-own-sigkill"])
+def test_a_candidate_its_judge_saw_die_is_judged_by_its_exit(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, crowded: bool) -> None:
+    """The OOM killer took a candidate while the others held the sandbox's memory: its judge answered "died" (the
+    socket closes before the exit is reported), the candidate was then taken for one its caller killed, and the
+    out-of-memory check was skipped: RUNTIME_ERROR for 6 of 12 correct jobs beside a socket-buffer attack (red
+    team). Now the harness waits for that exit, so the run retries it as it does a stdio run (SandboxFull); a
+    candidate that ended itself keeps its verdict."""
+    controller = bare_controller(tmp_path, monkeypatch)
+
+    async def candidate_run(spec: runner.RunSpec, *, settle: bool = True) -> runner.RunOutcome:
+        await asyncio.sleep(0.05)  # its exit, reported after the judge's answer
+        if crowded and not spec.ended_by_caller:
+            raise runner.SandboxFull("the sandbox ran out of memory while this run held 150 MiB")
+        return runner.RunOutcome(wait_status=0 if not crowded else signal.SIGKILL, stdout=b"", stderr=b"",
+                                 stdout_truncated=False, stderr_truncated=False, killed_for="", wall_seconds=0.05,
+                                 cpu_seconds=0.0, max_rss_bytes=0)
+
+    async def judge(request: dict[str, Any], peer: socket.socket, cpu_credit_fd: int, timeout: float) -> Any:
+        died = {"index": 0, "status": "died", "passed": False, "message": "the candidate process exited"}
+        return "ok", {"status": "died", "total": 2, "candidate_died": True, "tests": [died]}, ""
+
+    monkeypatch.setattr(controller.runner, "run", candidate_run)
+    monkeypatch.setattr(controller.judges, "judge", judge)
+    reply = _run(controller, JUDGED_JOB)
+    if crowded:
+        assert reply.get("full") is True and "ran out of memory" in reply["error"], reply
+    else:
+        assert reply["result"]["status"] == "runtime_error", reply
+
+
 def test_an_innocent_candidate_is_not_charged_when_the_neighbour_leaves_between_the_two_looks(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A neighbour took every entry of /tmp; this job's judge could not make its work dir (SandboxFull). The
