@@ -131,10 +131,11 @@ def test_background_cpu_a_session_leaves_between_cells_harms_no_neighbour(client
         job = helpers.run(channel, helpers.execute(helpers.NEEDS_CPU, timeout=3))
         assert job.status == pb.STATUS_OK, job
         before = float(hog.run(OWN_CPU).value)
-        time.sleep(2)
+        time.sleep(4)
         after = float(hog.run(OWN_CPU).value)
-        # Stopped between the two cells; running only during the cells themselves (milliseconds each).
-        assert after - before < 0.5, (before, after)
+        # Stopped between the two cells: about 4 s of the sandbox's one CPU before. They run during the cells
+        # themselves, which their 41 busy threads make slow (0.77 s of theirs over a cell that reads /proc here).
+        assert after - before < 2.0, (before, after)
         # Its state and its background work are still there: the thread and the 40 processes.
         assert hog.run("import threading\nthreading.active_count()").value == "2"
         assert victim.run("kept").value == "1"
