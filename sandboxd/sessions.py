@@ -153,6 +153,11 @@ class SessionManager:
             files.append({"path": item.path, "content": base64.b64encode(item.content).decode()})
         if total > MAX_SESSION_FILES_BYTES:
             raise InvalidRequest(f"files hold {total} bytes; at most {MAX_SESSION_FILES_BYTES} per session")
+        # A session's files are held to its share of the sandbox's /tmp after each cell (docs/sessions.md).
+        share = self.config.sandbox.tmpfs_bytes // settings.per_sandbox
+        if total > share:
+            raise InvalidRequest(f"files hold {total} bytes; a session's share of its sandbox's /tmp is {share} "
+                                 "(sandbox.tmpfs_bytes / sessions.per_sandbox)")
         return language, limits, idle, files
 
     async def open(self, request: pb.OpenSessionRequest) -> Session:
@@ -212,7 +217,9 @@ class SessionManager:
             raise Overloaded(f"{len(self.sessions)} sessions are open (limit {self.max_sessions})", 5.0)
         self._opening += 1
         try:
-            agent_limits = dict(limits, lifetime=self.config.sessions.max_lifetime_seconds)
+            # Each session's share of its sandbox's /tmp between cells (agent/sessions.py).
+            agent_limits = dict(limits, lifetime=self.config.sessions.max_lifetime_seconds,
+                                tmpfs_share=1 / self.config.sessions.per_sandbox)
             for attempt in range(1, OPEN_ATTEMPTS + 1):
                 sandbox = await self._take_slot(pool)
                 opening = asyncio.ensure_future(sandbox.request(

@@ -81,6 +81,7 @@ def test_unknown_pool_kind_is_refused() -> None:
     ({"files": [pb.File(path="/etc/passwd")]}, "relative path"),
     ({"files": [pb.File(path="a"), pb.File(path="a")]}, "a path appears twice"),
     ({"files": [pb.File(path="big", content=b"x" * (17 << 20))]}, "at most"),
+    ({"files": [pb.File(path="big", content=b"x" * (9 << 20))]}, r"share of its sandbox's /tmp is 8388608"),
     ({"files": [pb.File(path=f"d{i}/" + "a/" * 2040 + "f") for i in range(33)]}, "more than the 65536"),
     ({"limits": pb.Limits(memory_bytes=1 << 40)}, "limits.memory_bytes"),
     ({"request_id": "k" * 129}, "request_id has 129 characters; at most 128"),

@@ -13,6 +13,7 @@ import enum
 import functools
 import json
 import math
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, Union, cast
@@ -275,6 +276,23 @@ _REWARD_MODES = {"binary", "fraction"}
 _MATH_EXTRACTION = {"auto", "boxed", "answer_tag", "phrase", "last_expression"}
 
 
+# A UTF-16 surrogate code point: alone in a str it cannot be UTF-8, and protobuf refused the whole request with
+# UnicodeEncodeError (a model that emits one, or text decoded with surrogateescape).
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def valid_text(text: str) -> str:
+    """``text`` as valid Unicode: each lone surrogate replaced by U+FFFD, a pair of them joined into its character.
+
+    Every string the client sends goes through here (docs/client.md, "Text
+    the client sends"): the daemon then scores what it got, as any other
+    text, instead of the request failing before it is sent.
+    """
+    if _SURROGATE.search(text) is None:
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
 def _json_default(obj: Any) -> Any:
     # verl hands parquet columns over as numpy arrays and scalars; both have tolist().
     if hasattr(obj, "tolist"):
@@ -285,10 +303,18 @@ def _json_default(obj: Any) -> Any:
 
 
 def to_json(value: Any) -> str:
-    """JSON for dataset values, which may hold numpy arrays (verl) or tuples."""
+    """JSON for dataset values, which may hold numpy arrays (verl) or tuples; lone surrogates in its strings
+    become U+FFFD (valid_text)."""
     try:
-        return json.dumps(value, default=_json_default)
+        text = json.dumps(value, default=_json_default)
+        if "\\ud" in text or "\\uD" in text:
+            # ASCII JSON writes a lone surrogate as an escape, which the daemon would decode back into one.
+            text = valid_text(json.dumps(value, default=_json_default, ensure_ascii=False))
+        return text
+    except RecursionError:
+        raise InvalidRequest("tests are not JSON serialisable: nested too deeply") from None
     except (TypeError, ValueError) as e:
+        # ValueError: a circular reference, or an int past Python's 4,300 digits.
         raise InvalidRequest(f"tests are not JSON serialisable: {e}") from e
 
 
@@ -297,7 +323,11 @@ _ProtoEnum = TypeVar("_ProtoEnum", bound=int)
 
 
 def _enum(proto_enum: type[_ProtoEnum], prefix: str, value: str | int, allowed: set[str], what: str) -> _ProtoEnum:
-    if isinstance(value, int):
+    if isinstance(value, int) and not isinstance(value, bool):
+        try:
+            cast(Any, proto_enum).Name(value)
+        except ValueError:
+            raise InvalidRequest(f"{what} must be one of {sorted(allowed)}, got {value!r}") from None
         return cast(_ProtoEnum, value)
     if not isinstance(value, str) or value.lower() not in allowed:
         raise InvalidRequest(f"{what} must be one of {sorted(allowed)}, got {value!r}")
@@ -309,11 +339,45 @@ def _check_finite(value: float | None, what: str, *, positive: bool = False) -> 
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidRequest(f"{what} must be a number, got {type(value).__name__}")
-    if not math.isfinite(value):
-        raise InvalidRequest(f"{what} must be finite, got {value!r}")
+    try:
+        finite = math.isfinite(value)
+    except OverflowError:  # an int past a float's range
+        finite = False
+    if not finite:
+        raise InvalidRequest(f"{what} must be finite, got {value if isinstance(value, float) else 'a huge int'}")
     if positive and value <= 0:
         raise InvalidRequest(f"{what} must be > 0, got {value!r}")
     return float(value)
+
+
+def _short_repr(value: Any) -> str:
+    """A value for an error message: its repr cut at 80 characters (or its type, where it has no repr)."""
+    try:
+        text = repr(value)
+    except Exception:  # an int past 4,300 digits, a hostile __repr__, a cycle too deep
+        return f"a {type(value).__name__}"
+    return text if len(text) <= 80 else f"{text[:77]}..."
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _refusing(build: _F) -> _F:
+    """`build`, raising InvalidRequest for any input it cannot take: what it does not check itself (an unknown
+    keyword argument, a value protobuf refuses) fails with TypeError, ValueError and the like."""
+
+    @functools.wraps(build)
+    def refusing(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return build(*args, **kwargs)
+        except InvalidRequest:
+            raise
+        except RecursionError:
+            raise InvalidRequest(f"{build.__name__}: an argument is nested too deeply") from None
+        except (TypeError, ValueError, OverflowError, KeyError, IndexError, AttributeError, UnicodeError) as e:
+            raise InvalidRequest(f"{build.__name__}: {type(e).__name__}: {e}") from e
+
+    return cast(_F, refusing)
 
 
 def _check_str(value: Any, what: str, *, allow_empty: bool = True) -> str:
@@ -321,7 +385,7 @@ def _check_str(value: Any, what: str, *, allow_empty: bool = True) -> str:
         raise InvalidRequest(f"{what} must be a str, got {type(value).__name__}")
     if not allow_empty and not value:
         raise InvalidRequest(f"{what} must not be empty")
-    return value
+    return valid_text(value)
 
 
 def _limits(timeout: float | None, memory_bytes: int | None, output_bytes: int | None,
@@ -331,8 +395,8 @@ def _limits(timeout: float | None, memory_bytes: int | None, output_bytes: int |
     for name, value in (("memory_bytes", memory_bytes), ("output_bytes", output_bytes)):
         if value is None:
             continue
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise InvalidRequest(f"{name} must be a positive int, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 1 << 64:
+            raise InvalidRequest(f"{name} must be a positive int below 2**64, got {_short_repr(value)}")
         setattr(limits, name, value)
     return limits
 
@@ -367,13 +431,19 @@ def _dataset_dict(tests: Mapping[str, Any]) -> str:
         raise InvalidRequest(
             f"tests dict has keys {sorted(keys)}; expected one of the dataset shapes: {shapes}"
         )
-    if "inputs" in keys and "outputs" not in keys:
-        raise InvalidRequest("tests dict has 'inputs' but no 'outputs'")
-    if "outputs" in keys and len(tests["inputs"]) != len(tests["outputs"]):
-        raise InvalidRequest(f"tests have {len(tests['inputs'])} inputs but {len(tests['outputs'])} outputs")
+    if ("inputs" in keys) != ("outputs" in keys):
+        raise InvalidRequest("tests dict has one of 'inputs' and 'outputs' but not the other")
+    if "inputs" in keys:
+        inputs, outputs = tests["inputs"], tests["outputs"]
+        if not all(isinstance(v, (list, tuple)) or hasattr(v, "tolist") for v in (inputs, outputs)):
+            raise InvalidRequest(f"tests 'inputs' and 'outputs' must be lists, got {type(inputs).__name__} and "
+                                 f"{type(outputs).__name__}")
+        if len(inputs) != len(outputs):
+            raise InvalidRequest(f"tests have {len(inputs)} inputs but {len(outputs)} outputs")
     return to_json(dict(tests))
 
 
+@_refusing
 def code_tests(
     tests: CodeTestsLike, *, fn_name: str | None = None, entry_point: str | None = None
 ) -> pb.CodeTests:
@@ -412,8 +482,11 @@ def code_tests(
 def _tests_from_str(tests: str) -> pb.CodeTests:
     if not tests.strip():
         raise InvalidRequest("tests must not be empty")
+    tests = valid_text(tests)
     try:
         parsed = json.loads(tests)
+    except RecursionError:
+        raise InvalidRequest("tests JSON is nested too deeply") from None
     except ValueError:
         # Not JSON: assert code, as in HumanEval's `test` or a hand-written check.
         return pb.CodeTests(assert_code=tests)
@@ -470,7 +543,7 @@ def _tests_from_list(items: list[Any], raw_json: str | None = None) -> pb.CodeTe
 
 def _text(value: Any) -> str:
     if isinstance(value, str):
-        return value
+        return valid_text(value)
     if isinstance(value, (bytes, bytearray)):
         return value.decode("utf-8", errors="replace")
     raise InvalidRequest(f"stdio test values must be str, got {type(value).__name__}")
@@ -504,6 +577,7 @@ def check_reward_options(
             raise ValueError(f"{what}: {error}") from None
 
 
+@_refusing
 def code_job(
     completion: str,
     tests: CodeTestsLike,
@@ -549,7 +623,7 @@ def code_job(
             language=_check_str(language, "language", allow_empty=False),
             tests=code_tests(tests, fn_name=fn_name, entry_point=entry_point),
             extraction=extraction_value,
-            tag=tag or "",
+            tag=_check_str(tag, "tag") if tag else "",
             checker=pb.CHECKER_UNSPECIFIED if checker is None else _enum(pb.Checker, "CHECKER_", checker,
                                                                           _CHECKERS, "checker"),
             reward_mode=_enum(pb.RewardMode, "REWARD_MODE_", reward_mode, _REWARD_MODES, "reward_mode"),
@@ -560,6 +634,7 @@ def code_job(
     return job
 
 
+@_refusing
 def math_job(
     completion: str,
     ground_truth: str | int | float,
@@ -579,7 +654,10 @@ def math_job(
         raise InvalidRequest(f"ground_truth must be a str or number, got {type(ground_truth).__name__}")
     if isinstance(ground_truth, float) and not math.isfinite(ground_truth):
         raise InvalidRequest(f"ground_truth must be finite, got {ground_truth!r}")
-    truth = str(ground_truth)
+    try:
+        truth = valid_text(str(ground_truth))
+    except ValueError:
+        raise InvalidRequest("ground_truth is an int of more digits than Python writes out (4,300)") from None
     if not truth.strip():
         raise InvalidRequest("ground_truth must not be empty")
     job = _job(timeout=timeout, memory_bytes=memory_bytes, output_bytes=None, failure_value=failure_value)
@@ -599,15 +677,16 @@ def math_job(
 def _files(files: Mapping[str, str | bytes] | None) -> list[pb.File]:
     out = []
     for path, content in (files or {}).items():
-        _check_str(path, "file path", allow_empty=False)
+        path = _check_str(path, "file path", allow_empty=False)
         if isinstance(content, str):
-            content = content.encode()
+            content = valid_text(content).encode()
         if not isinstance(content, (bytes, bytearray)):
             raise InvalidRequest(f"file {path!r} content must be str or bytes")
         out.append(pb.File(path=path, content=bytes(content)))
     return out
 
 
+@_refusing
 def execute_job(
     code: str,
     language: str = "python",
@@ -623,7 +702,7 @@ def execute_job(
 ) -> pb.Job:
     """A job that runs ``code`` as-is; reward 1.0 when it exits 0."""
     if isinstance(stdin, str):
-        stdin = stdin.encode()
+        stdin = valid_text(stdin).encode()
     if not isinstance(stdin, (bytes, bytearray)):
         raise InvalidRequest("stdin must be str or bytes")
     if isinstance(args, str) or isinstance(collect_files, str):
@@ -644,6 +723,7 @@ def execute_job(
     return job
 
 
+@_refusing
 def reward_model_job(
     prompt: str,
     completion: str,
@@ -791,26 +871,33 @@ def _dataset_cases(dataset_json: str) -> int:
     # Cached: a GRPO group sends one problem's tests with every completion.
     try:
         data = json.loads(dataset_json)
-    except ValueError:
-        return 1
+    except (ValueError, RecursionError):
+        return 1  # the daemon says what is wrong with it
     if isinstance(data, list):
         return max(1, len(data))
     if isinstance(data, Mapping):
+        return _mapped_cases(data)
+    return 1
+
+
+def _mapped_cases(data: Mapping[str, Any]) -> int:
+    try:
         n = len(data.get("inputs") or ()) + len(data.get("test_list") or ())
         for key in DATASET_KEYS["CodeContests"]:
             n += len((data.get(key) or {}).get("input") or ()) if isinstance(data.get(key), Mapping) else 0
         # LiveCodeBench's and PrimeIntellect's lists, which may come as JSON strings.
         for key in (*DATASET_KEYS["LiveCodeBench"], *DATASET_KEYS["PrimeIntellect"]):
             n += _listed_cases(data.get(key))
-        return max(1, n)
-    return 1
+    except TypeError:
+        return 1  # a count of what is no list: the daemon says what is wrong with it
+    return max(1, n)
 
 
 def _listed_cases(value: Any) -> int:
     if isinstance(value, str):
         try:
             value = json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):
             return 0  # LiveCodeBench's released private cases are not JSON: the daemon refuses them
     return len(value) if isinstance(value, list) else 0
 

@@ -44,6 +44,7 @@ from ._requests import (
     _check_str,
     _files,
     _limits,
+    _refusing,
     code_job,
     execute_job,
     job_deadline,
@@ -148,6 +149,7 @@ class _ClientBase:
         plan = plan_chunks(jobs, max_jobs=self._batch_size, max_bytes=self._max_batch_bytes)
         return [{i: jobs[i] for i in chunk} for chunk in plan]
 
+    @_refusing
     def _open_request(
         self,
         language: str,
@@ -213,6 +215,7 @@ class _SessionBase:
         if self._closed:
             raise SessionNotFound(f"session {self.id} is closed")
         code = _check_str(code, "code")
+        timeout = _check_finite(timeout, "timeout", positive=True)
         request = pb.RunCellRequest(session_id=self.id, code=code, timeout_seconds=timeout or 0.0)
         return request, (timeout or self._cell_timeout) * DEADLINE_STRETCH + self._client._margin
 

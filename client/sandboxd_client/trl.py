@@ -84,7 +84,8 @@ def _content_text(content: Any) -> str:
     # Multimodal chat content: [{"type": "text", "text": ...}, ...]
     if isinstance(content, Sequence):
         return "".join(
-            p.get("text", "") for p in content if isinstance(p, Mapping) and p.get("type") == "text"
+            p["text"] for p in content
+            if isinstance(p, Mapping) and p.get("type") == "text" and isinstance(p.get("text"), str)
         )
     raise InvalidRequest(f"cannot read message content of type {type(content).__name__}")
 
@@ -240,6 +241,12 @@ class _RewardSpec:
                 if self.raise_on_error:
                     raise
                 jobs.append(e)
+            except (TypeError, ValueError, LookupError, AttributeError, RecursionError) as e:
+                # A dataset value no builder check foresaw (its own __len__ or __getitem__ failing): this row's
+                # reward, not the trainer's step.
+                if self.raise_on_error:
+                    raise
+                jobs.append(InvalidRequest(f"row {row}: {type(e).__name__}: {e}"))
         return jobs
 
     # -- results ----------------------------------------------------------

@@ -225,11 +225,15 @@ def _prepare(
     data_source: str, solution_str: str, ground_truth: Any, extra_info: Any, kwargs: Mapping[str, Any]
 ) -> pb.Job | InvalidRequest:
     _check_settings(kwargs)  # settings that no row can make valid stop the run (ValueError)
+    kind_for(data_source, kwargs.get("data_source_kinds"))  # an unknown data source (ValueError) stops the run
     try:
         return _job(data_source, solution_str, ground_truth, extra_info, kwargs)
     except InvalidRequest as e:
-        # A malformed row scores the infrastructure value; an unknown data source (ValueError) stops the run.
+        # A malformed row scores the infrastructure value.
         return e
+    except (TypeError, ValueError, LookupError, AttributeError, RecursionError) as e:
+        # A value no builder check foresaw (a ground truth whose tolist() fails): this row's score, not the run.
+        return InvalidRequest(f"{type(e).__name__}: {e}")
 
 
 def compute_score(

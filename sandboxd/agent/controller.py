@@ -345,7 +345,7 @@ class Controller:
             remove_files_of(uid, folder)
 
     def release_later(self, uid: int, runs: list[RunOutcome] | None = None, *,
-                      shared_files_removed: bool = False) -> None:
+                      shared_files_removed: bool = False) -> asyncio.Future[None]:
         """`release(uid)` in the background once `runs` have exited: off the job's path, or a caller's that cannot wait.
 
         The reply goes out first: a run answered before its exit (Runner.run,
@@ -371,6 +371,7 @@ class Controller:
         task = asyncio.ensure_future(release())
         self._releasing.add(task)
         task.add_done_callback(self._releasing.discard)
+        return task
 
     @staticmethod
     def damaged(why: str) -> None:
@@ -869,7 +870,10 @@ class Controller:
                 self.close_session(session.uid)
                 raise
             if not session.alive:
-                self.close_session(session.uid)
+                releasing = self.close_session(session.uid)
+                if session.over_files_share and releasing is not None:
+                    # Its files go before the answer: a neighbour's cell that follows it finds its room.
+                    await asyncio.shield(releasing)
             return {"result": result}
         if op == "session_close":
             self.close_session(require(request, "session", int))
@@ -885,17 +889,19 @@ class Controller:
             return {"ended": ended}
         raise BadRequest(f"unknown op {op!r}")
 
-    def close_session(self, uid: int) -> None:
-        """End a session: its interpreter killed now, its uid swept and its files removed in the background.
+    def close_session(self, uid: int) -> asyncio.Future[None] | None:
+        """End a session: its interpreter killed now, its uid swept and its files removed in the background
+        (the returned release, None for no session).
 
         A session's folder can hold as many entries as the tmpfs allows; its
         removal held the Close (3 million links: more than 10 s) and with it
         every other session of the sandbox.
         """
         session = self.sessions.pop(uid, None)
-        if session is not None:
-            session.close()
-            self.release_later(uid)
+        if session is None:
+            return None
+        session.close()
+        return self.release_later(uid)
 
 
 def encode_reply(reply: dict[str, Any]) -> bytes:

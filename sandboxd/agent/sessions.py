@@ -13,6 +13,14 @@ session down with it. Bash: each cell is a fresh `bash` that first restores
 the state (variables, exported environment, functions, options, working
 directory) the previous cell saved on exit, so a timeout kills that cell
 only and no shell lingers between cells.
+
+Between cells a session takes no more than its share of the sandbox: a
+Python session's processes (the interpreter with its threads, and whatever
+a cell left running) are stopped (SIGSTOP) from the end of one cell to the
+start of the next, so they take no CPU from the other sessions' cells; and
+what a session's files hold of /tmp (and /dev/shm) after a cell is held to
+its share, 1 / sessions.per_sandbox of the tmpfs's bytes and entries, or the
+session ends there (its files removed before the cell's answer).
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ import os
 import signal
 import stat
 import time
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from sandboxd.agent import tree, usage
@@ -35,11 +44,12 @@ from sandboxd.agent.runner import (
     ResidentWorker,
     RunSpec,
     SandboxFull,
+    _as_uid,
     classify,
     sigkill_uid,
     starved_reason,
 )
-from sandboxd.agent.usage import CpuShare, WatchedRun
+from sandboxd.agent.usage import CpuShare, WatchedRun, _file_system_ids
 
 if TYPE_CHECKING:
     from sandboxd.agent.controller import Controller
@@ -53,6 +63,10 @@ RESULT_FRAME_BYTES = 1 << 20
 # repl.VALUE_PREVIEW_CHARS and the note on what was cut.
 MAX_VALUE_CHARS = VALUE_PREVIEW_CHARS + 64
 BASH_STATE_FILE = ".sandboxd-bash-state"
+# Listings of a session's processes while stopping them (pause_uid): each round stops those a listing found that
+# the last did not (children forked before their parent's stop). A fork bomb that outruns this many rounds is
+# stopped at once by kill(-1) as the uid, which costs a fork of the controller.
+PAUSE_ROUNDS = 16
 # Restores the previous cell's state, runs the cell (from stdin, so that the
 # controller never writes into the session's folder), saves the state on any
 # exit. Bash's own read-only and per-process variables are not saved.
@@ -115,6 +129,102 @@ def reply_name(path: str) -> str:
     return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
+def pause_uid(uid: int) -> bool:
+    """SIGSTOP every process of `uid`; False if some could not be (no pid left to fork kill(-1)'s helper with).
+
+    The agent may signal any process (it is root, the sessions are not). A
+    process forking while it is stopped gets its child out, unstopped (a
+    stop is no fatal signal: the kernel does not abort that fork), so the
+    uid is listed again until a listing finds no process not yet stopped;
+    one that has a stop pending forks no more. The stop itself may land
+    later (a process off the CPU under the sandbox's quota takes it when it
+    next runs): it runs no more code of its own either way.
+    """
+    stopped: set[int] = set()
+    for _ in range(PAUSE_ROUNDS):
+        new = set(usage.processes_of({uid}).get(uid, [])) - stopped
+        if not new:
+            return True
+        for pid in new:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+        stopped |= new
+    try:
+        _as_uid(uid, lambda: os.kill(-1, signal.SIGSTOP))  # every process of uid but the helper itself, at once
+    except BlockingIOError:
+        return False
+    return True
+
+
+def resume_uid(uid: int) -> None:
+    """SIGCONT every process of `uid` (stopped by pause_uid: none of them can fork meanwhile)."""
+    for pid in usage.processes_of({uid}).get(uid, []):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+
+
+def files_held(uid: int, workdir: str, shared_folders: Iterable[str], pids: Iterable[int],
+               most_entries: int) -> tuple[int, int]:
+    """(bytes, entries) that `uid`'s files take of the sandbox's tmpfs mounts, counted up to `most_entries + 1`.
+
+    Its work dir; what it made in the folders every uid may write to
+    (/dev/shm); and the files its processes `pids` hold open that are
+    deleted, which keep their space and inode until closed (on those mounts:
+    a memfd is memory, held to the session's memory limit; seen only in a
+    process that is dumpable: a file system uid of the session's reads its
+    /proc/<pid>/fd, as for usage.memory_of_run). A file's bytes count once
+    whatever its links; each link is an entry, as tmpfs counts them. In a
+    thread: a session can make as many entries as the tmpfs holds.
+    """
+    held_bytes = entries = 0
+    seen: set[tuple[int, int]] = set()
+
+    def count(info: os.stat_result) -> None:
+        nonlocal held_bytes, entries
+        entries += 1
+        if (info.st_dev, info.st_ino) not in seen:
+            seen.add((info.st_dev, info.st_ino))
+            held_bytes += info.st_blocks * 512
+
+    tops: list[str] = [workdir]
+    devices = set()
+    for folder in [workdir, *shared_folders]:
+        with contextlib.suppress(OSError):
+            devices.add(os.stat(folder).st_dev)
+    for folder in shared_folders:
+        with contextlib.suppress(OSError), os.scandir(folder) as listing:
+            for entry in listing:
+                with contextlib.suppress(OSError):
+                    if entry.stat(follow_symlinks=False).st_uid == uid:
+                        tops.append(entry.path)
+    for top in tops:
+        try:
+            count(os.lstat(top))
+        except OSError:
+            continue
+        with contextlib.closing(tree.walk(top)) as below:
+            for _, _, info in below:
+                count(info)
+                if entries > most_entries:
+                    return held_bytes, entries
+    with _file_system_ids(uid):
+        for pid in pids:
+            try:
+                fds = os.listdir(f"/proc/{pid}/fd")
+            except OSError:
+                continue
+            for fd in fds:
+                try:
+                    info = os.stat(f"/proc/{pid}/fd/{fd}")
+                except OSError:
+                    continue
+                if info.st_nlink == 0 and stat.S_ISREG(info.st_mode) and info.st_dev in devices:
+                    count(info)
+                    if entries > most_entries:
+                        return held_bytes, entries
+    return held_bytes, entries
+
+
 class Session:
     """One session's uid and folder; subclasses run its cells."""
 
@@ -127,7 +237,17 @@ class Session:
         self.limits = limits
         self.alive = True
         self.cells_run = 0
+        # Set when a cell left more than the session's share of /tmp: its files go before that cell's answer.
+        self.over_files_share = False
         self._lock = asyncio.Lock()
+        # Its share of the tmpfs (limits["tmpfs_share"], 1 / sessions.per_sandbox; 0: no share kept).
+        fraction = float(limits.get("tmpfs_share") or 0.0)
+        self.files_share_bytes = self.files_share_entries = 0
+        if fraction > 0:
+            with contextlib.suppress(OSError):
+                fs = os.statvfs(os.path.dirname(workdir))
+                self.files_share_bytes = int(fs.f_blocks * fs.f_frsize * fraction)
+                self.files_share_entries = int(fs.f_files * fraction)
 
     async def start(self) -> None:
         """Make the session ready for its first cell."""
@@ -149,10 +269,44 @@ class Session:
                           "message": f"{exc}; the cell was not charged and can be run again"}
             result["time_seconds"] = time.monotonic() - started
             self.cells_run += 1
+            if self.alive and not await self._between_cells():
+                result["message"] = (f"{result.get('message') or ''}; " if result.get("message") else "") + \
+                    "the session's processes could not be stopped until its next cell (no pid left to do it " \
+                    "with); the session was closed"
+            if self.alive:
+                over = await self._over_files_share()
+                if over:
+                    self.over_files_share = True
+                    self.close()
+                    result.update(status="runtime_error", limit="file_size", message=over)
             result["alive"] = self.alive
             if self.alive:
                 result["files_changed"] = changed_files(before, scan(self.workdir))
             return result
+
+    async def _between_cells(self) -> bool:
+        """Hold what the session leaves running to no CPU until its next cell (PythonSession); False if that failed
+        and the session was closed."""
+        return True
+
+    async def _over_files_share(self) -> str:
+        """Why the session's files hold more than its share of the tmpfs, or "" if they do not."""
+        if not self.files_share_bytes and not self.files_share_entries:
+            return ""
+        from sandboxd.agent.controller import _off_loop  # the controller imports this module
+
+        pids = usage.processes_of({self.uid}).get(self.uid, [])
+        held_bytes, entries = await _off_loop(
+            files_held, self.uid, self.workdir, self.controller.shared_writable, pids,
+            self.files_share_entries or (1 << 62))
+        if self.files_share_entries and entries > self.files_share_entries:
+            held = f"more than {self.files_share_entries} entries (files, folders, links)"
+        elif self.files_share_bytes and held_bytes > self.files_share_bytes:
+            held = f"{held_bytes >> 20} MiB, more than {self.files_share_bytes >> 20} MiB"
+        else:
+            return ""
+        return (f"the session's files held {held} of the sandbox's /tmp after the cell: each session's share is "
+                f"1 / sessions.per_sandbox of it; the session was closed and its files removed")
 
     async def _run_cell(self, code: str, timeout: float, output_limit: int) -> dict[str, Any]:
         raise NotImplementedError
@@ -213,6 +367,14 @@ class PythonSession(Session):
             self.uid, memory_limit + controller.runner.warm_memory() if memory_limit else 0, bounded_alone=True,
             on_over=self._memory_exceeded)
         self._oom_kills_alive = usage.oom_kills()
+        if not await self._between_cells():
+            raise SandboxFull("no pid was left to stop the session's interpreter with until its first cell")
+
+    async def _between_cells(self) -> bool:
+        if pause_uid(self.uid):
+            return True
+        self.close()
+        return False
 
     def _memory_exceeded(self) -> None:
         self._over_memory = True
@@ -239,6 +401,7 @@ class PythonSession(Session):
                 share = watch.share_of(watched, since=mark)
             interrupt("wall_time")
 
+        resume_uid(self.uid)  # stopped since the last cell (or the open): _between_cells
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
         budget = OutputBudget(output_limit, lambda: interrupt("output"))

@@ -4,11 +4,22 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
-from sandboxd.agent.sessions import BASH_STATE_FILE, BASH_WRAPPER, changed_files, scan
+from sandboxd.agent import usage
+from sandboxd.agent.runner import sigkill_uid
+from sandboxd.agent.sessions import (
+    BASH_STATE_FILE,
+    BASH_WRAPPER,
+    changed_files,
+    files_held,
+    pause_uid,
+    resume_uid,
+    scan,
+)
 
 
 def test_changed_files_lists_created_modified_and_deleted(tmp_path: Path) -> None:
@@ -109,3 +120,66 @@ def test_file_names_that_are_not_utf8_are_reported_as_valid_text(tmp_path: Path)
     assert changed == ["bad\\xfe", "bad\\xff", "café", "dir\\xff/in\\xff", "sub\\x80"]
     for changed_name in changed:
         changed_name.encode("utf-8")  # what the daemon's protobuf does; a lone surrogate raised here
+
+
+TEST_UID = 64_999  # a uid no process of this machine runs under
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as stat_file:
+        return stat_file.read().rsplit(")", 1)[1].split()[0]
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="signals another uid's processes, as the agent (root) does")
+def test_pause_uid_stops_a_forking_uid_and_resume_uid_lets_it_go_on(tmp_path: Path) -> None:
+    """Every process of the uid is stopped, those forked while it was being stopped included; then continued."""
+    spinner = ("import os, time\nfor _ in range(20):\n    if os.fork() == 0:\n        break\n"
+               "while True:\n    pass\n")
+    child = subprocess.Popen(["python3", "-c", spinner], user=TEST_UID, group=TEST_UID, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while len(usage.processes_of({TEST_UID}).get(TEST_UID, [])) < 21 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert pause_uid(TEST_UID)
+        time.sleep(0.2)  # a stop lands when the process next runs
+        pids = usage.processes_of({TEST_UID})[TEST_UID]
+        assert len(pids) == 21 and {_state(pid) for pid in pids} == {"T"}
+        ran = [usage.schedstat(pid) for pid in pids]
+        time.sleep(0.2)
+        assert [usage.schedstat(pid) for pid in pids] == ran  # no CPU while stopped
+        resume_uid(TEST_UID)
+        time.sleep(0.2)
+        assert "T" not in {_state(pid) for pid in pids}
+    finally:
+        sigkill_uid(TEST_UID)
+        child.wait()
+
+
+def test_files_held_counts_the_folder_links_shared_files_and_open_deleted_files(tmp_path: Path) -> None:
+    work, shared = tmp_path / "work", tmp_path / "shm"
+    work.mkdir()
+    shared.mkdir()
+    (work / "sub").mkdir()
+    (work / "sub" / "data").write_bytes(b"x" * 10_000)
+    for n in range(3):
+        os.link(work / "sub" / "data", work / f"link{n}")  # entries, but the same bytes
+    (shared / "mine").write_bytes(b"y" * 8192)
+    (shared / "theirs").write_bytes(b"z" * 8192)
+    os.chown(shared / "theirs", TEST_UID, TEST_UID)
+    holder = subprocess.Popen(  # holds a deleted file of 20,000 bytes open
+        ["python3", "-c", "import os, sys\nf = open('deleted', 'wb')\nf.write(b'd' * 20_000)\nf.flush()\n"
+         "os.unlink('deleted')\nprint(os.fstat(f.fileno()).st_blocks, flush=True)\nsys.stdin.read()"],
+        cwd=work, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert holder.stdout is not None
+        deleted_blocks = int(holder.stdout.readline())
+        held_bytes, entries = files_held(os.getuid(), str(work), [str(shared)], [holder.pid], 1000)
+        data, mine = (work / "sub" / "data").stat(), (shared / "mine").stat()
+        blocks = (work.stat().st_blocks + (work / "sub").stat().st_blocks + data.st_blocks + mine.st_blocks
+                  + deleted_blocks) * 512
+        # work, sub, data, 3 links, mine, the deleted file
+        assert (held_bytes, entries) == (blocks, 8)
+        assert files_held(os.getuid(), str(work), [str(shared)], [holder.pid], 3)[1] == 4  # stops past the cap
+    finally:
+        holder.kill()
+        holder.wait()

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import grpc
 import pytest
-from sandboxd_client import SandboxClient, SessionNotFound, Status
+from sandboxd_client import Limit, SandboxClient, SessionNotFound, Status
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
 
@@ -38,6 +38,12 @@ def attack_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonPr
 def client(attack_daemon: DaemonProcess) -> Iterator[SandboxClient]:
     with SandboxClient(attack_daemon.address) as client:
         yield client
+
+
+@pytest.fixture(scope="module")
+def channel(attack_daemon: DaemonProcess) -> Iterator[grpc.Channel]:
+    with grpc.insecure_channel(attack_daemon.address) as channel:
+        yield channel
 
 
 def _uid_of(session) -> int:  # type: ignore[no-untyped-def]
@@ -91,6 +97,98 @@ def test_a_cell_its_neighbours_keep_off_the_cpu_is_answered_uncharged(client: Sa
         assert (passed.status, passed.stdout) == (Status.OK, "5\n"), passed
         kept = victim.run("echo $kept" if language == "bash" else "print(kept)")
         assert kept.stdout == "1\n", kept
+
+
+# Background CPU a cell leaves running: 40 busy processes and a busy thread of the interpreter itself.
+BURNER = ("import os, threading\n"
+          "def spin():\n    while True:\n        pass\n"
+          "threading.Thread(target=spin, daemon=True).start()\n"
+          "for _ in range(40):\n    if os.fork() == 0:\n        spin()\n1")
+# The CPU seconds its processes (threads included) have run, as a cell of the session reads them.
+OWN_CPU = ("import os\ntotal = 0\nfor p in os.listdir('/proc'):\n    try:\n"
+           "        if p.isdigit() and os.stat('/proc/' + p).st_uid == os.getuid():\n"
+           "            fields = open(f'/proc/{p}/stat').read().rsplit(')', 1)[1].split()\n"
+           "            total += int(fields[11]) + int(fields[12])\n"
+           "    except OSError:\n        pass\nround(total / os.sysconf('SC_CLK_TCK'), 2)")
+
+
+def test_background_cpu_a_session_leaves_between_cells_harms_no_neighbour(client: SandboxClient,
+                                                                            channel: grpc.Channel) -> None:
+    """A cell that leaves 40 busy processes and a busy thread behind, then returns: they ran on between its
+    cells for up to the session's hour, and the neighbours' cells were answered INTERNAL ("other runs took the
+    sandbox's CPU") or TIMEOUT (issue #52; 4 of 4 python cells and 4 of 4 bash cells here before the fix). A
+    session's processes are now stopped from the end of each cell to the start of its next: they take no CPU
+    between cells, and pick up where they were at the next one."""
+    with client.open_session() as hog, client.open_session() as victim, client.open_session("bash") as shell:
+        assert victim.run("kept = 1").ok
+        assert hog.run(BURNER).value == "1"
+        time.sleep(1)
+        for _ in range(4):
+            result = victim.run(helpers.NEEDS_CPU, timeout=3)
+            assert (result.status, result.stdout) == (Status.OK, "5\n"), result
+            result = shell.run(f"python3 -c {helpers.NEEDS_CPU!r}", timeout=3)
+            assert (result.status, result.stdout) == (Status.OK, "5\n"), result
+        job = helpers.run(channel, helpers.execute(helpers.NEEDS_CPU, timeout=3))
+        assert job.status == pb.STATUS_OK, job
+        before = float(hog.run(OWN_CPU).value)
+        time.sleep(4)
+        after = float(hog.run(OWN_CPU).value)
+        # Stopped between the two cells: about 4 s of the sandbox's one CPU before. They run during the cells
+        # themselves, which their 41 busy threads make slow (0.77 s of theirs over a cell that reads /proc here).
+        assert after - before < 2.0, (before, after)
+        # Its state and its background work are still there: the thread and the 40 processes.
+        assert hog.run("import threading\nthreading.active_count()").value == "2"
+        assert victim.run("kept").value == "1"
+
+
+# What a cell leaves in /tmp: every entry the tmpfs has (hard links of one file), or every byte (files of 16 MiB).
+FILL_ENTRIES = ("import os\nopen('seed', 'w').close()\nn = 0\ntry:\n    while True:\n"
+                "        os.link('seed', f'l{n}')\n        n += 1\nexcept OSError as exc:\n    err = exc.errno\n"
+                "(n, err)")
+FILL_BYTES = ("import os\nn = 0\nchunk = b'x' * (1 << 20)\ntry:\n    while True:\n"
+              "        with open(f'f{n}', 'wb') as f:\n            for _ in range(16):\n"
+              "                f.write(chunk)\n        n += 1\nexcept OSError as exc:\n    err = exc.errno\n"
+              "(n, err)")
+WRITE_A_FILE = "open('mine.txt', 'w').write('x' * 100_000)"
+
+
+@pytest.mark.parametrize(("language", "fill"), [("python", FILL_ENTRIES), ("python", FILL_BYTES),
+                                                ("bash", FILL_ENTRIES)])
+def test_a_session_that_fills_tmp_between_cells_harms_no_neighbour(client: SandboxClient, channel: grpc.Channel,
+                                                                   language: str, fill: str) -> None:
+    """A cell that fills /tmp's entries (hard links) or bytes and returns: its files stayed for up to the
+    session's hour, and every neighbour's write got ENOSPC, a new session could not open (issue #52). A session
+    may now hold its share of /tmp after a cell (1 / sessions.per_sandbox of its bytes and entries): past it,
+    the session ends there, its files removed before that cell's answer."""
+    with client.open_session() as victim, client.open_session("bash") as shell, \
+            client.open_session(language) as filler:
+        code = f"python3 - <<'EOF'\n{fill.rsplit(chr(10), 1)[0]}\nprint((n, err))\nEOF" if language == "bash" \
+            else fill
+        filled = filler.run(code, timeout=60)
+        assert "28)" in (filled.value or filled.stdout), filled  # ENOSPC: it filled the tmpfs
+        written = victim.run(WRITE_A_FILE)
+        assert (written.status, written.value) == (Status.OK, "100000"), written
+        written = shell.run("echo x > mine.txt && cat mine.txt")
+        assert (written.status, written.stdout) == (Status.OK, "x\n"), written
+        with client.open_session() as newcomer:
+            assert newcomer.run(WRITE_A_FILE).value == "100000"
+        job = helpers.run(channel, helpers.execute(f"{WRITE_A_FILE}\nprint('ok')"))
+        assert job.status == pb.STATUS_OK, job
+        assert (filled.status, filled.limit_hit, filled.session_alive) == (
+            Status.RUNTIME_ERROR, Limit.FILE_SIZE, False), filled
+        assert "share" in filled.message, filled
+        with pytest.raises(SessionNotFound):
+            filler.run("1")
+
+
+def test_a_session_within_its_share_of_tmp_keeps_its_files(client: SandboxClient) -> None:
+    """The share is the slot's, not less: a session of this daemon (6 slots) may keep 50 MiB and 5,000 entries."""
+    with client.open_session() as session:
+        kept = session.run("import os\nos.mkdir('d')\nfor i in range(5000):\n    open(f'd/{i}', 'w').close()\n"
+                           "open('big', 'wb').write(b'x' * (50 << 20))")
+        assert (kept.status, kept.session_alive) == (Status.OK, True), kept
+        assert session.run("import os\nlen(os.listdir('d')), os.path.getsize('big')").value == \
+            f"(5000, {50 << 20})"
 
 
 def test_a_reply_too_large_to_send_does_not_leave_the_session_running(client: SandboxClient) -> None:
