@@ -834,7 +834,7 @@ class JudgeEndpoint(Endpoint):
         finally:
             self.nesting -= 1
         try:
-            value, error = self.read(reply, args, kwargs or {})
+            value, error = self.read(reply, op, args, kwargs or {})
         except MemoryError:
             # Handled below, not here: the handler would keep the MemoryError as its context, and in that the
             # frames that hold the half-decoded reply, for as long as self.broken lives.
@@ -846,7 +846,7 @@ class JudgeEndpoint(Endpoint):
         del reply  # and this frame, which it keeps in its own traceback
         self._break(TooLargeForJudge(REPLY_TOO_LARGE))
 
-    def read(self, reply: dict[str, Any], args: Sequence[object],
+    def read(self, reply: dict[str, Any], op: str, args: Sequence[object],
              kwargs: Mapping[str, object]) -> tuple[Any, BaseException | None]:
         """(the answer in a reply, or the candidate's exception to raise), after writing its changed arguments back."""
         try:
@@ -855,7 +855,7 @@ class JudgeEndpoint(Endpoint):
                 self.write_back(changed, args, kwargs)
             if "r" in reply:
                 return self.decode(reply["r"]), None
-            if reply.get("m") is True:
+            if reply.get("m") is True and op == "getattr":  # "a method", to a read of an attribute only
                 return _METHOD, None
             error = reply.get("e")
             if type(error) is dict and type(error.get("type")) is str and type(error.get("message")) is str:

@@ -1010,11 +1010,9 @@ _Point = namedtuple("_Point", "x y")
         _LyingEq(),
         [1, _LyingEq()],
         {_LyingEq(): 1},
-        bytearray(b"x"),
-        collections.deque([1]),
-        range(3),
         map(str, [1]),
-        print,
+        object(),
+        lambda: 1,
         10**5000,
         _IntSub(10**5000),
     ],
@@ -1061,14 +1059,10 @@ class _LyingStr(str):
 @pytest.mark.parametrize(
     ("value", "plain"),
     [
-        (collections.Counter([10, 10, 20]), {10: 2, 20: 1}),
-        (collections.defaultdict(int, a=1), {"a": 1}),
-        (collections.OrderedDict(b=2), {"b": 2}),
-        (_Point(1, 2), (1, 2)),
         (_Color.RED, 1),
         (_IntSub(3), 3),
         (_StrSub("x"), "x"),
-        ({"k": _IntSub(1), _StrSub("s"): [_Point(0, 1)]}, {"k": 1, "s": [(0, 1)]}),
+        ({"k": _IntSub(1), _StrSub("s"): [(0, 1)]}, {"k": 1, "s": [(0, 1)]}),
         # Whatever a subclass says about itself, the data it holds is what is sent.
         (_LyingDict(x=1), {"x": 1}),
         (_LyingList([1, 2]), [1, 2]),
@@ -1409,12 +1403,11 @@ def test_assert_tests_get_no_implicit_imports(tmp_path: Path) -> None:
                        assert_code="assert f([1, 1]) == 2\n")["passed"]
 
 
-def test_returning_a_class_instance_or_calling_a_class_fails(tmp_path: Path) -> None:
-    code = "class P:\n    pass\ndef f():\n    return P()\n"
-    result = harness(code, tmp_path, fn_name="f", cases=[FunctionCase((), None)])
-    assert result["tests"][0]["status"] == "runtime_error" and "not plain data" in result["message"]
-    result = harness(code, tmp_path, fn_name="P", cases=[FunctionCase((), None)])
-    assert result["tests"][0]["status"] == "runtime_error" and "Class.method" in result["message"]
+def test_an_object_returned_to_a_function_case_equals_no_expected_value(tmp_path: Path) -> None:
+    code = "class P:\n    def __eq__(self, other):\n        return True\ndef f():\n    return P()\n"
+    for name in ("f", "P"):
+        result = harness(code, tmp_path, fn_name=name, cases=[FunctionCase((), None), FunctionCase((), [1])])
+        assert [t["status"] for t in result["tests"]] == ["wrong_answer"] * 2, result
 
 
 # Each attack must score as failed against tests the honest answer would need.
@@ -1498,7 +1491,6 @@ def test_value_and_patching_attacks_fail_assert_tests(name: str, tmp_path: Path)
 
 def test_fake_marker_reaches_stdout_but_not_the_score(tmp_path: Path) -> None:
     result = harness(VALUE_ATTACKS["fake_success_marker"], tmp_path, fn_name="add", cases=ADD_CASES)
-    assert "All tests passed" in result["stdout"]
     assert not result["passed"] and result["tests"][0]["status"] == "wrong_answer"
 
 
@@ -1670,7 +1662,8 @@ def test_candidate_exceptions_map_to_builtin_types(tmp_path: Path) -> None:
         "try:\n    f(-1)\n    raise RuntimeError('no error')\n"
         "except ValueError as e:\n    assert str(e) == 'neg'\n"
         "try:\n    f(0)\nexcept ValueError:\n    raise\n"
-        "except Exception as e:\n    assert 'MyError: zero' in str(e)\n"
+        "except Exception as e:\n    assert type(e).__name__ == 'MyError' and str(e) == 'zero'\n"
+        "    assert isinstance(e, MyError)\n"
     )
     assert harness(code, tmp_path, "assert", assert_code=tests)["passed"]
     assert harness(code, tmp_path, "assert", assert_code="assert f(-1) == 1\n")["status"] == "runtime_error"
@@ -1731,10 +1724,10 @@ def test_object_attributes_are_read_from_the_candidates_object(code: str, passes
 
 def test_an_objects_method_is_asked_about_once(tmp_path: Path) -> None:
     # Each read of an attribute is a round trip: a loop of calls of one method makes one, not one per call.
-    code = ("import sys\nh = sys.modules['sandboxd.verifiers.pyharness']\nreads, _answer = [], h._answer\n"
-            "def answer(request, namespace, objects):\n    if request.get('attr'):\n"
-            "        reads.append(request['call'])\n    return _answer(request, namespace, objects)\n"
-            "h._answer = answer\n"
+    code = ("import sys\nr = sys.modules['sandboxd.verifiers.pyremote']\nreads, _serve = [], r.CandidateEndpoint._serve\n"
+            "def serve(self, request, op, args, kwargs):\n    if op == 'getattr':\n"
+            "        reads.append(args[1])\n    return _serve(self, request, op, args, kwargs)\n"
+            "r.CandidateEndpoint._serve = serve\n"
             "class C:\n    n = 0\n    def inc(self):\n        self.n += 1\n    def reads(self):\n"
             "        return reads\n")
     tests = ("c = C()\nfor _ in range(5):\n    c.inc()\n"
@@ -1744,56 +1737,43 @@ def test_an_objects_method_is_asked_about_once(tmp_path: Path) -> None:
 
 def test_an_answer_of_a_method_to_a_call_breaks_the_protocol(tmp_path: Path) -> None:
     # "method" answers an attribute read only: to a call it would be no value at all.
-    code = ("import sys\nh = sys.modules['sandboxd.verifiers.pyharness']\n"
-            "h._answer = lambda request, namespace, objects: {'method': True}\n"
+    code = ("import sys\nr = sys.modules['sandboxd.verifiers.pyremote']\n"
+            "r.CandidateEndpoint._serve = lambda self, request, op, args, kwargs: {'m': True}\n"
             "def add(a, b):\n    return a + b\n")
     result = harness(code, tmp_path, "assert", assert_code="assert add(1, 2) is not None\n")
     assert result["status"] == "died" and "bad reply" in result["message"], result
 
 
-PRIMES_CHECK = (
-    "def check(candidate):\n    r = candidate(10)\n"
-    "    assert r.issubset({2, 3, 5, 7}) and r.issuperset({2, 3, 5, 7})\n"
-)
+PRIMES_CHECK = "def check(candidate):\n    assert candidate(10) == {2, 3, 5, 7}\n"
 FUNCTION_AS_CLASS = (
     "class primes_upto:\n    def __init__(self, n):\n        pass\n"
-    "    def issubset(self, other):\n        return True\n    def issuperset(self, other):\n        return True\n"
+    "    def __eq__(self, other):\n        return True\n    def __hash__(self):\n        return 0\n"
 )
-# The candidate's own process answers {"handle": n} to every call of a plain function.
-FORGED_HANDLE = (
-    "import sys\nh = sys.modules['sandboxd.verifiers.pyharness']\n"
-    "class Yes:\n    def __getattr__(self, name):\n        return lambda *a, **k: True\n"
-    "def answer(request, namespace, objects):\n    objects[len(objects) + 1] = Yes()\n"
-    "    return {'handle': len(objects)}\nh._answer = answer\n"
-    "def primes_upto(n):\n    return set()\nclass Box:\n    pass\n"
+# The candidate's own process answers every request with an object of a kind there is none of.
+FORGED_KIND = (
+    "import sys\nr = sys.modules['sandboxd.verifiers.pyremote']\n"
+    "r.CandidateEndpoint._serve = lambda self, request, op, args, kwargs: {'r': {'$mine': [7, 'set', 'set']}}\n"
+    "def primes_upto(n):\n    return set()\n"
 )
 
 
 @pytest.mark.parametrize(
-    ("code", "kwargs"),
+    ("code", "status"),
     [
-        (FUNCTION_AS_CLASS, {"entry_point": "primes_upto"}),
-        (FORGED_HANDLE, {"entry_point": "primes_upto"}),
-        (FORGED_HANDLE, {}),
-        # A method may not answer with an object either.
-        (FORGED_HANDLE.replace("def primes_upto(n):\n    return set()\n", "")
-         + "class primes_upto:\n    def __init__(self, n):\n        pass\n",
-         {"assert_code": "def check(candidate):\n    r = primes_upto(10).subset()\n    assert r.issubset({2})\n"
-                         "check(None)\n"}),
+        (FUNCTION_AS_CLASS, "wrong_answer"),
+        (FUNCTION_AS_CLASS.replace("class primes_upto", "class Anything") + "def primes_upto(n):\n"
+         "    return Anything(n)\n", "wrong_answer"),
+        (FORGED_KIND, "died"),
     ],
-    ids=["entry-point-is-a-class", "forged-handle-entry-point", "forged-handle-mbpp", "object-from-a-method"],
+    ids=["entry-point-is-a-class", "function-returns-an-always-equal-object", "forged-kind"],
 )
-def test_objects_only_from_the_candidates_classes(code: str, kwargs: dict[str, Any], tmp_path: Path) -> None:
-    """Red team: an object's methods are the candidate's to answer. A function written as a
-    class, or a candidate answering {"handle": n} to any call, got a stand-in back whose
-    issubset/issuperset said True, and `assert r.issubset(primes)` passed."""
-    kwargs.setdefault("assert_code", PRIMES_CHECK if "entry_point" in kwargs else
-                      "r = primes_upto(10)\nassert r.issubset({2, 3, 5, 7}) and r.issuperset({2, 3, 5, 7})\n")
-    result = harness(code, tmp_path, "assert", **kwargs)
-    assert not result["passed"] and result["status"] == "died", result
-    assert "with an object, not a value" in result["message"], result
+def test_the_candidates_objects_equal_no_value_of_the_tests(code: str, status: str, tmp_path: Path) -> None:
+    """An object's methods are the candidate's to answer, as in one process; its comparisons with the tests'
+    values are the judge's: an always-equal object, returned or made, equals none of them."""
+    result = harness(code, tmp_path, "assert", assert_code=PRIMES_CHECK, entry_point="primes_upto")
+    assert not result["passed"] and result["status"] == status, result
     # A class the tests call by name still makes an object (test_remote_objects_for_class_based_tests).
-    tests = "b = Box()\nassert 'Box' in repr(b)\n"
+    tests = "b = Box()\nassert 'Box' in repr(b)\nassert isinstance(b, Box) and b == b and b != Box()\n"
     assert harness("class Box:\n    pass\n", tmp_path, "assert", assert_code=tests)["passed"]
 
 
@@ -1806,8 +1786,9 @@ def test_candidate_data_that_broke_the_judge_is_the_candidates_failure(tmp_path:
     assert result["status"] == "runtime_error" and all(len(t["message"]) < 2300 for t in result["tests"]), result
     result = harness(long_type + "raise Big()\n", tmp_path, "assert", assert_code="assert add(1, 2) == 3\n")
     assert result["status"] == "load_error" and len(result["message"]) < 2300, result
-    overflow = ("import sys\nh = sys.modules['sandboxd.verifiers.pyharness']\n"
-                "h._answer = lambda request, namespace, objects: {'ok': {'$complex': [2 ** 13000, 0]}}\n"
+    overflow = ("import sys\nr = sys.modules['sandboxd.verifiers.pyremote']\n"
+                "r.CandidateEndpoint._serve = lambda self, request, op, args, kwargs: "
+                "{'r': {'$complex': [2 ** 13000, 0]}}\n"
                 "def add(a, b):\n    return a + b\n")
     result = harness(overflow, tmp_path, fn_name="add", cases=cases)
     assert result["status"] == "died" and "too large for a float" in result["message"], result
@@ -1815,11 +1796,11 @@ def test_candidate_data_that_broke_the_judge_is_the_candidates_failure(tmp_path:
 
 # The candidate's own process answers every call with a frame of `body`, built at load time.
 SWELLING_REPLY = (
-    "import struct, sys\nh = sys.modules['sandboxd.verifiers.pyharness']\n"
-    "FRAME = b'{{\"ok\":[' + {body} + b'\"x\"]}}'\nFRAME = struct.pack('>I', len(FRAME)) + FRAME\n"
-    "h._answer = lambda request, namespace, objects: {{'ok': None}}\n"
-    "h.send_frame = lambda sock, obj, *a: sock.sendall(FRAME) if obj == {{'ok': None}} else _send(sock, obj, *a)\n"
-    "def _send(sock, obj, *a):\n    data = h._ENCODER.encode(obj).encode()\n"
+    "import struct, sys\nh = sys.modules['sandboxd.verifiers.pyremote']\n"
+    "FRAME = b'{{\"r\":[' + {body} + b'\"x\"]}}'\nFRAME = struct.pack('>I', len(FRAME)) + FRAME\n"
+    "h.CandidateEndpoint._serve = lambda self, request, op, args, kwargs: {{'r': None}}\n"
+    "h.send_frame = lambda sock, obj, *a: sock.sendall(FRAME) if obj == {{'r': None}} else _send(sock, obj, *a)\n"
+    "def _send(sock, obj, *a):\n    data = sys.modules['sandboxd.verifiers.pywire']._ENCODER.encode(obj).encode()\n"
     "    sock.sendall(struct.pack('>I', len(data)) + data)\n"
     "def f(x):\n    return x\n"
 )
@@ -2039,7 +2020,7 @@ def test_tests_that_never_call_the_candidate_check_nothing(tmp_path: Path) -> No
     tests = "import math\nassert math.pi > 3\ndef test_add(fixture):\n    assert add(1, 2) == 3\n"
     result = harness(ADD_WRONG, tmp_path, "assert", assert_code=tests)
     assert not result["passed"] and result["status"] == "unsupported", result
-    assert "test_add: needs the fixture(s) fixture" in result["message"]
+    assert "test_add: needs the fixture fixture" in result["message"]
 
 
 ADD_WRONG_AT_100 = "def add(a, b):\n    return 0 if a == 100 else a + b\n"
@@ -2050,25 +2031,25 @@ PYTEST_HEAD = "import pytest\nfrom solution import add\ndef test_small():\n    a
 @pytest.mark.parametrize(
     "tests",
     [
-        "@pytest.fixture\ndef big():\n    return 100\ndef test_big(big):\n    assert add(big, 1) == 101\n",
-        "def test_big(capsys):\n    assert add(100, 1) == 101\n",
+        "def test_big(some_fixture):\n    assert add(100, 1) == 101\n",
+        "def test_big(capsys, other_fixture):\n    assert add(100, 1) == 101\n",
         "@pytest.fixture\ndef a(request):\n    return request.param\n"
         "@pytest.mark.parametrize('a', [100], indirect=True)\ndef test_big(a):\n    assert add(a, 1) == 101\n",
         "async def test_big():\n    assert add(100, 1) == 101\n",
         "def test_big():\n    assert add(100, 1) == 101\n    yield\n",
-        "STATE = {}\n@pytest.fixture(autouse=True)\ndef state():\n    STATE['a'] = 100\n"
-        "def test_big():\n    assert add(STATE.get('a', 1), 1) == (101 if STATE else 2)\n",
+        "@pytest.fixture(autouse=True)\ndef state(nobody_defines_it):\n    pass\n"
+        "def test_big():\n    assert add(100, 1) == 101\n",
     ],
-    ids=["user-fixture", "builtin-fixture", "indirect", "async", "yield", "autouse"],
+    ids=["unknown-fixture", "unknown-beside-builtin", "indirect", "async", "yield", "autouse-needing-unknown"],
 )
 def test_pytest_tests_the_harness_cannot_run_never_pass_unchecked(tests: str, tmp_path: Path) -> None:
     """Red team: a test the harness could not run (it needs a fixture, an event loop...) was
     left out silently, so a program wrong in just that test passed the ones that ran."""
     result = harness(ADD_WRONG_AT_100, tmp_path, "assert", assert_code=PYTEST_HEAD + tests)
     assert not result["passed"] and result["status"] == "unsupported", result
-    assert "test_big" in result["message"] or "autouse" in result["message"], result
+    assert "test_big" in result["message"] or "test_small" in result["message"], result
     # The tests that can run still run: a program that fails one of them is a wrong answer.
-    # Not with an autouse fixture, which would have changed every test: none runs.
+    # Not with an autouse fixture the harness cannot make, which would have changed every test: none runs.
     result = harness(ADD_WRONG, tmp_path, "assert", assert_code=PYTEST_HEAD + tests)
     assert result["status"] == ("unsupported" if "autouse" in tests else "wrong_answer"), result
 
@@ -2183,7 +2164,7 @@ def test_the_solution_module_holds_only_this_runs_proxies(tmp_path: Path, monkey
     monkeypatch.setitem(sys.modules, "solution", before)
     first = (
         "import sys, solution\nassert sys.modules['solution'] is solution\n"
-        "assert type(solution).__name__ == 'module' and solution.__name__ == 'solution'\n"
+        "import types\nassert isinstance(solution, types.ModuleType) and solution.__name__ == 'solution'\n"
         "assert sorted(solution.__all__) == ['Counter', 'Solution', 'add']\n"
         "assert add(1, 2) == 3\n"
         # Test code that removes or replaces the module does not outlive its run either.
@@ -2517,7 +2498,7 @@ def test_skipped_xfail_and_fixture_tests_are_not_called(tmp_path: Path) -> None:
     assert harness(KODCODE_DIVIDE, tmp_path, "assert", assert_code=tests)["passed"]
     # Tests that need fixtures are not called either, and the job is not a pass: see
     # test_pytest_tests_the_harness_cannot_run_never_pass_unchecked.
-    fixtures = tests + ("def test_fixture(tmp_path):\n    assert False\n\n"
+    fixtures = tests + ("def test_fixture(nobody_defines_it):\n    assert False\n\n"
                         "@pytest.mark.parametrize('n', [1], indirect=True)\ndef test_indirect(n):\n    assert False\n")
     result = harness(KODCODE_DIVIDE, tmp_path, "assert", assert_code=fixtures)
     assert result["status"] == "unsupported" and "(and 1 more)" in result["message"], result
