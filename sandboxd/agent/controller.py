@@ -620,20 +620,31 @@ class Controller:
         grace = JUDGE_GRACE_SECONDS if capped else 0.0
         if capped:
             harness["time_for_all"] = timeout
+        # The files a test writes for the program (tmp_path, tempfile, a relative path) and those the program writes
+        # for the test: the candidate's folder is the tests' working directory too, shared with its judge's group
+        # only, for this job (pyremote.share_files keeps each side's files usable by the other's uid).
+        harness["files"] = workdir
+
+        def share(judge_uid: int) -> None:
+            os.chown(workdir, -1, judge_uid)
+            os.chmod(workdir, 0o2770)
+
         try:
             candidate = RunSpec(
                 mode="py_callee", uid=uid, cwd=workdir, code=job["program"]["code"], assembly=assembly,
                 implicit_imports=plan["kind"] == "function", timeout=timeout + grace,
                 output_limit=limits["output"], rlimits=self.rlimits(run_limits, address_space=True),
                 env=self.env(workdir), peer=candidate_end, memory_limit=int(limits.get("memory") or 0),
-                cpu_credit_fd=cpu_credit_fd,
+                cpu_credit_fd=cpu_credit_fd, share_files=True,
             )
-            request = {"plan_kind": plan["kind"], "harness": harness}
+            # The judge may use as much memory for the tests as the job may for the program: a performance test's
+            # 3 million ints cost the judge about 180 MiB to build and send (judgeserver.JOB_MEMORY_BYTES at least).
+            request = {"plan_kind": plan["kind"], "harness": harness, "memory_budget": int(limits.get("memory") or 0)}
             candidate_task = asyncio.ensure_future(self.runner.run(candidate))
             no_room: SandboxFull | None = None
             try:
                 judged, verdict, message = await self.judges.judge(request, judge_end, cpu_credit_fd,
-                                                                   timeout * DEADLINE_STRETCH + grace)
+                                                                   timeout * DEADLINE_STRETCH + grace, share=share)
             except SandboxFull as exc:
                 # The candidate ends as below, so that nothing of it acts once this returns.
                 no_room, judged, verdict, message = exc, "", None, ""

@@ -113,7 +113,9 @@ class JudgeServers:
         self._idle: list[JudgeServer] = []
 
     async def judge(self, request: dict[str, Any], peer: socket.socket, cpu_credit_fd: int,
-                    timeout: float) -> tuple[str, dict[str, Any] | None, str]:
+                    timeout: float, share: Callable[[int], None] | None = None,
+                    ) -> tuple[str, dict[str, Any] | None, str]:
+        """The verdict of an idle judge (or a new one); ``share`` is called with its uid before it is asked."""
         server = None
         while self._idle:
             candidate = self._idle.pop()
@@ -125,6 +127,8 @@ class JudgeServers:
             server = JudgeServer(self.controller)
             await server.start()
         try:
+            if share is not None:
+                share(server.uid)
             outcome, verdict, message = await server.judge(request, peer, cpu_credit_fd, timeout)
         except BaseException:
             server.close()

@@ -136,6 +136,8 @@ class RunSpec:
     assembly: dict[str, str] | None = None
     # py_callee: run pyharness.IMPLICIT_IMPORTS first (function-call tests, as LeetCode's environment does).
     implicit_imports: bool = False
+    # py_callee: its folder (cwd) is shared with its judge, for the files a test and a program hand each other.
+    share_files: bool = False
     stdin: bytes = b""
     env: dict[str, str] = field(default_factory=dict)
     peer: socket.socket | None = None
@@ -875,6 +877,8 @@ class Runner:
             job["assembly"] = spec.assembly
         if spec.implicit_imports:
             job["implicit_imports"] = True
+        if spec.share_files:
+            job["share_files"] = True
         body = json.dumps(job).encode()
         if len(body) > MAX_FRAME_BYTES:
             raise ProtocolError("job too large")

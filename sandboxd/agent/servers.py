@@ -77,7 +77,9 @@ def serve_requests(name: bytes, receive: Callable[[], tuple[dict[str, Any], list
     more than the server maps when the call starts; past it, allocations
     fail with MemoryError (which `handle` may answer itself) instead of
     growing the server into the memory that the sandbox's other jobs share.
-    The limit is lifted again for the answer and between requests.
+    The limit is lifted again for the answer and between requests. A
+    request's ``memory_budget`` raises it for that request (a judge's job
+    whose memory limit admits more of the dataset's own data).
     """
     # Named, so that a look at /proc tells the server from a job's leftovers.
     ctypes.CDLL(None).prctl(PR_SET_NAME, name, 0, 0, 0)
@@ -89,7 +91,8 @@ def serve_requests(name: bytes, receive: Callable[[], tuple[dict[str, Any], list
             os._exit(0)
         reply: dict[str, Any]
         try:
-            with _memory_budget(memory_per_request):
+            budget = memory_per_request and max(memory_per_request, int(request.get("memory_budget") or 0))
+            with _memory_budget(budget):
                 reply = handle(request, fds)
         except MemoryError:
             reply = {"error": "MemoryError", "memory": True}

@@ -247,6 +247,7 @@ def main(channel: socket.socket) -> NoReturn:
         from sandboxd.verifiers import pyharness
 
         pyharness.serve_candidate(job["code"], socket.socket(fileno=fds[3]), assembly=job.get("assembly"),
+                                  files=job["cwd"] if job.get("share_files") is True else "",
                                   implicit_imports=job.get("implicit_imports") is True)
     elif mode == "py_judge":
         from sandboxd.agent import judgeserver

@@ -88,8 +88,8 @@ from .pyremote import (
     CandidateError,
     CandidateTimeout,
     JudgeEndpoint,
-    RemoteFunction,
     Proxy,
+    RemoteFunction,
     RemoteIterator,
     TestsTimeUp,
     TooLargeForJudge,
@@ -241,7 +241,7 @@ def _flush_stdio() -> None:
 
 
 def _serve(code: str, channel: socket.socket, max_frame_bytes: int, assembly: Mapping[str, str] | None,
-           implicit_imports: bool = False) -> int:
+           implicit_imports: bool = False, files: str = "") -> int:
     own_pid = os.getpid()
     module = types.ModuleType(CANDIDATE_MODULE)
     module.__file__ = "<solution>"
@@ -249,7 +249,7 @@ def _serve(code: str, channel: socket.socket, max_frame_bytes: int, assembly: Ma
     sys.modules[CANDIDATE_MODULE] = module
     namespace = module.__dict__
     endpoint = CandidateEndpoint(channel, max_frame_bytes, CANDIDATE_FRAME_BYTES, namespace,
-                                 lambda target: _resolve(target, namespace), own_pid=own_pid)
+                                 lambda target: _resolve(target, namespace), own_pid=own_pid, files=files)
     # Whatever fd 0 is, input() reads the test's stdin (empty unless a test patches it), never blocks.
     endpoint.install()
     try:
@@ -279,7 +279,8 @@ def _serve(code: str, channel: socket.socket, max_frame_bytes: int, assembly: Ma
 
 
 def serve_candidate(code: str, channel: socket.socket, *, max_frame_bytes: int = MAX_FRAME_BYTES,
-                    assembly: Mapping[str, str] | None = None, implicit_imports: bool = False) -> NoReturn:
+                    assembly: Mapping[str, str] | None = None, implicit_imports: bool = False,
+                    files: str = "") -> NoReturn:
     """Run the candidate's program and answer requests on ``channel`` until end of file.
 
     With ``assembly`` (a HumanEval prompt's, from
@@ -293,7 +294,9 @@ def serve_candidate(code: str, channel: socket.socket, *, max_frame_bytes: int =
     (``SyntaxError`` and ``SystemExit`` included), then serves requests
     (pyremote.CandidateEndpoint). With ``implicit_imports`` (function-call
     tests), IMPLICIT_IMPORTS runs in the module first, as LeetCode's
-    environment does. Exceptions of requests are answered as errors; a
+    environment does. ``files``: the job's folder, the program's working
+    directory, which it shares with its tests (pyremote.share_files).
+    Exceptions of requests are answered as errors; a
     ``BaseException`` that is not an ``Exception`` ends the process.
 
     Never returns: the process ends with ``os._exit`` (0 after end of file,
@@ -302,7 +305,7 @@ def serve_candidate(code: str, channel: socket.socket, *, max_frame_bytes: int =
     """
     status = 1
     try:
-        status = _serve(code, channel, max_frame_bytes, assembly, implicit_imports)
+        status = _serve(code, channel, max_frame_bytes, assembly, implicit_imports, files)
     except BaseException:  # whatever happened, the test process sees "candidate gone"
         status = 1
     finally:
@@ -522,7 +525,8 @@ def _function_case(
         if remote.broken is not None:
             return _test(index, _broken_status(remote.broken), str(remote.broken))
         text = str(exc)[:MESSAGE_LIMIT]
-        return _test(index, "runtime_error", text if isinstance(exc, CandidateError) else f"{type(exc).__name__}: {text}")
+        return _test(index, "runtime_error",
+                     text if isinstance(exc, CandidateError) else f"{type(exc).__name__}: {text}")
     try:
         if case.matches(answer, tolerance):
             return _test(index, "ok")
@@ -670,6 +674,9 @@ def _mock_arguments(test: Callable[..., object]) -> int:
 
 
 
+_CaptureResult = collections.namedtuple("_CaptureResult", "out err")
+
+
 class _Capture:
     """pytest's ``capsys`` (and ``capfd``): what the test and the candidate print, while the test runs."""
 
@@ -692,10 +699,10 @@ class _Capture:
             buffer.seek(0)
             buffer.truncate()
         try:
-            from _pytest.capture import CaptureResult
+            from _pytest import capture
         except ImportError:
-            return collections.namedtuple("CaptureResult", "out err")(out, err)
-        return CaptureResult(out, err)
+            return _CaptureResult(out, err)
+        return cast("Any", capture).CaptureResult(out, err)
 
     @contextlib.contextmanager
     def disabled(self) -> Iterator[None]:
@@ -1283,11 +1290,11 @@ def run_tests(
         # Here, in the trusted test process, while the candidate loads the same program: parsing 1 MiB of it
         # took 1.3-1.7 s, which the daemon's event loop paid when it sent the names.
         try:
-            names, classes = _program_definitions(program, assembly)
+            names = _program_definitions(program, assembly)[0]
         except TooLargeForJudge as exc:
             too_large = exc
     remote = JudgeEndpoint(channel, max_frame_bytes, call_timeout, deadline, cpu_credit=cpu_credit,
-                           deadline_stretch=deadline_stretch, send_limit=CANDIDATE_FRAME_BYTES)
+                           deadline_stretch=deadline_stretch, send_limit=CANDIDATE_FRAME_BYTES, files=files)
     try:
         with _job_environment(files):
             _run_plan(remote, plan_kind, total, report, too_large, names, assert_code, entry_point, setup_code,

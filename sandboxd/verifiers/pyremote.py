@@ -50,12 +50,13 @@ import operator
 import os
 import random
 import socket
+import stat
 import sys
 import time
 import types
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 from .pywire import (
     MAX_CONTAINERS,
@@ -81,6 +82,7 @@ __all__ = [
     "TestsTimeUp",
     "TooLargeForJudge",
     "Unsupported",
+    "share_files",
 ]
 
 # Error messages from the candidate are for humans; keep them short.
@@ -200,6 +202,57 @@ def write_back(original: Any, new: Any, depth: int = 0) -> None:
         original[...] = new
 
 
+# What one pass of share_files looks at, at most: a test or a program that makes more files than this in the
+# job's folder has the rest shared on later passes, one frame at a time.
+SHARE_FILES_ENTRIES = 1000
+
+
+def share_files(folder: str) -> None:
+    """Make what this process made in the job's folder usable by the other side's: files 0666, folders 0777.
+
+    The candidate and the judge run under two uids whose umask is 077, and a
+    test hands the program files it wrote (``tmp_path``, ``tempfile``, a
+    relative path) or reads files the program wrote. Each side runs this
+    before it hands control to the other (each frame it sends). The folder
+    itself is the candidate's own, shared with its judge's group only
+    (controller._python_harness), so nothing of it is any other job's to
+    see. Symbolic links are not followed; entries of the other uid are left
+    as they are.
+    """
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return
+    try:
+        _share_in(fd, os.geteuid(), [SHARE_FILES_ENTRIES])
+    finally:
+        os.close(fd)
+
+
+def _share_in(dir_fd: int, uid: int, budget: list[int], depth: int = 0) -> None:
+    if depth > 16:
+        return
+    with os.scandir(dir_fd) as entries:
+        for entry in entries:
+            budget[0] -= 1
+            if budget[0] < 0:
+                return
+            try:
+                info = entry.stat(follow_symlinks=False)
+                if stat.S_ISDIR(info.st_mode):
+                    if info.st_uid == uid and stat.S_IMODE(info.st_mode) & 0o777 != 0o777:
+                        os.chmod(entry.name, 0o777, dir_fd=dir_fd)
+                    child = os.open(entry.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
+                    try:
+                        _share_in(child, uid, budget, depth + 1)
+                    finally:
+                        os.close(child)
+                elif stat.S_ISREG(info.st_mode) and info.st_uid == uid and info.st_mode & 0o666 != 0o666:
+                    os.chmod(entry.name, stat.S_IMODE(info.st_mode) | 0o666, dir_fd=dir_fd)
+            except OSError:
+                continue
+
+
 # ---------------------------------------------------------------------------
 # Both sides
 # ---------------------------------------------------------------------------
@@ -257,7 +310,8 @@ class Endpoint(Codec):
     # ---- frames ----
 
     def encode_call(self, op: str, args: Sequence[object], kwargs: Mapping[str, object]) -> dict[str, Any]:
-        return {"q": op, "a": [self.encode(arg) for arg in args], "k": {str(k): self.encode(v) for k, v in kwargs.items()}}
+        return {"q": op, "a": [self.encode(arg) for arg in args],
+                "k": {str(k): self.encode(v) for k, v in kwargs.items()}}
 
     def decode_call(self, request: Mapping[str, Any]) -> tuple[str, list[Any], dict[str, Any]]:
         op, raw_args, raw_kwargs = request.get("q"), request.get("a", []), request.get("k", {})
@@ -349,7 +403,7 @@ class _Stdin(io.TextIOBase):
     def __iter__(self) -> Iterator[str]:  # type: ignore[override]
         return self
 
-    def __next__(self) -> str:
+    def __next__(self) -> str:  # type: ignore[override]
         line = self.readline()
         if not line:
             raise StopIteration
@@ -384,7 +438,7 @@ class JudgeObject:
         self._ask("setattr", name, value)
 
     def __iter__(self) -> Iterator[Any]:
-        return self._ask("iter")  # type: ignore[no-any-return]
+        return self._ask("iter")
 
     def __next__(self) -> Any:
         buffer: deque[Any] = self._sandboxd_buffer
@@ -431,8 +485,11 @@ class CandidateEndpoint(Endpoint):
     """The candidate's end: answers the judge's requests; its callbacks go the other way."""
 
     def __init__(self, channel: socket.socket, max_frame_bytes: int, receive_limit: int,
-                 namespace: dict[str, Any], resolve: Callable[[str], Any], own_pid: int = 0) -> None:
+                 namespace: dict[str, Any], resolve: Callable[[str], Any], own_pid: int = 0,
+                 files: str = "") -> None:
         super().__init__(channel, max_frame_bytes, receive_limit)
+        # The job's folder, which the program shares with its tests (see share_files); "" for none.
+        self.files = files
         # A child that the program forked (os.fork) and that comes back to us must not write on our channel: it
         # ends instead, its output flushed (pyharness.end_if_forked), when it first would.
         self.own_pid = own_pid
@@ -488,6 +545,8 @@ class CandidateEndpoint(Endpoint):
             with contextlib.suppress(BaseException):
                 sys.__stdout__.flush()  # type: ignore[union-attr]
             os._exit(0)
+        if self.files:
+            share_files(self.files)
         try:
             send_frame(self.channel, self.frame_extras(frame), self.send_limit)
         except FrameTooLarge:
@@ -686,8 +745,10 @@ class JudgeEndpoint(Endpoint):
 
     def __init__(self, channel: socket.socket, max_frame_bytes: int, call_timeout: float | None,
                  deadline: float | None = None, cpu_credit: Callable[[], float] | None = None,
-                 deadline_stretch: float = 1.0, send_limit: int = MAX_FRAME_BYTES) -> None:
+                 deadline_stretch: float = 1.0, send_limit: int = MAX_FRAME_BYTES, files: str = "") -> None:
         super().__init__(channel, send_limit, max_frame_bytes)
+        # The job's folder, the tests' working directory, shared with the program (see share_files).
+        self.files = files
         self.max_frame_bytes = max_frame_bytes
         # When all the tests' time runs out (time.monotonic()), whatever call is then in flight.
         self.deadline = deadline
@@ -813,6 +874,8 @@ class JudgeEndpoint(Endpoint):
             self._break(TestsTimeUp(TIME_UP_MESSAGE))
         self.calls += 1
         ends = self._deadline()
+        if self.files:
+            share_files(self.files)
         try:
             self.channel.settimeout(None if ends is None else max(1e-3, ends() - time.monotonic()))
             send_frame(self.channel, frame, self.send_limit)
@@ -898,7 +961,7 @@ class JudgeEndpoint(Endpoint):
                 cls = self.decode(error["cls"])
         if isinstance(cls, type) and issubclass(cls, BaseException) and isinstance(cls, CandidateClass) \
                 and not issubclass(cls, _ENDS_ITERATION):
-            exc = BaseException.__new__(cls)
+            exc = BaseException.__new__(cast("type[BaseException]", cls))
             BaseException.__init__(exc, message)
             with contextlib.suppress(RejectedValue):
                 exc.__dict__["_sandboxd_object"] = self.decode(error.get("obj"))
@@ -958,7 +1021,7 @@ class JudgeEndpoint(Endpoint):
                       if isinstance(base, type) and issubclass(base, BaseException))
         if not name.isidentifier():
             name = "CandidateClass"
-        namespace = {"__module__": "solution", "__qualname__": name}
+        namespace: dict[str, Any] = {"__module__": "solution", "__qualname__": name}
         if bases:
             namespace["__getattr__"] = _exception_getattr
             namespace["__str__"] = BaseException.__str__
@@ -985,6 +1048,8 @@ class JudgeEndpoint(Endpoint):
             reply = {"e": {"type": "TypeError", "message": f"cannot be answered: {exc}"[:MESSAGE_LIMIT]}}
         except Exception as exc:
             reply = {"e": describe(exc)}
+        if self.files:
+            share_files(self.files)
         try:
             send_frame(self.channel, reply, self.send_limit)
         except FrameTooLarge:
@@ -1036,7 +1101,10 @@ class JudgeEndpoint(Endpoint):
             if not _exposable(target):
                 self.unsupported.append(f"the program used .{name} of the test's {_type_name(target)}")
                 raise AttributeError(f"the harness does not hand over .{name} of a {_type_name(target)}")
-            return getattr(target, name) if op == "getattr" else setattr(target, name, args[2] if len(args) > 2 else None)
+            if op == "getattr":
+                return getattr(target, name)
+            setattr(target, name, args[2] if len(args) > 2 else None)
+            return None
         if op in ("len", "getitem", "contains", "enter", "exit", "str") and _exposable(target):
             return _OPERATORS[op](*args, **kwargs)
         self.unsupported.append(f"the program used {op}() on the test's {_type_name(target)}")
@@ -1060,19 +1128,22 @@ class CandidateClass(type):
     _sandboxd_endpoint: JudgeEndpoint
 
     def __call__(cls, *args: object, **kwargs: object) -> Any:
+        endpoint = cls._sandboxd_endpoint
         if issubclass(cls, BaseException):
             return super().__call__(*args, **kwargs)
-        return cls._sandboxd_endpoint.request("call", [cls, *args], kwargs)
+        return endpoint.request("call", [cls, *args], kwargs)
 
     def __instancecheck__(cls, obj: object) -> bool:
-        if isinstance(obj, Proxy) and obj._sandboxd_endpoint is cls._sandboxd_endpoint:
-            return bool(cls._sandboxd_endpoint.request("isinstance", [obj, cls]))
+        endpoint = cls._sandboxd_endpoint
+        if isinstance(obj, Proxy) and obj._sandboxd_endpoint is endpoint:
+            return bool(endpoint.request("isinstance", [obj, cls]))
         return type.__instancecheck__(cls, obj)
 
     def __subclasscheck__(cls, sub: type) -> bool:
-        if isinstance(sub, CandidateClass) and sub._sandboxd_endpoint is cls._sandboxd_endpoint \
+        endpoint = cls._sandboxd_endpoint
+        if isinstance(sub, CandidateClass) and sub._sandboxd_endpoint is endpoint \
                 and not issubclass(cls, BaseException):
-            return bool(cls._sandboxd_endpoint.request("issubclass", [sub, cls]))
+            return bool(endpoint.request("issubclass", [sub, cls]))
         return type.__subclasscheck__(cls, sub)
 
     def __getattr__(cls, name: str) -> Any:
@@ -1137,32 +1208,32 @@ class Proxy:
         endpoint = self._sandboxd_endpoint
         if endpoint.broken is None:
             with contextlib.suppress(Exception):
-                return _checked(self._ask("repr"), str, "repr")  # type: ignore[no-any-return]
+                return _checked(self._ask("repr"), str, "repr")
         return f"<candidate {self._sandboxd_type} object>"
 
     def __str__(self) -> str:
-        return _checked(self._ask("str"), str, "str")  # type: ignore[no-any-return]
+        return _checked(self._ask("str"), str, "str")
 
     def __format__(self, spec: str) -> str:
-        return _checked(self._ask("format", spec), str, "format")  # type: ignore[no-any-return]
+        return _checked(self._ask("format", spec), str, "format")
 
     def __bool__(self) -> bool:
-        return _checked(self._ask("bool"), bool, "bool")  # type: ignore[no-any-return]
+        return _checked(self._ask("bool"), bool, "bool")
 
     def __len__(self) -> int:
         length = _checked(self._ask("len"), int, "len")
         if length < 0:
             raise ValueError("__len__() should return >= 0")
-        return length  # type: ignore[no-any-return]
+        return length
 
     def __hash__(self) -> int:
-        return _checked(self._ask("hash"), int, "hash")  # type: ignore[no-any-return]
+        return _checked(self._ask("hash"), int, "hash")
 
     def __iter__(self) -> Iterator[Any]:
-        return _checked(self._ask("iter"), RemoteIterator, "iter")  # type: ignore[no-any-return]
+        return _checked(self._ask("iter"), RemoteIterator, "iter")
 
     def __reversed__(self) -> Iterator[Any]:
-        return _checked(self._ask("reversed"), RemoteIterator, "reversed")  # type: ignore[no-any-return]
+        return _checked(self._ask("reversed"), RemoteIterator, "reversed")
 
     def __contains__(self, item: object) -> bool:
         return bool(_checked(self._ask("contains", item), bool, "contains"))
@@ -1202,16 +1273,16 @@ class Proxy:
         return suppressed
 
     def __int__(self) -> int:
-        return _checked(self._ask("int"), int, "int")  # type: ignore[no-any-return]
+        return _checked(self._ask("int"), int, "int")
 
     def __index__(self) -> int:
-        return _checked(self._ask("index"), int, "index")  # type: ignore[no-any-return]
+        return _checked(self._ask("index"), int, "index")
 
     def __float__(self) -> float:
-        return _checked(self._ask("float"), float, "float")  # type: ignore[no-any-return]
+        return _checked(self._ask("float"), float, "float")
 
     def __complex__(self) -> complex:
-        return _checked(self._ask("complex"), complex, "complex")  # type: ignore[no-any-return]
+        return _checked(self._ask("complex"), complex, "complex")
 
     def __round__(self, digits: int | None = None) -> Any:
         return self._ask("round") if digits is None else self._ask("round", digits)
@@ -1306,7 +1377,7 @@ class RemoteFunction(Proxy):
 
     @property
     def __name__(self) -> str:
-        return self._sandboxd_type  # type: ignore[no-any-return]
+        return self._sandboxd_type
 
     def __call__(self, *args: object, **kwargs: object) -> Any:
         method = self._sandboxd_method

@@ -254,8 +254,8 @@ def _builtin_name(obj: object) -> list[str] | None:
 
 @functools.lru_cache(maxsize=256)
 def _namedtuple_class(name: str, fields: tuple[str, ...]) -> type:
-    """One class per name and fields, so that values of one type compare as the sender's did (bounded: a judge lives long)."""
-    return collections.namedtuple(name, fields)  # type: ignore[misc]
+    """One class per name and fields, as the sender had (a bounded cache: a judge lives long)."""
+    return collections.namedtuple(name, fields)
 
 
 _DTYPE = re.compile(r"[<>|=][?biufcmMUS]\d{1,4}(\[\w{1,6}\])?")
@@ -331,7 +331,7 @@ class Codec:
         named = _builtin_name(obj)
         if named is not None:
             return {"$builtin": named}
-        if isinstance(obj, tuple) and hasattr(kind, "_fields") and type(kind._fields) is tuple:  # type: ignore[attr-defined]
+        if isinstance(obj, tuple) and hasattr(kind, "_fields") and type(kind._fields) is tuple:
             return self._namedtuple(obj, depth)
         # issubclass of type(obj), which the value cannot fake (isinstance would ask its __class__).
         for base, read in _BASE_READERS:
@@ -359,8 +359,7 @@ class Codec:
     def _numpy(self, obj: Any, depth: int) -> object:
         numpy = _numpy()
         if isinstance(obj, numpy.generic):
-            if type(obj).__module__ != "numpy":  # a subclass of a numpy scalar: its base's data
-                return self.encode(obj.item(), depth - 1) if isinstance(obj, (int, float, complex)) else self.export(obj)
+            # A subclass of a numpy scalar crosses as its dtype's data (and is of numpy's own type over there).
             if obj.dtype.kind == "O" or not _DTYPE.fullmatch(obj.dtype.str):
                 return self.export(obj)
             return {"$npscalar": [obj.dtype.str, base64.b64encode(obj.tobytes()).decode("ascii")]}
@@ -417,15 +416,15 @@ class Codec:
     def items(self, body: object, depth: int, tag: str) -> list[Any]:
         if type(body) is not list:
             raise RejectedValue(f"{tag} must hold a list")
-        if _all_plain_scalars(body, decoded=True):  # type: ignore[arg-type]
-            return body  # type: ignore[return-value]
-        return [self.decode(item, depth) for item in body]  # type: ignore[attr-defined]
+        if _all_plain_scalars(body, decoded=True):
+            return body
+        return [self.decode(item, depth) for item in body]
 
     def pairs(self, body: object, depth: int, tag: str) -> list[tuple[Any, Any]]:
         if type(body) is not list:
             raise RejectedValue(f"{tag} must hold a list of [key, value] pairs")
         result = []
-        for pair in body:  # type: ignore[attr-defined]
+        for pair in body:
             if type(pair) is not list or len(pair) != 2:
                 raise RejectedValue(f"{tag} must hold a list of [key, value] pairs")
             result.append((self.decode(pair[0], depth), self.decode(pair[1], depth)))
@@ -537,6 +536,13 @@ def _hashable(factory: Callable[[list[Any]], object], items: list[Any], tag: str
         return factory(items)
     except TypeError:
         raise RejectedValue(f"{tag} holds an unhashable item") from None
+
+
+def _decode_keys(items: list[Any]) -> object:
+    try:
+        return dict.fromkeys(items).keys()
+    except TypeError:
+        raise RejectedValue("$keys holds an unhashable item") from None
 
 
 def _decode_float(codec: Codec, body: object, depth: int) -> object:
@@ -702,7 +708,7 @@ _DECODERS: dict[str, Callable[[Codec, object, int], object]] = {
     "$counter": lambda codec, body, depth: codec.mapping(collections.Counter, body, depth, "$counter"),
     "$ordereddict": lambda codec, body, depth: codec.mapping(collections.OrderedDict, body, depth, "$ordereddict"),
     "$defaultdict": _decode_defaultdict,
-    "$keys": lambda codec, body, depth: dict.fromkeys(_hashable(list, codec.items(body, depth, "$keys"), "$keys")).keys(),
+    "$keys": lambda codec, body, depth: _decode_keys(codec.items(body, depth, "$keys")),
     "$values": lambda codec, body, depth: dict(enumerate(codec.items(body, depth, "$values"))).values(),
     "$items": lambda codec, body, depth: codec.mapping(dict, body, depth, "$items").items(),
     "$fraction": _decode_fraction,

@@ -740,7 +740,8 @@ def candidate_fills_then_judge_finds_no_room(controller: controller_module.Contr
         Path(spec.cwd, "filler").write_bytes(os.urandom(300 << 10))
         return await until_the_judge_hangs_up(spec)
 
-    async def judge(request: dict[str, Any], peer: socket.socket, cpu_credit_fd: int, timeout: float) -> Any:
+    async def judge(request: dict[str, Any], peer: socket.socket, cpu_credit_fd: int, timeout: float,
+                    share: Any = None) -> Any:
         await asyncio.sleep(0.01)
         await controller.charge_neighbours(None, "making a work dir: No space left on device")
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
@@ -789,7 +790,8 @@ def test_a_candidate_its_judge_saw_die_is_judged_by_its_exit(
                                  stdout_truncated=False, stderr_truncated=False, killed_for="", wall_seconds=0.05,
                                  cpu_seconds=0.0, max_rss_bytes=0)
 
-    async def judge(request: dict[str, Any], peer: socket.socket, cpu_credit_fd: int, timeout: float) -> Any:
+    async def judge(request: dict[str, Any], peer: socket.socket, cpu_credit_fd: int, timeout: float,
+                    share: Any = None) -> Any:
         died = {"index": 0, "status": "died", "passed": False, "message": "the candidate process exited"}
         return "ok", {"status": "died", "total": 2, "candidate_died": True, "tests": [died]}, ""
 
@@ -824,7 +826,8 @@ def test_an_innocent_candidate_is_not_charged_when_the_neighbour_leaves_between_
     async def candidate_run(spec: runner.RunSpec, *, settle: bool = True) -> runner.RunOutcome:
         return await until_the_judge_hangs_up(spec)  # writes nothing
 
-    async def judge(request: dict[str, Any], peer: socket.socket, cpu_credit_fd: int, timeout: float) -> Any:
+    async def judge(request: dict[str, Any], peer: socket.socket, cpu_credit_fd: int, timeout: float,
+                    share: Any = None) -> Any:
         # As JudgeServer.start -> make_workdir: mkdir got ENOSPC before the candidate ran at all.
         await controller.charge_neighbours(None, "making a work dir: No space left on device")
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
@@ -1016,7 +1019,8 @@ def test_function_tests_end_at_the_sooner_of_their_timeouts_and_the_jobs(
         deadlines.append(spec.timeout)
         return await until_the_judge_hangs_up(spec)
 
-    async def judge(request: dict[str, Any], peer: socket.socket, cpu_credit_fd: int, timeout: float) -> Any:
+    async def judge(request: dict[str, Any], peer: socket.socket, cpu_credit_fd: int, timeout: float,
+                    share: Any = None) -> Any:
         deadlines.append(timeout)
         requests.append(request)
         return "timeout", None, f"no verdict within {timeout:g} s"
@@ -1038,7 +1042,8 @@ def test_function_tests_cut_by_the_jobs_time_keep_the_verdicts_before_it(
     controller = bare_controller(tmp_path, monkeypatch)
     monkeypatch.setattr(controller.runner, "run", until_the_judge_hangs_up)
 
-    async def judge(request: dict[str, Any], peer: socket.socket, cpu_credit_fd: int, timeout: float) -> Any:
+    async def judge(request: dict[str, Any], peer: socket.socket, cpu_credit_fd: int, timeout: float,
+                    share: Any = None) -> Any:
         tests = [{"index": 0, "passed": True, "status": "ok", "message": ""},
                  {"index": 1, "passed": False, "status": "total_time", "message": "the time for all the tests ran out"},
                  {"index": 2, "passed": False, "status": "total_time",
@@ -1064,7 +1069,8 @@ def test_a_program_or_reply_too_large_for_the_judge_is_the_memory_limit(
     monkeypatch.setattr(controller.runner, "run", until_the_judge_hangs_up)
     too_large = "the candidate's reply took more memory to decode than the judge may use (MemoryError)"
 
-    async def judge(request: dict[str, Any], peer: socket.socket, cpu_credit_fd: int, timeout: float) -> Any:
+    async def judge(request: dict[str, Any], peer: socket.socket, cpu_credit_fd: int, timeout: float,
+                    share: Any = None) -> Any:
         tests = [{"index": 0, "passed": True, "status": "ok", "message": ""},
                  {"index": 1, "passed": False, "status": "memory", "message": too_large},
                  {"index": 2, "passed": False, "status": "memory", "message": f"not run: {too_large}"}]

@@ -201,7 +201,7 @@ def test_judges_replace_an_idle_judge_without_the_cpu_for_the_job(monkeypatch: p
         async def start(self) -> None:
             events.append(f"start {self.name}")
 
-        async def judge(self, *_args: object) -> tuple[str, dict[str, Any], str]:
+        async def judge(self, *_args: object, **_kwargs: object) -> tuple[str, dict[str, Any], str]:
             events.append(f"judge {self.name}")
             return "ok", {"tests": []}, ""
 

@@ -5,7 +5,6 @@ for real (a candidate process and a test process joined by a socketpair)."""
 from __future__ import annotations
 
 import ast
-import collections
 import enum
 import gzip
 import json
@@ -1724,7 +1723,8 @@ def test_object_attributes_are_read_from_the_candidates_object(code: str, passes
 
 def test_an_objects_method_is_asked_about_once(tmp_path: Path) -> None:
     # Each read of an attribute is a round trip: a loop of calls of one method makes one, not one per call.
-    code = ("import sys\nr = sys.modules['sandboxd.verifiers.pyremote']\nreads, _serve = [], r.CandidateEndpoint._serve\n"
+    code = ("import sys\nr = sys.modules['sandboxd.verifiers.pyremote']\n"
+            "reads, _serve = [], r.CandidateEndpoint._serve\n"
             "def serve(self, request, op, args, kwargs):\n    if op == 'getattr':\n"
             "        reads.append(args[1])\n    return _serve(self, request, op, args, kwargs)\n"
             "r.CandidateEndpoint._serve = serve\n"
