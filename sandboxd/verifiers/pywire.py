@@ -37,6 +37,7 @@ import fractions
 import functools
 import json
 import math
+import pathlib
 import re
 import socket
 import struct
@@ -222,32 +223,43 @@ _BASE_READERS: tuple[tuple[type, Callable[[Any], object]], ...] = (
 _FACTORIES: dict[str, type] = {cls.__name__: cls for cls in (int, float, str, list, dict, set, tuple, bool, frozenset)}
 
 # Builtin classes and functions that cross by name (each side has its own): `convert(x, int)`,
-# `sort_by(items, key=len)`, `pytest.raises(ValueError)` of a candidate's exception's base.
-_NAMED_MODULES = ("builtins", "math", "operator", "cmath", "string")
+# `sort_by(items, key=len)`, `pytest.raises(ValueError)` of a candidate's exception's base. Of the
+# builtins module, its classes and the functions that only compute: a name must not hand the other side
+# its own `open`, `exec` or `getattr` to call with what it is given.
+_NAMED_MODULES = ("builtins", "math", "operator", "cmath")
+_PURE_BUILTINS = frozenset({
+    "abs", "all", "any", "ascii", "bin", "callable", "chr", "divmod", "format", "hash", "hex", "isinstance",
+    "issubclass", "iter", "len", "max", "min", "next", "oct", "ord", "pow", "repr", "round", "sorted", "sum",
+})
+
+
+def _named(module: object, name: object, found: object) -> bool:
+    """Whether `found`, at `module`.`name`, is one that may cross by name."""
+    if module not in _NAMED_MODULES or type(name) is not str or not name.isidentifier() or name.startswith("_"):
+        return False
+    if isinstance(found, type):
+        return True
+    return type(found) is types.BuiltinFunctionType and (module != "builtins" or name in _PURE_BUILTINS)
 
 
 def _named_object(module: str, name: str) -> object:
-    if module not in _NAMED_MODULES or not name.isidentifier():
-        raise RejectedValue(f"no builtin {module}.{name}")
-    found = getattr(sys.modules.get(module) or __import__(module), name, None)
-    if not isinstance(found, (type, types.BuiltinFunctionType)):
-        raise RejectedValue(f"no builtin {module}.{name}")
+    found = getattr(sys.modules.get(module) or __import__(module), name, None) if module in _NAMED_MODULES else None
+    if not _named(module, name, found):
+        raise RejectedValue(f"no builtin {module}.{name} crosses by name")
     return found
 
 
 def _builtin_name(obj: object) -> list[str] | None:
     """[module, name] of a builtin class or function that each side has under that name, else None."""
-    if isinstance(obj, type):
+    if isinstance(obj, type) or type(obj) is types.BuiltinFunctionType:
         module, name = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
-    elif type(obj) is types.BuiltinFunctionType:
-        module, name = getattr(obj, "__module__", None), getattr(obj, "__name__", None)
     else:
         return None
-    if module not in _NAMED_MODULES or type(name) is not str or not name.isidentifier():
+    if not _named(module, name, obj):
         return None
     try:
         # The same object under that name: a patched builtins.input (a mock) is not input.
-        return [module, name] if getattr(sys.modules[module], name, None) is obj else None
+        return [module, name] if getattr(sys.modules[str(module)], str(name), None) is obj else None  # type: ignore[list-item]
     except KeyError:
         return None
 
@@ -328,6 +340,8 @@ class Codec:
             return {"$yours": peer}
         if _is_numpy(obj):
             return self._numpy(obj, depth)
+        if type(obj).__name__ == "LocalPath" and type(obj).__module__ == "_pytest._py.path":
+            return {"$path": [str(obj), True]}  # pytest's tmpdir
         named = _builtin_name(obj)
         if named is not None:
             return {"$builtin": named}
@@ -528,6 +542,8 @@ _ENCODERS: dict[type, Callable[[Codec, Any, int], object]] = {
     datetime.time: lambda codec, obj, depth: {"$time": obj.isoformat()},
     datetime.timedelta: lambda codec, obj, depth: {"$timedelta": [obj.days, obj.seconds, obj.microseconds]},
     type(Ellipsis): lambda codec, obj, depth: {"$ellipsis": None},
+    pathlib.PosixPath: lambda codec, obj, depth: {"$path": [str(obj), True]},
+    pathlib.PurePosixPath: lambda codec, obj, depth: {"$path": [str(obj), False]},
 }
 
 
@@ -536,6 +552,12 @@ def _hashable(factory: Callable[[list[Any]], object], items: list[Any], tag: str
         return factory(items)
     except TypeError:
         raise RejectedValue(f"{tag} holds an unhashable item") from None
+
+
+def _decode_path(codec: Codec, body: object, depth: int) -> object:
+    if type(body) is not list or len(body) != 2 or type(body[0]) is not str or type(body[1]) is not bool:
+        raise RejectedValue("$path must hold [path, concrete]")
+    return pathlib.Path(body[0]) if body[1] else pathlib.PurePosixPath(body[0])
 
 
 def _decode_keys(items: list[Any]) -> object:
@@ -718,6 +740,7 @@ _DECODERS: dict[str, Callable[[Codec, object, int], object]] = {
     "$time": _iso(datetime.time.fromisoformat, "$time"),
     "$timedelta": _decode_timedelta,
     "$ellipsis": lambda codec, body, depth: ...,
+    "$path": _decode_path,
     "$namedtuple": _decode_namedtuple,
     "$ndarray": _decode_ndarray,
     "$npscalar": _decode_npscalar,
