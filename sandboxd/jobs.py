@@ -51,6 +51,7 @@ MODEL_STATUSES = {
     "sandbox_lost": pb.STATUS_SANDBOX_LOST,
     "overloaded": pb.STATUS_OVERLOADED,
     "internal": pb.STATUS_INTERNAL,
+    "unsupported_test": pb.STATUS_UNSUPPORTED_TEST,
 }
 LIMITS = {
     "": pb.LIMIT_NONE,

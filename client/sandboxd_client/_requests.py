@@ -43,6 +43,7 @@ class Status(enum.IntEnum):
     SANDBOX_LOST = 100
     OVERLOADED = 101
     INTERNAL = 102
+    UNSUPPORTED_TEST = 103
     # Client-side: the RPC itself failed after every retry.
     UNAVAILABLE = 1000
     DEADLINE_EXCEEDED = 1001

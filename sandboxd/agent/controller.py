@@ -691,6 +691,10 @@ class Controller:
         candidate_status, candidate_limit, candidate_message = classify(candidate_outcome, candidate)
         if killed_by_us:
             candidate_status, candidate_limit, candidate_message = "ok", "", ""
+        if verdict.get("status") == "unsupported":
+            return {"status": "unsupported_test", "do_not_retry": True,
+                    "message": f"{DATASET_ERRORS['unsupported']}: {verdict.get('message')}",
+                    "code": {"tests_total": plan["total"]}}
         if verdict.get("status") in DATASET_ERRORS:
             # Not the model's fault, and no reason to score it as passed; the
             # same tests would say the same on any sandbox, so not retried.
