@@ -183,6 +183,39 @@ for _name in ("math_verify.parser", "math_verify.grader", _PRIVATE_GRADER_NAME, 
 
 _BOX_RE = re.compile(r"\\(?:boxed|fbox)\b")
 _BOX_TOKEN_RE = re.compile(r"[^\s$]+")  # the argument of "\boxed 5"
+# "or" in the languages models answer in: a word that offers an alternative ("2 oder 3", "2 или 3", "2或3"). Alphabetic
+# words stand apart from letters of any script (not "four", "color"); the one-letter ones ("o", "ή") only between
+# spaces; the CJK and Thai ones are written without spaces.
+_OR_WORDS_ALPHA = ("or", "oder", "bzw", "ou", "oppure", "ovvero", "eller", "lub", "albo", "nebo", "vagy", "sau", "tai",
+                   "veya", "yahut", "atau", "hoặc", "или", "либо", "або", "أو", "או", "या", "अथवा", "یا")
+_OR_WORDS_SPACED = ("o", "ó", "ή")
+_OR_WORDS_CJK = ("或者", "或", "還是", "还是", "または", "もしくは", "또는", "혹은", "หรือ")
+_OR_WORD = (rf"(?<![^\W\d_])(?:{'|'.join(_OR_WORDS_ALPHA)})(?![^\W\d_])|(?<=\s)(?:{'|'.join(_OR_WORDS_SPACED)})(?=\s)"
+            rf"|{'|'.join(_OR_WORDS_CJK)}")
+_OR_WORD_RE = re.compile(_OR_WORD, re.IGNORECASE)
+# What may stand between two boxes of one answer: spacing, symbols and punctuation, math delimiters, "and"/"or" (and
+# "maybe", "either": a hedge joins its boxes, to be refused as one), a text wrapper, a part's label ("(b)", "part
+# (ii)"), an unknown's name ("$x = \boxed{2}$ and $x = \boxed{3}$"). Other words make the boxes different answers
+# ("first \boxed{2}, but fixing the error, \boxed{5}"; "\boxed{1} no no no \boxed{2}" is 2, as Math-Verify reads it).
+_JOINER_TOKEN = (
+    r"\s|[^\w\s\\]|\\[\[\]()]|\\\\|\\(?![\s\S])|\\q?quad(?![A-Za-z])|\\[,;:! ]|\\hline|\\(?:left|right)(?![A-Za-z])"
+    r"|\\(?:text(?:bf|rm|normal|it)?|math(?:rm|bf)|mbox)\s*\{"
+    rf"|(?<![^\W\d_])(?:and|for|part|maybe|perhaps|possibly|either)(?![^\W\d_])|{_OR_WORD}|\\(?:vee|lor)(?![A-Za-z])"
+    r"|\(?(?:[a-hA-H]|i{1,3}|iv|vi{0,3}|ix|x|\d{1,2})\)"
+    r"|(?:\\[A-Za-z]+|[A-Za-z])(?:\s*[_^]\s*(?:\{[\w\\ ]{1,10}\}|\w))*\s*(?:\([^()$]{0,10}\))?\s*="
+)
+_BOX_JOINER_RE = re.compile(rf"(?:{_JOINER_TOKEN})*+", re.IGNORECASE)
+# One or two words right after a box are its unit when a list goes on ("\boxed{1} papers and \boxed{2} bins"); not
+# a word that corrects, denies or concludes.
+_UNIT_AFTER_BOX_RE = re.compile(
+    r"(?:\s*+(?!(?:no|not|nor|but|wait|or|and|actually|instead|rather|hmm|oops|sorry|so|then|thus|hence|therefore"
+    r"|finally|correction|answer|is|are|was|maybe|perhaps|possibly)(?![^\W\d_]))[^\W\d_]++){1,2}",
+    re.IGNORECASE,
+)
+_LIST_JOINER_WORD_RE = re.compile(r"[,;&]|(?<![^\W\d_])and(?![^\W\d_])", re.IGNORECASE)
+_HEDGE_WORD_RE = re.compile(rf"{_OR_WORD}|\\(?:vee|lor)(?![A-Za-z])|\u2228", re.IGNORECASE)
+# Text between two boxes longer than this does not join them (and bounds the joiner's scan).
+_MAX_JOINER_CHARS = 200
 _PHRASE_RE = re.compile(r"(?:final\s+answer\s*(?:is\b|:)|the\s+answer\s+is\b|\banswer\s*:)", re.IGNORECASE)
 _HOPE_RE = re.compile(r"\.?\s*I\s+hope\s+it\s+is\s+correct.*$", re.IGNORECASE | re.DOTALL)
 # Span lengths are bounded so that text full of unclosed "\(" cannot make the scan quadratic.
@@ -271,41 +304,112 @@ def _box_content(text: str, end: int) -> tuple[str, int] | None:
     return None
 
 
-def _extract_boxed(text: str) -> str | None:
-    """Content of the last well-formed, non-empty, outermost ``\\boxed{...}`` / ``\\fbox{...}``.
-
-    Outermost: ``\\boxed{3 = \\boxed{2}}`` answers ``3 = {2}``, not the
-    inner ``2``, which was paid against a gold of 2.
-    """
-    found: tuple[str, int] | None = None  # the answer so far: its content, and where its box ends
-    for m in reversed(list(_BOX_RE.finditer(text))[-_MAX_BOX_TRIES:]):
+def _boxes(text: str) -> list[tuple[str, int, int]]:
+    """The outermost well-formed, non-empty boxes among the last _MAX_BOX_TRIES box commands, in order: (content
+    with any box inside it read as its content, start, end)."""
+    found: list[tuple[str, int, int]] = []
+    for m in list(_BOX_RE.finditer(text))[-_MAX_BOX_TRIES:]:
+        if found and m.start() < found[-1][2]:
+            continue  # a box inside the previous one: "\boxed{3 = \boxed{2}}" answers "3 = 2", not 2
         box = _box_content(text, m.end())
-        if box is not None and box[0].strip() and (found is None or box[1] >= found[1]):
-            found = box  # the last box, or one (starting before it) that holds it
-    if found is None:
-        return None
-    # A box inside the answer counts as its content alone: Math-Verify would read the box.
-    return _BOX_RE.sub("", found[0]).strip() or None
-
-
-def _ground_truth_boxes(text: str) -> list[str]:
-    """Contents of the outermost well-formed, non-empty boxes of a ground truth, in order, once each.
-
-    A ground truth with several boxes ("the roots are \\boxed{2} and \\boxed{3}") has them all
-    in its answer, as Math-Verify reads it; the last one alone would reward a partial answer.
-    """
-    found: list[str] = []
-    end = 0
-    for m in itertools.islice(_BOX_RE.finditer(text), _MAX_BOX_TRIES):
-        if m.start() < end:
-            continue  # a box inside the previous one
-        box = _box_content(text, m.end())
-        if box is None or not box[0].strip():
+        if box is None:
             continue
-        content, end = box
-        if content.strip() not in found:
-            found.append(content.strip())
+        # A box inside the answer counts as its content alone: Math-Verify would read the box.
+        content = _BOX_RE.sub("", box[0]).strip()
+        if content:
+            found.append((content, m.start(), box[1]))
     return found
+
+
+def _box_groups(text: str) -> list[tuple[list[str], bool]]:
+    """The boxes of ``text`` in groups that one answer lists ("\\boxed{1}, \\boxed{2} and \\boxed{3}"), in order:
+    each group's contents (once each) and whether an "or" joins them. Boxes apart (words between them, or only
+    spacing: "first \\boxed{2}, but fixing the error, \\boxed{5}") are different answers, the later one final."""
+    groups: list[tuple[list[str], bool]] = []
+    end = -1
+    for content, start, stop in _boxes(text):
+        if not (groups and _boxes_joined(text, end, start)):
+            groups.append(([content], False))
+        else:
+            contents, alternatives = groups[-1]
+            if content not in contents:
+                contents.append(content)
+            groups[-1] = (contents, alternatives or bool(_HEDGE_WORD_RE.search(text, end, start)))
+        end = stop
+    return groups
+
+
+def _boxes_joined(text: str, end: int, start: int) -> bool:
+    """Whether ``text[end:start]``, between two boxes, makes them one answer's list (see _JOINER_TOKEN)."""
+    if start - end > _MAX_JOINER_CHARS:
+        return False
+    if unit := _UNIT_AFTER_BOX_RE.match(text, end, start):
+        if not _LIST_JOINER_WORD_RE.search(text, unit.end(), start):
+            return False
+        end = unit.end()
+    return _BOX_JOINER_RE.fullmatch(text, end, start) is not None
+
+
+def _extract_boxed(text: str, parts: int = 1) -> str | None:
+    """The final answer's boxes: the last group of boxes that one answer lists, and as many groups before it as
+    it takes to give ``parts`` values (the parts of the ground truth).
+
+    A ground truth of one value takes the last group ("\\boxed{2}. Fixing the error: \\boxed{5}" answers 5); one
+    of k parts the boxes of its final answer, also where each part has its own box ("(a) ... \\boxed{2}. (b) ...
+    \\boxed{3}"). A group is read whole: more values than the ground truth has are a wrong answer, not a choice.
+    """
+    groups = _box_groups(text)
+    if not groups:
+        return None
+    taken: list[str] = []
+    alternatives = False
+    for contents, joined_by_or in reversed(groups):
+        taken[:0] = contents
+        alternatives = alternatives or joined_by_or
+        if sum(_count_parts(c) for c in taken) >= parts:
+            break
+    return (" \\text{ or } " if alternatives else ", ").join(taken)
+
+
+# One number, its commas thousands or a decimal comma ("1,234", "1,22", "0,111"): one part, not a list.
+_ONE_NUMBER_RE = re.compile(r"-?\d+(?:[.,]\d+)*")
+# What separates the parts of an answer: a comma (not in "1,234"), a semicolon, "and"/"or" (also in text), \quad.
+_PART_SEPARATOR_RE = re.compile(
+    rf",(?!\d{{3}}(?!\d))|;|\\(?:text|mathrm|textrm|mbox)\s*\{{\s*,?\s*(?:and|{_OR_WORD})\s*\}}"
+    rf"|(?<![^\W\d_])and(?![^\W\d_])|{_OR_WORD}|\\q?quad(?![A-Za-z])",
+    re.IGNORECASE,
+)
+
+
+def _outside_brackets(s: str) -> str:
+    """``s`` with each bracketed group ((), [], {}, \\{\\}: a point, an interval, an argument) as one "0"."""
+    out, depth, i = [], 0, 0
+    while i < len(s):
+        c = s[i]
+        if c == "\\" and s[i + 1 : i + 2] in ("{", "}"):
+            c = s[i + 1]
+            i += 1
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth = max(0, depth - 1)
+            if not depth:
+                out.append("0")  # the group stands for one value
+        elif not depth:
+            out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def _count_parts(answer: str) -> int:
+    """How many values ``answer`` lists: 1 for "5", "(1, 2)", "[0, 1)" or "1,234"; 3 for "1, 2, 3" and "\\{1,2,3\\}"."""
+    s = re.sub(r"\\(?:left|right)(?![A-Za-z])", "", _strip_delims(answer)).strip()
+    if _ONE_NUMBER_RE.fullmatch(s):
+        return 1
+    if s.startswith(("{", "\\{")) and _outside_brackets(s).strip() == "0":
+        s = s[1:-1] if s.startswith("{") else s[2:-2]  # a set: its elements
+    marked = _PART_SEPARATOR_RE.sub("\x00", _outside_brackets(_PART_SEPARATOR_RE.sub(",", s)))
+    return max(1, sum(1 for run in marked.split("\x00") if run.strip()))
 
 
 def _span_text(m: re.Match[str]) -> str:
@@ -581,18 +685,18 @@ _EXTRACTORS = {
 }
 
 
-def extract_answer(completion: str, extraction: str = "auto") -> tuple[str, str] | None:
+def extract_answer(completion: str, extraction: str = "auto", *, parts: int = 1) -> tuple[str, str] | None:
     """Find the final answer in ``completion``.
 
     Returns ``(answer, rule)`` where ``rule`` is the extraction rule that matched, or ``None``
     when no rule found an answer. ``extraction="auto"`` tries boxed, answer tag, phrase and last
-    expression in that order.
+    expression in that order. ``parts``: how many values the ground truth lists (see _extract_boxed).
     """
     if extraction not in EXTRACTION_MODES:
         raise ValueError(f"unknown extraction mode {extraction!r}; expected one of {EXTRACTION_MODES}")
     rules = EXTRACTION_MODES[1:] if extraction == "auto" else (extraction,)
     for rule in rules:
-        answer = _EXTRACTORS[rule](completion)
+        answer = _extract_boxed(completion, parts) if rule == "boxed" else _EXTRACTORS[rule](completion)
         if answer:
             return answer, rule
     return None
@@ -811,8 +915,6 @@ def _normalize(s: str, *, single_number_gold: bool) -> str:
     s = s.translate(_UNICODE_MATH)
     # Invisible: "2\phantom{3}" shows 2 (latex2sympy read 2 + 3); an empty text is a space ("2\text{ }3" was 23).
     s = _EMPTY_TEXT_RE.sub(" ", _drop_phantoms(s))
-    # "2 ~= 3": Math-Verify's normaliser reads "~=" as \approx; so do we, for _false_approximation (it paid 2).
-    s = s.replace("~=", " \\approx ")
     # "2 and 3", "x = 2 or x = 3": a list of answers (Math-Verify reads "\\text{ and }" itself).
     s = _AND_OR_RE.sub(", ", s)
     # "\text{5 cm}": the number inside the text is the value, the rest a unit.
@@ -1093,107 +1195,19 @@ def _hedge(answer: str, gold: str) -> str | None:
     return m.group(0) if m else None
 
 
-def _false_equality(objs: list[Any]) -> bool:
-    """Whether a parsed answer states an equality between two unequal numbers ("3 = 2", "x = 2 = 3").
-
-    Math-Verify keeps the last right-hand side of an equation as its value, so a false
-    statement ending in the ground truth was paid.
-    """
-    import sympy
-
-    for obj in objs:
-        # atoms() includes the expression itself: an Eq, or the Eqs of a list of them.
-        for relation in obj.atoms(sympy.Eq) if isinstance(obj, sympy.Basic) else ():
-            # doit: a percentage is x * UnevaluatedExpr(1/100), which N() leaves unevaluated ("300\% = 2" was paid).
-            lhs, rhs = _doit(relation.lhs), _doit(relation.rhs)
-            if lhs.free_symbols or rhs.free_symbols or _too_big(lhs) or _too_big(rhs):
-                continue
-            try:
-                difference = complex(sympy.N(lhs - rhs, 30))
-                scale = max(1.0, abs(complex(sympy.N(rhs, 30))))
-            except (TypeError, ValueError, ArithmeticError):
-                continue
-            if abs(difference) > 1e-9 * scale:
-                return True
-    return False
-
-
-_APPROX_RE = re.compile(r"\\(?:approxeq|approx|thickapprox|simeq)(?![a-zA-Z])|[\u2248\u2243\u2245\u224a\u2252\u2253]")
-_LITERAL_RE = re.compile(r"-?(\d+)(?:\.(\d+))?")
-# Around a number written out: spacing, a unit or currency, thousands separators ("12.3 \text{ m}", "1\,111").
-_LITERAL_NOISE_RE = re.compile(r"\\text\s*\{[^{}]*\}|\\(?:[,;:! ]|q?quad)|\\?[$%]|[\s~]|\{,\}|(?<=\d),(?=\d{3})")
-# An approximation chain is judged up to this many sides: each is evaluated to 30 digits.
-_MAX_APPROX_SIDES = 4
-# Nor a side with a number past this many bits (cos(3^{600000}) took 1.5 s to evaluate to 30 digits).
-_MAX_APPROX_SIDE_BITS = 2_000
-
-
-def _false_approximation(s: str) -> str | None:
-    """``"2 ≈ 3"`` when ``s`` states an approximation between numbers that differ, else ``None``.
-
-    Math-Verify keeps one side of ``a \\approx b`` (the left one, or the right after a variable),
-    so "2 \\approx 3" and "x = 2 \\approx 3" were paid as 2. A number written out (3.14, 3100, also
-    with spacing, a unit or a currency sign) or an integer however written ("(3)", "\\frac{6}{2}")
-    must be the other side rounded or cut to its last place (0.01, 100, 1); two other exact
-    expressions ("\\frac{22}{7} \\approx \\pi") are not judged, nor a side costly to evaluate.
-    """
-    import sympy
-
-    parts = _APPROX_RE.split(s)
-    if len(parts) < 2:
-        return None
-    if len(parts) > _MAX_APPROX_SIDES:
-        return f"a chain of {len(parts) - 1} approximations"
-    sides: list[tuple[Any, float | None, str]] = []  # (value, its last place where written out, text)
-    for part in parts:
-        text = part.split("=")[-1].strip()
-        objs = _mv_parse(_normalize(text, single_number_gold=False))  # "1\\,111" alone is read as 112
-        value = objs[0] if objs else None
-        if isinstance(value, sympy.FiniteSet) and len(value) == 1:
-            (value,) = value  # "{2}"
-        if not isinstance(value, sympy.Basic) or value.free_symbols or _too_big(value) or _costly(value):
-            sides.append((None, None, text))
-            continue
-        place = None
-        bare = _LITERAL_NOISE_RE.sub("", text)
-        while len(bare) > 2 and bare[0] + bare[-1] in ("()", "{}"):
-            bare = bare[1:-1]
-        if m := _LITERAL_RE.fullmatch(bare):
-            whole, decimals = m.groups()
-            if decimals:
-                place = 10.0 ** -len(decimals)
-            else:
-                place = 10.0 ** (len(whole) - len(whole.rstrip("0"))) if whole.strip("0") else 1.0
-        elif isinstance(value, sympy.Integer):
-            place = 1.0  # "\\frac{6}{2}", "(3)": an integer however written
-        sides.append((value, place, text))
-    for first, second in itertools.pairwise(sides):
-        written = [side for side in (first, second) if side[1] is not None]
-        if first[0] is None or second[0] is None or not written:
-            continue
-        rounded = max(written, key=lambda side: side[1] or 0.0)  # the coarser of the two
-        other = second if rounded is first else first
-        try:
-            r, v = (complex(sympy.N(side[0], 30)) for side in (rounded, other))
-        except (TypeError, ValueError, ArithmeticError):
-            continue
-        if r.imag or v.imag:
-            continue
-        place = rounded[1] or 0.0
-        cut = r.real * v.real >= 0 and abs(r.real) <= abs(v.real) < abs(r.real) + place * (1 - 1e-12)
-        if abs(r.real - v.real) > place / 2 * (1 + 1e-9) and not cut:
-            return f"{first[2]} \u2248 {second[2]}"
-    return None
+# A number past this many bits, or a power with such an exponent, is costly to evaluate (cos(3^{600000}) took 1.5 s
+# to 30 digits): a function of one only matches the same expression (see _costly_function).
+_MAX_COSTLY_BITS = 2_000
 
 
 def _costly(expr: Any) -> bool:
-    """Whether evaluating ``expr`` to 30 digits may take long: a number or a power past _MAX_APPROX_SIDE_BITS."""
+    """Whether evaluating ``expr`` to 30 digits may take long: a number or a power past _MAX_COSTLY_BITS."""
     import sympy
 
     for atom in expr.atoms(sympy.Integer):
-        if abs(int(atom)).bit_length() > _MAX_APPROX_SIDE_BITS:
+        if abs(int(atom)).bit_length() > _MAX_COSTLY_BITS:
             return True
-    return any(power.exp.is_Number and abs(power.exp) > _MAX_APPROX_SIDE_BITS for power in expr.atoms(sympy.Pow))
+    return any(power.exp.is_Number and abs(power.exp) > _MAX_COSTLY_BITS for power in expr.atoms(sympy.Pow))
 
 
 def _costly_function(expr: Any) -> bool:
@@ -2225,14 +2239,15 @@ def verify(
     completion = completion if isinstance(completion, str) else str(completion)
     ground_truth = ground_truth if isinstance(ground_truth, str) else str(ground_truth)
 
-    found = extract_answer(completion, extraction)
+    gold = _gold_answer(ground_truth)
+    found = extract_answer(completion, extraction, parts=_count_parts(gold) if len(gold) <= MAX_ANSWER_CHARS else 1)
     if found is None:
         return _result("no_answer", message=f"no answer found (extraction={extraction})")
     answer, rule = found
 
     token = _float_tolerance.set(float(float_tolerance))
     try:
-        return _judge(answer, rule, ground_truth)
+        return _judge(answer, rule, gold)
     except RecursionError:
         return _result("wrong_answer", extracted=answer, rule=rule, message="answer nested too deeply")
     except MemoryError:
@@ -2246,12 +2261,16 @@ def verify(
         _float_tolerance.reset(token)
 
 
-def _judge(answer: str, rule: str, ground_truth: str) -> dict[str, str]:
-    base: dict[str, str] = {"extracted": answer, "rule": rule}
+def _gold_answer(ground_truth: str) -> str:
+    """The answer a ground truth gives: its final boxes, read as a completion's are (``\\boxed{2} and \\boxed{3}``
+    is "2, 3"; ``\\boxed{1} no no no \\boxed{2}`` is 2, as Math-Verify reads it), or all of it."""
+    gold = _strip_delims(ground_truth)
+    boxed = _extract_boxed(gold)
+    return _strip_delims(boxed) if boxed is not None else gold
 
-    gold_raw = _strip_delims(ground_truth)
-    if boxes := _ground_truth_boxes(gold_raw):
-        gold_raw = ", ".join(_strip_delims(box) for box in boxes)
+
+def _judge(answer: str, rule: str, gold_raw: str) -> dict[str, str]:
+    base: dict[str, str] = {"extracted": answer, "rule": rule}
 
     # Before any other look: unwrapping 20,000 nested \text{} took 30 s (each pass peels one level).
     for text, who in ((answer, "answer"), (gold_raw, "ground truth")):
@@ -2349,11 +2368,6 @@ def _judge(answer: str, rule: str, ground_truth: str) -> dict[str, str]:
         ok = gold_big == pred_big and any(g == p for g in gold_objs for p in pred_objs)
         return _result("ok" if ok else "wrong_answer", message="" if ok else unevaluable, **res)
 
-    if _false_equality(pred_objs) and not _false_equality(gold_objs):
-        return _result("wrong_answer", message="answer: states an equality between unequal numbers", **res)
-    if approximation := _false_approximation(pred_s):
-        return _result("wrong_answer", message=f"answer: states an approximation between numbers that differ "
-                       f"({_clip(approximation)})", **res)
     if _compare(gold_objs, pred_objs, _unknowns_in_order(gold_s)):
         return _result("ok", **res)
     return _result("wrong_answer", message="answer not equivalent to ground truth", **res)
