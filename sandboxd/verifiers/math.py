@@ -229,6 +229,13 @@ _MATH_SPAN_RE = re.compile(
 _LIST_JOINER_RE = re.compile(r"\s*(?:[,;&]\s*)?(?:and\s+)?", re.IGNORECASE)
 # The unknown a span names on its left: "x = 5", "a_1 = 5", "\\theta=5".
 _UNKNOWN_NAME_RE = re.compile(r"(?:\\[A-Za-z]+|[A-Za-z])(?:_\{?\w+\}?)?")
+# Where math starts in an answer sentence, and the words that state what the answer is ("The largest $n$ is 34").
+_FIRST_MATH_RE = re.compile(r"(?<!\\)\$|\\[(\[]|\\(?:boxed|fbox)\b|\d")
+_COPULA_RE = re.compile(r"(?<![^\W\d_])(?:is|are|was|were|equals|becomes)(?![^\W\d_])|\bequal\s+to\b",
+                        re.IGNORECASE)
+# The phrase of a final answer, which a box before it does not override (MATH's Minerva format: "Final Answer: The
+# final answer is $X$. I hope it is correct."), as Math-Verify reads it.
+_FINAL_PHRASE_RE = re.compile(r"final\s+answer\s*(?:is\b|:)", re.IGNORECASE)
 # How much of the line after an answer phrase is searched for a box or a math span.
 _PHRASE_SCAN_CHARS = 4_000
 _SENTENCE_END_RE = re.compile(r"(?<=[.?])\s+(?=[A-Z])")
@@ -243,7 +250,9 @@ _NEGATION_RE = re.compile(
 # Tokens of a plain-text (undelimited) math expression, for the last-expression fallback. A
 # number is one token: a mixed number "3 1/2", thousands "1,234.5", a decimal or an integer.
 _PLAIN_TOKEN_RE = re.compile(
-    r"(?P<num>\d+[ \t]+\d+[ \t]*/[ \t]*\d+(?![\d.])|\d{1,3}(?:(?:,|[ \t]|\\,|\{,\})\d{3})+(?:\.\d+)?(?![\d.])"
+    # A code or a word with digits in it ("AZYUK2A", "COVID19", "H2O"): not a number (it read "AZYUK2A" as 2).
+    r"(?P<ident>(?<![A-Za-z\d])(?!(?:sqrt|log|ln|pi)\d)(?:[A-Za-z]{2,}\d|[A-Za-z]+\d+[A-Za-z])[A-Za-z\d]*)"
+    r"|(?P<num>\d+[ \t]+\d+[ \t]*/[ \t]*\d+(?![\d.])|\d{1,3}(?:(?:,|[ \t]|\\,|\{,\})\d{3})+(?:\.\d+)?(?![\d.])"
     r"|\d+(?:\.\d+)?|\.\d+)"
     r"|(?P<cmd>\\(?:[A-Za-z]+|[{}$%,;:! ]))"
     r"|(?P<unit>(?<=\d)[A-Za-z]{1,3}[²³])"  # "1,000.99m²": a unit, which ends the expression
@@ -466,6 +475,7 @@ def _extract_phrase(text: str) -> str | None:
         # "The answer is 2? No wait, 3": the answer asked about, not given (it paid 2); the next rule
         # reads on. A question later in the sentence ("42 (why? ...)") leaves the answer given.
         return None
+    head = _named_answer(head)
     boxed = _extract_boxed(head)
     if boxed:
         return boxed
@@ -499,6 +509,26 @@ def _extract_phrase(text: str) -> str | None:
                 return answer  # "is 2 (or possibly 3)": all of it, for the alternatives check (it paid 2)
             return runs[0][1]
     return answer or None
+
+
+def _named_answer(head: str) -> str:
+    """The part of an answer sentence that holds its answer, when words come before any math in it.
+
+    "The largest $n$ is 34", "The volume of $ABCDEFGH$ is 120": what follows the last "is" (outside math; it took
+    the first span, $n$). "Jane started growing Sphere 3 hours ago": its only expression. Else all of it.
+    """
+    first = _FIRST_MATH_RE.search(head)
+    if first is None or not _has_prose(head[: first.start()]):
+        return head
+    masked = _MATH_SPAN_RE.sub(lambda m: " " * len(m.group(0)), head)  # "is" inside math is not a copula
+    copulas = list(_COPULA_RE.finditer(masked))
+    if copulas:
+        return head[copulas[-1].end() :]
+    spans = list(_MATH_SPAN_RE.finditer(head))
+    runs = _plain_runs(masked)
+    if len(spans) + len(runs) == 1:
+        return head[spans[0].start() if spans else runs[0][0] :]
+    return head
 
 
 def _one_if_restated(listed: list[str]) -> str | None:
@@ -601,7 +631,7 @@ def _plain_runs(text: str) -> list[tuple[int, str]]:
         elif kind == "word" and tok.lower() in ("and", "or"):
             if current:
                 current.append(("sep", tok, m.start(), m.end()))
-        elif kind == "unit" or (kind == "word" and len(tok) > 1 and tok.lower() not in _MATH_WORDS):
+        elif kind in ("unit", "ident") or (kind == "word" and len(tok) > 1 and tok.lower() not in _MATH_WORDS):
             flush()
         else:
             if (prev := last_operand()) is not None and (
@@ -666,10 +696,18 @@ def _extract_last_expression(text: str) -> str | None:
             return run
         if span is None:
             break
-        if (content := _span_text(span)) and not _negated(tail[: span.start()]):
+        if _broken_span(span):
+            pass  # "Answer $ \n 9 \n $": math meant, but not delimited on one line; not read (Math-Verify: none)
+        elif (content := _span_text(span)) and not _negated(tail[: span.start()]):
             return content
         stretch_end = span.start()
     return None
+
+
+def _broken_span(span: re.Match[str]) -> bool:
+    """Whether a math span is inline (``$..$``, ``\\(..\\)``) but crosses a line: inline math is on one line."""
+    content = span.group("d") if span.group("d") is not None else span.group("rb")
+    return content is not None and "\n" in content
 
 
 def _negated(before: str) -> bool:
@@ -697,9 +735,22 @@ def extract_answer(completion: str, extraction: str = "auto", *, parts: int = 1)
     rules = EXTRACTION_MODES[1:] if extraction == "auto" else (extraction,)
     for rule in rules:
         answer = _extract_boxed(completion, parts) if rule == "boxed" else _EXTRACTORS[rule](completion)
+        if answer and rule == "boxed" and extraction == "auto" and (stated := _final_answer_after_boxes(completion)):
+            return stated, "phrase"  # "... \\boxed{255} ... Final Answer: The final answer is $10,455$."
         if answer:
             return answer, rule
     return None
+
+
+def _final_answer_after_boxes(completion: str) -> str | None:
+    """The answer of a "final answer" phrase that comes after the last box, or None: the box was a step."""
+    last = None
+    for last in _FINAL_PHRASE_RE.finditer(completion):  # noqa: B007 - we want the last match
+        pass
+    boxes = _boxes(completion)
+    if last is None or not boxes or last.start() < boxes[-1][2]:
+        return None
+    return _extract_phrase(completion)
 
 
 # --------------------------------------------------------------------------------------------
@@ -924,7 +975,7 @@ def _normalize(s: str, *, single_number_gold: bool) -> str:
     s = _BOLD_LETTER_RE.sub(r" \1 ", s)
     # "1+2\mathrm{i}": the normaliser drops a text command and all after it (it was read as 1 + 2, and paid 3).
     s = _UPRIGHT_I_RE.sub(" i ", s)
-    s = _UPRIGHT_E_RE.sub(" e ", s)
+    s = _UPRIGHT_E_RE.sub("{e}", s)  # braced: "\frac{1}{ e }", spaces on both sides, did not parse
     s = _STYLE_WRAPPER_RE.sub("", _STYLE_SWITCH_RE.sub(" ", s))
     s = _DEGREE_RE.sub(r"^\\circ", _TEXT_DOLLAR_RE.sub(r"\\$", s))
     s = _units_before_more_math(s)
@@ -2269,6 +2320,20 @@ def _gold_answer(ground_truth: str) -> str:
     return _strip_delims(boxed) if boxed is not None else gold
 
 
+# A ground truth that is one number with a decimal comma ("1,22", "0,111"), which a thousands grouping is not.
+_GOLD_DECIMAL_COMMA_RE = re.compile(r"-?\d+,\d+")
+_GOLD_THOUSANDS_RE = re.compile(r"-?[1-9]\d{0,2}(?:,\d{3})+")
+_CLOCK_TIME_RE = re.compile(r"(\d{1,2}):(\d{2})(?::(\d{2}))?")
+
+
+def _clock_time(s: str) -> tuple[int, ...] | None:
+    """(hours, minutes, seconds) of a time of day written "12:00" or "9:05:30" (in ``$``, a box or text); else None."""
+    m = _CLOCK_TIME_RE.fullmatch(_strip_delims(_unwrap_text(_strip_delims(s))).strip().rstrip("."))
+    if m is None or int(m.group(1)) > 24 or int(m.group(2)) > 59 or int(m.group(3) or 0) > 59:
+        return None
+    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+
+
 def _judge(answer: str, rule: str, gold_raw: str) -> dict[str, str]:
     base: dict[str, str] = {"extracted": answer, "rule": rule}
 
@@ -2277,6 +2342,13 @@ def _judge(answer: str, rule: str, gold_raw: str) -> dict[str, str]:
         if len(text) > MAX_ANSWER_CHARS:
             return _result("wrong_answer", message=f"{who}: too long to parse ({len(text)} > {MAX_ANSWER_CHARS} chars)",
                            **base)
+    if _GOLD_DECIMAL_COMMA_RE.fullmatch(gold_raw) and not _GOLD_THOUSANDS_RE.fullmatch(gold_raw):
+        gold_raw = gold_raw.replace(",", ".")  # "1,22" is 1.22, "0,111" 0.111; "1,234" stays a thousand and more
+    if (gold_time := _clock_time(gold_raw)) is not None:
+        # "12:00": a time of day, not the ratio 12/0 (both sides read as zoo, and were unequal).
+        ok = _clock_time(answer) == gold_time
+        return _result("ok" if ok else "wrong_answer", parsed=answer, gold=gold_raw,
+                       message="" if ok else "time differs", **base)
     if hedge := _hedge(_unwrap_text(answer), gold_raw):
         return _result("wrong_answer", message=f"answer: offers alternatives ({hedge.strip()!r})", **base)
     if hidden := _TEXT_WITH_NUMBER_RE.search(answer):
