@@ -81,6 +81,7 @@ import logging
 import math as _pymath
 import re
 import sys
+import unicodedata
 from types import ModuleType
 from typing import Any
 
@@ -170,6 +171,11 @@ _MAX_BOX_TRIES = 20
 _float_tolerance: contextvars.ContextVar[float] = contextvars.ContextVar(
     "sandboxd_math_float_tolerance", default=1e-6
 )
+# Whether the ground truth being compared is written as a percentage: only then is a number in the answer read as a
+# count of percent ("28" for 28%); otherwise X% is X/100 alone (see _numeric_eq).
+_gold_is_percentage: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "sandboxd_math_gold_is_percentage", default=False
+)
 
 # Math-Verify logs a warning when its timeouts are disabled; that is deliberate here.
 _PRIVATE_GRADER_NAME = "_sandboxd_math_verify_grader"
@@ -190,7 +196,7 @@ _OR_WORDS_ALPHA = ("or", "oder", "bzw", "ou", "oppure", "ovvero", "eller", "lub"
                    "veya", "yahut", "atau", "hoặc", "или", "либо", "або", "أو", "או", "या", "अथवा", "یا")
 _OR_WORDS_SPACED = ("o", "ó", "ή")
 _OR_WORDS_CJK = ("或者", "或", "還是", "还是", "または", "もしくは", "또는", "혹은", "หรือ")
-_OR_WORD = (rf"(?<![^\W\d_])(?:{'|'.join(_OR_WORDS_ALPHA)})(?![^\W\d_])|(?<=\s)(?:{'|'.join(_OR_WORDS_SPACED)})(?=\s)"
+_OR_WORD = (rf"(?<![^\W\d_\\])(?:{'|'.join(_OR_WORDS_ALPHA)})(?![^\W\d_])|(?<=\s)(?:{'|'.join(_OR_WORDS_SPACED)})(?=\s)"
             rf"|{'|'.join(_OR_WORDS_CJK)}")
 _OR_WORD_RE = re.compile(_OR_WORD, re.IGNORECASE)
 # What may stand between two boxes of one answer: spacing, symbols and punctuation, math delimiters, "and"/"or" (and
@@ -213,7 +219,10 @@ _UNIT_AFTER_BOX_RE = re.compile(
     re.IGNORECASE,
 )
 _LIST_JOINER_WORD_RE = re.compile(r"[,;&]|(?<![^\W\d_])and(?![^\W\d_])", re.IGNORECASE)
-_HEDGE_WORD_RE = re.compile(rf"{_OR_WORD}|\\(?:vee|lor)(?![A-Za-z])|\u2228", re.IGNORECASE)
+# Alternatives offered for one answer. "2 \\text{ or } 3" reads as the list {2, 3}, which a single ground truth does
+# not equal; but "2 \\text{ or 3}", "2 \\text{(or 3)}", "B or C" and "x = 2 \\vee x = 3" were read as one of their
+# alternatives and paid (red team), and so were "2 oder 3", "2 или 3" and "2或3" in plain text.
+_HEDGE_RE = re.compile(rf"{_OR_WORD}|\\(?:vee|lor)(?![A-Za-z])|\u2228", re.IGNORECASE)
 # Text between two boxes longer than this does not join them (and bounds the joiner's scan).
 _MAX_JOINER_CHARS = 200
 _PHRASE_RE = re.compile(r"(?:final\s+answer\s*(?:is\b|:)|the\s+answer\s+is\b|\banswer\s*:)", re.IGNORECASE)
@@ -250,6 +259,7 @@ _NEGATION_RE = re.compile(
 # Tokens of a plain-text (undelimited) math expression, for the last-expression fallback. A
 # number is one token: a mixed number "3 1/2", thousands "1,234.5", a decimal or an integer.
 _PLAIN_TOKEN_RE = re.compile(
+    rf"(?P<alt>(?i:{_OR_WORD}))|"  # "or", "oder", "или", "或": joins a list (or offers alternatives)
     # A code or a word with digits in it ("AZYUK2A", "COVID19", "H2O"): not a number (it read "AZYUK2A" as 2).
     r"(?P<ident>(?<![A-Za-z\d])(?!(?:sqrt|log|ln|pi)\d)(?:[A-Za-z]{2,}\d|[A-Za-z]+\d+[A-Za-z])[A-Za-z\d]*)"
     r"|(?P<num>\d+[ \t]+\d+[ \t]*/[ \t]*\d+(?![\d.])|\d{1,3}(?:(?:,|[ \t]|\\,|\{,\})\d{3})+(?:\.\d+)?(?![\d.])"
@@ -343,7 +353,7 @@ def _box_groups(text: str) -> list[tuple[list[str], bool]]:
             contents, alternatives = groups[-1]
             if content not in contents:
                 contents.append(content)
-            groups[-1] = (contents, alternatives or bool(_HEDGE_WORD_RE.search(text, end, start)))
+            groups[-1] = (contents, alternatives or bool(_HEDGE_RE.search(text, end, start)))
         end = stop
     return groups
 
@@ -526,8 +536,8 @@ def _named_answer(head: str) -> str:
         return head[copulas[-1].end() :]
     spans = list(_MATH_SPAN_RE.finditer(head))
     runs = _plain_runs(masked)
-    if len(spans) + len(runs) == 1:
-        return head[spans[0].start() if spans else runs[0][0] :]
+    if len(spans) + len(runs) == 1 and not _negated(head[: (start := spans[0].start() if spans else runs[0][0])]):
+        return head[start:]
     return head
 
 
@@ -558,7 +568,7 @@ def _assignment(s: str) -> tuple[str, str] | None:
 def _has_prose(s: str) -> bool:
     """Whether ``s`` holds an English word outside ``\\text{}`` (units) and LaTeX commands."""
     for w in re.findall(r"(?<![\\A-Za-z])[A-Za-z]{2,}", _TEXT_CMD_RE.sub(" ", s)):
-        if w.lower() not in _MATH_WORDS and w.lower() not in ("and", "or"):
+        if w.lower() not in _MATH_WORDS and w.lower() != "and" and not _OR_WORD_RE.fullmatch(w):
             return True
     return False
 
@@ -628,7 +638,7 @@ def _plain_runs(text: str) -> list[tuple[int, str]]:
             continue
         if after_number and kind == "word" and _SCALE_TOKEN_RE.fullmatch(tok):
             current.append(("scale", tok, m.start(), m.end()))  # "3 million": part of the number's value
-        elif kind == "word" and tok.lower() in ("and", "or"):
+        elif kind == "alt" or (kind == "word" and tok.lower() == "and"):
             if current:
                 current.append(("sep", tok, m.start(), m.end()))
         elif kind in ("unit", "ident") or (kind == "word" and len(tok) > 1 and tok.lower() not in _MATH_WORDS):
@@ -871,7 +881,8 @@ _UNICODE_MATH = str.maketrans(
         "\u00be": "\\frac{3}{4}",
     }
 )
-_AND_OR_RE = re.compile(r"(?<![{\s])(?:\s*,)?\s+(?:and|or)\s+(?!\})")
+_AND_OR_RE = re.compile(rf"(?<![{{\s])(?:\s*,)?\s+(?:and|{'|'.join(_OR_WORDS_ALPHA + _OR_WORDS_SPACED)})\s+(?!\}})",
+                        re.IGNORECASE)
 _TEXT_NUMBER_RE = re.compile(rf"{_TEXT_MACRO}\s*\{{\s*(-?\d[\d,]*(?:\.\d+)?)([^{{}}\d]*)\}}")
 # 0.\overline{3}, 1.2\overline{45}, also written \overline{3} after "0." with a space
 _REPEATING_RE = re.compile(r"(-?)(\d{0,30})\.(\d{0,30})\s*\\(?:overline|bar|dot)\s*\{\s*(\d{1,30})\s*\}")
@@ -917,6 +928,13 @@ _STYLE_WRAPPER_RE = re.compile(r"\\(?:underline|boldsymbol|bm|textcolor\s*\{[A-Z
 # Other spellings of symbols latex2sympy reads: "\textdollar" is "\$", "\degree" (gensymb) is "^\circ".
 _TEXT_DOLLAR_RE = re.compile(r"\\textdollar(?![A-Za-z])")
 _DEGREE_RE = re.compile(r"\\degree(?![A-Za-z])")
+
+
+_PERCENT_WORD_RE = re.compile(
+    rf"(?<=[\d}}]){_SPACE_CMD}*(?:{_TEXT_MACRO}\s*\{{\s*(?:percent(?:age)?|per\s*cent|pct)\s*\}}"
+    r"|(?:percent(?:age)?|per\s*cent|pct)(?![A-Za-z]))",
+    re.IGNORECASE,
+)
 
 
 def _scale_word_value(m: re.Match[str]) -> str:
@@ -971,6 +989,8 @@ def _normalize(s: str, *, single_number_gold: bool) -> str:
     # "\text{5 cm}": the number inside the text is the value, the rest a unit.
     s = _TEXT_NUMBER_RE.sub(lambda m: m.group(1) + (f"\\text{{ {u}}}" if (u := m.group(2).strip()) else ""), s)
     s = _SCALE_WORD_RE.sub(_scale_word_value, s)
+    # "50 \text{ percent}" is 50%: set aside as a unit, it was 50 (paid for 50, refused for 0.5).
+    s = _PERCENT_WORD_RE.sub(r"\\%", s)
     # "2\mathbf{i} + 3\mathbf{j}": a bold letter is a vector's symbol, not text (it was read as 2).
     s = _BOLD_LETTER_RE.sub(r" \1 ", s)
     # "1+2\mathrm{i}": the normaliser drops a text command and all after it (it was read as 1 + 2, and paid 3).
@@ -1216,10 +1236,6 @@ _UNEVALUATED_RE = re.compile(
 )
 
 
-# Alternatives offered for one answer. "2 \text{ or } 3" reads as the list {2, 3}, which a single
-# ground truth does not equal; but "2 \text{ or 3}", "2 \text{(or 3)}", "B or C" and
-# "x = 2 \vee x = 3" were read as one of their alternatives and paid (red team).
-_HEDGE_RE = re.compile(r"(?<![\\a-zA-Z])or(?![a-zA-Z])|\\(?:vee|lor)(?![a-zA-Z])|\u2228", re.IGNORECASE)
 # Where a ground truth is itself a list or several values ("\\pm 1"), "or" in an answer is a list.
 _LIST_GOLD_RE = re.compile(
     r",|;|(?<![\\a-zA-Z])(?:and|or)(?![a-zA-Z])|\\(?:vee|lor|cup|pm|mp)(?![a-zA-Z])|[\u00b1\u2213]")
@@ -1658,8 +1674,9 @@ def _numeric_eq(a: Any, b: Any, float_rounding: int, numeric_precision: int) -> 
 
     Math-Verify compares via ``(a - b).evalf(chop=True) == 0`` (chop turns every value below
     ~1e-15 into zero) and ``round(float_rounding)`` (an absolute tolerance). Here exact values are
-    compared exactly and floats with a relative tolerance; percentages keep Math-Verify's meaning
-    (``50%`` equals ``50`` and ``0.5``).
+    compared exactly and floats with a relative tolerance. A percentage ``X%`` is ``X/100``; only
+    against a ground truth written as a percentage may a plain number also be its count of percent
+    (``50`` and ``0.5`` both answer ``50%``; ``50%`` answers ``0.5``, not ``50``).
     """
     from sympy import MatrixBase, MatrixExpr
 
@@ -1673,9 +1690,11 @@ def _numeric_eq(a: Any, b: Any, float_rounding: int, numeric_precision: int) -> 
         return False
     try:
         pct_a, pct_b = _pct_value(a), _pct_value(b)
-        if pct_a is not None and pct_b is not None:
+        if (pct_a is not None and pct_b is not None) or not _gold_is_percentage.get():
             # Two percentages compare by value only: the cross terms below would take 1% for
-            # 100% (1 against 100% = 1) and 0.5% for 50%.
+            # 100% (1 against 100% = 1) and 0.5% for 50%. Against a ground truth that is not a
+            # percentage, X% is its value X/100 alone: read as X too, one answer covered two
+            # ("5\\%" was paid for 5 and for 0.05).
             return _close(_doit(a), _doit(b), numeric_precision)
         xs = [_doit(a)] + ([pct_a] if pct_a is not None else [])
         ys = [_doit(b)] + ([pct_b] if pct_b is not None else [])
@@ -2220,21 +2239,26 @@ def _compare(gold_objs: list[Any], pred_objs: list[Any], unknowns: list[str]) ->
     """Whether an answer's parse matches a ground truth's; `unknowns`: see _unknowns_in_order."""
     grader = _load()
     for gold in gold_objs:
-        for pred in pred_objs:
-            g, p = _as_ordered(gold, pred, unknowns)
-            try:
-                if grader.verify(
-                    g,
-                    p,
-                    float_rounding=6,
-                    numeric_precision=15,
-                    timeout_seconds=None,
-                    raise_on_error=False,
-                ):
-                    return True
-            except Exception:
-                continue
+        token = _gold_is_percentage.set(_has_percentage(gold))
+        try:
+            for pred in pred_objs:
+                g, p = _as_ordered(gold, pred, unknowns)
+                try:
+                    if grader.verify(g, p, float_rounding=6, numeric_precision=15, timeout_seconds=None,
+                                     raise_on_error=False):
+                        return True
+                except Exception:
+                    continue
+        finally:
+            _gold_is_percentage.reset(token)
     return False
+
+
+def _has_percentage(obj: Any) -> bool:
+    """Whether a parsed ground truth holds a percentage (latex2sympy's ``x * UnevaluatedExpr(1/100)``)."""
+    from sympy import Basic, preorder_traversal
+
+    return isinstance(obj, Basic) and any(_pct_value(node) is not None for node in preorder_traversal(obj))
 
 
 # --------------------------------------------------------------------------------------------
@@ -2287,8 +2311,8 @@ def verify(
     Never installs signal handlers or timeouts: it is safe in any thread or inside an event loop,
     and relies on the caller to kill it at the deadline.
     """
-    completion = completion if isinstance(completion, str) else str(completion)
-    ground_truth = ground_truth if isinstance(ground_truth, str) else str(ground_truth)
+    completion = _plain_digits(completion if isinstance(completion, str) else str(completion))
+    ground_truth = _plain_digits(ground_truth if isinstance(ground_truth, str) else str(ground_truth))
 
     gold = _gold_answer(ground_truth)
     found = extract_answer(completion, extraction, parts=_count_parts(gold) if len(gold) <= MAX_ANSWER_CHARS else 1)
@@ -2312,6 +2336,20 @@ def verify(
         _float_tolerance.reset(token)
 
 
+# Decimal digits of other scripts ("３" fullwidth, "٣" Arabic-Indic, "३" Devanagari, "𝟑" mathematical bold: Unicode's
+# Nd), which the parser does not read, and characters that show nothing, inside a number as anywhere ("1\u200b234").
+# Superscripts, Roman numerals and keycaps are not decimal digits and stay as they are.
+_OTHER_DIGIT_RE = re.compile(r"(?![0-9])\d")
+_ZERO_WIDTH_RE = re.compile("[\u200b\u200c\u200d\u2060\ufeff\u00ad]")
+
+
+def _plain_digits(text: str) -> str:
+    """``text`` with every decimal digit in ASCII and zero-width characters removed."""
+    if text.isascii():
+        return text
+    return _OTHER_DIGIT_RE.sub(lambda m: str(unicodedata.digit(m.group(0))), _ZERO_WIDTH_RE.sub("", text))
+
+
 def _gold_answer(ground_truth: str) -> str:
     """The answer a ground truth gives: its final boxes, read as a completion's are (``\\boxed{2} and \\boxed{3}``
     is "2, 3"; ``\\boxed{1} no no no \\boxed{2}`` is 2, as Math-Verify reads it), or all of it."""
@@ -2320,6 +2358,14 @@ def _gold_answer(ground_truth: str) -> str:
     return _strip_delims(boxed) if boxed is not None else gold
 
 
+# Marks that the parser drops, each leaving a value the answer did not give (all four were paid for 2): a dangling
+# operator ("2+", "2 \\cdot"), a sign as an exponent ("2^+", "2^{-}"), a prime on a number ("2'", "2^\\prime"), a
+# question ("2 \\text{?}"). Allowed where the ground truth has one too ("x \\to 0^+").
+_DECORATION_RE = re.compile(
+    r"(?:[-+*/=<>^_]|\\(?:cdot|times|div|pm|mp|le|ge|leq|geq|neq?)(?![A-Za-z]))\s*$"
+    r"|\^\s*(?:\{\s*[-+]\s*\}|[-+](?![\w\\{(]))|(?<=[\d)\]}])\s*(?:'|\^\s*\{?\s*\\prime(?![A-Za-z]))"
+    "|[?\uff1f\u2753]"
+)
 # A ground truth that is one number with a decimal comma ("1,22", "0,111"), which a thousands grouping is not.
 _GOLD_DECIMAL_COMMA_RE = re.compile(r"-?\d+,\d+")
 _GOLD_THOUSANDS_RE = re.compile(r"-?[1-9]\d{0,2}(?:,\d{3})+")
@@ -2332,6 +2378,19 @@ def _clock_time(s: str) -> tuple[int, ...] | None:
     if m is None or int(m.group(1)) > 24 or int(m.group(2)) > 59 or int(m.group(3) or 0) > 59:
         return None
     return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+
+
+# An answer of more alternatives than this is refused without judging each.
+_MAX_ALTERNATIVES = 4
+
+
+def _each_alternative_matches(answer: str, rule: str, gold_raw: str) -> bool:
+    """Whether every alternative an answer offers ("2 \\text{ or } 2", "\\frac{4}{2} or 2") matches the ground truth:
+    alternatives that all say the same value are that value, not a hedge."""
+    alternatives = _HEDGE_RE.split(_unwrap_text(answer))
+    if not 2 <= len(alternatives) <= _MAX_ALTERNATIVES or not all(a.strip() for a in alternatives):
+        return False
+    return all(_judge(a.strip(), rule, gold_raw)["status"] == "ok" for a in alternatives)
 
 
 def _judge(answer: str, rule: str, gold_raw: str) -> dict[str, str]:
@@ -2350,6 +2409,8 @@ def _judge(answer: str, rule: str, gold_raw: str) -> dict[str, str]:
         return _result("ok" if ok else "wrong_answer", parsed=answer, gold=gold_raw,
                        message="" if ok else "time differs", **base)
     if hedge := _hedge(_unwrap_text(answer), gold_raw):
+        if _each_alternative_matches(answer, rule, gold_raw):
+            return _result("ok", parsed=answer, gold=gold_raw, **base)  # "2 \\text{ or } 2": one value, twice
         return _result("wrong_answer", message=f"answer: offers alternatives ({hedge.strip()!r})", **base)
     if hidden := _TEXT_WITH_NUMBER_RE.search(answer):
         # Math-Verify's normaliser drops everything from a text to the end ("2 \text{ (maybe 3)}" was 2).
@@ -2409,6 +2470,9 @@ def _judge(answer: str, rule: str, gold_raw: str) -> dict[str, str]:
                        "truth's", **base)
     if (scaled := _SCALE_IN_TEXT_RE.search(pred_s)) and not _SCALE_IN_TEXT_RE.search(gold_s):
         return _result("wrong_answer", message=f"answer: a scale word in text ({scaled.group(0)[:40]!r})", **base)
+    if (decoration := _DECORATION_RE.search(pred_s)) and not _DECORATION_RE.search(gold_s):
+        return _result("wrong_answer", message=f"answer: a mark the parser would drop ({decoration.group(0)!r})",
+                       **base)
 
     gold_objs, pred_objs = _with_imaginary_unit(_mv_parse(gold_s), _mv_parse(pred_s))
     gold_str = _safe_str(gold_objs[0]) if gold_objs else gold_s
