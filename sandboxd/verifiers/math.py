@@ -76,7 +76,6 @@ from __future__ import annotations
 
 import contextvars
 import importlib.util
-import itertools
 import logging
 import math as _pymath
 import re
@@ -193,7 +192,7 @@ _BOX_TOKEN_RE = re.compile(r"[^\s$]+")  # the argument of "\boxed 5"
 # words stand apart from letters of any script (not "four", "color"); the one-letter ones ("o", "ή") only between
 # spaces; the CJK and Thai ones are written without spaces.
 _OR_WORDS_ALPHA = ("or", "oder", "bzw", "ou", "oppure", "ovvero", "eller", "lub", "albo", "nebo", "vagy", "sau", "tai",
-                   "veya", "yahut", "atau", "hoặc", "или", "либо", "або", "أو", "או", "या", "अथवा", "یا")
+                   "veya", "yahut", "atau", "hoặc", "или", "либо", "або", "أو", "או", "या", "अथवा", "یا")  # noqa: RUF001
 _OR_WORDS_SPACED = ("o", "ó", "ή")
 _OR_WORDS_CJK = ("或者", "或", "還是", "还是", "または", "もしくは", "또는", "혹은", "หรือ")
 _OR_WORD = (rf"(?<![^\W\d_\\])(?:{'|'.join(_OR_WORDS_ALPHA)})(?![^\W\d_])|(?<=\s)(?:{'|'.join(_OR_WORDS_SPACED)})(?=\s)"
@@ -214,7 +213,7 @@ _BOX_JOINER_RE = re.compile(rf"(?:{_JOINER_TOKEN})*+", re.IGNORECASE)
 # One or two words right after a box are its unit when a list goes on ("\boxed{1} papers and \boxed{2} bins"); not
 # a word that corrects, denies or concludes.
 _UNIT_AFTER_BOX_RE = re.compile(
-    r"(?:\s*+(?!(?:no|not|nor|but|wait|or|and|actually|instead|rather|hmm|oops|sorry|so|then|thus|hence|therefore"
+    rf"(?:\s*+(?!{_OR_WORD})(?!(?:no|not|nor|but|wait|or|and|actually|instead|rather|hmm|oops|sorry|so|then|thus|hence|therefore"
     r"|finally|correction|answer|is|are|was|maybe|perhaps|possibly)(?![^\W\d_]))[^\W\d_]++){1,2}",
     re.IGNORECASE,
 )
@@ -512,9 +511,9 @@ def _extract_phrase(text: str) -> str | None:
         # "The answer is 7 a day" / "is x = 5 because ...": the expression the phrase introduces,
         # not the words after it (which latex2sympy would read as a product of symbols).
         runs = _plain_runs(answer)
+        if runs and _negated(answer[: runs[0][0]]):
+            return None  # "not 2 but 3": the next rule reads on
         if runs and not re.search(r"[A-Za-z0-9]", answer[: runs[0][0]]):
-            if _negated(answer[: runs[0][0]]):
-                return None
             if _HEDGE_RE.search(answer[runs[0][0] + len(runs[0][1]) :]):
                 return answer  # "is 2 (or possibly 3)": all of it, for the alternatives check (it paid 2)
             return runs[0][1]
@@ -881,6 +880,9 @@ _UNICODE_MATH = str.maketrans(
         "\u00be": "\\frac{3}{4}",
     }
 )
+# "x \\text{ или } y", "2或3": other languages' "or" between a list's items (Math-Verify reads "\\text{ or }" itself).
+_OR_TEXT_RE = re.compile(rf"{_TEXT_MACRO}\s*\{{\s*,?\s*(?:{_OR_WORD})\s*\}}|\s*(?:{'|'.join(_OR_WORDS_CJK)})\s*",
+                         re.IGNORECASE)
 _AND_OR_RE = re.compile(rf"(?<![{{\s])(?:\s*,)?\s+(?:and|{'|'.join(_OR_WORDS_ALPHA + _OR_WORDS_SPACED)})\s+(?!\}})",
                         re.IGNORECASE)
 _TEXT_NUMBER_RE = re.compile(rf"{_TEXT_MACRO}\s*\{{\s*(-?\d[\d,]*(?:\.\d+)?)([^{{}}\d]*)\}}")
@@ -985,7 +987,7 @@ def _normalize(s: str, *, single_number_gold: bool) -> str:
     # Invisible: "2\phantom{3}" shows 2 (latex2sympy read 2 + 3); an empty text is a space ("2\text{ }3" was 23).
     s = _EMPTY_TEXT_RE.sub(" ", _drop_phantoms(s))
     # "2 and 3", "x = 2 or x = 3": a list of answers (Math-Verify reads "\\text{ and }" itself).
-    s = _AND_OR_RE.sub(", ", s)
+    s = _AND_OR_RE.sub(", ", _OR_TEXT_RE.sub(", ", s))
     # "\text{5 cm}": the number inside the text is the value, the rest a unit.
     s = _TEXT_NUMBER_RE.sub(lambda m: m.group(1) + (f"\\text{{ {u}}}" if (u := m.group(2).strip()) else ""), s)
     s = _SCALE_WORD_RE.sub(_scale_word_value, s)
@@ -1079,7 +1081,7 @@ _UNIT_FOLLOWER_RE = re.compile(
     r"(?![A-Za-z])|\\[\\}%])"
 )
 # A text block that Math-Verify's normaliser turns into a list's comma ("\text{ and }", "\text{or}"), not drops.
-_JOINER_TEXT_RE = re.compile(rf"{_TEXT_MACRO}\s*\{{\s*,?\s*(?:and|or)\s*\}}", re.IGNORECASE)
+_JOINER_TEXT_RE = re.compile(rf"{_TEXT_MACRO}\s*\{{\s*,?\s*(?:and|{_OR_WORD})\s*\}}", re.IGNORECASE)
 # Between text blocks, what is not math: spacing, a unit's power, punctuation.
 _NOT_MATH_RE = re.compile(r"\s+|~|\\[,;:! ]|\\q?quad(?![A-Za-z])|\^\s*\{?\s*-?\d\s*\}?|[.,;:!?]")
 
@@ -2336,9 +2338,9 @@ def verify(
         _float_tolerance.reset(token)
 
 
-# Decimal digits of other scripts ("３" fullwidth, "٣" Arabic-Indic, "३" Devanagari, "𝟑" mathematical bold: Unicode's
-# Nd), which the parser does not read, and characters that show nothing, inside a number as anywhere ("1\u200b234").
-# Superscripts, Roman numerals and keycaps are not decimal digits and stay as they are.
+# Decimal digits of other scripts (U+FF13 fullwidth 3, U+0663 Arabic-Indic, U+0969 Devanagari, U+1D7D1 mathematical
+# bold: Unicode's Nd), which the parser does not read, and characters that show nothing, inside a number as anywhere
+# ("1\u200b234"). Superscripts, Roman numerals and keycaps are not decimal digits and stay as they are.
 _OTHER_DIGIT_RE = re.compile(r"(?![0-9])\d")
 _ZERO_WIDTH_RE = re.compile("[\u200b\u200c\u200d\u2060\ufeff\u00ad]")
 
@@ -2350,12 +2352,20 @@ def _plain_digits(text: str) -> str:
     return _OTHER_DIGIT_RE.sub(lambda m: str(unicodedata.digit(m.group(0))), _ZERO_WIDTH_RE.sub("", text))
 
 
+_PERCENT_AFTER_BOX_RE = re.compile(r"\$?\s*(?:\\?%|\\text\s*\{\s*percent\s*\}|per\s*cent(?![A-Za-z]))",
+                                  re.IGNORECASE)
+
+
 def _gold_answer(ground_truth: str) -> str:
     """The answer a ground truth gives: its final boxes, read as a completion's are (``\\boxed{2} and \\boxed{3}``
     is "2, 3"; ``\\boxed{1} no no no \\boxed{2}`` is 2, as Math-Verify reads it), or all of it."""
     gold = _strip_delims(ground_truth)
     boxed = _extract_boxed(gold)
-    return _strip_delims(boxed) if boxed is not None else gold
+    if boxed is None:
+        return gold
+    # "... or $\\boxed{20}$ percent.": the gold is written as a percentage, its sign outside the box.
+    percent = _PERCENT_AFTER_BOX_RE.match(gold, _boxes(gold)[-1][2])
+    return _strip_delims(boxed) + ("\\%" if percent else "")
 
 
 # Marks that the parser drops, each leaving a value the answer did not give (all four were paid for 2): a dangling

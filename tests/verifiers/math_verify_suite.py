@@ -91,7 +91,7 @@ def _value(node: ast.AST) -> Any:
     if isinstance(node, ast.JoinedStr):
         return "".join(_value(part) for part in node.values)
     if isinstance(node, ast.FormattedValue):
-        spec = "".join(_value(part) for part in node.format_spec.values) if node.format_spec else ""
+        spec = _value(node.format_spec) if node.format_spec is not None else ""
         return format(_value(node.value), spec)
     if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)
             and node.func.value.id == "math" and not node.keywords):
@@ -126,7 +126,8 @@ def cases_from_source(name: str, source: str) -> list[Case]:
         if not isinstance(func, ast.FunctionDef):
             continue
         for dec in func.decorator_list:
-            if not (isinstance(dec, ast.Call) and isinstance(dec.func, ast.Attribute) and dec.func.attr == "parametrize"):
+            if not (isinstance(dec, ast.Call) and isinstance(dec.func, ast.Attribute)
+                    and dec.func.attr == "parametrize"):
                 continue
             names_node, table = dec.args[0], dec.args[1]
             names = _value(names_node)
