@@ -148,6 +148,14 @@ def load_cases(version: str | None = None) -> list[Case]:
     path = sdist_path(version)
     if path is None:
         raise FileNotFoundError("math-verify sdist not found after download")
+    try:
+        with tarfile.open(path) as tar:
+            tar.getmembers()
+    except (tarfile.TarError, EOFError, OSError):  # a download cut short: fetched again
+        path.unlink()
+        path = sdist_path(version)
+        if path is None:
+            raise FileNotFoundError("math-verify sdist not found after download") from None
     cases: list[Case] = []
     with tarfile.open(path) as tar:
         for member in sorted(tar.getmembers(), key=lambda m: m.name):
