@@ -65,6 +65,11 @@ Input (gold vs answer)           Math-Verify                 Here
                                                              unknowns in the order named
 ``e^2`` vs ``\\mathrm{e}^2``     different (upright e read   equal: an upright e is Euler's
                                  as a symbol)                number, as an upright i is the unit
+``5`` vs ``5\\%``                 equal (``50% = 50 = 0.5``:  different: X% is X/100 unless the
+                                 one answer, two readings)   gold is written as a percentage
+``2`` vs ``2+``, ``2^+``, ``2'``  equal (the mark dropped)    different: a mark the parser drops
+``3`` vs a fullwidth 3           different (unparsable)      equal: decimal digits of any script
+``2`` vs ``2 oder 3``            equal (its first number)    different: "or" in other languages
 ``0`` vs                         different (``simplify``     equal: 0 at 1000 and 4000 bits,
 ``\\cos\\frac{\\pi}{7}+             cannot prove it)            shrinking (_vanishes)
 \\cos\\frac{3\\pi}{7}+
@@ -1239,8 +1244,10 @@ _UNEVALUATED_RE = re.compile(
 
 
 # Where a ground truth is itself a list or several values ("\\pm 1"), "or" in an answer is a list.
+# (A text ground truth with one of the words: "Tai Chi" has Finnish "or" in it, and is not refused as a hedge.)
 _LIST_GOLD_RE = re.compile(
-    r",|;|(?<![\\a-zA-Z])(?:and|or)(?![a-zA-Z])|\\(?:vee|lor|cup|pm|mp)(?![a-zA-Z])|[\u00b1\u2213]")
+    rf",|;|(?<![\\a-zA-Z])and(?![a-zA-Z])|{_OR_WORD}|\\(?:vee|lor|cup|pm|mp)(?![a-zA-Z])|[\u00b1\u2213]",
+    re.IGNORECASE)
 
 
 def _top_level(s: str) -> str:

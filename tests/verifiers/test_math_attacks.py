@@ -1497,3 +1497,11 @@ def test_2_or_3_in_any_language_still_answers_a_list(completion: str) -> None:
 @pytest.mark.parametrize(("answer", "expected"), [("20\\%", OK), ("20", OK), ("0.2", OK), ("2\\%", WRONG)])
 def test_a_percent_sign_after_the_ground_truths_box_makes_it_a_percentage(answer: str, expected: str) -> None:
     check(boxed(answer), "So $x = 1/5$, or $\\boxed{20}$ percent.", expected)  # "20\\%" was 0.2, not 20
+
+
+@pytest.mark.parametrize(
+    ("answer", "gold", "expected"),
+    [("\\text{Tai Chi}", "Tai Chi", OK), ("Tai Chi", "Tai Chi", OK), ("\\text{Tai Chi}", "Judo", WRONG)],
+)
+def test_a_text_ground_truth_with_a_word_for_or_is_not_a_hedge(answer: str, gold: str, expected: str) -> None:
+    check(boxed(answer), gold, expected)  # "tai" is Finnish for "or"
