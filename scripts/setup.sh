@@ -8,12 +8,14 @@
 #   3. CRIU that passes `criu check` (built from source by scripts/build-criu.sh if not)
 #   4. .venv with the client and daemon installed editable, with the test extras
 #      (torch 2.13.0 first: the CPU wheel on the local disk, never a CUDA build from PyPI)
-#   5. the Node.js example client's packages (examples/node, npm ci), for its test
-#   6. sandbox images (python -m sandboxd.images build)
+#   5. Math-Verify's sdist (its tests/, for the math verifier's agreement test), cached in
+#      /var/cache/sandboxd/math-verify-sdist
+#   6. the Node.js example client's packages (examples/node, npm ci), for its test
+#   7. sandbox images (python -m sandboxd.images build)
 #
 # Usage: sudo scripts/setup.sh [--no-criu] [--no-images] [--images "NAME..."]
 #   --no-criu      skip step 3 (sandboxd then cold-starts every sandbox)
-#   --no-images    skip step 6 (also SANDBOXD_SKIP_IMAGES=1)
+#   --no-images    skip step 7 (also SANDBOXD_SKIP_IMAGES=1)
 #   --images LIST  images to build (default: python langs; add reward-model for the
 #                  heavy torch image; also SANDBOXD_IMAGES)
 # Environment: PYTHON (interpreter for the venv, default python3), and the SANDBOXD_*
@@ -46,7 +48,7 @@ while [ $# -gt 0 ]; do
         --no-criu) SKIP_CRIU=1; shift ;;
         --no-images) SKIP_IMAGES=1; shift ;;
         --images) IMAGES=$2; shift 2 ;;
-        -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
         *) die "unknown argument $1 (see --help)" ;;
     esac
 done
@@ -225,6 +227,25 @@ else
     say "pip install -e ./client -e '.[test]'"
     .venv/bin/python -m pip install -q -e ./client -e '.[test]' || die "pip install into .venv failed"
     echo "$want" >"$stamp"
+fi
+
+step "Math-Verify's test suite (tests/verifiers/test_math_agreement.py)"
+# The sdist of the math-verify the images pin carries its tests/, which the agreement test reads.
+mv_version=$(sed -n 's/^math-verify\(\[[^]]*\]\)\{0,1\}==\([^ ;]*\).*/\2/p' images/python/requirements.txt)
+mv_cache=/var/cache/sandboxd/math-verify-sdist
+mv_sdist=$mv_cache/math_verify-$mv_version.tar.gz
+if [ -z "$mv_version" ]; then
+    warn "no math-verify==X pin in images/python/requirements.txt: the agreement test will skip"
+elif tar -tzf "$mv_sdist" >/dev/null 2>&1; then
+    say "math_verify-$mv_version.tar.gz cached in $mv_cache"
+else
+    mkdir -p "$mv_cache"
+    rm -f "$mv_sdist"  # a download cut short
+    if .venv/bin/python -m pip download -q --no-deps --no-binary :all: "math-verify==$mv_version" -d "$mv_cache"; then
+        say "downloaded math_verify-$mv_version.tar.gz into $mv_cache"
+    else
+        warn "could not download the math-verify $mv_version sdist (offline?): the agreement test tries again, or skips"
+    fi
 fi
 
 step "Node.js example client (examples/node)"

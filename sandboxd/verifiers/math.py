@@ -65,6 +65,11 @@ Input (gold vs answer)           Math-Verify                 Here
                                                              unknowns in the order named
 ``e^2`` vs ``\\mathrm{e}^2``     different (upright e read   equal: an upright e is Euler's
                                  as a symbol)                number, as an upright i is the unit
+``5`` vs ``5\\%``                 equal (``50% = 50 = 0.5``:  different: X% is X/100 unless the
+                                 one answer, two readings)   gold is written as a percentage
+``2`` vs ``2+``, ``2^+``, ``2'``  equal (the mark dropped)    different: a mark the parser drops
+``3`` vs a fullwidth 3           different (unparsable)      equal: decimal digits of any script
+``2`` vs ``2 oder 3``            equal (its first number)    different: "or" in other languages
 ``0`` vs                         different (``simplify``     equal: 0 at 1000 and 4000 bits,
 ``\\cos\\frac{\\pi}{7}+             cannot prove it)            shrinking (_vanishes)
 \\cos\\frac{3\\pi}{7}+
@@ -76,11 +81,11 @@ from __future__ import annotations
 
 import contextvars
 import importlib.util
-import itertools
 import logging
 import math as _pymath
 import re
 import sys
+import unicodedata
 from types import ModuleType
 from typing import Any
 
@@ -170,6 +175,11 @@ _MAX_BOX_TRIES = 20
 _float_tolerance: contextvars.ContextVar[float] = contextvars.ContextVar(
     "sandboxd_math_float_tolerance", default=1e-6
 )
+# Whether the ground truth being compared is written as a percentage: only then is a number in the answer read as a
+# count of percent ("28" for 28%); otherwise X% is X/100 alone (see _numeric_eq).
+_gold_is_percentage: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "sandboxd_math_gold_is_percentage", default=False
+)
 
 # Math-Verify logs a warning when its timeouts are disabled; that is deliberate here.
 _PRIVATE_GRADER_NAME = "_sandboxd_math_verify_grader"
@@ -183,6 +193,42 @@ for _name in ("math_verify.parser", "math_verify.grader", _PRIVATE_GRADER_NAME, 
 
 _BOX_RE = re.compile(r"\\(?:boxed|fbox)\b")
 _BOX_TOKEN_RE = re.compile(r"[^\s$]+")  # the argument of "\boxed 5"
+# "or" in the languages models answer in: a word that offers an alternative ("2 oder 3", "2 или 3", "2或3"). Alphabetic
+# words stand apart from letters of any script (not "four", "color"); the one-letter ones ("o", "ή") only between
+# spaces; the CJK and Thai ones are written without spaces.
+_OR_WORDS_ALPHA = ("or", "oder", "bzw", "ou", "oppure", "ovvero", "eller", "lub", "albo", "nebo", "vagy", "sau", "tai",
+                   "veya", "yahut", "atau", "hoặc", "или", "либо", "або", "أو", "או", "या", "अथवा", "یا")  # noqa: RUF001
+_OR_WORDS_SPACED = ("o", "ó", "ή")
+_OR_WORDS_CJK = ("或者", "或", "還是", "还是", "または", "もしくは", "또는", "혹은", "หรือ")
+_OR_WORD = (rf"(?<![^\W\d_\\])(?:{'|'.join(_OR_WORDS_ALPHA)})(?![^\W\d_])|(?<=\s)(?:{'|'.join(_OR_WORDS_SPACED)})(?=\s)"
+            rf"|{'|'.join(_OR_WORDS_CJK)}")
+_OR_WORD_RE = re.compile(_OR_WORD, re.IGNORECASE)
+# What may stand between two boxes of one answer: spacing, symbols and punctuation, math delimiters, "and"/"or" (and
+# "maybe", "either": a hedge joins its boxes, to be refused as one), a text wrapper, a part's label ("(b)", "part
+# (ii)"), an unknown's name ("$x = \boxed{2}$ and $x = \boxed{3}$"). Other words make the boxes different answers
+# ("first \boxed{2}, but fixing the error, \boxed{5}"; "\boxed{1} no no no \boxed{2}" is 2, as Math-Verify reads it).
+_JOINER_TOKEN = (
+    r"\s|[^\w\s\\]|\\[\[\]()]|\\\\|\\(?![\s\S])|\\q?quad(?![A-Za-z])|\\[,;:! ]|\\hline|\\(?:left|right)(?![A-Za-z])"
+    r"|\\(?:text(?:bf|rm|normal|it)?|math(?:rm|bf)|mbox)\s*\{"
+    rf"|(?<![^\W\d_])(?:and|for|part|maybe|perhaps|possibly|either)(?![^\W\d_])|{_OR_WORD}|\\(?:vee|lor)(?![A-Za-z])"
+    r"|\(?(?:[a-hA-H]|i{1,3}|iv|vi{0,3}|ix|x|\d{1,2})\)"
+    r"|(?:\\[A-Za-z]+|[A-Za-z])(?:\s*[_^]\s*(?:\{[\w\\ ]{1,10}\}|\w))*\s*(?:\([^()$]{0,10}\))?\s*="
+)
+_BOX_JOINER_RE = re.compile(rf"(?:{_JOINER_TOKEN})*+", re.IGNORECASE)
+# One or two words right after a box are its unit when a list goes on ("\boxed{1} papers and \boxed{2} bins"); not
+# a word that corrects, denies or concludes.
+_UNIT_AFTER_BOX_RE = re.compile(
+    rf"(?:\s*+(?!{_OR_WORD})(?!(?:no|not|nor|but|wait|or|and|actually|instead|rather|hmm|oops|sorry|so|then|thus|hence|therefore"
+    r"|finally|correction|answer|is|are|was|maybe|perhaps|possibly)(?![^\W\d_]))[^\W\d_]++){1,2}",
+    re.IGNORECASE,
+)
+_LIST_JOINER_WORD_RE = re.compile(r"[,;&]|(?<![^\W\d_])and(?![^\W\d_])", re.IGNORECASE)
+# Alternatives offered for one answer. "2 \\text{ or } 3" reads as the list {2, 3}, which a single ground truth does
+# not equal; but "2 \\text{ or 3}", "2 \\text{(or 3)}", "B or C" and "x = 2 \\vee x = 3" were read as one of their
+# alternatives and paid (red team), and so were "2 oder 3", "2 или 3" and "2或3" in plain text.
+_HEDGE_RE = re.compile(rf"{_OR_WORD}|\\(?:vee|lor)(?![A-Za-z])|\u2228", re.IGNORECASE)
+# Text between two boxes longer than this does not join them (and bounds the joiner's scan).
+_MAX_JOINER_CHARS = 200
 _PHRASE_RE = re.compile(r"(?:final\s+answer\s*(?:is\b|:)|the\s+answer\s+is\b|\banswer\s*:)", re.IGNORECASE)
 _HOPE_RE = re.compile(r"\.?\s*I\s+hope\s+it\s+is\s+correct.*$", re.IGNORECASE | re.DOTALL)
 # Span lengths are bounded so that text full of unclosed "\(" cannot make the scan quadratic.
@@ -196,6 +242,13 @@ _MATH_SPAN_RE = re.compile(
 _LIST_JOINER_RE = re.compile(r"\s*(?:[,;&]\s*)?(?:and\s+)?", re.IGNORECASE)
 # The unknown a span names on its left: "x = 5", "a_1 = 5", "\\theta=5".
 _UNKNOWN_NAME_RE = re.compile(r"(?:\\[A-Za-z]+|[A-Za-z])(?:_\{?\w+\}?)?")
+# Where math starts in an answer sentence, and the words that state what the answer is ("The largest $n$ is 34").
+_FIRST_MATH_RE = re.compile(r"(?<!\\)\$|\\[(\[]|\\(?:boxed|fbox)\b|\d")
+_COPULA_RE = re.compile(r"(?<![^\W\d_])(?:is|are|was|were|equals|becomes)(?![^\W\d_])|\bequal\s+to\b",
+                        re.IGNORECASE)
+# The phrase of a final answer, which a box before it does not override (MATH's Minerva format: "Final Answer: The
+# final answer is $X$. I hope it is correct."), as Math-Verify reads it.
+_FINAL_PHRASE_RE = re.compile(r"final\s+answer\s*(?:is\b|:)", re.IGNORECASE)
 # How much of the line after an answer phrase is searched for a box or a math span.
 _PHRASE_SCAN_CHARS = 4_000
 _SENTENCE_END_RE = re.compile(r"(?<=[.?])\s+(?=[A-Z])")
@@ -210,7 +263,10 @@ _NEGATION_RE = re.compile(
 # Tokens of a plain-text (undelimited) math expression, for the last-expression fallback. A
 # number is one token: a mixed number "3 1/2", thousands "1,234.5", a decimal or an integer.
 _PLAIN_TOKEN_RE = re.compile(
-    r"(?P<num>\d+[ \t]+\d+[ \t]*/[ \t]*\d+(?![\d.])|\d{1,3}(?:(?:,|[ \t]|\\,|\{,\})\d{3})+(?:\.\d+)?(?![\d.])"
+    rf"(?P<alt>(?i:{_OR_WORD}))|"  # "or", "oder", "или", "或": joins a list (or offers alternatives)
+    # A code or a word with digits in it ("AZYUK2A", "COVID19", "H2O"): not a number (it read "AZYUK2A" as 2).
+    r"(?P<ident>(?<![A-Za-z\d])(?!(?:sqrt|log|ln|pi)\d)(?:[A-Za-z]{2,}\d|[A-Za-z]+\d+[A-Za-z])[A-Za-z\d]*)"
+    r"|(?P<num>\d+[ \t]+\d+[ \t]*/[ \t]*\d+(?![\d.])|\d{1,3}(?:(?:,|[ \t]|\\,|\{,\})\d{3})+(?:\.\d+)?(?![\d.])"
     r"|\d+(?:\.\d+)?|\.\d+)"
     r"|(?P<cmd>\\(?:[A-Za-z]+|[{}$%,;:! ]))"
     r"|(?P<unit>(?<=\d)[A-Za-z]{1,3}[²³])"  # "1,000.99m²": a unit, which ends the expression
@@ -271,41 +327,112 @@ def _box_content(text: str, end: int) -> tuple[str, int] | None:
     return None
 
 
-def _extract_boxed(text: str) -> str | None:
-    """Content of the last well-formed, non-empty, outermost ``\\boxed{...}`` / ``\\fbox{...}``.
-
-    Outermost: ``\\boxed{3 = \\boxed{2}}`` answers ``3 = {2}``, not the
-    inner ``2``, which was paid against a gold of 2.
-    """
-    found: tuple[str, int] | None = None  # the answer so far: its content, and where its box ends
-    for m in reversed(list(_BOX_RE.finditer(text))[-_MAX_BOX_TRIES:]):
+def _boxes(text: str) -> list[tuple[str, int, int]]:
+    """The outermost well-formed, non-empty boxes among the last _MAX_BOX_TRIES box commands, in order: (content
+    with any box inside it read as its content, start, end)."""
+    found: list[tuple[str, int, int]] = []
+    for m in list(_BOX_RE.finditer(text))[-_MAX_BOX_TRIES:]:
+        if found and m.start() < found[-1][2]:
+            continue  # a box inside the previous one: "\boxed{3 = \boxed{2}}" answers "3 = 2", not 2
         box = _box_content(text, m.end())
-        if box is not None and box[0].strip() and (found is None or box[1] >= found[1]):
-            found = box  # the last box, or one (starting before it) that holds it
-    if found is None:
-        return None
-    # A box inside the answer counts as its content alone: Math-Verify would read the box.
-    return _BOX_RE.sub("", found[0]).strip() or None
-
-
-def _ground_truth_boxes(text: str) -> list[str]:
-    """Contents of the outermost well-formed, non-empty boxes of a ground truth, in order, once each.
-
-    A ground truth with several boxes ("the roots are \\boxed{2} and \\boxed{3}") has them all
-    in its answer, as Math-Verify reads it; the last one alone would reward a partial answer.
-    """
-    found: list[str] = []
-    end = 0
-    for m in itertools.islice(_BOX_RE.finditer(text), _MAX_BOX_TRIES):
-        if m.start() < end:
-            continue  # a box inside the previous one
-        box = _box_content(text, m.end())
-        if box is None or not box[0].strip():
+        if box is None:
             continue
-        content, end = box
-        if content.strip() not in found:
-            found.append(content.strip())
+        # A box inside the answer counts as its content alone: Math-Verify would read the box.
+        content = _BOX_RE.sub("", box[0]).strip()
+        if content:
+            found.append((content, m.start(), box[1]))
     return found
+
+
+def _box_groups(text: str) -> list[tuple[list[str], bool]]:
+    """The boxes of ``text`` in groups that one answer lists ("\\boxed{1}, \\boxed{2} and \\boxed{3}"), in order:
+    each group's contents (once each) and whether an "or" joins them. Boxes apart (words between them, or only
+    spacing: "first \\boxed{2}, but fixing the error, \\boxed{5}") are different answers, the later one final."""
+    groups: list[tuple[list[str], bool]] = []
+    end = -1
+    for content, start, stop in _boxes(text):
+        if not (groups and _boxes_joined(text, end, start)):
+            groups.append(([content], False))
+        else:
+            contents, alternatives = groups[-1]
+            if content not in contents:
+                contents.append(content)
+            groups[-1] = (contents, alternatives or bool(_HEDGE_RE.search(text, end, start)))
+        end = stop
+    return groups
+
+
+def _boxes_joined(text: str, end: int, start: int) -> bool:
+    """Whether ``text[end:start]``, between two boxes, makes them one answer's list (see _JOINER_TOKEN)."""
+    if start - end > _MAX_JOINER_CHARS:
+        return False
+    if unit := _UNIT_AFTER_BOX_RE.match(text, end, start):
+        if not _LIST_JOINER_WORD_RE.search(text, unit.end(), start):
+            return False
+        end = unit.end()
+    return _BOX_JOINER_RE.fullmatch(text, end, start) is not None
+
+
+def _extract_boxed(text: str, parts: int = 1) -> str | None:
+    """The final answer's boxes: the last group of boxes that one answer lists, and as many groups before it as
+    it takes to give ``parts`` values (the parts of the ground truth).
+
+    A ground truth of one value takes the last group ("\\boxed{2}. Fixing the error: \\boxed{5}" answers 5); one
+    of k parts the boxes of its final answer, also where each part has its own box ("(a) ... \\boxed{2}. (b) ...
+    \\boxed{3}"). A group is read whole: more values than the ground truth has are a wrong answer, not a choice.
+    """
+    groups = _box_groups(text)
+    if not groups:
+        return None
+    taken: list[str] = []
+    alternatives = False
+    for contents, joined_by_or in reversed(groups):
+        taken[:0] = contents
+        alternatives = alternatives or joined_by_or
+        if sum(_count_parts(c) for c in taken) >= parts:
+            break
+    return (" \\text{ or } " if alternatives else ", ").join(taken)
+
+
+# One number, its commas thousands or a decimal comma ("1,234", "1,22", "0,111"): one part, not a list.
+_ONE_NUMBER_RE = re.compile(r"-?\d+(?:[.,]\d+)*")
+# What separates the parts of an answer: a comma (not in "1,234"), a semicolon, "and"/"or" (also in text), \quad.
+_PART_SEPARATOR_RE = re.compile(
+    rf",(?!\d{{3}}(?!\d))|;|\\(?:text|mathrm|textrm|mbox)\s*\{{\s*,?\s*(?:and|{_OR_WORD})\s*\}}"
+    rf"|(?<![^\W\d_])and(?![^\W\d_])|{_OR_WORD}|\\q?quad(?![A-Za-z])",
+    re.IGNORECASE,
+)
+
+
+def _outside_brackets(s: str) -> str:
+    """``s`` with each bracketed group ((), [], {}, \\{\\}: a point, an interval, an argument) as one "0"."""
+    out, depth, i = [], 0, 0
+    while i < len(s):
+        c = s[i]
+        if c == "\\" and s[i + 1 : i + 2] in ("{", "}"):
+            c = s[i + 1]
+            i += 1
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth = max(0, depth - 1)
+            if not depth:
+                out.append("0")  # the group stands for one value
+        elif not depth:
+            out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def _count_parts(answer: str) -> int:
+    """How many values ``answer`` lists: 1 for "5", "(1, 2)", "[0, 1)" or "1,234"; 3 for "1, 2, 3" and "\\{1,2,3\\}"."""
+    s = re.sub(r"\\(?:left|right)(?![A-Za-z])", "", _strip_delims(answer)).strip()
+    if _ONE_NUMBER_RE.fullmatch(s):
+        return 1
+    if s.startswith(("{", "\\{")) and _outside_brackets(s).strip() == "0":
+        s = s[1:-1] if s.startswith("{") else s[2:-2]  # a set: its elements
+    marked = _PART_SEPARATOR_RE.sub("\x00", _outside_brackets(_PART_SEPARATOR_RE.sub(",", s)))
+    return max(1, sum(1 for run in marked.split("\x00") if run.strip()))
 
 
 def _span_text(m: re.Match[str]) -> str:
@@ -362,6 +489,7 @@ def _extract_phrase(text: str) -> str | None:
         # "The answer is 2? No wait, 3": the answer asked about, not given (it paid 2); the next rule
         # reads on. A question later in the sentence ("42 (why? ...)") leaves the answer given.
         return None
+    head = _named_answer(head)
     boxed = _extract_boxed(head)
     if boxed:
         return boxed
@@ -388,13 +516,33 @@ def _extract_phrase(text: str) -> str | None:
         # "The answer is 7 a day" / "is x = 5 because ...": the expression the phrase introduces,
         # not the words after it (which latex2sympy would read as a product of symbols).
         runs = _plain_runs(answer)
+        if runs and _negated(answer[: runs[0][0]]):
+            return None  # "not 2 but 3": the next rule reads on
         if runs and not re.search(r"[A-Za-z0-9]", answer[: runs[0][0]]):
-            if _negated(answer[: runs[0][0]]):
-                return None
             if _HEDGE_RE.search(answer[runs[0][0] + len(runs[0][1]) :]):
                 return answer  # "is 2 (or possibly 3)": all of it, for the alternatives check (it paid 2)
             return runs[0][1]
     return answer or None
+
+
+def _named_answer(head: str) -> str:
+    """The part of an answer sentence that holds its answer, when words come before any math in it.
+
+    "The largest $n$ is 34", "The volume of $ABCDEFGH$ is 120": what follows the last "is" (outside math; it took
+    the first span, $n$). "Jane started growing Sphere 3 hours ago": its only expression. Else all of it.
+    """
+    first = _FIRST_MATH_RE.search(head)
+    if first is None or not _has_prose(head[: first.start()]):
+        return head
+    masked = _MATH_SPAN_RE.sub(lambda m: " " * len(m.group(0)), head)  # "is" inside math is not a copula
+    copulas = list(_COPULA_RE.finditer(masked))
+    if copulas:
+        return head[copulas[-1].end() :]
+    spans = list(_MATH_SPAN_RE.finditer(head))
+    runs = _plain_runs(masked)
+    if len(spans) + len(runs) == 1 and not _negated(head[: (start := spans[0].start() if spans else runs[0][0])]):
+        return head[start:]
+    return head
 
 
 def _one_if_restated(listed: list[str]) -> str | None:
@@ -424,7 +572,7 @@ def _assignment(s: str) -> tuple[str, str] | None:
 def _has_prose(s: str) -> bool:
     """Whether ``s`` holds an English word outside ``\\text{}`` (units) and LaTeX commands."""
     for w in re.findall(r"(?<![\\A-Za-z])[A-Za-z]{2,}", _TEXT_CMD_RE.sub(" ", s)):
-        if w.lower() not in _MATH_WORDS and w.lower() not in ("and", "or"):
+        if w.lower() not in _MATH_WORDS and w.lower() != "and" and not _OR_WORD_RE.fullmatch(w):
             return True
     return False
 
@@ -494,10 +642,10 @@ def _plain_runs(text: str) -> list[tuple[int, str]]:
             continue
         if after_number and kind == "word" and _SCALE_TOKEN_RE.fullmatch(tok):
             current.append(("scale", tok, m.start(), m.end()))  # "3 million": part of the number's value
-        elif kind == "word" and tok.lower() in ("and", "or"):
+        elif kind == "alt" or (kind == "word" and tok.lower() == "and"):
             if current:
                 current.append(("sep", tok, m.start(), m.end()))
-        elif kind == "unit" or (kind == "word" and len(tok) > 1 and tok.lower() not in _MATH_WORDS):
+        elif kind in ("unit", "ident") or (kind == "word" and len(tok) > 1 and tok.lower() not in _MATH_WORDS):
             flush()
         else:
             if (prev := last_operand()) is not None and (
@@ -562,10 +710,18 @@ def _extract_last_expression(text: str) -> str | None:
             return run
         if span is None:
             break
-        if (content := _span_text(span)) and not _negated(tail[: span.start()]):
+        if _broken_span(span):
+            pass  # "Answer $ \n 9 \n $": math meant, but not delimited on one line; not read (Math-Verify: none)
+        elif (content := _span_text(span)) and not _negated(tail[: span.start()]):
             return content
         stretch_end = span.start()
     return None
+
+
+def _broken_span(span: re.Match[str]) -> bool:
+    """Whether a math span is inline (``$..$``, ``\\(..\\)``) but crosses a line: inline math is on one line."""
+    content = span.group("d") if span.group("d") is not None else span.group("rb")
+    return content is not None and "\n" in content
 
 
 def _negated(before: str) -> bool:
@@ -581,21 +737,34 @@ _EXTRACTORS = {
 }
 
 
-def extract_answer(completion: str, extraction: str = "auto") -> tuple[str, str] | None:
+def extract_answer(completion: str, extraction: str = "auto", *, parts: int = 1) -> tuple[str, str] | None:
     """Find the final answer in ``completion``.
 
     Returns ``(answer, rule)`` where ``rule`` is the extraction rule that matched, or ``None``
     when no rule found an answer. ``extraction="auto"`` tries boxed, answer tag, phrase and last
-    expression in that order.
+    expression in that order. ``parts``: how many values the ground truth lists (see _extract_boxed).
     """
     if extraction not in EXTRACTION_MODES:
         raise ValueError(f"unknown extraction mode {extraction!r}; expected one of {EXTRACTION_MODES}")
     rules = EXTRACTION_MODES[1:] if extraction == "auto" else (extraction,)
     for rule in rules:
-        answer = _EXTRACTORS[rule](completion)
+        answer = _extract_boxed(completion, parts) if rule == "boxed" else _EXTRACTORS[rule](completion)
+        if answer and rule == "boxed" and extraction == "auto" and (stated := _final_answer_after_boxes(completion)):
+            return stated, "phrase"  # "... \\boxed{255} ... Final Answer: The final answer is $10,455$."
         if answer:
             return answer, rule
     return None
+
+
+def _final_answer_after_boxes(completion: str) -> str | None:
+    """The answer of a "final answer" phrase that comes after the last box, or None: the box was a step."""
+    last = None
+    for last in _FINAL_PHRASE_RE.finditer(completion):  # noqa: B007 - we want the last match
+        pass
+    boxes = _boxes(completion)
+    if last is None or not boxes or last.start() < boxes[-1][2]:
+        return None
+    return _extract_phrase(completion)
 
 
 # --------------------------------------------------------------------------------------------
@@ -716,7 +885,11 @@ _UNICODE_MATH = str.maketrans(
         "\u00be": "\\frac{3}{4}",
     }
 )
-_AND_OR_RE = re.compile(r"(?<![{\s])(?:\s*,)?\s+(?:and|or)\s+(?!\})")
+# "x \\text{ или } y", "2或3": other languages' "or" between a list's items (Math-Verify reads "\\text{ or }" itself).
+_OR_TEXT_RE = re.compile(rf"{_TEXT_MACRO}\s*\{{\s*,?\s*(?:{_OR_WORD})\s*\}}|\s*(?:{'|'.join(_OR_WORDS_CJK)})\s*",
+                         re.IGNORECASE)
+_AND_OR_RE = re.compile(rf"(?<![{{\s])(?:\s*,)?\s+(?:and|{'|'.join(_OR_WORDS_ALPHA + _OR_WORDS_SPACED)})\s+(?!\}})",
+                        re.IGNORECASE)
 _TEXT_NUMBER_RE = re.compile(rf"{_TEXT_MACRO}\s*\{{\s*(-?\d[\d,]*(?:\.\d+)?)([^{{}}\d]*)\}}")
 # 0.\overline{3}, 1.2\overline{45}, also written \overline{3} after "0." with a space
 _REPEATING_RE = re.compile(r"(-?)(\d{0,30})\.(\d{0,30})\s*\\(?:overline|bar|dot)\s*\{\s*(\d{1,30})\s*\}")
@@ -762,6 +935,13 @@ _STYLE_WRAPPER_RE = re.compile(r"\\(?:underline|boldsymbol|bm|textcolor\s*\{[A-Z
 # Other spellings of symbols latex2sympy reads: "\textdollar" is "\$", "\degree" (gensymb) is "^\circ".
 _TEXT_DOLLAR_RE = re.compile(r"\\textdollar(?![A-Za-z])")
 _DEGREE_RE = re.compile(r"\\degree(?![A-Za-z])")
+
+
+_PERCENT_WORD_RE = re.compile(
+    rf"(?<=[\d}}]){_SPACE_CMD}*(?:{_TEXT_MACRO}\s*\{{\s*(?:percent(?:age)?|per\s*cent|pct)\s*\}}"
+    r"|(?:percent(?:age)?|per\s*cent|pct)(?![A-Za-z]))",
+    re.IGNORECASE,
+)
 
 
 def _scale_word_value(m: re.Match[str]) -> str:
@@ -811,18 +991,18 @@ def _normalize(s: str, *, single_number_gold: bool) -> str:
     s = s.translate(_UNICODE_MATH)
     # Invisible: "2\phantom{3}" shows 2 (latex2sympy read 2 + 3); an empty text is a space ("2\text{ }3" was 23).
     s = _EMPTY_TEXT_RE.sub(" ", _drop_phantoms(s))
-    # "2 ~= 3": Math-Verify's normaliser reads "~=" as \approx; so do we, for _false_approximation (it paid 2).
-    s = s.replace("~=", " \\approx ")
     # "2 and 3", "x = 2 or x = 3": a list of answers (Math-Verify reads "\\text{ and }" itself).
-    s = _AND_OR_RE.sub(", ", s)
+    s = _AND_OR_RE.sub(", ", _OR_TEXT_RE.sub(", ", s))
     # "\text{5 cm}": the number inside the text is the value, the rest a unit.
     s = _TEXT_NUMBER_RE.sub(lambda m: m.group(1) + (f"\\text{{ {u}}}" if (u := m.group(2).strip()) else ""), s)
     s = _SCALE_WORD_RE.sub(_scale_word_value, s)
+    # "50 \text{ percent}" is 50%: set aside as a unit, it was 50 (paid for 50, refused for 0.5).
+    s = _PERCENT_WORD_RE.sub(r"\\%", s)
     # "2\mathbf{i} + 3\mathbf{j}": a bold letter is a vector's symbol, not text (it was read as 2).
     s = _BOLD_LETTER_RE.sub(r" \1 ", s)
     # "1+2\mathrm{i}": the normaliser drops a text command and all after it (it was read as 1 + 2, and paid 3).
     s = _UPRIGHT_I_RE.sub(" i ", s)
-    s = _UPRIGHT_E_RE.sub(" e ", s)
+    s = _UPRIGHT_E_RE.sub("{e}", s)  # braced: "\frac{1}{ e }", spaces on both sides, did not parse
     s = _STYLE_WRAPPER_RE.sub("", _STYLE_SWITCH_RE.sub(" ", s))
     s = _DEGREE_RE.sub(r"^\\circ", _TEXT_DOLLAR_RE.sub(r"\\$", s))
     s = _units_before_more_math(s)
@@ -906,7 +1086,7 @@ _UNIT_FOLLOWER_RE = re.compile(
     r"(?![A-Za-z])|\\[\\}%])"
 )
 # A text block that Math-Verify's normaliser turns into a list's comma ("\text{ and }", "\text{or}"), not drops.
-_JOINER_TEXT_RE = re.compile(rf"{_TEXT_MACRO}\s*\{{\s*,?\s*(?:and|or)\s*\}}", re.IGNORECASE)
+_JOINER_TEXT_RE = re.compile(rf"{_TEXT_MACRO}\s*\{{\s*,?\s*(?:and|{_OR_WORD})\s*\}}", re.IGNORECASE)
 # Between text blocks, what is not math: spacing, a unit's power, punctuation.
 _NOT_MATH_RE = re.compile(r"\s+|~|\\[,;:! ]|\\q?quad(?![A-Za-z])|\^\s*\{?\s*-?\d\s*\}?|[.,;:!?]")
 
@@ -1063,13 +1243,11 @@ _UNEVALUATED_RE = re.compile(
 )
 
 
-# Alternatives offered for one answer. "2 \text{ or } 3" reads as the list {2, 3}, which a single
-# ground truth does not equal; but "2 \text{ or 3}", "2 \text{(or 3)}", "B or C" and
-# "x = 2 \vee x = 3" were read as one of their alternatives and paid (red team).
-_HEDGE_RE = re.compile(r"(?<![\\a-zA-Z])or(?![a-zA-Z])|\\(?:vee|lor)(?![a-zA-Z])|\u2228", re.IGNORECASE)
 # Where a ground truth is itself a list or several values ("\\pm 1"), "or" in an answer is a list.
+# (A text ground truth with one of the words: "Tai Chi" has Finnish "or" in it, and is not refused as a hedge.)
 _LIST_GOLD_RE = re.compile(
-    r",|;|(?<![\\a-zA-Z])(?:and|or)(?![a-zA-Z])|\\(?:vee|lor|cup|pm|mp)(?![a-zA-Z])|[\u00b1\u2213]")
+    rf",|;|(?<![\\a-zA-Z])and(?![a-zA-Z])|{_OR_WORD}|\\(?:vee|lor|cup|pm|mp)(?![a-zA-Z])|[\u00b1\u2213]",
+    re.IGNORECASE)
 
 
 def _top_level(s: str) -> str:
@@ -1093,107 +1271,19 @@ def _hedge(answer: str, gold: str) -> str | None:
     return m.group(0) if m else None
 
 
-def _false_equality(objs: list[Any]) -> bool:
-    """Whether a parsed answer states an equality between two unequal numbers ("3 = 2", "x = 2 = 3").
-
-    Math-Verify keeps the last right-hand side of an equation as its value, so a false
-    statement ending in the ground truth was paid.
-    """
-    import sympy
-
-    for obj in objs:
-        # atoms() includes the expression itself: an Eq, or the Eqs of a list of them.
-        for relation in obj.atoms(sympy.Eq) if isinstance(obj, sympy.Basic) else ():
-            # doit: a percentage is x * UnevaluatedExpr(1/100), which N() leaves unevaluated ("300\% = 2" was paid).
-            lhs, rhs = _doit(relation.lhs), _doit(relation.rhs)
-            if lhs.free_symbols or rhs.free_symbols or _too_big(lhs) or _too_big(rhs):
-                continue
-            try:
-                difference = complex(sympy.N(lhs - rhs, 30))
-                scale = max(1.0, abs(complex(sympy.N(rhs, 30))))
-            except (TypeError, ValueError, ArithmeticError):
-                continue
-            if abs(difference) > 1e-9 * scale:
-                return True
-    return False
-
-
-_APPROX_RE = re.compile(r"\\(?:approxeq|approx|thickapprox|simeq)(?![a-zA-Z])|[\u2248\u2243\u2245\u224a\u2252\u2253]")
-_LITERAL_RE = re.compile(r"-?(\d+)(?:\.(\d+))?")
-# Around a number written out: spacing, a unit or currency, thousands separators ("12.3 \text{ m}", "1\,111").
-_LITERAL_NOISE_RE = re.compile(r"\\text\s*\{[^{}]*\}|\\(?:[,;:! ]|q?quad)|\\?[$%]|[\s~]|\{,\}|(?<=\d),(?=\d{3})")
-# An approximation chain is judged up to this many sides: each is evaluated to 30 digits.
-_MAX_APPROX_SIDES = 4
-# Nor a side with a number past this many bits (cos(3^{600000}) took 1.5 s to evaluate to 30 digits).
-_MAX_APPROX_SIDE_BITS = 2_000
-
-
-def _false_approximation(s: str) -> str | None:
-    """``"2 ≈ 3"`` when ``s`` states an approximation between numbers that differ, else ``None``.
-
-    Math-Verify keeps one side of ``a \\approx b`` (the left one, or the right after a variable),
-    so "2 \\approx 3" and "x = 2 \\approx 3" were paid as 2. A number written out (3.14, 3100, also
-    with spacing, a unit or a currency sign) or an integer however written ("(3)", "\\frac{6}{2}")
-    must be the other side rounded or cut to its last place (0.01, 100, 1); two other exact
-    expressions ("\\frac{22}{7} \\approx \\pi") are not judged, nor a side costly to evaluate.
-    """
-    import sympy
-
-    parts = _APPROX_RE.split(s)
-    if len(parts) < 2:
-        return None
-    if len(parts) > _MAX_APPROX_SIDES:
-        return f"a chain of {len(parts) - 1} approximations"
-    sides: list[tuple[Any, float | None, str]] = []  # (value, its last place where written out, text)
-    for part in parts:
-        text = part.split("=")[-1].strip()
-        objs = _mv_parse(_normalize(text, single_number_gold=False))  # "1\\,111" alone is read as 112
-        value = objs[0] if objs else None
-        if isinstance(value, sympy.FiniteSet) and len(value) == 1:
-            (value,) = value  # "{2}"
-        if not isinstance(value, sympy.Basic) or value.free_symbols or _too_big(value) or _costly(value):
-            sides.append((None, None, text))
-            continue
-        place = None
-        bare = _LITERAL_NOISE_RE.sub("", text)
-        while len(bare) > 2 and bare[0] + bare[-1] in ("()", "{}"):
-            bare = bare[1:-1]
-        if m := _LITERAL_RE.fullmatch(bare):
-            whole, decimals = m.groups()
-            if decimals:
-                place = 10.0 ** -len(decimals)
-            else:
-                place = 10.0 ** (len(whole) - len(whole.rstrip("0"))) if whole.strip("0") else 1.0
-        elif isinstance(value, sympy.Integer):
-            place = 1.0  # "\\frac{6}{2}", "(3)": an integer however written
-        sides.append((value, place, text))
-    for first, second in itertools.pairwise(sides):
-        written = [side for side in (first, second) if side[1] is not None]
-        if first[0] is None or second[0] is None or not written:
-            continue
-        rounded = max(written, key=lambda side: side[1] or 0.0)  # the coarser of the two
-        other = second if rounded is first else first
-        try:
-            r, v = (complex(sympy.N(side[0], 30)) for side in (rounded, other))
-        except (TypeError, ValueError, ArithmeticError):
-            continue
-        if r.imag or v.imag:
-            continue
-        place = rounded[1] or 0.0
-        cut = r.real * v.real >= 0 and abs(r.real) <= abs(v.real) < abs(r.real) + place * (1 - 1e-12)
-        if abs(r.real - v.real) > place / 2 * (1 + 1e-9) and not cut:
-            return f"{first[2]} \u2248 {second[2]}"
-    return None
+# A number past this many bits, or a power with such an exponent, is costly to evaluate (cos(3^{600000}) took 1.5 s
+# to 30 digits): a function of one only matches the same expression (see _costly_function).
+_MAX_COSTLY_BITS = 2_000
 
 
 def _costly(expr: Any) -> bool:
-    """Whether evaluating ``expr`` to 30 digits may take long: a number or a power past _MAX_APPROX_SIDE_BITS."""
+    """Whether evaluating ``expr`` to 30 digits may take long: a number or a power past _MAX_COSTLY_BITS."""
     import sympy
 
     for atom in expr.atoms(sympy.Integer):
-        if abs(int(atom)).bit_length() > _MAX_APPROX_SIDE_BITS:
+        if abs(int(atom)).bit_length() > _MAX_COSTLY_BITS:
             return True
-    return any(power.exp.is_Number and abs(power.exp) > _MAX_APPROX_SIDE_BITS for power in expr.atoms(sympy.Pow))
+    return any(power.exp.is_Number and abs(power.exp) > _MAX_COSTLY_BITS for power in expr.atoms(sympy.Pow))
 
 
 def _costly_function(expr: Any) -> bool:
@@ -1593,8 +1683,9 @@ def _numeric_eq(a: Any, b: Any, float_rounding: int, numeric_precision: int) -> 
 
     Math-Verify compares via ``(a - b).evalf(chop=True) == 0`` (chop turns every value below
     ~1e-15 into zero) and ``round(float_rounding)`` (an absolute tolerance). Here exact values are
-    compared exactly and floats with a relative tolerance; percentages keep Math-Verify's meaning
-    (``50%`` equals ``50`` and ``0.5``).
+    compared exactly and floats with a relative tolerance. A percentage ``X%`` is ``X/100``; only
+    against a ground truth written as a percentage may a plain number also be its count of percent
+    (``50`` and ``0.5`` both answer ``50%``; ``50%`` answers ``0.5``, not ``50``).
     """
     from sympy import MatrixBase, MatrixExpr
 
@@ -1608,9 +1699,11 @@ def _numeric_eq(a: Any, b: Any, float_rounding: int, numeric_precision: int) -> 
         return False
     try:
         pct_a, pct_b = _pct_value(a), _pct_value(b)
-        if pct_a is not None and pct_b is not None:
+        if (pct_a is not None and pct_b is not None) or not _gold_is_percentage.get():
             # Two percentages compare by value only: the cross terms below would take 1% for
-            # 100% (1 against 100% = 1) and 0.5% for 50%.
+            # 100% (1 against 100% = 1) and 0.5% for 50%. Against a ground truth that is not a
+            # percentage, X% is its value X/100 alone: read as X too, one answer covered two
+            # ("5\\%" was paid for 5 and for 0.05).
             return _close(_doit(a), _doit(b), numeric_precision)
         xs = [_doit(a)] + ([pct_a] if pct_a is not None else [])
         ys = [_doit(b)] + ([pct_b] if pct_b is not None else [])
@@ -2155,21 +2248,26 @@ def _compare(gold_objs: list[Any], pred_objs: list[Any], unknowns: list[str]) ->
     """Whether an answer's parse matches a ground truth's; `unknowns`: see _unknowns_in_order."""
     grader = _load()
     for gold in gold_objs:
-        for pred in pred_objs:
-            g, p = _as_ordered(gold, pred, unknowns)
-            try:
-                if grader.verify(
-                    g,
-                    p,
-                    float_rounding=6,
-                    numeric_precision=15,
-                    timeout_seconds=None,
-                    raise_on_error=False,
-                ):
-                    return True
-            except Exception:
-                continue
+        token = _gold_is_percentage.set(_has_percentage(gold))
+        try:
+            for pred in pred_objs:
+                g, p = _as_ordered(gold, pred, unknowns)
+                try:
+                    if grader.verify(g, p, float_rounding=6, numeric_precision=15, timeout_seconds=None,
+                                     raise_on_error=False):
+                        return True
+                except Exception:
+                    continue
+        finally:
+            _gold_is_percentage.reset(token)
     return False
+
+
+def _has_percentage(obj: Any) -> bool:
+    """Whether a parsed ground truth holds a percentage (latex2sympy's ``x * UnevaluatedExpr(1/100)``)."""
+    from sympy import Basic, preorder_traversal
+
+    return isinstance(obj, Basic) and any(_pct_value(node) is not None for node in preorder_traversal(obj))
 
 
 # --------------------------------------------------------------------------------------------
@@ -2222,17 +2320,18 @@ def verify(
     Never installs signal handlers or timeouts: it is safe in any thread or inside an event loop,
     and relies on the caller to kill it at the deadline.
     """
-    completion = completion if isinstance(completion, str) else str(completion)
-    ground_truth = ground_truth if isinstance(ground_truth, str) else str(ground_truth)
+    completion = _plain_digits(completion if isinstance(completion, str) else str(completion))
+    ground_truth = _plain_digits(ground_truth if isinstance(ground_truth, str) else str(ground_truth))
 
-    found = extract_answer(completion, extraction)
+    gold = _gold_answer(ground_truth)
+    found = extract_answer(completion, extraction, parts=_count_parts(gold) if len(gold) <= MAX_ANSWER_CHARS else 1)
     if found is None:
         return _result("no_answer", message=f"no answer found (extraction={extraction})")
     answer, rule = found
 
     token = _float_tolerance.set(float(float_tolerance))
     try:
-        return _judge(answer, rule, ground_truth)
+        return _judge(answer, rule, gold)
     except RecursionError:
         return _result("wrong_answer", extracted=answer, rule=rule, message="answer nested too deeply")
     except MemoryError:
@@ -2246,19 +2345,89 @@ def verify(
         _float_tolerance.reset(token)
 
 
-def _judge(answer: str, rule: str, ground_truth: str) -> dict[str, str]:
-    base: dict[str, str] = {"extracted": answer, "rule": rule}
+# Decimal digits of other scripts (U+FF13 fullwidth 3, U+0663 Arabic-Indic, U+0969 Devanagari, U+1D7D1 mathematical
+# bold: Unicode's Nd), which the parser does not read, and characters that show nothing, inside a number as anywhere
+# ("1\u200b234"). Superscripts, Roman numerals and keycaps are not decimal digits and stay as they are.
+_OTHER_DIGIT_RE = re.compile(r"(?![0-9])\d")
+_ZERO_WIDTH_RE = re.compile("[\u200b\u200c\u200d\u2060\ufeff\u00ad]")
 
-    gold_raw = _strip_delims(ground_truth)
-    if boxes := _ground_truth_boxes(gold_raw):
-        gold_raw = ", ".join(_strip_delims(box) for box in boxes)
+
+def _plain_digits(text: str) -> str:
+    """``text`` with every decimal digit in ASCII and zero-width characters removed."""
+    if text.isascii():
+        return text
+    return _OTHER_DIGIT_RE.sub(lambda m: str(unicodedata.digit(m.group(0))), _ZERO_WIDTH_RE.sub("", text))
+
+
+_PERCENT_AFTER_BOX_RE = re.compile(r"\$?\s*(?:\\?%|\\text\s*\{\s*percent\s*\}|per\s*cent(?![A-Za-z]))",
+                                  re.IGNORECASE)
+
+
+def _gold_answer(ground_truth: str) -> str:
+    """The answer a ground truth gives: its final boxes, read as a completion's are (``\\boxed{2} and \\boxed{3}``
+    is "2, 3"; ``\\boxed{1} no no no \\boxed{2}`` is 2, as Math-Verify reads it), or all of it."""
+    gold = _strip_delims(ground_truth)
+    boxed = _extract_boxed(gold)
+    if boxed is None:
+        return gold
+    # "... or $\\boxed{20}$ percent.": the gold is written as a percentage, its sign outside the box.
+    percent = _PERCENT_AFTER_BOX_RE.match(gold, _boxes(gold)[-1][2])
+    return _strip_delims(boxed) + ("\\%" if percent else "")
+
+
+# Marks that the parser drops, each leaving a value the answer did not give (all four were paid for 2): a dangling
+# operator ("2+", "2 \\cdot"), a sign as an exponent ("2^+", "2^{-}"), a prime on a number ("2'", "2^\\prime"), a
+# question ("2 \\text{?}"). Allowed where the ground truth has one too ("x \\to 0^+").
+_DECORATION_RE = re.compile(
+    r"(?:[-+*/=<>^_]|\\(?:cdot|times|div|pm|mp|le|ge|leq|geq|neq?)(?![A-Za-z]))\s*$"
+    r"|\^\s*(?:\{\s*[-+]\s*\}|[-+](?![\w\\{(]))|(?<=[\d)\]}])\s*(?:'|\^\s*\{?\s*\\prime(?![A-Za-z]))"
+    "|[?\uff1f\u2753]"
+)
+# A ground truth that is one number with a decimal comma ("1,22", "0,111"), which a thousands grouping is not.
+_GOLD_DECIMAL_COMMA_RE = re.compile(r"-?\d+,\d+")
+_GOLD_THOUSANDS_RE = re.compile(r"-?[1-9]\d{0,2}(?:,\d{3})+")
+_CLOCK_TIME_RE = re.compile(r"(\d{1,2}):(\d{2})(?::(\d{2}))?")
+
+
+def _clock_time(s: str) -> tuple[int, ...] | None:
+    """(hours, minutes, seconds) of a time of day written "12:00" or "9:05:30" (in ``$``, a box or text); else None."""
+    m = _CLOCK_TIME_RE.fullmatch(_strip_delims(_unwrap_text(_strip_delims(s))).strip().rstrip("."))
+    if m is None or int(m.group(1)) > 24 or int(m.group(2)) > 59 or int(m.group(3) or 0) > 59:
+        return None
+    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+
+
+# An answer of more alternatives than this is refused without judging each.
+_MAX_ALTERNATIVES = 4
+
+
+def _each_alternative_matches(answer: str, rule: str, gold_raw: str) -> bool:
+    """Whether every alternative an answer offers ("2 \\text{ or } 2", "\\frac{4}{2} or 2") matches the ground truth:
+    alternatives that all say the same value are that value, not a hedge."""
+    alternatives = _HEDGE_RE.split(_unwrap_text(answer))
+    if not 2 <= len(alternatives) <= _MAX_ALTERNATIVES or not all(a.strip() for a in alternatives):
+        return False
+    return all(_judge(a.strip(), rule, gold_raw)["status"] == "ok" for a in alternatives)
+
+
+def _judge(answer: str, rule: str, gold_raw: str) -> dict[str, str]:
+    base: dict[str, str] = {"extracted": answer, "rule": rule}
 
     # Before any other look: unwrapping 20,000 nested \text{} took 30 s (each pass peels one level).
     for text, who in ((answer, "answer"), (gold_raw, "ground truth")):
         if len(text) > MAX_ANSWER_CHARS:
             return _result("wrong_answer", message=f"{who}: too long to parse ({len(text)} > {MAX_ANSWER_CHARS} chars)",
                            **base)
+    if _GOLD_DECIMAL_COMMA_RE.fullmatch(gold_raw) and not _GOLD_THOUSANDS_RE.fullmatch(gold_raw):
+        gold_raw = gold_raw.replace(",", ".")  # "1,22" is 1.22, "0,111" 0.111; "1,234" stays a thousand and more
+    if (gold_time := _clock_time(gold_raw)) is not None:
+        # "12:00": a time of day, not the ratio 12/0 (both sides read as zoo, and were unequal).
+        ok = _clock_time(answer) == gold_time
+        return _result("ok" if ok else "wrong_answer", parsed=answer, gold=gold_raw,
+                       message="" if ok else "time differs", **base)
     if hedge := _hedge(_unwrap_text(answer), gold_raw):
+        if _each_alternative_matches(answer, rule, gold_raw):
+            return _result("ok", parsed=answer, gold=gold_raw, **base)  # "2 \\text{ or } 2": one value, twice
         return _result("wrong_answer", message=f"answer: offers alternatives ({hedge.strip()!r})", **base)
     if hidden := _TEXT_WITH_NUMBER_RE.search(answer):
         # Math-Verify's normaliser drops everything from a text to the end ("2 \text{ (maybe 3)}" was 2).
@@ -2318,6 +2487,9 @@ def _judge(answer: str, rule: str, ground_truth: str) -> dict[str, str]:
                        "truth's", **base)
     if (scaled := _SCALE_IN_TEXT_RE.search(pred_s)) and not _SCALE_IN_TEXT_RE.search(gold_s):
         return _result("wrong_answer", message=f"answer: a scale word in text ({scaled.group(0)[:40]!r})", **base)
+    if (decoration := _DECORATION_RE.search(pred_s)) and not _DECORATION_RE.search(gold_s):
+        return _result("wrong_answer", message=f"answer: a mark the parser would drop ({decoration.group(0)!r})",
+                       **base)
 
     gold_objs, pred_objs = _with_imaginary_unit(_mv_parse(gold_s), _mv_parse(pred_s))
     gold_str = _safe_str(gold_objs[0]) if gold_objs else gold_s
@@ -2349,11 +2521,6 @@ def _judge(answer: str, rule: str, ground_truth: str) -> dict[str, str]:
         ok = gold_big == pred_big and any(g == p for g in gold_objs for p in pred_objs)
         return _result("ok" if ok else "wrong_answer", message="" if ok else unevaluable, **res)
 
-    if _false_equality(pred_objs) and not _false_equality(gold_objs):
-        return _result("wrong_answer", message="answer: states an equality between unequal numbers", **res)
-    if approximation := _false_approximation(pred_s):
-        return _result("wrong_answer", message=f"answer: states an approximation between numbers that differ "
-                       f"({_clip(approximation)})", **res)
     if _compare(gold_objs, pred_objs, _unknowns_in_order(gold_s)):
         return _result("ok", **res)
     return _result("wrong_answer", message="answer not equivalent to ground truth", **res)

@@ -48,7 +48,12 @@ FAILED = (pb.STATUS_WRONG_ANSWER, pb.STATUS_TIMEOUT, pb.STATUS_MEMORY_LIMIT, pb.
         ("\\boxed{\\pm 2}", "2"),
         ("\\boxed{[0, 10]}", "2"),
         ("\\boxed{\\phantom{2} 3}", "2"),
-        ("\\boxed{\uff12}", "2"),  # full-width 2
+        ("\\boxed{\u00b2}", "2"),  # superscript 2 (a full-width 2 is a decimal digit: #51)
+        # Fixed (#51): a percentage read two ways, marks the parser drops, "or" in another language, a list of boxes.
+        ("so the answer is \\boxed{5\\%}", "5"),
+        ("so the answer is \\boxed{2^+}", "2"),
+        ("Die Antwort ist 2 oder 3.", "3"),
+        ("\\boxed{3} and \\boxed{2}", "2"),
         ("\\boxed{0.99999}", "1"),
         ("\\boxed{10^{20}+1}", "10^{20}"),
         ("\\boxed{\\frac{0}{0}}", "\\frac{0}{0}"),

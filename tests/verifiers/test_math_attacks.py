@@ -45,10 +45,9 @@ def test_a_percentage_is_not_a_hundred_times_another(answer: str, gold: str) -> 
         ("50\\%", "50\\%"),
         ("50.0\\%", "50\\%"),
         ("\\frac{1}{2}\\%", "0.5\\%"),
-        # One side a percentage: Math-Verify's readings (value, or "%" as a unit) still hold.
+        # One side a percentage: its value; a number against a percentage also as its count of percent (#51).
         ("50\\%", "0.5"),
         ("0.5", "50\\%"),
-        ("50\\%", "50"),
         ("50", "50\\%"),
         ("12.5", "12.5\\%"),
     ],
@@ -212,7 +211,7 @@ def test_a_repeated_nested_or_empty_box_of_a_ground_truth_is_one_answer(gold: st
 @pytest.mark.parametrize(
     "completion",
     [
-        boxed("3 = \\boxed{2}"),  # fixed: the inner box was the answer
+        boxed("\\boxed{2} = 3"),  # fixed: the inner box was the answer (the chain's last side, 3, is)
         boxed("\\{1, \\boxed{2}\\}"),  # fixed
         boxed("\\boxed{2}\\boxed{3}"),
         boxed("3 \\text{ or } \\fbox{2}"),  # fixed
@@ -230,7 +229,7 @@ def test_a_box_inside_the_answer_box_is_not_the_answer(completion: str) -> None:
         boxed(" \\fbox{2} "),
         boxed("\\boxed 2"),
         boxed("x = \\boxed{2}"),
-        "\\boxed{3} and \\boxed{2}",
+        boxed("3 = \\boxed{2}"),  # a chain's last side is its answer (#51)
     ],
 )
 def test_a_box_inside_the_answer_box_still_scores_as_its_content(completion: str) -> None:
@@ -331,13 +330,10 @@ def test_hedged_choice_letters_get_no_credit(completion: str, gold: str) -> None
         ("\\text{not 2}", "2"),
         ("\\not 2", "2"),
         ("\\text{two}", "2"),
-        # Unicode look-alikes are not digits or letters: unparsable, not the value they mimic.
-        ("\uff12", "2"),  # full-width 2
-        ("\u0662", "2"),  # Arabic-Indic 2
-        ("\U0001d7d0", "2"),  # mathematical bold 2
+        # Unicode look-alikes that are not decimal digits: unparsable, not the value they mimic. (Decimal digits
+        # of other scripts are digits, #51: test_decimal_digits_of_any_script_and_zero_width_spaces_are_read.)
         ("\u00b2", "2"),  # superscript 2
         ("\u2161", "2"),  # Roman numeral two
-        ("1\u200b2", "12"),  # zero-width space
         ("1\u202e2", "21"),  # right-to-left override
         ("\u0445", "x"),  # Cyrillic x
         ("2\ufe0f\u20e3", "2"),  # keycap 2
@@ -455,7 +451,7 @@ def test_matrices_are_not_scalars() -> None:
     [
         (boxed("2"), "\\text{}"),
         (boxed("anything"), "\\text{}"),
-        (boxed("2"), "\uff12"),  # full-width 2: unparsable
+        (boxed("2"), "\u2161"),  # Roman numeral two: unparsable
         (boxed("0"), "\\text{none}"),
         (boxed("1"), "1 \\text{ or } 2"),  # a list gold needs the whole list
         (boxed("\\text{no solution}"), "\\emptyset"),
@@ -468,8 +464,8 @@ def test_odd_ground_truths_do_not_reward_garbage(completion: str, gold: str) -> 
 
 def test_an_unparsable_ground_truth_needs_the_same_string() -> None:
     # Math-Verify's own fallback: an unparsable gold is compared as a string, exactly.
-    check(boxed("\uff12"), "\uff12", OK)
-    check(boxed("2"), "\uff12", WRONG)
+    check(boxed("\u2161"), "\u2161", OK)
+    check(boxed("2"), "\u2161", WRONG)
 
 
 # --------------------------------------------------------------------------------------------
@@ -556,11 +552,28 @@ def test_an_answer_offering_alternatives_to_one_value_is_wrong(answer: str, gold
     assert "offers alternatives" in result["message"]
 
 
-@pytest.mark.parametrize(("answer", "gold"), [("3 = 2", "2"), ("2 = 3", "3"), ("x = 2 = 3", "3")])
-def test_a_false_equality_ending_in_the_answer_is_wrong(answer: str, gold: str) -> None:
-    """Math-Verify keeps an equation's last right-hand side: "3 = 2" was paid as 2."""
-    result = check(boxed(answer), gold, WRONG)
-    assert "equality between unequal numbers" in result["message"]
+@pytest.mark.parametrize(
+    ("answer", "gold", "expected"),
+    [
+        # #51: a chain's last side is its answer, and its false links are working (Math-Verify's suite: "x = 5+5+1 =
+        # 7 = 11" answers x = 11). They were refused; they are no hedge: no other side is ever compared.
+        ("3 = 2", "2", OK),
+        ("2 = 3", "3", OK),
+        ("x = 2 = 3", "3", OK),
+        ("x = 2 = 3", "x = 3", OK),
+        ("x = 5+5+1 = 7 = 11", "x = 11", OK),
+        ("z = 3+3 = 2", "z = 1 + 1 = 2", OK),
+        ("\\frac{1}{2} = \\frac{10}{9}", "\\frac{10}{9}", OK),
+        ("2 = 3", "2", WRONG),
+        ("x = 2 = 3", "2", WRONG),
+        ("x = 2 = 3", "x = 2", WRONG),
+        ("x = 5+5+1 = 7 = 11", "7", WRONG),
+        ("x = 5+5+1 = 7 = 11", "x = 7", WRONG),
+        ("z = 3+3 = 2", "z = 6", WRONG),
+    ],
+)
+def test_a_chain_of_equalities_answers_its_last_side_alone(answer: str, gold: str, expected: str) -> None:
+    check(boxed(answer), gold, expected)
 
 
 @pytest.mark.parametrize(
@@ -584,21 +597,22 @@ def test_answers_near_the_alternatives_rules_still_score(answer: str, gold: str)
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("answer", "gold"),
-    [("2 \\approx 3", "2"), ("x = 2 \\approx 3", "2"), ("14 \\approx 15", "14"), ("2.9 \\approx 3.1", "2.9"),
-     ("20 \\approx 30", "20"), ("2 \\approx 3 \\approx 2", "2"), ("\\pi \\approx 4", "\\pi"), ("2 ≈ 3", "2"),
-     ("\\pi \\approx 3.15", "\\pi"), ("\\frac{2}{3} \\approx 0.5", "\\frac{2}{3}"),
-     # Red team, on the first version of the rule: other signs, spacing and integers not written out.
-     ("2 \\approxeq 3", "2"), ("2 ≃ 3", "2"), ("2 ≅ 3", "2"), ("2 \\;\\approx\\; 3", "2"),
-     ("x = 2\\, \\approx 3\\,", "2"),
-     ("(2) \\approx (3)", "2"), ("{2} \\approx {3}", "2"), ("\\frac{2}{1} \\approx \\frac{3}{1}", "2"),
-     ("\\pi \\approx 4\\,", "\\pi"), ("\\pi \\approx (4)", "\\pi")],
-)
-def test_an_approximation_between_numbers_that_differ_is_wrong(answer: str, gold: str) -> None:
-    """Math-Verify keeps one side of "a \\approx b" (here the left): "2 \\approx 3" was paid as 2."""
-    result = check(boxed(answer), gold, WRONG)
-    assert "approximation between numbers that differ" in result["message"], result
+# #51: an approximation answers the side Math-Verify keeps (the left, or the right after a variable: "x = \frac13
+# \approx 0.33" answers 1/3), whatever the other side says ("x = 1/3 \approx 1.3" in its suite). The other side is
+# never the answer, so "2 \approx 3" is no hedge between 2 and 3; a false approximation was refused before.
+APPROXIMATIONS = [
+    ("2 \\approx 3", "2", "3"), ("x = 2 \\approx 3", "2", "3"), ("14 \\approx 15", "14", "15"),
+    ("2.9 \\approx 3.1", "2.9", "3.1"), ("2 \\approx 3 \\approx 2", "2", "3"), ("\\pi \\approx 4", "\\pi", "4"),
+    ("2 \u2248 3", "2", "3"), ("\\frac{2}{3} \\approx 0.5", "\\frac{2}{3}", "0.5"), ("2 \\approxeq 3", "2", "3"),
+    ("2 \u2243 3", "2", "3"), ("2 \\;\\approx\\; 3", "2", "3"), ("(2) \\approx (3)", "2", "3"),
+    ("x=1/3\\approx1.3", "1/3", "1.3"), ("x = 5+5+1 = 1/3 \\approx 11", "x = 1/3", "11"),
+]
+
+
+@pytest.mark.parametrize(("answer", "kept", "other"), APPROXIMATIONS)
+def test_an_approximation_answers_one_side_alone(answer: str, kept: str, other: str) -> None:
+    check(boxed(answer), kept, OK)
+    check(boxed(answer), other, WRONG)
 
 
 @pytest.mark.parametrize(
@@ -678,9 +692,9 @@ def test_a_chain_of_approximations_is_refused_before_it_is_evaluated() -> None:
     chain = " \\approx 0 \\approx ".join(f"\\cos(3^{{{600000 + i}}})" for i in range(12))
     result = check(boxed(chain), "0", WRONG)
     assert "too large to evaluate" in result["message"], result  # each side, now (below)
+    # Its sides are no longer evaluated one by one (#51): a chain answers the side Math-Verify keeps, cheaply.
     chain = " \\approx ".join(f"\\cos({i})" for i in range(12))
-    result = check(boxed(chain), "\\cos(11)", WRONG)
-    assert "a chain of 11 approximations" in result["message"], result
+    check(boxed(chain), "\\cos(11)", WRONG)
 
 
 @pytest.mark.parametrize(
@@ -916,8 +930,9 @@ def test_an_operator_left_of_the_answers_last_equals_sign_names_what_it_evaluate
     [
         ("\\sum_{k=1}^4 k", "10"),  # the "=" of its subscript is not the answer's
         ("x = \\int_0^1 x^2 dx", "\\frac13"),
-        ("\\int_0^1 x^2 dx = \\frac{1}{2}", "\\frac12"),  # a false equality
-        ("\\sum_{k=1}^{4} k = 11", "11"),
+        # The chain's last side is the answer (#51), not the operator's value.
+        ("\\int_0^1 x^2 dx = \\frac{1}{2}", "\\frac13"),
+        ("\\sum_{k=1}^{4} k = 11", "10"),
     ],
 )
 def test_an_operator_right_of_the_last_equals_sign_or_a_false_value_is_still_wrong(answer: str, gold: str) -> None:
@@ -1004,15 +1019,17 @@ def test_several_numbers_with_units_still_score(answer: str, gold: str) -> None:
     [
         ("3\\mathrm{~m} = 2\\mathrm{~m}", "3"),  # units in \mathrm hid the false equality
         ("3 \\textbf{ m} = 2 \\textbf{ m}", "3"),
-        ("2 ~= 3", "2"),  # Math-Verify reads "~=" as \approx, and kept its left side
-        ("x ~= 2 ~= 3", "2"),
+        # Math-Verify reads "~=" as \approx and keeps its left side: the other side is not the answer (#51).
+        ("2 ~= 3", "3"),
+        ("x ~= 2 ~= 3", "3"),
     ],
 )
 def test_a_relation_between_units_or_spelled_oddly_is_judged(answer: str, gold: str) -> None:
     check(boxed(answer), gold, WRONG)
 
 
-@pytest.mark.parametrize(("answer", "gold"), [("3\\mathrm{~m} = 3\\mathrm{~m}", "3"), ("x ~= 3", "3")])
+@pytest.mark.parametrize(("answer", "gold"), [("3\\mathrm{~m} = 3\\mathrm{~m}", "3"), ("x ~= 3", "3"),
+                                              ("2 ~= 3", "2")])
 def test_a_true_relation_between_units_or_spelled_oddly_still_scores(answer: str, gold: str) -> None:
     check(boxed(answer), gold, OK)
 
@@ -1164,11 +1181,10 @@ def test_invisible_and_spacing_around_one_number_still_score(answer: str, gold: 
     check(boxed(answer), gold, OK)
 
 
-@pytest.mark.parametrize(("answer", "gold"), [("300\\% = 2", "2"), ("50\\% = 2", "2"), ("2 = 300\\%", "3")])
-def test_a_false_equality_with_a_percentage_is_wrong(answer: str, gold: str) -> None:
-    """A percentage is x * UnevaluatedExpr(1/100), which the numeric check left unevaluated: "300% = 2" was paid."""
-    result = check(boxed(answer), gold, WRONG)
-    assert "equality between unequal numbers" in result["message"], result
+@pytest.mark.parametrize(("answer", "gold"), [("300\\% = 2", "3"), ("50\\% = 2", "0.5"), ("2 = 300\\%", "2")])
+def test_a_percentage_on_the_left_of_a_chain_is_not_its_answer(answer: str, gold: str) -> None:
+    """The chain's last side is the answer (#51); a percentage before it is working."""
+    check(boxed(answer), gold, WRONG)
 
 
 @pytest.mark.parametrize(("answer", "gold"), [("300\\% = 3", "3"), ("50\\% = 0.5", "0.5"), ("3 = 300\\%", "3")])
@@ -1269,3 +1285,223 @@ def test_a_tiny_term_added_to_a_zero_is_refused_by_its_size(monkeypatch: pytest.
     assert not mathv._vanishes(hidden, zero)
     monkeypatch.setattr(mathv, "_ZERO_MAX_BITS", float("inf"))
     assert mathv._vanishes(hidden, zero)
+
+
+# --------------------------------------------------------------------------------------------
+# #51: real model outputs of Math-Verify's suite (several boxes, long reasoning, numbers), and answers paid or
+# refused wrongly (a red team's second look). Each failed before the fix next to it in sandboxd/verifiers/math.py.
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("completion", "gold", "expected"),
+    [
+        # A ground truth of k parts takes the boxes of the final answer (only the last box was read).
+        ("$$\\boxed{(2, 2)} \\quad \\text{and} \\quad \\boxed{(6, 2)}$$", "(2, 2), (6, 2)", OK),
+        ("\\boxed{1},\\boxed{2},\\boxed{3}", "\\{1,2,3\\}", OK),
+        ("\\boxed{1} and \\boxed{2} and \\boxed{3}", "{1,2,3}", OK),
+        ("$$\\boxed{k = 45} \\quad \\text{and} \\quad \\boxed{n = 2}$$", "k = 45, n = 2", OK),
+        ("\\( y_1 = \\boxed{2x+1} \\) and \\( y_2 = \\boxed{3x} \\)", "y_1 = 2x + 1, y_2 = 3x", OK),
+        ("The roots are $\\boxed{-2} \\quad \\text{and} \\quad \\boxed{1}$.", "1, -2", OK),
+        ("(a) The first is \\boxed{2}. (b) Then the second is \\boxed{3}.", "2, 3", OK),  # a box per part, apart
+        ("$\\boxed{3} \\text{ for part (a) and } \\boxed{1}$", "(3), (1)", OK),
+        ("\\boxed{1} papers and \\boxed{2} bins", "1, 2", OK),
+        # ... and read whole: a value more or one missing is wrong.
+        ("\\boxed{1}, \\boxed{2}, \\boxed{3}", "2, 3", WRONG),
+        ("\\boxed{1}, \\boxed{2}", "1, 2, 3", WRONG),
+        ("\\boxed{(2, 2)} \\quad \\text{and} \\quad \\boxed{(6, 3)}", "(2, 2), (6, 2)", WRONG),
+        # One value: the last group, so a model that corrects itself is read at its correction.
+        ("First \\boxed{2}, but fixing the error, \\boxed{5}", "5", OK),
+        ("First \\boxed{2}, but fixing the error, \\boxed{5}", "2", WRONG),
+        ("\\boxed{1, 2}. Rechecking: \\boxed{1, 3}", "1, 3", OK),
+        ("\\boxed{1, 2}. Rechecking: \\boxed{1, 3}", "1, 2", WRONG),
+        # Boxes a list joins are one answer, not a choice of their last (it paid 2).
+        ("\\boxed{3} and \\boxed{2}", "2", WRONG),
+        ("\\boxed{3}, \\boxed{2}", "2", WRONG),
+        ("\\boxed{3} or \\boxed{2}", "2", WRONG),
+        ("\\boxed{3} \\boxed{2}", "2", WRONG),
+        ("\\boxed{3} oder \\boxed{2}", "2", WRONG),
+        ("\\boxed{3}, maybe \\boxed{2}", "2", WRONG),
+    ],
+)
+def test_several_boxes_are_read_as_the_ground_truth_has_parts(completion: str, gold: str, expected: str) -> None:
+    check(completion, gold, expected)
+
+
+@pytest.mark.parametrize(
+    ("gold", "answer", "expected"),
+    [
+        ("\\boxed{1} no no no \\boxed{2}", "2", OK),  # two answers, the later final: Math-Verify reads 2
+        ("\\boxed{1} no no no \\boxed{2}", "1, 2", WRONG),  # it was "1, 2"
+        ("$\\boxed{1}\\boxed{2}$", "1, 2", OK),
+        ("\\boxed{2} and \\boxed{3}", "2, 3", OK),
+        ("(a) \\boxed{2} (b) \\boxed{3}", "3", WRONG),
+        ("So \\boxed{5}. Thus the answer is $\\boxed{5}$.", "5", OK),
+    ],
+)
+def test_a_ground_truth_of_several_boxes_is_read_as_a_completion(gold: str, answer: str, expected: str) -> None:
+    check(boxed(answer), gold, expected)
+
+
+@pytest.mark.parametrize(
+    ("completion", "gold", "expected"),
+    [
+        ("Final Answer: The largest $n$ is 34.", "34", OK),  # it read $n$
+        ("Final Answer: The volume of $ABCDEFGH$ is 120. I hope it is correct.", "120", OK),
+        ("Final Answer: The number of points in the domain of $f(x)$ is 19.", "19", OK),
+        ("Final Answer: Jane started growing Sphere 3 hours ago. I hope it is correct.", "3", OK),
+        ("Final Answer: The largest $n$ is 34.", "n", WRONG),
+        ("The answer: the value of $x$ is not 2 but 3.", "3", OK),
+        ("The answer: the value of $x$ is not 2 but 3.", "2", WRONG),
+        # A final-answer phrase after the last box: the box was a step (it paid 255).
+        ("So the interest is $\\boxed{255}$. In all $10,455. Final Answer: The final answer is $10,455$. I hope "
+         "it is correct.", "10455", OK),
+        ("So the interest is $\\boxed{255}$. In all $10,455. Final Answer: The final answer is $10,455$.", "255",
+         WRONG),
+        ("The final answer is 7, so \\boxed{8}", "8", OK),  # a box after the phrase still wins
+    ],
+)
+def test_an_answer_sentence_gives_the_value_it_names(completion: str, gold: str, expected: str) -> None:
+    check(completion, gold, expected)
+
+
+@pytest.mark.parametrize(
+    ("completion", "gold", "expected"),
+    [
+        ("1.22", "1,22", OK),  # a decimal comma in the gold
+        ("0.111", "0,111", OK),
+        ("1.22", "1,234", WRONG),
+        ("1234", "1,234", OK),  # a thousands comma stays one
+        ("AZYUK2A", "2", NONE),  # a code is not a number (it read 2)
+        ("The part is COVID19 and H2O", "19", NONE),
+        ("so 2x", "2x", OK),
+        ("Answer $ \n 9 \n $", "9", NONE),  # inline math on one line only (it read 9)
+        ("Answer \\( \n 9 \n \\)", "9", NONE),
+        ("Answer $ \\frac{1}{2} \\$ = \\frac{10}{9} $", "10/9", OK),
+        ("So it is $$\n9\n$$", "9", OK),  # display math may span lines
+        ("The time is $12:00$", "12:00", OK),  # a time, not 12/0 (zoo, unequal to itself)
+        ("The time is $1:00$", "12:00", WRONG),
+    ],
+)
+def test_numbers_codes_times_and_delimiters_across_lines(completion: str, gold: str, expected: str) -> None:
+    check(completion, gold, expected)
+
+
+@pytest.mark.parametrize(
+    ("answer", "gold", "expected"),
+    [
+        # A ground truth that is not a percentage: X% is X/100 alone (5% and 500% were both paid for 5).
+        ("5\\%", "5", WRONG),
+        ("500\\%", "5", OK),
+        ("200\\%", "2", OK),
+        ("2 \\text{ percent}", "2", WRONG),
+        ("2 percent", "2", WRONG),
+        ("50\\%", "50", WRONG),
+        ("50\\%", "0.5", OK),
+        ("50\\%", "\\frac{1}{2}", OK),
+        ("50 \\text{ percent}", "0.5", OK),  # it was refused: the text was set aside as a unit
+        ("0.5\\%", "0.5", WRONG),
+        # A ground truth written as a percentage: a number may be its count of percent or its value.
+        ("50", "50\\%", OK),
+        ("0.5", "50\\%", OK),
+        ("50 \\text{ percent}", "50\\%", OK),
+        ("5", "50\\%", WRONG),
+        ("0.05", "50\\%", WRONG),
+    ],
+)
+def test_a_percentage_has_one_reading_chosen_by_the_ground_truth(answer: str, gold: str, expected: str) -> None:
+    check(boxed(answer), gold, expected)
+
+
+@pytest.mark.parametrize(
+    "answer", ["2+", "2 +", "2-", "2^+", "2^{+}", "2^-", "2'", "2''", "2^\\prime", "2^{\\prime}", "2 \\cdot",
+               "2 \\text{?}", "2?", "2\uff1f"],
+)
+def test_a_mark_the_parser_drops_is_not_paid(answer: str) -> None:
+    result = check(boxed(answer), "2", WRONG)
+    assert "a mark the parser would drop" in result["message"], result
+
+
+@pytest.mark.parametrize(
+    ("answer", "gold"),
+    [("x \\to 0^+", "x \\to 0^+"), ("2^{-1}", "\\frac{1}{2}"), ("f'(x) = 2x", "2x"), ("-2", "-2"), ("3!", "6"),
+     ("2", "2")],
+)
+def test_marks_the_ground_truth_has_or_that_carry_a_value_still_score(answer: str, gold: str) -> None:
+    check(boxed(answer), gold, OK)
+
+
+@pytest.mark.parametrize(
+    ("answer", "gold"),
+    [
+        ("\uff13", "3"),  # fullwidth
+        ("\u0663", "3"),  # Arabic-Indic
+        ("\u0969", "3"),  # Devanagari
+        ("\U0001d7d1", "3"),  # mathematical bold
+        ("\uff11\uff12", "12"),
+        ("1\u200b2", "12"),  # zero-width space inside a number
+        ("1\u200b234", "1234"),
+        ("\ufeff3", "3"),
+        ("3", "\uff13"),  # in the ground truth too
+    ],
+)
+def test_decimal_digits_of_any_script_and_zero_width_spaces_are_read(answer: str, gold: str) -> None:
+    check(boxed(answer), gold, OK)
+    check(f"The answer is {answer}.", gold, OK)
+
+
+@pytest.mark.parametrize(
+    ("answer", "gold"),
+    [
+        ("2 \\text{ or } 2", "2"),
+        ("\\text{2 or 2}", "2"),
+        ("x = 2 \\text{ or } x = 2", "2"),
+        ("\\frac{4}{2} \\text{ or } 2", "2"),
+        ("2 \\lor 2", "2"),
+    ],
+)
+def test_alternatives_that_all_say_the_ground_truth_are_one_answer(answer: str, gold: str) -> None:
+    check(boxed(answer), gold, OK)  # it was refused as offering alternatives
+
+
+HEDGES_2_OR_3 = [
+    # LaTeX
+    "\\boxed{2 \\text{ or } 3}", "\\boxed{2 \\text{ or 3}}", "\\boxed{2 \\textrm{ or } 3}",
+    "\\boxed{2 \\mathrm{~or~} 3}",
+    "\\boxed{2 \\quad\\text{or}\\quad 3}", "\\boxed{2 \\vee 3}", "\\boxed{x = 2 \\lor x = 3}", "\\boxed{2 \u2228 3}",
+    "\\boxed{2 \\text{ (or possibly 3)}}", "\\boxed{2 \\text{ and/or } 3}", "$\\boxed{2}$ or $\\boxed{3}$",
+    # text
+    "The answer is 2 or 3.", "The answer is either 2 or 3.", "The answer is 2, or maybe 3.", "Answer: 2 or 3",
+    "so it is 2 or 3", "The answer is $2$ or $3$.", "<answer>2 or 3</answer>",
+    # other languages
+    "Die Antwort ist 2 oder 3.", "La réponse est 2 ou 3.", "La respuesta es 2 o 3.", "La risposta è 2 oppure 3.",
+    "Ответ: 2 или 3", "答案是2或3", "答案是 2 或者 3", "答えは2または3", "정답은 2 또는 3", "Cevap 2 veya 3",
+    "Jawabannya 2 atau 3", "Svaret er 2 eller 3", "Odpowiedź: 2 lub 3", "Đáp án là 2 hoặc 3",
+    "\\boxed{2 \\text{ oder } 3}",
+    "\\boxed{2 \\text{ или } 3}", "\\boxed{2 \\text{ 或 } 3}",
+]
+
+
+@pytest.mark.parametrize("completion", HEDGES_2_OR_3)
+@pytest.mark.parametrize("gold", ["2", "3"])
+def test_2_or_3_in_latex_text_and_other_languages_gets_no_credit(completion: str, gold: str) -> None:
+    assert mathv.verify(completion, gold)["status"] in (WRONG, NONE)
+
+
+@pytest.mark.parametrize("completion", ["Die Antwort ist 2 oder 3.", "答案是2或3", "\\boxed{2 \\text{ или } 3}",
+                                        "The answer is 2 or 3."])
+def test_2_or_3_in_any_language_still_answers_a_list(completion: str) -> None:
+    check(completion, "2, 3", OK)
+
+
+@pytest.mark.parametrize(("answer", "expected"), [("20\\%", OK), ("20", OK), ("0.2", OK), ("2\\%", WRONG)])
+def test_a_percent_sign_after_the_ground_truths_box_makes_it_a_percentage(answer: str, expected: str) -> None:
+    check(boxed(answer), "So $x = 1/5$, or $\\boxed{20}$ percent.", expected)  # "20\\%" was 0.2, not 20
+
+
+@pytest.mark.parametrize(
+    ("answer", "gold", "expected"),
+    [("\\text{Tai Chi}", "Tai Chi", OK), ("Tai Chi", "Tai Chi", OK), ("\\text{Tai Chi}", "Judo", WRONG)],
+)
+def test_a_text_ground_truth_with_a_word_for_or_is_not_a_hedge(answer: str, gold: str, expected: str) -> None:
+    check(boxed(answer), gold, expected)  # "tai" is Finnish for "or"
