@@ -6,7 +6,8 @@ Each file sets ``category`` and holds ``[[case]]`` tables:
 
 - ``name`` (unique in its file; a case's id is ``category/name``), ``shape``, ``solution`` (the program);
 - ``shape = "humaneval"``: ``test`` defines ``check(candidate)``, ``entry_point`` names the candidate;
-- ``shape = "mbpp"``: ``test_list`` (bare ``assert`` lines), optional ``test_imports``;
+- ``shape = "mbpp"``: ``test_list`` (bare ``assert`` lines), optional ``test_imports`` and ``test_setup``
+  (MBPP's ``test_setup_code``);
 - ``shape = "function"``: ``fn_name`` (``"f"`` or LeetCode's ``"Solution.method"``) and ``cases``, a JSON
   array of ``[args, expected]`` pairs (or ``cases_py``, a Python expression that makes that list, for
   arguments too large to write out); ``format`` says how the job carries them: ``"explicit"`` (the API's
@@ -53,6 +54,7 @@ class Case:
     entry_point: str = ""
     test_list: tuple[str, ...] = ()
     test_imports: tuple[str, ...] = ()
+    test_setup: str = ""
     fn_name: str = ""
     format: str = "explicit"
     cases_text: str = ""
@@ -69,7 +71,8 @@ class Case:
         return [(list(args), expected) for args, expected in raw]
 
 
-_KEYS = {"name", "shape", "solution", "test", "entry_point", "test_list", "test_imports", "fn_name", "format",
+_KEYS = {"name", "shape", "solution", "test", "entry_point", "test_list", "test_imports", "test_setup", "fn_name",
+         "format",
          "cases", "cases_py", "why", "naive", "timeout"}
 
 
@@ -84,6 +87,7 @@ def _case(raw: dict[str, Any], category: str, source: str) -> Case:
         id=f"{category}/{raw['name']}", category=category, shape=shape, solution=textwrap.dedent(raw["solution"]),
         source=source, test=textwrap.dedent(raw.get("test", "")), entry_point=raw.get("entry_point", ""),
         test_list=tuple(raw.get("test_list", ())), test_imports=tuple(raw.get("test_imports", ())),
+        test_setup=textwrap.dedent(raw.get("test_setup", "")),
         fn_name=raw.get("fn_name", ""), format=raw.get("format", "explicit"), cases_text=raw.get("cases", ""),
         cases_py=raw.get("cases_py", ""), why=raw.get("why", ""), naive=raw.get("naive", ""),
         timeout=float(raw.get("timeout", 10.0)),
@@ -122,7 +126,7 @@ def tests_dict(case: Case) -> dict[str, Any]:
         return {"dataset_json": {"task_id": case.id, "prompt": "", "test": case.test, "entry_point": case.entry_point}}
     if case.shape == "mbpp":
         return {"dataset_json": {"task_id": case.id, "test_list": list(case.test_list),
-                                 "test_imports": list(case.test_imports)}}
+                                 "test_imports": list(case.test_imports), "test_setup_code": case.test_setup}}
     if case.shape == "pytest":
         return {"dataset_json": {"question": case.id, "test": case.test}}
     if case.format == "apps":
@@ -183,7 +187,7 @@ def pytest_files(case: Case) -> dict[str, str]:
         files["test_solution.py"] = (f"from solution import *  # noqa\nimport solution\n\n{case.test}\n\n"
                                      f"def test_check():\n    check(solution.{case.entry_point})\n")
     elif case.shape == "mbpp":
-        body = textwrap.indent("\n".join(case.test_list), "    ")
+        body = textwrap.indent("\n".join([case.test_setup, *case.test_list]), "    ")
         imports = "\n".join(case.test_imports)
         files["test_solution.py"] = f"from solution import *  # noqa\n{imports}\n\n\ndef test_asserts():\n{body}\n"
     else:
