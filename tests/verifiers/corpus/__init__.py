@@ -19,7 +19,7 @@ An attack also says ``why`` (what it tries and why the program is wrong) and ``n
 do under plain pytest in one process (``"pass"`` where naive execution is fooled, ``"fail"`` where it is not),
 which the validator checks (tests/verifiers/test_corpus.py).
 
-:func:`tests_dict` gives a case's tests as the API's ``CodeTests`` fields (what :func:`normalize_tests`
+:func:`job_tests` gives a case's tests as the API's ``CodeTests`` fields (what :func:`normalize_tests`
 takes); :func:`pytest_files` gives the files that run the same tests under real pytest, the program as
 ``solution.py``, independently of sandboxd.
 """
@@ -67,7 +67,7 @@ class Case:
     @functools.cached_property
     def calls(self) -> list[tuple[list[Any], Any]]:
         """Function cases as (args, expected) pairs."""
-        raw = eval(self.cases_py, {}) if self.cases_py else json.loads(self.cases_text)  # noqa: S307 (our corpus)
+        raw = eval(self.cases_py, {}) if self.cases_py else json.loads(self.cases_text)  # the corpus is ours
         return [(list(args), expected) for args, expected in raw]
 
 
@@ -120,7 +120,7 @@ def load(kind: str = "python") -> tuple[Case, ...]:
     return tuple(cases)
 
 
-def tests_dict(case: Case) -> dict[str, Any]:
+def job_tests(case: Case) -> dict[str, Any]:
     """The case's tests as ``CodeTests`` fields: a dataset row in ``dataset_json``, or explicit function cases."""
     if case.shape == "humaneval":
         return {"dataset_json": {"task_id": case.id, "prompt": "", "test": case.test, "entry_point": case.entry_point}}

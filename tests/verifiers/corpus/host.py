@@ -24,7 +24,7 @@ from typing import Any
 from sandboxd.jobs import harness_arguments
 from sandboxd.verifiers.code import assemble_program, normalize_tests
 from sandboxd.verifiers.pyharness import run_tests
-from tests.verifiers.corpus import Case, load, tests_dict
+from tests.verifiers.corpus import Case, job_tests, load
 
 REPO = Path(__file__).resolve().parents[3]
 CANDIDATE_MAIN = (
@@ -38,7 +38,7 @@ TOLERANCE = 1e-6
 
 def judge(case: Case, workdir: Path) -> dict[str, Any]:
     """The harness's verdict on ``case``, its candidate run in ``workdir``."""
-    plan = normalize_tests(tests_dict(case))
+    plan = normalize_tests(job_tests(case))
     program = assemble_program(case.solution, plan)
     harness = dict(harness_arguments(plan, TOLERANCE, False), call_timeout=case.timeout)
     if plan.kind == "assert":
@@ -76,7 +76,7 @@ def run(cases: list[Case], out: Path) -> None:
                 entry = {"id": case.id, "passed": bool(verdict["passed"]), "status": verdict["status"],
                          "message": str(verdict["message"])[:500], "passed_count": verdict["passed_count"],
                          "total": verdict["total"]}
-            except Exception:  # noqa: BLE001 - the judge's own failure is a verdict of its own here
+            except Exception:  # the judge's own failure is a verdict of its own here
                 entry = {"id": case.id, "passed": False, "status": "judge_error",
                          "message": traceback.format_exc()[-500:], "passed_count": 0, "total": 0}
             sink.write(json.dumps(entry) + "\n")

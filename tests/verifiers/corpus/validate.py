@@ -20,8 +20,8 @@ from typing import Any
 # Plugins installed beside pytest (asyncio, timeout) are not loaded: the sandbox image has pytest alone.
 os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
 
-import numpy  # noqa: E402, F401 - imported once here, before the forks
-import pytest  # noqa: E402
+import numpy  # noqa: F401 - imported once here, before the forks
+import pytest
 
 from tests.verifiers.corpus import Case, load, pytest_files
 
@@ -78,7 +78,7 @@ def _child(case: Case, folder: str, counts: str) -> None:
         Path(folder, name).write_text(text)
     os.chdir(folder)
     sys.dont_write_bytecode = True
-    args = _ARGS + [folder, "--rootdir", folder]
+    args = [*_ARGS, folder, "--rootdir", folder]
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
     os.dup2(devnull, 2)
