@@ -61,6 +61,31 @@ def test_bad_tests_fail_every_job_that_sends_them() -> None:
             jobs.prepare(code_job(index, "```python\nx = 1\n```", {**TESTS, "test": "def check(:\n"}), Config())
 
 
+# -- a lone surrogate, which only a JSON escape gets past protobuf's UTF-8 check ----------------------
+
+
+@pytest.mark.parametrize("dataset", [
+    '{"inputs": ["\\ud800\\n"], "outputs": ["1\\n"]}',
+    '{"inputs": ["1\\n"], "outputs": ["x\\uDFFF"]}',
+    '[{"input": "\\udc00\\ud800", "output": "1", "testtype": "stdin"}]',
+    '{"public_tests": {"input": ["\\ud800"], "output": ["1"]}}',
+])
+def test_a_stdio_case_with_a_lone_surrogate_is_invalid(dataset: str) -> None:
+    """Red team: it was sent on, and the agent could not write it to the program (UnicodeEncodeError: INTERNAL)."""
+    with pytest.raises(InvalidRequest, match=r"code.tests: dataset_json: case 0's \w+ holds a lone surrogate"):
+        jobs.prepare(code_job(0, "```python\nprint(input())\n```", dataset), Config())
+
+
+def test_surrogate_pairs_and_function_arguments_with_a_lone_surrogate_are_valid() -> None:
+    pair = jobs.prepare(code_job(0, "```python\nprint(input())\n```",
+                                 '{"inputs": ["\\ud83d\\ude00\\n"], "outputs": ["\\uD83D\\uDE00\\n"]}'), Config())
+    assert agent_job(pair)["plan"]["stdio"] == [{"stdin": "\U0001f600\n", "expected_stdout": "\U0001f600\n"}]
+    # A Python str may hold one: the function gets it, and its answer is judged as any other.
+    call = jobs.prepare(code_job(0, "```python\ndef f(x):\n    return len(x)\n```",
+                                 '{"fn_name": "f", "inputs": [["\\ud800"]], "outputs": [1]}'), Config())
+    assert agent_job(call)["harness"]["cases"][0]["args"] == ["\ud800"]
+
+
 # -- checker: unset takes LiveCodeBench's grader's for its rows, whitespace for others -----------------
 
 CODE_CONTESTS = {"public_tests": {"input": ["1\n"], "output": ["YES\n"]}}

@@ -30,7 +30,7 @@ from sandboxd_client import (
     math_job,
 )
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
-from sandboxd_client._requests import valid_text
+from sandboxd_client._requests import valid_json_escapes, valid_text
 from sandboxd_client.trl import make_async_reward_func, make_reward_func
 from sandboxd_client.verl import compute_score, compute_score_batch
 
@@ -114,6 +114,29 @@ def test_valid_text_replaces_lone_surrogates_and_joins_split_pairs() -> None:
     assert valid_text("\ude00\ud83d") == "\ufffd\ufffd"  # the wrong order is no pair
     for text in _surrogate_texts(random.Random(1), 200):
         valid_text(text).encode("utf-8")  # never raises
+
+
+@pytest.mark.parametrize(("text", "sent"), [
+    ('["\\ud800"]', '["\\ufffd"]'),
+    ('["a\\uDBFFb", "\\udc00\\ud800"]', '["a\\ufffdb", "\\ufffd\\ufffd"]'),
+    ('["\\ud83d\\ude00", "\\uD83D\\uDE00"]', '["\\ud83d\\ude00", "\\uD83D\\uDE00"]'),  # pairs are kept
+    ('["\\\\ud800", "\\\\\\ud800"]', '["\\\\ud800", "\\\\\\ufffd"]'),  # an escaped backslash, then "ud800"
+    ('{"inputs": ["1.10"], "outputs": [1.10], "x": "\\udfff"}',
+     '{"inputs": ["1.10"], "outputs": [1.10], "x": "\\ufffd"}'),
+])
+def test_json_escapes_of_lone_surrogates_become_u_fffd_and_the_rest_is_kept(text: str, sent: str) -> None:
+    assert valid_json_escapes(text) == sent
+    json.dumps(json.loads(sent), ensure_ascii=False).encode("utf-8")  # no lone surrogate is left to decode
+
+
+def test_a_tests_json_string_with_a_lone_surrogate_escape_is_sent_as_u_fffd() -> None:
+    """Before: sent verbatim, so the daemon decoded a stdin it could not write to the program (INTERNAL)."""
+    job = code_job("x", '{"inputs": ["\\ud800\\n"], "outputs": ["1.0\\n"]}')
+    assert json.loads(job.code.tests.dataset_json) == {"inputs": ["\ufffd\n"], "outputs": ["1.0\n"]}
+    listed = code_job("x", '[{"input": "\\udc00", "output": "1", "testtype": "stdin"}]')
+    assert json.loads(listed.code.tests.dataset_json)[0]["input"] == "\ufffd"
+    assert json.loads(code_job("x", {"inputs": ["\ud800"], "outputs": ["1"]}).code.tests.dataset_json)["inputs"] == [
+        "\ufffd"]
 
 
 @pytest.mark.parametrize("position", ["completion", "tests", "ground_truth", "option"])
