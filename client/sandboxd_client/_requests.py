@@ -447,7 +447,8 @@ def _dataset_dict(tests: Mapping[str, Any]) -> str:
             f"tests dict has keys {sorted(keys)}; expected one of the dataset shapes: {shapes}"
         )
     if ("inputs" in keys) != ("outputs" in keys):
-        raise InvalidRequest("tests dict has one of 'inputs' and 'outputs' but not the other")
+        given, missing = ("inputs", "outputs") if "inputs" in keys else ("outputs", "inputs")
+        raise InvalidRequest(f"tests dict has {given!r} but no {missing!r}")
     if "inputs" in keys:
         inputs, outputs = tests["inputs"], tests["outputs"]
         if not all(isinstance(v, (list, tuple)) or hasattr(v, "tolist") for v in (inputs, outputs)):
