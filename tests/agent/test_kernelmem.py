@@ -141,7 +141,12 @@ def test_a_paused_run_is_not_counted_until_it_runs_again(monkeypatch: pytest.Mon
     sock_diag dump and a walk of its descriptors) cost 0.3 ms a sweep per session, every 50 ms for an hour."""
     counted: list[dict[int, list[int]]] = []
     measure = usage.kernel_memory
-    monkeypatch.setattr(usage, "kernel_memory", lambda runs: counted.append(runs) or measure(runs))
+
+    def counting(runs: dict[int, list[int]]) -> dict[int, int]:
+        counted.append(runs)
+        return measure(runs)
+
+    monkeypatch.setattr(usage, "kernel_memory", counting)
 
     async def scenario() -> tuple[bool, int, bool]:
         watch = usage.UsageWatch()

@@ -531,7 +531,7 @@ async def test_trl_reward_functions_score_hostile_rows(daemon: DaemonProcess, fl
         "answer": ["1", "2\ud800", None, None, None, "3"],
         "tests": [None, None, [("", "1\n")], '{"inputs": ["\\ud800\\n"], "outputs": ["1\\n"]}', DEEP, None],
     }
-    options = {"address": daemon.address, "infra_failure_value": None}
+    options: dict[str, Any] = {"address": daemon.address, "infra_failure_value": None}
     with unharmed(daemon):
         if flavour == "sync":
             rewards = await asyncio.to_thread(make_reward_func(**options), prompts=["p"] * 6,
