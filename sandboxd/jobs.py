@@ -15,6 +15,7 @@ import itertools
 import json
 import logging
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -443,7 +444,7 @@ def _test_plan(tests: pb.CodeTests) -> code_verifier.TestPlan:
 
 def _plan(key: tuple[Any, ...]) -> code_verifier.TestPlan:
     stdio, fn_name, function, assert_code, entry_point, dataset_json = key
-    return code_verifier.normalize_tests({
+    plan = code_verifier.normalize_tests({
         "stdio": [{"stdin": stdin, "expected_stdout": expected} for stdin, expected in stdio],
         "fn_name": fn_name,
         "function": [{"args_json": args, "expected_json": expected} for args, expected in function],
@@ -451,6 +452,29 @@ def _plan(key: tuple[Any, ...]) -> code_verifier.TestPlan:
         "entry_point": entry_point,
         "dataset_json": dataset_json,
     })
+    if "\\ud" in dataset_json or "\\uD" in dataset_json:  # the only way a surrogate gets past protobuf's UTF-8
+        _refuse_lone_surrogates(plan)
+    return plan
+
+
+# A UTF-16 surrogate code point: alone in a str, it has no UTF-8 form.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _refuse_lone_surrogates(plan: code_verifier.TestPlan) -> None:
+    """ValueError if a stdio case's text holds a lone surrogate, which dataset_json's escapes ("\\ud800") can make.
+
+    A program's stdin is written, and its stdout compared, as UTF-8: such a case failed in the agent
+    (UnicodeEncodeError, answered INTERNAL; issue #52). Arguments of function cases
+    are Python values, where a lone surrogate is a str like any other; assert code that holds one does
+    not parse (code._SYNTAX_ERRORS).
+    """
+    for n, case in enumerate(plan.stdio):
+        for what, text in (("stdin", case.stdin), ("expected_stdout", case.expected_stdout)):
+            if _SURROGATE.search(text):
+                raise ValueError(f"dataset_json: case {n}'s {what} holds a lone surrogate (an escape from "
+                                 "\\ud800 to \\udfff that is not half of a pair), which is no text a program can "
+                                 "read or write")
 
 
 # Tests that fail to parse raise, and lru_cache keeps no exceptions: each such job gets its own error.

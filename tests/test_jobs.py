@@ -61,6 +61,31 @@ def test_bad_tests_fail_every_job_that_sends_them() -> None:
             jobs.prepare(code_job(index, "```python\nx = 1\n```", {**TESTS, "test": "def check(:\n"}), Config())
 
 
+# -- a lone surrogate, which only a JSON escape gets past protobuf's UTF-8 check ----------------------
+
+
+@pytest.mark.parametrize("dataset", [
+    '{"inputs": ["\\ud800\\n"], "outputs": ["1\\n"]}',
+    '{"inputs": ["1\\n"], "outputs": ["x\\uDFFF"]}',
+    '[{"input": "\\udc00\\ud800", "output": "1", "testtype": "stdin"}]',
+    '{"public_tests": {"input": ["\\ud800"], "output": ["1"]}}',
+])
+def test_a_stdio_case_with_a_lone_surrogate_is_invalid(dataset: str) -> None:
+    """Red team: it was sent on, and the agent could not write it to the program (UnicodeEncodeError: INTERNAL)."""
+    with pytest.raises(InvalidRequest, match=r"code.tests: dataset_json: case 0's \w+ holds a lone surrogate"):
+        jobs.prepare(code_job(0, "```python\nprint(input())\n```", dataset), Config())
+
+
+def test_surrogate_pairs_and_function_arguments_with_a_lone_surrogate_are_valid() -> None:
+    pair = jobs.prepare(code_job(0, "```python\nprint(input())\n```",
+                                 '{"inputs": ["\\ud83d\\ude00\\n"], "outputs": ["\\uD83D\\uDE00\\n"]}'), Config())
+    assert agent_job(pair)["plan"]["stdio"] == [{"stdin": "\U0001f600\n", "expected_stdout": "\U0001f600\n"}]
+    # A Python str may hold one: the function gets it, and its answer is judged as any other.
+    call = jobs.prepare(code_job(0, "```python\ndef f(x):\n    return len(x)\n```",
+                                 '{"fn_name": "f", "inputs": [["\\ud800"]], "outputs": [1]}'), Config())
+    assert agent_job(call)["harness"]["cases"][0]["args"] == ["\ud800"]
+
+
 # -- checker: unset takes LiveCodeBench's grader's for its rows, whitespace for others -----------------
 
 CODE_CONTESTS = {"public_tests": {"input": ["1\n"], "output": ["YES\n"]}}
@@ -76,8 +101,8 @@ LIVECODEBENCH = [{"input": "1\n", "output": "2.0\n", "testtype": "stdin"}]
     pytest.param(LIVECODEBENCH, pb.CHECKER_TOKENS_IGNORE_CASE, "tokens_ignore_case", id="by-name"),
     pytest.param(CODE_CONTESTS, pb.CHECKER_LINES_DECIMAL, "lines_decimal", id="the-other-by-name"),
 ])
-def test_the_checker_reaching_the_agent(tests: Any, checker: int, sent: str) -> None:
-    job = pb.Job(code=pb.CodeJob(completion="```python\nprint(1)\n```", checker=checker,  # type: ignore[arg-type]
+def test_the_checker_reaching_the_agent(tests: Any, checker: pb.Checker, sent: str) -> None:
+    job = pb.Job(code=pb.CodeJob(completion="```python\nprint(1)\n```", checker=checker,
                                  tests=pb.CodeTests(dataset_json=json.dumps(tests))))
     assert agent_job(jobs.prepare(job, Config()))["checker"] == sent
 
@@ -219,16 +244,20 @@ def test_a_dataset_error_is_not_retried_but_a_model_verdict_never_carries_the_fl
 
 
 CODE_BLOCK = "```python\nx = 1\n```"
+# Enum numbers no .proto lists, typed Any: protoc's stubs type an enum field by its values' names, and a type: ignore
+# would go unused where the stubs are not generated (a fresh checkout) and the messages are Any.
+UNKNOWN: Any = 99
+NEGATIVE: Any = -5
 ASSERTS = pb.CodeTests(assert_code="assert 1")
 
 
 @pytest.mark.parametrize(
     ("job", "field"),
     [
-        (pb.Job(code=pb.CodeJob(completion=CODE_BLOCK, tests=ASSERTS, checker=99)), "code.checker"),  # type: ignore[arg-type]
-        (pb.Job(code=pb.CodeJob(completion=CODE_BLOCK, tests=ASSERTS, reward_mode=99)), "code.reward_mode"),  # type: ignore[arg-type]
-        (pb.Job(code=pb.CodeJob(completion=CODE_BLOCK, tests=ASSERTS, extraction=-5)), "code.extraction"),  # type: ignore[arg-type]
-        (pb.Job(math=pb.MathJob(completion="\\boxed{1}", ground_truth="1", extraction=99)), "math.extraction"),  # type: ignore[arg-type]
+        (pb.Job(code=pb.CodeJob(completion=CODE_BLOCK, tests=ASSERTS, checker=UNKNOWN)), "code.checker"),
+        (pb.Job(code=pb.CodeJob(completion=CODE_BLOCK, tests=ASSERTS, reward_mode=UNKNOWN)), "code.reward_mode"),
+        (pb.Job(code=pb.CodeJob(completion=CODE_BLOCK, tests=ASSERTS, extraction=NEGATIVE)), "code.extraction"),
+        (pb.Job(math=pb.MathJob(completion="\\boxed{1}", ground_truth="1", extraction=UNKNOWN)), "math.extraction"),
     ],
 )
 def test_an_enum_value_the_daemon_does_not_know_is_refused(job: pb.Job, field: str) -> None:

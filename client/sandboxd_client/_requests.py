@@ -285,13 +285,31 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 def valid_text(text: str) -> str:
     """``text`` as valid Unicode: each lone surrogate replaced by U+FFFD, a pair of them joined into its character.
 
-    Every string the client sends goes through here (docs/client.md, "Text
-    the client sends"): the daemon then scores what it got, as any other
-    text, instead of the request failing before it is sent.
+    Every string the client sends goes through here (docs/client.md, "Any
+    input"), and JSON text through valid_json_escapes too: the daemon then
+    scores what it got, as any other text, instead of the request failing
+    before it is sent.
     """
     if _SURROGATE.search(text) is None:
         return text
     return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+# One escape in JSON text: a surrogate pair's, a lone surrogate's, or any other (an escaped backslash among them,
+# which one pass from the left keeps from being read as the start of the next).
+_JSON_ESCAPE = re.compile(
+    r"\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}|\\u[dD][89a-fA-F][0-9a-fA-F]{2}|\\.", re.DOTALL)
+
+
+def valid_json_escapes(text: str) -> str:
+    """JSON ``text`` with each escape of a lone surrogate (``\\ud800``) written as U+FFFD's (``\\ufffd``).
+
+    It decodes to a str that valid_text would have to fix, and the daemon's copy of it has no UTF-8 form
+    (a stdio case's text is refused). The rest of the text is kept as it is, numbers and key order included.
+    """
+    if "\\ud" not in text and "\\uD" not in text:
+        return text
+    return _JSON_ESCAPE.sub(lambda escape: "\\ufffd" if len(escape.group()) == 6 else escape.group(), text)
 
 
 def _json_default(obj: Any) -> Any:
@@ -305,13 +323,10 @@ def _json_default(obj: Any) -> Any:
 
 def to_json(value: Any) -> str:
     """JSON for dataset values, which may hold numpy arrays (verl) or tuples; lone surrogates in its strings
-    become U+FFFD (valid_text)."""
+    become U+FFFD (valid_json_escapes)."""
     try:
-        text = json.dumps(value, default=_json_default)
-        if "\\ud" in text or "\\uD" in text:
-            # ASCII JSON writes a lone surrogate as an escape, which the daemon would decode back into one.
-            text = valid_text(json.dumps(value, default=_json_default, ensure_ascii=False))
-        return text
+        # ASCII JSON writes a lone surrogate as an escape, which the daemon would decode back into one.
+        return valid_json_escapes(json.dumps(value, default=_json_default))
     except RecursionError:
         raise InvalidRequest("tests are not JSON serialisable: nested too deeply") from None
     except (TypeError, ValueError) as e:
@@ -433,7 +448,8 @@ def _dataset_dict(tests: Mapping[str, Any]) -> str:
             f"tests dict has keys {sorted(keys)}; expected one of the dataset shapes: {shapes}"
         )
     if ("inputs" in keys) != ("outputs" in keys):
-        raise InvalidRequest("tests dict has one of 'inputs' and 'outputs' but not the other")
+        given, missing = ("inputs", "outputs") if "inputs" in keys else ("outputs", "inputs")
+        raise InvalidRequest(f"tests dict has {given!r} but no {missing!r}")
     if "inputs" in keys:
         inputs, outputs = tests["inputs"], tests["outputs"]
         if not all(isinstance(v, (list, tuple)) or hasattr(v, "tolist") for v in (inputs, outputs)):
@@ -483,7 +499,7 @@ def code_tests(
 def _tests_from_str(tests: str) -> pb.CodeTests:
     if not tests.strip():
         raise InvalidRequest("tests must not be empty")
-    tests = valid_text(tests)
+    tests = valid_json_escapes(valid_text(tests))
     try:
         parsed = json.loads(tests)
     except RecursionError:

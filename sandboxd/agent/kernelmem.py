@@ -27,7 +27,7 @@ run pins is counted, by the run's uid, and added to what its processes map
   and is not in the dump, though its sender may have filled it and closed:
   each counts as a full send buffer, charged to the listener's uid.
 - Every other descriptor, from /proc/<pid>/fd (read as the run's uid, as
-  smaps_rollup is): a pipe its capacity (F_GETPIPE_SZ: 64 KiB unless
+  smaps_rollup is): a pipe, named or not, its capacity (F_GETPIPE_SZ: 64 KiB unless
   resized, up to fs.pipe-max-size) plus PIPE_BYTES, once however many ends
   the run holds; an epoll instance EPOLL_WATCH_BYTES per watch and an
   inotify instance INOTIFY_WATCH_BYTES per watch (their fdinfo lists them);
@@ -51,6 +51,7 @@ import contextlib
 import fcntl
 import os
 import socket
+import stat
 import struct
 from dataclasses import dataclass
 
@@ -208,6 +209,15 @@ def _pipe_capacity(pid: int, fd: str) -> int:
         os.close(end)
 
 
+def _fifo_name(pid: int, fd: str) -> str:
+    """"pipe:[<inode>]" on <device>, as a pipe's link reads, if the descriptor is a named pipe; "" if not."""
+    try:
+        info = os.stat(f"/proc/{pid}/fd/{fd}")
+    except OSError:
+        return ""
+    return f"pipe:[{info.st_ino}] on {info.st_dev}" if stat.S_ISFIFO(info.st_mode) else ""
+
+
 def _table_size(pid: int) -> int:
     """FDSize of /proc/<pid>/status: how many descriptors its table has room for."""
     with contextlib.suppress(OSError, ValueError, IndexError), open(f"/proc/{pid}/status", "rb") as status:
@@ -240,6 +250,12 @@ def descriptor_memory(pids: list[int], pipes_seen: set[str] | None = None) -> in
                 continue
             if target.startswith("socket:"):
                 continue
+            if target.startswith("/"):
+                # A named pipe (mkfifo in the run's folder) holds the same buffers as pipe(): 512 of them filled
+                # after fs.pipe-user-pages-soft still pin 2 pages each, 1 GiB over a run's 256 processes.
+                fifo = _fifo_name(pid, fd)
+                if fifo:
+                    target = fifo
             if target.startswith("pipe:"):
                 if target not in seen:
                     seen.add(target)

@@ -372,6 +372,8 @@ class PythonSession(Session):
 
     async def _between_cells(self) -> bool:
         if pause_uid(self.uid):
+            if self._watched is not None:
+                self._watched.paused = True
             return True
         self.close()
         return False
@@ -401,6 +403,8 @@ class PythonSession(Session):
                 share = watch.share_of(watched, since=mark)
             interrupt("wall_time")
 
+        if watched is not None:
+            watched.paused = False  # before they run again: nothing they do goes uncounted
         resume_uid(self.uid)  # stopped since the last cell (or the open): _between_cells
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
         err_r, err_w = os.pipe2(os.O_CLOEXEC)

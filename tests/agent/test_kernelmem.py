@@ -109,6 +109,21 @@ def test_pipes_count_their_capacity_once_and_watches_their_number() -> None:
         epoll.close()
 
 
+def test_a_named_pipe_counts_as_a_pipe_once_however_many_ends(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Red team: a FIFO in the run's folder counted as a file (FILE_BYTES) whatever its buffer held."""
+    path = str(tmp_path / "fifo")
+    os.mkfifo(path)
+    before = kernelmem.descriptor_memory([os.getpid()])
+    ends = [os.open(path, os.O_RDWR | os.O_NONBLOCK) for _ in range(2)]
+    try:
+        fcntl.fcntl(ends[0], kernelmem.F_GETPIPE_SZ - 1, 1 << 20)  # F_SETPIPE_SZ
+        held = kernelmem.descriptor_memory([os.getpid()]) - before
+        assert held == kernelmem.PIPE_BYTES + (1 << 20)
+    finally:
+        for end in ends:
+            os.close(end)
+
+
 def _swept(limit: int) -> usage.WatchedRun:
     async def scenario() -> usage.WatchedRun:
         watch = usage.UsageWatch()
@@ -118,6 +133,34 @@ def _swept(limit: int) -> usage.WatchedRun:
         return run
 
     return asyncio.run(scenario())
+
+
+@as_root
+def test_a_paused_run_is_not_counted_until_it_runs_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A session between cells has every process stopped: nothing it holds can grow, and counting it (the
+    sock_diag dump and a walk of its descriptors) cost 0.3 ms a sweep per session, every 50 ms for an hour."""
+    counted: list[dict[int, list[int]]] = []
+    measure = usage.kernel_memory
+
+    def counting(runs: dict[int, list[int]]) -> dict[int, int]:
+        counted.append(runs)
+        return measure(runs)
+
+    monkeypatch.setattr(usage, "kernel_memory", counting)
+
+    async def scenario() -> tuple[bool, int, bool]:
+        watch = usage.UsageWatch()
+        run = watch.watch(HOLDER_UID, 1 << 20, bounded_alone=True)
+        run.paused = True
+        await watch.sweep()
+        paused = (run.over, len(counted))
+        run.paused = False
+        await watch.sweep()
+        watch.unwatch(run)
+        return *paused, run.over
+
+    with _run_as_holder(SOCKET_PINNER, ["12", "open"], 1):
+        assert asyncio.run(scenario()) == (False, 0, True)
 
 
 @as_root

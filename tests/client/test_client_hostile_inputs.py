@@ -14,6 +14,7 @@ import contextlib
 import json
 import random
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
 
 import pytest
@@ -29,7 +30,7 @@ from sandboxd_client import (
     math_job,
 )
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
-from sandboxd_client._requests import valid_text
+from sandboxd_client._requests import valid_json_escapes, valid_text
 from sandboxd_client.trl import make_async_reward_func, make_reward_func
 from sandboxd_client.verl import compute_score, compute_score_batch
 
@@ -91,6 +92,8 @@ def hostile_values() -> list[Any]:
 
 
 HOSTILE = hostile_values()
+BAD_TIMEOUTS: list[Any] = [float("nan"), -1, 10**5000, "5", b"", float("inf")]
+BAD_FILES: list[Any] = [{"f": 10**5000}, {3: "x"}, {"f": _nested_list()}, {"f": None}]
 
 
 def _ends_well(call: Callable[[], Any]) -> Any:
@@ -113,28 +116,51 @@ def test_valid_text_replaces_lone_surrogates_and_joins_split_pairs() -> None:
         valid_text(text).encode("utf-8")  # never raises
 
 
+@pytest.mark.parametrize(("text", "sent"), [
+    ('["\\ud800"]', '["\\ufffd"]'),
+    ('["a\\uDBFFb", "\\udc00\\ud800"]', '["a\\ufffdb", "\\ufffd\\ufffd"]'),
+    ('["\\ud83d\\ude00", "\\uD83D\\uDE00"]', '["\\ud83d\\ude00", "\\uD83D\\uDE00"]'),  # pairs are kept
+    ('["\\\\ud800", "\\\\\\ud800"]', '["\\\\ud800", "\\\\\\ufffd"]'),  # an escaped backslash, then "ud800"
+    ('{"inputs": ["1.10"], "outputs": [1.10], "x": "\\udfff"}',
+     '{"inputs": ["1.10"], "outputs": [1.10], "x": "\\ufffd"}'),
+])
+def test_json_escapes_of_lone_surrogates_become_u_fffd_and_the_rest_is_kept(text: str, sent: str) -> None:
+    assert valid_json_escapes(text) == sent
+    json.dumps(json.loads(sent), ensure_ascii=False).encode("utf-8")  # no lone surrogate is left to decode
+
+
+def test_a_tests_json_string_with_a_lone_surrogate_escape_is_sent_as_u_fffd() -> None:
+    """Before: sent verbatim, so the daemon decoded a stdin it could not write to the program (INTERNAL)."""
+    job = code_job("x", '{"inputs": ["\\ud800\\n"], "outputs": ["1.0\\n"]}')
+    assert json.loads(job.code.tests.dataset_json) == {"inputs": ["\ufffd\n"], "outputs": ["1.0\n"]}
+    listed = code_job("x", '[{"input": "\\udc00", "output": "1", "testtype": "stdin"}]')
+    assert json.loads(listed.code.tests.dataset_json)[0]["input"] == "\ufffd"
+    assert json.loads(code_job("x", {"inputs": ["\ud800"], "outputs": ["1"]}).code.tests.dataset_json)["inputs"] == [
+        "\ufffd"]
+
+
 @pytest.mark.parametrize("position", ["completion", "tests", "ground_truth", "option"])
 def test_every_hostile_value_in_every_argument_ends_in_a_result_or_invalid_request(
         twin: Twin, fake: Any, position: str) -> None:
     for value in HOSTILE:
         if position == "completion":
-            _ends_well(lambda v=value: twin.call(fake.address, "score_code", v, [("1\n", "1\n")]))
-            _ends_well(lambda v=value: twin.call(fake.address, "score_math", v, "1"))
-            _ends_well(lambda v=value: twin.call(fake.address, "execute", v))
-            _ends_well(lambda v=value: twin.call(fake.address, "score_reward_model", "p", v, model="m"))
+            _ends_well(partial(twin.call, fake.address, "score_code", value, [("1\n", "1\n")]))
+            _ends_well(partial(twin.call, fake.address, "score_math", value, "1"))
+            _ends_well(partial(twin.call, fake.address, "execute", value))
+            _ends_well(partial(twin.call, fake.address, "score_reward_model", "p", value, model="m"))
         elif position == "tests":
-            _ends_well(lambda v=value: twin.call(fake.address, "score_code", "print(1)", v))
+            _ends_well(partial(twin.call, fake.address, "score_code", "print(1)", value))
         elif position == "ground_truth":
-            _ends_well(lambda v=value: twin.call(fake.address, "score_math", "\\boxed{1}", v))
+            _ends_well(partial(twin.call, fake.address, "score_math", "\\boxed{1}", value))
         else:
             for option in ("timeout", "memory_bytes", "failure_value", "language", "fn_name", "extraction", "tag",
                            "checker", "float_tolerance", "total_timeout", "no_such_option"):
-                _ends_well(lambda v=value, o=option: twin.call(fake.address, "score_code", "print(1)",
-                                                               [("1\n", "1\n")], **{o: v}))
-            _ends_well(lambda v=value: twin.call(fake.address, "execute", "print(1)", stdin=v))
-            _ends_well(lambda v=value: twin.call(fake.address, "execute", "print(1)", files={"f": v}))
-            _ends_well(lambda v=value: twin.call(fake.address, "run", v))
-            _ends_well(lambda v=value: twin.call(fake.address, "score_math", "1", "1", deadline=v))
+                _ends_well(partial(twin.call, fake.address, "score_code", "print(1)", [("1\n", "1\n")],
+                                   **{option: value}))
+            _ends_well(partial(twin.call, fake.address, "execute", "print(1)", stdin=value))
+            _ends_well(partial(twin.call, fake.address, "execute", "print(1)", files={"f": value}))
+            _ends_well(partial(twin.call, fake.address, "run", value))
+            _ends_well(partial(twin.call, fake.address, "score_math", "1", "1", deadline=value))
 
 
 def test_a_lone_surrogate_is_sent_as_u_fffd(start_fake: StartFake) -> None:
@@ -173,7 +199,7 @@ def test_session_cells_take_any_code_and_refuse_bad_timeouts(fake: Any) -> None:
     async def run_async() -> list[Any]:
         async with AsyncSandboxClient(fake.address, retry_policy=FAST) as client:
             session = await client.open_session()
-            out = []
+            out: list[Any] = []
             for value in HOSTILE:
                 try:
                     out.append(await session.run(value))
@@ -185,10 +211,10 @@ def test_session_cells_take_any_code_and_refuse_bad_timeouts(fake: Any) -> None:
         for value in HOSTILE:
             with contextlib.suppress(InvalidRequest):
                 session.run(value)
-            for timeout in (float("nan"), -1, 10**5000, "5", b"", float("inf")):
+            for timeout in BAD_TIMEOUTS:
                 with pytest.raises(InvalidRequest):
                     session.run("x = 1", timeout=timeout)
-        for files in ({"f": 10**5000}, {3: "x"}, {"f": _nested_list()}, {"f": None}):
+        for files in BAD_FILES:
             with pytest.raises(InvalidRequest):
                 client.open_session(files=files)
         assert client.open_session(files={"a\ud800": "b\udc80"}).run("x = 1").ok
@@ -210,10 +236,12 @@ def test_trl_reward_functions_return_a_number_for_every_completion(fake: Any, fl
                                                                    infra_failure_value: float | None) -> None:
     options = {"address": fake.address, "client_options": {"retry_policy": FAST},
                "infra_failure_value": infra_failure_value}
-    reward = make_reward_func(**options) if flavour == "sync" else make_async_reward_func(**options)
+    sync_reward, async_reward = make_reward_func(**options), make_async_reward_func(**options)
     for completions, columns in _columns_rows():
-        call = reward(prompts=["p"] * 2, completions=completions, **columns)
-        rewards = asyncio.run(call) if flavour == "async" else call
+        if flavour == "sync":
+            rewards = sync_reward(prompts=["p"] * 2, completions=completions, **columns)
+        else:
+            rewards = asyncio.run(async_reward(prompts=["p"] * 2, completions=completions, **columns))
         assert len(rewards) == 2
         for value in rewards:
             assert value is infra_failure_value or (isinstance(value, float) and value == value), rewards

@@ -11,10 +11,11 @@ exception that arrives at once proves the client refused before any RPC.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import threading
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -471,3 +472,102 @@ async def test_reward_func_malformed_row_scores_infra_value(daemon: DaemonProces
         reward, prompts=["p"] * 3, completions=["\\boxed{1}", "\\boxed{2}", "\\boxed{3}"], answer=["1", None, "4"]
     )
     assert out == [1.0, None, 0.0]
+
+
+# ---------------------------------------------------------------------------
+# Hostile input (issue #52): a number for every completion, the daemon unharmed.
+# ---------------------------------------------------------------------------
+
+# Each prints or boxes a lone surrogate, which reaches the daemon as U+FFFD: a wrong answer.
+SURROGATE_CODE = "```python\nprint('\ud800')\n```"
+SURROGATE_MATH = "The answer is \\boxed{1\udc00}."
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+def nested_list(depth: int) -> Any:
+    value: Any = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@contextlib.contextmanager
+def unharmed(daemon: DaemonProcess) -> Iterator[None]:
+    """Asserts, after the block, that the daemon still serves and that none of its handlers raised meanwhile."""
+    logged = daemon.log_path.stat().st_size
+    yield
+    assert daemon.process.poll() is None
+    with open(daemon.log_path, errors="replace") as log:
+        log.seek(logged)
+        assert "Traceback" not in log.read(), daemon.log_tail()
+    with SandboxClient(daemon.address) as client:
+        assert client.score_code(ADD, ADD_TESTS).status == Status.OK
+
+
+@docker
+async def test_a_lone_surrogate_scores_the_failure_value_through_every_call(twin: Twin, daemon: DaemonProcess) -> None:
+    with unharmed(daemon):
+        code = await twin.call("score_code", SURROGATE_CODE, [("", "1\n")])
+        math = await twin.call("score_math", SURROGATE_MATH, "1")
+        ran = await twin.call("run", math_job(SURROGATE_MATH, "2\ud800"))
+        batch = await twin.call("score_batch", [execute_job("import sys\nprint(sys.stdin.read() + '\udfff')",
+                                                            stdin="\ud800"),
+                                                math_job(SURROGATE_MATH, "1"), math_job("\\boxed{1}", "1")])
+    assert (code.status, code.reward) == (Status.WRONG_ANSWER, -1.0)
+    assert (math.status, math.reward) == (Status.WRONG_ANSWER, -1.0)
+    assert (ran.status, ran.reward) == (Status.WRONG_ANSWER, -1.0)
+    assert stdout_of(batch[0]) == "\ufffd\ufffd\n".encode()
+    assert [r.reward for r in batch[1:]] == [-1.0, 1.0]
+
+
+@docker
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+async def test_trl_reward_functions_score_hostile_rows(daemon: DaemonProcess, flavour: str) -> None:
+    """A lone surrogate in a completion or a ground truth, an escaped one in raw tests JSON: the failure value;
+    tests nested too deeply: the infrastructure value; the good row: its reward."""
+    completions = [SURROGATE_MATH, "\\boxed{2}", SURROGATE_CODE, "```python\nprint(input())\n```",
+                   "```python\nprint(input())\n```", "\\boxed{3}"]
+    columns = {
+        "answer": ["1", "2\ud800", None, None, None, "3"],
+        "tests": [None, None, [("", "1\n")], '{"inputs": ["\\ud800\\n"], "outputs": ["1\\n"]}', DEEP, None],
+    }
+    options: dict[str, Any] = {"address": daemon.address, "infra_failure_value": None}
+    with unharmed(daemon):
+        if flavour == "sync":
+            rewards = await asyncio.to_thread(make_reward_func(**options), prompts=["p"] * 6,
+                                              completions=completions, **columns)
+        else:
+            rewards = await make_async_reward_func(**options)(prompts=["p"] * 6, completions=completions, **columns)
+    assert rewards == [-1.0, -1.0, -1.0, -1.0, None, 1.0]
+
+
+@docker
+async def test_tests_json_with_a_lone_surrogate_escape(twin: Twin, daemon: DaemonProcess) -> None:
+    """Sent by this client: as U+FFFD, scored. Sent verbatim by another client: INVALID_ARGUMENT, where the daemon
+    had sent it on to a sandbox that could not write it to the program (INTERNAL)."""
+    echo = "```python\nprint(input())\n```"
+    raw = '{"inputs": ["\\ud800\\n"], "outputs": ["\\ufffd\\n"]}'
+    with unharmed(daemon):
+        passed = await twin.call("score_code", echo, raw)
+        listed = await twin.call("score_code", echo, '[{"input": "x\\udc00", "output": "y", "testtype": "stdin"}]')
+        verbatim = pb.Job(code=pb.CodeJob(completion=echo, tests=pb.CodeTests(dataset_json=raw)))
+        with pytest.raises(InvalidRequest, match="case 0's stdin holds a lone surrogate"):
+            await twin.call("score_batch", [verbatim])
+    assert passed.status == Status.OK, passed.message
+    assert (listed.status, listed.reward) == (Status.WRONG_ANSWER, -1.0)
+
+
+@docker
+async def test_tests_nested_too_deeply_are_invalid(twin: Twin, daemon: DaemonProcess) -> None:
+    deep_tests: list[Any] = [DEEP, '{"inputs": ' + DEEP + ', "outputs": []}', [{"args": [nested_list(100_000)],
+                                                                               "expected": 1}]]
+    with unharmed(daemon):
+        for tests in deep_tests:
+            with pytest.raises(InvalidRequest, match="nested too deeply"):
+                await twin.call("score_code", "```python\nprint(1)\n```", tests)
+        # Another client's, verbatim: the daemon's parse refuses them.
+        for message in (pb.CodeTests(dataset_json=DEEP),
+                        pb.CodeTests(fn_name="f", function=[pb.FunctionCase(args_json=DEEP, expected_json="1")])):
+            job = pb.Job(code=pb.CodeJob(completion="```python\ndef f(x):\n    return 1\n```", tests=message))
+            with pytest.raises(InvalidRequest, match="not valid JSON"):
+                await twin.call("score_batch", [job])
