@@ -72,7 +72,7 @@ import tempfile
 import time
 import traceback
 import types
-import typing  # noqa: F401
+import typing
 import unittest
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, NoReturn, cast
@@ -765,7 +765,9 @@ def _fixtures(namespace: dict[str, Any]) -> dict[str, _Fixture]:
         if isinstance(value, (Proxy, CandidateClass)):
             continue  # the candidate's: asking it about pytest's attributes would be calling it
         marker = getattr(value, "_fixture_function_marker", None) or getattr(value, "_pytestfixturefunction", None)
-        if marker is None:
+        # Only pytest's own marker: a mock's `call` answers any attribute with another `call`.
+        if type(marker).__name__ != "FixtureFunctionMarker" or not isinstance(getattr(marker, "name", None),
+                                                                              (str, type(None))):
             continue
         function = value._get_wrapped_function() if hasattr(value, "_get_wrapped_function") else value
         fixture_name = getattr(marker, "name", None) or name
@@ -851,8 +853,7 @@ class _FixtureValues:
         return function(**kwargs)
 
 
-def _run_pytest_style(name: str, test: Callable[..., object], setup: Callable[[], object] | None,
-                      outer_marks: Sequence[Any], fixtures: Mapping[str, _Fixture], remote: JudgeEndpoint,
+def _run_pytest_style(pytest_test: _PytestTest, fixtures: Mapping[str, _Fixture], remote: JudgeEndpoint,
                       files: str) -> None:
     """Call one pytest-style test once per parameter set (and per fixture parameter), with its fixtures.
 
@@ -860,6 +861,7 @@ def _run_pytest_style(name: str, test: Callable[..., object], setup: Callable[[]
     does not provide (a fixture nobody defines, ``indirect`` parameters) or what
     pytest itself fails (``async def`` without a plugin, ``yield`` tests).
     """
+    name, test, setup, teardown, outer_marks = pytest_test[:5]
     declared = getattr(test, "__func__", test)  # a method's marks are on its function
     function = inspect.unwrap(declared)
     marks = [*_marks(getattr(declared, "pytestmark", None)), *outer_marks]
@@ -893,12 +895,20 @@ def _run_pytest_style(name: str, test: Callable[..., object], setup: Callable[[]
                         kwargs[parameter] = values.get(parameter)
                 if setup is not None:
                     setup()
+                if teardown is not None:
+                    cleanup.callback(teardown)
                 test(**kwargs)
             finally:
                 remote.forget_exports()
 
 
-_PytestTest = tuple[str, Callable[..., object], "Callable[[], object] | None", list[Any]]
+class _PytestTest(typing.NamedTuple):
+    name: str  # in the namespace: "test_f" or "TestC.test_m"
+    test: Callable[..., object]
+    setup: Callable[[], object] | None  # xunit-style: setup_function / setup_method, before each call
+    teardown: Callable[[], object] | None
+    marks: list[Any]  # the class's and the module's
+    owner: type | None  # its class, whose setup_class / teardown_class run around its tests
 
 
 def _defined_here(function: types.FunctionType) -> bool:
@@ -907,20 +917,35 @@ def _defined_here(function: types.FunctionType) -> bool:
     return isinstance(unwrapped, types.FunctionType) and unwrapped.__code__.co_filename == _TEST_FILENAME
 
 
-def _pytest_tests(namespace: dict[str, Any]) -> list[_PytestTest]:
-    """(name in the namespace, test, setup, class and module marks) for the pytest-style tests the test code defined.
+def _xunit(function: object, argument: object) -> Callable[[], object] | None:
+    """An xunit-style setup or teardown as pytest calls it: with its argument only if it takes one."""
+    if not callable(function):
+        return None
+    try:
+        takes = any(parameter.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                       inspect.Parameter.VAR_POSITIONAL)
+                    for parameter in inspect.signature(function).parameters.values())
+    except (TypeError, ValueError):
+        takes = False
+    return functools.partial(function, argument) if takes else function  # type: ignore[return-value]
 
-    ``test*`` functions, and the ``test*`` methods of ``Test*`` classes that
-    are not unittest's (those run on their own) and have no ``__init__``,
-    each on an instance of its own, with ``setup_method`` before each call.
-    The module's ``pytestmark`` applies to all of them, a class's to its methods.
+
+def _pytest_tests(namespace: dict[str, Any]) -> list[_PytestTest]:
+    """The pytest-style tests the test code defined, in order, with their xunit setups and marks.
+
+    ``test*`` functions (with the module's ``setup_function``/``teardown_function``),
+    and the ``test*`` methods of ``Test*`` classes that are not unittest's
+    (those run on their own) and have no ``__init__``, each on an instance of
+    its own, with ``setup_method``/``teardown_method`` around each call. The
+    module's ``pytestmark`` applies to all of them, a class's to its methods.
     """
     module_marks = _mark_list(namespace.get("pytestmark"))
     tests: list[_PytestTest] = []
     for name, value in list(namespace.items()):
         if name.startswith("test") and isinstance(value, types.FunctionType):
             if _defined_here(value):
-                tests.append((name, value, None, module_marks))
+                tests.append(_PytestTest(name, value, _xunit(namespace.get("setup_function"), value),
+                                         _xunit(namespace.get("teardown_function"), value), module_marks, None))
         elif (
             name.startswith("Test")
             and isinstance(value, type)
@@ -934,12 +959,12 @@ def _pytest_tests(namespace: dict[str, Any]) -> list[_PytestTest]:
             for method_name, method in list(vars(value).items()):
                 if method_name.startswith("test") and isinstance(method, types.FunctionType):
                     bound = getattr(value(), method_name)
-                    setup = getattr(bound.__self__, "setup_method", None)
-                    tests.append((f"{name}.{method_name}", bound,
-                                  functools.partial(setup, bound) if callable(setup) else None, class_marks))
+                    instance = bound.__self__
+                    tests.append(_PytestTest(f"{name}.{method_name}", bound,
+                                             _xunit(getattr(instance, "setup_method", None), bound),
+                                             _xunit(getattr(instance, "teardown_method", None), bound),
+                                             class_marks, value))
     return tests
-
-
 
 
 def _run_test_functions(namespace: dict[str, Any], source: str, called_candidate: bool, remote: JudgeEndpoint,
@@ -965,15 +990,37 @@ def _run_test_functions(namespace: dict[str, Any], source: str, called_candidate
     tests = _pytest_tests(namespace)
     if tests and called_candidate:
         used = _names_used(source)
-        tests = [test for test in tests if test[0].partition(".")[0] not in used]
+        tests = [test for test in tests if test.name.partition(".")[0] not in used]
     fixtures = _fixtures(namespace)
     unsupported = []
-    for name, test, setup, marks in tests:
-        try:
-            _run_pytest_style(name, test, setup, marks, fixtures, remote, files)
-        except _Unsupported as exc:
-            unsupported.append(str(exc))
+    module = types.SimpleNamespace(**namespace)
+    with contextlib.ExitStack() as module_scope:
+        if tests:
+            _setup_scope(module_scope, namespace.get("setup_module"), namespace.get("teardown_module"), module)
+        owner: type | None = None
+        class_scope = contextlib.ExitStack()
+        module_scope.push(class_scope)
+        for test in tests:
+            if test.owner is not owner:
+                class_scope.close()
+                owner = test.owner
+                if owner is not None:
+                    _setup_scope(class_scope, getattr(owner, "setup_class", None),
+                                 getattr(owner, "teardown_class", None), owner)
+            try:
+                _run_pytest_style(test, fixtures, remote, files)
+            except _Unsupported as exc:
+                unsupported.append(str(exc))
     return unsupported
+
+
+def _setup_scope(scope: contextlib.ExitStack, setup: object, teardown: object, argument: object) -> None:
+    """Run an xunit-style setup now and put its teardown on ``scope`` (pytest's setup_module, setup_class)."""
+    run_setup, run_teardown = _xunit(setup, argument), _xunit(teardown, argument)
+    if run_setup is not None:
+        run_setup()
+    if run_teardown is not None:
+        scope.callback(run_teardown)
 def _is_test_failure(exc: BaseException) -> bool:
     """An assert that failed, or pytest's own failure (``pytest.fail``, ``pytest.raises``' "DID NOT RAISE")."""
     cls = type(exc)

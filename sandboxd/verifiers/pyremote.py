@@ -696,9 +696,16 @@ class CandidateEndpoint(Endpoint):
                     [self.encode(base) for base in obj.__bases__ if base is not object]]
         if isinstance(obj, Iterator):
             return [ref, "iterator", _type_name(obj)[:TYPE_NAME_LIMIT]]
-        if callable(obj) and isinstance(getattr(obj, "__name__", None), str):
+        if callable(obj) and isinstance(getattr(obj, "__name__", None), str) and not _programs(type(obj)):
             return [ref, "function", obj.__name__[:TYPE_NAME_LIMIT]]  # type: ignore[attr-defined]
-        return [ref, "function" if callable(obj) else "object", _type_name(obj)[:TYPE_NAME_LIMIT]]
+        # An object of a class the program defined comes with its class, whose stand-in its proxy is.
+        cls = type(obj)
+        return [ref, "object", _type_name(obj)[:TYPE_NAME_LIMIT], self.encode(cls) if _programs(cls) else None]
+
+
+def _programs(cls: type) -> bool:
+    """Whether the program defined this class (in its module, or in a function of it)."""
+    return type.__dict__["__module__"].__get__(cls) == "solution"  # type: ignore[no-any-return]
 
 
 def _raising(exc: Exception) -> Iterator[Any]:
@@ -959,7 +966,7 @@ class JudgeEndpoint(Endpoint):
         if "cls" in error:
             with contextlib.suppress(RejectedValue):
                 cls = self.decode(error["cls"])
-        if isinstance(cls, type) and issubclass(cls, BaseException) and isinstance(cls, CandidateClass) \
+        if isinstance(cls, type) and issubclass(cls, BaseException) and not _builtin(cls) \
                 and not issubclass(cls, _ENDS_ITERATION):
             exc = BaseException.__new__(cast("type[BaseException]", cls))
             BaseException.__init__(exc, message)
@@ -1004,11 +1011,16 @@ class JudgeEndpoint(Endpoint):
         if kind == "class":
             made: object = self.stand_in(ref, type_name, body[3:])
         elif kind == "iterator":
-            made = RemoteIterator(self, ref, type_name)
+            made = (RemoteGenerator if type_name == "generator" else RemoteIterator)(self, ref, type_name)
         elif kind == "function":
             made = RemoteFunction(self, ref, type_name)
         elif kind == "object":
-            made = RemoteObject(self, ref, type_name)
+            cls = self.decode(body[3]) if len(body) > 3 and body[3] is not None else None
+            if isinstance(cls, CandidateClass) and issubclass(cls, Proxy):
+                made = cls.__new__(cls)
+                Proxy.__init__(made, self, ref, type_name)  # type: ignore[arg-type]
+            else:
+                made = RemoteObject(self, ref, type_name)
         else:
             raise RejectedValue(f"unknown kind {kind!r}")
         return self.remember(ref, made)
@@ -1017,19 +1029,23 @@ class JudgeEndpoint(Endpoint):
         """A class of the judge's own for a class of the candidate's; exceptions get their builtin bases."""
         if len(rest) != 1 or type(rest[0]) is not list:
             raise RejectedValue("a class is [id, 'class', name, [bases]]")
-        bases = tuple(base for base in (self.decode(raw) for raw in rest[0])
-                      if isinstance(base, type) and issubclass(base, BaseException))
+        decoded = [self.decode(raw) for raw in rest[0]]
+        exception_bases = tuple(base for base in decoded if isinstance(base, type) and issubclass(base, BaseException))
         if not name.isidentifier():
             name = "CandidateClass"
         namespace: dict[str, Any] = {"__module__": "solution", "__qualname__": name}
-        if bases:
+        if exception_bases:
             namespace["__getattr__"] = _exception_getattr
             namespace["__str__"] = BaseException.__str__
+            bases, fallback = exception_bases, (Exception,)
+        else:
+            bases = tuple(base for base in decoded if isinstance(base, CandidateClass) and issubclass(base, Proxy))
+            bases, fallback = bases or (RemoteObject,), (RemoteObject,)
         try:
             cls = CandidateClass(name, bases, namespace)
-        except TypeError:  # bases whose layouts conflict
-            cls = CandidateClass(name, (Exception,), namespace)
-        type.__setattr__(cls, "_sandboxd_endpoint", self)
+        except TypeError:  # bases whose layouts or order conflict
+            cls = CandidateClass(name, fallback, namespace)
+        type.__setattr__(cls, "_sandboxd_class_endpoint", self)
         return cls
 
     def export(self, obj: object) -> object:
@@ -1123,43 +1139,64 @@ def _exception_getattr(self: BaseException, name: str) -> Any:
 
 
 class CandidateClass(type):
-    """Stand-in classes of the candidate's classes: `isinstance`, calls, class attributes answered by the candidate."""
+    """Stand-in classes of the candidate's classes.
 
-    _sandboxd_endpoint: JudgeEndpoint
+    The candidate's objects of a class are proxies of its stand-in (a
+    subclass of RemoteObject), so ``type(pet) is Dog`` and ``isinstance(pet,
+    Animal)`` hold as in one process; calls construct in the candidate;
+    class attributes, static methods, iteration of an ``Enum`` are the
+    candidate's. Its exception classes are real exception classes with the
+    candidate's builtin bases, raised in the tests when the candidate raises.
+    """
+
+    _sandboxd_class_endpoint: JudgeEndpoint
 
     def __call__(cls, *args: object, **kwargs: object) -> Any:
-        endpoint = cls._sandboxd_endpoint
+        endpoint = cls._sandboxd_class_endpoint
         if issubclass(cls, BaseException):
             return super().__call__(*args, **kwargs)
         return endpoint.request("call", [cls, *args], kwargs)
 
     def __instancecheck__(cls, obj: object) -> bool:
-        endpoint = cls._sandboxd_endpoint
-        if isinstance(obj, Proxy) and obj._sandboxd_endpoint is endpoint:
+        if type.__instancecheck__(cls, obj):
+            return True
+        endpoint = cls._sandboxd_class_endpoint
+        # An object the candidate sent without its class (one of a class its module did not define): it asks.
+        if type(obj) in _UNTYPED_PROXIES and obj._sandboxd_endpoint is endpoint:  # type: ignore[attr-defined]
             return bool(endpoint.request("isinstance", [obj, cls]))
-        return type.__instancecheck__(cls, obj)
+        return False
 
     def __subclasscheck__(cls, sub: type) -> bool:
-        endpoint = cls._sandboxd_endpoint
-        if isinstance(sub, CandidateClass) and sub._sandboxd_endpoint is endpoint \
-                and not issubclass(cls, BaseException):
-            return bool(endpoint.request("issubclass", [sub, cls]))
         return type.__subclasscheck__(cls, sub)
 
     def __getattr__(cls, name: str) -> Any:
         if name.startswith("__") or name.startswith("_sandboxd"):
             raise AttributeError(name)
-        value = cls._sandboxd_endpoint.request("getattr", [cls, name])
-        return RemoteFunction(cls._sandboxd_endpoint, 0, name, (cls, name)) if value is _METHOD else value
+        endpoint = cls._sandboxd_class_endpoint
+        value = endpoint.request("getattr", [cls, name])
+        return RemoteFunction(endpoint, 0, name, (cls, name)) if value is _METHOD else value
 
     def __setattr__(cls, name: str, value: object) -> None:
         if name.startswith("__"):
             type.__setattr__(cls, name, value)
             return
-        cls._sandboxd_endpoint.request("setattr", [cls, name, value])
+        cls._sandboxd_class_endpoint.request("setattr", [cls, name, value])
 
     def __delattr__(cls, name: str) -> None:
-        cls._sandboxd_endpoint.request("delattr", [cls, name])
+        cls._sandboxd_class_endpoint.request("delattr", [cls, name])
+
+    # An Enum's class is a container of its members.
+    def __iter__(cls) -> Iterator[Any]:
+        return _checked(cls._sandboxd_class_endpoint.request("iter", [cls]), RemoteIterator, "iter")  # type: ignore[no-any-return]
+
+    def __len__(cls) -> int:
+        return _checked(cls._sandboxd_class_endpoint.request("len", [cls]), int, "len")  # type: ignore[no-any-return]
+
+    def __getitem__(cls, key: object) -> Any:
+        return cls._sandboxd_class_endpoint.request("getitem", [cls, key])
+
+    def __contains__(cls, item: object) -> bool:
+        return bool(cls._sandboxd_class_endpoint.request("contains", [cls, item]))
 
     def __repr__(cls) -> str:
         return f"<candidate class {cls.__qualname__}>"
@@ -1266,8 +1303,8 @@ class Proxy:
     def __exit__(self, exc_type: object, exc: object, traceback: object) -> bool:
         # What the test raised stays the judge's: the candidate learns its type only, and may not swallow a failed
         # assertion (a context manager answering True to everything would pass the asserts inside it).
-        kind = exc_type if exc_type is None or not isinstance(exc_type, type) or _builtin(exc_type) else Exception
-        suppressed = bool(self._ask("exit", kind, None, None))
+        builtin = exc_type is None or isinstance(exc_type, type) and _builtin(exc_type)
+        suppressed = bool(self._ask("exit", exc_type, exc, None) if builtin else self._ask("exit", Exception, None, None))
         if exc_type is not None and isinstance(exc_type, type) and issubclass(exc_type, AssertionError):
             return False
         return suppressed
@@ -1311,8 +1348,7 @@ class Proxy:
     def _compare(self, op: str, other: object) -> Any:
         # Only between the candidate's own objects: against the test's values, Python's default for objects that
         # do not compare, whatever the candidate's __eq__ would say.
-        if isinstance(other, (Proxy, CandidateClass)) and getattr(other, "_sandboxd_endpoint", None) \
-                is self._sandboxd_endpoint:
+        if isinstance(other, Proxy) and other._sandboxd_endpoint is self._sandboxd_endpoint:
             return self._ask(op, other)
         return NotImplemented
 
@@ -1390,6 +1426,9 @@ class RemoteFunction(Proxy):
         return f"<candidate function {self._sandboxd_type}>"
 
 
+_UNTYPED_PROXIES: tuple[type, ...] = ()
+
+
 class RemoteIterator(Proxy):
     """An iterator of the candidate's (a generator, a map): its items come in batches, as the test reads them."""
 
@@ -1417,3 +1456,16 @@ class RemoteIterator(Proxy):
             if not buffer:
                 raise StopIteration
         return buffer.popleft()
+
+
+class RemoteGenerator(RemoteIterator):
+    """A generator of the candidate's: `isinstance(g, types.GeneratorType)` holds, as in one process."""
+
+    __slots__ = ()
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:
+        return types.GeneratorType
+
+
+_UNTYPED_PROXIES = (RemoteObject, RemoteFunction, RemoteIterator, RemoteGenerator)

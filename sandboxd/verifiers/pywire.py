@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import builtins
 import collections
 import datetime
 import decimal
@@ -264,6 +265,37 @@ def _builtin_name(obj: object) -> list[str] | None:
         return None
 
 
+# Libraries whose classes cross by name (numpy's LinAlgError, json's JSONDecodeError, an Enum base): never
+# the harness's own, pytest's or unittest's, whose exceptions mean something to the judge (a SkipTest raised
+# by the program must not skip a test).
+_NAMED_CLASS_ROOTS = frozenset({
+    "numpy", "decimal", "fractions", "datetime", "json", "re", "enum", "abc", "numbers", "collections", "statistics",
+    "queue", "array", "string", "itertools", "functools", "heapq", "math", "typing", "dataclasses", "pathlib", "io",
+    "csv", "zoneinfo", "struct", "binascii", "random", "copy", "operator",
+})
+
+
+def _class_name(cls: type) -> list[str] | None:
+    """[module, qualname] of a library's class (numpy's, the standard library's), which the other side may have."""
+    module, qualname = getattr(cls, "__module__", None), getattr(cls, "__qualname__", None)
+    if type(module) is not str or type(qualname) is not str or module in ("solution", "__main__", "__sandboxd_test__"):
+        return None
+    if module not in sys.modules or not all(part.isidentifier() and not part.startswith("_")
+                                            for part in qualname.split(".")):
+        return None
+    return [module, qualname] if _resolve_class(module, qualname) is cls else None
+
+
+def _resolve_class(module: str, qualname: str) -> object:
+    """The class at `module`.`qualname` in a module this process has already imported (it imports nothing)."""
+    found: object = sys.modules.get(module) if module.partition(".")[0] in _NAMED_CLASS_ROOTS else None
+    for part in qualname.split("."):
+        if found is None or not part.isidentifier() or part.startswith("_"):
+            return None
+        found = getattr(found, part, None)
+    return found if isinstance(found, type) else None
+
+
 @functools.lru_cache(maxsize=256)
 def _namedtuple_class(name: str, fields: tuple[str, ...]) -> type:
     """One class per name and fields, as the sender had (a bounded cache: a judge lives long)."""
@@ -345,6 +377,17 @@ class Codec:
         named = _builtin_name(obj)
         if named is not None:
             return {"$builtin": named}
+        if isinstance(obj, BaseException) and _builtin_name(kind) is not None:
+            # A builtin exception (what a test's `with` block raised, for a context manager's __exit__).
+            try:
+                return {"$exception": [kind.__name__, [self.encode(arg, depth) for arg in obj.args]]}
+            except RejectedValue:
+                return self.export(obj)
+        if isinstance(obj, type):
+            where = _class_name(obj)
+            if where is not None:
+                # numpy's LinAlgError for `pytest.raises(np.linalg.LinAlgError)`: each side's own, where it has it.
+                return {"$class": [*where, self.export(obj)]}
         if isinstance(obj, tuple) and hasattr(kind, "_fields") and type(kind._fields) is tuple:
             return self._namedtuple(obj, depth)
         # issubclass of type(obj), which the value cannot fake (isinstance would ask its __class__).
@@ -707,6 +750,22 @@ def _decode_builtin(codec: Codec, body: object, depth: int) -> object:
     return _named_object(body[0], body[1])
 
 
+def _decode_exception(codec: Codec, body: object, depth: int) -> object:
+    if type(body) is not list or len(body) != 2 or type(body[0]) is not str:
+        raise RejectedValue("$exception must hold [name, args]")
+    cls = getattr(builtins, body[0], None) if body[0].isidentifier() else None
+    if not isinstance(cls, type) or not issubclass(cls, BaseException):
+        raise RejectedValue("$exception names no builtin exception")
+    return cls(*codec.items(body[1], depth, "$exception"))
+
+
+def _decode_class(codec: Codec, body: object, depth: int) -> object:
+    if type(body) is not list or len(body) != 3 or type(body[0]) is not str or type(body[1]) is not str:
+        raise RejectedValue("$class must hold [module, qualname, fallback]")
+    found = _resolve_class(body[0], body[1])
+    return found if found is not None else codec.decode(body[2], depth)
+
+
 def _decode_yours(codec: Codec, body: object, depth: int) -> object:
     return codec.own(body)
 
@@ -745,6 +804,8 @@ _DECODERS: dict[str, Callable[[Codec, object, int], object]] = {
     "$ndarray": _decode_ndarray,
     "$npscalar": _decode_npscalar,
     "$builtin": _decode_builtin,
+    "$exception": _decode_exception,
+    "$class": _decode_class,
     "$yours": _decode_yours,
     "$mine": _decode_mine,
 }
