@@ -59,6 +59,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NoReturn, cast
 
 from .pywire import (
+    _ENCODER,
     MAX_CONTAINERS,
     MAX_FRAME_BYTES,
     Codec,
@@ -162,6 +163,12 @@ def _mutable(value: object) -> bool:
     kind = type(value)
     return kind in (list, dict, set, bytearray, deque) or (
         "numpy" in sys.modules and isinstance(value, sys.modules["numpy"].ndarray))
+
+
+def _json(value: object, codec: Codec) -> str:
+    """A container's contents as text, to tell whether they changed (its encoding may share lists with it)."""
+    return _ENCODER.encode(codec.encode(value) if not isinstance(codec, CandidateEndpoint)
+                           else codec.encode_contents(value))
 
 
 def write_back(original: Any, new: Any, depth: int = 0) -> None:
@@ -500,6 +507,14 @@ class CandidateEndpoint(Endpoint):
         self.stderr = _Output(self, "stderr")
         # Builtins the test has patched at the moment (see PATCHABLE_BUILTINS): the judge says with each request.
         self.patched: frozenset[str] = frozenset()
+        # This process's own environment variables, kept when the tests first change theirs.
+        self.own_environ: dict[str, str] | None = None
+        # The test's containers this program holds (see hold): by the judge's id, their JSON as last synced,
+        # and the id of each by the object's identity.
+        self.held: dict[int, object] = {}
+        self.held_json: dict[int, str] = {}
+        self.held_ids: dict[int, int] = {}
+        self.writing: object = None
         self.batches: dict[int, int] = {}
 
     def proxy(self, body: object) -> object:
@@ -562,7 +577,30 @@ class CandidateEndpoint(Endpoint):
             self.patched = frozenset(name for name in patched if name in PATCHABLE_BUILTINS)
         elif "q" in message:
             self.patched = frozenset()
+        if "q" in message:
+            self.follow(message)
         return message
+
+    def follow(self, request: Mapping[str, Any]) -> None:
+        """Take on what the tests changed of their process's environment: variables (monkeypatch.setenv), the
+        working directory (monkeypatch.chdir) and sys.argv, as a program in their process would see them."""
+        changes = request.get("env")
+        if type(changes) is list and len(changes) == 2 and type(changes[0]) is dict and type(changes[1]) is list:
+            if self.own_environ is None:
+                self.own_environ = dict(os.environ)
+            wanted = {**self.own_environ, **{str(k): str(v) for k, v in changes[0].items()}}
+            for key in changes[1]:
+                wanted.pop(str(key), None)
+            with contextlib.suppress(ValueError, OSError):
+                os.environ.clear()
+                os.environ.update(wanted)
+        cwd = request.get("cwd")
+        if type(cwd) is str:
+            with contextlib.suppress(OSError, ValueError):
+                os.chdir(cwd)
+        argv = request.get("argv")
+        if type(argv) is list and all(type(arg) is str for arg in argv):
+            sys.argv[:] = argv
 
     def ask(self, op: str, args: Sequence[object], kwargs: Mapping[str, object] | None = None) -> Any:
         """A callback into the test's process; its answer, or the exception it raised (as ours)."""
@@ -594,16 +632,92 @@ class CandidateEndpoint(Endpoint):
         """
         try:
             op, args, kwargs = self.decode_call(request)
+            self.hold(request, args, kwargs)
         except RejectedValue as exc:
             return {"e": {"type": "Unsupported", "message": str(exc)[:MESSAGE_LIMIT], "unsupported": True}}
         except ProtocolError as exc:
             return {"e": {"type": "ProtocolError", "message": str(exc)[:MESSAGE_LIMIT]}}
         try:
-            return self._serve(request, op, args, kwargs)
+            reply = self._serve(request, op, args, kwargs)
         except ProtocolError as exc:
-            return {"e": {"type": "ProtocolError", "message": str(exc)[:MESSAGE_LIMIT]}}
+            reply = {"e": {"type": "ProtocolError", "message": str(exc)[:MESSAGE_LIMIT]}}
         except Exception as exc:
-            return {"e": self.describe_error(exc)}
+            reply = {"e": self.describe_error(exc)}
+        del args, kwargs
+        # Also after an error: what the program changed before it raised is changed in the test.
+        self.sync_held(reply)
+        return reply
+
+    def hold(self, request: Mapping[str, Any], args: list[Any], kwargs: dict[str, Any]) -> None:
+        """Take the test's containers a request names as held (see JudgeEndpoint.held), one object each.
+
+        A held container the program keeps (a `Transaction(account)`) is the
+        same object every time the test hands it over, brought up to date in
+        place with what the test changed meanwhile; it is written back after
+        each request while the program holds it, and is `$held` when the
+        program hands it back (`out is lst`).
+        """
+        if request.get("f") is True:
+            self.held.clear()
+            self.held_json.clear()
+            self.held_ids.clear()
+        for entry in request.get("fw") or ():
+            if type(entry) is list and len(entry) == 2 and type(entry[0]) is int and entry[0] in self.held:
+                write_back(self.held[entry[0]], self.decode(entry[1]))
+                self.held_json[entry[0]] = _json(self.held[entry[0]], self)
+        for entry in request.get("h") or ():
+            if type(entry) is not list or len(entry) != 2 or type(entry[1]) is not int:
+                raise ProtocolError("held containers are [position, id]")
+            position, hid = entry
+            if type(position) is int and 0 <= position < len(args):
+                value = args[position]
+            elif type(position) is str and position in kwargs:
+                value = kwargs[position]
+            else:
+                raise ProtocolError("a held container names no argument")
+            if not _mutable(value):
+                raise ProtocolError("only containers are held")
+            if hid in self.held:
+                write_back(self.held[hid], value)
+                value = self.held[hid]
+                if type(position) is int:
+                    args[position] = value
+                else:
+                    kwargs[position] = value
+            else:
+                self.held[hid] = value
+                self.held_ids[id(value)] = hid
+            self.held_json[hid] = _json(value, self)
+
+    def sync_held(self, reply: dict[str, Any]) -> None:
+        """Add to a reply the held containers the request changed, and those the program no longer holds."""
+        changed, dropped = [], []
+        for hid in list(self.held):
+            fresh = _json(self.held[hid], self)
+            if fresh != self.held_json[hid]:
+                changed.append([hid, self.encode_contents(self.held[hid])])
+                self.held_json[hid] = fresh
+            # Held by our table and getrefcount's argument only: nothing of the program's keeps it.
+            if sys.getrefcount(self.held[hid]) <= 2:
+                dropped.append(hid)
+                self.held_ids.pop(id(self.held.pop(hid)), None)
+                del self.held_json[hid]
+        if changed:
+            reply["w"] = changed
+        if dropped:
+            reply["d"] = dropped
+
+    def held_id(self, obj: object) -> int | None:
+        hid = self.held_ids.get(id(obj))
+        return hid if hid is not None and self.held.get(hid) is obj and obj is not self.writing else None
+
+    def encode_contents(self, obj: object) -> object:
+        """A held container's contents (not its `$held` name), for a write-back."""
+        self.writing = obj
+        try:
+            return self.encode(obj)
+        finally:
+            self.writing = None
 
     def describe_error(self, exc: BaseException) -> dict[str, Any]:
         error: dict[str, Any] = describe(exc)
@@ -651,26 +765,7 @@ class CandidateEndpoint(Endpoint):
                 result = value
             else:
                 result = function(*args, **kwargs)
-        reply: dict[str, Any] = {"r": self.encode(result)}
-        changed = self.changes(request, args, kwargs)
-        if changed:
-            reply["w"] = changed
-        return reply
-
-    def changes(self, request: Mapping[str, Any], args: list[Any], kwargs: dict[str, Any]) -> list[object]:
-        """[position, value] of each argument that the request changed in place (write-back)."""
-        changed: list[object] = []
-        for position, (raw, value) in enumerate(zip(request.get("a", []), args, strict=False)):
-            if _mutable(value):
-                fresh = self.encode(value)
-                if fresh != raw:
-                    changed.append([position, fresh])
-        for key, value in kwargs.items():
-            if _mutable(value):
-                fresh = self.encode(value)
-                if fresh != request["k"].get(key):
-                    changed.append([key, fresh])
-        return changed
+        return {"r": self.encode(result)}
 
     def frame_next(self, iterator: Any, count: int) -> dict[str, Any]:
         """Up to `count` items of one of our iterators, and whether it ended; an error after some items waits."""
@@ -776,6 +871,12 @@ class JudgeEndpoint(Endpoint):
         self.calls = 0
         # Why something a test did could not be done as Python would (see Unsupported).
         self.unsupported: list[str] = []
+        # The test's containers handed to the program (see hold), by id; their JSON as last synced; the id of
+        # each by the object's identity; and whether the program is yet to hear that the last test's are gone.
+        self.held: dict[int, object] = {}
+        self.held_json: dict[int, str] = {}
+        self.held_ids: dict[int, int] = {}
+        self.forgotten = False
         # The program's load error, once the handshake has said (None: it loaded).
         self.load_error: dict[str, str] | None = None
 
@@ -849,6 +950,7 @@ class JudgeEndpoint(Endpoint):
 
     def handshake(self) -> dict[str, str] | None:
         """None when the program loaded, else its load error (type, message)."""
+        self.begin()
         deadline = self._deadline()
         hello = self.receive(deadline)
         while "q" in hello:  # the program reads the test's stdin (or calls input()) as it loads
@@ -861,6 +963,30 @@ class JudgeEndpoint(Endpoint):
             self.broken = CandidateDied("the program failed to load")
             return {"type": error["type"][:TYPE_NAME_LIMIT], "message": error["message"][:MESSAGE_LIMIT]}
         self._break(CandidateDied("the candidate broke the protocol: bad greeting"))
+
+    def begin(self) -> None:
+        """The tests' environment as the job starts (in the job's folder): what tell_environment compares with."""
+        self.environ = dict(os.environ)
+        self.told_environ = self.environ
+        self.told_cwd = self.cwd = os.getcwd()
+        self.told_argv = self.argv = list(sys.argv)
+
+    def tell_environment(self, frame: dict[str, Any]) -> None:
+        """Add to a request what the tests changed of their environment since the last (see CandidateEndpoint.follow)."""
+        if not hasattr(self, "environ"):
+            return
+        environ = dict(os.environ)
+        if environ != self.told_environ:
+            frame["env"] = [{k: v for k, v in environ.items() if self.environ.get(k) != v},
+                            [k for k in self.environ if k not in environ]]
+            self.told_environ = environ
+        with contextlib.suppress(OSError):
+            cwd = os.getcwd()
+            if cwd != self.told_cwd:
+                frame["cwd"] = self.told_cwd = cwd
+        if sys.argv != self.told_argv:
+            self.told_argv = list(sys.argv)
+            frame["argv"] = [str(arg) for arg in self.told_argv]
 
     def patched(self) -> list[str]:
         return [name for name in PATCHABLE_BUILTINS if getattr(builtins, name) is not _REAL_BUILTINS[name]]
@@ -877,6 +1003,8 @@ class JudgeEndpoint(Endpoint):
             self.unsupported.append(f"a value the harness cannot pass: {exc}")
             raise Unsupported(f"a value the harness cannot pass to the candidate: {exc}") from None
         frame["p"] = self.patched()
+        self.tell_environment(frame)
+        self.hold(frame, args, kwargs or {})
         if self.time_up():
             self._break(TestsTimeUp(TIME_UP_MESSAGE))
         self.calls += 1
@@ -918,41 +1046,76 @@ class JudgeEndpoint(Endpoint):
 
     def read(self, reply: dict[str, Any], op: str, args: Sequence[object],
              kwargs: Mapping[str, object]) -> tuple[Any, BaseException | None]:
-        """(the answer in a reply, or the candidate's exception to raise), after writing its changed arguments back."""
+        """(the answer in a reply, or the candidate's exception to raise), after writing its changed containers back
+        (and before forgetting those the program no longer holds: the answer may be one of them)."""
         try:
             changed = reply.get("w")
             if changed is not None:
-                self.write_back(changed, args, kwargs)
+                self.write_back(changed)
+            answer: tuple[Any, BaseException | None] | None = None
             if "r" in reply:
-                return self.decode(reply["r"]), None
-            if reply.get("m") is True and op == "getattr":  # "a method", to a read of an attribute only
-                return _METHOD, None
-            error = reply.get("e")
-            if type(error) is dict and type(error.get("type")) is str and type(error.get("message")) is str:
-                return None, self.candidate_exception(error)
+                answer = self.decode(reply["r"]), None
+            elif reply.get("m") is True and op == "getattr":  # "a method", to a read of an attribute only
+                answer = _METHOD, None
+            else:
+                error = reply.get("e")
+                if type(error) is dict and type(error.get("type")) is str and type(error.get("message")) is str:
+                    answer = None, self.candidate_exception(error)
+            for hid in reply.get("d") or ():
+                if type(hid) is int and hid in self.held:
+                    self.held_ids.pop(id(self.held.pop(hid)), None)
+                    del self.held_json[hid]
+            if answer is not None:
+                return answer
         except RejectedValue as exc:
             self._break(CandidateDied(f"the candidate sent a value that is not valid: {exc}"))
         self._break(CandidateDied("the candidate broke the protocol: bad reply"))
 
-    def write_back(self, changed: object, args: Sequence[object], kwargs: Mapping[str, object]) -> None:
+    def write_back(self, changed: object) -> None:
+        """Make the test's held containers hold what the program changed them to (see CandidateEndpoint.hold)."""
         if type(changed) is not list:
             raise RejectedValue("write-back must be a list")
         for entry in changed:
-            if type(entry) is not list or len(entry) != 2:
-                raise RejectedValue("write-back entries are [position, value]")
-            position, raw = entry
-            if type(position) is int and 0 <= position < len(args):
-                original = args[position]
-            elif type(position) is str and position in kwargs:
-                original = kwargs[position]
-            else:
-                raise RejectedValue("write-back names no argument")
-            if not _mutable(original):
-                raise RejectedValue("write-back into an argument that cannot change")
+            if type(entry) is not list or len(entry) != 2 or type(entry[0]) is not int or entry[0] not in self.held:
+                raise RejectedValue("write-back names no container the test handed over")
+            original = self.held[entry[0]]
             try:
-                write_back(original, self.decode(raw))
+                write_back(original, self.decode(entry[1]))
             except Unsupported as exc:
                 self.unsupported.append(str(exc))
+            self.held_json[entry[0]] = _json(original, self)
+
+    def hold(self, frame: dict[str, Any], args: Sequence[object], kwargs: Mapping[str, object]) -> None:
+        """Name in a request the test's containers it hands over (``h``), and send on what the test changed of
+        those the program still holds (``fw``), so that the program's objects and the test's stay one."""
+        held = []
+        for position, value in [*enumerate(args), *kwargs.items()]:
+            if _mutable(value):
+                hid = self.held_ids.get(id(value))
+                if hid is None or self.held.get(hid) is not value:
+                    hid = next(self.next_id)
+                    self.held[hid], self.held_ids[id(value)] = value, hid
+                held.append([position, hid])
+                self.held_json[hid] = _json(value, self)
+        forward = []
+        named = {hid for _, hid in held}
+        for hid, value in self.held.items():
+            if hid not in named:
+                fresh = _json(value, self)
+                if fresh != self.held_json[hid]:
+                    forward.append([hid, self.encode(value)])
+                    self.held_json[hid] = fresh
+        if held:
+            frame["h"] = held
+        if forward:
+            frame["fw"] = forward
+        if self.forgotten:
+            frame["f"], self.forgotten = True, False
+
+    def held_object(self, hid: object) -> object:
+        if type(hid) is not int or hid not in self.held:
+            raise RejectedValue("$held names no container the test handed over")
+        return self.held[hid]
 
     def candidate_exception(self, error: Mapping[str, Any]) -> BaseException:
         """The exception to raise in test code for an error the candidate answered."""
@@ -996,9 +1159,14 @@ class JudgeEndpoint(Endpoint):
         return [ref, kind, _type_name(obj)[:TYPE_NAME_LIMIT]]
 
     def forget_exports(self) -> None:
-        """A test ended: what it handed the candidate is no longer the candidate's to use."""
+        """A test ended: what it handed the candidate is no longer the candidate's to use, nor kept in step."""
         self.exported.clear()
         self.export_ids.clear()
+        if self.held:
+            self.held.clear()
+            self.held_json.clear()
+            self.held_ids.clear()
+            self.forgotten = True
 
     def proxy(self, body: object) -> object:
         if type(body) is not list or len(body) < 3 or type(body[0]) is not int or type(body[1]) is not str \

@@ -63,11 +63,12 @@ __all__ = [
     "send_frame",
 ]
 
-# Large enough for any realistic return value (a 10^6-element list of ints is
-# about 7 MB of JSON), small enough that the test process cannot be pushed
-# into its memory limit by one frame. The judge's frames to the candidate are
-# the dataset's own data and may be larger (pyharness.CANDIDATE_FRAME_BYTES).
-MAX_FRAME_BYTES = 16 * 1024 * 1024
+# Large enough for the answer of a performance test (3 million ints sorted
+# are 24 MB of JSON); what decoding a frame costs the judge is bounded by its
+# memory budget (judgeserver.JOB_MEMORY_BYTES, or the job's memory limit) and
+# MAX_CONTAINERS. The judge's frames to the candidate are the dataset's own
+# data and may be larger (pyharness.CANDIDATE_FRAME_BYTES).
+MAX_FRAME_BYTES = 64 * 1024 * 1024
 # Lists and objects in one frame from the candidate, which the test process parses: each costs it
 # 56-64 bytes for the 3 of "[]," (twice, once decoded), where numbers and strings cost about 12 times
 # their text. A 15 MiB frame of "[]," took 775 MiB, and two such jobs' judges beside their candidates
@@ -344,6 +345,13 @@ class Codec:
     def peer_id(self, obj: object) -> int | None:
         return None
 
+    def held_id(self, obj: object) -> int | None:
+        """The id of one of the peer's containers that this side holds as its own (`$held`); None for none."""
+        return None
+
+    def held_object(self, hid: object) -> object:
+        raise RejectedValue("no containers are held on this channel")
+
     # ---- encoding ----
 
     def encode(self, obj: object, depth: int = 0) -> object:
@@ -362,6 +370,10 @@ class Codec:
                 return obj
             return {"$float": "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")}  # type: ignore[arg-type,operator]
         depth += 1
+        if kind in _HELD_KINDS:
+            held = self.held_id(obj)
+            if held is not None:
+                return {"$held": held}
         if kind is list:
             return self._items(obj, depth)  # type: ignore[arg-type]
         encoder = _ENCODERS.get(kind)
@@ -516,6 +528,7 @@ def _all_plain_scalars(items: list[Any], decoded: bool = False) -> bool:
 
 
 _SCALARS = frozenset({int, float, str, bool, type(None)})
+_HELD_KINDS = frozenset({list, dict, set, bytearray, collections.deque})
 
 # Subclasses of plain types that are value types of their own (they have encoders).
 _KNOWN_SUBCLASSES: tuple[type, ...] = (collections.Counter, collections.OrderedDict, collections.defaultdict, bool)
@@ -807,6 +820,7 @@ _DECODERS: dict[str, Callable[[Codec, object, int], object]] = {
     "$exception": _decode_exception,
     "$class": _decode_class,
     "$yours": _decode_yours,
+    "$held": lambda codec, body, depth: codec.held_object(body),
     "$mine": _decode_mine,
 }
 
