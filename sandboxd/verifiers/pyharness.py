@@ -58,6 +58,7 @@ import heapq  # noqa: F401
 import inspect
 import io
 import itertools
+import logging
 import json  # noqa: F401
 import operator  # noqa: F401
 import os
@@ -715,6 +716,63 @@ class _Capture:
             sys.stdout, sys.stderr = saved
 
 
+class _CapLog(logging.Handler):
+    """pytest's ``caplog``: the log records of the test and of the program (pyremote forwards them)."""
+
+    def __init__(self, remote: JudgeEndpoint, cleanup: contextlib.ExitStack) -> None:
+        super().__init__(logging.NOTSET)
+        self.remote, self.cleanup = remote, cleanup
+        self.records: list[logging.LogRecord] = []
+        self.setFormatter(logging.Formatter("%(levelname)-8s %(name)s:%(filename)s:%(lineno)d %(message)s"))
+        logging.root.addHandler(self)
+        cleanup.callback(logging.root.removeHandler, self)
+        remote.log_level("", logging.root.level)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    @property
+    def handler(self) -> logging.Handler:
+        return self
+
+    @property
+    def text(self) -> str:
+        return "".join(self.format(record) + "\n" for record in self.records)
+
+    @property
+    def record_tuples(self) -> list[tuple[str, int, str]]:
+        return [(record.name, record.levelno, record.getMessage()) for record in self.records]
+
+    @property
+    def messages(self) -> list[str]:
+        return [record.getMessage() for record in self.records]
+
+    def clear(self) -> None:
+        self.records.clear()
+
+    def set_level(self, level: int | str, logger: str | None = None) -> None:
+        target = logging.getLogger(logger)
+        before = target.level
+        target.setLevel(level)
+        self.remote.log_level(logger or "", target.level)
+        self.cleanup.callback(self._restore, target, logger, before)
+
+    def _restore(self, target: logging.Logger, name: str | None, level: int) -> None:
+        target.setLevel(level)
+        self.remote.log_level(name or "", level)
+
+    @contextlib.contextmanager
+    def at_level(self, level: int | str, logger: str | None = None) -> Iterator[None]:
+        target = logging.getLogger(logger)
+        before = target.level
+        target.setLevel(level)
+        self.remote.log_level(logger or "", target.level)
+        try:
+            yield
+        finally:
+            self._restore(target, logger, before)
+
+
 class _Request:
     """pytest's ``request``, as far as a parametrized fixture reads it."""
 
@@ -723,8 +781,11 @@ class _Request:
         self.param = param
 
 
-def _builtin_fixture(name: str, files: str, cleanup: contextlib.ExitStack) -> tuple[bool, object]:
+def _builtin_fixture(name: str, files: str, cleanup: contextlib.ExitStack,
+                     remote: JudgeEndpoint) -> tuple[bool, object]:
     """(found, value) of one of pytest's own fixtures the harness provides; its teardown goes on ``cleanup``."""
+    if name == "caplog":
+        return True, _CapLog(remote, cleanup)
     if name in ("capsys", "capfd"):
         capture = _Capture()
         capture.start()
@@ -786,7 +847,7 @@ def _arguments_of(function: Callable[..., object], skip: int = 0) -> tuple[set[s
     return required, {parameter.name for parameter in parameters}
 
 
-_PROVIDED = frozenset({"capsys", "capfd", "tmp_path", "tmpdir", "monkeypatch", "request"})
+_PROVIDED = frozenset({"capsys", "capfd", "caplog", "tmp_path", "tmpdir", "monkeypatch", "request"})
 
 
 def _fixture_closure(names: Iterable[str], fixtures: Mapping[str, _Fixture], where: str) -> list[str]:
@@ -818,8 +879,8 @@ class _FixtureValues:
     """The fixtures of one call of a test, each made once, function-scoped; teardowns go on ``cleanup``."""
 
     def __init__(self, fixtures: Mapping[str, _Fixture], params: Mapping[str, object], files: str,
-                 cleanup: contextlib.ExitStack) -> None:
-        self.fixtures, self.params, self.files, self.cleanup = fixtures, params, files, cleanup
+                 cleanup: contextlib.ExitStack, remote: JudgeEndpoint) -> None:
+        self.fixtures, self.params, self.files, self.cleanup, self.remote = fixtures, params, files, cleanup, remote
         self.values: dict[str, object] = {}
 
     def get(self, name: str) -> object:
@@ -830,7 +891,7 @@ class _FixtureValues:
         elif name == "request":
             value = _Request("", None)
         else:
-            found, value = _builtin_fixture(name, self.files, self.cleanup)
+            found, value = _builtin_fixture(name, self.files, self.cleanup, self.remote)
             if not found:
                 raise _Unsupported(f"needs the fixture {name}, which the harness does not provide")
         self.values[name] = value
@@ -886,7 +947,7 @@ def _run_pytest_style(pytest_test: _PytestTest, fixtures: Mapping[str, _Fixture]
     for arguments, order, params in runs:
         with contextlib.ExitStack() as cleanup:
             try:
-                values = _FixtureValues(fixtures, params, files, cleanup)
+                values = _FixtureValues(fixtures, params, files, cleanup, remote)
                 for fixture in order:
                     values.get(fixture)
                 kwargs = {key: value for key, value in arguments.items() if key in accepted}

@@ -45,6 +45,7 @@ import contextlib
 import copy
 import io
 import itertools
+import logging
 import math
 import operator
 import os
@@ -167,8 +168,7 @@ def _mutable(value: object) -> bool:
 
 def _json(value: object, codec: Codec) -> str:
     """A container's contents as text, to tell whether they changed (its encoding may share lists with it)."""
-    return _ENCODER.encode(codec.encode(value) if not isinstance(codec, CandidateEndpoint)
-                           else codec.encode_contents(value))
+    return _ENCODER.encode(codec.encode(value))
 
 
 def write_back(original: Any, new: Any, depth: int = 0) -> None:
@@ -417,6 +417,30 @@ class _Stdin(io.TextIOBase):
         return line
 
 
+# Log records a program may send its tests over a job; past this they are dropped.
+LOG_RECORDS_LIMIT = 10_000
+
+
+class _ForwardLogs(logging.Handler):
+    """In the candidate: each log record goes to the tests with the next frame (see JudgeEndpoint.log)."""
+
+    def __init__(self, endpoint: CandidateEndpoint) -> None:
+        super().__init__(logging.NOTSET)
+        self.endpoint = endpoint
+
+    def emit(self, record: logging.LogRecord) -> None:
+        endpoint = self.endpoint
+        if endpoint.log_records_sent >= LOG_RECORDS_LIMIT:
+            return
+        endpoint.log_records_sent += 1
+        try:
+            message = record.getMessage()
+        except Exception:
+            message = str(record.msg)
+        endpoint.log_records.append([str(record.name)[:200], int(record.levelno), message[:MESSAGE_LIMIT],
+                                     str(record.filename)[:200], int(record.lineno)])
+
+
 class JudgeObject:
     """In the candidate: something a test handed it that is not a value (a callback, an iterator, a mock, a buffer).
 
@@ -512,9 +536,13 @@ class CandidateEndpoint(Endpoint):
         # The test's containers this program holds (see hold): by the judge's id, their JSON as last synced,
         # and the id of each by the object's identity.
         self.held: dict[int, object] = {}
-        self.held_json: dict[int, str] = {}
+        self.held_base: dict[int, object] = {}
         self.held_ids: dict[int, int] = {}
         self.writing: object = None
+        # The program's log records since the last frame, once a test's caplog asked for them.
+        self.logging_forwarded = False
+        self.log_records: list[list[object]] = []
+        self.log_records_sent = 0
         self.batches: dict[int, int] = {}
 
     def proxy(self, body: object) -> object:
@@ -548,6 +576,8 @@ class CandidateEndpoint(Endpoint):
         builtins.input, builtins.print, builtins.open = input, print, open
 
     def frame_extras(self, frame: dict[str, Any]) -> dict[str, Any]:
+        if self.log_records:
+            frame["log"], self.log_records = self.log_records, []
         out, err = self.stdout.take(), self.stderr.take()
         if out:
             frame["out"] = out
@@ -601,6 +631,18 @@ class CandidateEndpoint(Endpoint):
         argv = request.get("argv")
         if type(argv) is list and all(type(arg) is str for arg in argv):
             sys.argv[:] = argv
+        levels = request.get("log")
+        if type(levels) is dict:
+            self.forward_logs(levels)
+
+    def forward_logs(self, levels: Mapping[str, object]) -> None:
+        """Send the program's log records to the tests (their caplog), at the levels the tests set."""
+        if not self.logging_forwarded:
+            logging.root.addHandler(_ForwardLogs(self))
+            self.logging_forwarded = True
+        for name, level in levels.items():
+            if type(level) is int and type(name) is str:
+                (logging.getLogger(name) if name else logging.root).setLevel(level)
 
     def ask(self, op: str, args: Sequence[object], kwargs: Mapping[str, object] | None = None) -> Any:
         """A callback into the test's process; its answer, or the exception it raised (as ours)."""
@@ -659,20 +701,20 @@ class CandidateEndpoint(Endpoint):
         """
         if request.get("f") is True:
             self.held.clear()
-            self.held_json.clear()
+            self.held_base.clear()
             self.held_ids.clear()
         for entry in request.get("fw") or ():
             if type(entry) is list and len(entry) == 2 and type(entry[0]) is int and entry[0] in self.held:
                 write_back(self.held[entry[0]], self.decode(entry[1]))
-                self.held_json[entry[0]] = _json(self.held[entry[0]], self)
+                self.held_base[entry[0]] = entry[1]
         for entry in request.get("h") or ():
             if type(entry) is not list or len(entry) != 2 or type(entry[1]) is not int:
                 raise ProtocolError("held containers are [position, id]")
             position, hid = entry
             if type(position) is int and 0 <= position < len(args):
-                value = args[position]
+                value, raw = args[position], request["a"][position]
             elif type(position) is str and position in kwargs:
-                value = kwargs[position]
+                value, raw = kwargs[position], request["k"][position]
             else:
                 raise ProtocolError("a held container names no argument")
             if not _mutable(value):
@@ -687,21 +729,28 @@ class CandidateEndpoint(Endpoint):
             else:
                 self.held[hid] = value
                 self.held_ids[id(value)] = hid
-            self.held_json[hid] = _json(value, self)
+            # What it held as it came: the frame's own JSON data, which nothing else refers to.
+            self.held_base[hid] = raw
 
     def sync_held(self, reply: dict[str, Any]) -> None:
         """Add to a reply the held containers the request changed, and those the program no longer holds."""
         changed, dropped = [], []
         for hid in list(self.held):
-            fresh = _json(self.held[hid], self)
-            if fresh != self.held_json[hid]:
-                changed.append([hid, self.encode_contents(self.held[hid])])
-                self.held_json[hid] = fresh
-            # Held by our table and getrefcount's argument only: nothing of the program's keeps it.
-            if sys.getrefcount(self.held[hid]) <= 2:
+            # Held by our table and getrefcount's argument only (asked first: its encoding may be itself): nothing
+            # of the program's keeps it, so nothing will change it after this request.
+            kept = sys.getrefcount(self.held[hid]) > 2
+            fresh = self.encode_contents(self.held[hid])
+            base = self.held_base[hid]
+            # Compared as data while the base is the frame's (a C-level walk); once changed, as JSON text, since
+            # the fresh encoding shares its lists with the container.
+            if (fresh != base) if type(base) is not str else (_ENCODER.encode(fresh) != base):
+                changed.append([hid, fresh])
+                self.held_base[hid] = _ENCODER.encode(fresh)
+            del fresh
+            if not kept:
                 dropped.append(hid)
                 self.held_ids.pop(id(self.held.pop(hid)), None)
-                del self.held_json[hid]
+                del self.held_base[hid]
         if changed:
             reply["w"] = changed
         if dropped:
@@ -874,9 +923,12 @@ class JudgeEndpoint(Endpoint):
         # The test's containers handed to the program (see hold), by id; their JSON as last synced; the id of
         # each by the object's identity; and whether the program is yet to hear that the last test's are gone.
         self.held: dict[int, object] = {}
-        self.held_json: dict[int, str] = {}
+        self.held_json: dict[int, str | None] = {}
         self.held_ids: dict[int, int] = {}
         self.forgotten = False
+        # Logger levels a test's caplog set, by name ("" the root), to be told to the program; None until one does.
+        self.log_levels: dict[str, int] | None = None
+        self.log_levels_told = True
         # The program's load error, once the handshake has said (None: it loaded).
         self.load_error: dict[str, str] | None = None
 
@@ -946,7 +998,33 @@ class JudgeEndpoint(Endpoint):
             if type(text) is str and text:
                 with contextlib.suppress(Exception):
                     stream.write(text)
+        records = message.get("log")
+        if type(records) is list and self.log_levels is not None:
+            for record in records:
+                self.log(record)
         return message
+
+    def log(self, record: object) -> None:
+        """A log record of the program's, handled by the tests' logging as if it were made here (caplog sees it)."""
+        if type(record) is not list or len(record) != 5 or not all(type(part) is kind for part, kind in
+                                                                     zip(record, (str, int, str, str, int))):
+            return
+        name, level, message, filename, lineno = record
+        # A logger the tests have, or the root: a program's names make no loggers in a long-lived judge.
+        logger = logging.root.manager.loggerDict.get(name) if name != "root" else None
+        handler = logger if isinstance(logger, logging.Logger) else logging.root
+        if handler.isEnabledFor(level):
+            handler.handle(logging.makeLogRecord({
+                "name": name, "levelno": level, "levelname": logging.getLevelName(level), "msg": message,
+                "args": None, "filename": filename, "lineno": lineno, "pathname": filename, "module": "solution",
+            }))
+
+    def log_level(self, name: str, level: int) -> None:
+        """A test set a logger's level (caplog.set_level): the program's logger takes it with the next request."""
+        if self.log_levels is None:
+            self.log_levels = {}
+        self.log_levels[name] = level
+        self.log_levels_told = False
 
     def handshake(self) -> dict[str, str] | None:
         """None when the program loaded, else its load error (type, message)."""
@@ -1004,6 +1082,8 @@ class JudgeEndpoint(Endpoint):
             raise Unsupported(f"a value the harness cannot pass to the candidate: {exc}") from None
         frame["p"] = self.patched()
         self.tell_environment(frame)
+        if self.log_levels is not None and not self.log_levels_told:
+            frame["log"], self.log_levels_told = dict(self.log_levels), True
         self.hold(frame, args, kwargs or {})
         if self.time_up():
             self._break(TestsTimeUp(TIME_UP_MESSAGE))
@@ -1065,6 +1145,9 @@ class JudgeEndpoint(Endpoint):
                 if type(hid) is int and hid in self.held:
                     self.held_ids.pop(id(self.held.pop(hid)), None)
                     del self.held_json[hid]
+            for hid, text in self.held_json.items():
+                if text is None:
+                    self.held_json[hid] = _json(self.held[hid], self)
             if answer is not None:
                 return answer
         except RejectedValue as exc:
@@ -1083,7 +1166,7 @@ class JudgeEndpoint(Endpoint):
                 write_back(original, self.decode(entry[1]))
             except Unsupported as exc:
                 self.unsupported.append(str(exc))
-            self.held_json[entry[0]] = _json(original, self)
+            self.held_json[entry[0]] = None  # taken again once the reply is read, if the program still holds it
 
     def hold(self, frame: dict[str, Any], args: Sequence[object], kwargs: Mapping[str, object]) -> None:
         """Name in a request the test's containers it hands over (``h``), and send on what the test changed of
@@ -1096,11 +1179,13 @@ class JudgeEndpoint(Endpoint):
                     hid = next(self.next_id)
                     self.held[hid], self.held_ids[id(value)] = value, hid
                 held.append([position, hid])
-                self.held_json[hid] = _json(value, self)
+                # Taken once the reply is read, and only if the program holds it then: most it does not keep
+                # (3 million ints passed to a function cost the JSON of them twice more per call otherwise).
+                self.held_json[hid] = None
         forward = []
         named = {hid for _, hid in held}
         for hid, value in self.held.items():
-            if hid not in named:
+            if hid not in named and self.held_json[hid] is not None:
                 fresh = _json(value, self)
                 if fresh != self.held_json[hid]:
                     forward.append([hid, self.encode(value)])
@@ -1283,7 +1368,11 @@ class JudgeEndpoint(Endpoint):
             if name.startswith("_"):
                 raise AttributeError(f"the candidate may not use {name!r} of the tests' objects")
             if not _exposable(target):
-                self.unsupported.append(f"the program used .{name} of the test's {_type_name(target)}")
+                # Of a callable or an iterator the program may call or iterate only (gi_frame, gi_code, func: a
+                # way into the tests' frames, the program's doing); another object's is what the harness cannot
+                # hand over (a queue.Queue a test passed), which a test that then fails is told as.
+                if not (callable(target) or isinstance(target, Iterator)):
+                    self.unsupported.append(f"the program used .{name} of the test's {_type_name(target)}")
                 raise AttributeError(f"the harness does not hand over .{name} of a {_type_name(target)}")
             if op == "getattr":
                 return getattr(target, name)

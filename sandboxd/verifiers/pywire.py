@@ -522,7 +522,7 @@ def _all_plain_scalars(items: list[Any], decoded: bool = False) -> bool:
     if float in kinds and not decoded and not all(map(math.isfinite, (item for item in items if type(item) is float))):
         return False
     if int in kinds:
-        ints = [item for item in items if type(item) is int]
+        ints = items if len(kinds) == 1 else [item for item in items if type(item) is int]
         return max(ints).bit_length() <= MAX_INT_BITS and min(ints).bit_length() <= MAX_INT_BITS
     return True
 

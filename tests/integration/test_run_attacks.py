@@ -110,7 +110,8 @@ def test_a_program_that_uses_a_process_pool_passes(channel: grpc.Channel, tests:
 
 
 # A correct add, and a table whose syntax tree takes the judge about 430 MiB to build (compile() takes the
-# candidate 315 MiB of its 512): past the judge's budget per job (judgeserver.JOB_MEMORY_BYTES, 256 MiB).
+# candidate 315 MiB): past the judge's budget for a job of 384 MiB (the job's memory limit, and at least
+# judgeserver.JOB_MEMORY_BYTES, 256 MiB).
 LARGE_TREE = "```python\ndef add(a, b):\n    return a + b\n\n\nTABLE = [" + "1," * 450_000 + "]\n```"
 CORRECT_ADD = "```python\ndef add(a, b):\n    return a + b\n```"
 ADD_ASSERTS = {"test_list": ["assert add(1, 2) == 3", "assert add(5, 5) == 10"]}
@@ -123,7 +124,9 @@ def test_a_program_too_large_for_the_judge_is_its_memory_limit_and_spares_its_ne
     passed. Now a tree past the judge's budget is the model's failure at the memory limit, and the jobs beside it
     and after it on the same sandbox are judged as ever."""
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        attack = pool.submit(helpers.run, channel, helpers.code(LARGE_TREE, ADD_ASSERTS))
+        large = helpers.code(LARGE_TREE, ADD_ASSERTS)
+        large.limits.memory_bytes = 384 << 20
+        attack = pool.submit(helpers.run, channel, large)
         beside = pool.submit(helpers.run, channel, helpers.code(CORRECT_ADD, ADD_ASSERTS))
         result, neighbour = attack.result(), beside.result()
     assert (result.status, result.limit_hit, result.reward) == (pb.STATUS_MEMORY_LIMIT, pb.LIMIT_MEMORY, -1.0), result
