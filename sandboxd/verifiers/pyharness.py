@@ -58,8 +58,8 @@ import heapq  # noqa: F401
 import inspect
 import io
 import itertools
-import logging
 import json  # noqa: F401
+import logging
 import operator  # noqa: F401
 import os
 import pathlib
@@ -988,7 +988,7 @@ def _xunit(function: object, argument: object) -> Callable[[], object] | None:
                     for parameter in inspect.signature(function).parameters.values())
     except (TypeError, ValueError):
         takes = False
-    return functools.partial(function, argument) if takes else function  # type: ignore[return-value]
+    return functools.partial(function, argument) if takes else function
 
 
 def _pytest_tests(namespace: dict[str, Any]) -> list[_PytestTest]:

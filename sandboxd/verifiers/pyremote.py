@@ -849,7 +849,7 @@ class CandidateEndpoint(Endpoint):
 
 def _programs(cls: type) -> bool:
     """Whether the program defined this class (in its module, or in a function of it)."""
-    return type.__dict__["__module__"].__get__(cls) == "solution"  # type: ignore[no-any-return]
+    return type.__dict__["__module__"].__get__(cls) == "solution"
 
 
 def _raising(exc: Exception) -> Iterator[Any]:
@@ -1006,8 +1006,8 @@ class JudgeEndpoint(Endpoint):
 
     def log(self, record: object) -> None:
         """A log record of the program's, handled by the tests' logging as if it were made here (caplog sees it)."""
-        if type(record) is not list or len(record) != 5 or not all(type(part) is kind for part, kind in
-                                                                     zip(record, (str, int, str, str, int))):
+        if type(record) is not list or len(record) != 5 or not all(
+                type(part) is kind for part, kind in zip(record, (str, int, str, str, int), strict=True)):
             return
         name, level, message, filename, lineno = record
         # A logger the tests have, or the root: a program's names make no loggers in a long-lived judge.
@@ -1050,7 +1050,7 @@ class JudgeEndpoint(Endpoint):
         self.told_argv = self.argv = list(sys.argv)
 
     def tell_environment(self, frame: dict[str, Any]) -> None:
-        """Add to a request what the tests changed of their environment since the last (see CandidateEndpoint.follow)."""
+        """Add to a request what the tests changed of their environment since the last (CandidateEndpoint.follow)."""
         if not hasattr(self, "environ"):
             return
         environ = dict(os.environ)
@@ -1216,7 +1216,7 @@ class JudgeEndpoint(Endpoint):
                 cls = self.decode(error["cls"])
         if isinstance(cls, type) and issubclass(cls, BaseException) and not _builtin(cls) \
                 and not issubclass(cls, _ENDS_ITERATION):
-            exc = BaseException.__new__(cast("type[BaseException]", cls))
+            exc = BaseException.__new__(cls)
             BaseException.__init__(exc, message)
             with contextlib.suppress(RejectedValue):
                 exc.__dict__["_sandboxd_object"] = self.decode(error.get("obj"))
@@ -1271,7 +1271,7 @@ class JudgeEndpoint(Endpoint):
             cls = self.decode(body[3]) if len(body) > 3 and body[3] is not None else None
             if isinstance(cls, CandidateClass) and issubclass(cls, Proxy):
                 made = cls.__new__(cls)
-                Proxy.__init__(made, self, ref, type_name)  # type: ignore[arg-type]
+                Proxy.__init__(made, self, ref, type_name)
             else:
                 made = RemoteObject(self, ref, type_name)
         else:
@@ -1287,6 +1287,8 @@ class JudgeEndpoint(Endpoint):
         if not name.isidentifier():
             name = "CandidateClass"
         namespace: dict[str, Any] = {"__module__": "solution", "__qualname__": name}
+        bases: tuple[type, ...]
+        fallback: tuple[type, ...]
         if exception_bases:
             namespace["__getattr__"] = _exception_getattr
             namespace["__str__"] = BaseException.__str__
@@ -1444,10 +1446,10 @@ class CandidateClass(type):
 
     # An Enum's class is a container of its members.
     def __iter__(cls) -> Iterator[Any]:
-        return _checked(cls._sandboxd_class_endpoint.request("iter", [cls]), RemoteIterator, "iter")  # type: ignore[no-any-return]
+        return _checked(cls._sandboxd_class_endpoint.request("iter", [cls]), RemoteIterator, "iter")
 
     def __len__(cls) -> int:
-        return _checked(cls._sandboxd_class_endpoint.request("len", [cls]), int, "len")  # type: ignore[no-any-return]
+        return _checked(cls._sandboxd_class_endpoint.request("len", [cls]), int, "len")
 
     def __getitem__(cls, key: object) -> Any:
         return cls._sandboxd_class_endpoint.request("getitem", [cls, key])
@@ -1560,8 +1562,9 @@ class Proxy:
     def __exit__(self, exc_type: object, exc: object, traceback: object) -> bool:
         # What the test raised stays the judge's: the candidate learns its type only, and may not swallow a failed
         # assertion (a context manager answering True to everything would pass the asserts inside it).
-        builtin = exc_type is None or isinstance(exc_type, type) and _builtin(exc_type)
-        suppressed = bool(self._ask("exit", exc_type, exc, None) if builtin else self._ask("exit", Exception, None, None))
+        builtin = exc_type is None or (isinstance(exc_type, type) and _builtin(exc_type))
+        told = (exc_type, exc) if builtin else (Exception, None)
+        suppressed = bool(self._ask("exit", *told, None))
         if exc_type is not None and isinstance(exc_type, type) and issubclass(exc_type, AssertionError):
             return False
         return suppressed

@@ -26,14 +26,16 @@ STACK = (
     "class EmptyError(IndexError):\n    pass\n"
     "class Stack:\n    LIMIT = 3\n    def __init__(self):\n        self.items = []\n"
     "    def push(self, x):\n        self.items.append(x)\n        return self\n"
-    "    def pop(self):\n        if not self.items:\n            raise EmptyError('empty')\n        return self.items.pop()\n"
+    "    def pop(self):\n        if not self.items:\n            raise EmptyError('empty')\n"
+    "        return self.items.pop()\n"
     "    def __len__(self):\n        return len(self.items)\n"
     "    def __iter__(self):\n        return iter(self.items)\n"
     "    def __contains__(self, x):\n        return x in self.items\n"
     "    def __getitem__(self, i):\n        return self.items[i]\n"
     "    def __eq__(self, other):\n        return isinstance(other, Stack) and self.items == other.items\n"
     "    def __repr__(self):\n        return f'Stack({self.items})'\n"
-    "    @staticmethod\n    def of(*xs):\n        s = Stack()\n        for x in xs:\n            s.push(x)\n        return s\n"
+    "    @staticmethod\n    def of(*xs):\n        s = Stack()\n        for x in xs:\n            s.push(x)\n"
+    "        return s\n"
 )
 
 
@@ -87,7 +89,8 @@ def test_the_candidates_classes_answer_as_in_one_process(tests: str, tmp_path: P
         ("def ask():\n    return int(input('n? ')) * 2\ndef read_all():\n    import sys\n"
          "    return [int(x) for x in sys.stdin.read().split()]\n",
          "from unittest import mock\nimport io\nwith mock.patch('builtins.input', side_effect=['21']):\n"
-         "    assert ask() == 42\nwith mock.patch('sys.stdin', io.StringIO('1 2 3')):\n    assert read_all() == [1, 2, 3]\n"),
+         "    assert ask() == 42\nwith mock.patch('sys.stdin', io.StringIO('1 2 3')):\n"
+         "    assert read_all() == [1, 2, 3]\n"),
         ("def greet(name):\n    print(f'hi {name}')\n",
          "import contextlib, io\nfrom unittest import mock\nbuf = io.StringIO()\n"
          "with contextlib.redirect_stdout(buf):\n    greet('a')\nassert buf.getvalue() == 'hi a\\n'\n"
@@ -116,8 +119,76 @@ def test_values_iterators_callbacks_and_the_tests_environment(code: str, tests: 
     assert result["passed"], result
 
 
+@pytest.mark.parametrize(
+    ("code", "tests"),
+    [
+        ("class Animal:\n    pass\nclass Dog(Animal):\n    def speak(self):\n        return 'woof'\n"
+         "def adopt():\n    return Dog()\n",
+         "pet = adopt()\nassert type(pet) is Dog and isinstance(pet, Animal) and issubclass(Dog, Animal)\n"
+         "assert pet.speak() == 'woof' and not isinstance(pet, int)\n"),
+        ("import enum\nclass Color(enum.Enum):\n    RED = 1\n    GREEN = 2\ndef favourite():\n    return Color.GREEN\n",
+         "assert [c.name for c in Color] == ['RED', 'GREEN'] and len(Color) == 2\n"
+         "assert favourite() is Color.GREEN and Color['RED'] is Color.RED and Color(2) is favourite()\n"),
+        ("def chunks(xs, n):\n    for i in range(0, len(xs), n):\n        yield xs[i:i + n]\n",
+         "import types, inspect\ng = chunks([1, 2, 3], 2)\n"
+         "assert isinstance(g, types.GeneratorType) and inspect.isgenerator(g) and list(g) == [[1, 2], [3]]\n"),
+        ("import numpy as np\ndef solve(a, b):\n    return np.linalg.solve(np.array(a), np.array(b))\n",
+         "import numpy as np, pytest\nwith pytest.raises(np.linalg.LinAlgError):\n"
+         "    solve([[1, 2], [2, 4]], [1, 2])\n"),
+        ("class Catch:\n    def __enter__(self):\n        return self\n"
+         "    def __exit__(self, kind, value, tb):\n        self.caught = value\n        return kind is KeyError\n",
+         "with Catch() as c:\n    raise KeyError('k')\n"
+         "assert isinstance(c.caught, KeyError) and c.caught.args == ('k',)\n"),
+        ("def extend(xs, more):\n    xs.extend(more)\n    return xs\n",
+         "lst = [1]\nout = extend(lst, [2])\nassert out is lst and lst == [1, 2]\n"),
+        ("class Account:\n    def __init__(self, book):\n        self.book = book\n"
+         "    def pay(self, n):\n        self.book['balance'] -= n\n        return self\n",
+         "book = {'balance': 100}\nacct = Account(book)\nacct.pay(30)\nassert book == {'balance': 70}\n"
+         "book['balance'] = 500\nacct.pay(1)\nassert book['balance'] == 499 and acct.book == {'balance': 499}\n"),
+        ("def bump(d):\n    d['n'] += 1\n    raise ValueError('after the change')\n",
+         "import pytest\nd = {'n': 1}\nwith pytest.raises(ValueError):\n    bump(d)\nassert d == {'n': 2}\n"),
+        ("import os, sys\ndef mode():\n    return os.environ.get('MODE', 'none')\ndef where():\n"
+            "    return os.getcwd()\n"
+         "def args():\n    return sys.argv[1:]\n",
+         "import os, sys\nfrom unittest import mock\n"
+         "def test_env(monkeypatch, tmp_path):\n    assert mode() == 'none'\n    monkeypatch.setenv('MODE', 'debug')\n"
+         "    assert mode() == 'debug'\n    monkeypatch.chdir(tmp_path)\n    assert where() == str(tmp_path)\n"
+         "    with mock.patch.object(sys, 'argv', ['prog', '-v']):\n        assert args() == ['-v']\n"
+         "def test_restored():\n    assert mode() == 'none'\n"),
+        ("import logging\nlog = logging.getLogger('app')\ndef warn(x):\n    log.warning('bad %s', x)\n"
+         "    log.info('detail')\n",
+         "import logging\ndef test_logs(caplog):\n    warn(1)\n    assert caplog.messages == ['bad 1']\n"
+         "    caplog.clear()\n    caplog.set_level(logging.INFO)\n    warn(2)\n"
+         "    assert caplog.record_tuples == [('app', logging.WARNING, 'bad 2'), ('app', logging.INFO, 'detail')]\n"
+         "    assert 'bad 2' in caplog.text\n"),
+        ("class Robot:\n    count = 0\n    def __init__(self):\n        Robot.count += 1\n",
+         "import solution\ndef setup_function():\n    solution.Robot.count = 0\ndef teardown_function(function):\n"
+         "    solution.Robot.count = -1\ndef test_one():\n    Robot()\n    assert Robot.count == 1\n"
+         "def test_two():\n    Robot()\n    Robot()\n    assert Robot.count == 2\n"
+         "class TestRobots:\n    @classmethod\n    def setup_class(cls):\n        cls.made = []\n"
+         "    def setup_method(self):\n        solution.Robot.count = 10\n    def test_three(self):\n        Robot()\n"
+         "        assert Robot.count == 11\n"),
+    ],
+    ids=["type-is-the-class", "enum-class", "generator-type", "library-exception", "exit-gets-the-exception",
+         "returned-argument-is-itself", "container-kept-by-an-object", "write-back-after-an-error",
+         "environment-cwd-argv", "caplog", "xunit-setups"],
+)
+def test_identity_environment_and_pytest_as_in_one_process(code: str, tests: str, tmp_path: Path) -> None:
+    result = _assert(code, tests, tmp_path)
+    assert result["passed"], result
+
+
+def test_a_skiptest_raised_by_the_program_skips_nothing(tmp_path: Path) -> None:
+    code = "import unittest, pytest\ndef f():\n    raise unittest.SkipTest('no')\ndef g():\n    pytest.skip('no')\n"
+    for call in ("f()", "g()"):
+        tests = f"import unittest\nclass T(unittest.TestCase):\n    def test_it(self):\n        assert {call} == 1\n"
+        result = _assert(code, tests, tmp_path)
+        assert not result["passed"] and result["status"] in ("runtime_error", "wrong_answer", "died"), result
+
+
 def test_pytest_fixtures_the_tests_define_and_pytests_own(tmp_path: Path) -> None:
-    code = "def total(path):\n    return sum(int(x) for x in open(path).read().split())\ndef shout(s):\n    print(s.upper())\n"
+    code = ("def total(path):\n    return sum(int(x) for x in open(path).read().split())\ndef shout(s):\n"
+        "    print(s.upper())\n")
     tests = (
         "import pytest\nfrom solution import total, shout\n"
         "@pytest.fixture\ndef numbers():\n    return [1, 2, 3]\n"
@@ -127,7 +198,8 @@ def test_pytest_fixtures_the_tests_define_and_pytests_own(tmp_path: Path) -> Non
         "def test_total(data_file):\n    assert total(data_file) == 6\n"
         "def test_str_path(data_file, factor):\n    assert total(str(data_file)) * factor == 6 * factor\n"
         "def test_shout(capsys):\n    shout('hi')\n    assert capsys.readouterr().out == 'HI\\n'\n"
-        "def test_patch(monkeypatch):\n    monkeypatch.setattr('builtins.input', lambda *a: '5')\n    assert input() == '5'\n"
+        "def test_patch(monkeypatch):\n    monkeypatch.setattr('builtins.input', lambda *a: '5')\n"
+        "    assert input() == '5'\n"
         "    assert total.__name__ == 'total'\n"
     )
     result = _assert(code, tests, tmp_path)
@@ -158,7 +230,8 @@ def test_a_large_argument_reaches_the_candidate(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------
 
 ALWAYS_EQUAL = (
-    "class Yes:\n    def __eq__(self, other):\n        return True\n    def __ne__(self, other):\n        return False\n"
+    "class Yes:\n    def __eq__(self, other):\n        return True\n    def __ne__(self, other):\n"
+    "        return False\n"
     "    def __lt__(self, other):\n        return True\n    __le__ = __gt__ = __ge__ = __lt__\n"
     "    def __hash__(self):\n        return 1\n    def __bool__(self):\n        return True\n"
 )
@@ -239,7 +312,8 @@ def test_a_callback_kept_past_its_test_is_refused(tmp_path: Path) -> None:
 
 
 def test_a_context_manager_of_the_candidates_cannot_swallow_a_failed_assertion(tmp_path: Path) -> None:
-    code = "class Quiet:\n    def __enter__(self):\n        return self\n    def __exit__(self, *exc):\n        return True\n"
+    code = ("class Quiet:\n    def __enter__(self):\n        return self\n    def __exit__(self, *exc):\n"
+        "        return True\n")
     tests = "with Quiet():\n    assert 1 == 2\n"
     result = _assert(code + "def f():\n    return 1\n", tests + "assert f() == 1\n", tmp_path)
     assert not result["passed"] and result["status"] == "wrong_answer", result

@@ -125,7 +125,7 @@ def test_a_list_of_millions_of_plain_scalars_is_not_walked_item_by_item() -> Non
         {"$yours": 1},
         {"$nope": 1},
     ],
-    ids=lambda body: next(iter(body)) + str(list(body.values())[0])[:20],
+    ids=lambda body: next(iter(body)) + str(next(iter(body.values())))[:20],
 )
 def test_malformed_or_forbidden_values_are_refused(body: object) -> None:
     with pytest.raises(RejectedValue):
