@@ -57,7 +57,7 @@ import time
 import types
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, NoReturn, cast
+from typing import Any, NoReturn
 
 from .pywire import (
     _ENCODER,
