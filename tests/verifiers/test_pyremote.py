@@ -379,3 +379,24 @@ def test_share_files_makes_only_this_uids_entries_usable_and_follows_no_link(tmp
     assert (folder / "sub").stat().st_mode & 0o777 == 0o777
     assert (folder / "other.txt").stat().st_mode & 0o777 == 0o600
     assert outside.stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="two uids need root")
+def test_share_files_reads_a_folder_again_when_it_changed_within_the_clocks_step(tmp_path: Path) -> None:
+    """A folder is read only when its mtime moved or moved lately: files made within one coarse clock tick of the
+    last reading (the same mtime) are still shared."""
+    from sandboxd.verifiers.pyremote import share_files
+
+    folder = tmp_path / "job"
+    folder.mkdir()
+    for index in range(5):
+        made = folder / f"f{index}"
+        made.write_text("x")
+        os.chmod(made, 0o600)
+        share_files(str(folder))
+        assert made.stat().st_mode & 0o777 == 0o666, index
+    (folder / "sub").mkdir()
+    (folder / "sub" / "deep").write_text("y")
+    os.chmod(folder / "sub" / "deep", 0o600)
+    share_files(str(folder))
+    assert (folder / "sub" / "deep").stat().st_mode & 0o777 == 0o666
