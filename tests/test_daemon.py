@@ -256,7 +256,7 @@ def test_a_daemon_none_of_whose_pools_can_start_sandboxes_stops_serving() -> Non
 
 
 def with_bound_socket(folder: str, mode: str, group: str, check: Callable[[str], None]) -> None:
-    """Bind a gRPC server with Daemon._bind (no engine needed) on a socket in `folder` with the given access,
+    """Bind a gRPC server with Daemon._bind_unix (no engine needed) on a socket in `folder` with the given access,
     and call `check` with the socket's path while it is bound."""
     from sandboxd.config import Config
 
@@ -267,7 +267,7 @@ def with_bound_socket(folder: str, mode: str, group: str, check: Callable[[str],
         daemon.config.server.socket_mode = mode
         daemon.config.server.socket_group = group
         server = grpc.aio.server()
-        await daemon._bind(server)
+        daemon._bind_unix(server)
         try:
             await asyncio.to_thread(check, daemon.config.server.socket)
         finally:
