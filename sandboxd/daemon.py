@@ -101,6 +101,10 @@ class Daemon:
         self.config = config
         self.instance = uuid.uuid4().hex[:8]
         self.node = node_id(config.server.socket, config.server.tcp)
+        # Before the engine is asked anything: a tokens file open to others, or a certificate that
+        # cannot be read, stops the start with one line.
+        self.tokens = auth.load_tokens(config.server.tokens_file) if config.server.tokens_file else []
+        self.tls = server_credentials(config.server) if config.server.tcp else None
         self.backend = DockerBackend(config.docker.url, config.docker.timeout_seconds)
         self.pools: dict[str, Pool] = {}
         self.scheduler = Scheduler(self.pools, config)
@@ -222,8 +226,7 @@ class Daemon:
         return address
 
     def _bind_tcp(self, server: grpc.aio.Server) -> str:
-        address = self.config.server.tcp
-        credentials = server_credentials(self.config.server)
+        address, credentials = self.config.server.tcp, self.tls
         # Probe the port ourselves: gRPC's own failure is a C-core log line
         # before ours, and the error must be one line.
         try:
@@ -255,11 +258,10 @@ class Daemon:
             addresses.append(self._bind_unix(servers[-1]))
         if config.server.tcp:
             interceptors: list[grpc.aio.ServerInterceptor] = []
-            if config.server.tokens_file:
-                tokens = auth.load_tokens(config.server.tokens_file)
-                interceptors.append(auth.BearerTokens(tokens))
+            if self.tokens:
+                interceptors.append(auth.BearerTokens(self.tokens))
                 log.info("TCP calls need a bearer token: %s",
-                         ", ".join(f"{token.name} ({token.role})" for token in tokens))
+                         ", ".join(f"{token.name} ({token.role})" for token in self.tokens))
             if config.server.insecure_tcp and tcp_unguarded(config.server):
                 log.warning("server.insecure_tcp: %s serves without %s; anyone who reaches it may run code%s",
                             config.server.tcp,

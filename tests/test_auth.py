@@ -23,7 +23,7 @@ from sandboxd_client.errors import PermissionDenied
 
 from sandboxd import auth
 from sandboxd.config import Config
-from sandboxd.daemon import Daemon
+from sandboxd.daemon import Daemon, server_credentials
 from sandboxd.errors import ConfigError
 from sandboxd.scheduler import Scheduler
 
@@ -216,7 +216,9 @@ class Door:
         daemon.health = health.aio.HealthServicer()
         daemon.serving = False
         daemon.engine_problem = ""
-        server = daemon._server([auth.BearerTokens(auth.load_tokens(self.config.server.tokens_file))])
+        daemon.tokens = auth.load_tokens(self.config.server.tokens_file)
+        daemon.tls = server_credentials(self.config.server)
+        server = daemon._server([auth.BearerTokens(daemon.tokens)])
         daemon._bind_tcp(server)
         await server.start()
         await daemon.health.set("", health_pb2.HealthCheckResponse.SERVING)
