@@ -91,6 +91,15 @@ def server_credentials(server: ServerConfig) -> grpc.ServerCredentials | None:
                                        require_client_auth=client_ca is not None)
 
 
+def insecure_tcp_warning(server: ServerConfig) -> str:
+    """What server.insecure_tcp lets through, said at every start ("" when it lets nothing through)."""
+    if not (server.insecure_tcp and tcp_unguarded(server)):
+        return ""
+    missing = [what for what, present in (("TLS", server.tls_cert), ("tokens", server.tokens_file)) if not present]
+    return (f"server.insecure_tcp: {server.tcp} serves without {' and '.join(missing)}: anyone who reaches it "
+            f"{'may run code and control the pools' if not server.tokens_file else 'may read the tokens'}")
+
+
 def node_id(socket_path: str, tcp: str = "") -> str:
     """The io.sandboxd.node label of the sandboxes a daemon listening there starts."""
     return hashlib.sha256(f"{socket_path}|{tcp}".encode()).hexdigest()[:12]
@@ -262,13 +271,8 @@ class Daemon:
                 interceptors.append(auth.BearerTokens(self.tokens))
                 log.info("TCP calls need a bearer token: %s",
                          ", ".join(f"{token.name} ({token.role})" for token in self.tokens))
-            if config.server.insecure_tcp and tcp_unguarded(config.server):
-                log.warning("server.insecure_tcp: %s serves without %s; anyone who reaches it may run code%s",
-                            config.server.tcp,
-                            " and ".join(what for what, present in (("TLS", config.server.tls_cert),
-                                                                     ("tokens", config.server.tokens_file))
-                                         if not present),
-                            "" if config.server.tokens_file else " and control the pools")
+            if warning := insecure_tcp_warning(config.server):
+                log.warning("%s", warning)
             servers.append(self._server(interceptors))
             addresses.append(self._bind_tcp(servers[-1]))
         for service in ("", "sandboxd.v1.Jobs"):

@@ -442,3 +442,17 @@ def test_each_reward_model_has_a_health_service_of_its_own(tmp_path: Path) -> No
     serving, not_serving = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
     model = reward_model_health_service("rm")
     assert said == [("", serving), ("sandboxd.v1.Jobs", serving), (model, serving), (model, not_serving)]
+
+
+def test_insecure_tcp_warning() -> None:
+    from sandboxd.config import ServerConfig
+    from sandboxd.daemon import insecure_tcp_warning
+
+    assert insecure_tcp_warning(ServerConfig(tcp="0.0.0.0:1")) == ""  # refused by the config checks instead
+    assert insecure_tcp_warning(ServerConfig(tcp="0.0.0.0:1", insecure_tcp=True)) == (
+        "server.insecure_tcp: 0.0.0.0:1 serves without TLS and tokens: anyone who reaches it may run code and "
+        "control the pools")
+    assert insecure_tcp_warning(ServerConfig(tcp="0.0.0.0:1", insecure_tcp=True, tokens_file="/t")) == (
+        "server.insecure_tcp: 0.0.0.0:1 serves without TLS: anyone who reaches it may read the tokens")
+    assert insecure_tcp_warning(ServerConfig(tcp="0.0.0.0:1", insecure_tcp=True, tokens_file="/t",
+                                             tls_cert="/c", tls_key="/k")) == ""
