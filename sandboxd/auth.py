@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import hmac
 import logging
+import math
 import os
 import stat
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +35,9 @@ OPEN_SERVICES = ("/grpc.health.v1.Health/",)
 # unknown) needs `admin`: a method added later is closed until it is named here.
 JOBS_SERVICES = ("/sandboxd.v1.Jobs/", "/sandboxd.v1.Sessions/", "/grpc.reflection.")
 JOBS_METHODS = frozenset({"/sandboxd.v1.Pool/GetStatus", "/sandboxd.v1.Daemon/GetInfo"})
+# Refusals are logged at most once per (method, token name, refusal) this often, with a count of
+# the others: a client retrying without a token, or a scan, would write a line per call.
+REFUSAL_LOG_SECONDS = 10.0
 UNAUTHENTICATED_MESSAGE = "missing or unknown bearer token"
 PERMISSION_DENIED_MESSAGE = "this token's role may not call this method"
 
@@ -159,6 +164,24 @@ class BearerTokens(grpc.aio.ServerInterceptor):
 
     def __init__(self, tokens: Sequence[Token]) -> None:
         self.tokens = list(tokens)
+        # (method, token name, refusal) -> (when last logged, refusals not logged since)
+        self._logged: dict[tuple[str, str, str], tuple[float, int]] = {}
+
+    def _log_refusal(self, method: str, token: Token | None, reason: str) -> None:
+        key = (method, token.name if token else "", reason)
+        now = time.monotonic()
+        last, unlogged = self._logged.get(key, (-math.inf, 0))
+        if now - last < REFUSAL_LOG_SECONDS:
+            self._logged[key] = (last, unlogged + 1)
+            return
+        if len(self._logged) > 10_000:  # methods named by callers: bounded
+            self._logged.clear()
+        self._logged[key] = (now, 0)
+        more = f" (and {unlogged} more in the last {now - last:.0f} s)" if unlogged else ""
+        if token is None:
+            log.info("refused %s: %s%s", method, UNAUTHENTICATED_MESSAGE, more)
+        else:
+            log.warning("refused %s to token %r (role %s)%s", method, token.name, token.role, more)
 
     async def intercept_service(
         self,
@@ -174,11 +197,11 @@ class BearerTokens(grpc.aio.ServerInterceptor):
         handler = await continuation(handler_call_details)
         if handler is None:  # an unknown method: UNIMPLEMENTED says nothing a token should guard
             return None
-        name = token.name if token is not None else ""
         if refused == grpc.StatusCode.UNAUTHENTICATED:
             metrics.AUTH_CALLS.labels("", "unauthenticated").inc()
-            log.info("refused %s: %s", method, UNAUTHENTICATED_MESSAGE)
+            self._log_refusal(method, None, "unauthenticated")
             return _refusal(handler, refused, UNAUTHENTICATED_MESSAGE)
-        metrics.AUTH_CALLS.labels(name, "permission_denied").inc()
-        log.warning("refused %s to token %r (role %s)", method, name, token.role if token else "")
+        assert token is not None
+        metrics.AUTH_CALLS.labels(token.name, "permission_denied").inc()
+        self._log_refusal(method, token, "permission_denied")
         return _refusal(handler, refused, PERMISSION_DENIED_MESSAGE)

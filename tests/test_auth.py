@@ -394,3 +394,20 @@ def test_client_reconnects_within_two_seconds_of_the_daemon_coming_back(pki: Pki
     print(f"reconnected {reconnect:.2f} s after the daemon came back")
     # 2 s is the promise; 3 leaves room for a loaded CI machine (measured: see CHANGELOG).
     assert reconnect < 3.0, reconnect
+
+
+def test_refusals_logged_once_per_interval(caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [1000.0]
+    monkeypatch.setattr(auth.time, "monotonic", lambda: now[0])
+    interceptor = auth.BearerTokens(TOKENS)
+    caplog.set_level("INFO", logger="sandboxd.auth")
+    for _ in range(5):
+        interceptor._log_refusal("/sandboxd.v1.Jobs/Run", None, "unauthenticated")
+        interceptor._log_refusal("/sandboxd.v1.Pool/SetBatchHint", TOKENS[0], "permission_denied")
+    now[0] += auth.REFUSAL_LOG_SECONDS
+    interceptor._log_refusal("/sandboxd.v1.Jobs/Run", None, "unauthenticated")
+    assert [record.getMessage() for record in caplog.records] == [
+        "refused /sandboxd.v1.Jobs/Run: missing or unknown bearer token",
+        "refused /sandboxd.v1.Pool/SetBatchHint to token 'trainer' (role jobs)",
+        "refused /sandboxd.v1.Jobs/Run: missing or unknown bearer token (and 4 more in the last 10 s)",
+    ]
