@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import grp
+import ipaddress
 import math
 import os
 import re
@@ -65,6 +66,17 @@ class ServerConfig:
     socket_group: str = ""
     # "" disables TCP; "127.0.0.1:50051" or "[::]:50051" enables it.
     tcp: str = ""
+    # TLS on the TCP listener: PEM files of the server's certificate chain and key. With
+    # tls_client_ca, clients must present a certificate that CA signed (mutual TLS).
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_client_ca: str = ""
+    # Bearer tokens the TCP listener requires: one `name role token` a line, mode 0600
+    # (sandboxd.auth). The Unix socket takes none; its file mode is its door.
+    tokens_file: str = ""
+    # A TCP address other than loopback without TLS and tokens lets anyone who reaches the
+    # port run code and change the pools: refused unless this says it is meant.
+    insecure_tcp: bool = False
     # "" disables the Prometheus endpoint.
     metrics: str = "127.0.0.1:9464"
     # How long in-flight RPCs may run on after SIGTERM before they are cancelled.
@@ -283,6 +295,19 @@ class Config:
              "server.socket_mode must be an octal mode of owner, group and others' bits, e.g. 0660"),
             (socket_gid(self.server.socket_group) is not None,
              f"server.socket_group: no group {self.server.socket_group!r} on this host"),
+            (bool(self.server.tls_cert) == bool(self.server.tls_key),
+             "server.tls_cert and server.tls_key must be set together"),
+            (not self.server.tls_client_ca or bool(self.server.tls_cert),
+             "server.tls_client_ca (mutual TLS) needs server.tls_cert and server.tls_key"),
+            (all(os.path.isabs(path) for path in (self.server.tls_cert, self.server.tls_key,
+                                                  self.server.tls_client_ca, self.server.tokens_file) if path),
+             "server.tls_cert, server.tls_key, server.tls_client_ca and server.tokens_file must be absolute paths"),
+            (not (self.server.tls_cert or self.server.tokens_file) or bool(self.server.tcp),
+             "server.tls_cert and server.tokens_file guard server.tcp, which is empty"),
+            (self.server.insecure_tcp or not self.server.tcp or not _is_address(self.server.tcp, allow_empty=False)
+             or is_loopback(self.server.tcp) or (bool(self.server.tls_cert) and bool(self.server.tokens_file)),
+             f"server.tcp {self.server.tcp} is not a loopback address: set server.tls_cert, server.tls_key and "
+             "server.tokens_file, or server.insecure_tcp = true to serve anyone who can reach it"),
             (self.pool.min_size >= 0, "pool.min_size must be >= 0"),
             (self.pool.max_size == 0 or self.pool.max_size >= max(1, self.pool.min_size),
              "pool.max_size must be 0 (twice the host's CPUs) or >= max(1, pool.min_size)"),
@@ -378,6 +403,22 @@ def split_address(address: str) -> tuple[str, int]:
     if not colon or not port.isdigit() or int(port) > 65535:
         raise ValueError(f"expected host:port, [::]:port or :port, got {address!r}")
     return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def is_loopback(address: str) -> bool:
+    """Whether host:port `address` listens on loopback only (127.0.0.0/8, ::1, localhost); names are not resolved."""
+    host, _ = split_address(address)
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def tcp_unguarded(server: ServerConfig) -> bool:
+    """Whether server.tcp serves without TLS or without tokens (what server.insecure_tcp allows off loopback)."""
+    return bool(server.tcp) and not (server.tls_cert and server.tokens_file)
 
 
 def _is_address(address: str, *, allow_empty: bool) -> bool:

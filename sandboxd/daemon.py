@@ -21,9 +21,9 @@ from sandboxd_client import reward_model_health_service
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
 
-from sandboxd import api, metrics, rewardpool
+from sandboxd import api, auth, metrics, rewardpool
 from sandboxd.backend import DockerBackend
-from sandboxd.config import Config, socket_gid, socket_mode, split_address
+from sandboxd.config import Config, ServerConfig, socket_gid, socket_mode, split_address, tcp_unguarded
 from sandboxd.errors import ConfigError, NotReady
 from sandboxd.images import LABEL_NAME, image_tag, missing_image_message
 from sandboxd.pool import MATH_POOL, Pool, reap_orphans, stage_agent_code
@@ -73,6 +73,33 @@ def set_socket_access(path: str, mode: str, group: str) -> None:
                           f"{exc.strerror}") from None
 
 
+def _read_pem(key: str, path: str) -> bytes:
+    try:
+        with open(path, "rb") as file:
+            return file.read()
+    except OSError as exc:
+        raise ConfigError(f"server.{key} {path}: {exc.strerror}") from None
+
+
+def server_credentials(server: ServerConfig) -> grpc.ServerCredentials | None:
+    """TLS credentials of the TCP listener (None: plaintext); with tls_client_ca, clients need its certificate."""
+    if not server.tls_cert:
+        return None
+    cert, key = _read_pem("tls_cert", server.tls_cert), _read_pem("tls_key", server.tls_key)
+    client_ca = _read_pem("tls_client_ca", server.tls_client_ca) if server.tls_client_ca else None
+    return grpc.ssl_server_credentials([(key, cert)], root_certificates=client_ca,
+                                       require_client_auth=client_ca is not None)
+
+
+def insecure_tcp_warning(server: ServerConfig) -> str:
+    """What server.insecure_tcp lets through, said at every start ("" when it lets nothing through)."""
+    if not (server.insecure_tcp and tcp_unguarded(server)):
+        return ""
+    missing = [what for what, present in (("TLS", server.tls_cert), ("tokens", server.tokens_file)) if not present]
+    return (f"server.insecure_tcp: {server.tcp} serves without {' and '.join(missing)}: anyone who reaches it "
+            f"{'may run code and control the pools' if not server.tokens_file else 'may read the tokens'}")
+
+
 def node_id(socket_path: str, tcp: str = "") -> str:
     """The io.sandboxd.node label of the sandboxes a daemon listening there starts."""
     return hashlib.sha256(f"{socket_path}|{tcp}".encode()).hexdigest()[:12]
@@ -83,6 +110,10 @@ class Daemon:
         self.config = config
         self.instance = uuid.uuid4().hex[:8]
         self.node = node_id(config.server.socket, config.server.tcp)
+        # Before the engine is asked anything: a tokens file open to others, or a certificate that
+        # cannot be read, stops the start with one line.
+        self.tokens = auth.load_tokens(config.server.tokens_file) if config.server.tokens_file else []
+        self.tls = server_credentials(config.server) if config.server.tcp else None
         self.backend = DockerBackend(config.docker.url, config.docker.timeout_seconds)
         self.pools: dict[str, Pool] = {}
         self.scheduler = Scheduler(self.pools, config)
@@ -174,49 +205,11 @@ class Daemon:
             self._set_serving(False)
         self._set_models_serving()
 
-    async def _bind(self, server: grpc.aio.Server) -> list[str]:
-        addresses = []
-        if self.config.server.socket:
-            check_socket_path(self.config.server.socket)
-            address = f"unix:{self.config.server.socket}"
-            # gRPC creates the socket here, under the umask: created owner-only, it is never
-            # open to more users than server.socket_mode lets in, even for the moment until chmod.
-            umask = os.umask(0o177)
-            try:
-                server.add_insecure_port(address)
-            except RuntimeError as exc:
-                raise ConfigError(f"cannot listen on {address}: {exc}") from None
-            finally:
-                os.umask(umask)
-            set_socket_access(self.config.server.socket, self.config.server.socket_mode,
-                              self.config.server.socket_group)
-            addresses.append(address)
-        if self.config.server.tcp:
-            # Probe the port ourselves: gRPC's own failure is a C-core log line
-            # before ours, and the error must be one line.
-            try:
-                host, port = split_address(self.config.server.tcp)
-                family = socket.AF_INET6 if ":" in host else socket.AF_INET
-                with socket.socket(family, socket.SOCK_STREAM) as probe:
-                    # As gRPC binds: a restart must not trip over its predecessor's TIME_WAIT sockets.
-                    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                    probe.bind((host, port))
-            except (OSError, ValueError) as exc:
-                raise ConfigError(f"cannot listen on {self.config.server.tcp}: {exc}") from None
-            try:
-                port = server.add_insecure_port(self.config.server.tcp)
-            except RuntimeError:
-                port = 0
-            if not port:
-                raise ConfigError(f"cannot listen on {self.config.server.tcp}: address in use or invalid")
-            addresses.append(self.config.server.tcp)
-        return addresses
-
-    async def run(self) -> None:
-        config = self.config
+    def _server(self, interceptors: list[grpc.aio.ServerInterceptor]) -> grpc.aio.Server:
+        """A gRPC server with every service; one per listener, so that only TCP asks for tokens."""
         server = grpc.aio.server(options=[("grpc.max_receive_message_length", 256 << 20),
                                           ("grpc.max_send_message_length", 256 << 20)],
-                                 interceptors=[api.DecodeErrors()])
+                                 interceptors=[*interceptors, api.DecodeErrors()])
         pb_grpc.add_JobsServicer_to_server(api.JobsServicer(self), server)
         pb_grpc.add_PoolServicer_to_server(api.PoolServicer(self), server)
         pb_grpc.add_DaemonServicer_to_server(api.DaemonServicer(self), server)
@@ -224,9 +217,66 @@ class Daemon:
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         services = [pb.DESCRIPTOR.services_by_name[name].full_name for name in ("Jobs", "Sessions", "Pool", "Daemon")]
         reflection.enable_server_reflection([*services, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
+        return server
+
+    def _bind_unix(self, server: grpc.aio.Server) -> str:
+        check_socket_path(self.config.server.socket)
+        address = f"unix:{self.config.server.socket}"
+        # gRPC creates the socket here, under the umask: created owner-only, it is never
+        # open to more users than server.socket_mode lets in, even for the moment until chmod.
+        umask = os.umask(0o177)
+        try:
+            server.add_insecure_port(address)
+        except RuntimeError as exc:
+            raise ConfigError(f"cannot listen on {address}: {exc}") from None
+        finally:
+            os.umask(umask)
+        set_socket_access(self.config.server.socket, self.config.server.socket_mode, self.config.server.socket_group)
+        return address
+
+    def _bind_tcp(self, server: grpc.aio.Server) -> str:
+        address, credentials = self.config.server.tcp, self.tls
+        # Probe the port ourselves: gRPC's own failure is a C-core log line
+        # before ours, and the error must be one line.
+        try:
+            host, port = split_address(address)
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            with socket.socket(family, socket.SOCK_STREAM) as probe:
+                # As gRPC binds: a restart must not trip over its predecessor's TIME_WAIT sockets.
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                probe.bind((host, port))
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"cannot listen on {address}: {exc}") from None
+        try:
+            if credentials is None:
+                port = server.add_insecure_port(address)
+            else:
+                port = server.add_secure_port(address, credentials)
+        except RuntimeError:
+            port = 0
+        if not port:
+            raise ConfigError(f"cannot listen on {address}: address in use or invalid")
+        return address + (" (TLS)" if credentials is not None else "")
+
+    async def run(self) -> None:
+        config = self.config
+        servers: list[grpc.aio.Server] = []
+        addresses = []
+        if config.server.socket:
+            servers.append(self._server([]))
+            addresses.append(self._bind_unix(servers[-1]))
+        if config.server.tcp:
+            interceptors: list[grpc.aio.ServerInterceptor] = []
+            if self.tokens:
+                interceptors.append(auth.BearerTokens(self.tokens))
+                log.info("TCP calls need a bearer token: %s",
+                         ", ".join(f"{token.name} ({token.role})" for token in self.tokens))
+            if warning := insecure_tcp_warning(config.server):
+                log.warning("%s", warning)
+            servers.append(self._server(interceptors))
+            addresses.append(self._bind_tcp(servers[-1]))
         for service in ("", "sandboxd.v1.Jobs"):
             await self.health.set(service, health_pb2.HealthCheckResponse.NOT_SERVING)
-        addresses = await self._bind(server)
         if config.server.metrics:
             try:
                 metrics.serve(config.server.metrics)
@@ -265,7 +315,8 @@ class Daemon:
         if config.sessions.enabled and "python" in self.pools:
             # Held sessions get sandboxes of their own, so they never take job capacity.
             self.pools["sessions"] = self.sessions.pool = pool("sessions", self.pools["python"].image, "sessions")
-        await server.start()
+        for server in servers:
+            await server.start()
         for started in self.pools.values():
             started.start()
         self.sessions.start()
@@ -280,7 +331,7 @@ class Daemon:
         self.stopping = True
         self.serving = False
         await self.health.enter_graceful_shutdown()
-        await server.stop(config.server.grace_seconds)
+        await asyncio.gather(*(server.stop(config.server.grace_seconds) for server in servers))
         await self.scheduler.close()
         watcher.cancel()
         await self.sessions.close_all()

@@ -43,6 +43,9 @@ SESSION_CELLS = Counter("sandboxd_session_cells", "Session cells answered, by la
                         ["language", "status"], registry=REGISTRY)
 SESSIONS_ENDED = Counter("sandboxd_sessions_ended", "Sessions ended, by reason (closed, idle, lifetime, "
                          "max_cells, died, sandbox_lost, shutdown)", ["reason"], registry=REGISTRY)
+AUTH_CALLS = Counter("sandboxd_auth_calls", "Calls on the TCP listener by token name (\"\" when no token "
+                     "matched) and result (ok, unauthenticated, permission_denied)", ["token", "result"],
+                     registry=REGISTRY)
 
 
 def serve(address: str) -> None:

@@ -181,3 +181,53 @@ def test_every_serve_flag_says_what_it_takes_and_its_default(capsys: pytest.Capt
     assert "true or false: CRIU snapshots of warm sandboxes (pool.snapshots, default true)" in text
     assert "(server.socket, default /run/sandboxd/sandboxd.sock)" in text
     assert '(server.tcp, default "")' in text
+
+
+@pytest.mark.parametrize(
+    ("server", "fragment"),
+    [
+        ({"tcp": "0.0.0.0:50051"}, "server.tcp 0.0.0.0:50051 is not a loopback address"),
+        ({"tcp": ":50051"}, "is not a loopback address"),
+        ({"tcp": "[::]:50051"}, "is not a loopback address"),
+        ({"tcp": "10.1.2.3:50051"}, "is not a loopback address"),
+        # A name is not resolved: it may name any interface.
+        ({"tcp": "node7.cluster:50051"}, "is not a loopback address"),
+        # TLS alone or tokens alone is not enough off loopback: tokens would cross in clear, or anyone could call.
+        ({"tcp": "0.0.0.0:50051", "tls_cert": "/c.pem", "tls_key": "/k.pem"}, "is not a loopback address"),
+        ({"tcp": "0.0.0.0:50051", "tokens_file": "/t"}, "is not a loopback address"),
+        ({"tcp": "127.0.0.1:50051", "tls_cert": "/c.pem"}, "server.tls_cert and server.tls_key must be set together"),
+        ({"tcp": "127.0.0.1:50051", "tls_client_ca": "/ca.pem"}, "server.tls_client_ca (mutual TLS) needs"),
+        ({"tcp": "127.0.0.1:50051", "tokens_file": "tokens"}, "must be absolute paths"),
+        ({"tokens_file": "/t"}, "guard server.tcp, which is empty"),
+    ],
+)
+def test_tcp_door_refused(server: dict[str, str], fragment: str) -> None:
+    overrides = {f"server.{key}": value for key, value in server.items()}
+    with pytest.raises(ConfigError) as caught:
+        config.load(environ={}, overrides=overrides)
+    assert fragment in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "server",
+    [
+        {"tcp": "127.0.0.1:50051"},
+        {"tcp": "127.3.4.5:50051"},
+        {"tcp": "[::1]:50051"},
+        {"tcp": "localhost:50051"},
+        {"tcp": "0.0.0.0:50051", "tls_cert": "/c.pem", "tls_key": "/k.pem", "tokens_file": "/t"},
+        {"tcp": "0.0.0.0:50051", "tls_cert": "/c.pem", "tls_key": "/k.pem", "tls_client_ca": "/ca.pem",
+         "tokens_file": "/t"},
+        {"tcp": "0.0.0.0:50051", "insecure_tcp": "true"},
+    ],
+)
+def test_tcp_door_allowed(server: dict[str, str]) -> None:
+    loaded = config.load(environ={}, overrides={f"server.{key}": value for key, value in server.items()})
+    assert loaded.server.tcp == server["tcp"]
+
+
+def test_insecure_tcp_from_environment() -> None:
+    with pytest.raises(ConfigError, match="not a loopback address"):
+        config.load(environ={"SANDBOXD_SERVER_TCP": "0.0.0.0:1"})
+    loaded = config.load(environ={"SANDBOXD_SERVER_TCP": "0.0.0.0:1", "SANDBOXD_SERVER_INSECURE_TCP": "1"})
+    assert loaded.server.insecure_tcp and config.tcp_unguarded(loaded.server)

@@ -256,7 +256,7 @@ def test_a_daemon_none_of_whose_pools_can_start_sandboxes_stops_serving() -> Non
 
 
 def with_bound_socket(folder: str, mode: str, group: str, check: Callable[[str], None]) -> None:
-    """Bind a gRPC server with Daemon._bind (no engine needed) on a socket in `folder` with the given access,
+    """Bind a gRPC server with Daemon._bind_unix (no engine needed) on a socket in `folder` with the given access,
     and call `check` with the socket's path while it is bound."""
     from sandboxd.config import Config
 
@@ -267,7 +267,7 @@ def with_bound_socket(folder: str, mode: str, group: str, check: Callable[[str],
         daemon.config.server.socket_mode = mode
         daemon.config.server.socket_group = group
         server = grpc.aio.server()
-        await daemon._bind(server)
+        daemon._bind_unix(server)
         try:
             await asyncio.to_thread(check, daemon.config.server.socket)
         finally:
@@ -442,3 +442,17 @@ def test_each_reward_model_has_a_health_service_of_its_own(tmp_path: Path) -> No
     serving, not_serving = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
     model = reward_model_health_service("rm")
     assert said == [("", serving), ("sandboxd.v1.Jobs", serving), (model, serving), (model, not_serving)]
+
+
+def test_insecure_tcp_warning() -> None:
+    from sandboxd.config import ServerConfig
+    from sandboxd.daemon import insecure_tcp_warning
+
+    assert insecure_tcp_warning(ServerConfig(tcp="0.0.0.0:1")) == ""  # refused by the config checks instead
+    assert insecure_tcp_warning(ServerConfig(tcp="0.0.0.0:1", insecure_tcp=True)) == (
+        "server.insecure_tcp: 0.0.0.0:1 serves without TLS and tokens: anyone who reaches it may run code and "
+        "control the pools")
+    assert insecure_tcp_warning(ServerConfig(tcp="0.0.0.0:1", insecure_tcp=True, tokens_file="/t")) == (
+        "server.insecure_tcp: 0.0.0.0:1 serves without TLS: anyone who reaches it may read the tokens")
+    assert insecure_tcp_warning(ServerConfig(tcp="0.0.0.0:1", insecure_tcp=True, tokens_file="/t",
+                                             tls_cert="/c", tls_key="/k")) == ""

@@ -22,6 +22,20 @@ from .errors import InvalidRequest, PermissionDenied, SandboxdError, Unavailable
 
 DEFAULT_ADDRESS = "unix:///run/sandboxd/sandboxd.sock"
 ADDRESS_ENV = "SANDBOXD_ADDRESS"
+TOKEN_ENV = "SANDBOXD_TOKEN"
+TLS_CA_ENV = "SANDBOXD_TLS_CA"
+TLS_CERT_ENV = "SANDBOXD_TLS_CERT"
+TLS_KEY_ENV = "SANDBOXD_TLS_KEY"
+# gRPC backs off between connection attempts from 1 s, times 1.6 each, up to 120 s: a
+# daemon back after a restart of 10 s was found up to 6 s later, after a minute up to 40 s
+# later, while every call failed UNAVAILABLE. Attempts every 0.25-1 s (plus gRPC's 20 %
+# jitter) find it within about 1.2 s; min_reconnect_backoff_ms is also each attempt's
+# connect timeout, which 1 s leaves ample for a TCP and TLS handshake in a cluster.
+RECONNECT_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.initial_reconnect_backoff_ms", 250),
+    ("grpc.min_reconnect_backoff_ms", 1000),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+)
 
 # round_robin spreads calls over every ready daemon; healthCheckConfig makes gRPC
 # watch grpc.health.v1 on each and skip those that report NOT_SERVING (draining).
@@ -168,7 +182,57 @@ def channel_options(
     named = {name for name, _ in extra}
     limits = [(name, MAX_MESSAGE_BYTES) for name in ("grpc.max_receive_message_length", "grpc.max_send_message_length")
               if name not in named]
-    return [("grpc.service_config", json.dumps(service_config)), *limits, *extra]
+    reconnect = [(name, value) for name, value in RECONNECT_OPTIONS if name not in named]
+    return [("grpc.service_config", json.dumps(service_config)), *limits, *reconnect, *extra]
+
+
+def bearer_token(token: str | None) -> str | None:
+    """``token``, else ``$SANDBOXD_TOKEN``; None for neither. A token gRPC could not send is refused here."""
+    token = token if token is not None else os.environ.get(TOKEN_ENV) or None
+    if token is not None and (not token or not token.isascii() or not token.isprintable() or " " in token):
+        raise InvalidRequest("token must be non-empty printable ASCII without spaces")
+    return token
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """PEM contents for a TLS channel: the CA to trust (None: the system's) and a client certificate and key."""
+
+    ca: bytes | None = None
+    cert: bytes | None = None
+    key: bytes | None = None
+
+
+def _read(kind: str, path: str) -> bytes:
+    try:
+        with open(path, "rb") as file:
+            return file.read()
+    except OSError as e:
+        raise InvalidRequest(f"cannot read {kind} {path}: {e.strerror}") from None
+
+
+def tls_files(
+    tls: bool | None, ca: str | None, cert: str | None, key: str | None
+) -> TlsFiles | None:
+    """The TLS settings from the arguments, each else its ``$SANDBOXD_TLS_*`` variable; None for plaintext.
+
+    TLS is on when ``tls`` is true or any file is named (``tls=False`` turns it off whatever the environment
+    says). A client certificate (mutual TLS) needs its key.
+    """
+    if tls is False:
+        return None
+    ca = ca or os.environ.get(TLS_CA_ENV) or None
+    cert = cert or os.environ.get(TLS_CERT_ENV) or None
+    key = key or os.environ.get(TLS_KEY_ENV) or None
+    if not (tls or ca or cert or key):
+        return None
+    if bool(cert) != bool(key):
+        raise InvalidRequest("tls_cert and tls_key (a client certificate for mutual TLS) go together")
+    return TlsFiles(
+        ca=_read("tls_ca", ca) if ca else None,
+        cert=_read("tls_cert", cert) if cert else None,
+        key=_read("tls_key", key) if key else None,
+    )
 
 
 @dataclass(frozen=True)

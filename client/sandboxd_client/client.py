@@ -27,11 +27,13 @@ from ._core import (
     ChunkState,
     RetryPolicy,
     Target,
+    bearer_token,
     channel_options,
     jobs_service_config,
     merge_pool_status,
     plan_chunks,
     resolve_target,
+    tls_files,
 )
 from ._proto.sandboxd.v1 import sandboxd_pb2 as pb
 from ._proto.sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
@@ -86,6 +88,11 @@ class _ClientBase:
         max_batch_bytes: int = 3 << 20,
         max_concurrent_batches: int = 16,
         token: str | None = None,
+        tls: bool | None = None,
+        tls_ca: str | None = None,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
+        tls_server_name: str | None = None,
         credentials: grpc.ChannelCredentials | None = None,
         metadata: _Metadata = (),
         options: Sequence[tuple[str, Any]] = (),
@@ -111,11 +118,20 @@ class _ClientBase:
         self._batch_size = batch_size
         self._max_batch_bytes = max_batch_bytes
         self._max_concurrent = max_concurrent_batches
+        files = tls_files(tls, tls_ca, tls_cert, tls_key)
+        if credentials is not None and files is not None:
+            raise InvalidRequest("pass credentials or the tls settings, not both")
         self._credentials = credentials
+        self._tls = None if files is None else grpc.ssl_channel_credentials(files.ca, files.key, files.cert)
+        token = bearer_token(token)
         self._metadata: tuple[tuple[str, str], ...] = tuple(metadata) + (
             (("authorization", f"Bearer {token}"),) if token else ()
         )
-        self._extra_options = tuple(options)
+        # A list of host names is resolved to addresses (resolve_target): the name the
+        # daemon's certificate carries is then given here.
+        self._extra_options = tuple(options) + (
+            (("grpc.ssl_target_name_override", tls_server_name),) if tls_server_name else ()
+        )
         self._jobs_service_config = jobs_service_config(reward_model)
         self._closed = False
         self._setup()
@@ -128,6 +144,12 @@ class _ClientBase:
     def address(self) -> str:
         """The gRPC target this client's job channel connects to."""
         return self.target.grpc_target
+
+    def _channel_credentials(self, target: str) -> grpc.ChannelCredentials | None:
+        """The credentials given, else TLS from the tls settings, which a Unix socket (plaintext) never gets."""
+        if self._credentials is not None:
+            return self._credentials
+        return None if target.startswith("unix") else self._tls
 
     def _options(self, service_config: Mapping[str, Any]) -> list[tuple[str, Any]]:
         extra = self._extra_options
@@ -240,6 +262,15 @@ class SandboxClient(_ClientBase):
     model is loaded (its own health service), not to one where it still
     loads or failed to load.
 
+    A daemon's TCP listener may ask for TLS and a bearer token (docs/deploy.md):
+    ``token`` (else ``$SANDBOXD_TOKEN``) is sent on every call; ``tls_ca``,
+    ``tls_cert`` and ``tls_key`` (PEM paths, else ``$SANDBOXD_TLS_CA``,
+    ``$SANDBOXD_TLS_CERT``, ``$SANDBOXD_TLS_KEY``) turn TLS on, trusting
+    ``tls_ca`` (default: the system's CAs, or ``tls=True`` with no file), and
+    present a client certificate for mutual TLS. ``unix:`` targets stay
+    plaintext. ``tls_server_name`` is the name the daemons' certificates
+    carry when the address is a list of host names (resolved to addresses).
+
     Scoring calls return a :class:`Result` for every job, even when the
     infrastructure failed after ``max_retries`` retries (``result.error`` then
     says why); they raise only :class:`InvalidRequest` (and permission errors).
@@ -264,8 +295,9 @@ class SandboxClient(_ClientBase):
 
     def _make_channel(self, target: str, service_config: Mapping[str, Any]) -> grpc.Channel:
         options = self._options(service_config)
-        if self._credentials is not None:
-            return grpc.secure_channel(target, self._credentials, options=options)
+        credentials = self._channel_credentials(target)
+        if credentials is not None:
+            return grpc.secure_channel(target, credentials, options=options)
         return grpc.insecure_channel(target, options=options)
 
     def _channel_for(self, address: str) -> grpc.Channel:
@@ -581,8 +613,9 @@ class AsyncSandboxClient(_ClientBase):
 
     def _make_channel(self, target: str, service_config: Mapping[str, Any]) -> grpc.aio.Channel:
         options = self._options(service_config)
-        if self._credentials is not None:
-            return grpc.aio.secure_channel(target, self._credentials, options=options)
+        credentials = self._channel_credentials(target)
+        if credentials is not None:
+            return grpc.aio.secure_channel(target, credentials, options=options)
         return grpc.aio.insecure_channel(target, options=options)
 
     def _channel_for(self, address: str) -> grpc.aio.Channel:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import random
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -17,6 +18,7 @@ from sandboxd_client import (
     MessageTooLarge,
     Result,
     RetryPolicy,
+    SandboxClient,
     Status,
     StdioCase,
     code_job,
@@ -508,3 +510,49 @@ def test_result_to_dict_is_json_ready() -> None:
     assert data["details"]["stdout"] == "\ufffdok" and data["error"] is None
     made = failure_result(0, Unavailable("gone"), failure_value=-1.0, client_attempts=2).to_dict()
     assert made["status"] == "UNAVAILABLE" and "gone" in made["error"] and made["is_infrastructure_failure"]
+
+
+def test_reconnect_options_by_default_and_replaceable() -> None:
+    from sandboxd_client._core import RECONNECT_OPTIONS, channel_options
+
+    assert set(RECONNECT_OPTIONS) <= set(channel_options({}))
+    assert dict(RECONNECT_OPTIONS)["grpc.max_reconnect_backoff_ms"] <= 1000
+    options = channel_options({}, [("grpc.max_reconnect_backoff_ms", 5000)])
+    assert [value for name, value in options if name == "grpc.max_reconnect_backoff_ms"] == [5000]
+
+
+def test_token_and_tls_settings_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sandboxd_client._core import TlsFiles, bearer_token, tls_files
+
+    for name in ("SANDBOXD_TOKEN", "SANDBOXD_TLS_CA", "SANDBOXD_TLS_CERT", "SANDBOXD_TLS_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    assert bearer_token(None) is None and tls_files(None, None, None, None) is None
+    assert tls_files(True, None, None, None) == TlsFiles()  # the system's CAs
+    monkeypatch.setenv("SANDBOXD_TOKEN", "from-env")
+    assert bearer_token(None) == "from-env" and bearer_token("given") == "given"
+    for bad in ("", "two words", "new\nline", "ü" * 20):
+        with pytest.raises(InvalidRequest, match="token must be"):
+            bearer_token(bad)
+    (tmp_path / "ca.pem").write_bytes(b"CA")
+    (tmp_path / "c.pem").write_bytes(b"CERT")
+    (tmp_path / "c.key").write_bytes(b"KEY")
+    monkeypatch.setenv("SANDBOXD_TLS_CA", str(tmp_path / "ca.pem"))
+    assert tls_files(None, None, None, None) == TlsFiles(ca=b"CA")
+    assert tls_files(False, None, None, None) is None
+    assert tls_files(None, None, str(tmp_path / "c.pem"), str(tmp_path / "c.key")) == TlsFiles(b"CA", b"CERT", b"KEY")
+    with pytest.raises(InvalidRequest, match="tls_cert and tls_key"):
+        tls_files(None, None, str(tmp_path / "c.pem"), None)
+    with pytest.raises(InvalidRequest, match=r"cannot read tls_ca .*none\.pem"):
+        tls_files(None, str(tmp_path / "none.pem"), None, None)
+
+
+def test_unix_socket_stays_plaintext_with_tls_settings(tmp_path: Path) -> None:
+    (tmp_path / "ca.pem").write_bytes(b"CA")
+    client = SandboxClient("unix:///tmp/none.sock", tls_ca=str(tmp_path / "ca.pem"))
+    try:
+        assert client._channel_credentials("unix:///tmp/none.sock") is None
+        assert client._channel_credentials("127.0.0.1:1") is not None
+    finally:
+        client.close()
+    with pytest.raises(InvalidRequest, match="credentials or the tls settings"):
+        SandboxClient("127.0.0.1:1", tls=True, credentials=grpc.local_channel_credentials())

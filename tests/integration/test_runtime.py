@@ -296,3 +296,19 @@ def test_exit_report_says_how_a_container_ended() -> None:
     finally:
         created.remove(force=True)
         running.remove(force=True)
+
+
+def test_non_loopback_tcp_needs_tls_and_tokens(tmp_path: Path) -> None:
+    # Refused by the configuration's checks, before anything binds: no public address is ever opened.
+    result = serve_error(tmp_path, "--socket", str(tmp_path / "s.sock"), "--tcp", "0.0.0.0:1")
+    assert_one_line_error(result, "server.tcp 0.0.0.0:1 is not a loopback address")
+
+
+def test_tokens_file_open_to_others_refused(tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens"
+    tokens.write_text("trainer jobs " + "t" * 32 + "\n")
+    tokens.chmod(0o640)
+    result = serve_error(tmp_path, "--socket", str(tmp_path / "s.sock"), "--tcp", "127.0.0.1:1",
+                         env={"SANDBOXD_SERVER_TOKENS_FILE": str(tokens)})
+    assert_one_line_error(result, "mode 0640 lets group or others in")
+    assert "t" * 32 not in result.stderr
