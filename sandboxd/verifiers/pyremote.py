@@ -494,6 +494,11 @@ class JudgeObject:
             raise StopIteration
         return item
 
+    def __bool__(self) -> bool:
+        # Asked, not len(): `while node:` of a test's Node, or `if key:` of its callback, is True in Python though
+        # neither has a len(), which the test's process refused (a correct program failed).
+        return bool(self._ask("bool"))
+
     def __len__(self) -> int:
         return int(self._ask("len"))
 
@@ -1435,6 +1440,8 @@ class JudgeEndpoint(Endpoint):
                 return getattr(target, name)
             setattr(target, name, value)
             return None
+        if op == "bool":
+            return bool(target)  # the test's own __bool__ or __len__, or True: any object's, as Python answers it
         if op in ("len", "getitem", "contains", "enter", "exit", "str") and _exposable(target):
             return _OPERATORS[op](*args, **kwargs)
         if _python_answers(op, target):
