@@ -254,17 +254,39 @@ def _share_in(dir_fd: int, uid: int, budget: list[int], depth: int = 0) -> None:
             try:
                 info = entry.stat(follow_symlinks=False)
                 if stat.S_ISDIR(info.st_mode):
-                    if info.st_uid == uid and stat.S_IMODE(info.st_mode) & 0o777 != 0o777:
-                        os.chmod(entry.name, 0o777, dir_fd=dir_fd)
                     child = os.open(entry.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
                     try:
+                        # By the folder opened (no links followed), not its name: see _chmod_file.
+                        opened = os.fstat(child)
+                        if opened.st_uid == uid and stat.S_IMODE(opened.st_mode) & 0o777 != 0o777:
+                            os.fchmod(child, 0o777)
                         _share_in(child, uid, budget, depth + 1)
                     finally:
                         os.close(child)
                 elif stat.S_ISREG(info.st_mode) and info.st_uid == uid and info.st_mode & 0o666 != 0o666:
-                    os.chmod(entry.name, stat.S_IMODE(info.st_mode) | 0o666, dir_fd=dir_fd)
+                    _chmod_file(dir_fd, entry.name, uid)
             except OSError:
                 continue
+
+
+def _chmod_file(dir_fd: int, name: str, uid: int) -> None:
+    """Make one of our files in the job's folder 0666, by the file opened (no links followed), not by its name.
+
+    The folder is the program's: between a look at an entry and a chmod of
+    its name, the program (a thread of it, running while the tests do) may
+    put a symbolic link there, which chmod by name follows: the judge made
+    a file of its own anywhere 0666 for the program's uid (red team).
+    """
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY, dir_fd=dir_fd)
+    except OSError:
+        return  # a link now, or a file of ours we may not read (0200): left as it is
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISREG(info.st_mode) and info.st_uid == uid and info.st_mode & 0o666 != 0o666:
+            os.fchmod(fd, stat.S_IMODE(info.st_mode) | 0o666)
+    finally:
+        os.close(fd)
 
 
 # ---------------------------------------------------------------------------

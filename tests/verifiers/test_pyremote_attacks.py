@@ -198,3 +198,57 @@ def test_a_program_tests_the_callback_it_was_given(tmp_path: Path) -> None:
                            "assert sort_by(['bb', 'a'], key=lambda s: len(s)) == ['a', 'bb']", tmp_path,
                      entry_point="sort_by")
     assert result["passed"], result["message"]
+
+
+# ---- values that cost the judge ----
+
+
+def test_a_decimal_of_a_huge_exponent_is_refused_not_converted(tmp_path: Path) -> None:
+    """int() of Decimal("1E+10000000") (what a function-call case does to a Decimal answer) never ended in the judge;
+    1E+1000000 took 52 s."""
+    code = "from decimal import Decimal\ndef f(x):\n    return Decimal('1E+10000000') if x else Decimal('2.5')\n"
+    result = harness(code, tmp_path, fn_name="f", cases=[FunctionCase((0,), 2.5), FunctionCase((1,), 3)],
+                     call_timeout=30)
+    assert [test["status"] for test in result["tests"]] == ["ok", "died"]
+
+
+# ---- the shared folder ----
+
+
+def test_share_files_follows_no_link_put_in_place_of_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The program may swap one of the judge's files in the job's folder for a link between share_files' look and
+    its chmod (a thread of the program runs meanwhile): the chmod by name followed it to a file of the judge's
+    outside the folder. The race is made here by answering the look with the file that was there."""
+    import os
+
+    from sandboxd.verifiers import pyremote
+
+    folder, outside = tmp_path / "job", tmp_path / "judges-own"
+    folder.mkdir()
+    outside.write_text("secret")
+    outside.chmod(0o600)
+    (folder / "was-a-file").write_text("")
+    (folder / "was-a-file").chmod(0o600)
+    looked = os.stat(folder / "was-a-file")
+    (folder / "was-a-file").unlink()
+    (folder / "was-a-file").symlink_to(outside)
+
+    class Entry:
+        name = "was-a-file"
+
+        def stat(self, follow_symlinks: bool = True) -> os.stat_result:
+            return looked
+
+    class Scan:
+        def __init__(self, fd: int) -> None:
+            pass
+
+        def __enter__(self) -> list[Entry]:
+            return [Entry()]
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+    monkeypatch.setattr(pyremote.os, "scandir", Scan)
+    pyremote.share_files(str(folder))
+    assert outside.stat().st_mode & 0o777 == 0o600
