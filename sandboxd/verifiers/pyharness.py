@@ -90,7 +90,6 @@ from .pyremote import (
     CandidateTimeout,
     JudgeEndpoint,
     Proxy,
-    RemoteFunction,
     RemoteIterator,
     TestsTimeUp,
     TooLargeForJudge,

@@ -26,8 +26,10 @@ def _failed(result: dict[str, Any]) -> None:
     assert not result["passed"] and result["status"] in FAILED, (result["status"], result["message"])
 
 
-PYTEST_ADD = "from solution import add\ndef test_add():\n    assert add(1, 2) == 3\ndef test_more():\n    assert add(2, 2) == 4\n"
-SKIP_MARK = "import collections\nM = collections.namedtuple('M', 'name args kwargs')\npytestmark = [M('skip', (), {})]\n"
+PYTEST_ADD = ("from solution import add\ndef test_add():\n    assert add(1, 2) == 3\n"
+              "def test_more():\n    assert add(2, 2) == 4\n")
+SKIP_MARK = ("import collections\nM = collections.namedtuple('M', 'name args kwargs')\n"
+             "pytestmark = [M('skip', (), {})]\n")
 WRONG_ADD = "def add(a, b):\n    return 0\n"
 
 
@@ -58,8 +60,8 @@ def test_the_tests_own_hooks_still_apply(tmp_path: Path) -> None:
 def test_a_programs_check_is_not_called_as_humaneval_check(tmp_path: Path) -> None:
     """MBPP has programs whose function is named `check`: the asserts call it; the harness does not call it with
     itself."""
-    result = _assert("def check(n):\n    return n == 2 * int(str(n)[::-1]) - 1\n", "assert check(73)\nassert not check(70)",
-                     tmp_path, entry_point="check")
+    result = _assert("def check(n):\n    return n == 2 * int(str(n)[::-1]) - 1\n",
+                     "assert check(73)\nassert not check(70)", tmp_path, entry_point="check")
     assert result["passed"], result["message"]
 
 
@@ -138,13 +140,15 @@ SERVICE_TEST = ("from unittest.mock import Mock\nfrom solution import Service\n"
 def test_a_program_cannot_rewrite_the_tests_mock(save: str, check: str, tmp_path: Path) -> None:
     """Before, each passed without calling `db.insert` (1.0)."""
     code = ("class Anything:\n    def __getattr__(self, name):\n        return lambda *a, **k: None\n"
-            f"class Service:\n    def __init__(self, db):\n        self.db = db\n    def save(self, x):\n        {save}\n")
+            "class Service:\n    def __init__(self, db):\n        self.db = db\n"
+            f"    def save(self, x):\n        {save}\n")
     _failed(_assert(code, SERVICE_TEST.replace("CHECK", check), tmp_path))
 
 
 def test_a_program_uses_the_tests_mock_as_a_dependency(tmp_path: Path) -> None:
     code = ("class Service:\n    def __init__(self, db):\n        self.db = db\n"
-            "    def save(self, x):\n        self.db.insert(x)\n        self.db.saved = True\n        return self.db.fetch(x)\n")
+            "    def save(self, x):\n        self.db.insert(x)\n        self.db.saved = True\n"
+            "        return self.db.fetch(x)\n")
     tests = SERVICE_TEST.replace("CHECK", "db.insert.assert_called_once_with(5)\n    assert db.saved is True")
     result = _assert(code, tests, tmp_path)
     assert result["passed"], result["message"]
