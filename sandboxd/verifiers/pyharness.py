@@ -75,7 +75,7 @@ import traceback
 import types
 import typing
 import unittest
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
 from typing import Any, NoReturn, cast
 
 from .code import _SYNTAX_ERRORS, FunctionCase, _parse, assemble
@@ -90,7 +90,6 @@ from .pyremote import (
     CandidateTimeout,
     JudgeEndpoint,
     Proxy,
-    RemoteFunction,
     RemoteIterator,
     TestsTimeUp,
     TooLargeForJudge,
@@ -991,7 +990,7 @@ def _xunit(function: object, argument: object) -> Callable[[], object] | None:
     return functools.partial(function, argument) if takes else function
 
 
-def _pytest_tests(namespace: dict[str, Any]) -> list[_PytestTest]:
+def _pytest_tests(namespace: dict[str, Any], own: Set[str]) -> list[_PytestTest]:
     """The pytest-style tests the test code defined, in order, with their xunit setups and marks.
 
     ``test*`` functions (with the module's ``setup_function``/``teardown_function``),
@@ -1000,13 +999,14 @@ def _pytest_tests(namespace: dict[str, Any]) -> list[_PytestTest]:
     its own, with ``setup_method``/``teardown_method`` around each call. The
     module's ``pytestmark`` applies to all of them, a class's to its methods.
     """
-    module_marks = _mark_list(namespace.get("pytestmark"))
+    module_marks = _mark_list(_hook(namespace, own, "pytestmark"))
     tests: list[_PytestTest] = []
     for name, value in list(namespace.items()):
         if name.startswith("test") and isinstance(value, types.FunctionType):
             if _defined_here(value):
-                tests.append(_PytestTest(name, value, _xunit(namespace.get("setup_function"), value),
-                                         _xunit(namespace.get("teardown_function"), value), module_marks, None))
+                tests.append(_PytestTest(name, value, _xunit(_hook(namespace, own, "setup_function"), value),
+                                         _xunit(_hook(namespace, own, "teardown_function"), value), module_marks,
+                                         None))
         elif (
             name.startswith("Test")
             and isinstance(value, type)
@@ -1029,7 +1029,7 @@ def _pytest_tests(namespace: dict[str, Any]) -> list[_PytestTest]:
 
 
 def _run_test_functions(namespace: dict[str, Any], source: str, called_candidate: bool, remote: JudgeEndpoint,
-                        files: str) -> list[str]:
+                        files: str, own: Set[str] = frozenset()) -> list[str]:
     """Call the pytest-style tests the test code defined and does not call itself.
 
     As pytest would: ``test*`` functions and ``Test*`` classes' ``test*``
@@ -1048,7 +1048,7 @@ def _run_test_functions(namespace: dict[str, Any], source: str, called_candidate
     needs a fixture nobody defines, an ``indirect`` parameter, an event loop)
     was not run; the others still run, so that a wrong program still fails them.
     """
-    tests = _pytest_tests(namespace)
+    tests = _pytest_tests(namespace, own)
     if tests and called_candidate:
         used = _names_used(source)
         tests = [test for test in tests if test.name.partition(".")[0] not in used]
@@ -1057,7 +1057,8 @@ def _run_test_functions(namespace: dict[str, Any], source: str, called_candidate
     module = types.SimpleNamespace(**namespace)
     with contextlib.ExitStack() as module_scope:
         if tests:
-            _setup_scope(module_scope, namespace.get("setup_module"), namespace.get("teardown_module"), module)
+            _setup_scope(module_scope, _hook(namespace, own, "setup_module"), _hook(namespace, own, "teardown_module"),
+                         module)
         owner: type | None = None
         class_scope = contextlib.ExitStack()
         module_scope.push(class_scope)
@@ -1073,6 +1074,33 @@ def _run_test_functions(namespace: dict[str, Any], source: str, called_candidate
             except _Unsupported as exc:
                 unsupported.append(str(exc))
     return unsupported
+
+
+def _own_names(*sources: str) -> frozenset[str]:
+    """The top-level names the dataset's own code binds (not by importing them): the only ones the harness reads as
+    its hooks (`check`, `pytestmark`, `setup_module`, ...)."""
+    names: set[str] = set()
+    for source in sources:
+        tree = _parse(source) if source else None
+        if tree is not None:
+            names.update(_definitions(tree)[0])
+    return frozenset(names)
+
+
+def _hook(namespace: Mapping[str, Any], own: Set[str], name: str) -> Any:
+    """A hook of pytest's or HumanEval's (`pytestmark`, `setup_module`, `check`) that the tests' own code defined.
+
+    The tests' namespace also holds every top-level name of the program
+    (_bind_names): a program's `pytestmark = [Mark("skip")]` (a namedtuple,
+    which crosses as a value) skipped every test, and its `setup_module` or a
+    `check` class then counted as calling it, so a wrong program passed
+    pytest-style tests (red team). A hook is read only where the dataset's
+    code binds its name, and is never one of the program's objects.
+    """
+    if name not in own:
+        return None
+    value = namespace.get(name)
+    return None if isinstance(value, (Proxy, CandidateClass)) else value
 
 
 def _setup_scope(scope: contextlib.ExitStack, setup: object, teardown: object, argument: object) -> None:
@@ -1238,15 +1266,16 @@ def _run_assert(
     try:
         bound = _bind_names(remote, namespace, names, entry_point)
         module = _CandidateModule(remote, [name for name in bound if not name.startswith("_")])
+        own = _own_names(setup_code, assert_code)
         with _importable(module):
             exec(_compiled(assert_code, _TEST_FILENAME), namespace)
-            check = namespace.get("check")
-            if entry_point and callable(check) and not isinstance(check, RemoteFunction):
+            check = _hook(namespace, own, "check")
+            if entry_point and callable(check):
                 check(namespace[entry_point])
             remote.forget_exports()
             _run_unittest_cases(namespace)
             remote.forget_exports()
-            unsupported = _run_test_functions(namespace, assert_code, remote.calls > 0, remote, files)
+            unsupported = _run_test_functions(namespace, assert_code, remote.calls > 0, remote, files, own)
     except (CandidateDied, CandidateTimeout) as exc:
         return _test(0, _broken_status(exc), str(exc))
     except BaseException as exc:

@@ -43,6 +43,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import copy
+import inspect
 import io
 import itertools
 import logging
@@ -157,6 +158,12 @@ def describe(exc: BaseException) -> dict[str, str]:
     except Exception:
         message = "<unprintable exception>"
     return {"type": _type_name(exc)[:TYPE_NAME_LIMIT], "message": message[:MESSAGE_LIMIT]}
+
+
+def _numpy_in(frame: object) -> bool:
+    """Whether a request the judge sent held a numpy value (asked only when the program says it could not take one)."""
+    text = _ENCODER.encode(frame)
+    return '"$ndarray"' in text or '"$npscalar"' in text
 
 
 def _mutable(value: object) -> bool:
@@ -280,11 +287,9 @@ def _share_in(dir_fd: int, path: str, uid: int, budget: list[int], depth: int = 
                 try:
                     info = entry.stat(follow_symlinks=False)
                     if stat.S_ISDIR(info.st_mode):
-                        if info.st_uid == uid and stat.S_IMODE(info.st_mode) & 0o777 != 0o777:
-                            os.chmod(entry.name, 0o777, dir_fd=dir_fd)
                         subfolders.append(entry.name)
                     elif stat.S_ISREG(info.st_mode) and info.st_uid == uid and info.st_mode & 0o666 != 0o666:
-                        os.chmod(entry.name, stat.S_IMODE(info.st_mode) | 0o666, dir_fd=dir_fd)
+                        _chmod_file(dir_fd, entry.name, uid)
                 except OSError:
                     continue
         _shared_in[path + "/"] = (mtime, read_at, subfolders)
@@ -294,9 +299,35 @@ def _share_in(dir_fd: int, path: str, uid: int, budget: list[int], depth: int = 
         except OSError:
             continue
         try:
+            # By the folder opened (no links followed), not its name: see _chmod_file.
+            opened = os.fstat(child)
+            if opened.st_uid == uid and stat.S_IMODE(opened.st_mode) & 0o777 != 0o777:
+                os.fchmod(child, 0o777)
             _share_in(child, f"{path}/{name}", uid, budget, depth + 1)
+        except OSError:
+            pass
         finally:
             os.close(child)
+
+
+def _chmod_file(dir_fd: int, name: str, uid: int) -> None:
+    """Make one of our files in the job's folder 0666, by the file opened (no links followed), not by its name.
+
+    The folder is the program's: between a look at an entry and a chmod of
+    its name, the program (a thread of it, running while the tests do) may
+    put a symbolic link there, which chmod by name follows: the judge made
+    a file of its own anywhere 0666 for the program's uid (red team).
+    """
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY, dir_fd=dir_fd)
+    except OSError:
+        return  # a link now, or a file of ours we may not read (0200): left as it is
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISREG(info.st_mode) and info.st_uid == uid and info.st_mode & 0o666 != 0o666:
+            os.fchmod(fd, stat.S_IMODE(info.st_mode) | 0o666)
+    finally:
+        os.close(fd)
 
 
 # ---------------------------------------------------------------------------
@@ -525,6 +556,11 @@ class JudgeObject:
         if item is _END:
             raise StopIteration
         return item
+
+    def __bool__(self) -> bool:
+        # Asked, not len(): `while node:` of a test's Node, or `if key:` of its callback, is True in Python though
+        # neither has a len(), which the test's process refused (a correct program failed).
+        return bool(self._ask("bool"))
 
     def __len__(self) -> int:
         return int(self._ask("len"))
@@ -924,6 +960,38 @@ def _exposable(obj: object) -> bool:
     return module == TEST_MODULE or (code is not None and code.co_filename in TEST_FILENAMES)
 
 
+def _refused_attribute(target: object, name: str, op: str, value: object) -> str:
+    """Why the program may not read or set `name` of a test's exposable object ("" where it may).
+
+    What the test checks with must stay the test's: a program handed a mock
+    set its `insert.assert_called_once_with` to a function of its own (a
+    no-op), or `insert` itself to an object that answers every attribute, or
+    `insert.called = True`, and `db.insert.assert_called_once_with(5)` passed
+    without a call (red team). So a mock's own API (what its class defines:
+    `assert_*`, `called`, `return_value`, `configure_mock`, ...) is not the
+    program's to read or set, and nothing the test reaches by attribute (a
+    mock's children, a test object's methods) may become the program's
+    object: a program sets data (`task.done = True`, `node.next = other`),
+    not behaviour (`checker.verify = lambda: None`).
+    """
+    mock = sys.modules.get("unittest.mock")
+    if mock is not None and isinstance(target, mock.NonCallableMock):
+        if hasattr(type(target), name):
+            return f"use .{name} of the test's mock (its own API)"
+        if op == "setattr" and isinstance(value, (Proxy, CandidateClass)):
+            return f"set .{name} of the test's mock to an object of its own"
+    if op != "setattr":
+        return ""
+    for where in (type(target), target):
+        try:
+            found = inspect.getattr_static(where, name)
+        except AttributeError:
+            continue
+        if callable(found) or isinstance(found, (staticmethod, classmethod)):
+            return f"replace .{name} of the test's {_type_name(target)}, which is callable"
+    return ""
+
+
 TEST_MODULE = "__sandboxd_test__"
 TEST_FILENAMES = frozenset({"<test>", "<setup>"})
 # Public attributes of a test's callable that are its name, not its code or its frames.
@@ -1151,7 +1219,7 @@ class JudgeEndpoint(Endpoint):
         finally:
             self.nesting -= 1
         try:
-            value, error = self.read(reply, op, args, kwargs or {})
+            value, error = self.read(reply, op, args, kwargs or {}, frame)
         except MemoryError:
             # Handled below, not here: the handler would keep the MemoryError as its context, and in that the
             # frames that hold the half-decoded reply, for as long as self.broken lives.
@@ -1164,7 +1232,7 @@ class JudgeEndpoint(Endpoint):
         self._break(TooLargeForJudge(REPLY_TOO_LARGE))
 
     def read(self, reply: dict[str, Any], op: str, args: Sequence[object],
-             kwargs: Mapping[str, object]) -> tuple[Any, BaseException | None]:
+             kwargs: Mapping[str, object], sent: object = None) -> tuple[Any, BaseException | None]:
         """(the answer in a reply, or the candidate's exception to raise), after writing its changed containers back
         (and before forgetting those the program no longer holds: the answer may be one of them)."""
         try:
@@ -1179,7 +1247,7 @@ class JudgeEndpoint(Endpoint):
             else:
                 error = reply.get("e")
                 if type(error) is dict and type(error.get("type")) is str and type(error.get("message")) is str:
-                    answer = None, self.candidate_exception(error)
+                    answer = None, self.candidate_exception(error, error.get("unsupported") is True and _numpy_in(sent))
             for hid in reply.get("d") or ():
                 if type(hid) is int and hid in self.held:
                     self.held_ids.pop(id(self.held.pop(hid)), None)
@@ -1204,7 +1272,10 @@ class JudgeEndpoint(Endpoint):
             try:
                 write_back(original, self.decode(entry[1]))
             except Unsupported as exc:
-                self.unsupported.append(str(exc))
+                # The program's process holds the same object as the test's (CandidateEndpoint.hold), so it cannot
+                # send it back as another type, shape or dtype but in a frame of its own making: a wrong program
+                # sent a dict for the test's list to make its failure the harness's (unsupported; red team).
+                raise RejectedValue(str(exc)) from None
             self.held_json[entry[0]] = None  # taken again once the reply is read, if the program still holds it
 
     def hold(self, frame: dict[str, Any], args: Sequence[object], kwargs: Mapping[str, object]) -> None:
@@ -1241,10 +1312,12 @@ class JudgeEndpoint(Endpoint):
             raise RejectedValue("$held names no container the test handed over")
         return self.held[hid]
 
-    def candidate_exception(self, error: Mapping[str, Any]) -> BaseException:
+    def candidate_exception(self, error: Mapping[str, Any], sent_numpy: bool = False) -> BaseException:
         """The exception to raise in test code for an error the candidate answered."""
         type_name, message = error["type"][:TYPE_NAME_LIMIT], error["message"][:MESSAGE_LIMIT]
-        if error.get("unsupported") is True:
+        if error.get("unsupported") is True and sent_numpy:
+            # Only a numpy value the program's process may lack (pywire._numpy) is one it cannot take; it says so in
+            # a frame of its own making, which a wrong program forged to make its failure the harness's (red team).
             self.unsupported.append(f"the candidate could not take a value: {message}")
             exc: BaseException = Unsupported(message)
             self.raised.append(exc)
@@ -1253,7 +1326,8 @@ class JudgeEndpoint(Endpoint):
         if "cls" in error:
             with contextlib.suppress(RejectedValue):
                 cls = self.decode(error["cls"])
-        if isinstance(cls, type) and issubclass(cls, BaseException) and not _builtin(cls) \
+        # An Exception (see stand_in): the program's error must stay one that the harness's `except Exception` takes.
+        if isinstance(cls, type) and issubclass(cls, Exception) and not _builtin(cls) \
                 and not issubclass(cls, _ENDS_ITERATION):
             exc = BaseException.__new__(cls)
             BaseException.__init__(exc, message)
@@ -1322,7 +1396,13 @@ class JudgeEndpoint(Endpoint):
         if len(rest) != 1 or type(rest[0]) is not list:
             raise RejectedValue("a class is [id, 'class', name, [bases]]")
         decoded = [self.decode(raw) for raw in rest[0]]
+        # Exception's subclasses only: the bases are the program's to say (a metaclass's __bases__ property, or a
+        # forged frame), and a stand-in of KeyboardInterrupt, SystemExit or GeneratorExit raised in the tests got
+        # past every `except Exception` of the harness's: run_tests raised, and the job was INTERNAL (red team).
         exception_bases = tuple(base for base in decoded if isinstance(base, type) and issubclass(base, BaseException))
+        if exception_bases and not any(issubclass(base, Exception) for base in exception_bases):
+            exception_bases = (Exception,)
+        exception_bases = tuple(base for base in exception_bases if issubclass(base, Exception))
         if not name.isidentifier():
             name = "CandidateClass"
         namespace: dict[str, Any] = {"__module__": "solution", "__qualname__": name}
@@ -1412,20 +1492,56 @@ class JudgeEndpoint(Endpoint):
                 # Of a callable or an iterator the program may call or iterate only (gi_frame, gi_code, func: a
                 # way into the tests' frames, the program's doing); another object's is what the harness cannot
                 # hand over (a queue.Queue a test passed), which a test that then fails is told as.
-                if not (callable(target) or isinstance(target, Iterator)):
+                if not (callable(target) or isinstance(target, Iterator)) and _has_static(target, name):
                     self.unsupported.append(f"the program used .{name} of the test's {_type_name(target)}")
                 raise AttributeError(f"the harness does not hand over .{name} of a {_type_name(target)}")
+            value = args[2] if len(args) > 2 else None
+            refused = _refused_attribute(target, name, op, value)
+            if refused:
+                raise AttributeError(f"the program may not {refused}")
             if op == "getattr":
                 return getattr(target, name)
-            setattr(target, name, args[2] if len(args) > 2 else None)
+            setattr(target, name, value)
             return None
+        if op == "bool":
+            return bool(target)  # the test's own __bool__ or __len__, or True: any object's, as Python answers it
         if op in ("len", "getitem", "contains", "enter", "exit", "str") and _exposable(target):
             return _OPERATORS[op](*args, **kwargs)
-        self.unsupported.append(f"the program used {op}() on the test's {_type_name(target)}")
+        if _python_answers(op, target):
+            self.unsupported.append(f"the program used {op}() on the test's {_type_name(target)}")
         raise TypeError(f"the harness does not hand over {op}() of a {_type_name(target)}")
 
 
 _METHOD = object()
+
+
+# The harness's limits are the tests' (STATUS_UNSUPPORTED_TEST, which a trainer masks), but what the program asks
+# is the program's to choose: a wrong program called len() of the lambda its test passed, swallowed the TypeError,
+# and its failed assert was unsupported, not a wrong answer (red team). A refusal counts as the harness's limit only
+# where Python would have answered: the object's type has the method (or the attribute) that the use needs.
+def _python_answers(op: str, target: object) -> bool:
+    """Whether `op` of one of the test's objects is something Python does for it (not object's own defaults)."""
+    if op not in _OPERATORS or op in ("call", "callmethod", "isinstance", "issubclass"):
+        return False
+    dunder = "__" + op.rstrip("_") + "__"
+    if op in ("bool",):
+        return _defines(target, "__bool__") or _defines(target, "__len__")
+    if op == "contains":
+        return any(_defines(target, name) for name in ("__contains__", "__iter__", "__getitem__"))
+    return _defines(target, dunder)
+
+
+def _defines(target: object, name: str) -> bool:
+    found = inspect.getattr_static(type(target), name, None)
+    return found is not None and found is not inspect.getattr_static(object, name, None)
+
+
+def _has_static(target: object, name: str) -> bool:
+    try:
+        inspect.getattr_static(target, name)
+    except AttributeError:
+        return False
+    return True
 
 
 def _exception_getattr(self: BaseException, name: str) -> Any:
@@ -1500,6 +1616,15 @@ class CandidateClass(type):
         return f"<candidate class {cls.__qualname__}>"
 
 
+# Attributes that numpy (and the libraries built on it) read from an object to use memory it points to: an
+# `__array_interface__` is an address and a layout, which numpy reads as the array's data. A candidate's object
+# answering one with a made-up address crashed the judge (SIGSEGV: INTERNAL) in `np.testing.assert_array_equal(
+# f(4), expected)` (red team); it could also have read the judge's memory. Without them numpy asks `__array__`,
+# whose answer is a value (an array rebuilt from the judge's own classes).
+_RAW_MEMORY_PROTOCOLS = frozenset({"__array_interface__", "__array_struct__", "__cuda_array_interface__",
+                                   "__dlpack__", "__dlpack_device__"})
+
+
 class Proxy:
     """A candidate's object in the judge (see the module docstring for what it answers itself)."""
 
@@ -1515,7 +1640,7 @@ class Proxy:
         return self._sandboxd_endpoint.request(op, [self, *args], kwargs)
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("_sandboxd"):
+        if name.startswith("_sandboxd") or name in _RAW_MEMORY_PROTOCOLS:
             raise AttributeError(name)
         methods = self._sandboxd_methods
         if name in methods:
