@@ -328,7 +328,7 @@ def make_reward_func(
     *,
     address: str | Sequence[str] | None = None,
     failure_value: float = -1.0,
-    infra_failure_value: float | None = -1.0,
+    infra_failure_value: float | None = None,
     column_map: Mapping[str, str] | None = None,
     raise_on_error: bool = False,
     code_options: Mapping[str, Any] | None = None,
@@ -343,9 +343,11 @@ def make_reward_func(
     (``ground_truth``, ``tests``, ``fn_name``, ``language``, ``entry_point``) to
     dataset columns when the defaults do not fit. Model failures score
     ``failure_value``; completions that could not be scored (infrastructure
-    failure, malformed row) score ``infra_failure_value`` (None: TRL ignores
-    them). Missing columns raise ValueError before any RPC; nothing else
-    raises unless ``raise_on_error``. ``code_options`` / ``math_options`` go to
+    failure, malformed row) score ``infra_failure_value``: by default None,
+    which TRL masks (left out of its group's baseline, advantage 0), so an
+    outage does not read as a wrong answer; give a number to score them.
+    Missing columns raise ValueError before any RPC; nothing else raises
+    unless ``raise_on_error``. ``code_options`` / ``math_options`` go to
     :func:`code_job` / :func:`math_job`; ``client_options`` to the client.
     The client is created on first call, so the function can be built before
     worker processes fork.
@@ -383,7 +385,7 @@ def make_async_reward_func(
     *,
     address: str | Sequence[str] | None = None,
     failure_value: float = -1.0,
-    infra_failure_value: float | None = -1.0,
+    infra_failure_value: float | None = None,
     column_map: Mapping[str, str] | None = None,
     raise_on_error: bool = False,
     code_options: Mapping[str, Any] | None = None,

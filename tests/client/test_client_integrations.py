@@ -155,6 +155,21 @@ def test_trl_bad_row_and_infra_failure_use_infra_value(start_fake: StartFake) ->
         strict(prompts=["p"], completions=["boom"], answer=["4"])
 
 
+def test_trl_masks_infra_failures_by_default(start_fake: StartFake) -> None:
+    """None (TRL leaves the completion out of its group's baseline, advantage 0) unless a number is given: a
+    default of -1.0 taught the policy that an outage was a wrong answer."""
+    def script(fake: Any, job: Any, attempt: int) -> Abort | None:
+        return Abort(grpc.StatusCode.UNAVAILABLE) if job.math.completion == "boom" else None
+
+    server = start_fake("a", script)
+    columns = {"prompts": ["p"] * 3, "completions": ["4", "5", "boom"], "answer": ["4", "4", "4"]}
+    assert make_reward_func("math", address=server.address, client_options=FAST)(**columns) == [1.0, -1.0, None]
+    async_reward = make_async_reward_func("math", address=server.address, client_options=FAST)
+    assert asyncio.run(async_reward(**columns)) == [1.0, -1.0, None]
+    scored = make_reward_func("math", address=server.address, infra_failure_value=-1.0, client_options=FAST)
+    assert scored(**columns) == [1.0, -1.0, -1.0]
+
+
 def _refuses_bad(fake: Any, job: Any, attempt: int) -> Abort | None:
     """The daemon's answer to a job it cannot take: INVALID_ARGUMENT for the whole RunBatch."""
     return Abort(grpc.StatusCode.INVALID_ARGUMENT, "jobs[1].math: refused") if job.math.completion == "BAD" else None
