@@ -56,6 +56,9 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "verl_reward.py"
 KEYS = {"score", "acc", "pass_rate", "status", "infra_failure"}
 ADD = "```python\nprint(sum(map(int, input().split())))\n```"
 ADD_TESTS = json.dumps({"inputs": ["1 2\n", "2 2\n"], "outputs": ["3\n", "4\n"]})
+# verl's prime_code function-call form: arguments as JSON one per line, the return value as JSON.
+PRIME_CALL = "```python\ndef add(a, b):\n    return a + b\n```"
+PRIME_CALL_TESTS = json.dumps({"inputs": ["1\n2", "[1]\n[2]"], "outputs": ["3", "[1, 2]"], "fn_name": "add"})
 
 # (data_source, solution_str, ground_truth, extra_info, expected score, acc, pass_rate, status)
 ROWS: list[tuple[str, str, Any, dict[str, Any], float, float, float, str]] = [
@@ -66,6 +69,8 @@ ROWS: list[tuple[str, str, Any, dict[str, Any], float, float, float, str]] = [
     ("codecontests", ADD, ADD_TESTS, {"language": "python"}, 1.0, 1.0, 1.0, "OK"),
     ("codecontests", "```python\nprint(3)\n```", ADD_TESTS, {}, -1.0, 0.0, 0.5, "WRONG_ANSWER"),
     ("likaixin/TACO-verified", ADD, json.loads(ADD_TESTS), {}, 1.0, 1.0, 1.0, "OK"),
+    ("apps", PRIME_CALL, PRIME_CALL_TESTS, {}, 1.0, 1.0, 1.0, "OK"),
+    ("taco", PRIME_CALL.replace("a + b", "a"), PRIME_CALL_TESTS, {}, -1.0, 0.0, 0.0, "WRONG_ANSWER"),
 ]
 
 
