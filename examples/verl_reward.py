@@ -21,7 +21,7 @@ would not reach verl's reward workers):
     reward.custom_reward_function.path=examples/verl_reward.py
     reward.custom_reward_function.name=compute_score
 
-The same without a file: `+reward.custom_reward_function.reward_kwargs.data_source_kinds={'my_org/olympiad*':math}`.
+The same without a file: `+reward.custom_reward_function.reward_kwargs.data_source_kinds={my_org/olympiad*:math}`.
 Set SANDBOXD_ADDRESS on every node (one address, a comma-separated list, or
 dns:///name:port). Math data sources compare with the ground truth; code
 data sources run the solution against the ground truth as test cases

@@ -851,39 +851,22 @@ def _io_plan(data: Mapping[str, Any], fn_name: str) -> TestPlan:
     )
 
 
-def _int_keys(value: Any) -> Any:
-    """``{int(k): v}`` of a dict whose keys all read as integers, else None (prime_code's JSON-key repair)."""
-    if not isinstance(value, dict):
-        return None
-    try:
-        return {int(key): item for key, item in value.items()}
-    except (TypeError, ValueError):
-        return None
-
-
 def _prime_code_case(args_text: str, expected: Any, i: int) -> FunctionCase:
     """A call in verl's prime_code form: the arguments' JSON one per line, the return value's JSON.
 
     As verl's ``prime_code/testing_util.py`` (0.9.1) reads it: every line is one argument
-    (``"1", newline, "2"`` calls ``f(1, 2)``; a blank line is skipped here, where verl fails on it);
-    JSON has string keys only, so a first argument that is a dict whose keys all read as
-    integers becomes that dict with int keys, alone (verl's "assuming a singleton list"),
-    and an expected dict, or a list whose first item is one, becomes ``[that dict]`` with int
-    keys. A 1-element list also accepts its element as the return value.
+    (``"1", newline, "2"`` calls ``f(1, 2)``; a blank line is skipped here, where verl fails on
+    it), and the output is the return value's JSON. A 1-element list also accepts its element
+    as the return value. One difference: verl gives a first argument that is a dict whose keys
+    all read as integers int keys; the cases reach the judge as JSON, which keeps string keys
+    only, so here they stay strings.
     """
-    args = list(_lcb_args(args_text, f"dataset_json: inputs[{i}]"))
+    args = _lcb_args(args_text, f"dataset_json: inputs[{i}]")
     if not args:
         raise ValueError(f"dataset_json: inputs[{i}] holds no arguments (one JSON value per line)")
-    if (first := _int_keys(args[0])) is not None:
-        args = [first]
     if isinstance(expected, str):
         expected = _load_json(expected, f"dataset_json: outputs[{i}]")
-    keyed = _int_keys(expected)
-    if keyed is None and isinstance(expected, list) and expected:
-        keyed = _int_keys(expected[0])
-    if keyed is not None:
-        expected = [keyed]
-    return FunctionCase(tuple(args), expected, unwrap_single=True)
+    return FunctionCase(args, expected, unwrap_single=True)
 
 
 def _code_contests_plan(data: Mapping[str, Any]) -> TestPlan:
