@@ -327,8 +327,8 @@ async def test_verl_async(fake: FakeServer) -> None:
 
 
 def test_verl_loads_the_module_by_file_path_as_verl_does(fake: FakeServer) -> None:
-    """README: custom_reward_function.path=<site-packages>/sandboxd_client/verl.py. verl imports that file
-    with spec_from_file_location("custom_module", path), outside its package: relative imports failed."""
+    """reward.custom_reward_function.path=<site-packages>/sandboxd_client/verl.py (the docs give pkg://, but a
+    file path works too): verl imports the file outside its package, where relative imports failed."""
     import importlib.util
 
     import sandboxd_client.verl
