@@ -7,8 +7,9 @@ from __future__ import annotations
 import gc
 import importlib.util
 import inspect
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import partial
+from typing import Any
 
 import grpc
 import pytest
@@ -21,7 +22,7 @@ from tests.conftest import DaemonProcess
 pytestmark = pytest.mark.docker
 
 
-def trl_tools(env: object) -> dict[str, object]:
+def trl_tools(env: object) -> dict[str, Callable[..., Any]]:
     """The tools GRPOTrainer takes from an environment (trl/trainer/grpo_trainer.py, _generate)."""
     return {
         name: getattr(env, name)
@@ -31,7 +32,7 @@ def trl_tools(env: object) -> dict[str, object]:
 
 
 @pytest.fixture
-def open_sessions(channel: grpc.Channel) -> Iterator[object]:
+def open_sessions(channel: grpc.Channel) -> Iterator[Callable[[], int]]:
     stub = pb_grpc.SessionsStub(channel)
 
     def count() -> int:
@@ -42,13 +43,13 @@ def open_sessions(channel: grpc.Channel) -> Iterator[object]:
     SandboxEnvironment.close_all()
 
 
-def test_one_session_per_rollout_with_python_and_bash_tools(daemon: DaemonProcess, open_sessions: object) -> None:
+def test_one_session_per_rollout_with_python_and_bash_tools(daemon: DaemonProcess,
+                                                             open_sessions: Callable[[], int]) -> None:
     count = open_sessions
-    assert callable(count)
     factory = partial(SandboxEnvironment, daemon.address, timeout=20)
     env = factory()
     assert set(trl_tools(env)) == {"python", "bash"}
-    assert env.reset(prompt="p", answer="1") is None
+    env.reset(prompt="p", answer="1")  # returns None: nothing is added to the prompt
     assert count() == 0, "a rollout that calls no tool holds no sandbox"
     assert env.python("x = 41\nx + 1") == "42"
     assert env.python("def f():\n    return x\nprint('x is', f())") == "x is 41"
@@ -82,9 +83,9 @@ def test_one_session_per_rollout_with_python_and_bash_tools(daemon: DaemonProces
     assert count() == 0
 
 
-def test_output_is_capped_and_a_lost_session_is_replaced(daemon: DaemonProcess, open_sessions: object) -> None:
+def test_output_is_capped_and_a_lost_session_is_replaced(daemon: DaemonProcess,
+                                                          open_sessions: Callable[[], int]) -> None:
     count = open_sessions
-    assert callable(count)
     with SandboxEnvironment(daemon.address, max_output_chars=100) as env:
         env.reset()
         out = env.python("print('a' * 1000)")
