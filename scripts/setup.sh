@@ -239,7 +239,7 @@ step "verl environment (.venv-verl, for tests/integration/test_verl.py)"
 # extra needs 5.23. torch first, from the local CPU wheel, as for .venv; then verl with its default
 # dependencies; then the client, editable. About a minute and 2 GB, once.
 verl_stamp=.venv-verl/.sandboxd-installed
-verl_want=$( { echo "torch==$VERL_TORCH verl==$VERL_VERSION"; cat client/pyproject.toml client/setup.py; \
+verl_want=$( { echo "torch==$VERL_TORCH verl==$VERL_VERSION cachetools uvicorn fastapi"; cat client/pyproject.toml client/setup.py; \
                find protos -name '*.proto' | LC_ALL=C sort | xargs cat; } | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$verl_stamp" 2>/dev/null)" = "$verl_want" ] && .venv-verl/bin/python -c '' 2>/dev/null; then
     say "up to date (verl $VERL_VERSION)"
@@ -250,7 +250,9 @@ else
     fi
     say "pip install torch==$VERL_TORCH (CPU), verl==$VERL_VERSION, -e ./client into .venv-verl"
     .venv-verl/bin/python -m pip install -q "torch==$VERL_TORCH" || die "pip install torch into .venv-verl failed"
-    .venv-verl/bin/python -m pip install -q "verl==$VERL_VERSION" || die "pip install verl==$VERL_VERSION failed"
+    # cachetools, uvicorn, fastapi: verl's agent loop (verl.experimental.agent_loop, the tool tests) imports them
+    # without requiring them (vLLM and SGLang bring them to a GPU install).
+    .venv-verl/bin/python -m pip install -q "verl==$VERL_VERSION" cachetools uvicorn fastapi || die "pip install verl==$VERL_VERSION failed"
     .venv-verl/bin/python -m pip install -q -e ./client || die "pip install -e ./client into .venv-verl failed"
     echo "$verl_want" >"$verl_stamp"
 fi

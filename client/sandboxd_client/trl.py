@@ -32,6 +32,7 @@ from ._requests import (
     math_job,
     status_and_message,
 )
+from ._tools import bash_cell, cell_text
 from .client import AsyncSandboxClient, SandboxClient, Session, score_rows, score_rows_async
 from .errors import InvalidRequest, SandboxdError, SessionNotFound
 
@@ -437,16 +438,6 @@ def make_async_reward_func(
 
 # -- tool use ---------------------------------------------------------------------------------------------------------
 
-# A bash command run from the Python session, so that both tools share one sandbox, its files and its working folder:
-# a fresh bash each time, stdin empty, stderr into stdout, the exit status said when it is not 0. Only names already
-# in any namespace are used: the cell leaves nothing behind in the model's variables.
-_BASH_CELL = (
-    "(lambda r: print(r.stdout + (f'[exit status {{r.returncode}}]' if r.returncode else ''), end=''))("
-    "__import__('subprocess').run(['bash', '-c', {command!r}], stdin=__import__('subprocess').DEVNULL, "
-    "stdout=__import__('subprocess').PIPE, stderr=__import__('subprocess').STDOUT, text=True, errors='replace'))"
-)
-
-
 def _close_quietly(session: Session) -> None:
     try:
         session.close()
@@ -531,16 +522,9 @@ class SandboxEnvironment:
         except SessionNotFound:
             self._close_session()  # expired or lost with its sandbox: the next call opens a fresh one
             raise
-        parts = [result.stdout, result.value]
-        if not result.ok:
-            parts += [result.stderr, result.message, f"[{result.status.name}]"]
         if not result.session_alive:
             self._close_session()
-            parts.append("[the session ended: the next call starts a fresh interpreter]")
-        text = "\n".join(part for part in parts if part).strip()
-        if len(text) > self._max_output_chars:
-            text = text[: self._max_output_chars] + f"\n[... {len(text) - self._max_output_chars} more characters]"
-        return text
+        return cell_text(result, self._max_output_chars)
 
     def reset(self, **kwargs: Any) -> None:
         """Start a rollout: close the previous rollout's session (the next one opens on the first tool call)."""
@@ -564,7 +548,7 @@ class SandboxEnvironment:
         Args:
             command: The bash command line to run.
         """
-        return self._run(_BASH_CELL.format(command=command))
+        return self._run(bash_cell(command))
 
     @classmethod
     def close_all(cls) -> None:

@@ -214,3 +214,23 @@ def test_verl_reward_loop_puts_the_score_on_the_last_valid_token(verl_run: dict[
     for scores, last, value in zip(loop["rm_scores"], loop["last_token"], expected, strict=True):
         assert scores[last] == value and sum(1 for s in scores if s != 0) == 1, (scores, last)
     assert verl_run["reward_loop_async"] == expected
+
+
+def test_verl_tools_hold_one_session_per_trajectory(verl_run: dict[str, Any]) -> None:
+    """examples/verl_tools.yaml loaded by verl's tool registry, each call made by ToolAgentLoop._call_tool, which
+    creates and releases the tool around every call: the trajectory's session persists between them."""
+    tools = verl_run["tools"]
+    assert "error" not in tools, tools.get("error")
+    assert tools["names"] == ["bash", "python"]
+    assert tools["schemas"]["python"]["function"]["parameters"]["required"] == ["code"]
+    assert tools["schemas"]["bash"]["function"]["parameters"]["required"] == ["command"]
+    texts = [text for text, reward, _ in tools["calls"]]
+    assert texts[:5] == ["42", "41", "hi", "'hi\\n'", "[exit status 3]"]
+    assert "NameError" in texts[5], "another trajectory has a session of its own"
+    assert texts[6] == "python: give 'code' as a string"
+    assert all(reward == 0.0 for _, reward, _ in tools["calls"])
+    assert tools["calls"][0][2]["status"] == "OK"
+    assert tools["sessions_during"] == 2
+    assert tools["sessions_after"] == 0, "a finished trajectory gives its session back"
+    assert tools["instance_call"] == "10" and tools["instance_reward"] == 0.0
+    assert (tools["instance_sessions"], tools["instance_sessions_after"]) == (1, 0)

@@ -94,6 +94,74 @@ async def reward_loop(config: Any, tokenizer: Any, data: DataProto) -> tuple[lis
     return outs, rm_scores.tolist(), type(manager).__name__
 
 
+async def tool_calls(repo: Path) -> dict[str, Any]:
+    """examples/verl_tools.yaml through verl's tool registry, called through ToolAgentLoop._call_tool itself."""
+    import gc
+    import os
+    from types import SimpleNamespace
+    from uuid import uuid4
+
+    import grpc
+    from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
+    from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
+    from verl.experimental.agent_loop.tool_agent_loop import AgentData, ToolAgentLoop
+    from verl.experimental.agent_loop.tool_parser import FunctionCall
+    from verl.tools.tool_registry import initialize_tools_from_config
+
+    tools = initialize_tools_from_config(str(repo / "examples" / "verl_tools.yaml"))
+    # The attributes _call_tool reads of its loop, as the rollout config sets them.
+    loop = SimpleNamespace(tools={tool.name: tool for tool in tools}, max_tool_response_length=8192,
+                           tool_response_truncate_side="middle")
+    channel = grpc.aio.insecure_channel(os.environ["SANDBOXD_ADDRESS"])
+    sessions = pb_grpc.SessionsStub(channel)
+
+    async def open_sessions() -> int:
+        return len((await sessions.List(pb.ListSessionsRequest(), timeout=10)).sessions)
+
+    def trajectory() -> Any:
+        return AgentData(messages=[], image_data=[], video_data=[], audio_data=None, mm_processor_kwargs=None,
+                         metrics={}, request_id=uuid4().hex, tools_kwargs={})
+
+    async def call(data: Any, name: str, **arguments: Any) -> Any:
+        response, reward, metrics = await ToolAgentLoop._call_tool(
+            loop, FunctionCall(name=name, arguments=json.dumps(arguments)), {}, data)
+        return [response.text, reward, metrics]
+
+    out: dict[str, Any] = {"names": sorted(loop.tools), "schemas": {
+        tool.name: tool.get_openai_tool_schema().model_dump(exclude_none=True) for tool in tools}}
+    before = await open_sessions()
+    first, second = trajectory(), trajectory()
+    out["calls"] = [
+        await call(first, "python", code="x = 41\nx + 1"),
+        await call(first, "python", code="x"),
+        await call(first, "bash", command="echo hi > note.txt; cat note.txt"),
+        await call(first, "python", code="open('note.txt').read()"),
+        await call(first, "bash", command="exit 3"),
+        await call(second, "python", code="x"),
+        await call(first, "python", code=7),
+    ]
+    out["sessions_during"] = await open_sessions() - before
+    del first, second
+    gc.collect()
+    for _ in range(50):  # the finalizers schedule the closes on this loop
+        await asyncio.sleep(0.1)
+        if await open_sessions() == before:
+            break
+    out["sessions_after"] = await open_sessions() - before
+    # The older contract: create at the start of a trajectory, execute without agent_data, release at its end.
+    python = loop.tools["python"]
+    instance_id, _ = await python.create()
+    response, _, _ = await python.execute(instance_id, {"code": "y = 5"})
+    response, _, _ = await python.execute(instance_id, {"code": "y * 2"})
+    out["instance_call"] = response.text
+    out["instance_sessions"] = await open_sessions() - before
+    out["instance_reward"] = await python.calc_reward(instance_id)
+    await python.release(instance_id)
+    out["instance_sessions_after"] = await open_sessions() - before
+    await channel.close()
+    return out
+
+
 def main() -> None:
     repo, rows = Path(sys.argv[1]), json.loads(Path(sys.argv[2]).read_text())
     out: dict[str, Any] = {"verl": verl.__version__}
@@ -170,6 +238,12 @@ def main() -> None:
     outs, _, _ = asyncio.run(reward_loop(async_config, tokenizer, data))
     out["reward_loop_async"] = [o["reward_score"] for o in outs]
     out["naive_is_registered"] = get_reward_manager_cls("naive") is NaiveRewardManager
+    try:  # the reward checks above stand on their own
+        out["tools"] = asyncio.run(tool_calls(repo))
+    except Exception:
+        import traceback
+
+        out["tools"] = {"error": traceback.format_exc()}
     print(json.dumps(out, default=repr))
 
 
