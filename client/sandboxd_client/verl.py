@@ -49,6 +49,7 @@ __all__ = [
 #: puts new patterns in front.
 DATA_SOURCE_KINDS: list[tuple[str, str]] = [
     ("*codecontests*", "code"),
+    ("*code_contests*", "code"),  # deepmind/code_contests, the dataset's name on the Hugging Face Hub
     ("*apps*", "code"),
     ("*taco*", "code"),
     ("*codeforces*", "code"),

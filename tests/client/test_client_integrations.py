@@ -94,6 +94,7 @@ def test_verl_dispatch() -> None:
         assert kind_for(source) == "math", source
     for source in [
         "codecontests",
+        "deepmind/code_contests",
         "apps",
         "taco",
         "codeforces",

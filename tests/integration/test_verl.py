@@ -153,6 +153,18 @@ VERL_ROWS: list[tuple[str, str, Any, dict[str, Any], float, str, bool]] = [
     # The prime_code function-call form, which sandboxd refused before as an infrastructure failure.
     ("apps", PRIME_CALL, PRIME_CALL_TESTS, {}, 1.0, "OK", True),
     ("taco", WRONG_CALL, PRIME_CALL_TESTS, {}, -1.0, "WRONG_ANSWER", True),
+    # The other code datasets' own shapes, under their Hub names (verl has no scorer of its own for these).
+    ("deepmind/code_contests", ADD, json.dumps({"public_tests": {"input": ["1 2\n"], "output": ["3\n"]},
+                                                "private_tests": {"input": ["2 5\n"], "output": ["7\n"]}}),
+     {}, 1.0, "OK", False),
+    ("livecodebench/code_generation_lite", ADD,
+     json.dumps([{"input": "1 2\n", "output": "3\n", "testtype": "stdin"}]), {}, 1.0, "OK", False),
+    ("livecodebench/code_generation_lite", PRIME_CALL,
+     json.dumps([{"input": "1\n2", "output": "3", "testtype": "functional"}]), {"fn_name": "add"}, 1.0, "OK", False),
+    ("PrimeIntellect/verifiable-coding-problems", PRIME_CALL, json.dumps({"test_cases": [
+        {"type": "function_call", "fn_name": "add", "input": [1, 2], "output": [3]}]}), {}, 1.0, "OK", False),
+    ("BAAI/TACO", PRIME_CALL, json.dumps({"inputs": [[1, 2]], "outputs": [[3]], "fn_name": "add"}), {}, 1.0, "OK",
+     False),
 ]
 
 
