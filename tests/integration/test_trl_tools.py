@@ -17,7 +17,7 @@ from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
 from sandboxd_client.trl import SandboxEnvironment
 
-from tests.conftest import DaemonProcess
+from tests.conftest import DaemonProcess, skip_or_fail
 
 pytestmark = pytest.mark.docker
 
@@ -102,7 +102,7 @@ def test_output_is_capped_and_a_lost_session_is_replaced(daemon: DaemonProcess,
 
 def test_tool_schemas_are_what_transformers_makes_of_the_docstrings(daemon: DaemonProcess) -> None:
     if importlib.util.find_spec("transformers") is None:
-        pytest.skip("transformers is not installed (the test extra installs it)")
+        skip_or_fail("transformers is not installed (the test extra installs it)")
     from transformers.utils import get_json_schema
 
     env = SandboxEnvironment(daemon.address)

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from sandboxd_client import verl as sandboxd_verl
 
-from tests.conftest import DaemonProcess
+from tests.conftest import DaemonProcess, skip_or_fail
 
 np = pytest.importorskip("numpy")
 
@@ -171,7 +171,7 @@ VERL_ROWS: list[tuple[str, str, Any, dict[str, Any], float, str, bool]] = [
 @pytest.fixture(scope="module")
 def verl_run(daemon: DaemonProcess, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     if not VERL_PYTHON.exists():
-        pytest.skip("no verl environment (.venv-verl): run scripts/setup.sh (make test does)")
+        skip_or_fail("no verl environment (.venv-verl): run scripts/setup.sh (make test does)")
     rows = tmp_path_factory.mktemp("verl") / "rows.json"
     rows.write_text(json.dumps([
         {"data_source": ds, "solution_str": s, "ground_truth": gt, "extra_info": extra, "verl_scores_it": own}
