@@ -27,7 +27,7 @@ def main() -> None:
     dataset = load_dataset("openai/gsm8k", "main", split="train").map(to_conversation)
     # Model failures score -1.0; completions the infrastructure could not score
     # get None, which TRL leaves out of the group's advantage.
-    reward = make_reward_func("math", failure_value=-1.0, infra_failure_value=None)
+    reward = make_reward_func("math", failure_value=-1.0)  # infra failures: None, masked by TRL
     trainer = GRPOTrainer(
         model="Qwen/Qwen2.5-0.5B-Instruct",
         reward_funcs=[reward],

@@ -8,14 +8,16 @@
 #   3. CRIU that passes `criu check` (built from source by scripts/build-criu.sh if not)
 #   4. .venv with the client and daemon installed editable, with the test extras
 #      (torch 2.13.0 first: the CPU wheel on the local disk, never a CUDA build from PyPI)
-#   5. Math-Verify's sdist (its tests/, for the math verifier's agreement test), cached in
+#   5. .venv-verl: verl 0.9.1 (torch 2.13.0 CPU first) and the client, for the tests that run verl's
+#      own code (it cannot share .venv: verl pins transformers 5.10.4, TRL's extra needs 5.23)
+#   6. Math-Verify's sdist (its tests/, for the math verifier's agreement test), cached in
 #      /var/cache/sandboxd/math-verify-sdist
-#   6. the Node.js example client's packages (examples/node, npm ci), for its test
-#   7. sandbox images (python -m sandboxd.images build)
+#   7. the Node.js example client's packages (examples/node, npm ci), for its test
+#   8. sandbox images (python -m sandboxd.images build)
 #
 # Usage: sudo scripts/setup.sh [--no-criu] [--no-images] [--images "NAME..."]
 #   --no-criu      skip step 3 (sandboxd then cold-starts every sandbox)
-#   --no-images    skip step 7 (also SANDBOXD_SKIP_IMAGES=1)
+#   --no-images    skip step 8 (also SANDBOXD_SKIP_IMAGES=1)
 #   --images LIST  images to build (default: python langs; add reward-model for the
 #                  heavy torch image; also SANDBOXD_IMAGES)
 # Environment: PYTHON (interpreter for the venv, default python3), and the SANDBOXD_*
@@ -32,6 +34,9 @@ DOCKER_WAIT_S=60
 SKIP_CRIU=${SANDBOXD_SKIP_CRIU:-0}
 SKIP_IMAGES=${SANDBOXD_SKIP_IMAGES:-0}
 IMAGES=${SANDBOXD_IMAGES:-}
+# verl's environment (.venv-verl): the release the docs are checked against, and the torch of .venv.
+VERL_VERSION=0.9.1
+VERL_TORCH=2.13.0
 # criu and dockerd live in sbin, which a non-login root shell may lack.
 export PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:$PATH"
 export DEBIAN_FRONTEND=noninteractive
@@ -48,7 +53,7 @@ while [ $# -gt 0 ]; do
         --no-criu) SKIP_CRIU=1; shift ;;
         --no-images) SKIP_IMAGES=1; shift ;;
         --images) IMAGES=$2; shift 2 ;;
-        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
         *) die "unknown argument $1 (see --help)" ;;
     esac
 done
@@ -227,6 +232,29 @@ else
     say "pip install -e ./client -e '.[test]'"
     .venv/bin/python -m pip install -q -e ./client -e '.[test]' || die "pip install into .venv failed"
     echo "$want" >"$stamp"
+fi
+
+step "verl environment (.venv-verl, for tests/integration/test_verl.py)"
+# verl runs its own code in the tests, in an environment of its own: it pins transformers 5.10.4, TRL's test
+# extra needs 5.23. torch first, from the local CPU wheel, as for .venv; then verl with its default
+# dependencies; then the client, editable. About a minute and 2 GB, once.
+verl_stamp=.venv-verl/.sandboxd-installed
+verl_want=$( { echo "torch==$VERL_TORCH verl==$VERL_VERSION cachetools uvicorn fastapi"; cat client/pyproject.toml client/setup.py; \
+               find protos -name '*.proto' | LC_ALL=C sort | xargs cat; } | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$verl_stamp" 2>/dev/null)" = "$verl_want" ] && .venv-verl/bin/python -c '' 2>/dev/null; then
+    say "up to date (verl $VERL_VERSION)"
+else
+    if [ ! -x .venv-verl/bin/python ] || ! .venv-verl/bin/python -c '' 2>/dev/null; then
+        rm -rf .venv-verl
+        "$PYTHON" -m venv .venv-verl || die "$PYTHON -m venv .venv-verl failed"
+    fi
+    say "pip install torch==$VERL_TORCH (CPU), verl==$VERL_VERSION, -e ./client into .venv-verl"
+    .venv-verl/bin/python -m pip install -q "torch==$VERL_TORCH" || die "pip install torch into .venv-verl failed"
+    # cachetools, uvicorn, fastapi: verl's agent loop (verl.experimental.agent_loop, the tool tests) imports them
+    # without requiring them (vLLM and SGLang bring them to a GPU install).
+    .venv-verl/bin/python -m pip install -q "verl==$VERL_VERSION" cachetools uvicorn fastapi || die "pip install verl==$VERL_VERSION failed"
+    .venv-verl/bin/python -m pip install -q -e ./client || die "pip install -e ./client into .venv-verl failed"
+    echo "$verl_want" >"$verl_stamp"
 fi
 
 step "Math-Verify's test suite (tests/verifiers/test_math_agreement.py)"

@@ -5,6 +5,10 @@ log_extra=..., log_metric=..., **columns)`` where every dataset column comes
 repeated once per generation. This module maps those columns to verifier
 inputs, scores the whole batch in one go, and never hands the trainer a NaN.
 Nothing from TRL is imported: the functions only follow its convention.
+
+:class:`SandboxEnvironment` is a tool-use environment for ``GRPOTrainer``'s
+``environment_factory``: one sandboxd session per rollout, with ``python`` and
+``bash`` tools.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import os
 import threading
 import weakref
 from collections.abc import Callable, Coroutine, Mapping, Sequence
@@ -27,10 +32,11 @@ from ._requests import (
     math_job,
     status_and_message,
 )
-from .client import AsyncSandboxClient, SandboxClient, score_rows, score_rows_async
-from .errors import InvalidRequest, SandboxdError
+from ._tools import bash_cell, cell_text
+from .client import AsyncSandboxClient, SandboxClient, Session, score_rows, score_rows_async
+from .errors import InvalidRequest, SandboxdError, SessionNotFound
 
-__all__ = ["completion_text", "make_async_reward_func", "make_reward_func"]
+__all__ = ["SandboxEnvironment", "completion_text", "make_async_reward_func", "make_reward_func"]
 
 log = logging.getLogger(__name__)
 
@@ -328,7 +334,7 @@ def make_reward_func(
     *,
     address: str | Sequence[str] | None = None,
     failure_value: float = -1.0,
-    infra_failure_value: float | None = -1.0,
+    infra_failure_value: float | None = None,
     column_map: Mapping[str, str] | None = None,
     raise_on_error: bool = False,
     code_options: Mapping[str, Any] | None = None,
@@ -343,9 +349,11 @@ def make_reward_func(
     (``ground_truth``, ``tests``, ``fn_name``, ``language``, ``entry_point``) to
     dataset columns when the defaults do not fit. Model failures score
     ``failure_value``; completions that could not be scored (infrastructure
-    failure, malformed row) score ``infra_failure_value`` (None: TRL ignores
-    them). Missing columns raise ValueError before any RPC; nothing else
-    raises unless ``raise_on_error``. ``code_options`` / ``math_options`` go to
+    failure, malformed row) score ``infra_failure_value``: by default None,
+    which TRL masks (left out of its group's baseline, advantage 0), so an
+    outage does not read as a wrong answer; give a number to score them.
+    Missing columns raise ValueError before any RPC; nothing else raises
+    unless ``raise_on_error``. ``code_options`` / ``math_options`` go to
     :func:`code_job` / :func:`math_job`; ``client_options`` to the client.
     The client is created on first call, so the function can be built before
     worker processes fork.
@@ -383,7 +391,7 @@ def make_async_reward_func(
     *,
     address: str | Sequence[str] | None = None,
     failure_value: float = -1.0,
-    infra_failure_value: float | None = -1.0,
+    infra_failure_value: float | None = None,
     column_map: Mapping[str, str] | None = None,
     raise_on_error: bool = False,
     code_options: Mapping[str, Any] | None = None,
@@ -426,3 +434,132 @@ def make_async_reward_func(
 
     reward.__name__ = reward.__qualname__ = spec.name
     return reward
+
+
+# -- tool use ---------------------------------------------------------------------------------------------------------
+
+def _close_quietly(session: Session) -> None:
+    try:
+        session.close()
+    except SandboxdError as e:  # the daemon expires it anyway; nothing to do at exit or in a reset
+        log.debug("sandboxd: closing a tool session: %s", e)
+
+
+class SandboxEnvironment:
+    """A code interpreter for ``GRPOTrainer(environment_factory=...)``: one sandboxd session per rollout.
+
+    TRL makes a pool of these, calls :meth:`reset` before each rollout and
+    exposes the public methods :meth:`python` and :meth:`bash` to the model as
+    tools (their docstrings are the tools' descriptions). Both run in the
+    rollout's one session, opened on the first tool call (a rollout that calls
+    no tool holds no sandbox): Python variables, imports and files persist from
+    call to call; each bash command is a fresh ``bash -c`` in the same sandbox
+    and folder. :meth:`reset` closes the previous rollout's session; the last
+    one closes when the environment is garbage collected, at interpreter exit,
+    or with :meth:`close_all` (call it after ``trainer.train()``).
+
+    Use ``functools.partial`` (or a subclass) to pass arguments, since TRL calls
+    the factory with none::
+
+        GRPOTrainer(..., environment_factory=partial(SandboxEnvironment, timeout=10))
+
+    ``address`` and ``client_options`` go to one :class:`SandboxClient` shared
+    by every environment of the process; ``timeout``, ``memory_bytes`` and
+    ``idle_timeout`` are the session's limits (docs/sessions.md);
+    ``max_output_chars`` caps what a tool call returns to the model. A tool
+    call that the infrastructure could not run raises :class:`SandboxdError`,
+    which TRL hands the model as the tool's error; a lost session is replaced
+    by a fresh one on the next call.
+    """
+
+    _clients: dict[tuple[int, Any], SandboxClient] = {}
+    _lock = threading.Lock()
+    _instances: weakref.WeakSet[SandboxEnvironment] = weakref.WeakSet()
+
+    def __init__(
+        self,
+        address: str | Sequence[str] | None = None,
+        *,
+        timeout: float | None = None,
+        memory_bytes: int | None = None,
+        idle_timeout: float | None = None,
+        max_output_chars: int = 4000,
+        client_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        if max_output_chars < 1:
+            raise ValueError(f"max_output_chars must be at least 1, got {max_output_chars!r}")
+        self._address = address
+        self._client_options = dict(client_options or {})
+        self._timeout, self._memory_bytes, self._idle_timeout = timeout, memory_bytes, idle_timeout
+        self._max_output_chars = max_output_chars
+        self._session: Session | None = None
+        self._finalizer: weakref.finalize | None = None
+        with SandboxEnvironment._lock:
+            SandboxEnvironment._instances.add(self)
+
+    def _client(self) -> SandboxClient:
+        # Keyed by pid: a client made before a fork must not be used in the child.
+        key = (os.getpid(), repr((self._address, sorted(self._client_options.items(), key=lambda kv: kv[0]))))
+        with SandboxEnvironment._lock:
+            client = SandboxEnvironment._clients.get(key)
+            if client is None:
+                client = SandboxEnvironment._clients[key] = SandboxClient(self._address, **self._client_options)
+            return client
+
+    def _close_session(self) -> None:
+        finalizer, self._finalizer, self._session = self._finalizer, None, None
+        if finalizer is not None:
+            finalizer()  # closes the session, once
+
+    def _run(self, code: str) -> str:
+        if self._session is None:
+            session = self._client().open_session(
+                "python", timeout=self._timeout, memory_bytes=self._memory_bytes, idle_timeout=self._idle_timeout
+            )
+            self._session, self._finalizer = session, weakref.finalize(self, _close_quietly, session)
+        try:
+            result = self._session.run(code)
+        except SessionNotFound:
+            self._close_session()  # expired or lost with its sandbox: the next call opens a fresh one
+            raise
+        if not result.session_alive:
+            self._close_session()
+        return cell_text(result, self._max_output_chars)
+
+    def reset(self, **kwargs: Any) -> None:
+        """Start a rollout: close the previous rollout's session (the next one opens on the first tool call)."""
+        self._close_session()
+
+    def python(self, code: str) -> str:
+        """Run Python code in a persistent interpreter and return what it printed and the value of its last line.
+
+        Variables, functions and imports persist between calls, as in a notebook.
+
+        Args:
+            code: The Python code to run.
+        """
+        return self._run(code)
+
+    def bash(self, command: str) -> str:
+        """Run a bash command in the same sandbox and folder as the Python tool; return its output.
+
+        Files persist between calls; each command starts a fresh shell (a `cd` does not carry over).
+
+        Args:
+            command: The bash command line to run.
+        """
+        return self._run(bash_cell(command))
+
+    @classmethod
+    def close_all(cls) -> None:
+        """Close the sessions every environment of this process still holds (after ``trainer.train()``)."""
+        with cls._lock:
+            instances = list(cls._instances)
+        for env in instances:
+            env._close_session()
+
+    def __enter__(self) -> SandboxEnvironment:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._close_session()

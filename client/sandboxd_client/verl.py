@@ -1,11 +1,14 @@
 """verl reward functions: ``custom_reward_function`` entry points backed by sandboxd.
 
-Point verl at this file (``custom_reward_function.path=<this file>``,
-``custom_reward_function.name=compute_score``, or ``compute_score_batch`` with
-``reward_model.reward_manager=batch``). ``reward_kwargs`` from the config
-arrive as keyword arguments: ``failure_value``, ``infra_failure_value``,
-``address``, ``data_source_kinds``, ``code_options``, ``math_options``,
-``client_options``.
+For verl 0.9.1's ``main_ppo``: ``reward.custom_reward_function.path=pkg://sandboxd_client.verl``,
+``reward.custom_reward_function.name=compute_score`` (or ``compute_score_async``);
+options as ``+reward.custom_reward_function.reward_kwargs.NAME=VALUE``. Every
+reward manager of its reward loop (naive, dapo, gdpo, rate_limited, remote)
+calls the function once per sample; ``compute_score_batch`` is for callers of
+one's own that hold a whole batch (0.9.1 has no ``batch`` manager).
+``reward_kwargs`` arrive as keyword arguments: ``failure_value``,
+``infra_failure_value``, ``address``, ``data_source_kinds``, ``code_options``,
+``math_options``, ``client_options``.
 
 The daemon address comes from ``$SANDBOXD_ADDRESS`` unless ``address`` is given.
 verl calls these from worker threads and forked/Ray processes: the sync client
@@ -25,9 +28,8 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-# Absolute imports: verl loads `custom_reward_function.path` by file (spec_from_file_location, as
-# "custom_module"), outside any package, where a relative import raises ImportError. The README
-# points verl at this very file.
+# Absolute imports: verl can load `custom_reward_function.path` by file (spec_from_file_location),
+# outside any package, where a relative import raises ImportError; the docs give pkg:// instead.
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 from sandboxd_client._requests import Result, check_reward_options, code_job, math_job, status_and_message
 from sandboxd_client.client import AsyncSandboxClient, SandboxClient, score_rows
@@ -47,6 +49,7 @@ __all__ = [
 #: puts new patterns in front.
 DATA_SOURCE_KINDS: list[tuple[str, str]] = [
     ("*codecontests*", "code"),
+    ("*code_contests*", "code"),  # deepmind/code_contests, the dataset's name on the Hugging Face Hub
     ("*apps*", "code"),
     ("*taco*", "code"),
     ("*codeforces*", "code"),

@@ -830,8 +830,14 @@ def _io_plan(data: Mapping[str, Any], fn_name: str) -> TestPlan:
     if name:
         cases = []
         for i, (args, expected) in enumerate(zip(inputs, outputs, strict=True)):
+            if isinstance(args, str):
+                cases.append(_prime_code_case(args, expected, i))
+                continue
             if not isinstance(args, list):
-                raise ValueError(f"dataset_json: inputs[{i}] must be a list of arguments when fn_name is set")
+                raise ValueError(
+                    f"dataset_json: inputs[{i}] must be a list of arguments, or their JSON one per line, "
+                    "when fn_name is set"
+                )
             cases.append(FunctionCase(tuple(args), expected, unwrap_single=True))
         return TestPlan("function", fn_name=_identifier_path(name, "fn_name"), function=tuple(cases))
     return TestPlan(
@@ -843,6 +849,24 @@ def _io_plan(data: Mapping[str, Any], fn_name: str) -> TestPlan:
             for n, (i, o) in enumerate(zip(inputs, outputs, strict=True))
         ),
     )
+
+
+def _prime_code_case(args_text: str, expected: Any, i: int) -> FunctionCase:
+    """A call in verl's prime_code form: the arguments' JSON one per line, the return value's JSON.
+
+    As verl's ``prime_code/testing_util.py`` (0.9.1) reads it: every line is one argument
+    (``"1", newline, "2"`` calls ``f(1, 2)``; a blank line is skipped here, where verl fails on
+    it), and the output is the return value's JSON. A 1-element list also accepts its element
+    as the return value. One difference: verl gives a first argument that is a dict whose keys
+    all read as integers int keys; the cases reach the judge as JSON, which keeps string keys
+    only, so here they stay strings.
+    """
+    args = _lcb_args(args_text, f"dataset_json: inputs[{i}]")
+    if not args:
+        raise ValueError(f"dataset_json: inputs[{i}] holds no arguments (one JSON value per line)")
+    if isinstance(expected, str):
+        expected = _load_json(expected, f"dataset_json: outputs[{i}]")
+    return FunctionCase(args, expected, unwrap_single=True)
 
 
 def _code_contests_plan(data: Mapping[str, Any]) -> TestPlan:
@@ -1039,9 +1063,11 @@ def normalize_tests(tests: Mapping[str, Any]) -> TestPlan:
 
     - verl / APPS / TACO ``{"inputs", "outputs", "fn_name"?}``: without
       ``fn_name`` stdio cases (a list of lines is joined with newlines); with
-      it, each input is the list of positional arguments, and an output that
-      is a 1-element list also accepts its element as the return value (APPS
-      wraps return values in a list, but not always).
+      it, each input is the list of positional arguments, or (verl's
+      prime_code) a string of their JSON one per line with the output's JSON
+      (see :func:`_prime_code_case`), and an output that is a 1-element list
+      also accepts its element as the return value (APPS wraps return values
+      in a list, but not always).
     - HumanEval ``{"test", "entry_point", "prompt"?}``: assert kind; ``check``
       is called with the entry point; the prompt is kept (see :class:`TestPlan`
       and :func:`assemble_program`).

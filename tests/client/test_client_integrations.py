@@ -94,6 +94,7 @@ def test_verl_dispatch() -> None:
         assert kind_for(source) == "math", source
     for source in [
         "codecontests",
+        "deepmind/code_contests",
         "apps",
         "taco",
         "codeforces",
@@ -153,6 +154,21 @@ def test_trl_bad_row_and_infra_failure_use_infra_value(start_fake: StartFake) ->
     strict = make_reward_func("math", address=server.address, raise_on_error=True, client_options=FAST)
     with pytest.raises(Exception, match="could not be scored"):
         strict(prompts=["p"], completions=["boom"], answer=["4"])
+
+
+def test_trl_masks_infra_failures_by_default(start_fake: StartFake) -> None:
+    """None (TRL leaves the completion out of its group's baseline, advantage 0) unless a number is given: a
+    default of -1.0 taught the policy that an outage was a wrong answer."""
+    def script(fake: Any, job: Any, attempt: int) -> Abort | None:
+        return Abort(grpc.StatusCode.UNAVAILABLE) if job.math.completion == "boom" else None
+
+    server = start_fake("a", script)
+    columns = {"prompts": ["p"] * 3, "completions": ["4", "5", "boom"], "answer": ["4", "4", "4"]}
+    assert make_reward_func("math", address=server.address, client_options=FAST)(**columns) == [1.0, -1.0, None]
+    async_reward = make_async_reward_func("math", address=server.address, client_options=FAST)
+    assert asyncio.run(async_reward(**columns)) == [1.0, -1.0, None]
+    scored = make_reward_func("math", address=server.address, infra_failure_value=-1.0, client_options=FAST)
+    assert scored(**columns) == [1.0, -1.0, -1.0]
 
 
 def _refuses_bad(fake: Any, job: Any, attempt: int) -> Abort | None:
@@ -312,8 +328,8 @@ async def test_verl_async(fake: FakeServer) -> None:
 
 
 def test_verl_loads_the_module_by_file_path_as_verl_does(fake: FakeServer) -> None:
-    """README: custom_reward_function.path=<site-packages>/sandboxd_client/verl.py. verl imports that file
-    with spec_from_file_location("custom_module", path), outside its package: relative imports failed."""
+    """reward.custom_reward_function.path=<site-packages>/sandboxd_client/verl.py (the docs give pkg://, but a
+    file path works too): verl imports the file outside its package, where relative imports failed."""
     import importlib.util
 
     import sandboxd_client.verl

@@ -1,61 +1,40 @@
-"""``sandboxd_client.verl`` called the way verl calls a custom reward function, against a real daemon.
+"""``sandboxd_client.verl`` against a real daemon, and verl 0.9.1's own code calling it.
 
-verl is not installed in the test environment: ``pip install verl`` (0.9.1)
-takes about 2 minutes, adds ~1.9 GB (ray, wandb, tensorboard, tensordict,
-peft, ...) and pins ``transformers`` 5.10.4, which would downgrade the
-transformers 5.23 that TRL's extra needs. So these tests replicate verl
-0.9.1's call paths exactly (read from its source):
-
-* loading: ``verl.trainer.ppo.reward.get_custom_reward_fn`` loads
-  ``custom_reward_function.path`` / ``name`` from a file and wraps it as
-  ``partial(_call_with_kwargs, raw_fn, reward_kwargs)`` (``_call_with_kwargs_async``
-  for an ``async def``), where ``reward_kwargs`` override call-time kwargs;
-* ``reward_manager=naive`` in the reward loop
-  (``verl/experimental/reward_loop/reward_manager/naive.py``,
-  ``NaiveRewardManager.run_single``): one call per sample, all samples
-  gathered concurrently; a sync ``compute_score`` runs in the event loop's
-  default ``ThreadPoolExecutor`` (``loop.run_in_executor(None, lambda: ...)``),
-  an ``async def`` one is awaited on the loop. Keyword arguments
-  ``data_source=, solution_str=, ground_truth=, extra_info=``, where
-  ``extra_info`` also carries ``num_turns`` and ``rollout_reward_scores``;
-  the score is ``result["score"]`` and every key goes to ``reward_extra_info``;
-* the legacy ``verl/workers/reward_manager/naive.py``: the same call,
-  serially on the driver's main thread;
-* ``reward_manager=batch`` (``verl/workers/reward_manager/batch.py``,
-  ``BatchRewardManager.verify``): one call with ``data_sources=`` (a numpy
-  object array from ``non_tensor_batch``), ``solution_strs=`` (list),
-  ``ground_truths=`` (list), ``extra_infos=`` (numpy array of dicts) and
-  ``**reward_kwargs``; it indexes ``scores[i]["score"]``.
-
-When verl *is* importable, ``test_real_verl_loader`` also loads the function
-through verl's own ``get_custom_reward_fn``.
+verl cannot share the test environment (it pins ``transformers`` 5.10.4; TRL's
+extra needs 5.23), so scripts/setup.sh gives it one of its own, ``.venv-verl``,
+and the tests at the end run ``verl_checks.py`` there as a subprocess: Hydra
+composition of verl's ``ppo_trainer.yaml`` with the README's and
+docs/client.md's own lines, ``get_custom_reward_fn``, the reward loop's
+``NaiveRewardManager`` (sync and async functions) with ``assemble_rm_scores``,
+verl's own prime_code scorer on the same rows, and cloudpickle as the
+``remote`` manager uses it. The tests above them call the module directly
+for what verl's managers do not reach: ``compute_score_batch``, rows the
+daemon refuses, numpy ground truths, an unreachable daemon.
 """
 
 from __future__ import annotations
 
-import asyncio
-import importlib.util
-import inspect
 import json
-import threading
-from collections.abc import Callable
-from functools import partial
+import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sandboxd_client import verl as sandboxd_verl
 
-from tests.conftest import DaemonProcess
+from tests.conftest import DaemonProcess, skip_or_fail
 
 np = pytest.importorskip("numpy")
 
 pytestmark = pytest.mark.docker
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "verl_reward.py"
 KEYS = {"score", "acc", "pass_rate", "status", "infra_failure"}
 ADD = "```python\nprint(sum(map(int, input().split())))\n```"
 ADD_TESTS = json.dumps({"inputs": ["1 2\n", "2 2\n"], "outputs": ["3\n", "4\n"]})
+# verl's prime_code function-call form: arguments as JSON one per line, the return value as JSON.
+PRIME_CALL = "```python\ndef add(a, b):\n    return a + b\n```"
+PRIME_CALL_TESTS = json.dumps({"inputs": ["1\n2", "[1]\n[2]"], "outputs": ["3", "[1, 2]"], "fn_name": "add"})
 
 # (data_source, solution_str, ground_truth, extra_info, expected score, acc, pass_rate, status)
 ROWS: list[tuple[str, str, Any, dict[str, Any], float, float, float, str]] = [
@@ -66,26 +45,9 @@ ROWS: list[tuple[str, str, Any, dict[str, Any], float, float, float, str]] = [
     ("codecontests", ADD, ADD_TESTS, {"language": "python"}, 1.0, 1.0, 1.0, "OK"),
     ("codecontests", "```python\nprint(3)\n```", ADD_TESTS, {}, -1.0, 0.0, 0.5, "WRONG_ANSWER"),
     ("likaixin/TACO-verified", ADD, json.loads(ADD_TESTS), {}, 1.0, 1.0, 1.0, "OK"),
+    ("apps", PRIME_CALL, PRIME_CALL_TESTS, {}, 1.0, 1.0, 1.0, "OK"),
+    ("taco", PRIME_CALL.replace("a + b", "a"), PRIME_CALL_TESTS, {}, -1.0, 0.0, 0.0, "WRONG_ANSWER"),
 ]
-
-
-def load_like_verl(name: str, reward_kwargs: dict[str, Any]) -> Callable[..., Any]:
-    """``get_custom_reward_fn`` of verl 0.9.1: load from the file, wrap with reward_kwargs."""
-    spec = importlib.util.spec_from_file_location("custom_module", EXAMPLE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    raw_fn = getattr(module, name)
-
-    def _call_with_kwargs(raw_fn: Any, extra_kwargs: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
-        return raw_fn(*args, **{**kwargs, **extra_kwargs})
-
-    async def _call_with_kwargs_async(raw_fn: Any, extra_kwargs: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
-        return await raw_fn(*args, **{**kwargs, **extra_kwargs})
-
-    if not inspect.iscoroutinefunction(raw_fn):
-        return partial(_call_with_kwargs, raw_fn, reward_kwargs)
-    return partial(_call_with_kwargs_async, raw_fn, reward_kwargs)
 
 
 def extra_info_of(row_extra: dict[str, Any]) -> dict[str, Any]:
@@ -105,67 +67,11 @@ def reward_kwargs(daemon: DaemonProcess) -> dict[str, Any]:
     return {"address": daemon.address, "infra_failure_value": 0.0}
 
 
-async def test_reward_loop_naive_manager_threads(reward_kwargs: dict[str, Any]) -> None:
-    """Sync compute_score from the loop's default ThreadPoolExecutor, every sample at once."""
-    compute_score = load_like_verl("compute_score", reward_kwargs)
-    assert not inspect.iscoroutinefunction(compute_score)
-    loop = asyncio.get_running_loop()
-    threads: set[str] = set()
-
-    async def run_single(row: tuple[Any, ...]) -> dict[str, Any]:
-        data_source, solution_str, ground_truth, extra, *_ = row
-        extra_info = extra_info_of(extra)
-
-        def call() -> Any:
-            threads.add(threading.current_thread().name)
-            return compute_score(
-                data_source=data_source, solution_str=solution_str, ground_truth=ground_truth, extra_info=extra_info
-            )
-
-        result = await loop.run_in_executor(None, call)
-        return {"reward_score": result["score"], "reward_extra_info": dict(result)}
-
-    rows = ROWS * 3
-    outs = await asyncio.gather(*(run_single(row) for row in rows))
-    for out, row in zip(outs, rows, strict=True):
-        check(out["reward_extra_info"], row)
-        assert out["reward_score"] == row[4]
-    assert threading.main_thread().name not in threads
-    assert len(threads) > 1, "verl's calls should have run on several executor threads"
-
-
-async def test_reward_loop_naive_manager_async(reward_kwargs: dict[str, Any]) -> None:
-    """``compute_score_async`` is awaited on verl's loop (``is_async_reward_score``)."""
-    compute_score = load_like_verl("compute_score_async", reward_kwargs)
-    assert inspect.iscoroutinefunction(compute_score)
-    outs = await asyncio.gather(
-        *(
-            compute_score(data_source=ds, solution_str=s, ground_truth=gt, extra_info=extra_info_of(extra))
-            for ds, s, gt, extra, *_ in ROWS
-        )
-    )
-    for out, row in zip(outs, ROWS, strict=True):
-        check(out, row)
-
-
-def test_legacy_naive_manager_serial(reward_kwargs: dict[str, Any]) -> None:
-    compute_score = load_like_verl("compute_score", reward_kwargs)
-    for row in ROWS:
-        data_source, solution_str, ground_truth, extra, *_ = row
-        score = compute_score(
-            data_source=data_source,
-            solution_str=solution_str,
-            ground_truth=ground_truth,
-            extra_info=extra_info_of(extra),
-        )
-        check(score, row)
-
-
-def test_batch_manager(reward_kwargs: dict[str, Any]) -> None:
-    """``BatchRewardManager.verify``: numpy columns in, one dict per sample out, in order."""
+def test_compute_score_batch(reward_kwargs: dict[str, Any]) -> None:
+    """For callers of one's own that hold a batch (0.9.1 has no batch manager): numpy columns in, one dict per
+    sample out, in order, every dict with the same keys and value types (verl stacks them per key)."""
     rows = ROWS * 4
-    compute_score = load_like_verl("compute_score_batch", {})
-    scores = compute_score(
+    scores = sandboxd_verl.compute_score_batch(
         data_sources=np.array([r[0] for r in rows], dtype=object),
         solution_strs=[r[1] for r in rows],
         ground_truths=[r[2] for r in rows],
@@ -175,7 +81,6 @@ def test_batch_manager(reward_kwargs: dict[str, Any]) -> None:
     assert len(scores) == len(rows)
     for score, row in zip(scores, rows, strict=True):
         check(score, row)
-    # verl stacks each key across samples: every dict has the same keys and value types.
     assert all({k: type(v) for k, v in s.items()} == {k: type(v) for k, v in scores[0].items()} for s in scores)
 
 
@@ -230,28 +135,114 @@ def test_unreachable_daemon_scores_infra_value() -> None:
     assert score == {"score": 0.0, "acc": 0.0, "pass_rate": 0.0, "status": "UNAVAILABLE", "infra_failure": True}
 
 
-def test_real_verl_loader(reward_kwargs: dict[str, Any]) -> None:
-    """verl's own loader and kwargs merging, when verl is installed."""
-    pytest.importorskip("verl")
-    from omegaconf import OmegaConf
-    from verl.trainer.ppo.reward import get_custom_reward_fn
 
-    for name in ("compute_score", "compute_score_batch"):
-        config = OmegaConf.create(
-            {"reward": {"custom_reward_function": {"path": str(EXAMPLE), "name": name, "reward_kwargs": reward_kwargs}}}
-        )
-        fn = get_custom_reward_fn(config)
-        assert fn is not None
-        if name == "compute_score":
-            for row in ROWS:
-                ds, s, gt, extra, *_ = row
-                check(fn(data_source=ds, solution_str=s, ground_truth=gt, extra_info=extra_info_of(extra)), row)
-        else:
-            scores = fn(
-                data_sources=np.array([r[0] for r in ROWS], dtype=object),
-                solution_strs=[r[1] for r in ROWS],
-                ground_truths=[r[2] for r in ROWS],
-                extra_infos=np.array([extra_info_of(r[3]) for r in ROWS], dtype=object),
-            )
-            for score, row in zip(scores, ROWS, strict=True):
-                check(score, row)
+
+# -- verl 0.9.1 itself ------------------------------------------------------------------------------------------------
+# verl's own code, in the environment scripts/setup.sh makes for it (verl pins transformers 5.10.4, TRL's extra 5.23),
+# run as a subprocess (tests/integration/verl_checks.py) against this test's daemon.
+
+REPO = Path(__file__).resolve().parents[2]
+VERL_PYTHON = REPO / ".venv-verl" / "bin" / "python"
+WRONG_CALL = PRIME_CALL.replace("a + b", "a - b")
+# Rows through verl: (data_source, solution_str, ground_truth, extra_info, score, status, verl's own scorer takes it).
+VERL_ROWS: list[tuple[str, str, Any, dict[str, Any], float, str, bool]] = [
+    ("openai/gsm8k", "so the answer is \\boxed{72}", "72", {}, 1.0, "OK", False),
+    ("openai/gsm8k", "\\boxed{71}", "72", {}, -1.0, "WRONG_ANSWER", False),
+    ("codecontests", ADD, ADD_TESTS, {}, 1.0, "OK", True),
+    ("codecontests", "```python\nprint(3)\n```", ADD_TESTS, {}, -1.0, "WRONG_ANSWER", True),
+    # The prime_code function-call form, which sandboxd refused before as an infrastructure failure.
+    ("apps", PRIME_CALL, PRIME_CALL_TESTS, {}, 1.0, "OK", True),
+    ("taco", WRONG_CALL, PRIME_CALL_TESTS, {}, -1.0, "WRONG_ANSWER", True),
+    # The other code datasets' own shapes, under their Hub names (verl has no scorer of its own for these).
+    ("deepmind/code_contests", ADD, json.dumps({"public_tests": {"input": ["1 2\n"], "output": ["3\n"]},
+                                                "private_tests": {"input": ["2 5\n"], "output": ["7\n"]}}),
+     {}, 1.0, "OK", False),
+    ("livecodebench/code_generation_lite", ADD,
+     json.dumps([{"input": "1 2\n", "output": "3\n", "testtype": "stdin"}]), {}, 1.0, "OK", False),
+    ("livecodebench/code_generation_lite", PRIME_CALL,
+     json.dumps([{"input": "1\n2", "output": "3", "testtype": "functional"}]), {"fn_name": "add"}, 1.0, "OK", False),
+    ("PrimeIntellect/verifiable-coding-problems", PRIME_CALL, json.dumps({"test_cases": [
+        {"type": "function_call", "fn_name": "add", "input": [1, 2], "output": [3]}]}), {}, 1.0, "OK", False),
+    ("BAAI/TACO", PRIME_CALL, json.dumps({"inputs": [[1, 2]], "outputs": [[3]], "fn_name": "add"}), {}, 1.0, "OK",
+     False),
+]
+
+
+@pytest.fixture(scope="module")
+def verl_run(daemon: DaemonProcess, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    if not VERL_PYTHON.exists():
+        skip_or_fail("no verl environment (.venv-verl): run scripts/setup.sh (make test does)")
+    rows = tmp_path_factory.mktemp("verl") / "rows.json"
+    rows.write_text(json.dumps([
+        {"data_source": ds, "solution_str": s, "ground_truth": gt, "extra_info": extra, "verl_scores_it": own}
+        for ds, s, gt, extra, _, _, own in VERL_ROWS
+    ]))
+    env = {**os.environ, "SANDBOXD_ADDRESS": daemon.address, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": ""}
+    proc = subprocess.run([str(VERL_PYTHON), str(Path(__file__).with_name("verl_checks.py")), str(REPO), str(rows)],
+                          capture_output=True, text=True, timeout=600, env=env, cwd=rows.parent)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+def test_verl_composes_the_docs_lines_and_loads_our_function(verl_run: dict[str, Any]) -> None:
+    """The README's and docs/client.md's lines, through verl's Hydra config and get_custom_reward_fn."""
+    assert verl_run["verl"] == "0.9.1"
+    expected = ["reward.custom_reward_function.path=pkg://sandboxd_client.verl",
+                "reward.custom_reward_function.name=compute_score",
+                "+reward.custom_reward_function.reward_kwargs.infra_failure_value=0.0"]
+    assert verl_run["readme_overrides"] == expected and verl_run["client_doc_overrides"] == expected
+    assert verl_run["reward_config"] == {"path": "pkg://sandboxd_client.verl", "name": "compute_score",
+                                         "reward_kwargs": {"infra_failure_value": 0.0}}
+    assert verl_run["loaded_is_ours"] and verl_run["readme_loaded_is_ours"]
+    # What the docs say of 0.9.1: the old top-level keys are ignored, there is no batch manager, the managers.
+    assert verl_run["old_keys_loaded"] is False
+    assert verl_run["batch_manager"] == "Unknown reward manager: batch"
+    assert set(verl_run["managers"]) == {"naive", "dapo", "gdpo", "rate_limited", "remote"}
+    # The remote manager ships the function to Ray: by name it pickles; loaded by file path it did not.
+    assert verl_run["pickles_by_name"] is True
+    assert "_thread.lock" in verl_run["pickles_by_file"]
+    # docs/client.md's line for a data source of one's own.
+    assert verl_run["kinds_override"] and verl_run["kinds_score"]["score"] == 1.0
+    assert verl_run["example_score"]["score"] == 1.0
+
+
+def test_verl_scores_as_its_own_scorer_does(verl_run: dict[str, Any]) -> None:
+    for score, own, row in zip(verl_run["scores"], verl_run["verl_own"], VERL_ROWS, strict=True):
+        assert set(score) == KEYS and (score["score"], score["status"]) == row[4:6], (row, score)
+        assert score["infra_failure"] is False
+        if row[6]:  # verl's prime_code scorer (continuous for these data sources): the fraction of tests passed
+            assert own == score["pass_rate"], (row, own, score)
+
+
+def test_verl_reward_loop_puts_the_score_on_the_last_valid_token(verl_run: dict[str, Any]) -> None:
+    """0.9.1's reward loop: NaiveRewardManager.run_single per sample (sync in its thread pool, and the async twin
+    awaited), then assemble_rm_scores."""
+    loop = verl_run["reward_loop"]
+    assert loop["manager"] == "NaiveRewardManager"
+    expected = [row[4] for row in VERL_ROWS]
+    assert [out["reward_score"] for out in loop["outs"]] == expected, loop["outs"]
+    assert [out["reward_extra_info"]["status"] for out in loop["outs"]] == [row[5] for row in VERL_ROWS]
+    for scores, last, value in zip(loop["rm_scores"], loop["last_token"], expected, strict=True):
+        assert scores[last] == value and sum(1 for s in scores if s != 0) == 1, (scores, last)
+    assert verl_run["reward_loop_async"] == expected
+
+
+def test_verl_tools_hold_one_session_per_trajectory(verl_run: dict[str, Any]) -> None:
+    """examples/verl_tools.yaml loaded by verl's tool registry, each call made by ToolAgentLoop._call_tool, which
+    creates and releases the tool around every call: the trajectory's session persists between them."""
+    tools = verl_run["tools"]
+    assert "error" not in tools, tools.get("error")
+    assert tools["names"] == ["bash", "python"]
+    assert tools["schemas"]["python"]["function"]["parameters"]["required"] == ["code"]
+    assert tools["schemas"]["bash"]["function"]["parameters"]["required"] == ["command"]
+    texts = [text for text, reward, _ in tools["calls"]]
+    assert texts[:5] == ["42", "41", "hi", "'hi\\n'", "[exit status 3]"]
+    assert "NameError" in texts[5], "another trajectory has a session of its own"
+    assert texts[6] == "python: give 'code' as a string"
+    assert all(reward == 0.0 for _, reward, _ in tools["calls"])
+    assert tools["calls"][0][2]["status"] == "OK"
+    assert tools["sessions_during"] == 2
+    assert tools["sessions_after"] == 0, "a finished trajectory gives its session back"
+    assert tools["instance_call"] == "10" and tools["instance_reward"] == 0.0
+    assert (tools["instance_sessions"], tools["instance_sessions_after"]) == (1, 0)

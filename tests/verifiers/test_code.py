@@ -426,9 +426,12 @@ def test_explicit_stdio_function_and_assert() -> None:
         ({"dataset_json": {"inputs": ["1"], "outputs": []}}, "1 inputs but 0 outputs"),
         ({"dataset_json": {"inputs": [], "outputs": []}}, "no test cases"),
         (
-            {"dataset_json": {"inputs": ["1"], "outputs": ["1"], "fn_name": "f"}},
-            r"inputs\[0\] must be a list",
+            {"dataset_json": {"inputs": [1], "outputs": ["1"], "fn_name": "f"}},
+            r"inputs\[0\] must be a list of arguments, or their JSON one per line",
         ),
+        ({"dataset_json": {"inputs": ["1\n[2"], "outputs": ["3"], "fn_name": "f"}}, r"inputs\[0\] is not valid JSON"),
+        ({"dataset_json": {"inputs": ["1"], "outputs": ["{3"], "fn_name": "f"}}, r"outputs\[0\] is not valid JSON"),
+        ({"dataset_json": {"inputs": ["\n"], "outputs": ["3"], "fn_name": "f"}}, "holds no arguments"),
         ({"dataset_json": {"inputs": [1], "outputs": ["1"]}}, "must be a string"),
         ({"dataset_json": {"something": 1}}, "no known shape"),
         ({"dataset_json": {"test_list": []}}, "non-empty list"),
@@ -484,6 +487,24 @@ def test_apps_call_based_shape_unwraps_single_element_outputs() -> None:
         {"fn_name": "g", "dataset_json": {"inputs": [[1]], "outputs": [1], "fn_name": None}}
     )
     assert plan.fn_name == "g"
+
+
+def test_verl_prime_code_call_form_reads_json_lines() -> None:
+    """verl's prime_code rows: arguments as JSON, one per line; the return value as JSON (as its testing_util)."""
+    row = {"inputs": ["1\n2", "[1, 2]\n\"ab\""], "outputs": ["3", "[[1, 2], \"ab\"]"], "fn_name": "add"}
+    for shape in (row, json.dumps(row)):
+        plan = normalize_tests({"dataset_json": shape})
+        assert plan.kind == "function" and plan.fn_name == "add"
+        assert plan.function == (FunctionCase((1, 2), 3, unwrap_single=True),
+                                 FunctionCase(([1, 2], "ab"), [[1, 2], "ab"], unwrap_single=True))
+    one = normalize_tests({"dataset_json": {"inputs": ["5"], "outputs": ["[5]"], "fn_name": "f"}}).function[0]
+    assert one.args == (5,) and one.matches(5) and one.matches([5]) and not one.matches([[5]])
+    # An output already decoded (a parquet column of values) is taken as it is; list inputs keep APPS's reading.
+    mixed = normalize_tests({"dataset_json": {"inputs": ["1\n2", [1, 2]], "outputs": [3, [3]], "fn_name": "add"}})
+    assert mixed.function == (FunctionCase((1, 2), 3, unwrap_single=True),
+                              FunctionCase((1, 2), [3], unwrap_single=True))
+    # Without fn_name the same strings are stdin.
+    assert normalize_tests({"dataset_json": {"inputs": ["1\n2"], "outputs": ["3"]}}).stdio == (StdioCase("1\n2", "3"),)
 
 
 def test_humaneval_shape_keeps_prompt_and_entry_point() -> None:
