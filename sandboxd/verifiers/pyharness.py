@@ -54,6 +54,7 @@ import datetime  # noqa: F401
 import decimal
 import fractions
 import functools
+import hashlib
 import heapq  # noqa: F401
 import inspect
 import io
@@ -1081,10 +1082,29 @@ def _own_names(*sources: str) -> frozenset[str]:
     its hooks (`check`, `pytestmark`, `setup_module`, ...)."""
     names: set[str] = set()
     for source in sources:
-        tree = _parse(source) if source else None
-        if tree is not None:
-            names.update(_definitions(tree)[0])
+        if source:
+            names.update(_names_bound(source))
     return frozenset(names)
+
+
+# Top-level names of the dataset's sources a judge has parsed, by a digest of each (small keys: a judge lives for
+# 200 jobs, and a training step's batch holds hundreds of problems, more than _compiled's 128 sources).
+_NAMES_BOUND: collections.OrderedDict[bytes, frozenset[str]] = collections.OrderedDict()
+NAMES_BOUND_CACHED = 4096
+
+
+def _names_bound(source: str) -> frozenset[str]:
+    """One source's top-level names, parsed once per judge: a HumanEval prompt and its tests parsed for every job
+    cost the judge about 1 ms of each."""
+    key = hashlib.blake2b(source.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+    names = _NAMES_BOUND.get(key)
+    if names is None:
+        tree = _parse(source)
+        names = frozenset(_definitions(tree)[0]) if tree is not None else frozenset()
+        _NAMES_BOUND[key] = names
+        if len(_NAMES_BOUND) > NAMES_BOUND_CACHED:
+            _NAMES_BOUND.popitem(last=False)
+    return names
 
 
 def _hook(namespace: Mapping[str, Any], own: Set[str], name: str) -> Any:
