@@ -330,9 +330,7 @@ def top_level_names(code: str) -> list[str]:
 
 
 def top_level_definitions(code: str) -> tuple[list[str], list[str]]:
-    """:func:`top_level_names`, and those of them that a ``class`` statement binds
-    (the only names whose calls may make objects for the tests: ``run_tests(classes=)``);
-    one parse for both."""
+    """:func:`top_level_names`, and those of them that a ``class`` statement binds; one parse for both."""
     tree = _parse(code)
     return ([], []) if tree is None else _definitions(tree)
 
@@ -1333,7 +1331,6 @@ def run_tests(
     channel: socket.socket,
     *,
     names: Sequence[str] = (),
-    classes: Sequence[str] = (),
     files: str = "",
     assert_code: str = "",
     entry_point: str = "",
@@ -1362,34 +1359,29 @@ def run_tests(
     :func:`~sandboxd.verifiers.code.compare_values`.
 
     ``plan_kind="assert"``: executes ``setup_code`` (trusted dataset code, e.g.
-    HumanEval's prompt), then binds a proxy for each of ``names`` (given, or
-    computed with :func:`top_level_definitions` from ``program``, the
-    candidate's code, which then sets ``classes`` too; with ``assembly``,
-    from the program :func:`~sandboxd.verifiers.code.assemble` makes of it,
-    as the candidate does) that neither shadows a builtin nor was defined
-    by the setup code, and one for ``entry_point`` always, in a fresh
+    HumanEval's prompt), then binds the candidate's value (a proxy, for a
+    function, class or object) of each of ``names`` (given, or computed with
+    :func:`top_level_names` from ``program``, the candidate's code; with
+    ``assembly``, from the program :func:`~sandboxd.verifiers.code.assemble`
+    makes of it, as the candidate does) that neither shadows a builtin nor
+    was defined by the setup code, and of ``entry_point`` always, in a fresh
     namespace; executes ``assert_code``; calls
     ``check(<entry_point proxy>)`` if it defined ``check``; runs the
     ``unittest.TestCase`` classes it defined; calls the pytest-style
     ``test*`` functions and ``Test*`` classes' methods it defined, as pytest
-    would (parametrized ones once per parameter set; those needing fixtures,
-    skipped or xfail are not called), except those its code refers to by name
-    when something already called the candidate (it calls them itself). Meanwhile ``import solution`` (KodCode's
-    ``from solution import f``) gives a module of the candidate's names as
-    proxies, removed from ``sys.modules`` again when the tests end (see
-    :func:`_candidate_module`). Any exception fails the test, and so does never
-    calling the candidate (status ``no_calls``: nothing was checked).
-    Calling a proxy of a class makes an instance in the candidate's process
-    and returns a stand-in whose methods are called remotely (an attribute
-    that is not a method is read as plain data); only plain data can be
-    passed as arguments.
-    Only the names in ``classes`` (the candidate's top-level ``class``
-    statements, by :func:`top_level_definitions`), except ``entry_point``,
-    may answer with an object; methods answer with values. Tests that pytest
-    would run but the harness cannot run as pytest would (they need a
-    fixture, an ``indirect`` parameter, an event loop, an autouse fixture)
-    do not count as passed: when every test that ran passed, the status is
-    ``unsupported`` (the dataset's tests, not the model's fault).
+    would (parametrized ones once per parameter set, with the fixtures the
+    tests define and pytest's own the harness provides; skipped or xfail ones
+    are not called), except those its code refers to by name when something
+    already called the candidate (it calls them itself). Meanwhile ``import
+    solution`` (KodCode's ``from solution import f``) gives a module whose
+    attributes are the candidate's (:class:`_CandidateModule`), removed from
+    ``sys.modules`` again when the tests end. Any exception fails the test,
+    and so does never calling the candidate (status ``no_calls``: nothing was
+    checked). What crosses and how is pyremote's (values by value, the rest
+    by reference). Tests that pytest would run but the harness cannot run as
+    pytest would (a fixture nobody defines, an ``indirect`` parameter, an
+    event loop) do not count as passed: when every test that ran passed, the
+    status is ``unsupported`` (the dataset's tests, not the model's fault).
 
     ``call_timeout`` bounds each call (and the program's start-up) in seconds;
     ``time_for_all``, if given, all of them together from now: the call in

@@ -72,6 +72,7 @@ from .pywire import (
     recv_frame,
     send_frame,
 )
+from .pywire import type_name as _type_name
 
 __all__ = [
     "MESSAGE_LIMIT",
@@ -143,13 +144,6 @@ class TestsTimeUp(CandidateTimeout):
 
 class Unsupported(Exception):
     """What the harness cannot do safely for a test (a value numpy-less, an object it will not hand over)."""
-
-
-def _type_name(obj: object) -> str:
-    try:
-        return str(type(obj).__qualname__)
-    except Exception:
-        return "?"
 
 
 def describe(exc: BaseException) -> dict[str, str]:
@@ -937,14 +931,24 @@ def _raising(exc: Exception) -> Iterator[Any]:
     yield  # a generator that raises at once
 
 
-def _rebuilt(error: Mapping[str, Any]) -> Exception:
-    """In the candidate: the exception a callback into the test raised, as a builtin exception of ours."""
-    type_name, message = str(error.get("type", "Exception")), str(error.get("message", ""))
-    cls = getattr(builtins, type_name, None) if type_name.isidentifier() else None
+def _builtin_exception(name: str, message: str) -> Exception | None:
+    """The builtin exception `name` with `message`, made on this side; None for any other name.
+
+    Not StopIteration: raised inside the other side's own map(), zip() or
+    next() loop, it would end that loop as if the data had run out, and
+    `assert all(map(check, cases))` would pass unchecked.
+    """
+    cls = getattr(builtins, name, None) if name.isidentifier() else None
     if isinstance(cls, type) and issubclass(cls, Exception) and not issubclass(cls, _ENDS_ITERATION):
         with contextlib.suppress(Exception):
             return cls(message)
-    return RuntimeError(f"{type_name}: {message}")
+    return None
+
+
+def _rebuilt(error: Mapping[str, Any]) -> Exception:
+    """In the candidate: the exception a callback into the test raised, as a builtin exception of ours."""
+    name, message = str(error.get("type", "Exception")), str(error.get("message", ""))
+    return _builtin_exception(name, message) or RuntimeError(f"{name}: {message}")
 
 
 # ---------------------------------------------------------------------------
@@ -1232,7 +1236,7 @@ class JudgeEndpoint(Endpoint):
         finally:
             self.nesting -= 1
         try:
-            value, error = self.read(reply, op, args, kwargs or {}, frame)
+            value, error = self.read(reply, op, frame)
         except MemoryError:
             # Handled below, not here: the handler would keep the MemoryError as its context, and in that the
             # frames that hold the half-decoded reply, for as long as self.broken lives.
@@ -1244,8 +1248,7 @@ class JudgeEndpoint(Endpoint):
         del reply  # and this frame, which it keeps in its own traceback
         self._break(TooLargeForJudge(REPLY_TOO_LARGE))
 
-    def read(self, reply: dict[str, Any], op: str, args: Sequence[object],
-             kwargs: Mapping[str, object], sent: object = None) -> tuple[Any, BaseException | None]:
+    def read(self, reply: dict[str, Any], op: str, sent: object = None) -> tuple[Any, BaseException | None]:
         """(the answer in a reply, or the candidate's exception to raise), after writing its changed containers back
         (and before forgetting those the program no longer holds: the answer may be one of them)."""
         try:
@@ -1348,26 +1351,11 @@ class JudgeEndpoint(Endpoint):
                 exc.__dict__["_sandboxd_object"] = self.decode(error.get("obj"))
             self.raised.append(exc)
             return exc
-        builtin = getattr(builtins, type_name, None) if type_name.isidentifier() else None
-        exc = None  # type: ignore[assignment]
-        # Not StopIteration: raised by a proxy inside the tests' own map(),
-        # zip() or next() loop, it would end that loop as if the data had run
-        # out, and `assert all(map(check, cases))` would pass unchecked.
-        if isinstance(builtin, type) and issubclass(builtin, Exception) and not issubclass(builtin, _ENDS_ITERATION):
-            try:
-                exc = builtin(message)
-            except Exception:
-                exc = None  # type: ignore[assignment]
-        if exc is None:
-            exc = CandidateError(f"{type_name}: {message}")
+        exc = _builtin_exception(type_name, message) or CandidateError(f"{type_name}: {message}")
         self.raised.append(exc)
         return exc
 
     # ---- references ----
-
-    def describe_export(self, ref: int, obj: object) -> list[object]:
-        kind = "iterator" if isinstance(obj, Iterator) else "function" if callable(obj) else "object"
-        return [ref, kind, _type_name(obj)[:TYPE_NAME_LIMIT]]
 
     def forget_exports(self) -> None:
         """A test ended: what it handed the candidate is no longer the candidate's to use, nor kept in step."""
@@ -1761,27 +1749,6 @@ class Proxy:
     def __round__(self, digits: int | None = None) -> Any:
         return self._ask("round") if digits is None else self._ask("round", digits)
 
-    def __trunc__(self) -> Any:
-        return self._ask("trunc")
-
-    def __floor__(self) -> Any:
-        return self._ask("floor")
-
-    def __ceil__(self) -> Any:
-        return self._ask("ceil")
-
-    def __neg__(self) -> Any:
-        return self._ask("neg")
-
-    def __pos__(self) -> Any:
-        return self._ask("pos")
-
-    def __abs__(self) -> Any:
-        return self._ask("abs")
-
-    def __invert__(self) -> Any:
-        return self._ask("invert")
-
     def _compare(self, op: str, other: object) -> Any:
         # Only between the candidate's own objects: against the test's values, Python's default for objects that
         # do not compare, whatever the candidate's __eq__ would say.
@@ -1825,8 +1792,16 @@ def _binary(name: str) -> tuple[Callable[..., Any], Callable[..., Any], Callable
     return forward, reflected, in_place
 
 
+def _unary(name: str) -> Callable[[Proxy], Any]:
+    def ask(self: Proxy) -> Any:
+        return self._sandboxd_endpoint.request(name, [self])
+
+    return ask
+
+
+for _name in ("trunc", "floor", "ceil", "neg", "pos", "abs", "invert"):
+    setattr(Proxy, f"__{_name}__", _unary(_name))
 for _name in _BINARY:
-    _dunder = _name + ("_" if _name in ("and", "or") else "")
     _forward, _reflected, _in_place = _binary(_name)
     setattr(Proxy, f"__{_name}__", _forward)
     setattr(Proxy, f"__r{_name}__", _reflected)
@@ -1861,9 +1836,6 @@ class RemoteFunction(Proxy):
 
     def __repr__(self) -> str:
         return f"<candidate function {self._sandboxd_type}>"
-
-
-_UNTYPED_PROXIES: tuple[type, ...] = ()
 
 
 class RemoteIterator(Proxy):
@@ -1905,4 +1877,5 @@ class RemoteGenerator(RemoteIterator):
         return types.GeneratorType
 
 
-_UNTYPED_PROXIES = (RemoteObject, RemoteFunction, RemoteIterator, RemoteGenerator)
+# Proxies of objects sent without their class (not of a class the program defined): isinstance asks the program.
+_UNTYPED_PROXIES: tuple[type, ...] = (RemoteObject, RemoteFunction, RemoteIterator, RemoteGenerator)

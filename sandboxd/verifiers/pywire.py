@@ -61,6 +61,7 @@ __all__ = [
     "encode_value",
     "recv_frame",
     "send_frame",
+    "type_name",
 ]
 
 # Large enough for the answer of a performance test (3 million ints sorted
@@ -100,7 +101,7 @@ class FrameTooLarge(ProtocolError):
     """A frame longer than the size cap."""
 
 
-def _type_name(obj: object) -> str:
+def type_name(obj: object) -> str:
     try:
         return str(type(obj).__qualname__)
     except Exception:
@@ -336,7 +337,7 @@ class Codec:
     """
 
     def export(self, obj: object) -> object:
-        raise RejectedValue(f"a value of type {_type_name(obj)} is not plain data")
+        raise RejectedValue(f"a value of type {type_name(obj)} is not plain data")
 
     def own(self, ref: object) -> object:
         raise RejectedValue("no objects are shared on this channel")
@@ -472,7 +473,7 @@ class Codec:
                 return list(obj)  # type: ignore[call-overload]
             return [self.decode(item, depth) for item in obj]  # type: ignore[attr-defined]
         if kind is not dict or len(obj) != 1:  # type: ignore[arg-type]
-            raise RejectedValue(f"not an encoded value: {_type_name(obj)}")
+            raise RejectedValue(f"not an encoded value: {type_name(obj)}")
         ((tag, body),) = obj.items()  # type: ignore[attr-defined]
         decoder = _DECODERS.get(tag)
         if decoder is None:

@@ -1239,9 +1239,7 @@ def harness(
                                         implicit_imports=kind == "function")
     try:
         if kind == "assert":
-            names, classes = top_level_definitions(code)
-            kwargs.setdefault("names", names)
-            kwargs.setdefault("classes", classes)
+            kwargs.setdefault("names", top_level_names(code))
         result = run_tests(kind, channel, **kwargs)
     finally:
         channel.close()
@@ -1630,9 +1628,9 @@ def test_mbpp_style_asserts(tmp_path: Path) -> None:
     wrong = assemble_program("def remove_Occ(s, ch):\n    return s\narea = lambda r: 0\n", plan)
     assert harness(wrong, tmp_path, "assert", assert_code=plan.assert_code)["status"] == "wrong_answer"
     # As the agent asks it: the judge reads the names the tests may call from the program itself.
-    given = harness(program, tmp_path, "assert", assert_code=plan.assert_code, names=[], classes=[], program=program)
+    given = harness(program, tmp_path, "assert", assert_code=plan.assert_code, names=[], program=program)
     assert given["passed"], given
-    unnamed = harness(program, tmp_path, "assert", assert_code=plan.assert_code, names=[], classes=[])
+    unnamed = harness(program, tmp_path, "assert", assert_code=plan.assert_code, names=[])
     assert unnamed["status"] == "runtime_error" and "NameError" in unnamed["message"], unnamed
 
 
@@ -1658,7 +1656,7 @@ def test_humaneval_program_assembled_by_the_candidate_and_the_judge(completion: 
     assembly = program_assembly(plan)
     assert assembly is not None
     result = harness(completion, tmp_path, "assert", candidate_assembly=assembly, assert_code=plan.assert_code,
-                     entry_point=plan.entry_point, setup_code=plan.prompt, names=[], classes=[],
+                     entry_point=plan.entry_point, setup_code=plan.prompt, names=[],
                      program=completion, assembly=assembly)
     assert result["passed"] is passes, result
     if not passes:
@@ -1666,7 +1664,7 @@ def test_humaneval_program_assembled_by_the_candidate_and_the_judge(completion: 
     # The candidate did assemble it: a body-only completion alone does not even load.
     if completion.startswith(" "):
         alone = harness(completion, tmp_path, "assert", assert_code=plan.assert_code, entry_point=plan.entry_point,
-                        setup_code=plan.prompt, names=[], classes=[])
+                        setup_code=plan.prompt, names=[])
         assert alone["status"] == "load_error", alone
 
 
