@@ -239,10 +239,13 @@ class SessionManager:
                     self._sandbox_lost(sandbox)
                     log.warning("session open: %s (attempt %d of %d)", exc, attempt, OPEN_ATTEMPTS)
                     continue
-                except BaseException:
-                    if opening.done():
-                        # Our own failure, not the caller's cancel: the sandbox takes no
-                        # more sessions and is replaced once its other sessions end.
+                except BaseException as exc:
+                    # A cancel can land in the step where the open finishes (its reply
+                    # is there): it is still the caller's cancel, not our failure, and
+                    # the session it opened is closed like any other cancelled open's.
+                    if opening.done() and not isinstance(exc, asyncio.CancelledError):
+                        # Our own failure: the sandbox takes no more sessions and is
+                        # replaced once its other sessions end.
                         sandbox.retiring = True
                         await pool.release(sandbox)
                         raise

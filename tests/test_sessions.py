@@ -211,6 +211,32 @@ async def test_an_open_cancelled_mid_way_closes_what_the_agent_opened_and_keeps_
         await pool.close()
 
 
+async def test_a_cancel_that_lands_as_the_open_finishes_is_the_callers_and_costs_no_sandbox() -> None:
+    """The agent's reply and the caller's cancel in one step of the loop: the open was taken for the daemon's own
+    failure and its sandbox retired (a loaded CI run's race test saw one sandbox replaced), and the session the
+    agent had opened was never closed. It is the caller's cancel: the session is closed, the sandbox kept."""
+    config = Config()
+    pool = _pool(config, "sessions")
+    sandbox = RecordingGatedSandbox(name="s0", pool="sessions", container_id="0", control_dir="/x", started_by="cold")
+    sandbox.gate, sandbox.opens, sandbox.closed = asyncio.Event(), 0, []
+    pool.sandboxes = [sandbox]
+    manager = SessionManager(pool, config)
+    try:
+        opening = asyncio.create_task(manager.open(pb.OpenSessionRequest()))
+        await until(lambda: sandbox.opens == 1)
+        # No await between: the agent's reply is in when the cancel reaches the open.
+        sandbox.gate.set()
+        opening.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await opening
+        await until(lambda: sandbox.in_flight == 0)
+        assert sandbox.closed == [7] and manager.list() == []
+        assert not (sandbox.retiring or sandbox.damaged or sandbox.full)
+    finally:
+        await manager.close_all()
+        await pool.close()
+
+
 async def test_a_repeated_request_id_gets_the_session_its_first_open_opened() -> None:
     """A client retries an Open that got UNAVAILABLE after the daemon had opened it: the retry opened a second
     session, which held a slot until its idle timeout and was never closed."""

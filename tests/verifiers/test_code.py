@@ -5,6 +5,7 @@ for real (a candidate process and a test process joined by a socketpair)."""
 from __future__ import annotations
 
 import ast
+import contextlib
 import enum
 import gzip
 import json
@@ -1214,6 +1215,13 @@ CANDIDATE_MAIN = (
 )
 
 
+def _workdir(tmp_path: Path) -> Path:
+    """The folder both processes run in, as the sandbox's workdir: a test's files stay out of the checkout."""
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    return work
+
+
 def _start_candidate(code: str, tmp_path: Path, max_frame_bytes: int, assembly: dict[str, str] | None = None,
                      implicit_imports: bool = False) -> tuple[socket.socket, subprocess.Popen[bytes]]:
     """Start a candidate process serving ``code``, its stdout in ``tmp_path / "candidate.out"``."""
@@ -1223,7 +1231,8 @@ def _start_candidate(code: str, tmp_path: Path, max_frame_bytes: int, assembly: 
     with open(tmp_path / "candidate.out", "wb") as out:
         process = subprocess.Popen([sys.executable, "-c", CANDIDATE_MAIN, str(source), str(child.fileno()),
                                     str(max_frame_bytes), json.dumps(assembly), "1" if implicit_imports else "0"],
-                                   pass_fds=[child.fileno()], stdout=out, cwd=REPO)
+                                   pass_fds=[child.fileno()], stdout=out, cwd=_workdir(tmp_path),
+                                   env={**os.environ, "PYTHONPATH": str(REPO)})
     child.close()
     return parent, process
 
@@ -1240,7 +1249,8 @@ def harness(
     try:
         if kind == "assert":
             kwargs.setdefault("names", top_level_names(code))
-        result = run_tests(kind, channel, **kwargs)
+        with contextlib.chdir(_workdir(tmp_path)):
+            result = run_tests(kind, channel, **kwargs)
     finally:
         channel.close()
         # A candidate stuck in a loop does not see end of file; the agent would kill it.
@@ -1302,9 +1312,11 @@ def test_deadlines_move_by_the_cpu_credit_up_to_the_stretch(tmp_path: Path) -> N
     assert [t["status"] for t in unmoved["tests"]] == ["timeout"], unmoved  # a stretch of 1: no move
     uncredited = harness(code, tmp_path, fn_name="wait", cases=cases[:1], call_timeout=0.3, deadline_stretch=3.0)
     assert [t["status"] for t in uncredited["tests"]] == ["timeout"], uncredited
+    # The time for all also holds the candidate's start (a fresh interpreter: a second on a loaded
+    # machine), so this one is wide: 3 s of sleep is past 2 s, and inside 2 s moved on to 6 s.
     started = time.monotonic()
-    all_moved = harness(code, tmp_path, fn_name="wait", cases=[FunctionCase((0.5,), 0.5)], call_timeout=60,
-                        time_for_all=0.3, cpu_credit=credit, deadline_stretch=3.0)
+    all_moved = harness(code, tmp_path, fn_name="wait", cases=[FunctionCase((3.0,), 3.0)], call_timeout=60,
+                        time_for_all=2.0, cpu_credit=credit, deadline_stretch=3.0)
     assert [t["status"] for t in all_moved["tests"]] == ["ok"], all_moved
 
 
