@@ -23,6 +23,7 @@ from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
 from sandboxd_client.trl import SandboxEnvironment
 
 from tests.conftest import DaemonProcess, skip_or_fail
+from tests.integration.helpers import trl_offline
 
 pytestmark = pytest.mark.docker
 
@@ -147,14 +148,7 @@ def grpo_script(context: str, row: int) -> str:
 
 @pytest.fixture
 def offline_hf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """TRL, transformers and datasets without the Hugging Face hub; the trainer's experimental warning silenced."""
-    missing = [m for m in ("torch", "transformers", "trl", "datasets") if importlib.util.find_spec(m) is None]
-    if missing:
-        skip_or_fail(f"no {', '.join(missing)}: run scripts/setup.sh (the test extra; torch==2.13.0 first)")
-    for key, value in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-                       "HF_HOME": str(tmp_path / "hf_home"), "TOKENIZERS_PARALLELISM": "false",
-                       "TRL_EXPERIMENTAL_SILENCE": "1", "WANDB_DISABLED": "true"}.items():
-        monkeypatch.setenv(key, value)
+    trl_offline(monkeypatch, tmp_path / "hf_home")
 
 
 @pytest.mark.slow
