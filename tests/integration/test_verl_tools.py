@@ -76,7 +76,7 @@ def test_each_trajectory_runs_its_tool_calls_in_a_session_of_its_own(rollout: di
         assert f"str({expr})" in response
         assert response.count(f"<tool_response>\n{value}\n</tool_response>") == 2, response
         assert response.endswith(f"The answer is \\boxed{{{value}}}.<|im_end|>")
-    # While answering each trajectory's last turn the server saw both trajectories' sessions, two cells each.
+    # At the last turn (both trajectories there) the server saw their two sessions, two cells each.
     assert rollout["sessions_before"] == 0
     assert rollout["cells_at_last_turn"] == [[2, 2], [2, 2]]
     assert rollout["sessions_after"] == 0, "a finished trajectory gives its session back"

@@ -8,9 +8,9 @@ roll out a batch: verl's ``ToolAgentLoop`` renders the tool schemas with the mod
 turn's Hermes tool call (``multi_turn.format``'s default), calls the tool, and appends its answer to the context.
 
 The one stand-in is the LLM server (vLLM or SGLang on a GPU): :class:`ScriptedServer` answers each turn with the
-tokens of a scripted assistant turn: python tool call, bash tool call, final answer. While answering the last turn
-it asks the daemon what sessions are open and how many cells each ran. It asserts nothing: it prints one JSON
-object (the last line of stdout) and the test asserts on that.
+tokens of a scripted assistant turn: python tool call, bash tool call, final answer. At the last turn, once every
+trajectory is there, it asks the daemon what sessions are open and how many cells each ran. It asserts nothing: it
+prints one JSON object (the last line of stdout) and the test asserts on that.
 
 Usage: python verl_tool_checks.py REPO_ROOT MODEL_DIR
 """
@@ -55,10 +55,14 @@ def tool_call(name: str, **arguments: Any) -> str:
 class ScriptedServer:
     """verl's LLM server client (``generate``) answering with scripted turns, not a model's."""
 
-    def __init__(self, tokenizer: Any, sessions: pb_grpc.SessionsStub) -> None:
+    def __init__(self, tokenizer: Any, sessions: pb_grpc.SessionsStub, trajectories: int) -> None:
         self.tokenizer, self.sessions = tokenizer, sessions
         self.turns: list[dict[str, Any]] = []
         self.cells_at_last_turn: list[list[int]] = []
+        # The trajectories run at once: each waits at its last turn for the others, so that every session is
+        # open, and done with its tool calls, when the daemon is asked.
+        self._at_last_turn, self._all_there = 0, asyncio.Event()
+        self._trajectories = trajectories
 
     async def generate(self, request_id: str, prompt_ids: list[int], sampling_params: dict[str, Any],
                        **kwargs: Any) -> TokenOutput:
@@ -71,6 +75,10 @@ class ScriptedServer:
         elif len(answers) == 1:
             text = tool_call("bash", command="cat proof.txt")
         else:
+            self._at_last_turn += 1
+            if self._at_last_turn == self._trajectories:
+                self._all_there.set()
+            await asyncio.wait_for(self._all_there.wait(), timeout=60)
             listed = await self.sessions.List(pb.ListSessionsRequest(), timeout=10)
             self.cells_at_last_turn.append(sorted(s.cells_run for s in listed.sessions))
             text = f"The answer is \\boxed{{{answers[-1]}}}."
@@ -100,7 +108,7 @@ async def rollout(repo: Path, model: Path) -> dict[str, Any]:
         return len((await sessions.List(pb.ListSessionsRequest(), timeout=10)).sessions)
 
     before = await open_sessions()
-    server = ScriptedServer(None, sessions)
+    server = ScriptedServer(None, sessions, trajectories=len(QUESTIONS))
     worker = AgentLoopWorker(config, llm_client=server)  # our server, duck-typed
     server.tokenizer = worker.tokenizer
     out["tools"] = sorted(tool.name for tool in worker.tools)
