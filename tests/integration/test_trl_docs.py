@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -66,9 +66,15 @@ def answer_script(context: str, row: int) -> str:
 
 
 @pytest.fixture
-def trl_setup(daemon: DaemonProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+def offline_hf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    with trl_offline(monkeypatch, tmp_path / "hf_home"):
+        yield
+
+
+@pytest.fixture
+def trl_setup(daemon: DaemonProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+              offline_hf: None) -> dict[str, Any]:
     """What a snippet's ``...`` stands for, and the trainer class it names."""
-    trl_offline(monkeypatch, tmp_path / "hf_home")
     monkeypatch.setenv("SANDBOXD_ADDRESS", daemon.address)
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer

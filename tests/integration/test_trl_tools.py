@@ -147,8 +147,9 @@ def grpo_script(context: str, row: int) -> str:
 
 
 @pytest.fixture
-def offline_hf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    trl_offline(monkeypatch, tmp_path / "hf_home")
+def offline_hf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    with trl_offline(monkeypatch, tmp_path / "hf_home"):
+        yield
 
 
 @pytest.mark.slow
