@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import json
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
+
+from tests.conftest import skip_or_fail
 
 # 0.11 s of CPU alone (/usr/bin/python3 here); a program that shares one CPU with 30 busy processes gets about
 # 1/31 of it, so 3.4 s or more: over a 2 s limit.
@@ -66,3 +72,29 @@ def pool_settled(pool: pb_grpc.PoolStub, name: str, ready: int) -> pb.PoolState:
             return state
         time.sleep(0.3)
     pytest.fail(f"pool {name} did not reach {ready} ready sandboxes: {state}")
+
+
+@contextlib.contextmanager
+def trl_offline(monkeypatch: pytest.MonkeyPatch, home: Path) -> Iterator[None]:
+    """For a test that runs TRL on a tiny model: skip (fail under CI) without its libraries; no Hugging Face hub,
+    HF_HOME at ``home``, TRL's experimental-feature warning silenced, and one torch thread while it lasts.
+
+    One thread: a 2-layer, hidden-64 model's products are too small to share, and on 2 cores that other processes
+    keep busy two intra-op threads mostly wait for each other (a GRPOTrainer step of test_trl_tools.py: 51 s of
+    wall clock with two, 6.4 s with one, at a load average of 20).
+    """
+    missing = [m for m in ("torch", "transformers", "trl", "datasets") if importlib.util.find_spec(m) is None]
+    if missing:
+        skip_or_fail(f"no {', '.join(missing)}: run scripts/setup.sh (the test extra; torch==2.13.0 first)")
+    for key, value in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+                       "HF_HOME": str(home), "TOKENIZERS_PARALLELISM": "false", "TRL_EXPERIMENTAL_SILENCE": "1",
+                       "WANDB_DISABLED": "true"}.items():
+        monkeypatch.setenv(key, value)
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)

@@ -1,6 +1,10 @@
 """``sandboxd_client.trl.SandboxEnvironment`` as TRL's GRPOTrainer uses an ``environment_factory``, against a real
 daemon: TRL (1.16) pools instances, calls ``reset(**row)`` before each rollout and exposes every public function of
-the class but ``reset`` and ``get_reward`` as a tool, described by ``transformers.utils.get_json_schema``."""
+the class but ``reset`` and ``get_reward`` as a tool, described by ``transformers.utils.get_json_schema``.
+
+The last test is a real GRPOTrainer step on CPU with ``environment_factory=SandboxEnvironment``: a tiny random Qwen2
+steered to write tool calls (tests/integration/trl_model.py), whose calls TRL parses and runs through the
+environment, and whose sessions hold what the calls wrote."""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ import importlib.util
 import inspect
 from collections.abc import Callable, Iterator
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -18,6 +23,7 @@ from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
 from sandboxd_client.trl import SandboxEnvironment
 
 from tests.conftest import DaemonProcess, skip_or_fail
+from tests.integration.helpers import trl_offline
 
 pytestmark = pytest.mark.docker
 
@@ -116,3 +122,88 @@ def test_tool_schemas_are_what_transformers_makes_of_the_docstrings(daemon: Daem
     assert all(schema["parameters"]["required"] == [arg] for schema, arg in
                ((schemas["python"], "code"), (schemas["bash"], "command")))
     assert "persistent interpreter" in schemas["python"]["description"]
+
+
+# -- a real GRPOTrainer step ------------------------------------------------------------------------------------------
+
+QUESTION = "What is 6 times 7? Use the tools."
+# Each rollout writes its product to a file with the python tool, reads it back with the bash tool, and answers
+# with what bash printed: the answer is right only if the sandbox really ran both. The second rollout of each
+# group multiplies the wrong numbers, so the group's rewards differ and the step has a gradient.
+PRODUCTS = (("6 * 7", "42"), ("6 * 8", "48"))  # (expression, its value)
+
+
+def grpo_script(context: str, row: int) -> str:
+    """The assistant turns of a rollout: python tool call, bash tool call, then an answer from the tools' output."""
+    from tests.integration.trl_model import tool_answers, tool_call
+
+    answers = tool_answers(context)
+    if not answers:
+        product, _ = PRODUCTS[row % 2]
+        return tool_call("python", code=f"with open('proof.txt', 'w') as f:\n    f.write(str({product}))\n{product}")
+    if len(answers) == 1:
+        return tool_call("bash", command="cat proof.txt")
+    return f"The answer is \\boxed{{{answers[-1]}}}."
+
+
+@pytest.fixture
+def offline_hf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    with trl_offline(monkeypatch, tmp_path / "hf_home"):
+        yield
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("offline_hf")
+def test_grpo_trainer_step_runs_its_tool_calls_in_the_rollouts_sessions(
+        daemon: DaemonProcess, channel: grpc.Channel, open_sessions: Callable[[], int], tmp_path: Path) -> None:
+    """One GRPOTrainer step on CPU: TRL renders the tools into the chat template, parses the model's tool calls,
+    calls SandboxEnvironment.python and .bash in each rollout's session, and scores the answers with sandboxd."""
+    import torch
+    from datasets import Dataset
+    from sandboxd_client.trl import make_reward_func
+    from trl import GRPOConfig, GRPOTrainer
+
+    from tests.integration.trl_model import steered_model, tokenizer
+
+    tok = tokenizer()
+    model = steered_model(tok, grpo_script)
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    args = GRPOConfig(
+        output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, num_generations=2, max_steps=1,
+        max_completion_length=512, learning_rate=1e-2, logging_steps=1, save_strategy="no", report_to="none",
+        use_cpu=True, bf16=False, seed=0, dataloader_num_workers=0, disable_tqdm=True,
+    )
+    trainer = GRPOTrainer(
+        model=model, processing_class=tok, args=args,
+        train_dataset=Dataset.from_list([{"prompt": [{"role": "user", "content": QUESTION}], "answer": "42"}] * 2),
+        reward_funcs=[make_reward_func("math", address=daemon.address)],
+        environment_factory=partial(SandboxEnvironment, daemon.address, timeout=20),
+    )
+    trainer.train()
+
+    assert trainer.state.global_step == 1
+    changed = [name for name, p in model.named_parameters() if not torch.equal(p, before[name])]
+    assert changed, "the optimizer step changed no weight"
+    # What TRL logged of the step's four rollouts: each called both tools, and its answer is the tool's output.
+    logs: dict[str, Any] = trainer._logs
+    completions = list(logs["completion"])
+    assert len(completions) == 4
+    for i, completion in enumerate(completions):
+        roles = [m["role"] for m in completion]
+        assert roles == ["assistant", "tool", "assistant", "tool", "assistant"], completion
+        calls = [m["tool_calls"][0]["function"] for m in completion if m.get("tool_calls")]
+        assert [c["name"] for c in calls] == ["python", "bash"]
+        _, product = PRODUCTS[i % 2]
+        assert [m["content"] for m in completion if m["role"] == "tool"] == [product, product]
+        assert completion[-1]["content"] == f"The answer is \\boxed{{{product}}}."
+    assert list(logs["rewards"]["sandboxd_math"]) == [1.0, -1.0, 1.0, -1.0]
+    step = next(e for e in trainer.state.log_history if "loss" in e)
+    assert step["tools/call_frequency"] == 2.0 and step["tools/failure_frequency"] == 0.0
+    # The daemon's side: the step's four rollouts still hold their sessions (a rollout's closes at the next reset),
+    # each of which ran two cells, and the file the python tool wrote is there.
+    sessions = pb_grpc.SessionsStub(channel).List(pb.ListSessionsRequest(), timeout=10).sessions
+    assert open_sessions() == 4 and sorted(s.cells_run for s in sessions)[-4:] == [2, 2, 2, 2]
+    pool = [env for env in trainer._environment_pool[None] if isinstance(env, SandboxEnvironment)]
+    assert sorted(env.python("open('proof.txt').read()") for env in pool) == ["'42'", "'42'", "'48'", "'48'"]
+    SandboxEnvironment.close_all()
+    assert open_sessions() == 0
