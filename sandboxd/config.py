@@ -79,6 +79,10 @@ class ServerConfig:
     insecure_tcp: bool = False
     # "" disables the Prometheus endpoint.
     metrics: str = "127.0.0.1:9464"
+    # host:port of a plaintext listener that serves grpc.health.v1 and nothing else, for probes that cannot
+    # speak TLS or send tokens (Kubernetes' grpc probes); "" for none. Service "" (and sandboxd.v1.Jobs) is
+    # SERVING once the pools are warm, sandboxd.v1.Daemon while the process runs (daemon.LIVENESS_SERVICE).
+    health: str = ""
     # How long in-flight RPCs may run on after SIGTERM before they are cancelled.
     # A RunBatch of a training step takes seconds to a minute; 10 s cut them off
     # and the client had to send them again to another daemon. systemd's
@@ -113,6 +117,10 @@ class PoolConfig:
     idle_seconds: float = 300.0
     scale_to_zero: bool = False
     snapshots: bool = True
+    # Run `criu check` here before taking snapshots. A daemon in a container (deploy/kubernetes/) sees
+    # neither the host's criu nor the rights it needs, while the engine runs CRIU on the host: false lets
+    # the first checkpoint tell, and one that fails falls back to cold starts (snapshot_retry_seconds).
+    criu_check: bool = True
     # A failed snapshot (a checkpoint that failed, restores that kept failing)
     # is built again after this long, doubled with each failure in a row up
     # to 6 hours; its pool starts cold meanwhile.
@@ -329,6 +337,10 @@ class Config:
              "server.metrics must be host:port, [::]:port or :port (all interfaces), or empty"),
             (_is_address(self.server.tcp, allow_empty=True),
              "server.tcp must be host:port, [::]:port or :port (all interfaces), or empty"),
+            (_is_address(self.server.health, allow_empty=True),
+             "server.health must be host:port, [::]:port or :port (all interfaces), or empty"),
+            (not self.server.health or self.server.health != self.server.tcp,
+             "server.health and server.tcp must be different addresses"),
             (self.sandbox.pids >= 16, "sandbox.pids must be >= 16"),
             (self.sandbox.tmpfs_inodes >= MIN_TMPFS_INODES,
              f"sandbox.tmpfs_inodes must be >= {MIN_TMPFS_INODES} (0 would mean no limit to tmpfs)"),
