@@ -256,11 +256,13 @@ class Daemon:
                 probe.bind((host, port))
         except (OSError, ValueError) as exc:
             raise ConfigError(f"cannot listen on {address}: {exc}") from None
+        # ":port" means all interfaces (config.split_address), which gRPC refuses as "host must not be empty".
+        bind = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         try:
             if credentials is None:
-                port = server.add_insecure_port(address)
+                port = server.add_insecure_port(bind)
             else:
-                port = server.add_secure_port(address, credentials)
+                port = server.add_secure_port(bind, credentials)
         except RuntimeError:
             port = 0
         if not port:

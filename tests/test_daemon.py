@@ -472,9 +472,12 @@ def test_the_health_listener_serves_health_alone_in_plaintext() -> None:
         daemon = object.__new__(Daemon)
         daemon.config = Config()
         daemon.health = health.aio.HealthServicer()
-        address = f"127.0.0.1:{free_port()}"
+        port = free_port()
+        address = f"127.0.0.1:{port}"
         server = daemon._health_server()
-        daemon._bind_tcp(server, address, None)
+        # ":port", all interfaces, as a pod listens (deploy/kubernetes/); gRPC refused it ("host must not be
+        # empty") although the configuration takes it. Called on loopback only.
+        daemon._bind_tcp(server, f":{port}", None)
         await server.start()
         await daemon.health.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
         await daemon.health.set(LIVENESS_SERVICE, health_pb2.HealthCheckResponse.SERVING)
