@@ -259,10 +259,7 @@ class Daemon:
         # ":port" means all interfaces (config.split_address), which gRPC refuses as "host must not be empty".
         bind = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         try:
-            if credentials is None:
-                port = server.add_insecure_port(bind)
-            else:
-                port = server.add_secure_port(bind, credentials)
+            port = server.add_insecure_port(bind) if credentials is None else server.add_secure_port(bind, credentials)
         except RuntimeError:
             port = 0
         if not port:

@@ -52,6 +52,7 @@ from typing import Any
 import docker
 import docker.errors
 
+from sandboxd import __version__
 from sandboxd.verifiers import code as code_verifier
 
 REPOSITORY = "sandboxd"
@@ -104,7 +105,7 @@ SPECS: dict[str, ImageSpec] = {
 DAEMON_SOURCES = ("pyproject.toml", "README.md", "sandboxd", "client", "protos", "images")
 DAEMON_SOURCE_SKIP = ("_proto", "build", "dist", "node_modules")
 # The daemon image is also tagged with the release it installs, which deploy/kubernetes/ names.
-DAEMON_RELEASE_TAG = "0.1.0"
+DAEMON_RELEASE_TAG = __version__
 DEFAULT_IMAGES = tuple(name for name, spec in SPECS.items() if spec.default and spec.parent)
 
 

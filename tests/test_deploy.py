@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -240,13 +241,7 @@ def test_service_budget_and_policy_select_the_daemons_and_their_ports(name: str)
 def test_the_manifests_run_the_daemon_image_the_builder_tags() -> None:
     for name in BUILDS:
         assert container(build(name))["image"] == f"sandboxd/daemon:{images.DAEMON_RELEASE_TAG}"
-    assert images.DAEMON_RELEASE_TAG == _load_project_version()
-
-
-def _load_project_version() -> str:
-    import tomllib
-
-    return str(tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"])
+    assert tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"] == images.DAEMON_RELEASE_TAG
 
 
 def checkov_skips(docs: list[dict[str, Any]]) -> dict[str, str]:
