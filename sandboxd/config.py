@@ -339,8 +339,9 @@ class Config:
              "server.tcp must be host:port, [::]:port or :port (all interfaces), or empty"),
             (_is_address(self.server.health, allow_empty=True),
              "server.health must be host:port, [::]:port or :port (all interfaces), or empty"),
-            (not self.server.health or self.server.health != self.server.tcp,
-             "server.health and server.tcp must be different addresses"),
+            # gRPC binds with SO_REUSEPORT: both listeners on one port would each get some of its connections.
+            (not (self.server.health and self.server.tcp) or _port(self.server.health) != _port(self.server.tcp),
+             "server.health and server.tcp must listen on different ports"),
             (self.sandbox.pids >= 16, "sandbox.pids must be >= 16"),
             (self.sandbox.tmpfs_inodes >= MIN_TMPFS_INODES,
              f"sandbox.tmpfs_inodes must be >= {MIN_TMPFS_INODES} (0 would mean no limit to tmpfs)"),
@@ -431,6 +432,14 @@ def is_loopback(address: str) -> bool:
 def tcp_unguarded(server: ServerConfig) -> bool:
     """Whether server.tcp serves without TLS or without tokens (what server.insecure_tcp allows off loopback)."""
     return bool(server.tcp) and not (server.tls_cert and server.tokens_file)
+
+
+def _port(address: str) -> int | None:
+    """The port of host:port `address`; None when it is malformed (another check says so)."""
+    try:
+        return split_address(address)[1]
+    except ValueError:
+        return None
 
 
 def _is_address(address: str, *, allow_empty: bool) -> bool:
