@@ -79,6 +79,10 @@ class ServerConfig:
     insecure_tcp: bool = False
     # "" disables the Prometheus endpoint.
     metrics: str = "127.0.0.1:9464"
+    # host:port of a plaintext listener that serves grpc.health.v1 and nothing else, for probes that cannot
+    # speak TLS or send tokens (Kubernetes' grpc probes); "" for none. Service "" (and sandboxd.v1.Jobs) is
+    # SERVING once the pools are warm, sandboxd.v1.Daemon while the process runs (daemon.LIVENESS_SERVICE).
+    health: str = ""
     # How long in-flight RPCs may run on after SIGTERM before they are cancelled.
     # A RunBatch of a training step takes seconds to a minute; 10 s cut them off
     # and the client had to send them again to another daemon. systemd's
@@ -113,6 +117,10 @@ class PoolConfig:
     idle_seconds: float = 300.0
     scale_to_zero: bool = False
     snapshots: bool = True
+    # Run `criu check` here before taking snapshots. A daemon in a container (deploy/kubernetes/) sees
+    # neither the host's criu nor the rights it needs, while the engine runs CRIU on the host: false lets
+    # the first checkpoint tell, and one that fails falls back to cold starts (snapshot_retry_seconds).
+    criu_check: bool = True
     # A failed snapshot (a checkpoint that failed, restores that kept failing)
     # is built again after this long, doubled with each failure in a row up
     # to 6 hours; its pool starts cold meanwhile.
@@ -329,6 +337,11 @@ class Config:
              "server.metrics must be host:port, [::]:port or :port (all interfaces), or empty"),
             (_is_address(self.server.tcp, allow_empty=True),
              "server.tcp must be host:port, [::]:port or :port (all interfaces), or empty"),
+            (_is_address(self.server.health, allow_empty=True),
+             "server.health must be host:port, [::]:port or :port (all interfaces), or empty"),
+            # gRPC binds with SO_REUSEPORT: both listeners on one port would each get some of its connections.
+            (not (self.server.health and self.server.tcp) or _port(self.server.health) != _port(self.server.tcp),
+             "server.health and server.tcp must listen on different ports"),
             (self.sandbox.pids >= 16, "sandbox.pids must be >= 16"),
             (self.sandbox.tmpfs_inodes >= MIN_TMPFS_INODES,
              f"sandbox.tmpfs_inodes must be >= {MIN_TMPFS_INODES} (0 would mean no limit to tmpfs)"),
@@ -419,6 +432,14 @@ def is_loopback(address: str) -> bool:
 def tcp_unguarded(server: ServerConfig) -> bool:
     """Whether server.tcp serves without TLS or without tokens (what server.insecure_tcp allows off loopback)."""
     return bool(server.tcp) and not (server.tls_cert and server.tokens_file)
+
+
+def _port(address: str) -> int | None:
+    """The port of host:port `address`; None when it is malformed (another check says so)."""
+    try:
+        return split_address(address)[1]
+    except ValueError:
+        return None
 
 
 def _is_address(address: str, *, allow_empty: bool) -> bool:

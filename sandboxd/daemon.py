@@ -37,6 +37,10 @@ ORPHAN_SWEEP_SECONDS = 60.0
 # idle (an engine restart, `docker rm -f`, a pause) is replaced within this, and
 # health says NOT_SERVING within it of the engine going away.
 ENGINE_WATCH_SECONDS = 1.0
+# The health service that says the process runs and answers: SERVING from before the listeners start until
+# the drain. Kubernetes' liveness probe asks it; service "" (SERVING once the pools are warm, NOT_SERVING while
+# the engine is away) is for readiness, and restarting the daemon while the engine is away gains nothing.
+LIVENESS_SERVICE = "sandboxd.v1.Daemon"
 
 
 def check_socket_path(path: str) -> None:
@@ -234,8 +238,13 @@ class Daemon:
         set_socket_access(self.config.server.socket, self.config.server.socket_mode, self.config.server.socket_group)
         return address
 
-    def _bind_tcp(self, server: grpc.aio.Server) -> str:
-        address, credentials = self.config.server.tcp, self.tls
+    def _health_server(self) -> grpc.aio.Server:
+        """The server.health listener: grpc.health.v1 alone, plaintext, no token (kubelet's probes have neither)."""
+        server = grpc.aio.server()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        return server
+
+    def _bind_tcp(self, server: grpc.aio.Server, address: str, credentials: grpc.ServerCredentials | None) -> str:
         # Probe the port ourselves: gRPC's own failure is a C-core log line
         # before ours, and the error must be one line.
         try:
@@ -247,11 +256,10 @@ class Daemon:
                 probe.bind((host, port))
         except (OSError, ValueError) as exc:
             raise ConfigError(f"cannot listen on {address}: {exc}") from None
+        # ":port" means all interfaces (config.split_address), which gRPC refuses as "host must not be empty".
+        bind = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         try:
-            if credentials is None:
-                port = server.add_insecure_port(address)
-            else:
-                port = server.add_secure_port(address, credentials)
+            port = server.add_insecure_port(bind) if credentials is None else server.add_secure_port(bind, credentials)
         except RuntimeError:
             port = 0
         if not port:
@@ -274,9 +282,13 @@ class Daemon:
             if warning := insecure_tcp_warning(config.server):
                 log.warning("%s", warning)
             servers.append(self._server(interceptors))
-            addresses.append(self._bind_tcp(servers[-1]))
+            addresses.append(self._bind_tcp(servers[-1], config.server.tcp, self.tls))
+        if config.server.health:
+            servers.append(self._health_server())
+            addresses.append(self._bind_tcp(servers[-1], config.server.health, None) + " (health only)")
         for service in ("", "sandboxd.v1.Jobs"):
             await self.health.set(service, health_pb2.HealthCheckResponse.NOT_SERVING)
+        await self.health.set(LIVENESS_SERVICE, health_pb2.HealthCheckResponse.SERVING)
         if config.server.metrics:
             try:
                 metrics.serve(config.server.metrics)

@@ -6,7 +6,8 @@ what ends up inside, so a tag names one content and a build is skipped when its 
 already exists. ``:latest`` moves to the last build.
 
 The chain is ``base -> python -> langs`` (``reward-model`` also derives from ``python``
-and is built only on request). ``base`` is a Debian bookworm root filesystem made with
+and is built only on request; so is ``daemon``, sandboxd itself on ``base``, which the
+Kubernetes manifests in deploy/kubernetes/ run). ``base`` is a Debian bookworm root filesystem made with
 debootstrap and ``docker import``: no registry is reachable on the build machines, and
 bookworm's Python 3.11 matches the CPU torch wheel the reward-model image installs.
 Users with a registry set ``SANDBOXD_BASE_IMAGE`` (e.g. ``python:3.12-slim``) instead.
@@ -22,7 +23,8 @@ Environment:
     SANDBOXD_TORCH          the reward-model image's torch: ``cpu`` (default: the CPU build,
                             about 1 GB) or ``cuda`` (PyPI's default build, with the CUDA
                             libraries: several GB), for nodes whose reward models run on GPUs
-    SANDBOXD_IMAGES_DIR     the images/ folder (default: next to this package)
+    SANDBOXD_IMAGES_DIR     the images/ folder (default: next to this package); the daemon image
+                            is built from the source tree that holds it
     SANDBOXD_CACHE_DIR      where downloads kept between builds go (Node.js for the langs
                             image; default /var/cache/sandboxd as root, else ~/.cache/sandboxd)
 """
@@ -50,6 +52,7 @@ from typing import Any
 import docker
 import docker.errors
 
+from sandboxd import __version__
 from sandboxd.verifiers import code as code_verifier
 
 REPOSITORY = "sandboxd"
@@ -94,8 +97,15 @@ SPECS: dict[str, ImageSpec] = {
         ImageSpec("python", "base", True),
         ImageSpec("langs", "python", True),
         ImageSpec("reward-model", "python", False),
+        ImageSpec("daemon", "base", False),
     )
 }
+# The daemon image installs sandboxd from its own source: these files and folders of the tree that holds
+# images/ go into its build context under src/ (and so into its tag), generated and cached files left out.
+DAEMON_SOURCES = ("pyproject.toml", "README.md", "sandboxd", "client", "protos", "images")
+DAEMON_SOURCE_SKIP = ("_proto", "build", "dist", "node_modules")
+# The daemon image is also tagged with the release it installs, which deploy/kubernetes/ names.
+DAEMON_RELEASE_TAG = __version__
 DEFAULT_IMAGES = tuple(name for name, spec in SPECS.items() if spec.default and spec.parent)
 
 
@@ -117,6 +127,37 @@ def context_files(folder: Path) -> dict[str, bytes]:
         if not path.is_file() or any(p.startswith(".") or p == "__pycache__" for p in rel.parts):
             continue
         files[rel.as_posix()] = path.read_bytes()
+    return files
+
+
+def source_files() -> dict[str, bytes]:
+    """The daemon image's sources by path under ``src/``: DAEMON_SOURCES of the tree that holds images/."""
+    root = images_dir().resolve().parent
+    if not (root / "pyproject.toml").is_file():
+        raise ImageError(f"the daemon image is built from a source checkout; {root} has no pyproject.toml")
+    files: dict[str, bytes] = {}
+    for top in DAEMON_SOURCES:
+        path = root / top
+        if path.is_file():
+            files[f"src/{top}"] = path.read_bytes()
+            continue
+        for rel, data in context_files(path).items():
+            parts = rel.split("/")
+            if any(part in DAEMON_SOURCE_SKIP or part.endswith(".egg-info") for part in parts):
+                continue
+            if not rel.endswith((".pyc", ".pyo")):
+                files[f"src/{top}/{rel}"] = data
+    return files
+
+
+def image_files(name: str) -> dict[str, bytes]:
+    """What an image's build context holds beyond the builder's extras (CA bundle, Node.js, wheels)."""
+    folder = images_dir() / name
+    if not folder.is_dir():
+        raise ImageError(f"build context {folder} is missing")
+    files = context_files(folder)
+    if name == "daemon":
+        files.update(source_files())
     return files
 
 
@@ -351,11 +392,8 @@ def image_tag(name: str) -> str:
     spec = _spec(name)
     if spec.parent is None and _base_override():
         return _base_override()  # type: ignore[return-value]
-    folder = images_dir() / name
-    if not folder.is_dir():
-        raise ImageError(f"build context {folder} is missing")
     repo = BASE_REPOSITORY if spec.parent is None else f"{REPOSITORY}/{name}"
-    return f"{repo}:{content_hash(name, context_files(folder), _hash_args(name))}"
+    return f"{repo}:{content_hash(name, image_files(name), _hash_args(name))}"
 
 
 def missing_image_message(name: str, ref: str, others: list[tuple[str, dict[str, str]]]) -> str:
@@ -552,6 +590,10 @@ def _stream_process(cmd: list[str], progress: _Progress) -> None:
 
 def _prepare_context(name: str, dest: Path, arch: str, progress: _Progress, node: NodeRelease | None) -> None:
     shutil.copytree(images_dir() / name, dest, dirs_exist_ok=True)
+    if name == "daemon":
+        for rel, data in source_files().items():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            (dest / rel).write_bytes(data)
     if node is not None:
         unpack_node(fetch_node(arch, progress, release=node), dest / NODE_CONTEXT_DIR)
     ca = ca_bundle()
@@ -660,6 +702,8 @@ def ensure_images(names: Iterable[str] = DEFAULT_IMAGES, *, progress: bool = Tru
             out.line(f"built {ref} in {time.monotonic() - started:.0f} s")
         repo, _ = ref.rsplit(":", 1)
         client.tag(ref, repo, "latest")
+        if name == "daemon":
+            client.tag(ref, repo, DAEMON_RELEASE_TAG)
     return refs
 
 

@@ -155,7 +155,8 @@ class Pool:
         self.code_dir = code_dir
         self.snapshots = SnapshotStore(backend, config.sandbox.state_dir, config.pool.snapshots,
                                        config.docker.temp_dir, pool=name,
-                                       retry_seconds=config.pool.snapshot_retry_seconds)
+                                       retry_seconds=config.pool.snapshot_retry_seconds,
+                                       check_criu=config.pool.criu_check)
         self.start_chooser = StartChooser(config.pool.restore)
         self.agent_args = ["--private-tmp", "--warm", WARM_MODULES.get(name, ""), *self._math_args(name, config)]
         self.snapshot_key = SnapshotStore.key({

@@ -157,10 +157,14 @@ class SnapshotStore:
 
     Disabled is for good (CRIU cannot work here). Failed is until
     `retry_at`: the pool then calls `prepare` again (see `retry_due`).
+    `check_criu` false skips `criu check` in this process: the engine runs
+    CRIU on its host, which a daemon in a container does not see (it has
+    no criu, nor the rights `criu check` needs); a checkpoint that fails
+    there fails the snapshot as any other, and its pool starts cold.
     """
 
     def __init__(self, backend: DockerBackend, state_dir: str, enabled: bool, engine_temp_dir: str,
-                 pool: str = "", retry_seconds: float = 300.0) -> None:
+                 pool: str = "", retry_seconds: float = 300.0, check_criu: bool = True) -> None:
         self._backend = backend
         self._retry_seconds = retry_seconds
         self._pool = pool
@@ -175,7 +179,7 @@ class SnapshotStore:
             self.disable("disabled in configuration")
         elif not backend.experimental:
             self.disable("the Docker engine runs without experimental features (needed for checkpoints)")
-        else:
+        elif check_criu:
             problem = criu_problem()
             if problem:
                 self.disable(problem)

@@ -10,14 +10,16 @@
 #      (torch 2.13.0 first: the CPU wheel on the local disk, never a CUDA build from PyPI)
 #   5. .venv-verl: verl 0.9.1 (torch 2.13.0 CPU first) and the client, for the tests that run verl's
 #      own code (it cannot share .venv: verl pins transformers 5.10.4, TRL's extra needs 5.23)
-#   6. Math-Verify's sdist (its tests/, for the math verifier's agreement test), cached in
+#   6. .venv-checkov: checkov, the security linter tests/test_deploy.py runs on deploy/kubernetes/ (it cannot
+#      share .venv: it pins packaging 23.2 and networkx 2.6, older than .venv's)
+#   7. Math-Verify's sdist (its tests/, for the math verifier's agreement test), cached in
 #      /var/cache/sandboxd/math-verify-sdist
-#   7. the Node.js example client's packages (examples/node, npm ci), for its test
-#   8. sandbox images (python -m sandboxd.images build)
+#   8. the Node.js example client's packages (examples/node, npm ci), for its test
+#   9. sandbox images (python -m sandboxd.images build)
 #
 # Usage: sudo scripts/setup.sh [--no-criu] [--no-images] [--images "NAME..."]
 #   --no-criu      skip step 3 (sandboxd then cold-starts every sandbox)
-#   --no-images    skip step 8 (also SANDBOXD_SKIP_IMAGES=1)
+#   --no-images    skip step 9 (also SANDBOXD_SKIP_IMAGES=1)
 #   --images LIST  images to build (default: python langs; add reward-model for the
 #                  heavy torch image; also SANDBOXD_IMAGES)
 # Environment: PYTHON (interpreter for the venv, default python3), and the SANDBOXD_*
@@ -37,6 +39,8 @@ IMAGES=${SANDBOXD_IMAGES:-}
 # verl's environment (.venv-verl): the release the docs are checked against, and the torch of .venv.
 VERL_VERSION=0.9.1
 VERL_TORCH=2.13.0
+# The security linter of the Kubernetes manifests (.venv-checkov): a release whose checks the manifests pass.
+CHECKOV_VERSION=3.3.30
 # criu and dockerd live in sbin, which a non-login root shell may lack.
 export PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:$PATH"
 export DEBIAN_FRONTEND=noninteractive
@@ -53,7 +57,7 @@ while [ $# -gt 0 ]; do
         --no-criu) SKIP_CRIU=1; shift ;;
         --no-images) SKIP_IMAGES=1; shift ;;
         --images) IMAGES=$2; shift 2 ;;
-        -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
         *) die "unknown argument $1 (see --help)" ;;
     esac
 done
@@ -255,6 +259,22 @@ else
     .venv-verl/bin/python -m pip install -q "verl==$VERL_VERSION" cachetools uvicorn fastapi || die "pip install verl==$VERL_VERSION failed"
     .venv-verl/bin/python -m pip install -q -e ./client || die "pip install -e ./client into .venv-verl failed"
     echo "$verl_want" >"$verl_stamp"
+fi
+
+step "checkov environment (.venv-checkov, for tests/test_deploy.py)"
+# Pinned: a new release may bring new checks, which should land as a change (and a line in docs/deploy.md's
+# table), not break CI. Its own environment: it pins packaging and networkx below what .venv holds.
+checkov_stamp=.venv-checkov/.sandboxd-installed
+if [ "$(cat "$checkov_stamp" 2>/dev/null)" = "checkov==$CHECKOV_VERSION" ] && .venv-checkov/bin/python -c '' 2>/dev/null; then
+    say "up to date (checkov $CHECKOV_VERSION)"
+else
+    if [ ! -x .venv-checkov/bin/python ] || ! .venv-checkov/bin/python -c '' 2>/dev/null; then
+        rm -rf .venv-checkov
+        "$PYTHON" -m venv .venv-checkov || die "$PYTHON -m venv .venv-checkov failed"
+    fi
+    say "pip install checkov==$CHECKOV_VERSION into .venv-checkov"
+    .venv-checkov/bin/python -m pip install -q "checkov==$CHECKOV_VERSION" || die "pip install checkov==$CHECKOV_VERSION failed"
+    echo "checkov==$CHECKOV_VERSION" >"$checkov_stamp"
 fi
 
 step "Math-Verify's test suite (tests/verifiers/test_math_agreement.py)"

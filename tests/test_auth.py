@@ -219,7 +219,7 @@ class Door:
         daemon.tokens = auth.load_tokens(self.config.server.tokens_file)
         daemon.tls = server_credentials(self.config.server)
         server = daemon._server([auth.BearerTokens(daemon.tokens)])
-        daemon._bind_tcp(server)
+        daemon._bind_tcp(server, self.config.server.tcp, daemon.tls)
         await server.start()
         await daemon.health.set("", health_pb2.HealthCheckResponse.SERVING)
         self._server = server

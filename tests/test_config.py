@@ -97,6 +97,11 @@ def test_a_near_miss_of_a_section_in_the_environment_is_an_error(name: str) -> N
         ("[server]\nmetrics = '9464'\n", "server.metrics must be host:port"),
         ("[server]\nmetrics = 'localhost'\n", "server.metrics must be host:port"),
         ("[server]\ntcp = '127.0.0.1:99999'\n", "server.tcp must be host:port"),
+        ("[server]\nhealth = '8081'\n", "server.health must be host:port"),
+        ("[server]\ntcp = '127.0.0.1:8081'\nhealth = '127.0.0.1:8081'\n",
+         "server.health and server.tcp must listen on different ports"),
+        ("[server]\ntcp = '127.0.0.1:8081'\nhealth = ':8081'\n",
+         "server.health and server.tcp must listen on different ports"),
         # An integer 0660 in TOML is decimal 660; setuid and sticky bits mean nothing on a socket.
         ("[server]\nsocket_mode = 660\n", "expected a string"),
         ("[server]\nsocket_mode = '0668'\n", "server.socket_mode must be an octal mode"),

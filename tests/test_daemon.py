@@ -456,3 +456,45 @@ def test_insecure_tcp_warning() -> None:
         "server.insecure_tcp: 0.0.0.0:1 serves without TLS: anyone who reaches it may read the tokens")
     assert insecure_tcp_warning(ServerConfig(tcp="0.0.0.0:1", insecure_tcp=True, tokens_file="/t",
                                              tls_cert="/c", tls_key="/k")) == ""
+
+
+def test_the_health_listener_serves_health_alone_in_plaintext() -> None:
+    """server.health: what Kubernetes' grpc probes ask (no TLS, no token), and nothing a job could use."""
+    from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+    from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
+    from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
+
+    from sandboxd.config import Config
+    from sandboxd.daemon import LIVENESS_SERVICE
+    from tests.test_auth import free_port
+
+    async def scenario() -> dict[str, object]:
+        daemon = object.__new__(Daemon)
+        daemon.config = Config()
+        daemon.health = health.aio.HealthServicer()
+        port = free_port()
+        address = f"127.0.0.1:{port}"
+        server = daemon._health_server()
+        # ":port", all interfaces, as a pod listens (deploy/kubernetes/); gRPC refused it ("host must not be
+        # empty") although the configuration takes it. Called on loopback only.
+        daemon._bind_tcp(server, f":{port}", None)
+        await server.start()
+        await daemon.health.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
+        await daemon.health.set(LIVENESS_SERVICE, health_pb2.HealthCheckResponse.SERVING)
+        try:
+            async with grpc.aio.insecure_channel(address) as channel:
+                check = health_pb2_grpc.HealthStub(channel).Check
+                said: dict[str, object] = {
+                    service or "(all)": (await check(health_pb2.HealthCheckRequest(service=service), timeout=10)).status
+                    for service in ("", LIVENESS_SERVICE)}
+                try:
+                    await pb_grpc.DaemonStub(channel).GetInfo(pb.GetInfoRequest(), timeout=10)
+                except grpc.aio.AioRpcError as error:
+                    said["GetInfo"] = error.code()
+            return said
+        finally:
+            await server.stop(None)
+
+    assert asyncio.run(scenario()) == {"(all)": health_pb2.HealthCheckResponse.NOT_SERVING,
+                                       LIVENESS_SERVICE: health_pb2.HealthCheckResponse.SERVING,
+                                       "GetInfo": grpc.StatusCode.UNIMPLEMENTED}

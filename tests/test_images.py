@@ -25,10 +25,16 @@ def tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         "python": {"Dockerfile": "FROM ${BASE_IMAGE}\n", "requirements.txt": "sympy==1.14.0\n"},
         "langs": {"Dockerfile": "FROM ${BASE_IMAGE}\nRUN apt-get install gcc\n"},
         "reward-model": {"Dockerfile": "FROM ${BASE_IMAGE}\n"},
+        "daemon": {"Dockerfile": "FROM ${BASE_IMAGE}\nCOPY src /opt/sandboxd/src\n"},
     }.items():
         (root / name).mkdir(parents=True)
         for rel, text in files.items():
             (root / name / rel).write_text(text)
+    # The source tree that holds images/, which the daemon image installs.
+    for rel, text in {"pyproject.toml": "[project]\nname = 'sandboxd'\n", "sandboxd/__init__.py": "",
+                      "client/setup.py": "", "protos/sandboxd/v1/sandboxd.proto": "syntax = 'proto3';\n"}.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
     monkeypatch.setenv("SANDBOXD_IMAGES_DIR", str(root))
     monkeypatch.setenv("SANDBOXD_WHEELS_DIR", str(tmp_path / "no-wheels"))
     monkeypatch.delenv("SANDBOXD_BASE_IMAGE", raising=False)
@@ -87,15 +93,36 @@ def test_tags_follow_the_chain(tree: Path) -> None:
     (tree / "langs" / "Dockerfile").write_text("FROM ${BASE_IMAGE}\nRUN apt-get install g++\n")
     after_langs = tags()
     changed = {name for name in before if before[name] != after_langs[name]}
-    assert changed == {"langs"}
+    # The daemon image carries images/: it names the sandbox images of its own tree.
+    assert changed == {"langs", "daemon"}
 
     (tree / "python" / "requirements.txt").write_text("sympy==1.13.0\n")
     after_python = tags()
     changed = {name for name in before if after_langs[name] != after_python[name]}
-    assert changed == {"python", "langs", "reward-model"}
+    assert changed == {"python", "langs", "reward-model", "daemon"}
 
     (tree / "base" / "packages.txt").write_text("python3\npython3-pip\n")
     assert all(a != b for a, b in zip(after_python.values(), tags().values(), strict=True))
+
+
+def test_the_daemon_tag_follows_its_sources_and_not_what_builds_leave(tree: Path) -> None:
+    before = tags()
+    assert set(images.image_files("daemon")) == {
+        "Dockerfile", "src/pyproject.toml", "src/sandboxd/__init__.py", "src/client/setup.py",
+        "src/protos/sandboxd/v1/sandboxd.proto", *(f"src/images/{name}/{rel}" for name in images.SPECS
+                                                   if name != "base" for rel in os.listdir(tree / name)),
+        "src/images/base/packages.txt"}
+    source = tree.parent
+    for rel in ("client/sandboxd_client/_proto/sandboxd/v1/sandboxd_pb2.py", "sandboxd/__pycache__/x.cpython-311.pyc",
+                "sandboxd.egg-info/PKG-INFO", "client/build/lib/x.py", "sandboxd/agent/x.pyc"):
+        (source / rel).parent.mkdir(parents=True, exist_ok=True)
+        (source / rel).write_text("generated")
+    assert tags() == before
+    (source / "sandboxd" / "__init__.py").write_text('__version__ = "0.2.0"\n')
+    assert {name for name, tag in tags().items() if tag != before[name]} == {"daemon"}
+    (source / "pyproject.toml").unlink()
+    with pytest.raises(images.ImageError, match="built from a source checkout"):
+        images.image_tag("daemon")
 
 
 def test_base_override_replaces_the_rootfs(tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -194,3 +194,23 @@ def test_a_disabled_snapshot_is_never_built(tmp_path: Path) -> None:
     store.retry_at = 0.0
     asyncio.run(store.prepare("key", never))
     assert store.state == "disabled: disabled in configuration" and store.failures == 0
+
+
+def test_a_daemon_in_a_container_can_leave_criu_to_the_engines_host(monkeypatch: pytest.MonkeyPatch,
+                                                                    tmp_path: Path) -> None:
+    """pool.criu_check = false (deploy/kubernetes/): no criu in the daemon's container disables nothing; the
+    first checkpoint tells whether the engine's host can take it."""
+    from sandboxd import snapshots
+
+    monkeypatch.setattr(snapshots, "criu_problem", lambda: "criu is not installed")
+    backend = _CheckpointingBackend(broken=0)
+    checked = SnapshotStore(backend, str(tmp_path), True, str(tmp_path))  # type: ignore[arg-type]
+    assert checked.state == "disabled: criu is not installed"
+    trusted = SnapshotStore(backend, str(tmp_path), True, str(tmp_path), check_criu=False)  # type: ignore[arg-type]
+    assert trusted.state == "building" and not trusted.disabled
+
+    async def template() -> str:
+        return "template"
+
+    asyncio.run(trusted.prepare("key", template))
+    assert trusted.usable and backend.checkpoints == ["template"]
