@@ -144,6 +144,15 @@ class _ClientBase:
         self._extra_options = tuple(options) + (
             (("grpc.ssl_target_name_override", tls_server_name),) if tls_server_name else ()
         )
+        named = {name for name, _ in self._extra_options}
+        if self._tls is not None and not named & {"grpc.ssl_target_name_override", "grpc.default_authority"}:
+            # gRPC checks every certificate of a list's channel against one name, the list's own text
+            # ("10.0.0.1:50051,10.0.0.2:50051"), which no certificate carries, not an address of it: every
+            # call failed UNAVAILABLE ("Hostname Verification Check failed"), and was retried for its backoff.
+            for where in (self.target, self.fleet):
+                if where is not None and len(where.addresses) > 1 and not where.grpc_target.startswith("unix"):
+                    raise InvalidRequest(f"TLS to the list {where.grpc_target} needs tls_server_name: the name its "
+                                         "daemons' certificates share (a dns:/// name needs none)")
         self._jobs_service_config = jobs_service_config(reward_model)
         self._closed = False
         self._setup()
