@@ -374,7 +374,7 @@ def test_a_list_of_daemons_over_tls_needs_the_name_their_certificates_share(door
         pair = [door.address, other.address]
         for where in ({"address": pair}, {"address": door.address, "fleet": pair}):
             with pytest.raises(InvalidRequest, match="needs tls_server_name"):
-                SandboxClient(**where, tls_ca=pki.path("ca.pem"), token=JOBS_SECRET)  # type: ignore[arg-type]
+                SandboxClient(**where, tls_ca=pki.path("ca.pem"), token=JOBS_SECRET)
         # The certificates carry "localhost" beside 127.0.0.1.
         with SandboxClient(pair, tls_ca=pki.path("ca.pem"), tls_server_name="localhost", token=JOBS_SECRET,
                            max_retries=0) as client:
