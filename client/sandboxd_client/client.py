@@ -305,6 +305,14 @@ class SandboxClient(_ClientBase):
     model is loaded (its own health service), not to one where it still
     loads or failed to load.
 
+    ``fleet`` (else ``$SANDBOXD_FLEET``; ``""`` for none) is where work goes
+    when the daemon of ``address``, the node's own, refuses it
+    (RESOURCE_EXHAUSTED) or cannot be reached (UNAVAILABLE): a list of
+    addresses or a ``dns:///`` name, balanced like ``address``. Such a request
+    moves at once, without spending a retry, and the local daemon is skipped
+    for a second (or its retry hint, up to 5 s). ``result.node`` names the
+    daemon that answered.
+
     A daemon's TCP listener may ask for TLS and a bearer token (docs/deploy.md):
     ``token`` (else ``$SANDBOXD_TOKEN``) is sent on every call; ``tls_ca``,
     ``tls_cert`` and ``tls_key`` (PEM paths, else ``$SANDBOXD_TLS_CA``,
@@ -312,7 +320,8 @@ class SandboxClient(_ClientBase):
     ``tls_ca`` (default: the system's CAs, or ``tls=True`` with no file), and
     present a client certificate for mutual TLS. ``unix:`` targets stay
     plaintext. ``tls_server_name`` is the name the daemons' certificates
-    carry when the address is a list of host names (resolved to addresses).
+    carry when the address is a list (needed with TLS: gRPC checks every
+    certificate of a list's channel against one name).
 
     Scoring calls return a :class:`Result` for every job, even when the
     infrastructure failed after ``max_retries`` retries (``result.error`` then
