@@ -291,9 +291,9 @@ class Route(enum.Enum):
 
 # After the local daemon refused a request (RESOURCE_EXHAUSTED) or could not be reached, requests go straight
 # to the fleet for this long, or for the daemon's retry hint when longer, up to LOCAL_SKIP_MAX_SECONDS: asking
-# a full or stopped daemon first would cost every request a refused RPC. A refusal is answered within a
-# millisecond over the Unix socket, so the local daemon is asked again soon: it is the cheaper door (no TLS, no
-# network hop), and a full one drains at its own pace (its hint: the time to work off half its queue).
+# a full or stopped daemon first would cost every request a refused RPC. A refusal is answered before any job
+# runs, so the local daemon is asked again soon: it is the cheaper door (no TLS, no network hop), and a full
+# one drains at its own pace (its hint: the time to work off half its queue).
 LOCAL_SKIP_SECONDS = 1.0
 LOCAL_SKIP_MAX_SECONDS = 5.0
 

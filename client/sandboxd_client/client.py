@@ -546,7 +546,8 @@ class SandboxClient(_ClientBase):
                 return self._open_on(target, request, retry=False)
             except SandboxdError as error:
                 if not spills(error):
-                    raise  # the local daemon is full or gone: else, the fleet's turn
+                    raise
+                # The local daemon is full or gone: the fleet's turn.
         return self._open_on(last, request, retry=True)
 
     def _open_on(self, target: str, request: pb.OpenSessionRequest, *, retry: bool) -> Session:
@@ -853,7 +854,8 @@ class AsyncSandboxClient(_ClientBase):
                 return await self._open_on(target, request, retry=False)
             except SandboxdError as error:
                 if not spills(error):
-                    raise  # the local daemon is full or gone: else, the fleet's turn
+                    raise
+                # The local daemon is full or gone: the fleet's turn.
         return await self._open_on(last, request, retry=True)
 
     async def _open_on(self, target: str, request: pb.OpenSessionRequest, *, retry: bool) -> AsyncSession:
