@@ -202,9 +202,11 @@ class JobsServicer(pb_grpc.JobsServicer):
         except SandboxdError as error:
             await _abort(context, error)
         try:
-            return await self.daemon.scheduler.run(prepared)
+            result = await self.daemon.scheduler.run(prepared)
         finally:
             self.daemon.scheduler.release(held)
+        result.node = self.daemon.node_name
+        return result
 
     async def RunBatch(self, request: pb.RunBatchRequest, context: grpc.aio.ServicerContext) -> Any:
         scheduler, loop = self.daemon.scheduler, asyncio.get_running_loop()
@@ -233,6 +235,7 @@ class JobsServicer(pb_grpc.JobsServicer):
         try:
             for next_done in asyncio.as_completed(tasks):
                 result, size = await next_done
+                result.node = self.daemon.node_name
                 yield result
                 window.sent(size)
         finally:
@@ -292,6 +295,7 @@ class DaemonServicer(pb_grpc.DaemonServicer):
             max_timeout_seconds=config.limits.max_timeout_seconds,
             max_memory_bytes=config.limits.max_memory_bytes,
             max_output_bytes=config.limits.max_output_bytes,
+            node=self.daemon.node_name,
         )
 
 

@@ -29,6 +29,8 @@ GIB = 1 << 30
 # run_dir + "/<8-char instance>-<counter>/agent.sock" must fit in sun_path
 # (107 characters and a NUL): 72 leaves 14 digits for the counter.
 MAX_RUN_DIR_CHARS = 72
+# server.node_name: a host or Kubernetes node name (a DNS name's characters, 253 at most) or a pod's.
+NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
 # A sandbox has UIDS_PER_SANDBOX (500) job uids. A run takes one, its judge
 # or math server another, and a finished run's uid waits for its sweep; a
 # session holds one for its life, beside a few resident servers.
@@ -66,6 +68,10 @@ class ServerConfig:
     socket_group: str = ""
     # "" disables TCP; "127.0.0.1:50051" or "[::]:50051" enables it.
     tcp: str = ""
+    # The daemon's name in its answers (JobResult.node, Info.node), by which a client that balances
+    # over several daemons tells which one answered; "" takes the host's name. Daemons sharing a
+    # host (or a Kubernetes node, whose name the downward API gives) need names of their own.
+    node_name: str = ""
     # TLS on the TCP listener: PEM files of the server's certificate chain and key. With
     # tls_client_ca, clients must present a certificate that CA signed (mutual TLS).
     tls_cert: str = ""
@@ -298,6 +304,8 @@ class Config:
             (self.server.log_level in ("debug", "info", "warning", "error"),
              "server.log_level must be debug, info, warning or error"),
             (bool(self.server.socket) or bool(self.server.tcp), "server.socket and server.tcp are both empty"),
+            (not self.server.node_name or NODE_NAME.fullmatch(self.server.node_name) is not None,
+             "server.node_name must be 1-253 of A-Z, a-z, 0-9, '.', '_' and '-', starting with a letter or digit"),
             (self.server.grace_seconds >= 0, "server.grace_seconds must be >= 0"),
             (socket_mode(self.server.socket_mode) is not None,
              "server.socket_mode must be an octal mode of owner, group and others' bits, e.g. 0660"),

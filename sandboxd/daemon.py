@@ -114,6 +114,7 @@ class Daemon:
         self.config = config
         self.instance = uuid.uuid4().hex[:8]
         self.node = node_id(config.server.socket, config.server.tcp)
+        self.node_name = config.server.node_name or socket.gethostname()
         # Before the engine is asked anything: a tokens file open to others, or a certificate that
         # cannot be read, stops the start with one line.
         self.tokens = auth.load_tokens(config.server.tokens_file) if config.server.tokens_file else []

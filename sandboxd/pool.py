@@ -20,6 +20,7 @@ import math
 import os
 import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -115,9 +116,15 @@ def stage_agent_code(state_dir: str) -> tuple[str, str]:
         digest.update(file.read_bytes())
     key = digest.hexdigest()[:16]
     target = Path(state_dir) / "agent-code" / key
-    if not (target / "sandboxd" / "agent" / "__main__.py").exists():
-        staging = target.with_name(key + ".tmp")
-        shutil.rmtree(staging, ignore_errors=True)
+    marker = target / "sandboxd" / "agent" / "__main__.py"
+    if marker.exists():
+        return str(target), key
+    # Daemons sharing a state dir (several on one node) may stage the same code at once: each stages in a
+    # folder of its own and renames it into place, so none removes another's work or the folder another
+    # has just staged and is mounting.
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f"{key}.", suffix=".tmp", dir=target.parent))
+    try:
         for file in files:
             destination = staging / "sandboxd" / file.relative_to(package)
             destination.parent.mkdir(parents=True, exist_ok=True)
@@ -125,8 +132,18 @@ def stage_agent_code(state_dir: str) -> tuple[str, str]:
         # Timestamp-checked pycs: copy2 kept each source's mtime, which they record.
         if not compileall.compile_dir(str(staging), quiet=2):
             raise RuntimeError(f"could not byte-compile the agent code in {staging}")
-        shutil.rmtree(target, ignore_errors=True)
-        staging.rename(target)
+        os.chmod(staging, 0o755)  # mkdtemp's 0700; the sandboxes' users read it
+        try:
+            staging.rename(target)
+        except OSError:
+            if marker.exists():
+                return str(target), key  # another daemon's staging won
+            # A folder without the agent, left by a staging that died half-way before stagings were renamed
+            # into place whole: replaced.
+            shutil.rmtree(target, ignore_errors=True)
+            staging.rename(target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return str(target), key
 
 

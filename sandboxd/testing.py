@@ -19,12 +19,15 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 class DaemonProcess:
     """`python -m sandboxd serve` on a socket in `folder`, logging to `folder/<name>.log`.
 
+    `prefix` is a command the daemon runs under, which must exec it in place (the
+    process is the daemon's, for signals): ``("ip", "netns", "exec", NAME)``.
+
     The run dir (agent sockets) is a fresh short path under /tmp whatever
     `folder` is: a Unix socket path holds at most 108 bytes.
     """
 
     def __init__(self, folder: Path, name: str = "d", *, env: dict[str, str] | None = None,
-                 args: Sequence[str] = ()) -> None:
+                 args: Sequence[str] = (), prefix: Sequence[str] = ()) -> None:
         self.socket = str(folder / f"{name}.sock")
         self.address = f"unix://{self.socket}"
         self.log_path = folder / f"{name}.log"
@@ -37,7 +40,8 @@ class DaemonProcess:
             **(env or {}),
         }
         self.log = open(self.log_path, "w")  # noqa: SIM115 - lives as long as the process
-        self.process = subprocess.Popen([sys.executable, "-m", "sandboxd", "serve", "--socket", self.socket, *args],
+        self.process = subprocess.Popen([*prefix, sys.executable, "-m", "sandboxd", "serve", "--socket", self.socket,
+                                         *args],
                                         env=environment, stdout=self.log, stderr=subprocess.STDOUT)
 
     def log_tail(self, lines: int = 40) -> str:

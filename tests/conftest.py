@@ -7,7 +7,7 @@ import functools
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import NoReturn
 
@@ -39,7 +39,7 @@ class DaemonProcess(testing.DaemonProcess):
     """A daemon with the tests' settings: shared snapshot state, no metrics port, 2 warm sandboxes."""
 
     def __init__(self, tmp: Path, name: str = "d", *, extra_env: dict[str, str] | None = None,
-                 tcp: str = "", args: list[str] | None = None) -> None:
+                 tcp: str = "", args: list[str] | None = None, prefix: Sequence[str] = ()) -> None:
         env = {
             "SANDBOXD_SERVER_METRICS": "",
             "SANDBOXD_SANDBOX_STATE_DIR": STATE_DIR,
@@ -52,7 +52,7 @@ class DaemonProcess(testing.DaemonProcess):
             "SANDBOXD_SERVER_GRACE_SECONDS": "10",
             **(extra_env or {}),
         }
-        super().__init__(tmp, name, env=env, args=[*(args or []), *(["--tcp", tcp] if tcp else [])])
+        super().__init__(tmp, name, env=env, args=[*(args or []), *(["--tcp", tcp] if tcp else [])], prefix=prefix)
 
 
 @contextlib.contextmanager

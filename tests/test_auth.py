@@ -19,7 +19,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from sandboxd_client import AsyncSandboxClient, SandboxClient
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
-from sandboxd_client.errors import PermissionDenied
+from sandboxd_client.errors import InvalidRequest, PermissionDenied
 
 from sandboxd import auth
 from sandboxd.config import Config
@@ -216,6 +216,7 @@ class Door:
         daemon.health = health.aio.HealthServicer()
         daemon.serving = False
         daemon.engine_problem = ""
+        daemon.node_name = "door"
         daemon.tokens = auth.load_tokens(self.config.server.tokens_file)
         daemon.tls = server_credentials(self.config.server)
         server = daemon._server([auth.BearerTokens(daemon.tokens)])
@@ -363,6 +364,23 @@ def test_client_tls_and_token_from_arguments_and_environment(door: Door, pki: Pk
                 await client.info()
 
     asyncio.run(go())
+
+
+def test_a_list_of_daemons_over_tls_needs_the_name_their_certificates_share(door: Door, pki: Pki) -> None:
+    """gRPC checks a list's certificates against the list's own text: without tls_server_name every call failed
+    UNAVAILABLE "Hostname Verification Check failed", even with each daemon's address in its certificate."""
+    other = Door(pki).start()
+    try:
+        pair = [door.address, other.address]
+        for where in ({"address": pair}, {"address": door.address, "fleet": pair}):
+            with pytest.raises(InvalidRequest, match="needs tls_server_name"):
+                SandboxClient(**where, tls_ca=pki.path("ca.pem"), token=JOBS_SECRET)
+        # The certificates carry "localhost" beside 127.0.0.1.
+        with SandboxClient(pair, tls_ca=pki.path("ca.pem"), tls_server_name="localhost", token=JOBS_SECRET,
+                           max_retries=0) as client:
+            assert len(client.pool_status().pools) == 0 and client.info().version
+    finally:
+        other.close()
 
 
 def test_client_reconnects_within_two_seconds_of_the_daemon_coming_back(pki: Pki) -> None:

@@ -107,6 +107,10 @@ def test_a_near_miss_of_a_section_in_the_environment_is_an_error(name: str) -> N
         ("[server]\nsocket_mode = '0668'\n", "server.socket_mode must be an octal mode"),
         ("[server]\nsocket_mode = '4770'\n", "server.socket_mode must be an octal mode"),
         ("[server]\nsocket_group = 'no-such-group-here'\n", "server.socket_group: no group"),
+        # Clients print it and match on it: no spaces, no control characters.
+        ("[server]\nnode_name = 'node 7'\n", "server.node_name must be 1-253 of"),
+        ("[server]\nnode_name = '-node7'\n", "server.node_name must be 1-253 of"),
+        (f"[server]\nnode_name = '{'n' * 254}'\n", "server.node_name must be 1-253 of"),
     ],
 )
 def test_invalid_file(tmp_path: Path, toml: str, fragment: str) -> None:
@@ -236,3 +240,9 @@ def test_insecure_tcp_from_environment() -> None:
         config.load(environ={"SANDBOXD_SERVER_TCP": "0.0.0.0:1"})
     loaded = config.load(environ={"SANDBOXD_SERVER_TCP": "0.0.0.0:1", "SANDBOXD_SERVER_INSECURE_TCP": "1"})
     assert loaded.server.insecure_tcp and config.tcp_unguarded(loaded.server)
+
+
+def test_node_name_from_the_environment() -> None:
+    assert config.load(environ={}).server.node_name == ""  # the daemon takes the host's name
+    loaded = config.load(environ={"SANDBOXD_SERVER_NODE_NAME": "gpu-node-7.cluster"})
+    assert loaded.server.node_name == "gpu-node-7.cluster"

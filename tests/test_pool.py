@@ -132,6 +132,28 @@ def test_staged_agent_code_is_byte_compiled(tmp_path: Path) -> None:
     assert stage_agent_code(str(tmp_path)) == (folder, key)
 
 
+def test_daemons_staging_the_agent_code_at_once_each_get_it_whole(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Daemons sharing a state dir (several on one node, the fleet test's three) start together: another one
+    staging the same code meanwhile removed this one's staging folder, or the folder this one had just staged,
+    and the start failed."""
+    compile_dir = pool_module.compileall.compile_dir
+    others: list[tuple[str, str]] = []
+    calls = []
+
+    def another_daemon_stages_meanwhile(folder: str, **options: Any) -> bool:
+        calls.append(folder)
+        if len(calls) == 1:
+            others.append(stage_agent_code(str(tmp_path)))  # runs to its end while this one is half-way
+        return bool(compile_dir(folder, **options))
+
+    monkeypatch.setattr(pool_module.compileall, "compile_dir", another_daemon_stages_meanwhile)
+    folder, key = stage_agent_code(str(tmp_path))
+    assert others == [(folder, key)]
+    assert (Path(folder) / "sandboxd" / "agent" / "__main__.py").is_file()
+    assert sorted(path.name for path in (tmp_path / "agent-code").iterdir()) == [key]  # no staging left
+
+
 def pool_with_stand_in_starts(sandboxes: list[Sandbox], **settings: int) -> tuple[Pool, list[int]]:
     """A pool holding `sandboxes` whose starts only count themselves (in the list returned)."""
     pool, _ = one_slot_pool(slots=2)

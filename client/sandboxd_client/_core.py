@@ -6,22 +6,26 @@ to connect, how long to wait, what to retry, when to give up) is made here.
 
 from __future__ import annotations
 
+import enum
 import ipaddress
 import json
+import math
 import os
 import random
 import re
 import socket
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from ._proto.sandboxd.v1 import sandboxd_pb2 as pb
 from ._requests import Result, failure_result, to_result
-from .errors import InvalidRequest, PermissionDenied, SandboxdError, Unavailable, Unimplemented
+from .errors import InvalidRequest, Overloaded, PermissionDenied, SandboxdError, Unavailable, Unimplemented
 
 DEFAULT_ADDRESS = "unix:///run/sandboxd/sandboxd.sock"
 ADDRESS_ENV = "SANDBOXD_ADDRESS"
+FLEET_ENV = "SANDBOXD_FLEET"
 TOKEN_ENV = "SANDBOXD_TOKEN"
 TLS_CA_ENV = "SANDBOXD_TLS_CA"
 TLS_CERT_ENV = "SANDBOXD_TLS_CERT"
@@ -124,6 +128,17 @@ def resolve_target(address: str | Sequence[str] | None) -> Target:
     prefix = "unix://" if family == "unix" else f"{family}:"
     singles = tuple(f"unix://{p}" if family == "unix" else f"{family}:{p}" for p in parts)
     return Target(prefix + ",".join(parts), singles)
+
+
+def resolve_fleet(fleet: str | Sequence[str] | None) -> Target | None:
+    """The fleet a client spills to: ``fleet``, else ``$SANDBOXD_FLEET``; None for none (also for ``""`` or ``[]``)."""
+    if fleet is None:
+        fleet = os.environ.get(FLEET_ENV, "")
+    if isinstance(fleet, str):
+        fleet = fleet.strip()
+    elif not isinstance(fleet, Sequence):
+        raise InvalidRequest(f"fleet must be an address, a list of addresses or None, got {type(fleet).__name__}")
+    return resolve_target(fleet) if fleet else None
 
 
 def _expand_multi(target: str) -> tuple[str, ...]:
@@ -265,6 +280,51 @@ class RetryPolicy:
         return min(wait, self.max_retry_after)
 
 
+class Route(enum.Enum):
+    """Which of a client's two job channels an RPC takes."""
+
+    #: The client's ``address``: the node's own daemon (or the only daemons, without a fleet).
+    LOCAL = "local"
+    #: The client's ``fleet``: where work goes while the local daemon refuses it or cannot be reached.
+    FLEET = "fleet"
+
+
+# After the local daemon refused a request (RESOURCE_EXHAUSTED) or could not be reached, requests go straight
+# to the fleet for this long, or for the daemon's retry hint when longer, up to LOCAL_SKIP_MAX_SECONDS: asking
+# a full or stopped daemon first would cost every request a refused RPC. A refusal is answered before any job
+# runs, so the local daemon is asked again soon: it is the cheaper door (no TLS, no network hop), and a full
+# one drains at its own pace (its hint: the time to work off half its queue).
+LOCAL_SKIP_SECONDS = 1.0
+LOCAL_SKIP_MAX_SECONDS = 5.0
+
+
+class LocalFirst:
+    """Where each attempt of a client with a fleet goes: the local daemon, unless it refused lately.
+
+    Shared by every call of one client (threads included: each method reads or
+    writes one float). The drivers say what the local daemon answered through
+    :class:`ChunkState`.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._skip_until = -math.inf
+
+    def pick(self) -> Route:
+        """The route of the next attempt."""
+        return Route.LOCAL if self._clock() >= self._skip_until else Route.FLEET
+
+    def refused(self, retry_after: float | None = None) -> None:
+        """The local daemon refused a request or could not be reached: send work to the fleet for a while."""
+        skip = min(LOCAL_SKIP_MAX_SECONDS, max(LOCAL_SKIP_SECONDS, retry_after or 0.0))
+        self._skip_until = max(self._skip_until, self._clock() + skip)
+
+
+def spills(error: SandboxdError | None) -> bool:
+    """Whether a failed RPC to the local daemon sends its work to the fleet: it was full, or could not be reached."""
+    return isinstance(error, (Overloaded, Unavailable))
+
+
 def plan_chunks(jobs: Sequence[pb.Job], *, max_jobs: int, max_bytes: int) -> list[list[int]]:
     """Split a batch into RunBatch requests of at most ``max_jobs`` jobs and about ``max_bytes``.
 
@@ -307,9 +367,16 @@ class ChunkState:
     :meth:`next_delay` and go again.
     """
 
-    def __init__(self, jobs: Mapping[int, pb.Job], policy: RetryPolicy) -> None:
+    def __init__(self, jobs: Mapping[int, pb.Job], policy: RetryPolicy, router: LocalFirst | None = None) -> None:
         self._jobs = jobs
         self._policy = policy
+        self._router = router
+        #: Where the latest attempt went (always LOCAL without a router).
+        self.route = Route.LOCAL
+        # Attempts that moved the jobs to the fleet after the local daemon refused them: routing, not retries,
+        # they count in client_attempts but not against max_retries.
+        self._spills = 0
+        self._spilled = False
         self.pending: list[int] = list(jobs)
         # The jobs of the latest request, in its order: request.jobs[k] is self._jobs[self._sent[k]].
         self._sent: list[int] = []
@@ -324,6 +391,13 @@ class ChunkState:
         self._answered = set()
         self._retry = []
         self._hint = None
+        # A spilled attempt's jobs go to the fleet whatever the router says by now (a wait for a batch slot may
+        # outlast its skip): else a busy client could send them back to the full local daemon again and again.
+        if self._router is None:
+            self.route = Route.LOCAL
+        else:
+            self.route = Route.FLEET if self._spilled else self._router.pick()
+        self._spilled = False
         self._sent = list(self.pending)
         return list(self._sent)
 
@@ -342,7 +416,7 @@ class ChunkState:
     @property
     def can_retry(self) -> bool:
         """Whether another attempt is allowed after this one."""
-        return self.attempt <= self._policy.max_retries
+        return self.attempt - self._spills <= self._policy.max_retries
 
     def on_message(self, msg: pb.JobResult) -> Result | None:
         """A result from the daemon: final (returned) or kept for a retry (None)."""
@@ -373,7 +447,12 @@ class ChunkState:
         if unanswered and error is not None:
             if isinstance(error, _CALLER_ERRORS):
                 raise self._named_by_index(error)
-            if error.retryable and self.can_retry:
+            if self._router is not None and self.route is Route.LOCAL and spills(error):
+                self._router.refused(getattr(error, "retry_after", None))
+                self._spills += 1
+                self._spilled = True
+                self._retry.extend(unanswered)
+            elif error.retryable and self.can_retry:
                 self._retry.extend(unanswered)
                 hint = getattr(error, "retry_after", None)
                 if hint:
@@ -405,8 +484,10 @@ class ChunkState:
         return error
 
     def next_delay(self) -> float:
-        """Seconds to wait before retrying :attr:`pending`."""
-        return self._policy.delay(self.attempt, self._hint)
+        """Seconds to wait before retrying :attr:`pending`: none when they move to the fleet."""
+        if self._spilled:
+            return 0.0
+        return self._policy.delay(self.attempt - self._spills, self._hint)
 
 
 def merge_pool_status(statuses: Sequence[pb.PoolStatus]) -> pb.PoolStatus:

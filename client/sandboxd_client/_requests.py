@@ -197,6 +197,8 @@ class Result:
     client_attempts: int = 1
     #: Set when the client made this result because the RPC failed for good.
     error: SandboxdError | None = None
+    #: The daemon that answered (its ``server.node_name``); "" when the client made this result.
+    node: str = ""
 
     @property
     def ok(self) -> bool:
@@ -963,6 +965,7 @@ def to_result(msg: pb.JobResult, *, index: int | None = None, failure_value: flo
         attempts=msg.attempts,
         retry_after_seconds=msg.retry_after_seconds,
         details=_detail(msg),
+        node=msg.node,
     )
 
 

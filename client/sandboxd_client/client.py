@@ -25,14 +25,18 @@ from ._core import (
     CONTROL_SERVICE_CONFIG,
     SESSION_SERVICE_CONFIG,
     ChunkState,
+    LocalFirst,
     RetryPolicy,
+    Route,
     Target,
     bearer_token,
     channel_options,
     jobs_service_config,
     merge_pool_status,
     plan_chunks,
+    resolve_fleet,
     resolve_target,
+    spills,
     tls_files,
 )
 from ._proto.sandboxd.v1 import sandboxd_pb2 as pb
@@ -74,10 +78,15 @@ def _by_index(result: Result) -> int:
 class _ClientBase:
     """Configuration and every non-I/O decision shared by the twins."""
 
+    # The job channels' stubs (each twin's _setup): the local daemon's, and the fleet's when there is one.
+    _jobs: pb_grpc.JobsStub
+    _fleet_jobs: pb_grpc.JobsStub | None
+
     def __init__(
         self,
         address: str | Sequence[str] | None = None,
         *,
+        fleet: str | Sequence[str] | None = None,
         deadline: float | None = None,
         job_timeout: float = 10.0,
         deadline_margin: float = 60.0,
@@ -110,6 +119,9 @@ class _ClientBase:
         if max_retries < 0 or batch_size < 1 or max_concurrent_batches < 1:
             raise InvalidRequest("max_retries must be >= 0, batch_size and max_concurrent_batches >= 1")
         self.target: Target = resolve_target(address)
+        #: Where work goes while the daemons of ``address`` refuse it or cannot be reached; None without a fleet.
+        self.fleet: Target | None = resolve_fleet(fleet)
+        self._router = LocalFirst() if self.fleet is not None else None
         self._call_deadline = deadline
         self._job_timeout = float(job_timeout)
         self._margin = float(deadline_margin)
@@ -132,6 +144,15 @@ class _ClientBase:
         self._extra_options = tuple(options) + (
             (("grpc.ssl_target_name_override", tls_server_name),) if tls_server_name else ()
         )
+        named = {name for name, _ in self._extra_options}
+        if self._tls is not None and not named & {"grpc.ssl_target_name_override", "grpc.default_authority"}:
+            # gRPC checks every certificate of a list's channel against one name, the list's own text
+            # ("10.0.0.1:50051,10.0.0.2:50051"), which no certificate carries, not an address of it: every
+            # call failed UNAVAILABLE ("Hostname Verification Check failed"), and was retried for its backoff.
+            for where in (self.target, self.fleet):
+                if where is not None and len(where.addresses) > 1 and not where.grpc_target.startswith("unix"):
+                    raise InvalidRequest(f"TLS to the list {where.grpc_target} needs tls_server_name: the name its "
+                                         "daemons' certificates share (a dns:/// name needs none)")
         self._jobs_service_config = jobs_service_config(reward_model)
         self._closed = False
         self._setup()
@@ -142,8 +163,23 @@ class _ClientBase:
 
     @property
     def address(self) -> str:
-        """The gRPC target this client's job channel connects to."""
+        """The gRPC target this client's job channel connects to (the local one, when there is a fleet)."""
         return self.target.grpc_target
+
+    @property
+    def _addresses(self) -> tuple[str, ...]:
+        """Every daemon this client may use, its own first: those of ``address``, then the fleet's."""
+        return self.target.addresses + (self.fleet.addresses if self.fleet is not None else ())
+
+    def _session_targets(self) -> list[str]:
+        """Where a session may be opened, in order: the local daemon first, then the fleet."""
+        return [self.target.grpc_target, *([self.fleet.grpc_target] if self.fleet is not None else [])]
+
+    def _jobs_for(self, route: Route) -> pb_grpc.JobsStub:
+        """The Jobs stub of `route`'s channel."""
+        if route is Route.FLEET and self._fleet_jobs is not None:
+            return self._fleet_jobs
+        return self._jobs
 
     def _channel_credentials(self, target: str) -> grpc.ChannelCredentials | None:
         """The credentials given, else TLS from the tls settings, which a Unix socket (plaintext) never gets."""
@@ -198,10 +234,17 @@ class _ClientBase:
             raise InvalidRequest("batch_size and sessions must be >= 0")
         if isinstance(pools, str):
             raise InvalidRequest("pools is a list of pool names, not one string")
-        # round_robin gives each daemon about 1/k of the work, so each sizes for its share.
-        k = len(self.target.addresses)
-        hint = pb.BatchHint(batch_size=math.ceil(batch_size / k), sessions=math.ceil(sessions / k), pools=pools)
-        return [(address, hint) for address in self.target.addresses]
+        # round_robin gives each daemon about 1/k of the work, so each sizes for its share. With a fleet, each
+        # side is told what it takes when it takes everything: the local daemon all of it while it keeps up,
+        # the fleet all of it once the local one is full or gone (a pool grows no further than pool.max_size).
+        shares: list[tuple[str, pb.BatchHint]] = []
+        for target in (self.target, self.fleet):
+            if target is None:
+                continue
+            k = len(target.addresses)
+            hint = pb.BatchHint(batch_size=math.ceil(batch_size / k), sessions=math.ceil(sessions / k), pools=pools)
+            shares.extend((address, hint) for address in target.addresses)
+        return shares
 
     def _check_open(self) -> None:
         if self._closed:
@@ -262,6 +305,14 @@ class SandboxClient(_ClientBase):
     model is loaded (its own health service), not to one where it still
     loads or failed to load.
 
+    ``fleet`` (else ``$SANDBOXD_FLEET``; ``""`` for none) is where work goes
+    when the daemon of ``address``, the node's own, refuses it
+    (RESOURCE_EXHAUSTED) or cannot be reached (UNAVAILABLE): a list of
+    addresses or a ``dns:///`` name, balanced like ``address``. Such a request
+    moves at once, without spending a retry, and the local daemon is skipped
+    for a second (or its retry hint, up to 5 s). ``result.node`` names the
+    daemon that answered.
+
     A daemon's TCP listener may ask for TLS and a bearer token (docs/deploy.md):
     ``token`` (else ``$SANDBOXD_TOKEN``) is sent on every call; ``tls_ca``,
     ``tls_cert`` and ``tls_key`` (PEM paths, else ``$SANDBOXD_TLS_CA``,
@@ -269,7 +320,8 @@ class SandboxClient(_ClientBase):
     ``tls_ca`` (default: the system's CAs, or ``tls=True`` with no file), and
     present a client certificate for mutual TLS. ``unix:`` targets stay
     plaintext. ``tls_server_name`` is the name the daemons' certificates
-    carry when the address is a list of host names (resolved to addresses).
+    carry when the address is a list (needed with TLS: gRPC checks every
+    certificate of a list's channel against one name).
 
     Scoring calls return a :class:`Result` for every job, even when the
     infrastructure failed after ``max_retries`` retries (``result.error`` then
@@ -289,6 +341,9 @@ class SandboxClient(_ClientBase):
     def _setup(self) -> None:
         self._channel = self._make_channel(self.target.grpc_target, self._jobs_service_config)
         self._jobs = pb_grpc.JobsStub(self._channel)
+        self._fleet_channel = (self._make_channel(self.fleet.grpc_target, self._jobs_service_config)
+                               if self.fleet is not None else None)
+        self._fleet_jobs = pb_grpc.JobsStub(self._fleet_channel) if self._fleet_channel is not None else None
         self._lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
         self._address_channels: dict[str, grpc.Channel] = {}
@@ -307,8 +362,8 @@ class SandboxClient(_ClientBase):
                 self._address_channels[address] = self._make_channel(address, CONTROL_SERVICE_CONFIG)
             return self._address_channels[address]
 
-    def _unary(self, method: Any, request: Any, timeout: float | None = None) -> Any:
-        """An idempotent call, retried on UNAVAILABLE / RESOURCE_EXHAUSTED."""
+    def _unary(self, method: Any, request: Any, timeout: float | None = None, *, retry: bool = True) -> Any:
+        """An idempotent call, retried on UNAVAILABLE / RESOURCE_EXHAUSTED (unless `retry` is false)."""
         self._check_open()
         attempt = 0
         while True:
@@ -317,7 +372,7 @@ class SandboxClient(_ClientBase):
                 return method(request, timeout=timeout or self._rpc_timeout, metadata=self._metadata)
             except grpc.RpcError as e:
                 error = from_rpc_error(e)
-                if not error.retryable or attempt > self._policy.max_retries:
+                if not error.retryable or not retry or attempt > self._policy.max_retries:
                     raise error from None
                 time.sleep(self._policy.delay(attempt, getattr(error, "retry_after", None)))
 
@@ -332,13 +387,13 @@ class SandboxClient(_ClientBase):
         self._check_open()
         job = validate_job(job)
         deadline = self._deadline([job], deadline)
-        state = ChunkState({job.index: job}, self._policy)
+        state = ChunkState({job.index: job}, self._policy, self._router)
         while True:
             (request,) = state.request().jobs
             final: Result | None = None
             error: SandboxdError | None = None
             try:
-                msg = self._jobs.Run(request, timeout=deadline, metadata=self._metadata)
+                msg = self._jobs_for(state.route).Run(request, timeout=deadline, metadata=self._metadata)
                 msg.index = request.index  # a unary answer is ours whatever index it carries
                 final = state.on_message(msg)
             except grpc.RpcError as e:
@@ -428,11 +483,12 @@ class SandboxClient(_ClientBase):
         stop: threading.Event,
         calls: set[Any],
     ) -> None:
-        state = ChunkState(chunk, self._policy)
+        state = ChunkState(chunk, self._policy, self._router)
         try:
             while state.pending and not stop.is_set():
                 error: SandboxdError | None = None
-                call = self._jobs.RunBatch(state.request(), timeout=deadline, metadata=self._metadata)
+                request = state.request()
+                call = self._jobs_for(state.route).RunBatch(request, timeout=deadline, metadata=self._metadata)
                 with self._lock:
                     calls.add(call)
                 try:
@@ -484,11 +540,22 @@ class SandboxClient(_ClientBase):
         """
         self._check_open()
         request = self._open_request(language, timeout, memory_bytes, output_bytes, files, idle_timeout)
+        *first, last = self._session_targets()
+        for target in first:
+            try:
+                return self._open_on(target, request, retry=False)
+            except SandboxdError as error:
+                if not spills(error):
+                    raise
+                # The local daemon is full or gone: the fleet's turn.
+        return self._open_on(last, request, retry=True)
+
+    def _open_on(self, target: str, request: pb.OpenSessionRequest, *, retry: bool) -> Session:
         # A channel of its own: pick_first keeps every cell on the daemon holding the session.
-        channel = self._make_channel(self.target.grpc_target, SESSION_SERVICE_CONFIG)
+        channel = self._make_channel(target, SESSION_SERVICE_CONFIG)
         stub = pb_grpc.SessionsStub(channel)
         try:
-            info = self._unary(stub.Open, request)
+            info = self._unary(stub.Open, request, retry=retry)
         except BaseException:
             channel.close()
             raise
@@ -517,14 +584,14 @@ class SandboxClient(_ClientBase):
         return merge_pool_status(
             [
                 self._unary(pb_grpc.PoolStub(self._channel_for(a)).GetStatus, request)
-                for a in self.target.addresses
+                for a in self._addresses
             ]
         )
 
     def info(self) -> pb.Info:
         """Version, languages, job kinds and limits of the first daemon that answers, serving or not."""
         error: SandboxdError | None = None
-        for address in self.target.addresses:
+        for address in self._addresses:
             try:
                 return self._unary(pb_grpc.DaemonStub(self._channel_for(address)).GetInfo, pb.GetInfoRequest())
             except Unavailable as exc:
@@ -540,7 +607,7 @@ class SandboxClient(_ClientBase):
             self._closed = True
             channels = list(self._address_channels.values())
             executor, self._executor = self._executor, None
-        for channel in (self._channel, *channels):
+        for channel in (self._channel, *([self._fleet_channel] if self._fleet_channel else []), *channels):
             channel.close()
         if executor is not None:
             executor.shutdown(wait=False, cancel_futures=True)
@@ -608,6 +675,9 @@ class AsyncSandboxClient(_ClientBase):
     def _setup(self) -> None:
         self._channel = self._make_channel(self.target.grpc_target, self._jobs_service_config)
         self._jobs = pb_grpc.JobsStub(self._channel)
+        self._fleet_channel = (self._make_channel(self.fleet.grpc_target, self._jobs_service_config)
+                               if self.fleet is not None else None)
+        self._fleet_jobs = pb_grpc.JobsStub(self._fleet_channel) if self._fleet_channel is not None else None
         self._address_channels: dict[str, grpc.aio.Channel] = {}
         self._semaphore: asyncio.Semaphore | None = None
 
@@ -624,8 +694,8 @@ class AsyncSandboxClient(_ClientBase):
             self._address_channels[address] = self._make_channel(address, CONTROL_SERVICE_CONFIG)
         return self._address_channels[address]
 
-    async def _unary(self, method: Any, request: Any, timeout: float | None = None) -> Any:
-        """An idempotent call, retried on UNAVAILABLE / RESOURCE_EXHAUSTED."""
+    async def _unary(self, method: Any, request: Any, timeout: float | None = None, *, retry: bool = True) -> Any:
+        """An idempotent call, retried on UNAVAILABLE / RESOURCE_EXHAUSTED (unless `retry` is false)."""
         self._check_open()
         attempt = 0
         while True:
@@ -634,7 +704,7 @@ class AsyncSandboxClient(_ClientBase):
                 return await method(request, timeout=timeout or self._rpc_timeout, metadata=self._metadata)
             except grpc.RpcError as e:
                 error = from_rpc_error(e)
-                if not error.retryable or attempt > self._policy.max_retries:
+                if not error.retryable or not retry or attempt > self._policy.max_retries:
                     raise error from None
                 await asyncio.sleep(self._policy.delay(attempt, getattr(error, "retry_after", None)))
 
@@ -649,13 +719,13 @@ class AsyncSandboxClient(_ClientBase):
         self._check_open()
         job = validate_job(job)
         deadline = self._deadline([job], deadline)
-        state = ChunkState({job.index: job}, self._policy)
+        state = ChunkState({job.index: job}, self._policy, self._router)
         while True:
             (request,) = state.request().jobs
             final: Result | None = None
             error: SandboxdError | None = None
             try:
-                msg = await self._jobs.Run(request, timeout=deadline, metadata=self._metadata)
+                msg = await self._jobs_for(state.route).Run(request, timeout=deadline, metadata=self._metadata)
                 msg.index = request.index  # a unary answer is ours whatever index it carries
                 final = state.on_message(msg)
             except grpc.RpcError as e:
@@ -732,12 +802,13 @@ class AsyncSandboxClient(_ClientBase):
         self, chunk: dict[int, pb.Job], deadline: float, out: asyncio.Queue[Result | BaseException]
     ) -> None:
         assert self._semaphore is not None
-        state = ChunkState(chunk, self._policy)
+        state = ChunkState(chunk, self._policy, self._router)
         try:
             while state.pending:
                 error: SandboxdError | None = None
                 async with self._semaphore:
-                    call = self._jobs.RunBatch(state.request(), timeout=deadline, metadata=self._metadata)
+                    request = state.request()
+                    call = self._jobs_for(state.route).RunBatch(request, timeout=deadline, metadata=self._metadata)
                     try:
                         async for msg in call:
                             result = state.on_message(msg)
@@ -777,10 +848,21 @@ class AsyncSandboxClient(_ClientBase):
         """Hold a sandbox for a multi-turn episode; ``timeout`` etc. are per-cell limits."""
         self._check_open()
         request = self._open_request(language, timeout, memory_bytes, output_bytes, files, idle_timeout)
-        channel = self._make_channel(self.target.grpc_target, SESSION_SERVICE_CONFIG)
+        *first, last = self._session_targets()
+        for target in first:
+            try:
+                return await self._open_on(target, request, retry=False)
+            except SandboxdError as error:
+                if not spills(error):
+                    raise
+                # The local daemon is full or gone: the fleet's turn.
+        return await self._open_on(last, request, retry=True)
+
+    async def _open_on(self, target: str, request: pb.OpenSessionRequest, *, retry: bool) -> AsyncSession:
+        channel = self._make_channel(target, SESSION_SERVICE_CONFIG)
         stub = pb_grpc.SessionsStub(channel)
         try:
-            info = await self._unary(stub.Open, request)
+            info = await self._unary(stub.Open, request, retry=retry)
         except BaseException:
             await channel.close()
             raise
@@ -803,7 +885,7 @@ class AsyncSandboxClient(_ClientBase):
         answers = await asyncio.gather(
             *(
                 self._unary(pb_grpc.PoolStub(self._channel_for(a)).GetStatus, request)
-                for a in self.target.addresses
+                for a in self._addresses
             )
         )
         return merge_pool_status(answers)
@@ -811,7 +893,7 @@ class AsyncSandboxClient(_ClientBase):
     async def info(self) -> pb.Info:
         """Version, languages, job kinds and limits of the first daemon that answers, serving or not."""
         error: SandboxdError | None = None
-        for address in self.target.addresses:
+        for address in self._addresses:
             try:
                 return await self._unary(pb_grpc.DaemonStub(self._channel_for(address)).GetInfo,
                                          pb.GetInfoRequest())
@@ -825,7 +907,8 @@ class AsyncSandboxClient(_ClientBase):
         if self._closed:
             return
         self._closed = True
-        for channel in (self._channel, *self._address_channels.values()):
+        fleet = [self._fleet_channel] if self._fleet_channel is not None else []
+        for channel in (self._channel, *fleet, *self._address_channels.values()):
             await channel.close()
 
     async def __aenter__(self) -> AsyncSandboxClient:

@@ -116,6 +116,7 @@ class FakeSandboxd(
         result = action if isinstance(action, pb.JobResult) else default_verdict(job)
         result.index = job.index
         result.message = result.message or self.name
+        result.node = self.name
         return result
 
     # -- Jobs -------------------------------------------------------------
