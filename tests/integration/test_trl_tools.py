@@ -233,7 +233,8 @@ def test_grpo_trainer_step_runs_its_tool_calls_in_the_rollouts_sessions(
     changed = [name for name, p in model.named_parameters() if not torch.equal(p, before[name])]
     assert changed, "the optimizer step changed no weight"
     check_tool_rollouts(trainer)
-    assert list(trainer._logs["rewards"]["sandboxd_math"]) == [1.0, -1.0, 1.0, -1.0]
+    logs: dict[str, Any] = trainer._logs
+    assert list(logs["rewards"]["sandboxd_math"]) == [1.0, -1.0, 1.0, -1.0]
     # The daemon's side: the step's four rollouts still hold their sessions (a rollout's closes at the next reset),
     # each of which ran two cells, and the file the python tool wrote is there.
     sessions = pb_grpc.SessionsStub(channel).List(pb.ListSessionsRequest(), timeout=10).sessions
@@ -280,7 +281,8 @@ def test_grpo_trainer_step_scores_each_rollout_by_the_final_check_in_its_session
     changed = [name for name, p in model.named_parameters() if not torch.equal(p, before[name])]
     assert changed, "the optimizer step changed no weight"
     check_tool_rollouts(trainer)
-    rewards = {name: list(values) for name, values in trainer._logs["rewards"].items()}
+    logs: dict[str, Any] = trainer._logs
+    rewards = {name: list(values) for name, values in logs["rewards"].items()}
     assert set(rewards) == ({"sandboxd_math", "SandboxCheckEnvironment"} if with_reward_funcs
                             else {"SandboxCheckEnvironment"})
     # Each group is one row's two rollouts (42, then 48): the first row's check passes or raises, the second's
