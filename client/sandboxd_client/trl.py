@@ -661,7 +661,8 @@ class SandboxCheckEnvironment(SandboxEnvironment):
     def _score(self) -> float | None:
         try:
             if self._code is None:
-                log.warning("sandboxd: this rollout's row has no check, reward %r", self._infra_failure_value)
+                # A row left to the reward functions on purpose, in a dataset that mixes both: not worth a warning.
+                log.debug("sandboxd: this rollout's row has no check, reward %r", self._infra_failure_value)
                 return self._infra_failure_value
             if self._lost:
                 log.warning("sandboxd: the rollout's session was lost before its check, reward %r",
