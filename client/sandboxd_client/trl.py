@@ -8,7 +8,8 @@ Nothing from TRL is imported: the functions only follow its convention.
 
 :class:`SandboxEnvironment` is a tool-use environment for ``GRPOTrainer``'s
 ``environment_factory``: one sandboxd session per rollout, with ``python`` and
-``bash`` tools.
+``bash`` tools. :class:`SandboxCheckEnvironment` adds ``get_reward``: a final
+check run in the rollout's session scores it.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 
 from ._proto.sandboxd.v1 import sandboxd_pb2 as pb
 from ._requests import (
+    CellResult,
     Result,
     _check_failure_below_a_pass,
     _check_finite,
@@ -32,11 +34,17 @@ from ._requests import (
     math_job,
     status_and_message,
 )
-from ._tools import bash_cell, cell_text
+from ._tools import bash_cell, cell_text, check_reward
 from .client import AsyncSandboxClient, SandboxClient, Session, score_rows, score_rows_async
 from .errors import InvalidRequest, SandboxdError, SessionNotFound
 
-__all__ = ["SandboxEnvironment", "completion_text", "make_async_reward_func", "make_reward_func"]
+__all__ = [
+    "SandboxCheckEnvironment",
+    "SandboxEnvironment",
+    "completion_text",
+    "make_async_reward_func",
+    "make_reward_func",
+]
 
 log = logging.getLogger(__name__)
 
@@ -494,6 +502,9 @@ class SandboxEnvironment:
         self._max_output_chars = max_output_chars
         self._session: Session | None = None
         self._finalizer: weakref.finalize | None = None
+        # The rollout's session ended by no doing of the model (expired, or lost with its sandbox): what a final
+        # check would judge is gone.
+        self._lost = False
         with SandboxEnvironment._lock:
             SandboxEnvironment._instances.add(self)
 
@@ -511,7 +522,7 @@ class SandboxEnvironment:
         if finalizer is not None:
             finalizer()  # closes the session, once
 
-    def _run(self, code: str) -> str:
+    def _cell(self, code: str) -> CellResult:
         if self._session is None:
             session = self._client().open_session(
                 "python", timeout=self._timeout, memory_bytes=self._memory_bytes, idle_timeout=self._idle_timeout
@@ -520,15 +531,22 @@ class SandboxEnvironment:
         try:
             result = self._session.run(code)
         except SessionNotFound:
+            self._lost = True
             self._close_session()  # expired or lost with its sandbox: the next call opens a fresh one
             raise
         if not result.session_alive:
+            # Ended by the cell: the model's doing (os._exit, its memory) unless the infrastructure says it failed.
+            self._lost = self._lost or result.status.is_infrastructure_failure
             self._close_session()
-        return cell_text(result, self._max_output_chars)
+        return result
+
+    def _run(self, code: str) -> str:
+        return cell_text(self._cell(code), self._max_output_chars)
 
     def reset(self, **kwargs: Any) -> None:
         """Start a rollout: close the previous rollout's session (the next one opens on the first tool call)."""
         self._close_session()
+        self._lost = False
 
     def python(self, code: str) -> str:
         """Run Python code in a persistent interpreter and return what it printed and the value of its last line.
@@ -563,3 +581,103 @@ class SandboxEnvironment:
 
     def __exit__(self, *exc: object) -> None:
         self._close_session()
+
+
+_Check = str | Callable[[dict[str, Any]], str | None]
+
+
+class SandboxCheckEnvironment(SandboxEnvironment):
+    """A :class:`SandboxEnvironment` that scores each rollout with a final check run in its session.
+
+    TRL calls :meth:`get_reward` once a rollout ends (and then needs no
+    ``reward_funcs``; given some, it adds this reward to theirs with weight 1,
+    logged as ``rewards/SandboxCheckEnvironment``). The check is Python code run
+    as the session's last cell, after the model's tool calls, so it sees their
+    variables and files: ``"assert fib(10) == 55"``, ``"result == 42"``,
+    ``"sum(run_tests()) / 10"``. ``check`` is that code, or a function of the
+    dataset row (TRL passes the row to :meth:`reset`) returning it, or None for
+    a row without a check::
+
+        partial(SandboxCheckEnvironment, check=lambda row: row["check"])
+
+    The reward is the check's last value when it is a number (``True`` 1.0,
+    ``False`` 0.0), 1.0 when it has none; ``failure_value`` (0.0) when it
+    raises, times out or its last value is not a number;
+    ``infra_failure_value`` (None: TRL leaves the rollout out of its group's
+    baseline) when the infrastructure could not run it, when the rollout's
+    session was lost to the infrastructure before it (expired, or lost with
+    its sandbox), or for a row whose check is None. A rollout that called no
+    tool is checked in a fresh session. Nothing raises into the trainer, and
+    the session is closed once checked. The check runs in the model's own
+    interpreter: the model's code can change what it sees (redefine the names
+    it calls, patch builtins), so write checks that compare plain values.
+    Other arguments are :class:`SandboxEnvironment`'s.
+    """
+
+    def __init__(
+        self,
+        address: str | Sequence[str] | None = None,
+        *,
+        check: _Check,
+        failure_value: float = 0.0,
+        infra_failure_value: float | None = None,
+        timeout: float | None = None,
+        memory_bytes: int | None = None,
+        idle_timeout: float | None = None,
+        max_output_chars: int = 4000,
+        client_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        if not callable(check) and not isinstance(check, str):
+            raise TypeError(f"check must be Python code or a function of the dataset row, got {check!r}")
+        if isinstance(check, str) and not check.strip():
+            raise ValueError("check is empty: give the Python code that checks the rollout's session")
+        _check_finite(failure_value, "failure_value")
+        _check_finite(infra_failure_value, "infra_failure_value (a finite number or None)")
+        super().__init__(address, timeout=timeout, memory_bytes=memory_bytes, idle_timeout=idle_timeout,
+                         max_output_chars=max_output_chars, client_options=client_options)
+        self._check = check
+        self._failure_value = float(failure_value)
+        self._infra_failure_value = infra_failure_value
+        self._code: str | None = check if isinstance(check, str) else None
+        self._reward: float | None = None
+        self._scored = False
+
+    def reset(self, **kwargs: Any) -> None:
+        """Start a rollout of the dataset row ``kwargs``: close the previous session and take the row's check."""
+        super().reset(**kwargs)
+        self._scored = False
+        if callable(self._check):
+            code = self._check(kwargs)
+            if code is not None and not isinstance(code, str):
+                raise TypeError(f"check(row) must return Python code (a str) or None, got {type(code).__name__}")
+            self._code = code
+
+    def get_reward(self) -> float | None:
+        """The rollout's reward: its final check, run in its session, which is then closed."""
+        if not self._scored:
+            self._reward, self._scored = self._score(), True
+        return self._reward
+
+    def _score(self) -> float | None:
+        try:
+            if self._code is None:
+                # A row left to the reward functions on purpose, in a dataset that mixes both: not worth a warning.
+                log.debug("sandboxd: this rollout's row has no check, reward %r", self._infra_failure_value)
+                return self._infra_failure_value
+            if self._lost:
+                log.warning("sandboxd: the rollout's session was lost before its check, reward %r",
+                            self._infra_failure_value)
+                return self._infra_failure_value
+            result = self._cell(self._code)
+            if result.status.is_infrastructure_failure:
+                log.warning("sandboxd: the check could not run, reward %r: %s", self._infra_failure_value,
+                            status_and_message(result.status.name, result.message))
+            return check_reward(result, self._failure_value, self._infra_failure_value)
+        except SandboxdError as e:
+            log.warning("sandboxd: the check could not run, reward %r: %s", self._infra_failure_value, e)
+            return self._infra_failure_value
+        except Exception:  # a bug must cost one rollout its reward, not a training run its step
+            log.exception("sandboxd: the check failed, reward %r", self._infra_failure_value)
+            return self._infra_failure_value
+        finally:
+            self._close_session()

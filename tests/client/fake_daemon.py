@@ -100,6 +100,8 @@ class FakeSandboxd(
         self.open_requests: list[pb.OpenSessionRequest] = []
         # Each Open takes the first, after opening its session: the answer lost on the way back.
         self.open_failures: list[Abort] = []
+        # Canned answers to a cell's exact code; a canned answer with session_alive false ends the session.
+        self.cells: dict[str, pb.CellResult] = {}
         self._ids = itertools.count(1)
 
     async def _answer(self, job: pb.Job, context: grpc.aio.ServicerContext) -> pb.JobResult:
@@ -148,9 +150,14 @@ class FakeSandboxd(
             await context.abort(grpc.StatusCode.NOT_FOUND, f"no session {request.session_id}")
         assert session is not None  # context.abort raises
         session["cells"] = int(session["cells"]) + 1
+        code = request.code.strip()
+        if code in self.cells:
+            answer = self.cells[code]
+            if not answer.session_alive:
+                del self.sessions[request.session_id]
+            return answer
         # Cells are "name = value" or "name": enough to show state kept between calls.
         names: dict[str, str] = session["vars"]
-        code = request.code.strip()
         if "=" in code:
             key, value = (s.strip() for s in code.split("=", 1))
             names[key] = value

@@ -6,7 +6,8 @@ docs/sessions.md that names TRL (``GRPOTrainer`` or ``sandboxd_client.trl``). Ea
 model (tests/integration/trl_model.py) and a bare ``...`` argument stands for the rest of a user's arguments
 (that model, its tokenizer, a one-step ``GRPOConfig`` and a one-row dataset). The trainer then takes its step
 (``trainer.train()``, unless the snippet calls it), and the rewards it logged are checked: the model gives a right
-answer, which sandboxd scores 1.0 whether the snippet's reward function is for math, code or both.
+answer, which sandboxd scores 1.0 whether the snippet's reward function is for math, code or both, or its reward is
+a final check of what the model's tool call left in the session.
 
 examples/trl_grpo.py cannot fetch GSM8K or Qwen2.5 here: its ``main()`` runs with ``load_dataset`` giving rows
 of GSM8K's shape and the model name mapped to the steered model; its own ``to_conversation``, reward function
@@ -57,11 +58,12 @@ SNIPPETS = trl_snippets()
 
 
 def answer_script(context: str, row: int) -> str:
-    """Answer right away; with tools in the prompt, first have the python tool work the product out."""
+    """Answer right away; with tools in the prompt, first have the python tool work the product out (and leave it in
+    ``answer``, where the docs' final check looks)."""
     from tests.integration.trl_model import tool_answers, tool_call
 
     if "<tools>" in context and not tool_answers(context):
-        return tool_call("python", code="6 * 7")
+        return tool_call("python", code="answer = 6 * 7\nanswer")
     return ANSWER
 
 
@@ -107,7 +109,7 @@ def one_step_config(config_class: Any, output_dir: Path, /, **given: Any) -> Any
 def test_the_docs_have_the_trl_snippets_this_test_knows() -> None:
     """A snippet added to the docs is run by the test below; one that disappears is noticed here."""
     where = [w.split(":")[0] for w, _ in SNIPPETS]
-    assert where == ["README.md", "docs/client.md", "docs/client.md"], SNIPPETS
+    assert where == ["README.md", "docs/client.md", "docs/client.md", "docs/client.md"], SNIPPETS
 
 
 @pytest.mark.parametrize(("where", "snippet"), SNIPPETS, ids=[w for w, _ in SNIPPETS])
@@ -132,7 +134,7 @@ def test_trl_snippet_runs_as_written(where: str, snippet: str, trl_setup: dict[s
         assert step["tools/call_frequency"] == 1.0 and step["tools/failure_frequency"] == 0.0
         tool_answers = [m["content"] for c in trainer._logs["completion"] for m in c if m["role"] == "tool"]
         assert tool_answers == ["42", "42"], "the python tool ran in the sandbox"
-        # The snippet's close_all() gave the rollouts' sessions back.
+        # The snippet's close_all(), or the final check, gave the rollouts' sessions back.
         assert not pb_grpc.SessionsStub(channel).List(pb.ListSessionsRequest(), timeout=10).sessions
 
 

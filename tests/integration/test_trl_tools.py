@@ -2,9 +2,10 @@
 daemon: TRL (1.16) pools instances, calls ``reset(**row)`` before each rollout and exposes every public function of
 the class but ``reset`` and ``get_reward`` as a tool, described by ``transformers.utils.get_json_schema``.
 
-The last test is a real GRPOTrainer step on CPU with ``environment_factory=SandboxEnvironment``: a tiny random Qwen2
-steered to write tool calls (tests/integration/trl_model.py), whose calls TRL parses and runs through the
-environment, and whose sessions hold what the calls wrote."""
+The last tests are real GRPOTrainer steps on CPU with ``environment_factory=SandboxEnvironment`` (and
+``SandboxCheckEnvironment``, whose ``get_reward`` TRL takes as a reward): a tiny random Qwen2 steered to write tool
+calls (tests/integration/trl_model.py), whose calls TRL parses and runs through the environment, and whose sessions
+hold what the calls wrote, which the final checks then score."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import grpc
 import pytest
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
-from sandboxd_client.trl import SandboxEnvironment
+from sandboxd_client.trl import SandboxCheckEnvironment, SandboxEnvironment
 
 from tests.conftest import DaemonProcess, skip_or_fail
 from tests.integration.helpers import trl_offline
@@ -124,6 +125,32 @@ def test_tool_schemas_are_what_transformers_makes_of_the_docstrings(daemon: Daem
     assert "persistent interpreter" in schemas["python"]["description"]
 
 
+def test_a_final_check_scores_each_rollout_in_its_own_session(daemon: DaemonProcess,
+                                                              open_sessions: Callable[[], int]) -> None:
+    count = open_sessions
+    factory = partial(SandboxCheckEnvironment, daemon.address, timeout=2, check=lambda row: row["check"])
+    assert set(trl_tools(factory())) == {"python", "bash"}
+    rollouts = [  # (the row's check, the rollout's tool calls, its reward)
+        ("assert open('proof.txt').read() == '42'", [("python", "open('proof.txt', 'w').write(str(6 * 7))")], 1.0),
+        ("float(open('proof.txt').read()) / 48", [("bash", "printf 24 > proof.txt")], 0.5),
+        ("answer == 42", [("python", "answer = 41")], 0.0),
+        ("import numpy as np\nnp.mean(scores)", [("python", "scores = [1, 0, 1, 1]")], 0.75),  # np.float64(0.75)
+        ("assert answer == 42", [("python", "answer = 6 * 8")], 0.0),  # AssertionError
+        ("while True: pass", [("python", "x = 1")], 0.0),  # past the session's 2 s: TIMEOUT
+        ("'answer' in globals()", [], 0.0),  # no tool call: checked in a fresh session
+        ("1 / 0", [("python", "1")], 0.0),
+    ]
+    envs = [factory() for _ in rollouts]
+    # TRL resets a batch's environments, runs their rollouts, then asks each for its reward.
+    for env, (check, calls, _) in zip(envs, rollouts, strict=True):
+        env.reset(prompt="p", check=check)
+        for tool, argument in calls:
+            getattr(env, tool)(argument)
+    assert count() == sum(1 for _, calls, _ in rollouts if calls)
+    assert [env.get_reward() for env in envs] == [reward for _, _, reward in rollouts]
+    assert count() == 0, "each session closes once checked"
+
+
 # -- a real GRPOTrainer step ------------------------------------------------------------------------------------------
 
 QUESTION = "What is 6 times 7? Use the tools."
@@ -152,41 +179,19 @@ def offline_hf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None
         yield
 
 
-@pytest.mark.slow
-@pytest.mark.usefixtures("offline_hf")
-def test_grpo_trainer_step_runs_its_tool_calls_in_the_rollouts_sessions(
-        daemon: DaemonProcess, channel: grpc.Channel, open_sessions: Callable[[], int], tmp_path: Path) -> None:
-    """One GRPOTrainer step on CPU: TRL renders the tools into the chat template, parses the model's tool calls,
-    calls SandboxEnvironment.python and .bash in each rollout's session, and scores the answers with sandboxd."""
-    import torch
-    from datasets import Dataset
-    from sandboxd_client.trl import make_reward_func
-    from trl import GRPOConfig, GRPOTrainer
+def grpo_args(tmp_path: Path) -> Any:
+    from trl import GRPOConfig
 
-    from tests.integration.trl_model import steered_model, tokenizer
-
-    tok = tokenizer()
-    model = steered_model(tok, grpo_script)
-    before = {name: p.detach().clone() for name, p in model.named_parameters()}
-    args = GRPOConfig(
+    return GRPOConfig(
         output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, num_generations=2, max_steps=1,
         max_completion_length=512, learning_rate=1e-2, logging_steps=1, save_strategy="no", report_to="none",
         use_cpu=True, bf16=False, seed=0, dataloader_num_workers=0, disable_tqdm=True,
     )
-    trainer = GRPOTrainer(
-        model=model, processing_class=tok, args=args,
-        train_dataset=Dataset.from_list([{"prompt": [{"role": "user", "content": QUESTION}], "answer": "42"}] * 2),
-        reward_funcs=[make_reward_func("math", address=daemon.address)],
-        environment_factory=partial(SandboxEnvironment, daemon.address, timeout=20),
-    )
-    trainer.train()
 
-    assert trainer.state.global_step == 1
-    changed = [name for name, p in model.named_parameters() if not torch.equal(p, before[name])]
-    assert changed, "the optimizer step changed no weight"
-    # What TRL logged of the step's four rollouts: each called both tools, and its answer is the tool's output.
-    logs: dict[str, Any] = trainer._logs
-    completions = list(logs["completion"])
+
+def check_tool_rollouts(trainer: Any) -> None:
+    """What TRL logged of the step's four rollouts: each called both tools, and its answer is the tool's output."""
+    completions = list(trainer._logs["completion"])
     assert len(completions) == 4
     for i, completion in enumerate(completions):
         roles = [m["role"] for m in completion]
@@ -196,9 +201,40 @@ def test_grpo_trainer_step_runs_its_tool_calls_in_the_rollouts_sessions(
         _, product = PRODUCTS[i % 2]
         assert [m["content"] for m in completion if m["role"] == "tool"] == [product, product]
         assert completion[-1]["content"] == f"The answer is \\boxed{{{product}}}."
-    assert list(logs["rewards"]["sandboxd_math"]) == [1.0, -1.0, 1.0, -1.0]
     step = next(e for e in trainer.state.log_history if "loss" in e)
     assert step["tools/call_frequency"] == 2.0 and step["tools/failure_frequency"] == 0.0
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("offline_hf")
+def test_grpo_trainer_step_runs_its_tool_calls_in_the_rollouts_sessions(
+        daemon: DaemonProcess, channel: grpc.Channel, open_sessions: Callable[[], int], tmp_path: Path) -> None:
+    """One GRPOTrainer step on CPU: TRL renders the tools into the chat template, parses the model's tool calls,
+    calls SandboxEnvironment.python and .bash in each rollout's session, and scores the answers with sandboxd."""
+    import torch
+    from datasets import Dataset
+    from sandboxd_client.trl import make_reward_func
+    from trl import GRPOTrainer
+
+    from tests.integration.trl_model import steered_model, tokenizer
+
+    tok = tokenizer()
+    model = steered_model(tok, grpo_script)
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    trainer = GRPOTrainer(
+        model=model, processing_class=tok, args=grpo_args(tmp_path),
+        train_dataset=Dataset.from_list([{"prompt": [{"role": "user", "content": QUESTION}], "answer": "42"}] * 2),
+        reward_funcs=[make_reward_func("math", address=daemon.address)],
+        environment_factory=partial(SandboxEnvironment, daemon.address, timeout=20),
+    )
+    trainer.train()
+
+    assert trainer.state.global_step == 1
+    changed = [name for name, p in model.named_parameters() if not torch.equal(p, before[name])]
+    assert changed, "the optimizer step changed no weight"
+    check_tool_rollouts(trainer)
+    logs: dict[str, Any] = trainer._logs
+    assert list(logs["rewards"]["sandboxd_math"]) == [1.0, -1.0, 1.0, -1.0]
     # The daemon's side: the step's four rollouts still hold their sessions (a rollout's closes at the next reset),
     # each of which ran two cells, and the file the python tool wrote is there.
     sessions = pb_grpc.SessionsStub(channel).List(pb.ListSessionsRequest(), timeout=10).sessions
@@ -207,3 +243,54 @@ def test_grpo_trainer_step_runs_its_tool_calls_in_the_rollouts_sessions(
     assert sorted(env.python("open('proof.txt').read()") for env in pool) == ["'42'", "'42'", "'48'", "'48'"]
     SandboxEnvironment.close_all()
     assert open_sessions() == 0
+
+
+# Two rows, one check each, run in each rollout's session once it ends: the first passes when the file the rollout's
+# tools wrote and read holds 42; the second's value is what the file holds, minus 40 (48 is the wrong product).
+CHECKS = ("assert open('proof.txt').read() == '42'", "int(open('proof.txt').read()) - 40")
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("offline_hf")
+@pytest.mark.parametrize("with_reward_funcs", [False, True], ids=["get_reward_alone", "beside_reward_funcs"])
+def test_grpo_trainer_step_scores_each_rollout_by_the_final_check_in_its_session(
+        daemon: DaemonProcess, open_sessions: Callable[[], int], tmp_path: Path, with_reward_funcs: bool) -> None:
+    """GRPOTrainer takes SandboxCheckEnvironment.get_reward as a reward source (alone: no reward_funcs; or beside
+    them), and each rollout's reward is its row's check run in the session its tool calls wrote to."""
+    import torch
+    from datasets import Dataset
+    from sandboxd_client.trl import make_reward_func
+    from trl import GRPOTrainer
+
+    from tests.integration.trl_model import steered_model, tokenizer
+
+    tok = tokenizer()
+    model = steered_model(tok, grpo_script)
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    prompt = [{"role": "user", "content": QUESTION}]
+    trainer = GRPOTrainer(
+        model=model, processing_class=tok, args=grpo_args(tmp_path),
+        train_dataset=Dataset.from_list([{"prompt": prompt, "answer": "42", "check": check} for check in CHECKS]),
+        reward_funcs=[make_reward_func("math", address=daemon.address)] if with_reward_funcs else None,
+        environment_factory=partial(SandboxCheckEnvironment, daemon.address, timeout=20,
+                                    check=lambda row: row["check"]),
+    )
+    trainer.train()
+
+    assert trainer.state.global_step == 1
+    changed = [name for name, p in model.named_parameters() if not torch.equal(p, before[name])]
+    assert changed, "the optimizer step changed no weight"
+    check_tool_rollouts(trainer)
+    logs: dict[str, Any] = trainer._logs
+    rewards = {name: list(values) for name, values in logs["rewards"].items()}
+    assert set(rewards) == ({"sandboxd_math", "SandboxCheckEnvironment"} if with_reward_funcs
+                            else {"SandboxCheckEnvironment"})
+    # Each group is one row's two rollouts (42, then 48): the first row's check passes or raises, the second's
+    # value is the product the rollout's own session holds, less 40.
+    checked = rewards["SandboxCheckEnvironment"]
+    assert {tuple(checked[:2]), tuple(checked[2:])} == {(1.0, 0.0), (2.0, 8.0)}, checked
+    if with_reward_funcs:
+        assert rewards["sandboxd_math"] == [1.0, -1.0, 1.0, -1.0]
+    step = next(e for e in trainer.state.log_history if "loss" in e)
+    assert step["rewards/SandboxCheckEnvironment/mean"] == pytest.approx(11 / 4)
+    assert open_sessions() == 0, "every rollout's session closed once checked"
