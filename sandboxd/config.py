@@ -113,7 +113,7 @@ class PoolConfig:
     # Sandboxes kept warm per pool (python, langs, math) even with no batch hint.
     min_size: int = 2
     # 0: twice the host's CPUs. More sandboxes than that only interleave on
-    # the same cores (README, "Pool size": a sweep on this 2-CPU host).
+    # the same cores (docs/performance.md, "Pool size": a sweep on this 2-CPU host).
     max_size: int = 0
     # Jobs one sandbox runs at once; each runs under its own uid.
     jobs_per_sandbox: int = 2
