@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from typing import Any
 
 import grpc
 import pytest
@@ -51,9 +52,9 @@ def fleet(door: tls.Door) -> Iterator[StandInFleet]:
         yield running
 
 
-def _client(fleet: StandInFleet, door: tls.Door, token: str | None, **options: object) -> SandboxClient:
+def _client(fleet: StandInFleet, door: tls.Door, token: str | None, **options: Any) -> SandboxClient:
     # gRPC checks every daemon of an address list against one name, the list's own unless told: the certificate's.
-    return SandboxClient(fleet.addresses, token=token, tls_ca=str(door.folder / "ca.pem"),  # type: ignore[arg-type]
+    return SandboxClient(fleet.addresses, token=token, tls_ca=str(door.folder / "ca.pem"),
                          tls_server_name="127.0.0.1", **options)
 
 
