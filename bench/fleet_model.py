@@ -105,11 +105,19 @@ class StandIn(pb_grpc.JobsServicer):
 
     def _result(self, job: pb.Job, admitted: float, end: float) -> pb.JobResult:
         self.answered += 1
-        return pb.JobResult(
+        result = pb.JobResult(
             index=job.index, reward=1.0, status=pb.STATUS_OK, attempts=1, message=self.name,
             timings=pb.Timings(run_seconds=self.model.service_seconds, total_seconds=end - admitted,
-                               queued_seconds=end - admitted - self.model.service_seconds),
-            execute=pb.ExecuteOutput(exit_code=0))
+                               queued_seconds=end - admitted - self.model.service_seconds))
+        kind = job.WhichOneof("kind")
+        if kind == "code":  # the detail a real daemon sends for the job's kind, so the answer is as large
+            tests = len(job.code.tests.stdio) + len(job.code.tests.function) or 1
+            result.code.CopyFrom(pb.CodeDetail(language="python", tests_passed=tests, tests_total=tests))
+        elif kind == "math":
+            result.math.CopyFrom(pb.MathDetail(extracted_answer=job.math.ground_truth))
+        else:
+            result.execute.CopyFrom(pb.ExecuteOutput(exit_code=0, stdout=b"1\n"))
+        return result
 
     async def Run(self, request: pb.Job, context: grpc.aio.ServicerContext) -> pb.JobResult:
         await self._check_token(context)
@@ -253,7 +261,8 @@ def tally(results: Sequence[Any], names: Sequence[str]) -> list[int]:
 
 
 def established_connections(ports: set[int]) -> int:
-    """This process's established TCP connections to 127.0.0.1 at `ports` (from /proc/self/net/tcp)."""
+    """This process's established TCP connections to `ports` (from /proc/self/net/tcp and tcp6: gRPC's sockets
+    are dual-stack, so its connections to 127.0.0.1 are listed as IPv6)."""
     inodes = set()
     for fd in os.listdir("/proc/self/fd"):
         try:
@@ -263,18 +272,36 @@ def established_connections(ports: set[int]) -> int:
         if target.startswith("socket:["):
             inodes.add(target[len("socket:["):-1])
     count = 0
-    with open("/proc/self/net/tcp") as table:
-        next(table)
-        for row in table:
-            fields = row.split()
-            remote_port = int(fields[2].split(":")[1], 16)
-            if fields[3] == "01" and remote_port in ports and fields[9] in inodes:  # 01: ESTABLISHED
-                count += 1
+    for name in ("tcp", "tcp6"):
+        with open(f"/proc/self/net/{name}") as table:
+            next(table)
+            for row in table:
+                fields = row.split()
+                remote_port = int(fields[2].rsplit(":", 1)[1], 16)
+                if fields[3] == "01" and remote_port in ports and fields[9] in inodes:  # 01: ESTABLISHED
+                    count += 1
     return count
 
 
+def job_shapes(count: int) -> dict[str, list[Any]]:
+    """`count` jobs of each shape the model sends: the cheapest message (print(1)) and HumanEval's code jobs (the
+    164 problems' canonical solutions with their tests, cycled, as bench/humaneval.py builds them)."""
+    from sandboxd_client import code_job, execute_job
+
+    from bench.humaneval import load_problems
+
+    problems = load_problems()
+    humaneval = [
+        code_job(f"```python\n{p['prompt']}{p['canonical_solution']}\n```",
+                 {"test": p["test"], "entry_point": p["entry_point"], "prompt": p["prompt"]}, timeout=10.0)
+        for p in problems
+    ]
+    return {"print(1)": [execute_job("print(1)", timeout=10)] * count,
+            "HumanEval": [humaneval[i % len(humaneval)] for i in range(count)]}
+
+
 def run(*, quick: bool, daemons: int = DAEMONS, model: NodeModel | None = None) -> BenchResult:
-    from sandboxd_client import SandboxClient, execute_job
+    from sandboxd_client import SandboxClient
 
     from bench.tls import make_door
 
@@ -306,28 +333,30 @@ def run(*, quick: bool, daemons: int = DAEMONS, model: NodeModel | None = None) 
                                                                       **tls_args),
             f"1 stand-in, {daemons}x slots": SandboxClient(hosts[-1].addresses, **tls_args),
         }
-        sides_names = {side: one_name if side.startswith("1 ") else names for side in clients}
-        job = execute_job("print(1)", timeout=10)
-        jobs = [job] * batch
+        answering = {config: one_name if config.startswith("1 ") else names for config in clients}
+        shapes = job_shapes(batch)
 
         # Warm-up: until every stand-in has answered (round_robin sends only to connected ones).
-        for side, client in clients.items():
+        for config, client in clients.items():
             warm_ups, counts = 0, [0]
             while not all(counts) and warm_ups < 10:
-                counts = tally(client.score_batch(jobs[: 64 * len(sides_names[side])]), sides_names[side])
+                counts = tally(client.score_batch(shapes["print(1)"][: 64 * len(answering[config])]),
+                               answering[config])
                 warm_ups += 1
-            log(f"fleet-model: {side}: warm after {warm_ups} batch(es), {sum(1 for c in counts if c == 0)} idle")
+            log(f"fleet-model: {config}: warm after {warm_ups} batch(es), {sum(1 for c in counts if c == 0)} idle")
 
         cpu_before = sum(host.cpu_seconds() for host in hosts)
 
-        def side_call(side: str) -> Any:
+        def side_call(config: str, jobs: list[Any]) -> Any:
             def call(lo: int, hi: int) -> tuple[list[int], int]:
-                results = clients[side].score_batch(jobs[: hi - lo])
-                return tally(results, sides_names[side]), sum(1 for r in results if not r.ok)
+                results = clients[config].score_batch(jobs[: hi - lo])
+                return tally(results, answering[config]), sum(1 for r in results if not r.ok)
             return call
 
+        sides = {f"{shape}: {config}": side_call(config, jobs) for shape, jobs in shapes.items() for config in clients}
+        side_names = {f"{shape}: {config}": answering[config] for shape in shapes for config in clients}
         spans = [(r * batch, (r + 1) * batch) for r in range(round_count)]
-        rounds = alternate("fleet-model", spans, {side: side_call(side) for side in clients}, CpuMeter())
+        rounds = alternate("fleet-model", spans, sides, CpuMeter())
         stand_in_cpu = sum(host.cpu_seconds() for host in hosts) - cpu_before
         ports = {int(a.rsplit(":", 1)[1]) for host in hosts for a in host.addresses}
         connections = established_connections(ports)
@@ -342,16 +371,17 @@ def run(*, quick: bool, daemons: int = DAEMONS, model: NodeModel | None = None) 
     total = batch * round_count
     result = BenchResult(
         name="fleet-model",
-        title=f"fleet-model: one client process, batches of {batch:,} print(1) jobs over {daemons} STAND-IN daemons "
+        title=f"fleet-model: one client process, batches of {batch:,} jobs over {daemons} STAND-IN daemons "
               f"(gRPC servers of the real Jobs proto, TLS + token, answering after a modeled "
               f"{model.service_seconds * 1000:.0f} ms on {model.slots} slots each; not sandboxd), alternating",
         columns=["side", "jobs", "jobs/s", "client CPU ms/job", "jobs/s per client core", "per daemon min / max",
                  "max / min", "CV", "daemons a batch reaches"],
     )
     data: dict[str, Any] = {}
-    for side in clients:
+    for side in sides:
         outputs = rounds.outputs[side]
         counts = [sum(column) for column in zip(*(tallied for _, (tallied, _) in outputs), strict=True)]
+        assert len(counts) == len(side_names[side])
         failed = sum(f for _, (_, f) in outputs)
         if failed:
             raise RuntimeError(f"{side}: {failed} jobs failed")
@@ -371,20 +401,24 @@ def run(*, quick: bool, daemons: int = DAEMONS, model: NodeModel | None = None) 
         data[side] = {"jobs": total, "seconds": rounds.seconds[side], "jobs_per_s": rate,
                       "client_cpu_ms_per_job": cpu_ms, "cpu_seconds": rounds.cpu[side], "counts": counts,
                       "spread": stats, "daemons_reached_per_batch": reached}
-    machine = [rounds.cpu[s].get("machine") or 0.0 for s in clients]
-    wall = [rounds.cpu[s].get("wall") or 0.0 for s in clients]
+    machine = [rounds.cpu[s].get("machine") or 0.0 for s in sides]
+    wall = [rounds.cpu[s].get("wall") or 0.0 for s in sides]
     busy = sum(machine) / sum(wall) / (os.cpu_count() or 1) if sum(wall) else float("nan")
-    stand_in_ms = stand_in_cpu / (total * len(clients)) * 1000
+    stand_in_ms = stand_in_cpu / (total * len(sides)) * 1000
     result.notes.append(
         f"the stand-ins ({len(hosts) - 1} processes of up to {STAND_INS_PER_PROCESS}, and one for the big one) "
         f"spent {stand_in_ms:.3f} ms CPU a job; the machine was {busy:.0%} busy over the timed rounds "
         f"({os.cpu_count()} cores, shared): jobs/s here is a floor, 1000 / client CPU ms a job is what one "
         "client core sustains")
-    result.notes.append(f"the client process held {connections} TCP connections to the stand-ins (the two "
-                        f"{daemons}-daemon clients share gRPC's subchannels), {threads} threads")
+    result.notes.append(f"the client process held {connections} TCP connections to the stand-ins (each client one "
+                        f"a daemon: {len(clients)} clients, {daemons} + {daemons} + 1 daemons) and {threads} threads "
+                        "(each client's batch threads, gRPC's own)")
     result.notes.append("spread: jobs per stand-in summed over the timed rounds; CV = population stdev / mean")
+    job_bytes = {shape: statistics.fmean(job.ByteSize() for job in jobs) for shape, jobs in shapes.items()}
+    result.notes.append("jobs: " + "; ".join(f"{shape}, {size:,.0f} bytes a job" for shape, size in job_bytes.items()))
     result.data = {"model": {"slots": model.slots, "service_seconds": model.service_seconds, "daemons": daemons},
-                   "batch": batch, "rounds": round_count, "sides": data, "stand_in_cpu_seconds": stand_in_cpu,
+                   "batch": batch, "rounds": round_count, "sides": data,
+                   "job_bytes": job_bytes, "stand_in_cpu_seconds": stand_in_cpu,
                    "connections": connections, "threads": threads}
     return result
 
