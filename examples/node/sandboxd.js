@@ -31,7 +31,8 @@ const DEFAULT_ADDRESS = "unix:///run/sandboxd/sandboxd.sock";
 // Only these mean "try again": the daemon is away (restarting) or full (it sends a hint).
 const RETRYABLE = new Set([grpc.status.UNAVAILABLE, grpc.status.RESOURCE_EXHAUSTED]);
 // gRPC backs off from 1 s up to 120 s between connection attempts: a daemon back after a restart went
-// unnoticed for tens of seconds. Attempts every 0.25-1 s find it within about a second (as the Python client).
+// unnoticed for tens of seconds. The Python client's settings (attempts 0.25-1 s apart; measured there,
+// docs/deploy.md), which matter when a retry below waits for a daemon coming back.
 const CHANNEL_OPTIONS = { "grpc.initial_reconnect_backoff_ms": 250, "grpc.max_reconnect_backoff_ms": 1000 };
 
 function usage(message) {
