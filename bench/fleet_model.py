@@ -14,13 +14,17 @@ What is measured is what that client process can do: jobs/s, its own CPU per
 job, the TCP connections it holds, and how evenly its batches spread
 (jobs per stand-in: max/min and coefficient of variation).
 
-Three sides, in rounds that alternate their order: the 64 stand-ins with the
-client's defaults (16 RunBatch streams at once), the same with as many
-streams as daemons (`max_concurrent_batches=64`), and one stand-in with 64
-times the slots (the same capacity behind a single address: what balancing
-itself costs). The stand-ins live in processes of their own (16 to a
-process), so the client's CPU is its own; on this 2-core machine they still
-compete with it for the cores, which the CPU per job does not depend on.
+The sides, in rounds that alternate their order, each sending the same
+batches: for two job shapes (print(1), the smallest message; HumanEval's code
+jobs, 1.7 kB each), 64 stand-ins of 20 ms a job with the client's defaults
+(16 RunBatch streams at once), the same with as many streams as daemons
+(`max_concurrent_batches=64`), and one stand-in with 64 times the slots (the
+same capacity behind one address: what balancing itself costs); and 64
+stand-ins of 0.5 s a job (a compiled language's job) with 16 and with 64
+streams, where the jobs the client keeps in flight set the rate. The
+stand-ins live in processes of their own (16 to a process), so the client's
+CPU is its own; on this 2-core machine they still compete with it for the
+cores, which its CPU per job depends on less than its jobs/s.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import statistics
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -300,70 +305,107 @@ def job_shapes(count: int) -> dict[str, list[Any]]:
             "HumanEval": [humaneval[i % len(humaneval)] for i in range(count)]}
 
 
-def run(*, quick: bool, daemons: int = DAEMONS, model: NodeModel | None = None) -> BenchResult:
+@dataclass
+class Side:
+    """One contender of the benchmark: a client, the jobs it sends, and the stand-ins that may answer them."""
+
+    client: Any
+    jobs: list[Any]
+    names: list[str]
+
+
+def run(*, quick: bool, daemons: int = DAEMONS, fast: NodeModel | None = None,
+        slow: NodeModel | None = None) -> BenchResult:
+    """`fast`: HumanEval-class nodes (the default NodeModel); `slow`: nodes whose jobs take 0.5 s (a compiled
+    language's compile and run, bench/langs.py measures 0.07-0.65 s), where how many jobs the client keeps in
+    flight, not its CPU, sets the rate."""
     from sandboxd_client import SandboxClient
 
     from bench.tls import make_door
 
-    model = model or NodeModel()
+    fast = fast or NodeModel()
+    slow = slow or NodeModel(slots=fast.slots, service_seconds=0.5)
     batch = 4096 if quick else 16384
     round_count = 3 if quick else 5
     door = make_door()  # a CA, a server certificate for 127.0.0.1 and a token; its port goes unused
     tls = Tls(door.folder / "server.pem", door.folder / "server.key")
     hosts: list[StandInProcess] = []
-    clients: dict[str, Any] = {}
-    try:
-        log(f"fleet-model: starting {daemons} stand-ins ({STAND_INS_PER_PROCESS} a process) and one of "
-            f"{daemons}x the slots")
-        for first in range(0, daemons, STAND_INS_PER_PROCESS):
-            hosts.append(StandInProcess(min(STAND_INS_PER_PROCESS, daemons - first), model, tls=tls,
-                                        token=door.token, first=first))
-        big = NodeModel(slots=model.slots * daemons, service_seconds=model.service_seconds)
-        hosts.append(StandInProcess(1, big, tls=tls, token=door.token, first=daemons))
-        fleet = [address for host in hosts[:-1] for address in host.addresses]
-        names = [f"stand-in-{i}" for i in range(daemons)]
-        one_name = [f"stand-in-{daemons}"]
-        # An address list's channel checks every daemon's certificate against one name (a list's own
-        # authority is the list): the name the stand-ins' certificate carries, as a fleet's carry a shared one.
-        tls_args: dict[str, Any] = {"token": door.token, "tls_ca": str(door.folder / "ca.pem"),
-                                    "tls_server_name": "127.0.0.1", "job_timeout": 30.0}
-        clients = {
-            f"{daemons} stand-ins, 16 streams (defaults)": SandboxClient(fleet, **tls_args),
-            f"{daemons} stand-ins, {daemons} streams": SandboxClient(fleet, max_concurrent_batches=daemons,
-                                                                      **tls_args),
-            f"1 stand-in, {daemons}x slots": SandboxClient(hosts[-1].addresses, **tls_args),
-        }
-        answering = {config: one_name if config.startswith("1 ") else names for config in clients}
-        shapes = job_shapes(batch)
+    clients: list[Any] = []
+    first = 0
 
-        # Warm-up: until every stand-in has answered (round_robin sends only to connected ones).
-        for config, client in clients.items():
+    def fleet(count: int, model: NodeModel) -> tuple[list[str], list[str]]:
+        """Start `count` stand-ins of `model`, STAND_INS_PER_PROCESS to a process: (addresses, names)."""
+        nonlocal first
+        addresses, names = [], []
+        for offset in range(0, count, STAND_INS_PER_PROCESS):
+            host = StandInProcess(min(STAND_INS_PER_PROCESS, count - offset), model, tls=tls, token=door.token,
+                                  first=first)
+            hosts.append(host)
+            addresses += host.addresses
+            names += [f"stand-in-{first + i}" for i in range(len(host.addresses))]
+            first += len(host.addresses)
+        return addresses, names
+
+    def client(addresses: list[str], **options: Any) -> Any:
+        # An address list's channel checks every daemon's certificate against one name (a list's own
+        # authority is the list's text): the name the stand-ins' certificate carries, as a fleet's carry a shared one.
+        made = SandboxClient(addresses, token=door.token, tls_ca=str(door.folder / "ca.pem"),
+                             tls_server_name="127.0.0.1", job_timeout=30.0, **options)
+        clients.append(made)
+        return made
+
+    try:
+        log(f"fleet-model: starting {daemons} stand-ins of {fast.service_seconds * 1000:.0f} ms, {daemons} of "
+            f"{slow.service_seconds * 1000:.0f} ms ({STAND_INS_PER_PROCESS} a process) and one of {daemons}x the slots")
+        fast_fleet, fast_names = fleet(daemons, fast)
+        slow_fleet, slow_names = fleet(daemons, slow)
+        one, one_name = fleet(1, NodeModel(slots=fast.slots * daemons, service_seconds=fast.service_seconds))
+        shapes = job_shapes(batch)
+        fast_default, fast_wide = client(fast_fleet), client(fast_fleet, max_concurrent_batches=daemons)
+        slow_default, slow_wide = client(slow_fleet), client(slow_fleet, max_concurrent_batches=daemons)
+        single = client(one)
+        fast_ms, slow_ms = f"{fast.service_seconds * 1000:.0f} ms", f"{slow.service_seconds * 1000:.0f} ms"
+        sides: dict[str, Side] = {}
+        for shape, jobs in shapes.items():
+            sides[f"{shape}, {daemons} x {fast_ms}, 16 streams (defaults)"] = Side(fast_default, jobs, fast_names)
+            sides[f"{shape}, {daemons} x {fast_ms}, {daemons} streams"] = Side(fast_wide, jobs, fast_names)
+            sides[f"{shape}, 1 x {fast_ms} with {daemons}x slots"] = Side(single, jobs, one_name)
+        sides[f"HumanEval, {daemons} x {slow_ms}, 16 streams (defaults)"] = Side(slow_default, shapes["HumanEval"],
+                                                                                   slow_names)
+        sides[f"HumanEval, {daemons} x {slow_ms}, {daemons} streams"] = Side(slow_wide, shapes["HumanEval"],
+                                                                               slow_names)
+
+        # Warm-up: until every stand-in has answered. round_robin sends only to daemons it is connected to, and
+        # connects to all of them at the first call: a batch sent at once would queue on the first few.
+        for made, names in ((fast_default, fast_names), (fast_wide, fast_names), (slow_default, slow_names),
+                            (slow_wide, slow_names), (single, one_name)):
+            made.run(shapes["print(1)"][0])
+            time.sleep(1.0)
             warm_ups, counts = 0, [0]
             while not all(counts) and warm_ups < 10:
-                counts = tally(client.score_batch(shapes["print(1)"][: 64 * len(answering[config])]),
-                               answering[config])
+                counts = tally(made.score_batch(shapes["print(1)"][: 64 * len(names)]), names)
                 warm_ups += 1
-            log(f"fleet-model: {config}: warm after {warm_ups} batch(es), {sum(1 for c in counts if c == 0)} idle")
+            log(f"fleet-model: a client of {len(names)} stand-in(s): warm after {warm_ups} batch(es), "
+                f"{sum(1 for c in counts if c == 0)} idle")
 
         cpu_before = sum(host.cpu_seconds() for host in hosts)
 
-        def side_call(config: str, jobs: list[Any]) -> Any:
+        def side_call(side: Side) -> Any:
             def call(lo: int, hi: int) -> tuple[list[int], int]:
-                results = clients[config].score_batch(jobs[: hi - lo])
-                return tally(results, answering[config]), sum(1 for r in results if not r.ok)
+                results = side.client.score_batch(side.jobs[: hi - lo])
+                return tally(results, side.names), sum(1 for r in results if not r.ok)
             return call
 
-        sides = {f"{shape}: {config}": side_call(config, jobs) for shape, jobs in shapes.items() for config in clients}
-        side_names = {f"{shape}: {config}": answering[config] for shape in shapes for config in clients}
         spans = [(r * batch, (r + 1) * batch) for r in range(round_count)]
-        rounds = alternate("fleet-model", spans, sides, CpuMeter())
+        rounds = alternate("fleet-model", spans, {label: side_call(side) for label, side in sides.items()},
+                           CpuMeter())
         stand_in_cpu = sum(host.cpu_seconds() for host in hosts) - cpu_before
-        ports = {int(a.rsplit(":", 1)[1]) for host in hosts for a in host.addresses}
+        ports = {int(a.rsplit(":", 1)[1]) for a in fast_fleet}
         connections = established_connections(ports)
         threads = threading.active_count()
     finally:
-        for client in clients.values():
-            client.close()
+        for made in clients:
+            made.close()
         for host in hosts:
             host.close()
         door.remove()
@@ -371,55 +413,56 @@ def run(*, quick: bool, daemons: int = DAEMONS, model: NodeModel | None = None) 
     total = batch * round_count
     result = BenchResult(
         name="fleet-model",
-        title=f"fleet-model: one client process, batches of {batch:,} jobs over {daemons} STAND-IN daemons "
-              f"(gRPC servers of the real Jobs proto, TLS + token, answering after a modeled "
-              f"{model.service_seconds * 1000:.0f} ms on {model.slots} slots each; not sandboxd), alternating",
+        title=f"fleet-model: one client process, batches of {batch:,} jobs over {daemons} STAND-IN daemons (gRPC "
+              f"servers of the real Jobs proto, TLS + token, answering OK after a modeled delay on {fast.slots} "
+              "slots each; not sandboxd), alternating",
         columns=["side", "jobs", "jobs/s", "client CPU ms/job", "jobs/s per client core", "per daemon min / max",
                  "max / min", "CV", "daemons a batch reaches"],
     )
     data: dict[str, Any] = {}
-    for side in sides:
-        outputs = rounds.outputs[side]
+    for label, side in sides.items():
+        outputs = rounds.outputs[label]
         counts = [sum(column) for column in zip(*(tallied for _, (tallied, _) in outputs), strict=True)]
-        assert len(counts) == len(side_names[side])
         failed = sum(f for _, (_, f) in outputs)
         if failed:
-            raise RuntimeError(f"{side}: {failed} jobs failed")
+            raise RuntimeError(f"{label}: {failed} jobs failed")
         stats = spread(counts)
         reached = [sum(1 for c in tallied if c) for _, (tallied, _) in outputs]
-        rate = total / rounds.seconds[side]
-        client_cpu = rounds.cpu[side].get("client") or float("nan")
+        rate = total / rounds.seconds[label]
+        client_cpu = rounds.cpu[label].get("client") or float("nan")
         cpu_ms = client_cpu / total * 1000
-        many = len(counts) > 1
+        many = len(side.names) > 1
         result.rows.append([
-            side, f"{total:,}", fmt(rate, 0), fmt(cpu_ms, 3), fmt(ratio(1000.0, cpu_ms), 0),
+            label, f"{total:,}", fmt(rate, 0), fmt(cpu_ms, 3), fmt(ratio(1000.0, cpu_ms), 0),
             f"{stats['min']:,} / {stats['max']:,}" if many else "n/a",
             fmt_ratio(stats["max_over_min"]) if many else "n/a",
             f"{stats['cv']:.3f}" if many else "n/a",
             f"{min(reached)}-{max(reached)}" if many else "1",
         ])
-        data[side] = {"jobs": total, "seconds": rounds.seconds[side], "jobs_per_s": rate,
-                      "client_cpu_ms_per_job": cpu_ms, "cpu_seconds": rounds.cpu[side], "counts": counts,
-                      "spread": stats, "daemons_reached_per_batch": reached}
-    machine = [rounds.cpu[s].get("machine") or 0.0 for s in sides]
-    wall = [rounds.cpu[s].get("wall") or 0.0 for s in sides]
+        data[label] = {"jobs": total, "seconds": rounds.seconds[label], "jobs_per_s": rate,
+                       "client_cpu_ms_per_job": cpu_ms, "cpu_seconds": rounds.cpu[label], "counts": counts,
+                       "spread": stats, "daemons_reached_per_batch": reached}
+    machine = [rounds.cpu[label].get("machine") or 0.0 for label in sides]
+    wall = [rounds.cpu[label].get("wall") or 0.0 for label in sides]
     busy = sum(machine) / sum(wall) / (os.cpu_count() or 1) if sum(wall) else float("nan")
     stand_in_ms = stand_in_cpu / (total * len(sides)) * 1000
-    result.notes.append(
-        f"the stand-ins ({len(hosts) - 1} processes of up to {STAND_INS_PER_PROCESS}, and one for the big one) "
-        f"spent {stand_in_ms:.3f} ms CPU a job; the machine was {busy:.0%} busy over the timed rounds "
-        f"({os.cpu_count()} cores, shared): jobs/s here is a floor, 1000 / client CPU ms a job is what one "
-        "client core sustains")
-    result.notes.append(f"the client process held {connections} TCP connections to the stand-ins (each client one "
-                        f"a daemon: {len(clients)} clients, {daemons} + {daemons} + 1 daemons) and {threads} threads "
-                        "(each client's batch threads, gRPC's own)")
-    result.notes.append("spread: jobs per stand-in summed over the timed rounds; CV = population stdev / mean")
     job_bytes = {shape: statistics.fmean(job.ByteSize() for job in jobs) for shape, jobs in shapes.items()}
+    result.notes.append(
+        f"stand-ins: {fast_ms} ({fast.slots} slots: {fast.slots / fast.service_seconds:,.0f} jobs/s a daemon) or "
+        f"{slow_ms} ({slow.slots / slow.service_seconds:,.0f} jobs/s a daemon) a job; {len(hosts)} processes of up "
+        f"to {STAND_INS_PER_PROCESS}; they spent {stand_in_ms:.3f} ms CPU a job")
+    result.notes.append(
+        f"the machine was {busy:.0%} busy over the timed rounds ({os.cpu_count()} cores, shared with the stand-ins "
+        "and other work): jobs/s here is a floor; 1000 / client CPU ms a job is what one client core sustains")
+    result.notes.append(f"a client of {daemons} daemons holds {connections // 2} TCP connections to them, one a "
+                        f"daemon ({connections} for the two clients of the {fast_ms} fleet); this process ran "
+                        f"{threads} threads ({len(clients)} clients' batch threads, gRPC's own)")
+    result.notes.append("spread: jobs per stand-in summed over the timed rounds; CV = population stdev / mean")
     result.notes.append("jobs: " + "; ".join(f"{shape}, {size:,.0f} bytes a job" for shape, size in job_bytes.items()))
-    result.data = {"model": {"slots": model.slots, "service_seconds": model.service_seconds, "daemons": daemons},
-                   "batch": batch, "rounds": round_count, "sides": data,
-                   "job_bytes": job_bytes, "stand_in_cpu_seconds": stand_in_cpu,
-                   "connections": connections, "threads": threads}
+    result.data = {"fast": {"slots": fast.slots, "service_seconds": fast.service_seconds},
+                   "slow": {"slots": slow.slots, "service_seconds": slow.service_seconds}, "daemons": daemons,
+                   "batch": batch, "rounds": round_count, "sides": data, "job_bytes": job_bytes,
+                   "stand_in_cpu_seconds": stand_in_cpu, "connections": connections, "threads": threads}
     return result
 
 
