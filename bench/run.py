@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
             daemon = BenchDaemon(door.daemon_env() if door else None,
                                  images="python,langs" if "langs" in selected else "python")
             address, metrics_url = daemon.address, daemon.metrics_url
-            node = node_id(daemon.socket)
+            node = node_id(daemon.socket, door.tcp if door else "")  # the label of its sandboxes
             meter = CpuMeter(daemon.process.pid, node)
             log(f"starting sandboxd on {daemon.socket} (state {STATE_DIR}; log {daemon.log_path})")
             daemon.wait_serving()
