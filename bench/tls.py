@@ -131,12 +131,17 @@ def run(client: Any, *, quick: bool, door: Door | None, unix_address: str, cpu: 
     meter = cpu or CpuMeter()
     clients = {"unix": client, "tls": SandboxClient(door.tcp, job_timeout=30.0, **door.client_kwargs())}
 
+    # A call's time outside the daemon (the client's wall time less the daemon's own timing of the job): the
+    # transport and the client, without the sandbox's time, which the machine's other work moves by tens of ms.
+    outside: dict[str, list[float]] = {side: [] for side in clients}
+
     def run_once(side: str) -> float:
         t0 = time.perf_counter()
         result = clients[side].run(job)
         elapsed = time.perf_counter() - t0
         if not result.ok or result.details.stdout.strip() != b"1":
             raise RuntimeError(f"{side}: print(1) failed: {result.status!r} {result.message}")
+        outside[side].append(elapsed - result.timings.total_seconds)
         return elapsed
 
     def first_call(side: str) -> float:
@@ -158,10 +163,13 @@ def run(client: Any, *, quick: bool, door: Door | None, unix_address: str, cpu: 
         pool_before = pool_state(status)
 
         samples: dict[str, list[float]] = {side: [] for side in clients}
+        for values in outside.values():
+            values.clear()  # the warm-up's
         for i in range(serial):
             for side in (("unix", "tls") if i % 2 == 0 else ("tls", "unix")):
                 samples[side].append(run_once(side))
         serial_stats = {side: summary(values) for side, values in samples.items()}
+        outside_stats = {side: summary(values) for side, values in outside.items()}
         log("tls: serial p50 " + ", ".join(f"{side} {s['p50_ms']:.2f} ms" for side, s in serial_stats.items()))
 
         connects: dict[str, list[float]] = {side: [] for side in clients}
@@ -205,6 +213,9 @@ def run(client: Any, *, quick: bool, door: Door | None, unix_address: str, cpu: 
     for label, key in (("p50", "p50_ms"), ("p90", "p90_ms"), ("p99", "p99_ms")):
         result.rows.append([f"serial Run, {label} ms (n={u['n']} each)", fmt(u[key], 2), fmt(t[key], 2),
                             fmt_ratio(ratio(t[key], u[key])), "", "", "", ""])
+    uo, to = outside_stats["unix"], outside_stats["tls"]
+    result.rows.append(["serial Run, outside the daemon (gRPC + client), p50 ms", fmt(uo["p50_ms"], 3),
+                        fmt(to["p50_ms"], 3), fmt_ratio(ratio(to["p50_ms"], uo["p50_ms"])), "", "", "", ""])
     overheads: dict[int, float] = {}
     cpu_overheads: dict[int, float] = {}
     for size, b in batches.items():
@@ -248,7 +259,8 @@ def run(client: Any, *, quick: bool, door: Door | None, unix_address: str, cpu: 
                         "less with other work than the wall time does")
     result.notes.append(f"pool before timing: {pool_before.get('ready')} ready python sandboxes (target "
                         f"{pool_before.get('target')}); after: {pool_after.get('ready')}")
-    result.data = {"serial": serial_stats, "first_call": connect_stats, "batches": batches,
+    result.data = {"serial": serial_stats, "serial_outside_daemon": outside_stats, "first_call": connect_stats,
+                   "batches": batches,
                    "overhead_per_job": overheads, "cpu_overhead_per_job": cpu_overheads, "rounds": round_count,
                    "pool_before": pool_before, "pool_after": pool_after, "code": CODE}
     return result
