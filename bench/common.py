@@ -310,7 +310,8 @@ def _container_cpu_seconds(container_id: str) -> float | None:
     return None
 
 
-def _process_cpu_seconds(pid: int) -> float | None:
+def process_cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of process `pid` so far (its threads, not its children); None if it is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             fields = f.read().rsplit(b")", 1)[1].split()
@@ -356,7 +357,7 @@ class CpuMeter:
             "wall": time.perf_counter(),
             "client": time.process_time(),
             "children": children.ru_utime + children.ru_stime,
-            "daemon": _process_cpu_seconds(self.daemon_pid) if self.daemon_pid else None,
+            "daemon": process_cpu_seconds(self.daemon_pid) if self.daemon_pid else None,
             "containers": {k: v for k, v in containers.items() if v is not None},
             "machine": _machine_busy_seconds(),
         }

@@ -27,6 +27,7 @@ if sys.path and Path(sys.path[0] or ".").resolve() == HERE:
     sys.path.pop(0)
 sys.path.insert(0, str(HERE.parent))
 
+from bench import tls  # noqa: E402
 from bench.common import (  # noqa: E402
     STATE_DIR,
     BenchDaemon,
@@ -44,12 +45,26 @@ from sandboxd.daemon import node_id  # noqa: E402
 if TYPE_CHECKING:
     from sandboxd_client import SandboxClient
 
-BENCHMARKS = ["latency", "ready", "humaneval", "math", "sessions", "rewardmodel", "langs"]
+BENCHMARKS = ["latency", "ready", "humaneval", "math", "sessions", "rewardmodel", "langs", "tls", "fleet-model"]
+# Benchmarks that need no sandboxd daemon: selected alone, the bench starts none.
+DAEMONLESS = {"fleet-model"}
 RESULTS = HERE / "results"
 
 
-def _run_one(name: str, client: SandboxClient, args: argparse.Namespace, metrics_url: str | None,
-             meter: CpuMeter, node: str | None) -> BenchResult:
+def _run_one(name: str, client: SandboxClient | None, args: argparse.Namespace, metrics_url: str | None,
+             meter: CpuMeter, node: str | None, door: tls.Door | None) -> BenchResult:
+    if name == "fleet-model":
+        from bench import fleet_model
+
+        return fleet_model.run(quick=args.quick)
+    if name == "rewardmodel":
+        from bench import rewardmodel
+
+        # A daemon of its own, with the benchmark's model as its only pool.
+        return rewardmodel.run(quick=args.quick)
+    assert client is not None
+    if name == "tls":
+        return tls.run(client, quick=args.quick, door=door, unix_address=args.address or client.address, cpu=meter)
     if name == "latency":
         from bench import latency
 
@@ -74,11 +89,6 @@ def _run_one(name: str, client: SandboxClient, args: argparse.Namespace, metrics
         from bench import langs
 
         return langs.run(client, quick=args.quick, cpu=meter)
-    if name == "rewardmodel":
-        from bench import rewardmodel
-
-        # A daemon of its own, with the benchmark's model as its only pool.
-        return rewardmodel.run(quick=args.quick)
     raise ValueError(name)
 
 
@@ -126,49 +136,60 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.monotonic()
     daemon: BenchDaemon | None = None
+    door: tls.Door | None = None
+    client: SandboxClient | None = None
     results: list[BenchResult] = []
     report: dict = {
         "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "quick": args.quick, "benchmarks": selected, "host": host_facts(), "state_dir": STATE_DIR,
     }
     try:
-        if args.address:
+        if all(name in DAEMONLESS for name in selected):
+            address, metrics_url, meter, node = "", None, CpuMeter(), None
+        elif args.address:
             address, metrics_url = args.address, args.metrics
             meter = CpuMeter()  # another daemon's process and sandboxes are not ours to find
             node = None
             log(f"using the daemon at {address}")
         else:
             # The langs image (1.95 GB) only where a benchmark runs its jobs.
-            daemon = BenchDaemon(images="python,langs" if "langs" in selected else "python")
+            # `tls` measures this daemon's TCP door (mutual TLS, a token) against its Unix socket.
+            door = tls.make_door() if "tls" in selected else None
+            daemon = BenchDaemon(door.daemon_env() if door else None,
+                                 images="python,langs" if "langs" in selected else "python")
             address, metrics_url = daemon.address, daemon.metrics_url
-            node = node_id(daemon.socket)
+            node = node_id(daemon.socket, door.tcp if door else "")  # the label of its sandboxes
             meter = CpuMeter(daemon.process.pid, node)
             log(f"starting sandboxd on {daemon.socket} (state {STATE_DIR}; log {daemon.log_path})")
             daemon.wait_serving()
-        client = SandboxClient(address, job_timeout=30.0)
-        info = client.info()
-        status = wait_pool_settled(client, timeout=300.0)
-        report["daemon"] = {"address": address, "version": info.version, "snapshots": info.snapshots,
-                            "snapshot_state": info.snapshot_state, "pool": pool_state(status)}
-        log(f"daemon {info.version} ready: pool {pool_state(status)}")
+        if address:
+            client = SandboxClient(address, job_timeout=30.0)
+            info = client.info()
+            status = wait_pool_settled(client, timeout=300.0)
+            report["daemon"] = {"address": address, "version": info.version, "snapshots": info.snapshots,
+                                "snapshot_state": info.snapshot_state, "pool": pool_state(status)}
+            log(f"daemon {info.version} ready: pool {pool_state(status)}")
         for name in selected:
             log(f"--- {name}")
             t0 = time.monotonic()
             try:
-                result = _run_one(name, client, args, metrics_url, meter, node)
+                result = _run_one(name, client, args, metrics_url, meter, node, door)
             except Exception as exc:  # one benchmark failing must not hide the others
                 traceback.print_exc()
                 result = BenchResult(name=name, title=name, columns=[], error=f"{type(exc).__name__}: {exc}")
             result.seconds = time.monotonic() - t0
             results.append(result)
             log(f"--- {name} done in {result.seconds:.0f} s")
-        if {"humaneval", "math"} & set(selected):
-            client.set_batch_hint(0)  # the benchmarks hinted their batch sizes; let the pool shrink back
-        client.close()
+        if client is not None:
+            if {"humaneval", "math"} & set(selected):
+                client.set_batch_hint(0)  # the benchmarks hinted their batch sizes; let the pool shrink back
+            client.close()
     finally:
         if daemon is not None:
             log("stopping the daemon")
             daemon.stop()
+        if door is not None:
+            door.remove()
 
     report["seconds"] = round(time.monotonic() - started, 1)
     report["host"]["loadavg_at_end"] = loadavg()
