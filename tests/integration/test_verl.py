@@ -4,10 +4,12 @@ verl cannot share the test environment (it pins ``transformers`` 5.10.4; TRL's
 extra needs 5.23), so scripts/setup.sh gives it one of its own, ``.venv-verl``,
 and the tests at the end run ``verl_checks.py`` there as a subprocess: Hydra
 composition of verl's ``ppo_trainer.yaml`` with the README's and
-docs/client.md's own lines, ``get_custom_reward_fn``, the reward loop's
-``NaiveRewardManager`` (sync and async functions) with ``assemble_rm_scores``,
-verl's own prime_code scorer on the same rows, and cloudpickle as the
-``remote`` manager uses it. The tests above them call the module directly
+docs/client.md's own lines, ``get_custom_reward_fn``, the reward loop on a
+local Ray as ``main_ppo`` runs it (``RewardLoopManager`` with ``compute_score``,
+``compute_score_async`` and the ``remote`` manager), the agent loop's
+per-sample reward calls (``AgentLoopWorker``, a scripted model its only
+stand-in), verl's own prime_code scorer on the same rows, and the tools
+through verl's tool registry. The tests above them call the module directly
 for what verl's managers do not reach: ``compute_score_batch``, rows the
 daemon refuses, numpy ground truths, an unreachable daemon.
 """
@@ -177,8 +179,10 @@ def verl_run(daemon: DaemonProcess, tmp_path_factory: pytest.TempPathFactory) ->
         {"data_source": ds, "solution_str": s, "ground_truth": gt, "extra_info": extra, "verl_scores_it": own}
         for ds, s, gt, extra, _, _, own in VERL_ROWS
     ]))
+    # PYTHONPATH: this checkout's client, not the one installed in .venv-verl (editable, from wherever setup ran);
+    # the local Ray's workers inherit it, and SANDBOXD_ADDRESS, as a node's do.
     env = {**os.environ, "SANDBOXD_ADDRESS": daemon.address, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": ""}
+           "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": str(REPO / "client")}
     proc = subprocess.run([str(VERL_PYTHON), str(Path(__file__).with_name("verl_checks.py")), str(REPO), str(rows)],
                           capture_output=True, text=True, timeout=600, env=env, cwd=rows.parent)
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -208,24 +212,55 @@ def test_verl_composes_the_docs_lines_and_loads_our_function(verl_run: dict[str,
 
 
 def test_verl_scores_as_its_own_scorer_does(verl_run: dict[str, Any]) -> None:
-    for score, own, row in zip(verl_run["scores"], verl_run["verl_own"], VERL_ROWS, strict=True):
-        assert set(score) == KEYS and (score["score"], score["status"]) == row[4:6], (row, score)
-        assert score["infra_failure"] is False
+    naive = verl_run["ray"]["naive"]["extra"]
+    for i, (own, row) in enumerate(zip(verl_run["verl_own"], VERL_ROWS, strict=True)):
+        assert (naive["score"][i], naive["status"][i]) == row[4:6], (row, naive)
         if row[6]:  # verl's prime_code scorer (continuous for these data sources): the fraction of tests passed
-            assert own == score["pass_rate"], (row, own, score)
+            assert own == naive["pass_rate"][i], (row, own, naive["pass_rate"][i])
 
 
-def test_verl_reward_loop_puts_the_score_on_the_last_valid_token(verl_run: dict[str, Any]) -> None:
-    """0.9.1's reward loop: NaiveRewardManager.run_single per sample (sync in its thread pool, and the async twin
-    awaited), then assemble_rm_scores."""
-    loop = verl_run["reward_loop"]
-    assert loop["manager"] == "NaiveRewardManager"
+def check_rewards(result: dict[str, Any], what: str) -> None:
+    """Each sample's score on its last valid response token and nowhere else, every key of our dict in
+    reward_extra_info, column by column in the batch's order."""
     expected = [row[4] for row in VERL_ROWS]
-    assert [out["reward_score"] for out in loop["outs"]] == expected, loop["outs"]
-    assert [out["reward_extra_info"]["status"] for out in loop["outs"]] == [row[5] for row in VERL_ROWS]
-    for scores, last, value in zip(loop["rm_scores"], loop["last_token"], expected, strict=True):
-        assert scores[last] == value and sum(1 for s in scores if s != 0) == 1, (scores, last)
-    assert verl_run["reward_loop_async"] == expected
+    assert result["at_last"] == expected, (what, result)
+    assert result["elsewhere"] == [0] * len(VERL_ROWS), (what, result)
+    assert set(result["keys"]) == KEYS, (what, result["keys"])
+    assert result["extra"]["score"] == expected, what
+    assert result["extra"]["status"] == [row[5] for row in VERL_ROWS], what
+    assert result["extra"]["infra_failure"] == [False] * len(VERL_ROWS), what
+
+
+def test_verl_reward_loop_on_ray(verl_run: dict[str, Any]) -> None:
+    """0.9.1's RewardLoopManager on a local Ray, as main_ppo runs it: its workers load our function by the docs'
+    lines and score the batch split between them (compute_score), awaited (compute_score_async), and through
+    the remote manager's own Ray actors; rm_scores as the trainer gets them."""
+    ray = verl_run["ray"]
+    assert ray["worker_sees"][0] == str(REPO / "client" / "sandboxd_client" / "__init__.py"), ray["worker_sees"]
+    assert ray["worker_sees"][1], "a Ray worker inherits SANDBOXD_ADDRESS"
+    for what in ("naive", "naive_async", "remote"):
+        check_rewards(ray[what], what)
+
+
+def test_verl_agent_loop_scores_each_sample_as_it_finishes(verl_run: dict[str, Any]) -> None:
+    """verl's AgentLoopWorker and its single-turn loop (a scripted model is the only stand-in): each finished
+    sample goes to a reward loop worker on Ray (one compute_score.remote per sample), and the batch comes back
+    with rm_scores and reward_extra_info."""
+    loop = verl_run["ray"]["agent_loop"]
+    assert loop["responses"] == [row[1] for row in VERL_ROWS]
+    check_rewards(loop, "agent loop")
+
+
+def test_verl_tool_agent_loop_runs_the_tools_in_one_sandbox(verl_run: dict[str, Any]) -> None:
+    """A whole multi-turn rollout of verl's ToolAgentLoop with examples/verl_tools.yaml loaded by AgentLoopWorker
+    (multi_turn.tool_config_path): the scripted model's Python call writes 42 to a file, its bash call reads it
+    back, its answer is what bash printed; scored on Ray like any sample."""
+    loop = verl_run["ray"]["tool_agent_loop"]
+    assert "tool: 42\n" in loop["response"] and loop["response"].endswith("The file says \\boxed{42}"), loop
+    assert loop["num_turns"] == 6  # user, then assistant and tool twice, then the answer
+    assert loop["tool_tokens"] > 0, "the tool responses are in the response, masked out of the loss"
+    assert loop["at_last"] == [1.0] and loop["elsewhere"] == [0], loop
+    assert loop["extra"]["status"] == ["OK"]
 
 
 def test_verl_tools_hold_one_session_per_trajectory(verl_run: dict[str, Any]) -> None:

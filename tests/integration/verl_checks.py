@@ -6,7 +6,7 @@ TRL's transformers pin, so scripts/setup.sh gives it an environment of its own
 SANDBOXD_ADDRESS set to the test's daemon. It takes the README's and
 docs/client.md's command-line lines themselves, composes verl's
 ``ppo_trainer.yaml`` with them through Hydra, and scores through verl's own
-loader and reward managers. It asserts nothing: it prints one JSON object of
+loader, its reward loop on a local Ray and its agent loop. It asserts nothing: it prints one JSON object of
 what verl did, and the test asserts on that.
 
 Usage: python verl_checks.py REPO_ROOT ROWS_JSON
@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +30,15 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from verl import DataProto
 from verl.experimental.reward_loop.reward_manager import get_reward_manager_cls
-from verl.experimental.reward_loop.reward_manager.naive import NaiveRewardManager
-from verl.trainer.ppo.reward import get_custom_reward_fn, load_reward_manager
+from verl.trainer.ppo.reward import get_custom_reward_fn
 from verl.utils.reward_score import default_compute_score
 
 # One override per line, as the docs give them (a trailing shell backslash dropped).
 OVERRIDE = re.compile(r"^\s*(\+?reward\.custom_reward_function\.[\w.]+=\S+?)\s*\\?$")
 PROMPT_LENGTH, RESPONSE_LENGTH = 4, 160
+# The scripted model's chat template: roles and contents, one message a line.
+CHAT_TEMPLATE = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+                 "{% if add_generation_prompt %}assistant: {% endif %}")
 
 
 def doc_overrides(path: Path) -> list[str]:
@@ -86,18 +90,202 @@ def batch_of(rows: list[dict[str, Any]], tokenizer: Any) -> tuple[DataProto, lis
     return data, lengths
 
 
-async def reward_loop(config: Any, tokenizer: Any, data: DataProto) -> tuple[list[Any], list[list[float]], str]:
-    """What 0.9.1's reward loop worker does with a batch: run_single per sample, gathered; then rm_scores."""
-    manager = load_reward_manager(config, tokenizer)
-    outs = await asyncio.gather(*(manager.run_single(data[i : i + 1]) for i in range(len(data))))
-    rm_scores = type(manager).assemble_rm_scores(data, [out["reward_score"] for out in outs])
-    return outs, rm_scores.tolist(), type(manager).__name__
+def model_folder(tokenizer: Any, folder: Path) -> Path:
+    """What ``actor_rollout_ref.model.path`` names: the tokenizer, with a chat template, and a model config.
+
+    No weights: verl's reward loop and agent loop workers load the tokenizer and the config from it, and the
+    model is the scripted server below.
+    """
+    from transformers import Qwen2Config
+
+    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.save_pretrained(folder)
+    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=8, intermediate_size=8, num_hidden_layers=1,
+                         num_attention_heads=1, num_key_value_heads=1, architectures=["Qwen2ForCausalLM"])
+    config.save_pretrained(folder)
+    return folder
+
+
+def with_config(config: Any, **changes: Any) -> Any:
+    """``config`` with dotted keys set, as on the command line."""
+    return OmegaConf.merge(config, OmegaConf.from_dotlist([f"{key}={value}" for key, value in changes.items()]))
+
+
+def rm_result(out: DataProto, lengths: list[int]) -> dict[str, Any]:
+    """What a batch's rewards came back as: the score at each sample's last valid response token, how many
+    other tokens got one, and the reward_extra_info columns."""
+    rm_scores = out.batch["rm_scores"]
+    at_last = [rm_scores[i, n - 1].item() for i, n in enumerate(lengths)]
+    elsewhere = [int((rm_scores[i] != 0).sum().item()) - (value != 0) for i, value in enumerate(at_last)]
+    extra = {key: np.asarray(value).tolist() for key, value in out.non_tensor_batch.items()}
+    return {"at_last": at_last, "elsewhere": elsewhere, "extra": extra,
+            "keys": list(out.meta_info.get("reward_extra_keys", []))}
+
+
+def stop_workers(manager: Any) -> None:
+    """Kill a RewardLoopManager's workers and wait until their names (reward_loop_worker_N), which the next
+    manager takes again, are free."""
+    import ray
+
+    for worker in manager.reward_loop_workers:
+        ray.kill(worker)
+    deadline = time.monotonic() + 60
+    for i in range(len(manager.reward_loop_workers)):
+        while True:
+            try:
+                ray.get_actor(f"reward_loop_worker_{i}")
+            except ValueError:
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"reward_loop_worker_{i} still alive 60 s after ray.kill")
+            time.sleep(0.1)
+
+
+class ScriptedModel:
+    """The rollout server of verl's agent loop, scripted: a prompt that names row N is answered with row N's
+    solution_str. verl's ``LLMServerClient.generate`` contract; everything around it is verl's own."""
+
+    def __init__(self, tokenizer: Any, answers: dict[str, str]) -> None:
+        self.tokenizer, self.answers = tokenizer, answers
+
+    async def generate(self, *, prompt_ids: list[int], **_: Any) -> Any:
+        from verl.workers.rollout.replica import TokenOutput
+
+        prompt = self.tokenizer.decode(prompt_ids)
+        answer = next(answer for key, answer in self.answers.items() if key in prompt)
+        return TokenOutput(token_ids=self.tokenizer(answer, add_special_tokens=False)["input_ids"],
+                           stop_reason="completed")
+
+
+async def agent_loop(config: Any, reward_workers: list[Any], rows: list[dict[str, Any]], tokenizer: Any) -> Any:
+    """verl's AgentLoopWorker on a batch of prompts, its default single-turn loop, the reward loop's Ray workers
+    scoring each sample as it finishes (``_compute_score``: one ``compute_score.remote`` per sample)."""
+    from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
+
+    answers = {f"question {i}:": row["solution_str"] for i, row in enumerate(rows)}
+    worker = AgentLoopWorker(config, ScriptedModel(tokenizer, answers), reward_loop_worker_handles=reward_workers)
+    batch = DataProto.from_dict(non_tensors={
+        "raw_prompt": np.array([[{"role": "user", "content": f"question {i}: solve it"}] for i in range(len(rows))],
+                               dtype=object),
+        "data_source": np.array([row["data_source"] for row in rows], dtype=object),
+        "reward_model": np.array([{"ground_truth": row["ground_truth"]} for row in rows], dtype=object),
+        "extra_info": np.array([dict(row["extra_info"]) for row in rows], dtype=object),
+    })
+    out = await worker.generate_sequences(batch)
+    prompt_length = out.batch["prompts"].size(1)
+    lengths = out.batch["attention_mask"][:, prompt_length:].sum(dim=1).tolist()
+    responses = [tokenizer.decode(out.batch["responses"][i, :n]) for i, n in enumerate(lengths)]
+    return {**rm_result(out, lengths), "responses": responses}
+
+
+class ToolUsingModel:
+    """A scripted model that uses the tools of examples/verl_tools.yaml in hermes format, as verl's default
+    multi-turn parser reads them: Python computes 6 * 7 and writes it to a file, bash reads the file, and the
+    answer is what bash printed. Its score shows that both tools ran, in one sandbox."""
+
+    CALLS = [{"name": "python", "arguments": {"code": "x = 6 * 7\nopen('answer.txt', 'w').write(str(x))\nx"}},
+             {"name": "bash", "arguments": {"command": "cat answer.txt"}}]
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+
+    async def generate(self, *, prompt_ids: list[int], **_: Any) -> Any:
+        from verl.workers.rollout.replica import TokenOutput
+
+        prompt = self.tokenizer.decode(prompt_ids)
+        turn = prompt.count("tool: ")  # CHAT_TEMPLATE's tool messages so far
+        if turn < len(self.CALLS):
+            text = f"<tool_call>{json.dumps(self.CALLS[turn])}</tool_call>"
+        else:
+            printed = prompt.rsplit("tool: ", 1)[1].split("\n")[0]
+            text = f"The file says \\boxed{{{printed}}}"
+        return TokenOutput(token_ids=self.tokenizer(text, add_special_tokens=False)["input_ids"],
+                           stop_reason="completed")
+
+
+async def tool_agent_loop(config: Any, reward_workers: list[Any], tokenizer: Any, repo: Path) -> Any:
+    """verl's ToolAgentLoop with the tools of examples/verl_tools.yaml (multi_turn.tool_config_path, loaded by
+    AgentLoopWorker), the scripted ToolUsingModel, the reward from the reward loop's Ray workers."""
+    from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
+
+    config = with_config(config, **{"actor_rollout_ref.rollout.multi_turn.enable": True,
+                                    "actor_rollout_ref.rollout.multi_turn.tool_config_path":
+                                        repo / "examples" / "verl_tools.yaml",
+                                    "actor_rollout_ref.rollout.response_length": 512})
+    worker = AgentLoopWorker(config, ToolUsingModel(tokenizer), reward_loop_worker_handles=reward_workers)
+    batch = DataProto.from_dict(non_tensors={
+        "raw_prompt": np.array([[{"role": "user", "content": "What is 6 * 7?"}]], dtype=object),
+        "agent_name": np.array(["tool_agent"], dtype=object),
+        "data_source": np.array(["openai/gsm8k"], dtype=object),
+        "reward_model": np.array([{"ground_truth": "42"}], dtype=object),
+        "extra_info": np.array([{}], dtype=object),
+    })
+    out = await worker.generate_sequences(batch)
+    prompt_length = out.batch["prompts"].size(1)
+    lengths = out.batch["attention_mask"][:, prompt_length:].sum(dim=1).tolist()
+    return {**rm_result(out, lengths), "response": tokenizer.decode(out.batch["responses"][0, : lengths[0]]),
+            "num_turns": int(out.non_tensor_batch["__num_turns__"][0]),
+            "tool_tokens": int(lengths[0] - out.batch["response_mask"][0].sum().item())}
+
+
+def on_ray(config: Any, tokenizer: Any, rows: list[dict[str, Any]], folder: Path, repo: Path) -> dict[str, Any]:
+    """0.9.1's reward loop as main_ppo runs it, on a local Ray (one session for all of it; 2 cores start it in
+    about 10 s): RewardLoopManager.compute_rm_score with compute_score (2 workers, the batch split between
+    them), with compute_score_async, and with the remote manager; and the agent loop's per-sample path, single
+    turn and with the tools."""
+    import ray
+    from verl.experimental.reward_loop.reward_loop import RewardLoopManager
+
+    config = with_config(config, **{"actor_rollout_ref.model.path": model_folder(tokenizer, folder / "model"),
+                                    "actor_rollout_ref.rollout.name": "vllm",  # a name only: no server starts
+                                    "actor_rollout_ref.rollout.prompt_length": PROMPT_LENGTH * 16,
+                                    "actor_rollout_ref.rollout.response_length": RESPONSE_LENGTH})
+    data, lengths = batch_of(rows, tokenizer)
+    out: dict[str, Any] = {"seconds": {}}
+    started = time.monotonic()
+
+    def lap(stage: str) -> None:
+        out["seconds"][stage] = round(time.monotonic() - started - sum(out["seconds"].values()), 1)
+
+    # Logical CPUs: each reward worker actor takes one to be placed, the remote manager's actors one each.
+    ray.init(num_cpus=4, include_dashboard=False)
+    try:
+
+        @ray.remote
+        def seen_by_a_worker() -> list[str | None]:
+            import sandboxd_client
+
+            return [sandboxd_client.__file__, os.environ.get("SANDBOXD_ADDRESS")]
+
+        out["worker_sees"] = ray.get(seen_by_a_worker.remote())
+        lap("ray_start")
+        manager = RewardLoopManager(with_config(config, **{"reward.num_workers": 2}))
+        out["naive"] = rm_result(manager.compute_rm_score(data), lengths)
+        lap("naive")
+        out["agent_loop"] = asyncio.run(agent_loop(config, manager.reward_loop_worker_handles, rows, tokenizer))
+        lap("agent_loop")
+        out["tool_agent_loop"] = asyncio.run(tool_agent_loop(config, manager.reward_loop_worker_handles, tokenizer,
+                                                             repo))
+        lap("tool_agent_loop")
+        stop_workers(manager)
+        manager = RewardLoopManager(with_config(config, **{
+            "reward.num_workers": 1, "reward.custom_reward_function.name": "compute_score_async"}))
+        out["naive_async"] = rm_result(manager.compute_rm_score(data), lengths)
+        stop_workers(manager)
+        lap("naive_async")
+        manager = RewardLoopManager(with_config(config, **{
+            "reward.num_workers": 1, "reward.reward_manager.name": "remote"}))
+        out["remote"] = rm_result(manager.compute_rm_score(data), lengths)
+        stop_workers(manager)
+        lap("remote")
+    finally:
+        ray.shutdown()
+    return out
 
 
 async def tool_calls(repo: Path) -> dict[str, Any]:
     """examples/verl_tools.yaml through verl's tool registry, called through ToolAgentLoop._call_tool itself."""
     import gc
-    import os
     from types import SimpleNamespace
     from uuid import uuid4
 
@@ -217,27 +405,15 @@ def main() -> None:
     except Exception as e:  # what the remote manager met
         out["pickles_by_file"] = f"{type(e).__name__}: {e}"
 
-    # Scoring: verl's loaded function called as the managers call it, and verl's own scorer on the same rows.
-    out["scores"] = [
-        fn(data_source=r["data_source"], solution_str=r["solution_str"], ground_truth=r["ground_truth"],
-           extra_info={**r["extra_info"], "num_turns": None, "rollout_reward_scores": {}})
-        for r in rows
-    ]
+    # verl's own scorer on the rows it scores itself (prime_code's data sources).
     out["verl_own"] = [
         float(default_compute_score(r["data_source"], r["solution_str"], r["ground_truth"], r["extra_info"]))
         if r.get("verl_scores_it") else None
         for r in rows
     ]
 
-    tokenizer = byte_tokenizer()
-    data, lengths = batch_of(rows, tokenizer)
-    outs, rm_scores, manager = asyncio.run(reward_loop(config, tokenizer, data))
-    out["reward_loop"] = {"manager": manager, "outs": outs, "rm_scores": rm_scores,
-                          "last_token": [n - 1 for n in lengths]}
-    async_config = OmegaConf.merge(config, {"reward": {"custom_reward_function": {"name": "compute_score_async"}}})
-    outs, _, _ = asyncio.run(reward_loop(async_config, tokenizer, data))
-    out["reward_loop_async"] = [o["reward_score"] for o in outs]
-    out["naive_is_registered"] = get_reward_manager_cls("naive") is NaiveRewardManager
+    out["client_file"] = sandboxd_verl.__file__
+    out["ray"] = on_ray(config, byte_tokenizer(), rows, Path.cwd(), repo)
     try:  # the reward checks above stand on their own
         out["tools"] = asyncio.run(tool_calls(repo))
     except Exception:
