@@ -16,9 +16,12 @@ daemon refuses, numpy ground truths, an unreachable daemon.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import pickle
 import subprocess
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -170,15 +173,72 @@ VERL_ROWS: list[tuple[str, str, Any, dict[str, Any], float, str, bool]] = [
 ]
 
 
+
+
+def fenced(code: str) -> str:
+    return f"```python\n{code}```"
+
+
+def r1_compressed(tests: dict[str, Any]) -> str:
+    """A LiveCodeBench row's ground_truth as verl's r1 recipe writes it (recipe/r1/data_process.py)."""
+    return base64.b64encode(zlib.compress(pickle.dumps(json.dumps(tests)))).decode()
+
+
+SUM_TWO = fenced("a, b = map(int, input().split())\nprint(a + b)\n")
+STDIN_TESTS = json.dumps({"inputs": ["1 2\n", "10 20\n"], "outputs": ["3\n", "30\n"]})
+# verl's test shapes and verl's own verdict on each, a correct and a wrong program or two per shape: (what, data
+# source, solution_str, ground_truth, verl's scorer, passes). "prime_code": default_compute_score, which runs
+# prime_code (continuous: the fraction of the first ten cases passed) for these data sources; "r1": verl's r1 recipe
+# for LiveCodeBench (recipe/r1/tasks/livecodebench.py: the row decompressed, then prime_code's run_test, all or
+# nothing).
+SHAPE_ROWS: list[tuple[str, str, str, Any, str, bool]] = [
+    ("stdin", "codecontests", SUM_TWO, STDIN_TESTS, "prime_code", True),
+    ("stdin, one case wrong", "codecontests", fenced("print(3)\n"), STDIN_TESTS, "prime_code", False),
+    ("stdin, trailing blanks", "codeforces", fenced("a, b = map(int, input().split())\nprint(a + b, end='  \\n\\n')\n"),
+     STDIN_TESTS, "prime_code", True),
+    ("stdin, fn_name null, a dict", "taco", fenced("print(2 * int(input()))\n"),
+     {"inputs": ["4\n"], "outputs": ["8\n"], "fn_name": None}, "prime_code", True),
+    ("stdin, wrong case", "apps", fenced("print('YES')\n"), {"inputs": ["1\n"], "outputs": ["Yes\n"]},
+     "prime_code", False),
+    ("call", "apps", PRIME_CALL, PRIME_CALL_TESTS, "prime_code", True),
+    ("call, wrong", "taco", PRIME_CALL.replace("a + b", "a - b"), PRIME_CALL_TESTS, "prime_code", False),
+    ("call, method of Solution", "apps", fenced("class Solution:\n    def add(self, a, b):\n        return a + b\n"),
+     PRIME_CALL_TESTS, "prime_code", True),
+    ("call, tuple for a list", "apps", fenced("def pair(a, b):\n    return (a, b)\n"),
+     json.dumps({"inputs": ["1\n2"], "outputs": ["[1, 2]"], "fn_name": "pair"}), "prime_code", True),
+    ("call, output in a one-element list", "taco", PRIME_CALL,
+     json.dumps({"inputs": ["1\n2"], "outputs": ["[3]"], "fn_name": "add"}), "prime_code", True),
+    ("call, dict argument of int keys", "apps", fenced("def smallest(table):\n    return table[min(table)]\n"),
+     json.dumps({"inputs": ['{"10": "a", "2": "b"}'], "outputs": ['"b"'], "fn_name": "smallest"}), "prime_code", True),
+    ("call, dict argument of int keys, wrong", "apps", fenced("def smallest(table):\n    return table[max(table)]\n"),
+     json.dumps({"inputs": ['{"10": "a", "2": "b"}'], "outputs": ['"b"'], "fn_name": "smallest"}), "prime_code",
+     False),
+    ("call, dict output of int keys", "codecontests", fenced("def size(word):\n    return {len(word): word}\n"),
+     json.dumps({"inputs": ['"abc"'], "outputs": ['{"3": "abc"}'], "fn_name": "size"}), "prime_code", True),
+    ("r1 LiveCodeBench, stdin", "livecodebench/code_generation_lite", SUM_TWO,
+     r1_compressed({"inputs": ["1 2\n"], "outputs": ["3\n"], "fn_name": None}), "r1", True),
+    ("r1 LiveCodeBench, stdin, wrong", "livecodebench/code_generation_lite", fenced("print(4)\n"),
+     r1_compressed({"inputs": ["1 2\n"], "outputs": ["3\n"], "fn_name": None}), "r1", False),
+    ("r1 LiveCodeBench, functional", "livecodebench/code_generation_lite",
+     fenced("class Solution:\n    def maxOf(self, nums: List[int]) -> int:\n        return max(nums)\n"),
+     r1_compressed({"inputs": ["[1, 5, 2]", "[-3]"], "outputs": ["5", "-3"], "fn_name": "maxOf"}), "r1", True),
+    ("r1 LiveCodeBench, functional, wrong", "livecodebench/code_generation_lite",
+     fenced("class Solution:\n    def maxOf(self, nums: List[int]) -> int:\n        return min(nums)\n"),
+     r1_compressed({"inputs": ["[1, 5, 2]", "[-3]"], "outputs": ["5", "-3"], "fn_name": "maxOf"}), "r1", False),
+]
+
+
 @pytest.fixture(scope="module")
 def verl_run(daemon: DaemonProcess, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     if not VERL_PYTHON.exists():
         skip_or_fail("no verl environment (.venv-verl): run scripts/setup.sh (make test does)")
     rows = tmp_path_factory.mktemp("verl") / "rows.json"
-    rows.write_text(json.dumps([
-        {"data_source": ds, "solution_str": s, "ground_truth": gt, "extra_info": extra, "verl_scores_it": own}
-        for ds, s, gt, extra, _, _, own in VERL_ROWS
-    ]))
+    rows.write_text(json.dumps({
+        "rows": [{"data_source": ds, "solution_str": s, "ground_truth": gt, "extra_info": extra, "verl_scores_it": own}
+                 for ds, s, gt, extra, _, _, own in VERL_ROWS],
+        "shapes": [{"data_source": ds, "solution_str": s, "ground_truth": gt, "judge": judge}
+                   for _, ds, s, gt, judge, _ in SHAPE_ROWS],
+    }))
     # PYTHONPATH: this checkout's client, not the one installed in .venv-verl (editable, from wherever setup ran);
     # the local Ray's workers inherit it, and SANDBOXD_ADDRESS, as a node's do.
     env = {**os.environ, "SANDBOXD_ADDRESS": daemon.address, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
@@ -217,6 +277,16 @@ def test_verl_scores_as_its_own_scorer_does(verl_run: dict[str, Any]) -> None:
         assert (naive["score"][i], naive["status"][i]) == row[4:6], (row, naive)
         if row[6]:  # verl's prime_code scorer (continuous for these data sources): the fraction of tests passed
             assert own == naive["pass_rate"][i], (row, own, naive["pass_rate"][i])
+
+
+def test_verl_shapes_judged_as_verls_own_scorer_judges_them(verl_run: dict[str, Any]) -> None:
+    """Each of verl's test shapes, sandboxd's verdict through verl's loader beside verl's own scorer's."""
+    for (what, *_, passes), ours, own in zip(SHAPE_ROWS, verl_run["shapes"]["ours"], verl_run["shapes"]["verl"],
+                                             strict=True):
+        assert ours["infra_failure"] is False, (what, ours)
+        assert (ours["acc"] == 1.0, own["passed"]) == (passes, passes), (what, ours, own)
+        if own["fraction"] is not None:  # prime_code's continuous score, where it runs every case (under 10)
+            assert ours["pass_rate"] == own["fraction"], (what, ours, own)
 
 
 def check_rewards(result: dict[str, Any], what: str) -> None:

@@ -9,7 +9,7 @@ docs/client.md's command-line lines themselves, composes verl's
 loader, its reward loop on a local Ray and its agent loop. It asserts nothing: it prints one JSON object of
 what verl did, and the test asserts on that.
 
-Usage: python verl_checks.py REPO_ROOT ROWS_JSON
+Usage: python verl_checks.py REPO_ROOT ROWS_JSON (``{"rows": [...], "shapes": [...]}``)
 """
 
 from __future__ import annotations
@@ -228,6 +228,26 @@ async def tool_agent_loop(config: Any, reward_workers: list[Any], tokenizer: Any
             "tool_tokens": int(lengths[0] - out.batch["response_mask"][0].sum().item())}
 
 
+def start_ray() -> None:
+    """A local Ray; started again when its node does not register in time.
+
+    Ray 2.60 gives the raylet a fixed 30 s to register with the GCS (ray/_private/node.py), which a
+    loaded 2-core machine missed ("The current node timed out during startup"), failing the module.
+    Logical CPUs: each reward worker actor takes one to be placed, the remote manager's actors one each.
+    """
+    import ray
+
+    for attempt in range(3):
+        try:
+            ray.init(num_cpus=4, include_dashboard=False)
+            return
+        except Exception as exc:
+            if "timed out during startup" not in str(exc) or attempt == 2:
+                raise
+            print(f"verl_checks: Ray did not start ({exc}); again", file=sys.stderr)
+            ray.shutdown()
+
+
 def on_ray(config: Any, tokenizer: Any, rows: list[dict[str, Any]], folder: Path, repo: Path) -> dict[str, Any]:
     """0.9.1's reward loop as main_ppo runs it, on a local Ray (one session for all of it; 2 cores start it in
     about 10 s): RewardLoopManager.compute_rm_score with compute_score (2 workers, the batch split between
@@ -247,8 +267,7 @@ def on_ray(config: Any, tokenizer: Any, rows: list[dict[str, Any]], folder: Path
     def lap(stage: str) -> None:
         out["seconds"][stage] = round(time.monotonic() - started - sum(out["seconds"].values()), 1)
 
-    # Logical CPUs: each reward worker actor takes one to be placed, the remote manager's actors one each.
-    ray.init(num_cpus=4, include_dashboard=False)
+    start_ray()
     try:
 
         @ray.remote
@@ -350,8 +369,39 @@ async def tool_calls(repo: Path) -> dict[str, Any]:
     return out
 
 
+def shape_verdicts(fn: Any, shapes: list[dict[str, Any]]) -> dict[str, list[Any]]:
+    """Each shape row scored by our function as verl loaded it, and by verl's own scorer ("judge")."""
+    import base64
+    import pickle
+    import zlib
+    from concurrent.futures import ThreadPoolExecutor
+
+    from verl.utils.reward_score.prime_code.utils import check_correctness
+
+    def ours(row: dict[str, Any]) -> Any:
+        return fn(data_source=row["data_source"], solution_str=row["solution_str"],
+                  ground_truth=row["ground_truth"], extra_info={})
+
+    def verls(row: dict[str, Any]) -> dict[str, Any]:
+        if row["judge"] == "prime_code":
+            score = default_compute_score(row["data_source"], row["solution_str"], row["ground_truth"], {})
+            return {"passed": score == 1.0, "fraction": float(score)}
+        # verl's r1 recipe, recipe/r1/tasks/livecodebench.py (not in the wheel), line for line: the row
+        # decompressed (our own test data, so pickle.loads), prime_code's check_correctness on every case,
+        # passed when all pass.
+        in_outs = json.loads(pickle.loads(zlib.decompress(base64.b64decode(row["ground_truth"]))))
+        solution = row["solution_str"].split("```python")[-1].split("```")[0]
+        results, _ = check_correctness(in_outs=in_outs, generation=solution, timeout=6, debug=False)
+        return {"passed": all(result is True for result in results), "fraction": None}
+
+    # Threads: prime_code forks a process (and a multiprocessing Manager) per run.
+    with ThreadPoolExecutor(4) as pool:
+        return {"ours": list(pool.map(ours, shapes)), "verl": list(pool.map(verls, shapes))}
+
+
 def main() -> None:
-    repo, rows = Path(sys.argv[1]), json.loads(Path(sys.argv[2]).read_text())
+    repo, given = Path(sys.argv[1]), json.loads(Path(sys.argv[2]).read_text())
+    rows = given["rows"]
     out: dict[str, Any] = {"verl": verl.__version__}
     readme, client_doc = doc_overrides(repo / "README.md"), doc_overrides(repo / "docs" / "client.md")
     out["readme_overrides"], out["client_doc_overrides"] = readme, client_doc
@@ -413,6 +463,7 @@ def main() -> None:
     ]
 
     out["client_file"] = sandboxd_verl.__file__
+    out["shapes"] = shape_verdicts(fn, given["shapes"])
     out["ray"] = on_ray(config, byte_tokenizer(), rows, Path.cwd(), repo)
     try:  # the reward checks above stand on their own
         out["tools"] = asyncio.run(tool_calls(repo))
