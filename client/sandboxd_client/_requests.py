@@ -498,22 +498,27 @@ def compressed_tests(text: str) -> str | None:
     return value
 
 
+def _with_private_cases_decompressed(tests: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A LiveCodeBench row as published keeps its private cases compressed (see compressed_tests): decompressed
+    here. What does not decompress stays as it is, and the daemon says what is wrong with it."""
+    private = tests.get("private_test_cases")
+    if not isinstance(private, str):
+        return tests
+    try:
+        decompressed = compressed_tests(private)
+    except InvalidRequest:
+        return tests
+    return tests if decompressed is None else {**tests, "private_test_cases": decompressed}
+
+
 def _dataset_dict(tests: Mapping[str, Any]) -> str:
+    tests = _with_private_cases_decompressed(tests)
     keys = set(tests)
     if not any(keys & set(required) for required in DATASET_KEYS.values()):
         shapes = ", ".join(f"{name} {list(k)}" for name, k in DATASET_KEYS.items())
         raise InvalidRequest(
             f"tests dict has keys {sorted(keys)}; expected one of the dataset shapes: {shapes}"
         )
-    if isinstance(tests.get("private_test_cases"), str):
-        # A LiveCodeBench row as published: its private cases compressed (see compressed_tests). What does not
-        # decode goes as it is, and the daemon says what is wrong with it.
-        try:
-            private = compressed_tests(tests["private_test_cases"])
-        except InvalidRequest:
-            private = None
-        if private is not None:
-            tests = {**tests, "private_test_cases": private}
     if ("inputs" in keys) != ("outputs" in keys) and "assert_case" not in keys:
         given, missing = ("inputs", "outputs") if "inputs" in keys else ("outputs", "inputs")
         raise InvalidRequest(f"tests dict has {given!r} but no {missing!r}")
@@ -579,7 +584,9 @@ def _tests_from_str(tests: str) -> pb.CodeTests:
         # Not JSON: assert code, as in HumanEval's `test` or a hand-written check.
         return pb.CodeTests(assert_code=tests)
     if isinstance(parsed, Mapping):
-        _dataset_dict(parsed)
+        encoded = _dataset_dict(parsed)
+        if _with_private_cases_decompressed(parsed) is not parsed:
+            return pb.CodeTests(dataset_json=encoded)
         # Verbatim: re-serialising could change numbers or key order the daemon's parser relies on.
         return pb.CodeTests(dataset_json=tests)
     if isinstance(parsed, list):

@@ -205,7 +205,10 @@ def test_compressed_test_cases_of_verls_r1_recipe_and_livecodebench() -> None:
     private = [{"input": "2\n", "output": "4\n", "testtype": "stdin"}]
     row = {"public_test_cases": json.dumps(private), "private_test_cases": compress(json.dumps(private)),
            "metadata": "{}"}
-    assert json.loads(json.loads(code_job("x", row).code.tests.dataset_json)["private_test_cases"]) == private
+    for shape in (row, json.dumps(row)):
+        sent = json.loads(code_job("x", shape).code.tests.dataset_json)
+        assert json.loads(sent["private_test_cases"]) == private
+        assert sent["public_test_cases"] == row["public_test_cases"]
     # Strings that only look like base64 are still assert code; a base64 string that is not zlib is too.
     for code in ("assertSomethingLong", base64.b64encode(b"not zlib at all, just bytes").decode()):
         assert code_job("x", code).code.tests.assert_code == code
