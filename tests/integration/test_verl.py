@@ -16,11 +16,13 @@ daemon refuses, numpy ground truths, an unreachable daemon.
 
 from __future__ import annotations
 
+import ast
 import base64
 import json
 import os
 import pickle
 import subprocess
+import sys
 import zlib
 from pathlib import Path
 from typing import Any
@@ -266,9 +268,51 @@ def test_verl_composes_the_docs_lines_and_loads_our_function(verl_run: dict[str,
     # The remote manager ships the function to Ray: by name it pickles; loaded by file path it did not.
     assert verl_run["pickles_by_name"] is True
     assert "_thread.lock" in verl_run["pickles_by_file"]
-    # docs/client.md's line for a data source of one's own.
-    assert verl_run["kinds_override"] and verl_run["kinds_score"]["score"] == 1.0
-    assert verl_run["example_score"]["score"] == 1.0
+
+
+# The verl settings each file gives (a group: the lines a user puts on one command line, or one in prose), at least.
+SNIPPET_GROUPS = {"README.md": 2, "docs/client.md": 6, "examples/verl_reward.py": 3, "examples/verl_tools.yaml": 1}
+
+
+def test_every_verl_snippet_composes_and_runs(verl_run: dict[str, Any]) -> None:
+    """Every verl override that README.md, docs/client.md, examples/verl_reward.py and examples/verl_tools.yaml give,
+    composed with verl's ppo_trainer.yaml as written, each key holding the value Hydra reads from the line; a reward
+    setting loads its function through get_custom_reward_fn, which then scores: a GSM8K answer; a data source of
+    one's own where the setting maps one (data_source_kinds, or the example file that registers it); a float
+    printed with more digits where it asks for the float checker. The tool settings run verl's ToolAgentLoop
+    (test_verl_tool_agent_loop_runs_the_tools_in_one_sandbox); the remote manager's runs on Ray
+    (test_verl_reward_loop_on_ray)."""
+    snippets = verl_run["snippets"]
+    found = {name: sum(s["where"].startswith(f"{name}:") for s in snippets) for name in SNIPPET_GROUPS}
+    assert all(found[name] >= least for name, least in SNIPPET_GROUPS.items()), found
+    tool_paths = set()
+    for snippet in snippets:
+        where, lines = snippet["where"], snippet["lines"]
+        assert "error" not in snippet and snippet["values_ok"], snippet
+        text = " ".join(lines)
+        if "scores" in snippet:
+            assert snippet["ours"] and snippet["function"] in ("compute_score", "compute_score_async"), snippet
+            scores = snippet["scores"]
+            assert scores["gsm8k"] == 1.0, snippet
+            maps_own = "data_source_kinds" in text or "path=examples/verl_reward.py" in text
+            assert (scores["own_data_source"] == 1.0) is maps_own, snippet
+            assert scores["float_output"] == (1.0 if "checker:float" in text else -1.0), snippet
+        elif "manager" in snippet:  # a reward manager verl registers (the remote one runs on Ray below)
+            assert snippet["manager"].endswith("RewardManager"), snippet
+        else:
+            assert "tool_config_path" in snippet, f"{where}: a verl setting no check uses: {lines}"
+            tool_paths.add(snippet["tool_config_path"])
+    assert tool_paths == {str(REPO / "examples" / "verl_tools.yaml")}, "the tool settings the rollout ran"
+
+
+def test_the_verl_example_runs_as_a_script(daemon: DaemonProcess) -> None:
+    """examples/verl_reward.py's smoke test, `python examples/verl_reward.py` with SANDBOXD_ADDRESS set."""
+    env = {**os.environ, "SANDBOXD_ADDRESS": daemon.address, "PYTHONPATH": str(REPO / "client")}
+    proc = subprocess.run([sys.executable, str(REPO / "examples" / "verl_reward.py")], capture_output=True, text=True,
+                          timeout=120, env=env, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    scores = [ast.literal_eval(line) for line in proc.stdout.splitlines()]
+    assert [score["score"] for score in scores] == [1.0, 1.0] and not any(s["infra_failure"] for s in scores)
 
 
 def test_verl_scores_as_its_own_scorer_does(verl_run: dict[str, Any]) -> None:

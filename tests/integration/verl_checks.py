@@ -27,22 +27,119 @@ import numpy as np
 import torch
 import verl
 from hydra import compose, initialize_config_dir
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 from verl import DataProto
 from verl.experimental.reward_loop.reward_manager import get_reward_manager_cls
 from verl.trainer.ppo.reward import get_custom_reward_fn
 from verl.utils.reward_score import default_compute_score
 
-# One override per line, as the docs give them (a trailing shell backslash dropped).
-OVERRIDE = re.compile(r"^\s*(\+?reward\.custom_reward_function\.[\w.]+=\S+?)\s*\\?$")
+# A Hydra override as the docs and examples write one for verl: a key under one of ppo_trainer.yaml's sections (the
+# legacy top-level custom_reward_function and reward_model too, which 0.9.1's main_ppo ignores), a value.
+OVERRIDE = re.compile(r"\+?(?:reward|reward_model|custom_reward_function|actor_rollout_ref|algorithm|critic|data"
+                      r"|trainer)\.[\w.]+=[^\s`\\]+")
+# Where verl's settings are given to users.
+SNIPPET_FILES = ("README.md", "docs/client.md", "examples/verl_reward.py", "examples/verl_tools.yaml")
 PROMPT_LENGTH, RESPONSE_LENGTH = 4, 160
 # The scripted model's chat template: roles and contents, one message a line.
 CHAT_TEMPLATE = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
                  "{% if add_generation_prompt %}assistant: {% endif %}")
 
 
-def doc_overrides(path: Path) -> list[str]:
-    return [m.group(1) for line in path.read_text().splitlines() if (m := OVERRIDE.match(line))]
+def doc_snippets(repo: Path) -> list[dict[str, Any]]:
+    """Every verl override of SNIPPET_FILES, in groups as a user takes them.
+
+    A line that is one override (in a code block, a docstring or a comment; a shell's trailing
+    backslash dropped) joins the override on the line before it: they go on one command line.
+    An override in backticks in prose is a group of its own.
+    """
+    groups: list[dict[str, Any]] = []
+    for name in SNIPPET_FILES:
+        for number, line in enumerate((repo / name).read_text().splitlines(), 1):
+            bare = line.strip().lstrip("#").strip().removesuffix("\\").strip()
+            if OVERRIDE.fullmatch(bare):
+                last = groups[-1] if groups else None
+                if last and last["file"] == name and last["kind"] == "lines" and last["last"] == number - 1:
+                    last["lines"].append(bare)
+                    last["last"] = number
+                else:
+                    groups.append({"file": name, "line": number, "last": number, "kind": "lines", "lines": [bare]})
+                continue
+            groups.extend({"file": name, "line": number, "last": number, "kind": "inline", "lines": [span]}
+                          for span in re.findall(r"`([^`]+)`", line) if OVERRIDE.fullmatch(span))
+    return groups
+
+
+def doc_overrides(repo: Path, name: str) -> list[str]:
+    """The first group of lines a file gives: the README's and docs/client.md's reward settings."""
+    return next(group["lines"] for group in doc_snippets(repo) if group["file"] == name and group["kind"] == "lines")
+
+
+def resolved(line: str, repo: Path) -> str:
+    """A path the docs give relative to the checkout (examples/...), made absolute: users run from theirs."""
+    key, value = line.split("=", 1)
+    if key.endswith(("path", "_path")) and not value.startswith(("pkg://", "/")):
+        return f"{key}={repo / value}"
+    return line
+
+
+# What each reward snippet is asked to score: (data_source, solution_str, ground_truth).
+SNIPPET_ROWS = {
+    "gsm8k": ("openai/gsm8k", "so the answer is \\boxed{72}", "72"),
+    "own_data_source": ("my_org/olympiad-2025", "\\boxed{3}", "3"),
+    "float_output": ("codecontests", "```python\nprint(1 / 3)\n```", {"inputs": [""], "outputs": ["0.333333\n"]}),
+}
+
+
+def group_lines(group: dict[str, Any], repo: Path) -> list[str]:
+    return [resolved(line, repo) for line in group["lines"]]
+
+
+def plain(value: Any) -> Any:
+    """A config node or a parsed override value as plain Python, to compare."""
+    if OmegaConf.is_config(value):
+        return OmegaConf.to_container(value, resolve=True)
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    return value
+
+
+def check_snippet(group: dict[str, Any], repo: Path, base: list[str]) -> dict[str, Any]:
+    """Compose verl's ppo_trainer.yaml with a group as written, check that each key has the value it gives, and
+    use it: a reward setting loads a function through verl's loader, which scores SNIPPET_ROWS."""
+    import sandboxd_client.verl as sandboxd_verl
+
+    lines = group_lines(group, repo)
+    keys = {line.split("=", 1)[0].lstrip("+") for line in lines}
+    if any(".custom_reward_function." in line for line in lines):
+        # A line of reward_kwargs, or of the function's name, is added to the docs' own lines.
+        lines = [line for line in base if line.split("=", 1)[0].lstrip("+") not in keys] + lines
+    out: dict[str, Any] = {"where": f"{group['file']}:{group['line']}", "lines": group["lines"]}
+    config = trainer_config(lines)
+    # Each key as Hydra's own parser reads the line from a command line, found in the composed config.
+    parser = OverridesParser.create()
+    given = {override.key_or_group: override.value() for override in parser.parse_overrides(group_lines(group, repo))}
+    out["values_ok"] = all(
+        plain(OmegaConf.select(config, key)) == plain(value) for key, value in given.items())
+    if "reward.reward_manager.name" in keys:
+        out["manager"] = get_reward_manager_cls(config.reward.reward_manager.name).__name__
+    if "actor_rollout_ref.rollout.multi_turn.tool_config_path" in keys:
+        out["tool_config_path"] = config.actor_rollout_ref.rollout.multi_turn.tool_config_path
+    if any(".custom_reward_function." in line for line in lines):
+        fn = get_custom_reward_fn(config)
+        raw = fn.args[0] if fn is not None else None
+        out["function"] = getattr(raw, "__name__", None)
+        out["ours"] = raw in (sandboxd_verl.compute_score, sandboxd_verl.compute_score_async)
+        out["scores"] = {}
+        for what, (data_source, solution, ground_truth) in SNIPPET_ROWS.items():
+            try:
+                score = fn(data_source=data_source, solution_str=solution, ground_truth=ground_truth, extra_info={})
+                if asyncio.iscoroutine(score):
+                    score = asyncio.run(score)
+                out["scores"][what] = score["score"]
+            except ValueError as exc:  # a data source the setting does not map
+                out["scores"][what] = f"ValueError: {exc}"[:200]
+    return out
 
 
 def trainer_config(overrides: list[str]) -> Any:
@@ -203,15 +300,13 @@ class ToolUsingModel:
                            stop_reason="completed")
 
 
-async def tool_agent_loop(config: Any, reward_workers: list[Any], tokenizer: Any, repo: Path) -> Any:
-    """verl's ToolAgentLoop with the tools of examples/verl_tools.yaml (multi_turn.tool_config_path, loaded by
-    AgentLoopWorker), the scripted ToolUsingModel, the reward from the reward loop's Ray workers."""
+async def tool_agent_loop(config: Any, reward_workers: list[Any], tokenizer: Any, tool_lines: list[str]) -> Any:
+    """verl's ToolAgentLoop with docs/client.md's lines (examples/verl_tools.yaml, loaded by AgentLoopWorker),
+    the scripted ToolUsingModel, the reward from the reward loop's Ray workers."""
     from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
 
-    config = with_config(config, **{"actor_rollout_ref.rollout.multi_turn.enable": True,
-                                    "actor_rollout_ref.rollout.multi_turn.tool_config_path":
-                                        repo / "examples" / "verl_tools.yaml",
-                                    "actor_rollout_ref.rollout.response_length": 512})
+    config = with_config(OmegaConf.merge(config, OmegaConf.from_dotlist(tool_lines)),
+                         **{"actor_rollout_ref.rollout.response_length": 512})
     worker = AgentLoopWorker(config, ToolUsingModel(tokenizer), reward_loop_worker_handles=reward_workers)
     batch = DataProto.from_dict(non_tensors={
         "raw_prompt": np.array([[{"role": "user", "content": "What is 6 * 7?"}]], dtype=object),
@@ -229,26 +324,30 @@ async def tool_agent_loop(config: Any, reward_workers: list[Any], tokenizer: Any
 
 
 def start_ray() -> None:
-    """A local Ray; started again when its node does not register in time.
+    """A local Ray, given time to start on a loaded machine, and started again when it still does not.
 
-    Ray 2.60 gives the raylet a fixed 30 s to register with the GCS (ray/_private/node.py), which a
-    loaded 2-core machine missed ("The current node timed out during startup"), failing the module.
-    Logical CPUs: each reward worker actor takes one to be placed, the remote manager's actors one each.
+    Ray 2.60 waits 30 s for the GCS to write its port (RAY_gcs_server_port_wait_time_s) and a fixed
+    30 s for the raylet to register (ray/_private/node.py); a 2-core machine under a load of 20 missed
+    each ("Timed out waiting for file .../gcs_server_port", "The current node timed out during
+    startup"), failing the module. Logical CPUs: each reward worker actor takes one to be placed, the
+    remote manager's actors one each.
     """
     import ray
 
+    os.environ.setdefault("RAY_gcs_server_port_wait_time_s", "120")
     for attempt in range(3):
         try:
             ray.init(num_cpus=4, include_dashboard=False)
             return
         except Exception as exc:
-            if "timed out during startup" not in str(exc) or attempt == 2:
+            if "timed out" not in str(exc).lower() or attempt == 2:
                 raise
             print(f"verl_checks: Ray did not start ({exc}); again", file=sys.stderr)
             ray.shutdown()
 
 
-def on_ray(config: Any, tokenizer: Any, rows: list[dict[str, Any]], folder: Path, repo: Path) -> dict[str, Any]:
+def on_ray(config: Any, tokenizer: Any, rows: list[dict[str, Any]], folder: Path,
+           tool_lines: list[str]) -> dict[str, Any]:
     """0.9.1's reward loop as main_ppo runs it, on a local Ray (one session for all of it; 2 cores start it in
     about 10 s): RewardLoopManager.compute_rm_score with compute_score (2 workers, the batch split between
     them), with compute_score_async, and with the remote manager; and the agent loop's per-sample path, single
@@ -284,7 +383,7 @@ def on_ray(config: Any, tokenizer: Any, rows: list[dict[str, Any]], folder: Path
         out["agent_loop"] = asyncio.run(agent_loop(config, manager.reward_loop_worker_handles, rows, tokenizer))
         lap("agent_loop")
         out["tool_agent_loop"] = asyncio.run(tool_agent_loop(config, manager.reward_loop_worker_handles, tokenizer,
-                                                             repo))
+                                                             tool_lines))
         lap("tool_agent_loop")
         stop_workers(manager)
         manager = RewardLoopManager(with_config(config, **{
@@ -403,23 +502,28 @@ def main() -> None:
     repo, given = Path(sys.argv[1]), json.loads(Path(sys.argv[2]).read_text())
     rows = given["rows"]
     out: dict[str, Any] = {"verl": verl.__version__}
-    readme, client_doc = doc_overrides(repo / "README.md"), doc_overrides(repo / "docs" / "client.md")
+    readme, client_doc = doc_overrides(repo, "README.md"), doc_overrides(repo, "docs/client.md")
     out["readme_overrides"], out["client_doc_overrides"] = readme, client_doc
+    # Every verl setting the docs and examples give, composed and used as written.
+    snippets = doc_snippets(repo)
+    import sandboxd_client.verl as sandboxd_verl
+
+    kinds = list(sandboxd_verl.DATA_SOURCE_KINDS)
+    out["snippets"] = []
+    for group in snippets:
+        try:
+            out["snippets"].append(check_snippet(group, repo, client_doc))
+        except Exception as exc:  # a setting verl refuses: the test names it, the other checks still run
+            out["snippets"].append({"where": f"{group['file']}:{group['line']}", "lines": group["lines"],
+                                    "error": f"{type(exc).__name__}: {exc}"[:2000]})
+        sandboxd_verl.DATA_SOURCE_KINDS[:] = kinds  # examples/verl_reward.py registers a data source at import
+    tool_lines = next(group["lines"] for group in snippets
+                      if any("multi_turn.tool_config_path" in line for line in group["lines"])
+                      and group["kind"] == "lines" and group["file"] == "docs/client.md")
 
     config = trainer_config(client_doc)
     out["reward_config"] = OmegaConf.to_container(config.reward.custom_reward_function, resolve=True)
     fn = get_custom_reward_fn(config)
-    import sandboxd_client.verl as sandboxd_verl
-
-    # docs/client.md's line for data sources of one's own, through Hydra too.
-    kinds = re.search(r"\+reward\.custom_reward_function\.reward_kwargs\.data_source_kinds=\{[^`]*\}",
-                      (repo / "docs" / "client.md").read_text())
-    out["kinds_override"] = kinds.group(0) if kinds else None
-    if kinds:
-        kinds_fn = get_custom_reward_fn(trainer_config([*client_doc, kinds.group(0)]))
-        out["kinds_score"] = kinds_fn(data_source="my_org/olympiad-2025", solution_str="\\boxed{3}",
-                                      ground_truth="3", extra_info={}) if kinds_fn else None
-
     out["loaded_is_ours"] = fn is not None and fn.args[0] is sandboxd_verl.compute_score
     out["readme_loaded_is_ours"] = (
         (readme_fn := get_custom_reward_fn(trainer_config(readme))) is not None
@@ -436,12 +540,6 @@ def main() -> None:
         out["batch_manager"] = str(e)
     out["managers"] = {name: get_reward_manager_cls(name).__name__
                        for name in ("naive", "dapo", "gdpo", "rate_limited", "remote")}
-
-    # examples/verl_reward.py by file path: its register_data_source() reaches the function it hands verl.
-    example_fn = get_custom_reward_fn(OmegaConf.merge(config, {"reward": {"custom_reward_function": {
-        "path": str(repo / "examples" / "verl_reward.py")}}}))
-    out["example_score"] = example_fn(data_source="my_org/olympiad-2025", solution_str="\\boxed{3}",
-                                      ground_truth="3", extra_info={})
 
     # The remote manager ships the function to Ray actors with cloudpickle.
     from ray import cloudpickle
@@ -464,7 +562,7 @@ def main() -> None:
 
     out["client_file"] = sandboxd_verl.__file__
     out["shapes"] = shape_verdicts(fn, given["shapes"])
-    out["ray"] = on_ray(config, byte_tokenizer(), rows, Path.cwd(), repo)
+    out["ray"] = on_ray(config, byte_tokenizer(), rows, Path.cwd(), [resolved(line, repo) for line in tool_lines])
     try:  # the reward checks above stand on their own
         out["tools"] = asyncio.run(tool_calls(repo))
     except Exception:
