@@ -375,6 +375,7 @@ def test_verl_tool_agent_loop_runs_the_tools_in_one_sandbox(verl_run: dict[str, 
     assert loop["tool_tokens"] > 0, "the tool responses are in the response, masked out of the loss"
     assert loop["at_last"] == [1.0] and loop["elsewhere"] == [0], loop
     assert loop["extra"]["status"] == ["OK"]
+    assert loop["sessions_left"] == 0, "the finished trajectory gave its session back"
 
 
 def test_verl_tools_hold_one_session_per_trajectory(verl_run: dict[str, Any]) -> None:

@@ -15,6 +15,7 @@ Usage: python verl_checks.py REPO_ROOT ROWS_JSON (``{"rows": [...], "shapes": [.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import re
@@ -315,12 +316,30 @@ async def tool_agent_loop(config: Any, reward_workers: list[Any], tokenizer: Any
         "reward_model": np.array([{"ground_truth": "42"}], dtype=object),
         "extra_info": np.array([{}], dtype=object),
     })
+    before = await open_sessions()
     out = await worker.generate_sequences(batch)
     prompt_length = out.batch["prompts"].size(1)
     lengths = out.batch["attention_mask"][:, prompt_length:].sum(dim=1).tolist()
+    # The trajectory is over: its session is closed from the tool's finalizer, on this (the worker's) loop.
+    gc.collect()
+    for _ in range(100):
+        if await open_sessions() == before:
+            break
+        await asyncio.sleep(0.1)
     return {**rm_result(out, lengths), "response": tokenizer.decode(out.batch["responses"][0, : lengths[0]]),
             "num_turns": int(out.non_tensor_batch["__num_turns__"][0]),
-            "tool_tokens": int(lengths[0] - out.batch["response_mask"][0].sum().item())}
+            "tool_tokens": int(lengths[0] - out.batch["response_mask"][0].sum().item()),
+            "sessions_left": await open_sessions() - before}
+
+
+async def open_sessions() -> int:
+    """How many sessions the daemon holds open."""
+    import grpc
+    from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
+    from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
+
+    async with grpc.aio.insecure_channel(os.environ["SANDBOXD_ADDRESS"]) as channel:
+        return len((await pb_grpc.SessionsStub(channel).List(pb.ListSessionsRequest(), timeout=10)).sessions)
 
 
 def start_ray() -> None:
@@ -403,7 +422,6 @@ def on_ray(config: Any, tokenizer: Any, rows: list[dict[str, Any]], folder: Path
 
 async def tool_calls(repo: Path) -> dict[str, Any]:
     """examples/verl_tools.yaml through verl's tool registry, called through ToolAgentLoop._call_tool itself."""
-    import gc
     from types import SimpleNamespace
     from uuid import uuid4
 
