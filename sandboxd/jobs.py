@@ -542,7 +542,8 @@ def harness_arguments(plan: code_verifier.TestPlan, tolerance: float, stop_on_fi
         "assert_code": plan.assert_code,
         "entry_point": plan.entry_point,
         "fn_name": plan.fn_name,
-        "cases": [{"args": list(case.args), "expected": case.expected, "unwrap_single": case.unwrap_single}
+        "cases": [{"args": list(case.args), "expected": case.expected, "unwrap_single": case.unwrap_single,
+                   "int_keys": case.int_keys}
                   for case in plan.function],
         "setup_code": plan.prompt,
         "tolerance": tolerance,

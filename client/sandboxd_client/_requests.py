@@ -7,13 +7,18 @@ bad request never costs a round trip.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import dataclasses
 import difflib
 import enum
 import functools
+import io
 import json
 import math
+import pickle
 import re
+import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, Union, cast
@@ -271,6 +276,7 @@ DATASET_KEYS: dict[str, tuple[str, ...]] = {
     "CodeContests": ("public_tests", "private_tests", "generated_tests"),
     "LiveCodeBench": ("public_test_cases", "private_test_cases"),
     "PrimeIntellect": ("test_cases",),
+    "SandboxFusion (verl's sandbox_fusion)": ("assert_case",),
 }
 
 _CODE_EXTRACTION = {"last_block", "first_block", "whole", "tag"}
@@ -442,14 +448,80 @@ def _check_failure_below_a_pass(failure_value: float, scored_to_one: bool) -> No
         raise InvalidRequest(f"failure_value must be below 1.0, the reward of a pass, got {failure_value:g}")
 
 
+# verl's r1 recipe (recipe/r1/data_process.py) stores LiveCodeBench's test cases, and LiveCodeBench its
+# private_test_cases, as base64(zlib(pickle(JSON text))). At least 16 characters: a shorter string is no such
+# payload, and a bare identifier of assert code (no spaces, no parentheses) that looks like base64 still has to
+# inflate with zlib to be taken for one.
+_BASE64_TEXT = re.compile(r"[A-Za-z0-9+/]{16,}={0,2}")
+# What the decompressed payload may be: the largest request the client sends (_core.MAX_MESSAGE_BYTES).
+_COMPRESSED_TESTS_LIMIT = 64 << 20
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """Reads plain values only (str, bytes, numbers, lists, dicts, tuples, sets, None, bools).
+
+    Unpickling runs code through the callables a pickle names, and it can name one only
+    through ``find_class`` (the GLOBAL, STACK_GLOBAL, INST, OBJ and EXT opcodes all call it;
+    a persistent id has no loader here and is refused by pickle itself). Refusing every name
+    leaves nothing to call.
+    """
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"{module}.{name}: only plain values are read from compressed test cases")
+
+
+def compressed_tests(text: str) -> str | None:
+    """The JSON text of test cases stored as base64(zlib(pickle(JSON text))); None when ``text`` is not that.
+
+    verl's r1 recipe writes LiveCodeBench rows' ``ground_truth`` so (``{"inputs", "outputs",
+    "fn_name"}``, prime_code's form), and LiveCodeBench its ``private_test_cases``. Read with
+    an unpickler that looks up no global (:class:`_PlainUnpickler`), never ``pickle.loads``;
+    a payload that inflates past 64 MiB, or holds anything but text, is an ``InvalidRequest``.
+    """
+    text = text.strip()
+    if not _BASE64_TEXT.fullmatch(text):
+        return None
+    try:
+        raw = base64.b64decode(text, validate=True)
+        inflate = zlib.decompressobj()
+        data = inflate.decompress(raw, _COMPRESSED_TESTS_LIMIT)
+    except (binascii.Error, zlib.error):
+        return None
+    if inflate.unconsumed_tail:
+        raise InvalidRequest(f"compressed test cases inflate past {_COMPRESSED_TESTS_LIMIT >> 20} MiB")
+    try:
+        value = _PlainUnpickler(io.BytesIO(data)).load()
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError, KeyError, MemoryError) as exc:
+        raise InvalidRequest(f"compressed test cases (base64, zlib, pickle) do not unpickle: {exc}") from None
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    if not isinstance(value, str):
+        raise InvalidRequest(f"compressed test cases hold a {type(value).__name__}; expected JSON text")
+    return value
+
+
+def _with_private_cases_decompressed(tests: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A LiveCodeBench row as published keeps its private cases compressed (see compressed_tests): decompressed
+    here. What does not decompress stays as it is, and the daemon says what is wrong with it."""
+    private = tests.get("private_test_cases")
+    if not isinstance(private, str):
+        return tests
+    try:
+        decompressed = compressed_tests(private)
+    except InvalidRequest:
+        return tests
+    return tests if decompressed is None else {**tests, "private_test_cases": decompressed}
+
+
 def _dataset_dict(tests: Mapping[str, Any]) -> str:
+    tests = _with_private_cases_decompressed(tests)
     keys = set(tests)
     if not any(keys & set(required) for required in DATASET_KEYS.values()):
         shapes = ", ".join(f"{name} {list(k)}" for name, k in DATASET_KEYS.items())
         raise InvalidRequest(
             f"tests dict has keys {sorted(keys)}; expected one of the dataset shapes: {shapes}"
         )
-    if ("inputs" in keys) != ("outputs" in keys):
+    if ("inputs" in keys) != ("outputs" in keys) and "assert_case" not in keys:
         given, missing = ("inputs", "outputs") if "inputs" in keys else ("outputs", "inputs")
         raise InvalidRequest(f"tests dict has {given!r} but no {missing!r}")
     if "inputs" in keys:
@@ -471,9 +543,10 @@ def code_tests(
     Accepts a ``CodeTests`` message; a dataset dict (verl/APPS ``{"inputs",
     "outputs","fn_name"}``, HumanEval ``{"test","entry_point"}``, MBPP
     ``{"test_list"}``, CodeContests ``{"public_tests",...}``, LiveCodeBench,
-    PrimeIntellect ``{"test_cases"}``) or the same as a JSON string, passed
-    verbatim as ``dataset_json``; a string that is not JSON, taken as assert
-    code; a list of :class:`StdioCase`, ``(stdin, expected_stdout)`` pairs or
+    PrimeIntellect ``{"test_cases"}``, SandboxFusion ``{"assert_case"}``) or
+    the same as a JSON string, passed verbatim as ``dataset_json``; the same
+    compressed as verl's r1 recipe stores them (:func:`compressed_tests`); a
+    string that is neither, taken as assert code; a list of :class:`StdioCase`, ``(stdin, expected_stdout)`` pairs or
     ``{"stdin","expected_stdout"}`` dicts; a list of :class:`FunctionCase` or
     ``{"args","expected"}`` dicts (needs ``fn_name``); a list of assert strings
     (MBPP ``test_list``); a list of ``{"input","output"}`` dicts (LiveCodeBench).
@@ -507,10 +580,15 @@ def _tests_from_str(tests: str) -> pb.CodeTests:
     except RecursionError:
         raise InvalidRequest("tests JSON is nested too deeply") from None
     except ValueError:
+        decompressed = compressed_tests(tests)
+        if decompressed is not None:
+            return _tests_from_str(decompressed)
         # Not JSON: assert code, as in HumanEval's `test` or a hand-written check.
         return pb.CodeTests(assert_code=tests)
     if isinstance(parsed, Mapping):
-        _dataset_dict(parsed)
+        encoded = _dataset_dict(parsed)
+        if _with_private_cases_decompressed(parsed) is not parsed:
+            return pb.CodeTests(dataset_json=encoded)
         # Verbatim: re-serialising could change numbers or key order the daemon's parser relies on.
         return pb.CodeTests(dataset_json=tests)
     if isinstance(parsed, list):

@@ -552,11 +552,27 @@ class FunctionCase:
     (``[[1, 2]]`` for a return value of ``[1, 2]``) but not always; when set, a
     1-element list ``expected`` also accepts its single element (see
     :meth:`matches`).
+
+    ``int_keys``: the first argument is a dict whose keys all read as integers,
+    and the call gets them as ints (see :meth:`call_args`). JSON, the only way
+    the APPS family stores a call, turns ``{1: x}`` into ``{"1": x}``; APPS's
+    harness, and TACO's and verl's prime_code copies of it, turn a first
+    argument's keys back with ``int()`` before the call, so a correct program
+    may index it by ints. The case travels to the judge as JSON too, so the
+    flag travels and the judge turns the keys back.
     """
 
     args: tuple[Any, ...]
     expected: Any
     unwrap_single: bool = False
+    int_keys: bool = False
+
+    def call_args(self) -> tuple[Any, ...]:
+        """The arguments of the call: ``args``, with ``int_keys`` the first one's keys made ints by ``int()``."""
+        if not self.int_keys:
+            return self.args
+        first, *rest = self.args
+        return ({int(key): value for key, value in first.items()}, *rest)
 
     def matches(self, actual: Any, tolerance: float = 1e-6) -> bool:
         """Whether a decoded return value passes this case."""
@@ -831,14 +847,15 @@ def _io_plan(data: Mapping[str, Any], fn_name: str) -> TestPlan:
         cases = []
         for i, (args, expected) in enumerate(zip(inputs, outputs, strict=True)):
             if isinstance(args, str):
-                cases.append(_prime_code_case(args, expected, i))
-                continue
-            if not isinstance(args, list):
+                case = _prime_code_case(args, expected, i)
+            elif isinstance(args, list):
+                case = FunctionCase(tuple(args), expected, unwrap_single=True)
+            else:
                 raise ValueError(
                     f"dataset_json: inputs[{i}] must be a list of arguments, or their JSON one per line, "
                     "when fn_name is set"
                 )
-            cases.append(FunctionCase(tuple(args), expected, unwrap_single=True))
+            cases.append(dataclasses.replace(case, int_keys=_int_like_keys(case.args)))
         return TestPlan("function", fn_name=_identifier_path(name, "fn_name"), function=tuple(cases))
     return TestPlan(
         "stdio",
@@ -851,15 +868,34 @@ def _io_plan(data: Mapping[str, Any], fn_name: str) -> TestPlan:
     )
 
 
+def _int_like_keys(args: tuple[Any, ...]) -> bool:
+    """Whether APPS's harness calls with the first argument's keys as ints: a non-empty dict whose keys all
+    read as integers to ``int()`` (``"1"``, ``" -2"``, ``"1_000"``; not ``"1.5"``, nor past 4,300 digits).
+
+    As ``run_test`` in APPS's ``testing_util.py`` and its copies (TACO's, verl 0.9.1's
+    ``prime_code/testing_util.py``): ``{int(k): v for k, v in inputs[0].items()}``, left as it was
+    when one key does not convert. Those copies then call with that argument alone (``inputs``
+    becomes a one-element list), so a call of more arguments whose first is such a dict fails
+    there for every program; here it gets them all.
+    """
+    if not args or type(args[0]) is not dict or not args[0]:
+        return False
+    try:
+        for key in args[0]:
+            int(key)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
 def _prime_code_case(args_text: str, expected: Any, i: int) -> FunctionCase:
     """A call in verl's prime_code form: the arguments' JSON one per line, the return value's JSON.
 
     As verl's ``prime_code/testing_util.py`` (0.9.1) reads it: every line is one argument
     (``"1", newline, "2"`` calls ``f(1, 2)``; a blank line is skipped here, where verl fails on
     it), and the output is the return value's JSON. A 1-element list also accepts its element
-    as the return value. One difference: verl gives a first argument that is a dict whose keys
-    all read as integers int keys; the cases reach the judge as JSON, which keeps string keys
-    only, so here they stay strings.
+    as the return value. A first argument that is a dict of integer-like keys is called with
+    int keys, as there (see :func:`_int_like_keys`).
     """
     args = _lcb_args(args_text, f"dataset_json: inputs[{i}]")
     if not args:
@@ -965,6 +1001,8 @@ def _dataset_plan(data: Any, fn_name: str, entry_point: str) -> TestPlan:
         return _case_list_plan(data, fn_name)
     if not isinstance(data, Mapping):
         raise ValueError(f"dataset_json must be a JSON object or array, got {type(data).__name__}")
+    if "assert_case" in data:
+        return _assert_case_plan(data, entry_point)
     if "inputs" in data or "outputs" in data:
         return _io_plan(data, fn_name)
     if "test" in data:
@@ -1009,8 +1047,35 @@ def _dataset_plan(data: Any, fn_name: str, entry_point: str) -> TestPlan:
         "dataset_json has no known shape; expected one of: inputs/outputs[/fn_name] (verl, APPS, TACO), "
         "test/entry_point (HumanEval), test_list (MBPP), public_tests/private_tests/generated_tests "
         "(CodeContests), a list of {input, output, testtype} or public_test_cases (LiveCodeBench), "
-        "test_cases (PrimeIntellect)"
+        "test_cases (PrimeIntellect), assert_case (SandboxFusion)"
     )
+
+
+def _assert_case_plan(data: Mapping[str, Any], entry_point: str) -> TestPlan:
+    """SandboxFusion's assert form, as verl's ``sandbox_fusion`` scorer reads it: ``{"assert_case": [code, ...]}``.
+
+    There each case is run as the program followed by the case's code, and passes when that
+    runs without an error; its ``inputs`` (stdin) default to empty and its ``outputs`` to none
+    (nothing compared). Here the cases are one block of assert code, in order, run against the
+    program's top-level names: a test of one case, passed when every case passes (verl's
+    continuous score is the fraction of the first ten that pass). ``inputs`` or ``outputs``
+    that are not empty (stdin for each case, output to compare) are refused.
+    """
+    cases = data["assert_case"]
+    if not isinstance(cases, list) or not cases or not all(isinstance(case, str) for case in cases):
+        raise ValueError("dataset_json: 'assert_case' must be a non-empty list of strings (code)")
+    inputs, outputs = data.get("inputs") or [], data.get("outputs") or []
+    if not isinstance(inputs, list) or not isinstance(outputs, list):
+        raise ValueError("dataset_json: 'inputs' and 'outputs' beside 'assert_case' must be lists")
+    if any(stdin not in (None, "") for stdin in inputs) or any(output is not None for output in outputs):
+        raise ValueError("dataset_json: 'assert_case' with stdin inputs or expected outputs is not supported; "
+                         "give the asserts alone")
+    entry = entry_point or data.get("entry_point") or ""
+    if not isinstance(entry, str):
+        raise ValueError("dataset_json: 'entry_point' must be a string")
+    code = "".join(case if case.endswith("\n") else case + "\n" for case in cases)
+    _check_assert_code(code, entry, "dataset_json.assert_case")
+    return TestPlan("assert", assert_code=code, entry_point=entry)
 
 
 def _prime_intellect_plan(data: Mapping[str, Any], fn_name: str) -> TestPlan:
@@ -1081,6 +1146,14 @@ def normalize_tests(tests: Mapping[str, Any]) -> TestPlan:
       ``metadata.func_name``: ``stdin`` cases are stdio, checked as its grader
       does (``lines_decimal``) when each names its testtype; ``functional``
       cases take one JSON argument per input line and a JSON output.
+    - PrimeIntellect ``{"test_cases": [{"type", "input", "output", "fn_name"?}]}``:
+      APPS's conventions (see :func:`_prime_intellect_plan`).
+    - SandboxFusion ``{"assert_case": [...]}`` (verl's ``sandbox_fusion``):
+      assert kind, the cases in order as one block (see :func:`_assert_case_plan`).
+
+    In every APPS-family call (verl, APPS, TACO, PrimeIntellect), a first
+    argument that is a dict whose keys all read as integers is called with
+    int keys, as their harnesses do (see :func:`_int_like_keys`).
 
     Raises ``ValueError`` with a precise message on malformed tests.
     """

@@ -448,7 +448,8 @@ def _as_case(case: object) -> FunctionCase:
     if isinstance(case, FunctionCase):
         return case
     if isinstance(case, Mapping):
-        return FunctionCase(tuple(case["args"]), case["expected"], bool(case.get("unwrap_single", False)))
+        return FunctionCase(tuple(case["args"]), case["expected"], bool(case.get("unwrap_single", False)),
+                            bool(case.get("int_keys", False)))
     args, expected = cast("Sequence[Any]", case)
     return FunctionCase(tuple(args), expected)
 
@@ -511,7 +512,7 @@ def _function_case(
 ) -> dict[str, object]:
     try:
         try:
-            answer = _as_plain(remote.request("call_name", [fn_name, *case.args]))
+            answer = _as_plain(remote.request("call_name", [fn_name, *case.call_args()]))
         finally:
             remote.forget_exports()
     except (CandidateDied, CandidateTimeout) as exc:
@@ -1354,8 +1355,8 @@ def run_tests(
 
     ``plan_kind="function"``: calls ``fn_name`` once per case (a
     :class:`~sandboxd.verifiers.code.FunctionCase`, a dict with ``args``,
-    ``expected`` and optional ``unwrap_single``, or an ``(args, expected)``
-    pair) and compares the decoded value with
+    ``expected`` and optional ``unwrap_single`` and ``int_keys``, or an
+    ``(args, expected)`` pair) and compares the decoded value with
     :func:`~sandboxd.verifiers.code.compare_values`.
 
     ``plan_kind="assert"``: executes ``setup_code`` (trusted dataset code, e.g.

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import math
+import pickle
 import random
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -184,6 +187,59 @@ def test_humaneval_mbpp_codecontests_primeintellect_livecodebench() -> None:
     assert code_job("x", prime).code.tests.dataset_json == prime
     lcb = json.dumps([{"input": "1\n", "output": "1\n", "testtype": "stdin"}])
     assert code_job("x", lcb).code.tests.dataset_json == lcb
+
+
+def compress(value: Any) -> str:
+    """Test cases as verl's r1 recipe and LiveCodeBench store them: base64(zlib(pickle(value)))."""
+    return base64.b64encode(zlib.compress(pickle.dumps(value))).decode()
+
+
+def test_compressed_test_cases_of_verls_r1_recipe_and_livecodebench() -> None:
+    """verl's r1 recipe writes LiveCodeBench rows' ground_truth as base64(zlib(pickle(JSON))); as a string that is
+    not JSON it was taken for assert code (an INVALID_REQUEST, or a NameError that scored the model's failure)."""
+    functional = json.dumps({"inputs": ["1\n2"], "outputs": ["3"], "fn_name": "add"})
+    assert code_job("x", compress(functional)).code.tests.dataset_json == functional
+    stdin = json.dumps({"inputs": ["1 2\n"], "outputs": ["3\n"], "fn_name": None})
+    assert code_job("x", compress(stdin.encode())).code.tests.dataset_json == stdin
+    # LiveCodeBench's own rows keep their private cases so: sent as the JSON they hold.
+    private = [{"input": "2\n", "output": "4\n", "testtype": "stdin"}]
+    row = {"public_test_cases": json.dumps(private), "private_test_cases": compress(json.dumps(private)),
+           "metadata": "{}"}
+    for shape in (row, json.dumps(row)):
+        sent = json.loads(code_job("x", shape).code.tests.dataset_json)
+        assert json.loads(sent["private_test_cases"]) == private
+        assert sent["public_test_cases"] == row["public_test_cases"]
+    # Strings that only look like base64 are still assert code; a base64 string that is not zlib is too.
+    for code in ("assertSomethingLong", base64.b64encode(b"not zlib at all, just bytes").decode()):
+        assert code_job("x", code).code.tests.assert_code == code
+
+
+class Alarm:
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (print, ("unpickled: code ran",))
+
+
+@pytest.mark.parametrize("payload", [
+    pytest.param(Alarm(), id="a-callable"),
+    pytest.param({"inputs": ["1"], "outputs": ["1"]}, id="not-text"),
+    pytest.param(b"\x80\x05\x95garbage", id="text-of-no-pickle"),
+])
+def test_compressed_test_cases_are_read_as_plain_values_only(payload: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """A pickle that names a callable (print here; os.system as easily) is refused without calling it."""
+    text = base64.b64encode(zlib.compress(payload)).decode() if isinstance(payload, bytes) else compress(payload)
+    with pytest.raises(InvalidRequest, match="compressed test cases"):
+        code_job("x", text)
+    assert "code ran" not in capsys.readouterr().out
+
+
+def test_compressed_test_cases_inflate_within_a_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sandboxd_client import _requests
+
+    monkeypatch.setattr(_requests, "_COMPRESSED_TESTS_LIMIT", 1 << 10)
+    small = json.dumps({"inputs": ["1"], "outputs": ["1"]})
+    assert code_job("x", compress(small)).code.tests.dataset_json == small
+    with pytest.raises(InvalidRequest, match="inflate past"):
+        code_job("x", compress(json.dumps(["x" * 2000])))
 
 
 def test_explicit_cases() -> None:

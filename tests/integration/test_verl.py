@@ -4,19 +4,26 @@ verl cannot share the test environment (it pins ``transformers`` 5.10.4; TRL's
 extra needs 5.23), so scripts/setup.sh gives it one of its own, ``.venv-verl``,
 and the tests at the end run ``verl_checks.py`` there as a subprocess: Hydra
 composition of verl's ``ppo_trainer.yaml`` with the README's and
-docs/client.md's own lines, ``get_custom_reward_fn``, the reward loop's
-``NaiveRewardManager`` (sync and async functions) with ``assemble_rm_scores``,
-verl's own prime_code scorer on the same rows, and cloudpickle as the
-``remote`` manager uses it. The tests above them call the module directly
+docs/client.md's own lines, ``get_custom_reward_fn``, the reward loop on a
+local Ray as ``main_ppo`` runs it (``RewardLoopManager`` with ``compute_score``,
+``compute_score_async`` and the ``remote`` manager), the agent loop's
+per-sample reward calls (``AgentLoopWorker``, a scripted model its only
+stand-in), verl's own prime_code scorer on the same rows, and the tools
+through verl's tool registry. The tests above them call the module directly
 for what verl's managers do not reach: ``compute_score_batch``, rows the
 daemon refuses, numpy ground truths, an unreachable daemon.
 """
 
 from __future__ import annotations
 
+import ast
+import base64
 import json
 import os
+import pickle
 import subprocess
+import sys
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -168,17 +175,76 @@ VERL_ROWS: list[tuple[str, str, Any, dict[str, Any], float, str, bool]] = [
 ]
 
 
+
+
+def fenced(code: str) -> str:
+    return f"```python\n{code}```"
+
+
+def r1_compressed(tests: dict[str, Any]) -> str:
+    """A LiveCodeBench row's ground_truth as verl's r1 recipe writes it (recipe/r1/data_process.py)."""
+    return base64.b64encode(zlib.compress(pickle.dumps(json.dumps(tests)))).decode()
+
+
+SUM_TWO = fenced("a, b = map(int, input().split())\nprint(a + b)\n")
+STDIN_TESTS = json.dumps({"inputs": ["1 2\n", "10 20\n"], "outputs": ["3\n", "30\n"]})
+# verl's test shapes and verl's own verdict on each, a correct and a wrong program or two per shape: (what, data
+# source, solution_str, ground_truth, verl's scorer, passes). "prime_code": default_compute_score, which runs
+# prime_code (continuous: the fraction of the first ten cases passed) for these data sources; "r1": verl's r1 recipe
+# for LiveCodeBench (recipe/r1/tasks/livecodebench.py: the row decompressed, then prime_code's run_test, all or
+# nothing).
+SHAPE_ROWS: list[tuple[str, str, str, Any, str, bool]] = [
+    ("stdin", "codecontests", SUM_TWO, STDIN_TESTS, "prime_code", True),
+    ("stdin, one case wrong", "codecontests", fenced("print(3)\n"), STDIN_TESTS, "prime_code", False),
+    ("stdin, trailing blanks", "codeforces", fenced("a, b = map(int, input().split())\nprint(a + b, end='  \\n\\n')\n"),
+     STDIN_TESTS, "prime_code", True),
+    ("stdin, fn_name null, a dict", "taco", fenced("print(2 * int(input()))\n"),
+     {"inputs": ["4\n"], "outputs": ["8\n"], "fn_name": None}, "prime_code", True),
+    ("stdin, wrong case", "apps", fenced("print('YES')\n"), {"inputs": ["1\n"], "outputs": ["Yes\n"]},
+     "prime_code", False),
+    ("call", "apps", PRIME_CALL, PRIME_CALL_TESTS, "prime_code", True),
+    ("call, wrong", "taco", PRIME_CALL.replace("a + b", "a - b"), PRIME_CALL_TESTS, "prime_code", False),
+    ("call, method of Solution", "apps", fenced("class Solution:\n    def add(self, a, b):\n        return a + b\n"),
+     PRIME_CALL_TESTS, "prime_code", True),
+    ("call, tuple for a list", "apps", fenced("def pair(a, b):\n    return (a, b)\n"),
+     json.dumps({"inputs": ["1\n2"], "outputs": ["[1, 2]"], "fn_name": "pair"}), "prime_code", True),
+    ("call, output in a one-element list", "taco", PRIME_CALL,
+     json.dumps({"inputs": ["1\n2"], "outputs": ["[3]"], "fn_name": "add"}), "prime_code", True),
+    ("call, dict argument of int keys", "apps", fenced("def smallest(table):\n    return table[min(table)]\n"),
+     json.dumps({"inputs": ['{"10": "a", "2": "b"}'], "outputs": ['"b"'], "fn_name": "smallest"}), "prime_code", True),
+    ("call, dict argument of int keys, wrong", "apps", fenced("def smallest(table):\n    return table[max(table)]\n"),
+     json.dumps({"inputs": ['{"10": "a", "2": "b"}'], "outputs": ['"b"'], "fn_name": "smallest"}), "prime_code",
+     False),
+    ("call, dict output of int keys", "codecontests", fenced("def size(word):\n    return {len(word): word}\n"),
+     json.dumps({"inputs": ['"abc"'], "outputs": ['{"3": "abc"}'], "fn_name": "size"}), "prime_code", True),
+    ("r1 LiveCodeBench, stdin", "livecodebench/code_generation_lite", SUM_TWO,
+     r1_compressed({"inputs": ["1 2\n"], "outputs": ["3\n"], "fn_name": None}), "r1", True),
+    ("r1 LiveCodeBench, stdin, wrong", "livecodebench/code_generation_lite", fenced("print(4)\n"),
+     r1_compressed({"inputs": ["1 2\n"], "outputs": ["3\n"], "fn_name": None}), "r1", False),
+    ("r1 LiveCodeBench, functional", "livecodebench/code_generation_lite",
+     fenced("class Solution:\n    def maxOf(self, nums: List[int]) -> int:\n        return max(nums)\n"),
+     r1_compressed({"inputs": ["[1, 5, 2]", "[-3]"], "outputs": ["5", "-3"], "fn_name": "maxOf"}), "r1", True),
+    ("r1 LiveCodeBench, functional, wrong", "livecodebench/code_generation_lite",
+     fenced("class Solution:\n    def maxOf(self, nums: List[int]) -> int:\n        return min(nums)\n"),
+     r1_compressed({"inputs": ["[1, 5, 2]", "[-3]"], "outputs": ["5", "-3"], "fn_name": "maxOf"}), "r1", False),
+]
+
+
 @pytest.fixture(scope="module")
 def verl_run(daemon: DaemonProcess, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     if not VERL_PYTHON.exists():
         skip_or_fail("no verl environment (.venv-verl): run scripts/setup.sh (make test does)")
     rows = tmp_path_factory.mktemp("verl") / "rows.json"
-    rows.write_text(json.dumps([
-        {"data_source": ds, "solution_str": s, "ground_truth": gt, "extra_info": extra, "verl_scores_it": own}
-        for ds, s, gt, extra, _, _, own in VERL_ROWS
-    ]))
+    rows.write_text(json.dumps({
+        "rows": [{"data_source": ds, "solution_str": s, "ground_truth": gt, "extra_info": extra, "verl_scores_it": own}
+                 for ds, s, gt, extra, _, _, own in VERL_ROWS],
+        "shapes": [{"data_source": ds, "solution_str": s, "ground_truth": gt, "judge": judge}
+                   for _, ds, s, gt, judge, _ in SHAPE_ROWS],
+    }))
+    # PYTHONPATH: this checkout's client, not the one installed in .venv-verl (editable, from wherever setup ran);
+    # the local Ray's workers inherit it, and SANDBOXD_ADDRESS, as a node's do.
     env = {**os.environ, "SANDBOXD_ADDRESS": daemon.address, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": ""}
+           "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": str(REPO / "client")}
     proc = subprocess.run([str(VERL_PYTHON), str(Path(__file__).with_name("verl_checks.py")), str(REPO), str(rows)],
                           capture_output=True, text=True, timeout=600, env=env, cwd=rows.parent)
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -202,30 +268,114 @@ def test_verl_composes_the_docs_lines_and_loads_our_function(verl_run: dict[str,
     # The remote manager ships the function to Ray: by name it pickles; loaded by file path it did not.
     assert verl_run["pickles_by_name"] is True
     assert "_thread.lock" in verl_run["pickles_by_file"]
-    # docs/client.md's line for a data source of one's own.
-    assert verl_run["kinds_override"] and verl_run["kinds_score"]["score"] == 1.0
-    assert verl_run["example_score"]["score"] == 1.0
+
+
+# The verl settings each file gives (a group: the lines a user puts on one command line, or one in prose), at least.
+SNIPPET_GROUPS = {"README.md": 2, "docs/client.md": 6, "examples/verl_reward.py": 3, "examples/verl_tools.yaml": 1}
+
+
+def test_every_verl_snippet_composes_and_runs(verl_run: dict[str, Any]) -> None:
+    """Every verl override that README.md, docs/client.md, examples/verl_reward.py and examples/verl_tools.yaml give,
+    composed with verl's ppo_trainer.yaml as written, each key holding the value Hydra reads from the line; a reward
+    setting loads its function through get_custom_reward_fn, which then scores: a GSM8K answer; a data source of
+    one's own where the setting maps one (data_source_kinds, or the example file that registers it); a float
+    printed with more digits where it asks for the float checker. The tool settings run verl's ToolAgentLoop
+    (test_verl_tool_agent_loop_runs_the_tools_in_one_sandbox); the remote manager's runs on Ray
+    (test_verl_reward_loop_on_ray)."""
+    snippets = verl_run["snippets"]
+    found = {name: sum(s["where"].startswith(f"{name}:") for s in snippets) for name in SNIPPET_GROUPS}
+    assert all(found[name] >= least for name, least in SNIPPET_GROUPS.items()), found
+    tool_paths = set()
+    for snippet in snippets:
+        where, lines = snippet["where"], snippet["lines"]
+        assert "error" not in snippet and snippet["values_ok"], snippet
+        text = " ".join(lines)
+        if "scores" in snippet:
+            assert snippet["ours"] and snippet["function"] in ("compute_score", "compute_score_async"), snippet
+            scores = snippet["scores"]
+            assert scores["gsm8k"] == 1.0, snippet
+            maps_own = "data_source_kinds" in text or "path=examples/verl_reward.py" in text
+            assert (scores["own_data_source"] == 1.0) is maps_own, snippet
+            assert scores["float_output"] == (1.0 if "checker:float" in text else -1.0), snippet
+        elif "manager" in snippet:  # a reward manager verl registers (the remote one runs on Ray below)
+            assert snippet["manager"].endswith("RewardManager"), snippet
+        else:
+            assert "tool_config_path" in snippet, f"{where}: a verl setting no check uses: {lines}"
+            tool_paths.add(snippet["tool_config_path"])
+    assert tool_paths == {str(REPO / "examples" / "verl_tools.yaml")}, "the tool settings the rollout ran"
+
+
+def test_the_verl_example_runs_as_a_script(daemon: DaemonProcess) -> None:
+    """examples/verl_reward.py's smoke test, `python examples/verl_reward.py` with SANDBOXD_ADDRESS set."""
+    env = {**os.environ, "SANDBOXD_ADDRESS": daemon.address, "PYTHONPATH": str(REPO / "client")}
+    proc = subprocess.run([sys.executable, str(REPO / "examples" / "verl_reward.py")], capture_output=True, text=True,
+                          timeout=120, env=env, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    scores = [ast.literal_eval(line) for line in proc.stdout.splitlines()]
+    assert [score["score"] for score in scores] == [1.0, 1.0] and not any(s["infra_failure"] for s in scores)
 
 
 def test_verl_scores_as_its_own_scorer_does(verl_run: dict[str, Any]) -> None:
-    for score, own, row in zip(verl_run["scores"], verl_run["verl_own"], VERL_ROWS, strict=True):
-        assert set(score) == KEYS and (score["score"], score["status"]) == row[4:6], (row, score)
-        assert score["infra_failure"] is False
+    naive = verl_run["ray"]["naive"]["extra"]
+    for i, (own, row) in enumerate(zip(verl_run["verl_own"], VERL_ROWS, strict=True)):
+        assert (naive["score"][i], naive["status"][i]) == row[4:6], (row, naive)
         if row[6]:  # verl's prime_code scorer (continuous for these data sources): the fraction of tests passed
-            assert own == score["pass_rate"], (row, own, score)
+            assert own == naive["pass_rate"][i], (row, own, naive["pass_rate"][i])
 
 
-def test_verl_reward_loop_puts_the_score_on_the_last_valid_token(verl_run: dict[str, Any]) -> None:
-    """0.9.1's reward loop: NaiveRewardManager.run_single per sample (sync in its thread pool, and the async twin
-    awaited), then assemble_rm_scores."""
-    loop = verl_run["reward_loop"]
-    assert loop["manager"] == "NaiveRewardManager"
+def test_verl_shapes_judged_as_verls_own_scorer_judges_them(verl_run: dict[str, Any]) -> None:
+    """Each of verl's test shapes, sandboxd's verdict through verl's loader beside verl's own scorer's."""
+    for (what, *_, passes), ours, own in zip(SHAPE_ROWS, verl_run["shapes"]["ours"], verl_run["shapes"]["verl"],
+                                             strict=True):
+        assert ours["infra_failure"] is False, (what, ours)
+        assert (ours["acc"] == 1.0, own["passed"]) == (passes, passes), (what, ours, own)
+        if own["fraction"] is not None:  # prime_code's continuous score, where it runs every case (under 10)
+            assert ours["pass_rate"] == own["fraction"], (what, ours, own)
+
+
+def check_rewards(result: dict[str, Any], what: str) -> None:
+    """Each sample's score on its last valid response token and nowhere else, every key of our dict in
+    reward_extra_info, column by column in the batch's order."""
     expected = [row[4] for row in VERL_ROWS]
-    assert [out["reward_score"] for out in loop["outs"]] == expected, loop["outs"]
-    assert [out["reward_extra_info"]["status"] for out in loop["outs"]] == [row[5] for row in VERL_ROWS]
-    for scores, last, value in zip(loop["rm_scores"], loop["last_token"], expected, strict=True):
-        assert scores[last] == value and sum(1 for s in scores if s != 0) == 1, (scores, last)
-    assert verl_run["reward_loop_async"] == expected
+    assert result["at_last"] == expected, (what, result)
+    assert result["elsewhere"] == [0] * len(VERL_ROWS), (what, result)
+    assert set(result["keys"]) == KEYS, (what, result["keys"])
+    assert result["extra"]["score"] == expected, what
+    assert result["extra"]["status"] == [row[5] for row in VERL_ROWS], what
+    assert result["extra"]["infra_failure"] == [False] * len(VERL_ROWS), what
+
+
+def test_verl_reward_loop_on_ray(verl_run: dict[str, Any]) -> None:
+    """0.9.1's RewardLoopManager on a local Ray, as main_ppo runs it: its workers load our function by the docs'
+    lines and score the batch split between them (compute_score), awaited (compute_score_async), and through
+    the remote manager's own Ray actors; rm_scores as the trainer gets them."""
+    ray = verl_run["ray"]
+    assert ray["worker_sees"][0] == str(REPO / "client" / "sandboxd_client" / "__init__.py"), ray["worker_sees"]
+    assert ray["worker_sees"][1], "a Ray worker inherits SANDBOXD_ADDRESS"
+    for what in ("naive", "naive_async", "remote"):
+        check_rewards(ray[what], what)
+
+
+def test_verl_agent_loop_scores_each_sample_as_it_finishes(verl_run: dict[str, Any]) -> None:
+    """verl's AgentLoopWorker and its single-turn loop (a scripted model is the only stand-in): each finished
+    sample goes to a reward loop worker on Ray (one compute_score.remote per sample), and the batch comes back
+    with rm_scores and reward_extra_info."""
+    loop = verl_run["ray"]["agent_loop"]
+    assert loop["responses"] == [row[1] for row in VERL_ROWS]
+    check_rewards(loop, "agent loop")
+
+
+def test_verl_tool_agent_loop_runs_the_tools_in_one_sandbox(verl_run: dict[str, Any]) -> None:
+    """A whole multi-turn rollout of verl's ToolAgentLoop with examples/verl_tools.yaml loaded by AgentLoopWorker
+    (multi_turn.tool_config_path): the scripted model's Python call writes 42 to a file, its bash call reads it
+    back, its answer is what bash printed; scored on Ray like any sample."""
+    loop = verl_run["ray"]["tool_agent_loop"]
+    assert "tool: 42\n" in loop["response"] and loop["response"].endswith("The file says \\boxed{42}"), loop
+    assert loop["num_turns"] == 6  # user, then assistant and tool twice, then the answer
+    assert loop["tool_tokens"] > 0, "the tool responses are in the response, masked out of the loss"
+    assert loop["at_last"] == [1.0] and loop["elsewhere"] == [0], loop
+    assert loop["extra"]["status"] == ["OK"]
+    assert loop["sessions_left"] == 0, "the finished trajectory gave its session back"
 
 
 def test_verl_tools_hold_one_session_per_trajectory(verl_run: dict[str, Any]) -> None:

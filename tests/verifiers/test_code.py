@@ -508,6 +508,68 @@ def test_verl_prime_code_call_form_reads_json_lines() -> None:
     assert normalize_tests({"dataset_json": {"inputs": ["1\n2"], "outputs": ["3"]}}).stdio == (StdioCase("1\n2", "3"),)
 
 
+def test_apps_family_calls_get_a_first_dict_argument_with_int_keys() -> None:
+    """JSON keeps dict keys as strings; APPS's harness, and verl's prime_code copy, give a first argument's keys
+    that all read as integers back as ints before the call, so a correct program may index it by ints."""
+    prime = normalize_tests({"dataset_json": {"inputs": ['{"1": "a", "-2": "b"}\n3'], "outputs": ['"a"'],
+                                              "fn_name": "pick"}}).function[0]
+    assert prime.int_keys and prime.args == ({"1": "a", "-2": "b"}, 3)
+    assert prime.call_args() == ({1: "a", -2: "b"}, 3), "every argument kept (verl drops those after the dict)"
+    apps = normalize_tests({"dataset_json": {"inputs": [[{"10": 1}]], "outputs": [[1]], "fn_name": "f"}}).function[0]
+    assert apps.int_keys and apps.call_args() == ({10: 1},)
+    intellect = normalize_tests({"dataset_json": {"test_cases": [
+        {"type": "function_call", "fn_name": "f", "input": [{" 7": 0}], "output": [0]}]}}).function[0]
+    assert intellect.int_keys and intellect.call_args() == ({7: 0},)  # int() reads " 7" as verl's harness does
+    for first in ('{"1": 1, "x": 2}', '{"1.5": 1}', "{}", '[{"1": 1}]', '"1"', '{"' + "9" * 5000 + '": 1}'):
+        case = normalize_tests({"dataset_json": {"inputs": [first], "outputs": ["1"], "fn_name": "f"}}).function[0]
+        assert not case.int_keys and case.call_args() == case.args, first
+    # Only the first argument, only its own keys (not nested dicts), as there.
+    case = normalize_tests({"dataset_json": {"inputs": ['1\n{"2": {"3": 4}}'], "outputs": ["1"],
+                                             "fn_name": "f"}}).function[0]
+    assert not case.int_keys
+    nested = FunctionCase(({"2": {"3": 4}},), 1, int_keys=True)
+    assert nested.call_args() == ({2: {"3": 4}},)
+    # Explicit function cases are the caller's own values: no conversion.
+    explicit = normalize_tests({"fn_name": "f", "function": [{"args_json": '[{"1": 2}]', "expected_json": "1"}]})
+    assert not explicit.function[0].int_keys
+
+
+def test_int_keys_reach_the_call_through_the_harness(tmp_path: Path) -> None:
+    """The flag crosses to the judge as the agent sends a plan's cases (a dict, JSON on the wire)."""
+    plan = normalize_tests({"dataset_json": {"inputs": ['{"1": "a", "2": "b"}\n2'], "outputs": ['"b"'],
+                                             "fn_name": "pick"}})
+    cases = [{"args": list(c.args), "expected": c.expected, "unwrap_single": c.unwrap_single,
+              "int_keys": c.int_keys} for c in plan.function]
+    cases = json.loads(json.dumps(cases))
+    code = "def pick(table, key):\n    return table[key]\n"
+    assert harness(code, tmp_path, fn_name="pick", cases=cases)["passed"]
+    without = [{**case, "int_keys": False} for case in cases]
+    result = harness(code, tmp_path, fn_name="pick", cases=without)
+    assert result["status"] == "runtime_error" and "KeyError" in result["tests"][0]["message"]
+
+
+def test_sandbox_fusion_assert_cases() -> None:
+    """verl's sandbox_fusion scorer reads {"assert_case": [...]}: each case code run after the program."""
+    row = {"assert_case": ["assert add(1, 2) == 3", "assert add(0, 0) == 0\n"]}
+    for shape in (row, json.dumps(row), {**row, "inputs": ["", ""], "outputs": [None, None]}):
+        plan = normalize_tests({"dataset_json": shape})
+        assert (plan.kind, plan.assert_code, plan.total) == ("assert", "assert add(1, 2) == 3\nassert add(0, 0) == 0\n",
+                                                             1)
+    checked = normalize_tests({"dataset_json": {"assert_case": ["def check(f):\n    assert f(1) == 2\n"],
+                                                "entry_point": "inc"}})
+    assert checked.entry_point == "inc"
+    for bad, message in (
+        ({"assert_case": []}, "non-empty list of strings"),
+        ({"assert_case": "assert f()"}, "non-empty list of strings"),
+        ({"assert_case": ["assert f()"], "inputs": ["1\n"], "outputs": [None]}, "not supported"),
+        ({"assert_case": ["assert f()"], "inputs": [""], "outputs": ["1"]}, "not supported"),
+        ({"assert_case": ["assert f("]}, "does not parse"),
+        ({"assert_case": ["def check(f):\n    pass\n"]}, "no entry_point"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            normalize_tests({"dataset_json": bad})
+
+
 def test_humaneval_shape_keeps_prompt_and_entry_point() -> None:
     row = {
         "prompt": "def f(x):\n",
