@@ -59,11 +59,11 @@ SNIPPETS = trl_snippets()
 
 def answer_script(context: str, row: int) -> str:
     """Answer right away; with tools in the prompt, first have the python tool work the product out (and leave it in
-    ``answer``, where the docs' final check looks)."""
+    answer.txt, where the docs' final check looks)."""
     from tests.integration.trl_model import tool_answers, tool_call
 
     if "<tools>" in context and not tool_answers(context):
-        return tool_call("python", code="answer = 6 * 7\nanswer")
+        return tool_call("python", code="answer = 6 * 7\nopen('answer.txt', 'w').write(str(answer))\nanswer")
     return ANSWER
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 import importlib.util
 import inspect
+import textwrap
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
@@ -27,6 +28,7 @@ from tests.conftest import DaemonProcess, skip_or_fail
 from tests.integration.helpers import trl_offline
 
 pytestmark = pytest.mark.docker
+REPO = Path(__file__).resolve().parents[2]
 
 
 def trl_tools(env: object) -> dict[str, Callable[..., Any]]:
@@ -125,6 +127,18 @@ def test_tool_schemas_are_what_transformers_makes_of_the_docstrings(daemon: Daem
     assert "persistent interpreter" in schemas["python"]["description"]
 
 
+# The check docs/client.md shows for code the model wrote, as written there (the block that imports `solution`).
+def _doc_block(text: str, containing: str) -> str:
+    """The fenced block of `text` that holds `containing`, dedented."""
+    at = text.index(containing)
+    start = text.rindex("```\n", 0, at) + len("```\n")
+    return textwrap.dedent(text[start:text.index("```", at)].rstrip(" "))
+
+
+RUN_APART_CHECK = _doc_block((REPO / "docs" / "client.md").read_text(), "from solution import fib")
+FIB = "def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\n"
+
+
 def test_a_final_check_scores_each_rollout_in_its_own_session(daemon: DaemonProcess,
                                                               open_sessions: Callable[[], int]) -> None:
     count = open_sessions
@@ -143,6 +157,9 @@ def test_a_final_check_scores_each_rollout_in_its_own_session(daemon: DaemonProc
         ("1 / 0", [("python", "1")], 0.0),
         # The check sees the session's files, never its interpreter: `x` was the model's variable.
         ("'x' in globals()", [("python", "x = 1")], 0.0),
+        # docs/client.md's check of a program the model wrote, run apart from the check.
+        (RUN_APART_CHECK, [("python", f"open('solution.py', 'w').write({FIB!r})")], 1.0),
+        (RUN_APART_CHECK, [("python", f"open('solution.py', 'w').write({FIB.replace('n - 2', 'n - 3')!r})")], 0.0),
     ]
     envs = [factory() for _ in rollouts]
     # TRL resets a batch's environments, runs their rollouts, then asks each for its reward.
