@@ -285,7 +285,8 @@ class Session:
                 # The others took the sandbox's memory, CPU or pids (runner.crowded_out, starved_out): a
                 # stateless run would go to another sandbox, a cell cannot, so it is answered uncharged.
                 result = {"status": "internal", "limit": "", "value": "", "stdout": "", "stderr": "",
-                          "message": f"{exc}; the cell was not charged and can be run again"}
+                          "message": f"{exc}; " + ("the session was closed" if final else
+                                                   "the cell was not charged and can be run again")}
             result["time_seconds"] = time.monotonic() - started
             self.cells_run += 1
             if final:
