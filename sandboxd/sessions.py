@@ -306,7 +306,7 @@ class SessionManager:
         try:
             reply = await session.sandbox.request(
                 {"op": "session_cell", "session": session.handle, "code": request.code, "timeout": timeout,
-                 "output": session.limits["output"]},
+                 "output": session.limits["output"], "final": request.final},
                 timeout=timeout * DEADLINE_STRETCH + AGENT_SLACK_SECONDS)  # a command cell's deadline moves
         except SandboxFull as exc:
             # "full" is no lost sandbox: the sandbox and its other sessions live on. The agent answers a cell
@@ -316,12 +316,12 @@ class SessionManager:
                 self.pool.mark_full(session.sandbox)  # no new session there until its room is back
             await self._end(session, f"its cell found the sandbox full: {exc}", "died", tell_agent=False)
             metrics.SESSION_CELLS.labels(session.language, "internal").inc()
-            return pb.CellResult(status=pb.STATUS_INTERNAL, session_alive=False,
+            return pb.CellResult(status=pb.STATUS_INTERNAL, session_alive=False, final=request.final,
                                  message=f"{exc}; the session was closed")
         except SandboxLost:
             self._sandbox_lost(session.sandbox)
             metrics.SESSION_CELLS.labels(session.language, "sandbox_lost").inc()
-            return pb.CellResult(status=pb.STATUS_SANDBOX_LOST, session_alive=False,
+            return pb.CellResult(status=pb.STATUS_SANDBOX_LOST, session_alive=False, final=request.final,
                                  message="the session's sandbox was lost; the session is closed")
         finally:
             session.busy = False
@@ -340,7 +340,11 @@ class SessionManager:
         if status == "busy":
             raise SessionBusy(message)  # the agent ran nothing: not a cell of the session's max_cells
         session.cells_run += 1
-        if not alive:
+        if request.final:
+            # The agent ended it with the cell (agent/sessions.py), whatever the cell's outcome.
+            alive = False
+            await self._end(session, "closed by its final cell", "closed", tell_agent=agent_holds_it)
+        elif not alive:
             await self._end(session, f"the session died: {message}", "died", tell_agent=agent_holds_it)
         elif session.cells_run >= self.config.sessions.max_cells:
             alive = False
@@ -360,6 +364,7 @@ class SessionManager:
             time_seconds=float(result.get("time_seconds", 0.0)),
             session_alive=alive,
             message=message,
+            final=request.final,
         )
 
     # ---- ending ------------------------------------------------------------------

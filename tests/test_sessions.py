@@ -325,6 +325,41 @@ async def test_a_cell_the_agent_refuses_as_busy_is_not_counted_against_max_cells
         await pool.close()
 
 
+class RecordingSandbox(ScriptedSandbox):
+    """A ScriptedSandbox that keeps the requests it was sent."""
+
+    sent: list[dict]
+
+    async def request(self, message: dict, timeout: float, withdrawal: object = None) -> dict:
+        self.sent.append(message)
+        return await super().request(message, timeout, withdrawal)
+
+
+async def test_a_final_cell_is_asked_of_the_agent_said_in_its_result_and_ends_the_session() -> None:
+    """RunCellRequest.final reaches the agent (which kills the session's processes and runs the cell in a fresh
+    one); the answer says it ran as final, and the session is over whatever the agent said of it."""
+    pool = _pool(Config(), "sessions")
+    sandbox = RecordingSandbox(name="s0", pool="sessions", container_id="0", control_dir="/x", started_by="cold")
+    sandbox.sent = []
+    sandbox.replies = [{"session": 7}, {"result": {"status": "ok", "value": "2", "alive": True}},
+                       {"result": {"status": "ok", "value": "1", "alive": True}}]
+    pool.sandboxes = [sandbox]
+    manager = SessionManager(pool, Config())
+    try:
+        session = await manager.open(pb.OpenSessionRequest())
+        plain = await manager.run_cell(pb.RunCellRequest(session_id=session.id, code="1 + 1"))
+        assert (plain.value, plain.session_alive, plain.final) == ("2", True, False)
+        final = await manager.run_cell(pb.RunCellRequest(session_id=session.id, code="1", final=True))
+        assert (final.status, final.value, final.session_alive, final.final) == (pb.STATUS_OK, "1", False, True)
+        cells = [message for message in sandbox.sent if message["op"] == "session_cell"]
+        assert [message["final"] for message in cells] == [False, True]
+        assert manager.list() == []
+        with pytest.raises(SessionNotFound, match="closed by its final cell"):
+            await manager.run_cell(pb.RunCellRequest(session_id=session.id, code="1"))
+    finally:
+        await pool.close()
+
+
 async def test_a_cell_that_finds_the_sandbox_full_ends_its_session_only() -> None:
     config = Config()
     pool = _pool(config, "sessions")

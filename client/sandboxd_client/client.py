@@ -60,7 +60,7 @@ from ._requests import (
     validate_batch,
     validate_job,
 )
-from .errors import InvalidRequest, SandboxdError, SessionNotFound, Unavailable, from_rpc_error
+from .errors import InvalidRequest, SandboxdError, SessionNotFound, Unavailable, Unimplemented, from_rpc_error
 
 __all__ = ["AsyncSandboxClient", "AsyncSession", "SandboxClient", "Session"]
 
@@ -274,15 +274,24 @@ class _SessionBase:
         """The daemon's session id."""
         return self.info.session_id
 
-    def _cell_call(self, code: str, timeout: float | None) -> tuple[pb.RunCellRequest, float]:
+    def _cell_call(self, code: str, timeout: float | None, final: bool) -> tuple[pb.RunCellRequest, float]:
         """The RunCell request for ``code`` and the RPC deadline: the cell's limit, as far as the daemon may stretch
         it (DEADLINE_STRETCH), plus the client's margin."""
         if self._closed:
             raise SessionNotFound(f"session {self.id} is closed")
         code = _check_str(code, "code")
         timeout = _check_finite(timeout, "timeout", positive=True)
-        request = pb.RunCellRequest(session_id=self.id, code=code, timeout_seconds=timeout or 0.0)
+        request = pb.RunCellRequest(session_id=self.id, code=code, timeout_seconds=timeout or 0.0, final=bool(final))
         return request, (timeout or self._cell_timeout) * DEADLINE_STRETCH + self._client._margin
+
+    def _cell_result(self, request: pb.RunCellRequest, msg: pb.CellResult) -> CellResult:
+        """The answer to ``request``; Unimplemented for a final cell that a daemon without ``final`` ran as any cell,
+        in the session's interpreter, where the session's code could have made its result."""
+        if request.final and not msg.final:
+            raise Unimplemented(
+                f"the daemon does not run final cells (it predates RunCellRequest.final): it ran the cell in "
+                f"session {self.id}'s own interpreter, so its result is not trusted")
+        return to_cell_result(msg)
 
     def _close_request(self) -> tuple[pb.CloseSessionRequest, float]:
         """The Close request and its RPC timeout."""
@@ -625,18 +634,23 @@ class Session(_SessionBase):
     _client: SandboxClient
     _channel: grpc.Channel
 
-    def run(self, code: str, *, timeout: float | None = None) -> CellResult:
+    def run(self, code: str, *, timeout: float | None = None, final: bool = False) -> CellResult:
         """Run one cell. Never retried: a cell is not idempotent.
 
+        ``final=True`` runs it as the session's final check (docs/sessions.md):
+        every process of the session is killed first, the code runs in a fresh
+        interpreter (a fresh bash for a bash session) that sees the session's
+        files but none of its interpreter state, and the session ends with it.
         Raises :class:`SessionNotFound` when the session is gone (expired,
-        closed, or lost with its sandbox).
+        closed, or lost with its sandbox); :class:`Unimplemented` for a final
+        cell that a daemon too old to know ``final`` ran as an ordinary cell.
         """
-        request, deadline = self._cell_call(code, timeout)
+        request, deadline = self._cell_call(code, timeout, final)
         try:
             msg = self._stub.RunCell(request, timeout=deadline, metadata=self._client._metadata)
         except grpc.RpcError as e:
             raise from_rpc_error(e) from None
-        return to_cell_result(msg)
+        return self._cell_result(request, msg)
 
     def close(self) -> None:
         """Give the sandbox back. Idempotent; a session the daemon already dropped is fine."""
@@ -924,14 +938,14 @@ class AsyncSession(_SessionBase):
     _client: AsyncSandboxClient
     _channel: grpc.aio.Channel
 
-    async def run(self, code: str, *, timeout: float | None = None) -> CellResult:
-        """Run one cell. Never retried: a cell is not idempotent."""
-        request, deadline = self._cell_call(code, timeout)
+    async def run(self, code: str, *, timeout: float | None = None, final: bool = False) -> CellResult:
+        """Run one cell. Never retried: a cell is not idempotent. ``final`` as :meth:`Session.run`."""
+        request, deadline = self._cell_call(code, timeout, final)
         try:
             msg = await self._stub.RunCell(request, timeout=deadline, metadata=self._client._metadata)
         except grpc.RpcError as e:
             raise from_rpc_error(e) from None
-        return to_cell_result(msg)
+        return self._cell_result(request, msg)
 
     async def close(self) -> None:
         """Give the sandbox back. Idempotent; a session the daemon already dropped is fine."""

@@ -9,7 +9,7 @@ Nothing from TRL is imported: the functions only follow its convention.
 :class:`SandboxEnvironment` is a tool-use environment for ``GRPOTrainer``'s
 ``environment_factory``: one sandboxd session per rollout, with ``python`` and
 ``bash`` tools. :class:`SandboxCheckEnvironment` adds ``get_reward``: a final
-check run in the rollout's session scores it.
+check of the files the rollout's session left scores it.
 """
 
 from __future__ import annotations
@@ -522,14 +522,14 @@ class SandboxEnvironment:
         if finalizer is not None:
             finalizer()  # closes the session, once
 
-    def _cell(self, code: str) -> CellResult:
+    def _cell(self, code: str, *, final: bool = False) -> CellResult:
         if self._session is None:
             session = self._client().open_session(
                 "python", timeout=self._timeout, memory_bytes=self._memory_bytes, idle_timeout=self._idle_timeout
             )
             self._session, self._finalizer = session, weakref.finalize(self, _close_quietly, session)
         try:
-            result = self._session.run(code)
+            result = self._session.run(code, final=final)
         except SessionNotFound:
             self._lost = True
             self._close_session()  # expired or lost with its sandbox: the next call opens a fresh one
@@ -587,16 +587,19 @@ _Check = str | Callable[[dict[str, Any]], str | None]
 
 
 class SandboxCheckEnvironment(SandboxEnvironment):
-    """A :class:`SandboxEnvironment` that scores each rollout with a final check run in its session.
+    """A :class:`SandboxEnvironment` that scores each rollout with a final check of the files its session left.
 
     TRL calls :meth:`get_reward` once a rollout ends (and then needs no
     ``reward_funcs``; given some, it adds this reward to theirs with weight 1,
     logged as ``rewards/SandboxCheckEnvironment``). The check is Python code run
-    as the session's last cell, after the model's tool calls, so it sees their
-    variables and files: ``"assert fib(10) == 55"``, ``"result == 42"``,
-    ``"sum(run_tests()) / 10"``. ``check`` is that code, or a function of the
-    dataset row (TRL passes the row to :meth:`reset`) returning it, or None for
-    a row without a check::
+    as the session's final cell (``Session.run(final=True)``): every process
+    of the session is killed, and the check runs in a fresh interpreter in the
+    session's folder. It sees the files the model's tool calls left, not their
+    variables, imports or patches: ``"open('answer.txt').read().strip() ==
+    '42'"``, ``"json.load(open('result.json'))['total'] == 10"`` (import what
+    it uses). ``check`` is that code, or a function of the dataset row (TRL
+    passes the row to :meth:`reset`) returning it, or None for a row without a
+    check::
 
         partial(SandboxCheckEnvironment, check=lambda row: row["check"])
 
@@ -608,10 +611,11 @@ class SandboxCheckEnvironment(SandboxEnvironment):
     session was lost to the infrastructure before it (expired, or lost with
     its sandbox), or for a row whose check is None. A rollout that called no
     tool is checked in a fresh session. Nothing raises into the trainer, and
-    the session is closed once checked. The check runs in the model's own
-    interpreter: the model's code can change what it sees (redefine the names
-    it calls, patch builtins), so write checks that compare plain values.
-    Other arguments are :class:`SandboxEnvironment`'s.
+    the session is closed once checked. What the model wrote is data to the
+    check until the check runs it: a check that imports or executes the
+    model's code gives it the check's process (docs/client.md shows how to
+    run it apart). A daemon too old to run final cells scores
+    ``infra_failure_value``. Other arguments are :class:`SandboxEnvironment`'s.
     """
 
     def __init__(
@@ -653,7 +657,7 @@ class SandboxCheckEnvironment(SandboxEnvironment):
             self._code = code
 
     def get_reward(self) -> float | None:
-        """The rollout's reward: its final check, run in its session, which is then closed."""
+        """The rollout's reward: its final check, in a fresh interpreter on its session's files; the session ends."""
         if not self._scored:
             self._reward, self._scored = self._score(), True
         return self._reward
@@ -668,7 +672,7 @@ class SandboxCheckEnvironment(SandboxEnvironment):
                 log.warning("sandboxd: the rollout's session was lost before its check, reward %r",
                             self._infra_failure_value)
                 return self._infra_failure_value
-            result = self._cell(self._code)
+            result = self._cell(self._code, final=True)
             if result.status.is_infrastructure_failure:
                 log.warning("sandboxd: the check could not run, reward %r: %s", self._infra_failure_value,
                             status_and_message(result.status.name, result.message))

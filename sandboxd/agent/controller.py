@@ -878,7 +878,8 @@ class Controller:
             try:
                 result = await session.run_cell(require(request, "code", str),
                                                 float(require(request, "timeout", (int, float))),
-                                                require(request, "output", int))
+                                                require(request, "output", int),
+                                                final=require(request, "final", bool, default=False))
             except Exception:
                 # The daemon ends a session whose cell got no result without
                 # telling us (it counts it dead): end it here too.

@@ -105,19 +105,27 @@ def end_if_forked(own_pid: int) -> None:
         os._exit(0)
 
 
-def serve(channel: socket.socket, results: socket.socket, receive: Any) -> NoReturn:
+def serve(channel: socket.socket, results: socket.socket, receive: Any, *, final: bool = False) -> NoReturn:
     """The session loop: one cell per frame on `channel` until it closes.
 
     `receive(channel)` returns (cell, fds) with fds = [stdout, stderr]. SIGINT
     is blocked outside cells, so the controller's interrupt at a deadline can
     only land inside the cell it was meant for; one that arrives late is
-    discarded before the next cell starts.
+    discarded before the next cell starts. `final`: a session's final check
+    (sessions.py), which must not pick up the session's files as modules
+    (`import json` finding a json.py there), nor hand its channels to what it
+    runs (a program of the session's writing an answer on the results socket,
+    which came over SCM_RIGHTS without close-on-exec, before the check's own).
     """
     namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     devnull = os.open(os.devnull, os.O_WRONLY)
-    sys.path[0:0] = [os.getcwd()]
+    if final:
+        channel.set_inheritable(False)
+        results.set_inheritable(False)
+    else:
+        sys.path[0:0] = [os.getcwd()]
     own_pid = os.getpid()
     while True:
         try:

@@ -124,7 +124,7 @@ CURRENT_JOB: ContextVar[JobWithdrawal | None] = ContextVar("sandboxd_current_job
 
 @dataclass
 class RunSpec:
-    mode: str  # python | exec | py_callee | py_judge | math_server | py_session
+    mode: str  # python | exec | py_callee | py_judge | math_server | py_session | py_final
     uid: int
     cwd: str
     timeout: float

@@ -21,6 +21,12 @@ start of the next, so they take no CPU from the other sessions' cells; and
 what a session's files hold of /tmp (and /dev/shm) after a cell is held to
 its share, 1 / sessions.per_sandbox of the tmpfs's bytes and entries, or the
 session ends there (its files removed before the cell's answer).
+
+A final cell (RunCell's `final`) checks what a session left behind where its
+own code cannot fake the verdict: every process of the session's uid is
+killed first, then the cell runs in a fresh process (a Python interpreter
+forked from the zygote that ran none of the session's cells, or a bash that
+restores none of its state), and the session ends with it.
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ from sandboxd.agent.runner import (
     SandboxFull,
     _as_uid,
     classify,
+    kill_uid,
     sigkill_uid,
     starved_reason,
 )
@@ -90,6 +97,11 @@ DIRSTACK|EPOCHREALTIME|EPOCHSECONDS|COMP_*|OPTIND|OPTARG|OPTERR|SHLVL|_|__sandbo
   exit $__sandboxd_status
 }
 trap __sandboxd_save EXIT
+__sandboxd_cell=$(cat)
+eval "$__sandboxd_cell"
+"""
+# A final bash cell: the cell from stdin, as above, in a shell that restores nothing the session's cells saved.
+BASH_FINAL = r"""
 __sandboxd_cell=$(cat)
 eval "$__sandboxd_cell"
 """
@@ -252,7 +264,8 @@ class Session:
     async def start(self) -> None:
         """Make the session ready for its first cell."""
 
-    async def run_cell(self, code: str, timeout: float, output_limit: int) -> dict[str, Any]:
+    async def run_cell(self, code: str, timeout: float, output_limit: int, *, final: bool = False) -> dict[str, Any]:
+        """Run one cell; a `final` one in a fresh process once the session's are killed, and end the session."""
         if not self.alive:
             return {"status": "internal", "message": "the session is closed", "alive": False}
         if self._lock.locked():
@@ -261,14 +274,23 @@ class Session:
             before = scan(self.workdir)
             started = time.monotonic()
             try:
-                result = await self._run_cell(code, timeout, output_limit)
+                if final:
+                    # Nothing the session started may run beside the check, or outlive it: a thread or process
+                    # left behind could print a verdict, rewrite a file the check reads, or trace the check.
+                    await kill_uid(self.uid, self.controller.reap)
+                    result = await self._run_final_cell(code, timeout, output_limit)
+                else:
+                    result = await self._run_cell(code, timeout, output_limit)
             except SandboxFull as exc:
                 # The others took the sandbox's memory, CPU or pids (runner.crowded_out, starved_out): a
                 # stateless run would go to another sandbox, a cell cannot, so it is answered uncharged.
                 result = {"status": "internal", "limit": "", "value": "", "stdout": "", "stderr": "",
-                          "message": f"{exc}; the cell was not charged and can be run again"}
+                          "message": f"{exc}; " + ("the session was closed" if final else
+                                                   "the cell was not charged and can be run again")}
             result["time_seconds"] = time.monotonic() - started
             self.cells_run += 1
+            if final:
+                self.close()
             if self.alive and not await self._between_cells():
                 result["message"] = (f"{result.get('message') or ''}; " if result.get("message") else "") + \
                     "the session's processes could not be stopped until its next cell (no pid left to do it " \
@@ -311,6 +333,10 @@ class Session:
     async def _run_cell(self, code: str, timeout: float, output_limit: int) -> dict[str, Any]:
         raise NotImplementedError
 
+    async def _run_final_cell(self, code: str, timeout: float, output_limit: int) -> dict[str, Any]:
+        """Run a final cell in a fresh process; the session's own processes are gone."""
+        raise NotImplementedError
+
     def ended_between_cells(self) -> str:
         """Why the session can run no more cells though none of its cells failed, or "" while it can."""
         return ""
@@ -324,14 +350,22 @@ class BashSession(Session):
     language = "bash"
 
     async def _run_cell(self, code: str, timeout: float, output_limit: int) -> dict[str, Any]:
+        return await self._run_bash(["-c", BASH_WRAPPER, "sandboxd-session", f"{self.workdir}/{BASH_STATE_FILE}"],
+                                    code, timeout, output_limit, self.controller.env(self.workdir))
+
+    async def _run_final_cell(self, code: str, timeout: float, output_limit: int) -> dict[str, Any]:
+        return await self._run_bash(["-c", BASH_FINAL], code, timeout, output_limit, final_env(self.controller,
+                                                                                                self.workdir))
+
+    async def _run_bash(self, args: list[str], code: str, timeout: float, output_limit: int,
+                        env: dict[str, str]) -> dict[str, Any]:
         controller = self.controller
         limits = dict(self.limits, timeout=timeout)
         spec = RunSpec(
             mode="exec", uid=self.uid, cwd=self.workdir, timeout=timeout, output_limit=output_limit,
-            argv=["bash", "--noprofile", "--norc", "-c", BASH_WRAPPER, "sandboxd-session",
-                  f"{self.workdir}/{BASH_STATE_FILE}"],
+            argv=["bash", "--noprofile", "--norc", *args],
             stdin=code.encode(), rlimits=controller.rlimits(limits, address_space=True),
-            env=controller.env(self.workdir), memory_limit=int(limits.get("memory") or 0),
+            env=env, memory_limit=int(limits.get("memory") or 0),
         )
         outcome = await controller.runner.run(spec)
         status, limit, message = classify(outcome, spec)
@@ -355,11 +389,7 @@ class PythonSession(Session):
 
     async def start(self) -> None:
         controller = self.controller
-        # The interpreter lives as long as the session: its CPU rlimit is the
-        # session's lifetime, its address space the session's memory limit.
-        rlimits = controller.rlimits(dict(self.limits, timeout=self.limits["lifetime"]), address_space=True)
-        await self.interpreter.start(RunSpec(mode="py_session", uid=self.uid, cwd=self.workdir, timeout=0,
-                                             output_limit=0, rlimits=rlimits, env=controller.env(self.workdir)))
+        await self._start_interpreter("py_session", controller.env(self.workdir))
         # For the session's life, cells and what they leave running between them alike: its memory is held
         # to its limit, and its CPU counts as the other runs' for the runs beside it (runner.starved_out).
         memory_limit = int(self.limits.get("memory") or 0)
@@ -369,6 +399,23 @@ class PythonSession(Session):
         self._oom_kills_alive = usage.oom_kills()
         if not await self._between_cells():
             raise SandboxFull("no pid was left to stop the session's interpreter with until its first cell")
+
+    async def _start_interpreter(self, mode: str, env: dict[str, str]) -> None:
+        # The interpreter lives as long as the session: its CPU rlimit is the
+        # session's lifetime, its address space the session's memory limit.
+        rlimits = self.controller.rlimits(dict(self.limits, timeout=self.limits["lifetime"]), address_space=True)
+        await self.interpreter.start(RunSpec(mode=mode, uid=self.uid, cwd=self.workdir, timeout=0,
+                                             output_limit=0, rlimits=rlimits, env=env))
+
+    async def _run_final_cell(self, code: str, timeout: float, output_limit: int) -> dict[str, Any]:
+        # The session's interpreter was killed with the rest of its uid; the check gets one of its own, forked
+        # from the zygote (repl.serve's `final`), answering on the same terms as a cell.
+        self.interpreter.close()
+        self.interpreter = ResidentWorker(self.controller.runner, RESULT_FRAME_BYTES)
+        self._seq = 0
+        await self._start_interpreter("py_final", final_env(self.controller, self.workdir))
+        self._oom_kills_alive = usage.oom_kills()
+        return await self._run_cell(code, timeout, output_limit)
 
     async def _between_cells(self) -> bool:
         if pause_uid(self.uid):
@@ -497,6 +544,12 @@ class PythonSession(Session):
         if self._watched is not None:
             self.controller.runner.usage.unwatch(self._watched)
         self.interpreter.close()
+
+
+def final_env(controller: Controller, workdir: str) -> dict[str, str]:
+    """A final cell's environment: a cell's, and a Python it starts reads no site-packages from the session's
+    folder (its HOME) either."""
+    return dict(controller.env(workdir), PYTHONNOUSERSITE="1")
 
 
 SESSION_TYPES: dict[str, type[Session]] = {"python": PythonSession, "bash": BashSession}

@@ -100,7 +100,7 @@ _ABSTRACT_SCOPE_ARGS = (ctypes.byref(_ABSTRACT_SCOPE), ctypes.c_size_t(ctypes.si
 # (to /dev/shm, which is capped). Built here, in the zygote, like the Landlock
 # attribute below. seccomp_data (include/uapi/linux/seccomp.h): nr at byte 0,
 # arch at byte 4.
-CANDIDATE_MODES = frozenset({"python", "exec", "py_callee", "py_session"})
+CANDIDATE_MODES = frozenset({"python", "exec", "py_callee", "py_session", "py_final"})
 PR_SET_SECCOMP = 22
 SECCOMP_MODE_FILTER = 2
 SECCOMP_RET_ALLOW = 0x7FFF0000
@@ -217,7 +217,14 @@ def main(channel: socket.socket) -> NoReturn:
         os.setresuid(uid, uid, uid)
         # Again: the kernel clears it on a credential change.
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if job["mode"] in CANDIDATE_MODES:
+        if job["mode"] == "py_final":
+            # A session's final check (sessions.py): what it runs of the
+            # session's (a program in its folder) is of the same uid, and a
+            # dumpable check it could trace, or read the descriptors of
+            # (/proc/<pid>/fd), and answer for. Its memory then counts whole
+            # (usage.memory_of_run); what it execs is dumpable again.
+            _prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+        elif job["mode"] in CANDIDATE_MODES:
             # So is dumpability, without which the agent cannot read how much
             # of its memory the run shares (usage.memory_of_run). An exec'd
             # program is dumpable anyway. No core is written (RLIMIT_CORE 0),
@@ -257,10 +264,10 @@ def main(channel: socket.socket) -> NoReturn:
         from sandboxd.agent import mathserver
 
         mathserver.serve(channel, socket.socket(fileno=fds[3]))
-    elif mode == "py_session":
+    elif mode in ("py_session", "py_final"):
         from sandboxd.agent import repl
 
-        repl.serve(channel, socket.socket(fileno=fds[3]), _receive_job)
+        repl.serve(channel, socket.socket(fileno=fds[3]), _receive_job, final=mode == "py_final")
     os._exit(HARNESS_FAILURE_EXIT)
 
 

@@ -78,9 +78,10 @@ def default_verdict(job: pb.Job) -> pb.JobResult:
 
 
 class _Session(TypedDict):
-    """A scripted session: the names it has been given, and how many cells it has run."""
+    """A scripted session: the names its interpreter has been given, its files, and how many cells it has run."""
 
     vars: dict[str, str]
+    files: dict[str, str]
     cells: int
 
 
@@ -102,6 +103,9 @@ class FakeSandboxd(
         self.open_failures: list[Abort] = []
         # Canned answers to a cell's exact code; a canned answer with session_alive false ends the session.
         self.cells: dict[str, pb.CellResult] = {}
+        # False: a daemon that predates RunCellRequest.final, which runs a final cell as any other.
+        self.knows_final = True
+        self.cell_requests: list[pb.RunCellRequest] = []
         self._ids = itertools.count(1)
 
     async def _answer(self, job: pb.Job, context: grpc.aio.ServicerContext) -> pb.JobResult:
@@ -138,7 +142,7 @@ class FakeSandboxd(
     async def Open(self, request: pb.OpenSessionRequest, context: grpc.aio.ServicerContext) -> pb.SessionInfo:
         self.open_requests.append(request)
         session_id = f"{self.name}-{next(self._ids)}"
-        self.sessions[session_id] = {"vars": {}, "cells": 0}
+        self.sessions[session_id] = {"vars": {}, "files": {}, "cells": 0}
         if self.open_failures:
             failure = self.open_failures.pop(0)
             await context.abort(failure.code, failure.details)
@@ -149,15 +153,28 @@ class FakeSandboxd(
         if session is None:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"no session {request.session_id}")
         assert session is not None  # context.abort raises
+        self.cell_requests.append(request)
         session["cells"] = int(session["cells"]) + 1
-        code = request.code.strip()
+        final = request.final and self.knows_final
+        answer = self._cell(session, request.code.strip(), final)
+        if final:
+            answer.final, answer.session_alive = True, False
+        if not answer.session_alive:
+            self.sessions.pop(request.session_id, None)
+        return answer
+
+    def _cell(self, session: _Session, code: str, final: bool) -> pb.CellResult:
         if code in self.cells:
-            answer = self.cells[code]
-            if not answer.session_alive:
-                del self.sessions[request.session_id]
+            answer = pb.CellResult()
+            answer.CopyFrom(self.cells[code])
             return answer
-        # Cells are "name = value" or "name": enough to show state kept between calls.
-        names: dict[str, str] = session["vars"]
+        # Cells are "name = value" and "name" (the interpreter's names), "file name = value" (a file written):
+        # enough to show state kept between calls. A final cell runs in a fresh interpreter: it sees the files only.
+        names: dict[str, str] = session["files"] if final else session["vars"]
+        if code.startswith("file ") and "=" in code:
+            key, value = (s.strip() for s in code[len("file "):].split("=", 1))
+            session["files"][key] = value
+            return pb.CellResult(status=pb.STATUS_OK, session_alive=True, stdout=self.name)
         if "=" in code:
             key, value = (s.strip() for s in code.split("=", 1))
             names[key] = value

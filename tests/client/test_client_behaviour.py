@@ -17,6 +17,7 @@ from conftest import FAST, StartFake, Twin
 from fake_daemon import Abort, Delay, FakeServer
 from sandboxd_client import (
     AsyncSandboxClient,
+    CellResult,
     DeadlineExceeded,
     InvalidRequest,
     MessageTooLarge,
@@ -26,6 +27,7 @@ from sandboxd_client import (
     SessionNotFound,
     Status,
     Unavailable,
+    Unimplemented,
     math_job,
     reward_model_health_service,
     reward_model_job,
@@ -318,6 +320,35 @@ async def test_session_keeps_state_async(fake: FakeServer) -> None:
             assert (await session.run("x")).value == "1"
         with pytest.raises(SessionNotFound):
             await session.run("x")
+
+
+def test_a_final_cell_is_asked_for_and_trusted_only_when_the_daemon_ran_it_as_one(twin: Twin, fake: FakeServer) -> None:
+    """A daemon that predates RunCellRequest.final drops the field and runs the cell in the session's own
+    interpreter, where the session's code could have made its result: that answer must not pass for a final one."""
+
+    def run() -> CellResult:
+        if twin.kind == "sync":
+            with SandboxClient(fake.address, retry_policy=FAST) as client, client.open_session() as session:
+                session.run("answer = 41")  # the interpreter's, which a final cell does not see
+                session.run("file answer = 42")
+                return session.run("answer", final=True)
+
+        async def go() -> CellResult:
+            async with AsyncSandboxClient(fake.address, retry_policy=FAST) as client, \
+                    await client.open_session() as session:
+                await session.run("answer = 41")
+                await session.run("file answer = 42")
+                return await session.run("answer", final=True)
+
+        return asyncio.run(go())
+
+    answer = run()
+    assert (answer.value, answer.session_alive) == ("42", False)
+    assert [request.final for request in fake.fake.cell_requests] == [False, False, True]
+    fake.fake.knows_final = False
+    with pytest.raises(Unimplemented, match="does not run final cells"):
+        run()
+    assert fake.fake.sessions == {}
 
 
 def test_a_retried_open_sends_its_request_id_again_and_each_open_its_own(twin: Twin, fake: FakeServer) -> None:

@@ -1,5 +1,6 @@
 """The tool-use adapters' shared parts (sandboxd_client._tools) and SandboxCheckEnvironment's final check, pure and
-against FakeSandboxd (whose cells are ``name = value`` and ``name``, or answers canned by their code)."""
+against FakeSandboxd (whose cells are ``name = value`` and ``name`` in the interpreter, ``file name = value`` a file,
+which is all a final cell sees, or answers canned by their code)."""
 
 from __future__ import annotations
 
@@ -79,16 +80,17 @@ def test_the_check_runs_last_in_the_rollouts_session_which_then_closes(fake: Fak
                                                                        env_options: dict[str, Any]) -> None:
     env = SandboxCheckEnvironment(check="passed", **env_options)
     env.reset(prompt="p")
-    env.python("passed = True")
+    env.python("file passed = True")
     (session_id,) = fake.fake.sessions
     assert env.get_reward() == 1.0
+    assert fake.fake.cell_requests[-1].session_id == session_id and fake.fake.cell_requests[-1].final
     assert not fake.fake.sessions, "the session is closed once checked"
     opened = len(fake.fake.open_requests)
     assert env.get_reward() == 1.0, "asked again before the next reset, the same reward"
     assert len(fake.fake.open_requests) == opened
     # The next rollout is checked in its own session.
     env.reset(prompt="p")
-    env.python("passed = False")
+    env.python("file passed = False")
     assert set(fake.fake.sessions) != {session_id}
     assert env.get_reward() == 0.0
 
@@ -96,10 +98,10 @@ def test_the_check_runs_last_in_the_rollouts_session_which_then_closes(fake: Fak
 def test_a_check_per_row_from_the_row_trl_passes_to_reset(fake: FakeServer, env_options: dict[str, Any]) -> None:
     env = SandboxCheckEnvironment(check=lambda row: row["check"], failure_value=-1.0, **env_options)
     env.reset(prompt="p", check="score")
-    env.python("score = 0.5")
+    env.python("file score = 0.5")
     assert env.get_reward() == 0.5
     env.reset(prompt="p", check="missing_name")  # the check raises NameError
-    env.python("score = 0.5")
+    env.python("file score = 0.5")
     assert env.get_reward() == -1.0
     # A row without a check is not scored, and holds no session for it.
     env.reset(prompt="p", check=None)
@@ -107,7 +109,7 @@ def test_a_check_per_row_from_the_row_trl_passes_to_reset(fake: FakeServer, env_
     assert env.get_reward() is None
     assert len(fake.fake.open_requests) == opened
     env.reset(prompt="p", check=None)
-    env.python("score = 1")
+    env.python("file score = 1")
     assert env.get_reward() is None and not fake.fake.sessions
     with pytest.raises(TypeError, match="must return Python code"):
         env.reset(prompt="p", check=7)
@@ -127,28 +129,52 @@ def test_a_session_the_model_ended_is_checked_afresh_one_the_daemon_lost_is_not_
     # The model's own cell ended its interpreter (os._exit): the check runs, in a fresh session, and fails.
     fake.fake.cells["exit"] = pb.CellResult(status=pb.STATUS_RUNTIME_ERROR, session_alive=False)
     env.reset()
-    env.python("passed = True")
+    env.python("file passed = True")
     env.python("exit")
     assert env.get_reward() == 0.0
-    # The daemon dropped the session (expired, or lost with its sandbox): the state the check judges is gone.
+    # The daemon dropped the session (expired, or lost with its sandbox): the files the check judges are gone.
     env.reset()
-    env.python("passed = True")
+    env.python("file passed = True")
     fake.fake.sessions.clear()
     with pytest.raises(KeyError):  # SessionNotFound, the tool's error for the model
         env.python("passed")
-    env.python("passed = True")  # a fresh session, without what the rollout did before
+    env.python("file passed = True")  # a fresh session, without what the rollout did before
     assert env.get_reward() is None
     assert not fake.fake.sessions
     # A cell the infrastructure ended (a starved cell that did not take its interrupt) loses the state too.
     fake.fake.cells["starved"] = pb.CellResult(status=pb.STATUS_INTERNAL, session_alive=False)
     env.reset()
-    env.python("passed = True")
+    env.python("file passed = True")
     env.python("starved")
     assert env.get_reward() is None
     # The next rollout is scored again.
     env.reset()
-    env.python("passed = True")
+    env.python("file passed = True")
     assert env.get_reward() == 1.0
+
+
+def test_the_check_sees_the_sessions_files_never_its_interpreter(fake: FakeServer,
+                                                                 env_options: dict[str, Any]) -> None:
+    """The check ran as the last cell of the model's own interpreter: whatever the model bound or patched there
+    (the check's names, builtins, an object equal to everything) made the verdict. It now runs as a final cell,
+    which sees the session's files alone."""
+    env = SandboxCheckEnvironment(check="passed", **env_options)
+    env.reset()
+    env.python("passed = True")  # the interpreter's state: what a patched builtin or rebound name stands for here
+    env.python("file passed = False")
+    assert env.get_reward() == 0.0
+    assert [request.final for request in fake.fake.cell_requests] == [False, False, True]
+
+
+def test_a_daemon_that_cannot_run_final_cells_scores_no_reward(fake: FakeServer, env_options: dict[str, Any]) -> None:
+    """A daemon that predates RunCellRequest.final runs the check in the model's interpreter: its answer is not
+    taken, whatever it says."""
+    fake.fake.knows_final = False
+    env = SandboxCheckEnvironment(check="passed", failure_value=-1.0, **env_options)
+    env.reset()
+    env.python("passed = True")
+    assert env.get_reward() is None
+    assert not fake.fake.sessions
 
 
 def test_infrastructure_failures_score_the_infra_value_and_never_raise(start_fake: StartFake) -> None:
@@ -159,7 +185,7 @@ def test_infrastructure_failures_score_the_infra_value_and_never_raise(start_fak
     env.reset()
     assert env.get_reward() == -0.5 and not server.fake.sessions
     env.reset()
-    env.python("x = 1")
+    env.python("file x = 1")
     server.stop()  # the daemon is gone
     assert env.get_reward() == -0.5
     env.reset()

@@ -299,6 +299,68 @@ def test_a_timer_a_cell_leaves_fires_at_the_next_cell(client: SandboxClient) -> 
         assert "exited with status 3" in ended.message, ended
 
 
+# What the final cell's own child (close_fds=False, as os.system would) can reach of the check: its descriptors,
+# memory and environment through /proc, and any socket the check holds (the results socket: an answer of its own).
+FINAL_CHILD = """
+import os, stat
+ppid = os.getppid()
+reached = []
+for what, reach in (("fd", lambda: os.listdir(f"/proc/{ppid}/fd")), ("mem", lambda: open(f"/proc/{ppid}/mem", "rb")),
+                    ("environ", lambda: open(f"/proc/{ppid}/environ", "rb").read())):
+    try:
+        reach()
+        reached.append(what)
+    except OSError:
+        pass
+sockets = 0
+for fd in map(int, os.listdir("/proc/self/fd")):
+    try:
+        sockets += stat.S_ISSOCK(os.fstat(fd).st_mode)
+    except OSError:
+        pass  # the listing's own descriptor, closed since
+print(reached, sockets)
+"""
+
+
+def test_a_final_cell_runs_in_a_fresh_interpreter_on_the_sessions_files(client: SandboxClient) -> None:
+    """A final cell (the check of what a session left): the session's processes killed, its interpreter's state
+    gone, its files there; the check's own children can neither trace it nor answer for it; the session ends."""
+    with client.open_session(timeout=20) as session:
+        leftover = session.run(
+            "import builtins, os, subprocess\nopen('answer.txt', 'w').write('41')\nos.makedirs('sub')\n"
+            "os.chdir('sub')\nx = 1\nos.environ['PYTHONPATH'] = os.getcwd()\nbuiltins.abs = lambda value: 0\n"
+            "subprocess.Popen(['sleep', '1000'], start_new_session=True).pid")
+        assert leftover.ok, leftover
+        final = session.run(
+            "import ctypes, os, subprocess, sys\nhome = os.environ['HOME']\n"
+            "others = [p for p in os.listdir('/proc') if p.isdigit() and int(p) != os.getpid() and "
+            "os.stat('/proc/' + p).st_uid == os.getuid()]\n"
+            f"child = subprocess.run([sys.executable, '-I', '-c', {FINAL_CHILD!r}], close_fds=False, "
+            "capture_output=True, text=True)\n"
+            "('x' in globals(), os.getcwd() == home, [p for p in sys.path if p in ('', '.') or p.startswith(home)], "
+            "open('answer.txt').read(), 'PYTHONPATH' in os.environ, abs(-1), others, "
+            "ctypes.CDLL(None).prctl(3, 0, 0, 0, 0), child.stdout.strip(), child.stderr)", final=True)
+        assert (final.status, final.session_alive) == (Status.OK, False), final
+        assert final.value == "(False, True, [], '41', False, 1, [], 0, '[] 0', '')", final
+        with pytest.raises(SessionNotFound, match="closed by its final cell"):
+            session.run("1")
+
+
+def test_a_final_bash_cell_restores_none_of_the_sessions_shell_state(client: SandboxClient) -> None:
+    with client.open_session("bash") as shell:
+        assert shell.run("echo 41 > answer.txt && mkdir sub && echo 42 > sub/answer.txt && cd sub && "
+                         "head() { echo 42; } && python3() { echo 42; } && export ANSWER=42 PATH=/nowhere:$PATH && "
+                         "shopt -s nullglob").ok
+        own = shell.run("head answer.txt; python3; shopt -q nullglob && echo nullglob")
+        assert own.stdout == "42\n42\nnullglob\n", own
+        final = shell.run("head answer.txt; python3 -c 'print(6 * 7)'; echo \"${ANSWER:-unset}\" \"$PATH\"; "
+                          "[ \"$PWD\" = \"$HOME\" ] && echo home; shopt -q nullglob || echo no-nullglob", final=True)
+        assert (final.status, final.session_alive) == (Status.OK, False), final
+        assert final.stdout == "41\n42\nunset /usr/local/bin:/usr/bin:/bin\nhome\nno-nullglob\n", final
+        with pytest.raises(SessionNotFound):
+            shell.run("true")
+
+
 def test_client_rejects_bad_session_arguments(client: SandboxClient) -> None:
     with pytest.raises(InvalidRequest):
         client.open_session(idle_timeout=-1)

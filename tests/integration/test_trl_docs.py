@@ -58,12 +58,12 @@ SNIPPETS = trl_snippets()
 
 
 def answer_script(context: str, row: int) -> str:
-    """Answer right away; with tools in the prompt, first have the python tool work the product out (and leave it in
-    ``answer``, where the docs' final check looks)."""
+    """Answer right away; with tools in the prompt, first have the bash tool work the product out (and leave it in
+    answer.txt, where the docs' final check looks: the check sees the session's files)."""
     from tests.integration.trl_model import tool_answers, tool_call
 
     if "<tools>" in context and not tool_answers(context):
-        return tool_call("python", code="answer = 6 * 7\nanswer")
+        return tool_call("bash", command="echo $((6 * 7)) | tee answer.txt")
     return ANSWER
 
 
@@ -133,7 +133,7 @@ def test_trl_snippet_runs_as_written(where: str, snippet: str, trl_setup: dict[s
         step = next(e for e in trainer.state.log_history if "loss" in e)
         assert step["tools/call_frequency"] == 1.0 and step["tools/failure_frequency"] == 0.0
         tool_answers = [m["content"] for c in trainer._logs["completion"] for m in c if m["role"] == "tool"]
-        assert tool_answers == ["42", "42"], "the python tool ran in the sandbox"
+        assert tool_answers == ["42", "42"], "the bash tool ran in the sandbox"
         # The snippet's close_all(), or the final check, gave the rollouts' sessions back.
         assert not pb_grpc.SessionsStub(channel).List(pb.ListSessionsRequest(), timeout=10).sessions
 

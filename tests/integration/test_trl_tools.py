@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 import importlib.util
 import inspect
+import textwrap
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
@@ -27,6 +28,7 @@ from tests.conftest import DaemonProcess, skip_or_fail
 from tests.integration.helpers import trl_offline
 
 pytestmark = pytest.mark.docker
+REPO = Path(__file__).resolve().parents[2]
 
 
 def trl_tools(env: object) -> dict[str, Callable[..., Any]]:
@@ -125,6 +127,18 @@ def test_tool_schemas_are_what_transformers_makes_of_the_docstrings(daemon: Daem
     assert "persistent interpreter" in schemas["python"]["description"]
 
 
+# The check docs/client.md shows for code the model wrote, as written there (the block that imports `solution`).
+def _doc_block(text: str, containing: str) -> str:
+    """The fenced block of `text` that holds `containing`, dedented."""
+    at = text.index(containing)
+    start = text.rindex("```\n", 0, at) + len("```\n")
+    return textwrap.dedent(text[start:text.index("```", at)].rstrip(" "))
+
+
+RUN_APART_CHECK = _doc_block((REPO / "docs" / "client.md").read_text(), "from solution import fib")
+FIB = "def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\n"
+
+
 def test_a_final_check_scores_each_rollout_in_its_own_session(daemon: DaemonProcess,
                                                               open_sessions: Callable[[], int]) -> None:
     count = open_sessions
@@ -133,12 +147,19 @@ def test_a_final_check_scores_each_rollout_in_its_own_session(daemon: DaemonProc
     rollouts = [  # (the row's check, the rollout's tool calls, its reward)
         ("assert open('proof.txt').read() == '42'", [("python", "open('proof.txt', 'w').write(str(6 * 7))")], 1.0),
         ("float(open('proof.txt').read()) / 48", [("bash", "printf 24 > proof.txt")], 0.5),
-        ("answer == 42", [("python", "answer = 41")], 0.0),
-        ("import numpy as np\nnp.mean(scores)", [("python", "scores = [1, 0, 1, 1]")], 0.75),  # np.float64(0.75)
-        ("assert answer == 42", [("python", "answer = 6 * 8")], 0.0),  # AssertionError
+        ("int(open('proof.txt').read()) == 42", [("python", "open('proof.txt', 'w').write('41')")], 0.0),
+        ("import json\nimport numpy as np\nnp.mean(json.load(open('scores.json')))",  # np.float64(0.75)
+         [("bash", "echo '[1, 0, 1, 1]' > scores.json")], 0.75),
+        ("assert open('proof.txt').read() == '42'", [("python", "open('proof.txt', 'w').write(str(6 * 8))")],
+         0.0),  # AssertionError
         ("while True: pass", [("python", "x = 1")], 0.0),  # past the session's 2 s: TIMEOUT
-        ("'answer' in globals()", [], 0.0),  # no tool call: checked in a fresh session
+        ("import os\nos.path.exists('proof.txt')", [], 0.0),  # no tool call: checked in a fresh session
         ("1 / 0", [("python", "1")], 0.0),
+        # The check sees the session's files, never its interpreter: `x` was the model's variable.
+        ("'x' in globals()", [("python", "x = 1")], 0.0),
+        # docs/client.md's check of a program the model wrote, run apart from the check.
+        (RUN_APART_CHECK, [("python", f"open('solution.py', 'w').write({FIB!r})")], 1.0),
+        (RUN_APART_CHECK, [("python", f"open('solution.py', 'w').write({FIB.replace('n - 2', 'n - 3')!r})")], 0.0),
     ]
     envs = [factory() for _ in rollouts]
     # TRL resets a batch's environments, runs their rollouts, then asks each for its reward.
@@ -149,6 +170,96 @@ def test_a_final_check_scores_each_rollout_in_its_own_session(daemon: DaemonProc
     assert count() == sum(1 for _, calls, _ in rollouts if calls)
     assert [env.get_reward() for env in envs] == [reward for _, _, reward in rollouts]
     assert count() == 0, "each session closes once checked"
+
+
+# -- what the model did in its session cannot make a wrong answer pass ------------------------------------------------
+
+# The rollout's answer goes in answer.txt; 42 is right. Every attack below writes 41, then tries to have the check pass
+# anyway. Each passed when the check ran as the last cell of the model's own interpreter (before RunCell's `final`).
+WRONG_ANSWER = ("python", "open('answer.txt', 'w').write('41')")
+READ_CHECK = "open('answer.txt').read().strip() == '42'"
+# A check that starts programs: a Python (not isolated: what the session exported or wrote must not reach it), and
+# one through bash (functions come into bash from the environment too: BASH_FUNC_name%%, BASH_ENV).
+PYTHON_CHECK = ("import subprocess\nsubprocess.run(['python3', '-c', 'print(open(\"answer.txt\").read())'], "
+                "capture_output=True, text=True).stdout.strip() == '42'")
+BASH_CHECK = ("import subprocess\nsubprocess.run(['bash', '-c', "
+              + repr("python3 -c 'print(open(\"answer.txt\").read())'")
+              + "], capture_output=True, text=True).stdout.strip() == '42'")
+PATCH_OPEN = "import builtins, io\nbuiltins.open = lambda *args, **kwargs: io.StringIO('42')\n"
+# A thread that writes a result for the next cell (the check: seq 3, after these two calls) onto the interpreter's
+# results socket once its own cell has answered, while a background process that prints fake verdicts holds the
+# cell's stdout (the daemon waits up to 0.5 s for its end before stopping the session's processes).
+FORGE_RESULT = """
+import os, stat, subprocess, threading, time
+from sandboxd.agent.protocol import encode_frame
+subprocess.Popen(['bash', '-c', 'while true; do echo 1.0; echo True; sleep 0.05; done'])
+def forge():
+    time.sleep(0.2)
+    for fd in map(int, os.listdir('/proc/self/fd')):
+        try:
+            if stat.S_ISSOCK(os.fstat(fd).st_mode):
+                os.write(fd, encode_frame({"status": "ok", "value": "1.0", "message": "", "seq": 3}))
+        except OSError:
+            pass
+threading.Thread(target=forge, daemon=True).start()
+"""
+ATTACKS = {  # name: (the model's tool calls after its wrong answer, the check)
+    "patched_open": ([("python", PATCH_OPEN)], READ_CHECK),
+    "patched_float": ([("python", "import builtins\nbuiltins.float = lambda *args: 42.0")],
+                      "float(open('answer.txt').read()) == 42"),
+    "patched_repr": ([("python", "import builtins\nbuiltins.repr = lambda value: '1.0'")], READ_CHECK),
+    "rebound_module_function": ([("python", "import json\njson.load = lambda file: 42")],
+                                "import json\njson.load(open('answer.txt')) == 42"),
+    "always_equal_object": ([("python", "class Equal:\n    def __eq__(self, other):\n        return True\n"
+                                        "answer = Equal()")], "answer == 42"),
+    "trace_ends_the_check": ([("python", "import sys\ndef trace(frame, event, arg):\n"
+                                         "    if frame.f_code.co_filename.startswith('<cell'):\n"
+                                         "        raise SystemExit(0)\nsys.settrace(trace)")],
+                             f"assert {READ_CHECK}"),
+    "fake_json_in_cwd": ([("python", "open('json.py', 'w').write('def load(file):\\n    return 42\\n')\n"
+                                     "import sys\ndel sys.modules['json']")],
+                         "import json\njson.load(open('answer.txt')) == 42"),
+    "fake_stdlib_module_in_cwd": ([("bash", "printf 'class Fraction:\\n    def __init__(self, *args):\\n"
+                                           "        pass\\n    def __eq__(self, other):\\n        return True\\n'"
+                                           " > fractions.py")],
+                                  "import fractions\nfractions.Fraction(open('answer.txt').read()) == 42"),
+    "cd_elsewhere": ([("python", "import os\nos.makedirs('elsewhere')\n"
+                                 "open('elsewhere/answer.txt', 'w').write('42')\nos.chdir('elsewhere')")],
+                     READ_CHECK),
+    "pythonpath_sitecustomize_startup": ([("python", f"open('sitecustomize.py', 'w').write({PATCH_OPEN!r})\n"
+                                                     "import os\nos.environ['PYTHONPATH'] = os.getcwd()\n"
+                                                     "os.environ['PYTHONSTARTUP'] = 'sitecustomize.py'")],
+                                         PYTHON_CHECK),
+    "user_site_usercustomize": ([("python", "import os, sys\n"
+                                            "site = os.path.expanduser(f'~/.local/lib/python{sys.version_info.major}."
+                                            "{sys.version_info.minor}/site-packages')\nos.makedirs(site)\n"
+                                            f"open(site + '/usercustomize.py', 'w').write({PATCH_OPEN!r})")],
+                                PYTHON_CHECK),
+    "bash_functions_python3_and_env": ([("python", "import os\n"
+                                                   "os.environ['BASH_FUNC_python3%%'] = '() { echo 42; }'\n"
+                                                   "os.environ['BASH_FUNC_env%%'] = '() { echo 42; }'\n"
+                                                   "open('functions.sh', 'w').write('python3() { echo 42; }')\n"
+                                                   "os.environ['BASH_ENV'] = os.path.abspath('functions.sh')")],
+                                       BASH_CHECK),
+    "leftover_forges_the_result": ([("python", FORGE_RESULT)], READ_CHECK),
+}
+
+
+@pytest.mark.parametrize("attack", list(ATTACKS))
+def test_nothing_the_model_did_in_its_session_passes_a_wrong_answer(daemon: DaemonProcess, attack: str,
+                                                                   open_sessions: Callable[[], int]) -> None:
+    calls, check = ATTACKS[attack]
+    env = SandboxCheckEnvironment(daemon.address, timeout=20, check=check)
+    if attack != "always_equal_object":  # a check of the interpreter's names, which none passes now
+        # The check is sound: an honest rollout that wrote the right answer passes it.
+        env.reset(prompt="p")
+        env.python("open('answer.txt', 'w').write('42')")
+        assert env.get_reward() == 1.0
+    env.reset(prompt="p")
+    for tool, argument in [WRONG_ANSWER, *calls]:
+        getattr(env, tool)(argument)
+    assert env.get_reward() == 0.0
+    assert open_sessions() == 0
 
 
 # -- a real GRPOTrainer step ------------------------------------------------------------------------------------------
