@@ -75,8 +75,8 @@ START_RETRY_SECONDS = 1.0
 START_RETRY_MAX_SECONDS = 60.0
 # Modules the agent imports before the snapshot, so every worker forks warm.
 WARM_MODULES = {
-    "python": "sandboxd.verifiers.code,sandboxd.verifiers.pyharness",
-    "langs": "sandboxd.verifiers.code,sandboxd.verifiers.pyharness",
+    "python": "sandboxd.verifiers.code,sandboxd.verifiers.python.harness",
+    "langs": "sandboxd.verifiers.code,sandboxd.verifiers.python.harness",
     # Math jobs have sandboxes of their own (on the python image), whose one
     # zygote holds sympy and Math-Verify (about 60 MB) for the long-lived
     # math servers. Code sandboxes stay lean: a worker's fork and exit cost
