@@ -532,7 +532,7 @@ def _prepare_code(job: pb.Job, config: Config, limits: dict[str, Any], failure_v
 
 
 def harness_arguments(plan: code_verifier.TestPlan, tolerance: float, stop_on_first_failure: bool) -> dict[str, Any]:
-    """Keyword arguments for pyharness.run_tests in the sandbox's judge process.
+    """Keyword arguments for python.harness.run_tests in the sandbox's judge process.
 
     Not the candidate's top-level names, which assert tests bind: the agent
     gives the judge the program, which parses it there (1.3-1.7 s for 1 MiB

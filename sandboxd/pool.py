@@ -75,8 +75,8 @@ START_RETRY_SECONDS = 1.0
 START_RETRY_MAX_SECONDS = 60.0
 # Modules the agent imports before the snapshot, so every worker forks warm.
 WARM_MODULES = {
-    "python": "sandboxd.verifiers.code,sandboxd.verifiers.pyharness",
-    "langs": "sandboxd.verifiers.code,sandboxd.verifiers.pyharness",
+    "python": "sandboxd.verifiers.code,sandboxd.verifiers.python.harness",
+    "langs": "sandboxd.verifiers.code,sandboxd.verifiers.python.harness",
     # Math jobs have sandboxes of their own (on the python image), whose one
     # zygote holds sympy and Math-Verify (about 60 MB) for the long-lived
     # math servers. Code sandboxes stay lean: a worker's fork and exit cost
@@ -107,8 +107,9 @@ def stage_agent_code(state_dir: str) -> tuple[str, str]:
     compiles as before when it does not.
     """
     package = Path(sandboxd.__file__).parent
-    files = sorted([package / "__init__.py", *(package / "agent").glob("*.py"),
-                    *(package / "verifiers").glob("*.py")])
+    # Subpackages too: sandboxd.verifiers.math is a package.
+    files = sorted([package / "__init__.py", *(package / "agent").rglob("*.py"),
+                    *(package / "verifiers").rglob("*.py")])
     digest = hashlib.sha256()
     digest.update(f"bytecode {sys.implementation.cache_tag}".encode())
     for file in files:

@@ -277,7 +277,7 @@ else
     echo "checkov==$CHECKOV_VERSION" >"$checkov_stamp"
 fi
 
-step "Math-Verify's test suite (tests/verifiers/test_math_agreement.py)"
+step "Math-Verify's test suite (tests/verifiers/math/test_agreement.py)"
 # The sdist of the math-verify the images pin carries its tests/, which the agreement test reads.
 mv_version=$(sed -n 's/^math-verify\(\[[^]]*\]\)\{0,1\}==\([^ ;]*\).*/\2/p' images/python/requirements.txt)
 mv_cache=/var/cache/sandboxd/math-verify-sdist

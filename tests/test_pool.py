@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+import sandboxd
 from sandboxd import pool as pool_module
 from sandboxd.config import Config
 from sandboxd.errors import NoSandbox, PoolFailing
@@ -130,6 +131,17 @@ def test_staged_agent_code_is_byte_compiled(tmp_path: Path) -> None:
         assert int.from_bytes(header[12:16], "little") == source.stat().st_size
     # Staged once per code (and interpreter) version.
     assert stage_agent_code(str(tmp_path)) == (folder, key)
+
+
+def test_staged_agent_code_holds_every_module_of_the_agent_and_the_verifiers(tmp_path: Path) -> None:
+    """Subpackages included: the math workers import sandboxd.verifiers.math.judge and its siblings."""
+    folder, _ = stage_agent_code(str(tmp_path))
+    package = Path(sandboxd.__file__).parent
+    modules = sorted(path.relative_to(package) for sub in ("agent", "verifiers")
+                     for path in (package / sub).rglob("*.py"))
+    assert Path("verifiers", "math", "judge.py") in modules
+    for module in modules:
+        assert (Path(folder) / "sandboxd" / module).is_file(), f"{module} is not staged"
 
 
 def test_daemons_staging_the_agent_code_at_once_each_get_it_whole(tmp_path: Path,

@@ -137,16 +137,16 @@ STARVED_SHARE = 0.1
 NO_SPACE = b"no space left on device"
 # Tries of a uid's System V IPC sweep when no pid is left to fork its helper with, 20 ms apart.
 IPC_SWEEP_ATTEMPTS = 50
-# pyharness verdicts that are about the dataset's tests, not the candidate.
+# python.harness verdicts that are about the dataset's tests, not the candidate.
 DATASET_ERRORS = {
     "setup_error": "the dataset's setup code failed",
     "no_calls": "the dataset's tests check nothing",
     "unsupported": "the dataset's tests need what the harness does not provide",
 }
-# pyharness test statuses -> ours. A candidate that exits or breaks the
+# python.harness test statuses -> ours. A candidate that exits or breaks the
 # protocol mid-test ("died": sys.exit(0), os._exit) failed that test. One
 # whose program or reply was too large for the judge to read ("memory":
-# pyharness.TooLargeForJudge) failed it at the memory limit.
+# python.harness.TooLargeForJudge) failed it at the memory limit.
 HARNESS_STATUSES = {
     "ok": "ok",
     "wrong_answer": "wrong_answer",
@@ -610,7 +610,7 @@ class Controller:
         # A HumanEval prompt's program is assembled by the candidate and by the judge (code.assemble).
         assembly = job.get("assembly")
         if plan["kind"] == "assert":
-            # The judge parses it for the names the tests may call (pyharness.run_tests), on this job's time.
+            # The judge parses it for the names the tests may call (python.harness.run_tests), on this job's time.
             harness["program"] = job["program"]["code"]
             if assembly is not None:
                 harness["assembly"] = assembly
@@ -622,7 +622,7 @@ class Controller:
             harness["time_for_all"] = timeout
         # The files a test writes for the program (tmp_path, tempfile, a relative path) and those the program writes
         # for the test: the candidate's folder is the tests' working directory too, shared with its judge's group
-        # only, for this job (pyremote.share_files keeps each side's files usable by the other's uid).
+        # only, for this job (python.remote.share_files keeps each side's files usable by the other's uid).
         harness["files"] = workdir
 
         def share(judge_uid: int) -> None:

@@ -3,7 +3,7 @@
 A function-call or assert job runs the candidate's program in one process
 and the tests (the judge, our code plus the dataset's trusted test code) in
 another, under another uid, so that expected values never enter the
-candidate's process (see sandboxd.verifiers.pyharness). The candidate needs
+candidate's process (see sandboxd.verifiers.python.harness). The candidate needs
 a fresh process per job; the judge does not. Forking, setting up and
 reaping a judge per job cost about 3.5 ms of a HumanEval job's 12 ms of
 sandbox CPU here, so the controller keeps judges the way it keeps math
@@ -16,7 +16,7 @@ past its job's deadline is killed (SIGKILL to every process of its uid) and
 replaced; one that dies, answers with an error, holds far more memory than
 it started with (servers.RECYCLE_GROWTH_BYTES), or has judged
 RECYCLE_AFTER_JOBS jobs is replaced too. The candidate can only send plain
-data to a judge (pyharness caps its size and depth), and cannot signal,
+data to a judge (python.harness caps its size and depth), and cannot signal,
 trace or read the judge's memory: it runs under another uid. What the judge
 may map to judge one job is bounded (JOB_MEMORY_BYTES); a program or reply
 too large for that is the candidate's failure at the memory limit, after
@@ -43,11 +43,11 @@ RECYCLE_AFTER_JOBS = 200
 # may call; about 500 bytes per byte of `[1,1,1,...]`, 430 MiB for a 900 KB program) and its replies
 # (15 MiB of two-letter strings decode into 3.2 million objects, 274 MiB). Without a bound, a judge
 # built all of it in the sandbox's memory (2 GiB by default), beside the sandbox's other jobs; with
-# one, it gets a MemoryError, which pyharness answers as the candidate's failure (TooLargeForJudge).
+# one, it gets a MemoryError, which python.harness answers as the candidate's failure (TooLargeForJudge).
 # A reply of 2 million ints (a 15 MiB frame) takes 122 MiB to decode, one of 900,000 pairs of ints
 # (13 MiB) 236 MiB. The dataset's own test code runs under it too.
 JOB_MEMORY_BYTES = 256 << 20
-# As pyharness.MAX_FRAME_BYTES: thousands of failing cases, each with its message.
+# As python.harness.MAX_FRAME_BYTES: thousands of failing cases, each with its message.
 RESULT_FRAME_BYTES = 16 << 20
 SERVER_NAME = b"sandboxd-judge"
 
@@ -59,7 +59,7 @@ def serve(channel: socket.socket, results: socket.socket,
     Each request carries the socket to its candidate, then the file where
     the agent keeps the candidate's CPU credit (runner.RunSpec.cpu_credit_fd).
     """
-    from sandboxd.verifiers import pyharness
+    from sandboxd.verifiers.python import harness
 
     def judge(job: dict[str, Any], fds: list[int]) -> dict[str, Any]:
         for fd in fds[2:]:
@@ -76,8 +76,8 @@ def serve(channel: socket.socket, results: socket.socket,
 
         try:
             with socket.socket(fileno=fds[0]) as peer:
-                verdict = pyharness.run_tests(job["plan_kind"], peer, cpu_credit=cpu_credit,
-                                              deadline_stretch=DEADLINE_STRETCH, **job["harness"])
+                verdict = harness.run_tests(job["plan_kind"], peer, cpu_credit=cpu_credit,
+                                            deadline_stretch=DEADLINE_STRETCH, **job["harness"])
         finally:
             os.close(credit_fd)
         # A judge that reached its budget is replaced, not handed the next job: the heap that a MemoryError

@@ -99,7 +99,7 @@ def _swap_stdio(out_fd: int, err_fd: int) -> None:
 
 
 def end_if_forked(own_pid: int) -> None:
-    """As pyharness.end_if_forked, which this module does not import: the sessions zygote stays lean."""
+    """As python.harness.end_if_forked, which this module does not import: the sessions zygote stays lean."""
     if os.getpid() != own_pid:
         _flush()
         os._exit(0)

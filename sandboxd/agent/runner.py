@@ -134,7 +134,7 @@ class RunSpec:
     code: str = ""
     # py_callee: how the worker makes its program of ``code`` (sandboxd.verifiers.code.assemble); None: as it is.
     assembly: dict[str, str] | None = None
-    # py_callee: run pyharness.IMPLICIT_IMPORTS first (function-call tests, as LeetCode's environment does).
+    # py_callee: run python.harness.IMPLICIT_IMPORTS first (function-call tests, as LeetCode's environment does).
     implicit_imports: bool = False
     # py_callee: its folder (cwd) is shared with its judge, for the files a test and a program hand each other.
     share_files: bool = False
@@ -158,7 +158,7 @@ class RunSpec:
     output_over_limit_dropped: bool = False
     # A file (a memfd) to keep the CPU the other runs took from this one in
     # (others_took, as CPU_CREDIT, after each sweep): its judge moves its
-    # calls' deadlines by it (pyharness). -1: none.
+    # calls' deadlines by it (python.harness). -1: none.
     cpu_credit_fd: int = -1
 
 

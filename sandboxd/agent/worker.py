@@ -251,11 +251,11 @@ def main(channel: socket.socket) -> NoReturn:
         _run_exec(job["argv"])
     elif mode == "py_callee":
         channel.close()
-        from sandboxd.verifiers import pyharness
+        from sandboxd.verifiers.python import harness
 
-        pyharness.serve_candidate(job["code"], socket.socket(fileno=fds[3]), assembly=job.get("assembly"),
-                                  files=job["cwd"] if job.get("share_files") is True else "",
-                                  implicit_imports=job.get("implicit_imports") is True)
+        harness.serve_candidate(job["code"], socket.socket(fileno=fds[3]), assembly=job.get("assembly"),
+                                files=job["cwd"] if job.get("share_files") is True else "",
+                                implicit_imports=job.get("implicit_imports") is True)
     elif mode == "py_judge":
         from sandboxd.agent import judgeserver
 

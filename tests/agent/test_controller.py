@@ -1063,7 +1063,7 @@ def test_function_tests_cut_by_the_jobs_time_keep_the_verdicts_before_it(
 
 def test_a_program_or_reply_too_large_for_the_judge_is_the_memory_limit(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The judge's verdict "memory" (pyharness.TooLargeForJudge) is the model's failure at the memory limit: it
+    """The judge's verdict "memory" (python.harness.TooLargeForJudge) is the model's failure at the memory limit: it
     was no status of the harness's before, and a judge's MemoryError ended the job STATUS_INTERNAL."""
     controller = bare_controller(tmp_path, monkeypatch)
     monkeypatch.setattr(controller.runner, "run", until_the_judge_hangs_up)

@@ -1308,7 +1308,7 @@ def test_function_that_never_returns_is_a_timeout(channel: grpc.Channel, code: s
 # a wrong answer all the same.
 LINGERER = textwrap.dedent("""
     import sys, time
-    harness = sys.modules["sandboxd.verifiers.pyremote"]
+    harness = sys.modules["sandboxd.verifiers.python.remote"]
     _recv = harness.recv_frame
     def recv_frame(*args, **kwargs):
         try:
@@ -1820,7 +1820,7 @@ def test_many_wide_error_messages_are_still_the_candidates_failure(channel: grpc
 # Answers every call with 16 MiB of "[],", which the judge parses (a list each), beside 400 MiB of its own.
 SWELLING_REPLIES = textwrap.dedent("""
     import struct, sys
-    h = sys.modules["sandboxd.verifiers.pyremote"]
+    h = sys.modules["sandboxd.verifiers.python.remote"]
     BALLAST = bytearray(400 << 20)
     FRAME = b'{"r":[' + b"[]," * ((16 << 20) // 3 - 8) + b'[]]}'
     FRAME = struct.pack(">I", len(FRAME)) + FRAME

@@ -73,13 +73,13 @@ def test_batch_of_math_pairs(channel: grpc.Channel) -> None:
 
 
 # The suite's real model outputs (OpenThoughts, NuminaMath) and its boxed cases: the part of Math-Verify's tests that
-# a trainer meets (all of them run in process: tests/verifiers/test_math_agreement.py).
+# a trainer meets (all of them run in process: tests/verifiers/math/test_agreement.py).
 AGREEMENT_FILES = ("test_open_thoughts.py", "test_numina_cases.py", "test_boxed.py")
 
 
 def test_math_verify_real_model_outputs_agree_through_the_daemon(channel: grpc.Channel) -> None:
-    from tests.verifiers import math_verify_suite as suite
-    from tests.verifiers.test_math_agreement import DISAGREEMENTS
+    from tests.verifiers.math import math_verify_suite as suite
+    from tests.verifiers.math.test_agreement import DISAGREEMENTS
 
     try:
         cases = [case for case in suite.load_cases() if case.file in AGREEMENT_FILES]

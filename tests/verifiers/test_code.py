@@ -25,7 +25,6 @@ from typing import Any
 
 import pytest
 
-from sandboxd.verifiers import pyharness
 from sandboxd.verifiers.code import (
     GO_BUILD_CACHE,
     JAVAC_JVM_FLAGS,
@@ -44,7 +43,8 @@ from sandboxd.verifiers.code import (
     resolve_language,
     score,
 )
-from sandboxd.verifiers.pyharness import (
+from sandboxd.verifiers.python import harness as pyharness
+from sandboxd.verifiers.python.harness import (
     MAX_DEPTH,
     FrameTooLarge,
     ProtocolError,
@@ -1271,7 +1271,7 @@ def test_recv_frame_deadline_covers_a_trickling_peer(pair: tuple[socket.socket, 
 # process has threads and at-fork handlers, and a forked candidate once died of a segfault in
 # one (filelock's) before it ran a line of the candidate (bare-machine CI).
 CANDIDATE_MAIN = (
-    "import json, socket, sys; from sandboxd.verifiers.pyharness import serve_candidate; "
+    "import json, socket, sys; from sandboxd.verifiers.python.harness import serve_candidate; "
     "serve_candidate(open(sys.argv[1]).read(), socket.socket(fileno=int(sys.argv[2])), "
     "max_frame_bytes=int(sys.argv[3]), assembly=json.loads(sys.argv[4]), implicit_imports=sys.argv[5] == '1')"
 )
@@ -1541,7 +1541,7 @@ VALUE_ATTACKS = {
     "patched_builtins": "import builtins\nbuiltins.AssertionError = type('AE', (Exception,), {})\n"
     "builtins.isinstance = lambda *a: True\nbuiltins.len = lambda *a: 3\nbuiltins.abs = lambda *a: 0\n"
     "def add(a, b):\n    return 0\n",
-    "patched_harness": "import sandboxd.verifiers.code as c, sandboxd.verifiers.pyharness as h\n"
+    "patched_harness": "import sandboxd.verifiers.code as c, sandboxd.verifiers.python.harness as h\n"
     "c.compare_values = lambda *a, **k: True\nh.compare_values = c.compare_values\n"
     "c.FunctionCase.matches = lambda *a, **k: True\nh.run_tests = lambda *a, **k: {'passed': True}\n"
     "def add(a, b):\n    return 0\n",
@@ -1816,7 +1816,7 @@ def test_object_attributes_are_read_from_the_candidates_object(code: str, passes
 
 def test_an_objects_method_is_asked_about_once(tmp_path: Path) -> None:
     # Each read of an attribute is a round trip: a loop of calls of one method makes one, not one per call.
-    code = ("import sys\nr = sys.modules['sandboxd.verifiers.pyremote']\n"
+    code = ("import sys\nr = sys.modules['sandboxd.verifiers.python.remote']\n"
             "reads, _serve = [], r.CandidateEndpoint._serve\n"
             "def serve(self, request, op, args, kwargs):\n    if op == 'getattr':\n"
             "        reads.append(args[1])\n    return _serve(self, request, op, args, kwargs)\n"
@@ -1830,7 +1830,7 @@ def test_an_objects_method_is_asked_about_once(tmp_path: Path) -> None:
 
 def test_an_answer_of_a_method_to_a_call_breaks_the_protocol(tmp_path: Path) -> None:
     # "method" answers an attribute read only: to a call it would be no value at all.
-    code = ("import sys\nr = sys.modules['sandboxd.verifiers.pyremote']\n"
+    code = ("import sys\nr = sys.modules['sandboxd.verifiers.python.remote']\n"
             "r.CandidateEndpoint._serve = lambda self, request, op, args, kwargs: {'m': True}\n"
             "def add(a, b):\n    return a + b\n")
     result = harness(code, tmp_path, "assert", assert_code="assert add(1, 2) is not None\n")
@@ -1844,7 +1844,7 @@ FUNCTION_AS_CLASS = (
 )
 # The candidate's own process answers every request with an object of a kind there is none of.
 FORGED_KIND = (
-    "import sys\nr = sys.modules['sandboxd.verifiers.pyremote']\n"
+    "import sys\nr = sys.modules['sandboxd.verifiers.python.remote']\n"
     "r.CandidateEndpoint._serve = lambda self, request, op, args, kwargs: {'r': {'$mine': [7, 'set', 'set']}}\n"
     "def primes_upto(n):\n    return set()\n"
 )
@@ -1879,7 +1879,7 @@ def test_candidate_data_that_broke_the_judge_is_the_candidates_failure(tmp_path:
     assert result["status"] == "runtime_error" and all(len(t["message"]) < 2300 for t in result["tests"]), result
     result = harness(long_type + "raise Big()\n", tmp_path, "assert", assert_code="assert add(1, 2) == 3\n")
     assert result["status"] == "load_error" and len(result["message"]) < 2300, result
-    overflow = ("import sys\nr = sys.modules['sandboxd.verifiers.pyremote']\n"
+    overflow = ("import sys\nr = sys.modules['sandboxd.verifiers.python.remote']\n"
                 "r.CandidateEndpoint._serve = lambda self, request, op, args, kwargs: "
                 "{'r': {'$complex': [2 ** 13000, 0]}}\n"
                 "def add(a, b):\n    return a + b\n")
@@ -1889,11 +1889,12 @@ def test_candidate_data_that_broke_the_judge_is_the_candidates_failure(tmp_path:
 
 # The candidate's own process answers every call with a frame of `body`, built at load time.
 SWELLING_REPLY = (
-    "import struct, sys\nh = sys.modules['sandboxd.verifiers.pyremote']\n"
+    "import struct, sys\nh = sys.modules['sandboxd.verifiers.python.remote']\n"
     "FRAME = b'{{\"r\":[' + {body} + b'\"x\"]}}'\nFRAME = struct.pack('>I', len(FRAME)) + FRAME\n"
     "h.CandidateEndpoint._serve = lambda self, request, op, args, kwargs: {{'r': None}}\n"
     "h.send_frame = lambda sock, obj, *a: sock.sendall(FRAME) if obj == {{'r': None}} else _send(sock, obj, *a)\n"
-    "def _send(sock, obj, *a):\n    data = sys.modules['sandboxd.verifiers.pywire']._ENCODER.encode(obj).encode()\n"
+    "def _send(sock, obj, *a):\n"
+    "    data = sys.modules['sandboxd.verifiers.python.wire']._ENCODER.encode(obj).encode()\n"
     "    sock.sendall(struct.pack('>I', len(data)) + data)\n"
     "def f(x):\n    return x\n"
 )
@@ -2377,7 +2378,7 @@ def test_prepared_code_job_keeps_daemon_only_data_out_of_the_sandbox(monkeypatch
 
     from sandboxd import jobs
     from sandboxd.config import Config
-    from sandboxd.verifiers import pyharness
+    from sandboxd.verifiers.python import harness as pyharness
 
     completion = "```python\ndef add(a, b):\n    return a + b\n```"
     function = pb.CodeTests(fn_name="add", function=[pb.FunctionCase(args_json="[1, 2]", expected_json="3")])
@@ -2460,7 +2461,7 @@ def test_candidate_in_a_fresh_interpreter(tmp_path: Path) -> None:
     source = tmp_path / "solution.py"
     source.write_text("def add(a, b):\n    return a + b\n")
     boot = (
-        "import socket, sys\nfrom sandboxd.verifiers.pyharness import serve_candidate\n"
+        "import socket, sys\nfrom sandboxd.verifiers.python.harness import serve_candidate\n"
         "serve_candidate(open(sys.argv[2]).read(), socket.socket(fileno=int(sys.argv[1])))\n"
     )
     proc = subprocess.Popen(

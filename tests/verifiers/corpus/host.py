@@ -3,8 +3,8 @@
 ``python -m tests.verifiers.corpus.host KIND OUT [ID...]`` is one judge process, as the agent's resident judge
 is: for each case it makes the plan as the daemon does (:func:`~sandboxd.verifiers.code.normalize_tests`,
 :func:`~sandboxd.verifiers.code.assemble_program`, :func:`sandboxd.jobs.harness_arguments`), starts a fresh
-candidate process (:func:`~sandboxd.verifiers.pyharness.serve_candidate`, in a work dir of its own) and runs
-:func:`~sandboxd.verifiers.pyharness.run_tests` here, as the controller asks its judge. One JSON line per case
+candidate process (:func:`~sandboxd.verifiers.python.harness.serve_candidate`, in a work dir of its own) and runs
+:func:`~sandboxd.verifiers.python.harness.run_tests` here, as the controller asks its judge. One JSON line per case
 goes to OUT: ``{"id", "passed", "status", "message", "passed_count", "total"}`` (``"status": "judge_error"``
 when the judge itself raised). No uids, seccomp or limits: this checks what the harness decides, not the
 sandbox.
@@ -23,12 +23,12 @@ from typing import Any
 
 from sandboxd.jobs import harness_arguments
 from sandboxd.verifiers.code import assemble_program, normalize_tests
-from sandboxd.verifiers.pyharness import run_tests
+from sandboxd.verifiers.python.harness import run_tests
 from tests.verifiers.corpus import Case, job_tests, load
 
 REPO = Path(__file__).resolve().parents[3]
 CANDIDATE_MAIN = (
-    "import socket, sys; from sandboxd.verifiers.pyharness import serve_candidate; "
+    "import socket, sys; from sandboxd.verifiers.python.harness import serve_candidate; "
     "serve_candidate(open(sys.argv[1]).read(), socket.socket(fileno=int(sys.argv[2])), "
     "implicit_imports=sys.argv[3] == '1')"
 )

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from sandboxd.verifiers.pywire import Codec, RejectedValue, decode_value, encode_value
+from sandboxd.verifiers.python.wire import Codec, RejectedValue, decode_value, encode_value
 
 Point = collections.namedtuple("Point", "x y")
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 #: Where the sdist is kept between runs (scripts/setup.sh fills it; SANDBOXD_MATH_VERIFY_SDIST_DIR overrides).
 CACHE_DIR = Path(os.environ.get("SANDBOXD_MATH_VERIFY_SDIST_DIR", "/var/cache/sandboxd/math-verify-sdist"))
 _PIN_RE = re.compile(r"^\s*math-verify(?:\[[^\]]*\])?\s*==\s*([\w.]+)", re.MULTILINE)

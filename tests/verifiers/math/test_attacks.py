@@ -1,7 +1,7 @@
 """Red-team tests for the math verifier: answers an RL policy could learn that score 1.0 without being right.
 
 Each case is a completion a policy could emit; the verdict must be what a careful grader gives. Cases
-marked "fixed" failed before the fix next to them in sandboxd/verifiers/math.py; the others are attacks
+marked "fixed" failed before the fix next to them in sandboxd/verifiers/math/; the others are attacks
 that were already defended and are pinned here so that they stay so.
 """
 
@@ -12,7 +12,8 @@ import pytest
 pytest.importorskip("math_verify")
 
 from sandboxd.verifiers import math as mathv
-from tests.verifiers.test_math import NONE, OK, WRONG, _warm, check  # noqa: F401 (_warm: an autouse fixture)
+from sandboxd.verifiers.math import mathverify
+from tests.verifiers.math.helpers import NONE, OK, WRONG, _warm, check  # noqa: F401 (_warm: an autouse fixture)
 
 
 def boxed(s: str) -> str:
@@ -1270,26 +1271,26 @@ def test_a_tiny_difference_is_not_zero_at_any_precision_tried(k: int, monkeypatc
     """The precision rule alone, without the size bound: (1+\\sqrt2)^k - N_k is about 2^(-1.3 k), and its terms
     2^(1.3 k). Either 4000 bits resolve it (it stops shrinking at its value) or its error there is the size of
     terms past 2^2000, and not below 2^-2000."""
-    monkeypatch.setattr(mathv, "_ZERO_MAX_BITS", float("inf"))
-    (tiny,) = mathv._mv_parse(f"(1+\\sqrt{{2}})^{{{k}}} - {_pell_trace(k)}")
-    (zero,) = mathv._mv_parse("0")
-    assert not mathv._vanishes(tiny, zero)
-    (exact,) = mathv._mv_parse(_ZERO_7)
-    assert mathv._vanishes(exact, zero)
+    monkeypatch.setattr(mathverify, "_ZERO_MAX_BITS", float("inf"))
+    (tiny,) = mathverify._mv_parse(f"(1+\\sqrt{{2}})^{{{k}}} - {_pell_trace(k)}")
+    (zero,) = mathverify._mv_parse("0")
+    assert not mathverify._vanishes(tiny, zero)
+    (exact,) = mathverify._mv_parse(_ZERO_7)
+    assert mathverify._vanishes(exact, zero)
 
 
 def test_a_tiny_term_added_to_a_zero_is_refused_by_its_size(monkeypatch: pytest.MonkeyPatch) -> None:
     """10^-2000 is below what 4000 bits resolve: only the size bound (its 6,600 bits) keeps it from being 0."""
-    (hidden,) = mathv._mv_parse(_ZERO_7 + "+10^{-2000}")
-    (zero,) = mathv._mv_parse("0")
-    assert not mathv._vanishes(hidden, zero)
-    monkeypatch.setattr(mathv, "_ZERO_MAX_BITS", float("inf"))
-    assert mathv._vanishes(hidden, zero)
+    (hidden,) = mathverify._mv_parse(_ZERO_7 + "+10^{-2000}")
+    (zero,) = mathverify._mv_parse("0")
+    assert not mathverify._vanishes(hidden, zero)
+    monkeypatch.setattr(mathverify, "_ZERO_MAX_BITS", float("inf"))
+    assert mathverify._vanishes(hidden, zero)
 
 
 # --------------------------------------------------------------------------------------------
 # #51: real model outputs of Math-Verify's suite (several boxes, long reasoning, numbers), and answers paid or
-# refused wrongly (a red team's second look). Each failed before the fix next to it in sandboxd/verifiers/math.py.
+# refused wrongly (a red team's second look). Each failed before the fix next to it in sandboxd/verifiers/math/.
 # --------------------------------------------------------------------------------------------
 
 

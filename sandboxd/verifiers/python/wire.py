@@ -15,7 +15,7 @@ encoded by a :class:`Codec`, which says what each side of the channel sees:
   classes: a value's methods (``__eq__`` first) are never the sender's;
 - **everything else by reference**: ``{"$mine": [id, kind, ...]}`` names an
   object that stays in the sender's process (the receiver gets a proxy, whose
-  uses become requests; see pyharness), and ``{"$yours": id}`` names one of
+  uses become requests; see harness), and ``{"$yours": id}`` names one of
   the receiver's own objects that it handed over before.
 
 A subclass of a value type that the codec does not know (a candidate's
@@ -68,7 +68,7 @@ __all__ = [
 # are 24 MB of JSON); what decoding a frame costs the judge is bounded by its
 # memory budget (judgeserver.JOB_MEMORY_BYTES, or the job's memory limit) and
 # MAX_CONTAINERS. The judge's frames to the candidate are the dataset's own
-# data and may be larger (pyharness.CANDIDATE_FRAME_BYTES).
+# data and may be larger (harness.CANDIDATE_FRAME_BYTES).
 MAX_FRAME_BYTES = 64 * 1024 * 1024
 # Lists and objects in one frame from the candidate, which the test process parses: each costs it
 # 56-64 bytes for the 3 of "[]," (twice, once decoded), where numbers and strings cost about 12 times
@@ -329,7 +329,7 @@ class Codec:
     """Encodes values for the wire and decodes them; references go through `export` and `proxy`.
 
     The base class has no references: a value that is not a value type is a
-    :class:`RejectedValue`. pyharness's endpoints override :meth:`export`
+    :class:`RejectedValue`. harness's endpoints override :meth:`export`
     (one of this side's objects: its ``$mine`` tag), :meth:`own` (an object
     of ours that the peer names with ``$yours``), :meth:`proxy` (a
     ``$mine`` of the peer's) and :meth:`peer_id` (our proxy of a peer's
@@ -689,7 +689,7 @@ def _decode_decimal(codec: Codec, body: object, depth: int) -> object:
         raise RejectedValue("$decimal holds no number") from None
     # What an int crossing may hold (MAX_INT_BITS, about 4214 digits), also as a power of ten: int() of the 11
     # characters "1E+10000000" never ended in the judge (it took 52 s for 1E+1000000), which a function-call case
-    # does to every Decimal answer (pyharness._as_plain), as Fraction(), round() or math.floor() of one do (red team).
+    # does to every Decimal answer (harness._as_plain), as Fraction(), round() or math.floor() of one do (red team).
     if number.is_finite() and abs(number.adjusted()) > MAX_DECIMAL_EXPONENT:
         raise RejectedValue(f"$decimal with an exponent past {MAX_DECIMAL_EXPONENT}")
     return number

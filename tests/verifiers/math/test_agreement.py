@@ -26,10 +26,10 @@ pytest.importorskip("math_verify")
 
 from sandboxd.verifiers import math as mathv
 from tests.conftest import skip_or_fail
-from tests.verifiers import math_verify_suite as suite
-from tests.verifiers.test_math import _warm  # noqa: F401 (an autouse fixture)
+from tests.verifiers.math import math_verify_suite as suite
+from tests.verifiers.math.helpers import _warm  # noqa: F401 (an autouse fixture)
 
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "math.md"
+DOCS = Path(__file__).resolve().parents[3] / "docs" / "math.md"
 #: Options the verifier has no equivalent for, and the value it behaves as.
 UNMAPPED = {"strict": True, "allow_set_relation_comp": False}
 #: The cases where the verifier's verdict is deliberately not Math-Verify's (why: docs/math.md, "Agreement").

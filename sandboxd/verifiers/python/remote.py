@@ -1,7 +1,7 @@
 """Objects that live in one process and are used from the other: the candidate's and the judge's.
 
-The two-process harness (pyharness) keeps the candidate's code and the
-dataset's tests apart. Values cross the channel by value (pywire); every
+The two-process harness (harness) keeps the candidate's code and the
+dataset's tests apart. Values cross the channel by value (wire); every
 other object stays where it was made and the other side gets a **proxy**,
 whose uses become requests answered by the object's own process:
 
@@ -60,7 +60,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NoReturn
 
-from .pywire import (
+from .wire import (
     _ENCODER,
     MAX_CONTAINERS,
     MAX_FRAME_BYTES,
@@ -72,7 +72,7 @@ from .pywire import (
     recv_frame,
     send_frame,
 )
-from .pywire import type_name as _type_name
+from .wire import type_name as _type_name
 
 __all__ = [
     "MESSAGE_LIMIT",
@@ -596,7 +596,7 @@ class CandidateEndpoint(Endpoint):
         # The job's folder, which the program shares with its tests (see share_files); "" for none.
         self.files = files
         # A child that the program forked (os.fork) and that comes back to us must not write on our channel: it
-        # ends instead, its output flushed (pyharness.end_if_forked), when it first would.
+        # ends instead, its output flushed (harness.end_if_forked), when it first would.
         self.own_pid = own_pid
         self.namespace = namespace
         self.resolve = resolve
@@ -1332,7 +1332,7 @@ class JudgeEndpoint(Endpoint):
         """The exception to raise in test code for an error the candidate answered."""
         type_name, message = error["type"][:TYPE_NAME_LIMIT], error["message"][:MESSAGE_LIMIT]
         if error.get("unsupported") is True and sent_numpy:
-            # Only a numpy value the program's process may lack (pywire._numpy) is one it cannot take; it says so in
+            # Only a numpy value the program's process may lack (wire._numpy) is one it cannot take; it says so in
             # a frame of its own making, which a wrong program forged to make its failure the harness's (red team).
             self.unsupported.append(f"the candidate could not take a value: {message}")
             exc: BaseException = Unsupported(message)

@@ -7,19 +7,19 @@ The candidate's code and the tests never share a process:
   ``SOCK_STREAM`` socket until end of file;
 - the **test process** (the judge: another uid; it never runs candidate code)
   runs :func:`run_tests`: it runs the dataset's tests, whose calls of the
-  candidate's functions, classes and objects become requests (pyremote), and
+  candidate's functions, classes and objects become requests (remote), and
   judges what comes back itself.
 
 Values cross the channel by value, rebuilt on the other side from its own
-classes (pywire): a list, a numpy array, a ``Fraction`` or a namedtuple
+classes (wire): a list, a numpy array, a ``Fraction`` or a namedtuple
 that the candidate returns is the judge's own when the test compares it, so
 nothing the candidate does in its own process (a lying ``__eq__``, patched
 builtins or ``AssertionError``, ``sys.exit(0)``, printing "All tests
 passed") can make a test pass, and the expected values never enter the
-candidate's process. Everything else crosses by reference (pyremote): the
+candidate's process. Everything else crosses by reference (remote): the
 candidate's objects are answered by the candidate (``len(stack)``, ``node.next``),
 compared only with its own objects; the test's callbacks, mocks and buffers
-by the judge, within the rules pyremote states.
+by the judge, within the rules remote states.
 
 The first frame from the candidate is ``{"ready": true}`` or
 ``{"load_error": {"type": str, "message": str}}`` (then the candidate
@@ -79,8 +79,8 @@ import unittest
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
 from typing import Any, NoReturn, cast
 
-from .code import _SYNTAX_ERRORS, FunctionCase, _parse, assemble
-from .pyremote import (
+from ..code import _SYNTAX_ERRORS, FunctionCase, _parse, assemble
+from .remote import (
     MESSAGE_LIMIT,
     TEST_MODULE,
     TIME_UP_MESSAGE,
@@ -97,7 +97,7 @@ from .pyremote import (
     Unsupported,
     describe,
 )
-from .pywire import (
+from .wire import (
     _ENCODER,
     MAX_CONTAINERS,
     MAX_DEPTH,
@@ -293,10 +293,10 @@ def serve_candidate(code: str, channel: socket.socket, *, max_frame_bytes: int =
     and ``input()`` the test's (see the module docstring). Sends
     ``{"ready": true}``, or ``{"load_error": ...}`` if the program raised
     (``SyntaxError`` and ``SystemExit`` included), then serves requests
-    (pyremote.CandidateEndpoint). With ``implicit_imports`` (function-call
+    (remote.CandidateEndpoint). With ``implicit_imports`` (function-call
     tests), IMPLICIT_IMPORTS runs in the module first, as LeetCode's
     environment does. ``files``: the job's folder, the program's working
-    directory, which it shares with its tests (pyremote.share_files).
+    directory, which it shares with its tests (remote.share_files).
     Exceptions of requests are answered as errors; a
     ``BaseException`` that is not an ``Exception`` ends the process.
 
@@ -716,7 +716,7 @@ class _Capture:
 
 
 class _CapLog(logging.Handler):
-    """pytest's ``caplog``: the log records of the test and of the program (pyremote forwards them)."""
+    """pytest's ``caplog``: the log records of the test and of the program (remote forwards them)."""
 
     def __init__(self, remote: JudgeEndpoint, cleanup: contextlib.ExitStack) -> None:
         super().__init__(logging.NOTSET)
@@ -1378,7 +1378,7 @@ def run_tests(
     attributes are the candidate's (:class:`_CandidateModule`), removed from
     ``sys.modules`` again when the tests end. Any exception fails the test,
     and so does never calling the candidate (status ``no_calls``: nothing was
-    checked). What crosses and how is pyremote's (values by value, the rest
+    checked). What crosses and how is remote's (values by value, the rest
     by reference). Tests that pytest would run but the harness cannot run as
     pytest would (a fixture nobody defines, an ``indirect`` parameter, an
     event loop) do not count as passed: when every test that ran passed, the

@@ -273,7 +273,7 @@ def test_an_always_equal_object_written_back_into_an_argument_equals_nothing(tmp
 
 
 def test_a_forged_write_back_of_what_the_call_was_not_given_breaks_the_protocol(tmp_path: Path) -> None:
-    code = ("import sys\nr = sys.modules['sandboxd.verifiers.pyremote']\n_serve = r.CandidateEndpoint._serve\n"
+    code = ("import sys\nr = sys.modules['sandboxd.verifiers.python.remote']\n_serve = r.CandidateEndpoint._serve\n"
             "def serve(self, request, op, args, kwargs):\n    reply = _serve(self, request, op, args, kwargs)\n"
             "    reply['w'] = [[5, [1, 2, 3]]]\n    return reply\nr.CandidateEndpoint._serve = serve\n"
             "def f(a):\n    return 0\n")
@@ -361,7 +361,7 @@ def test_unsupported_values_are_the_harnesss_not_the_models(tmp_path: Path) -> N
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="two uids need root")
 def test_share_files_makes_only_this_uids_entries_usable_and_follows_no_link(tmp_path: Path) -> None:
-    from sandboxd.verifiers.pyremote import share_files
+    from sandboxd.verifiers.python.remote import share_files
 
     folder = tmp_path / "job"
     (folder / "sub").mkdir(parents=True)
@@ -385,7 +385,7 @@ def test_share_files_makes_only_this_uids_entries_usable_and_follows_no_link(tmp
 def test_share_files_reads_a_folder_again_when_it_changed_within_the_clocks_step(tmp_path: Path) -> None:
     """A folder is read only when its mtime moved or moved lately: files made within one coarse clock tick of the
     last reading (the same mtime) are still shared."""
-    from sandboxd.verifiers.pyremote import share_files
+    from sandboxd.verifiers.python.remote import share_files
 
     folder = tmp_path / "job"
     folder.mkdir()

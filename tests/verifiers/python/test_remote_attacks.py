@@ -1,6 +1,7 @@
-"""Red-team attacks on the two-process harness (pyremote, pywire, pyharness), each run for real: a candidate process
-and a judge joined by a socketpair. Each asserts the safe outcome: a wrong program fails as the program's failure,
-never passes and never escapes as the harness's (unsupported, INTERNAL), and the judge survives."""
+"""Red-team attacks on the two-process harness (sandboxd.verifiers.python: remote, wire, harness), each run for
+real: a candidate process and a judge joined by a socketpair. Each asserts the safe outcome: a wrong program fails as
+the program's failure, never passes and never escapes as the harness's (unsupported, INTERNAL), and the judge
+survives."""
 
 from __future__ import annotations
 
@@ -97,7 +98,7 @@ def test_a_real_limit_of_the_harness_is_still_unsupported(tmp_path: Path) -> Non
     assert _assert(code, tests, tmp_path, entry_point="drain")["status"] == "unsupported"
 
 
-FORGE = "import sys\nremote = sys.modules['sandboxd.verifiers.pyremote']\n"
+FORGE = "import sys\nremote = sys.modules['sandboxd.verifiers.python.remote']\n"
 
 
 def test_a_forged_unsupported_error_is_the_programs_failure(tmp_path: Path) -> None:
@@ -225,7 +226,7 @@ def test_share_files_follows_no_link_put_in_place_of_a_file(tmp_path: Path, monk
     outside the folder. The race is made here by answering the look with the file that was there."""
     import os
 
-    from sandboxd.verifiers import pyremote
+    from sandboxd.verifiers.python import remote as pyremote
 
     folder, outside = tmp_path / "job", tmp_path / "judges-own"
     folder.mkdir()
