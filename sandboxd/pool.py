@@ -773,6 +773,13 @@ def reap_orphans(backend: DockerBackend, node: str, instance: str, *, by_node: b
         if labels.get(LABEL_INSTANCE) == instance:
             continue
         if (by_node and labels.get(LABEL_NODE) == node) or owner_is_dead(labels.get(LABEL_OWNER, "")):
-            backend.remove(container["Id"])
+            # One that will not go (an engine so busy that the removal outlasts its 60 s read timeout) is
+            # left to the periodic sweep: raised here, it stopped the daemon's start.
+            try:
+                backend.remove(container["Id"])
+            except Exception as exc:
+                log.warning("could not remove sandbox %s of a daemon that is gone (tried again later): %s",
+                            container["Id"][:12], exc)
+                continue
             removed += 1
     return removed

@@ -472,6 +472,25 @@ def test_reap_orphans_removes_a_dead_owners_sandboxes_whatever_its_node() -> Non
     assert removed == ["same-node", "dead-owner"]
 
 
+def test_an_orphan_that_will_not_go_is_left_for_later_and_the_others_are_removed() -> None:
+    """A removal that timed out on a busy engine (requests' ReadTimeout after 60 s) was raised out of the start-up
+    reap and the daemon exited 1 (a loaded test run)."""
+    import requests
+
+    containers = [{"Id": f"old-{i}", "Labels": {"io.sandboxd.node": "n", "io.sandboxd.instance": "old"}}
+                  for i in range(3)]
+    removed: list[str] = []
+
+    def remove(container_id: str) -> None:
+        if container_id == "old-1":
+            raise requests.exceptions.ReadTimeout("Read timed out. (read timeout=60)")
+        removed.append(container_id)
+
+    backend = types.SimpleNamespace(list_ours=lambda: containers, remove=remove)
+    assert pool_module.reap_orphans(backend, "n", "i") == 2  # type: ignore[arg-type]
+    assert removed == ["old-0", "old-2"]
+
+
 def test_every_sandbox_is_labelled_with_its_owner() -> None:
     pool, _sandbox = one_slot_pool()
     labels = pool._spec("s", "/x").labels
