@@ -37,7 +37,7 @@ class Withdrawal:
 
     `withdraw()` closes the daemon's side of the job's connection (a
     half-close: the reply can still come back). The agent reads that end of
-    file, kills the job's runs and answers at once (agent/controller.py,
+    file, kills the job's runs and answers at once (agent/host/controller.py,
     `answer_job`), so the sandbox's slot comes back within milliseconds
     rather than at the job's deadline.
     """
@@ -204,7 +204,7 @@ class Sandbox:
         crashed at start fails now rather than at the timeout. `uid_slot`
         places the sandbox's block of job uids (agent/protocol.py).
         `memory_bytes`, `pids` and `cpus` are the container's limits, which
-        a restored agent cannot read from its cgroup (agent/usage.py).
+        a restored agent cannot read from its cgroup (agent/host/usage.py).
         """
         deadline = time.monotonic() + timeout
         polls = 0

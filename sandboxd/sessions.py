@@ -217,7 +217,7 @@ class SessionManager:
             raise Overloaded(f"{len(self.sessions)} sessions are open (limit {self.max_sessions})", 5.0)
         self._opening += 1
         try:
-            # Each session's share of its sandbox's /tmp between cells (agent/sessions.py).
+            # Each session's share of its sandbox's /tmp between cells (agent/host/sessions.py).
             agent_limits = dict(limits, lifetime=self.config.sessions.max_lifetime_seconds,
                                 tmpfs_share=1 / self.config.sessions.per_sandbox)
             for attempt in range(1, OPEN_ATTEMPTS + 1):

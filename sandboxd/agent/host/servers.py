@@ -1,113 +1,26 @@
-"""A long-lived worker under a uid of its own (a math server, a judge): its request loop and the controller's side.
+"""A long-lived worker under a uid of its own (a math server, a judge): the controller's side.
 
 Such a worker is forked once, answers request after request, and is closed
 (SIGKILL to every process of its uid, its files removed, the uid given
 back) when a request is not answered in time, when it fails, when one
 request left it holding much more memory than it started with, or after
 `recycle_after` requests, so that no state one request leaves lives long.
+Its request loop is forked.serving.serve_requests.
 """
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import math
-import os
-import resource
 import signal
-import socket
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
-from sandboxd.agent.protocol import ProtocolError, send_frame
-from sandboxd.agent.worker import memory_bytes
+from sandboxd.agent.host.runner import ResidentWorker, RunSpec
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
-
-    from sandboxd.agent.controller import Controller
-    from sandboxd.agent.runner import ResidentWorker
+    from sandboxd.agent.host.controller import Controller
 
 # The CPU rlimit covers the worker's whole life, not one request.
 SERVER_CPU_SECONDS = 3600
-PR_SET_NAME = 15
-# A server whose resident memory grew by more than this since it started is replaced after its
-# answer. A hostile math answer that ends in a MemoryError, which Math-Verify's own handlers
-# turn into "not equal", left its server holding about 500 MB of freed heap that the allocator
-# keeps (585 MB, measured under the default 512 MiB limit) for up to 500 more jobs. A few such
-# servers (one per CPU, plus those started when all are busy) would fill a 2 GiB sandbox, and
-# the OOM killer would then take a server in the middle of another job. Ordinary math jobs
-# grow a server by about 2 MB in 300.
-RECYCLE_GROWTH_BYTES = 64 << 20
-
-
-@contextlib.contextmanager
-def _memory_budget(extra: int) -> Iterator[None]:
-    """A soft RLIMIT_AS of `extra` bytes over what this process maps now, for the block (0: none).
-
-    Soft, so that it can be raised again after: an unprivileged process may
-    raise its soft limit up to the hard one, never the hard one it lowered.
-    Never above a limit already set (a math server's address space, which is
-    both soft and hard).
-    """
-    if not extra:
-        yield
-        return
-    before = resource.getrlimit(resource.RLIMIT_AS)
-    soft = memory_bytes()[0] + extra
-    if before[0] != resource.RLIM_INFINITY:
-        soft = min(soft, before[0])
-    resource.setrlimit(resource.RLIMIT_AS, (soft, before[1]))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_AS, before)
-
-
-def serve_requests(name: bytes, receive: Callable[[], tuple[dict[str, Any], list[int]]],
-                   handle: Callable[[dict[str, Any], list[int]], dict[str, Any]],
-                   results: socket.socket, memory_per_request: int = 0) -> NoReturn:
-    """Worker side: one answer on `results` per request `receive` returns, until the channel closes.
-
-    What `handle` raises is answered as an error (a MemoryError flagged as
-    such), after which the controller replaces this server. So is an answer
-    after which this process holds RECYCLE_GROWTH_BYTES more than when it
-    began: flagged ``worn``, answered, then replaced.
-
-    With `memory_per_request`, each `handle` call may map that many bytes
-    more than the server maps when the call starts; past it, allocations
-    fail with MemoryError (which `handle` may answer itself) instead of
-    growing the server into the memory that the sandbox's other jobs share.
-    The limit is lifted again for the answer and between requests. A
-    request's ``memory_budget`` raises it for that request (a judge's job
-    whose memory limit admits more of the dataset's own data).
-    """
-    # Named, so that a look at /proc tells the server from a job's leftovers.
-    ctypes.CDLL(None).prctl(PR_SET_NAME, name, 0, 0, 0)
-    _, started_with = memory_bytes()
-    while True:
-        try:
-            request, fds = receive()
-        except (EOFError, OSError, ProtocolError):
-            os._exit(0)
-        reply: dict[str, Any]
-        try:
-            budget = memory_per_request and max(memory_per_request, int(request.get("memory_budget") or 0))
-            with _memory_budget(budget):
-                reply = handle(request, fds)
-        except MemoryError:
-            reply = {"error": "MemoryError", "memory": True}
-        except BaseException as exc:  # our own code's failure: reported, then this server is replaced
-            reply = {"error": f"{type(exc).__name__}: {exc}"[:2000]}
-        if memory_bytes()[1] - started_with > RECYCLE_GROWTH_BYTES:
-            reply["worn"] = True
-        # What this process has used of SERVER_CPU_SECONDS, so that the controller hands it no request it may
-        # not have the CPU left to finish (one times(2) call).
-        used = os.times()
-        reply["cpu_seconds"] = used.user + used.system
-        try:
-            send_frame(results, reply)
-        except OSError:
-            os._exit(0)
 
 
 class ResidentServer:
@@ -123,13 +36,9 @@ class ResidentServer:
         self.worn = False
         # The CPU it said it had used with its last answer (see has_cpu_for).
         self.cpu_seconds = 0.0
-        # Imported here: the runner needs asyncio, which the server's own
-        # process (forked from a zygote that holds no asyncio) does not.
-        from sandboxd.agent.runner import ResidentWorker
         self.worker: ResidentWorker = ResidentWorker(controller.runner, max_reply_bytes)
 
     async def start(self) -> None:
-        from sandboxd.agent.runner import RunSpec
         controller = self.controller
         self.uid = controller.uids.take()
         try:

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from sandboxd.agent import tree
-from sandboxd.agent.sessions import scan
+from sandboxd.agent.host import tree
+from sandboxd.agent.host.sessions import scan
 
 
 class _SwapAfterLooking:

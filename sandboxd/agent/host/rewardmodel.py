@@ -1,7 +1,7 @@
 """The reward-model side of the agent: one scorer process per sandbox, fed in batches.
 
 The controller never imports torch. It starts the scorer (``python -m
-sandboxd.agent.rewardmodel``, this module's ``main``) once per sandbox, before
+sandboxd.agent.forked.scorer``) once per sandbox, before
 the sandbox reports ready: the scorer loads the model from the read-only
 mount, scores one warm-up pair, says ``ready`` (or why it failed), and then
 serves batches over a socket pair, dropping to an unprivileged uid before the
@@ -20,7 +20,6 @@ sandbox; the daemon replaces it and retries the job elsewhere.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import json
@@ -30,19 +29,14 @@ import socket
 import subprocess
 import sys
 import time
-import traceback
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from sandboxd.agent.protocol import ProtocolError, encode_frame, read_frame, recv_frame, send_frame
-from sandboxd.agent.runner import SandboxDamaged
+from sandboxd.agent.host.runner import SandboxDamaged
+from sandboxd.agent.protocol import ProtocolError, encode_frame, read_frame
 
-# The scorer's uid once the model is loaded: outside the job uid range (20000+).
-SCORER_UID = 19999
-# Where the daemon mounts the model folder, read-only.
-MODEL_MOUNT = "/opt/sandboxd-model"
 # A quarter of the frame limit (protocol.MAX_FRAME_BYTES) per frame to the scorer.
 FRAME_BUDGET_BYTES = 16 << 20
 Item = TypeVar("Item")
@@ -162,7 +156,7 @@ class RewardModelHost:
                            ("name", "path", "device", "max_length", "dtype", "label", "threads", "memory_fraction",
                             "max_batch_tokens")
                            if key in self.settings}
-        command = [sys.executable, "-m", "sandboxd.agent.rewardmodel", "--fd", str(theirs.fileno()),
+        command = [sys.executable, "-m", "sandboxd.agent.forked.scorer", "--fd", str(theirs.fileno()),
                    "--settings", json.dumps(scorer_settings)]
         # Its exit status is not needed (the socket says when it is gone), and PID 1's
         # reaper collects it; stdout and stderr go to the container's log.
@@ -265,48 +259,3 @@ def _frame_sized(pairs: list[tuple[str, str]]) -> list[list[tuple[str, str]]]:
         chunks[-1].append(pair)
         size += cost
     return chunks
-
-
-# ---- the scorer process ----------------------------------------------------------------
-def _drop_privileges() -> None:
-    os.setgroups([])
-    os.setresgid(SCORER_UID, SCORER_UID, SCORER_UID)
-    os.setresuid(SCORER_UID, SCORER_UID, SCORER_UID)
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="sandboxd-reward-model")
-    parser.add_argument("--fd", type=int, required=True)
-    parser.add_argument("--settings", required=True)
-    args = parser.parse_args(argv)
-    channel = socket.socket(fileno=args.fd)
-    from sandboxd.verifiers import rewardmodel
-
-    try:
-        settings = rewardmodel.ScorerSettings.from_dict(json.loads(args.settings))
-        model = rewardmodel.load(settings)
-    except BaseException as exc:
-        traceback.print_exc()
-        send_frame(channel, {"failed": f"{type(exc).__name__}: {exc}"[:2000]})
-        return
-    send_frame(channel, {"ready": model.describe()})
-    while True:
-        try:
-            request = recv_frame(channel)
-        except EOFError:
-            return
-        # The weights are in memory (or mapped): nothing from here on needs root. Not
-        # earlier: a snapshot is taken between `ready` and the first batch, and CRIU on a
-        # host without CAP_SYS_RESOURCE cannot dump a process of another uid ("Can't get
-        # rlimit"), so the template's scorer must still be root then.
-        if os.geteuid() == 0:
-            _drop_privileges()
-        pairs = [(str(prompt), str(completion)) for prompt, completion in request["pairs"]]
-        started = time.perf_counter()
-        scores = model.score(pairs)
-        send_frame(channel, {"scores": [score.to_dict() for score in scores],
-                             "seconds": time.perf_counter() - started})
-
-
-if __name__ == "__main__":
-    main()

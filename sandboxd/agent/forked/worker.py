@@ -30,7 +30,9 @@ import sys
 import traceback
 from typing import Any, NoReturn
 
-from sandboxd.agent.protocol import recv_frame_fds
+from sandboxd.agent.forked.serving import memory_bytes
+from sandboxd.agent.landlock import scope_abstract_sockets
+from sandboxd.agent.protocol import JOB_OOM_SCORE_ADJ, RESIDENT_OOM_SCORE_ADJ, recv_frame_fds
 
 # Exit status of a worker whose own setup failed before any of the job ran
 # (its traceback goes to the run's stderr).
@@ -40,8 +42,6 @@ PR_SET_DUMPABLE = 4
 MAX_FDS_PER_JOB = 8
 # Above any descriptor a process can hold here, where RLIMIT_NOFILE has no hard limit.
 MAX_FD = 1 << 20
-JOB_OOM_SCORE_ADJ = 1000
-RESIDENT_OOM_SCORE_ADJ = 500
 # The highest nice, on top of SCHED_IDLE (see _below_the_agent).
 WORKER_NICE = 19
 
@@ -59,34 +59,6 @@ RLIMITS = {
 # symbol tables of every loaded library, page faults in a fresh fork.
 _libc = ctypes.CDLL(None, use_errno=True)
 _prctl = _libc.prctl
-_syscall = _libc.syscall
-_syscall.restype = ctypes.c_long
-
-# Landlock (Documentation/userspace-api/landlock.rst). Every job of a sandbox
-# shares its network namespace, where abstract Unix socket names are global
-# and carry no permissions: a run could listen on one and another job's run
-# (a session beside it, the next stdio case of another completion) connect.
-# Each worker enters a Landlock domain of its own that scopes abstract sockets
-# (protocol.LANDLOCK_SCOPE_ABI): its processes may connect only to those bound inside it.
-# The syscall numbers are the same on every architecture but alpha.
-SYS_LANDLOCK_CREATE_RULESET = 444
-SYS_LANDLOCK_RESTRICT_SELF = 446
-LANDLOCK_CREATE_RULESET_VERSION = 1
-LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET = 1
-
-
-class _LandlockRulesetAttr(ctypes.Structure):
-    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
-                ("scoped", ctypes.c_uint64)]
-
-
-# Built here, in the zygote, like the lookups above: a worker only makes the
-# two calls (about 40 us of its CPU, against about 90 us when it built the
-# attribute and set no_new_privs itself; 400 forks, 3 rounds, on this host).
-_ABSTRACT_SCOPE = _LandlockRulesetAttr(0, 0, LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET)
-_ABSTRACT_SCOPE_ARGS = (ctypes.byref(_ABSTRACT_SCOPE), ctypes.c_size_t(ctypes.sizeof(_ABSTRACT_SCOPE)),
-                        ctypes.c_uint32(0))
-
 
 # A worker's own seccomp filter, on top of the sandbox's (sandboxd/seccomp.py),
 # for the modes that run candidate code (CANDIDATE_MODES): memfd_create(2) is
@@ -154,25 +126,6 @@ def refuse_memfd() -> bool:
     if _MEMFD_FILTER is None:
         return False
     return _prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(_MEMFD_FILTER), 0, 0) == 0
-
-
-def landlock_abi() -> int:
-    """The kernel's Landlock ABI version; 0 without Landlock (an old kernel, or a seccomp filter that refuses it)."""
-    return max(0, _syscall(SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0),
-                           ctypes.c_uint32(LANDLOCK_CREATE_RULESET_VERSION)))
-
-
-def scope_abstract_sockets() -> bool:
-    """Enter a Landlock domain that keeps this process tree's abstract Unix sockets to itself; False if unsupported."""
-    ruleset = _syscall(SYS_LANDLOCK_CREATE_RULESET, *_ABSTRACT_SCOPE_ARGS)
-    if ruleset < 0:
-        return False  # ENOSYS, or E2BIG/EINVAL from a kernel before ABI 6
-    try:
-        # Without CAP_SYS_ADMIN this needs no_new_privs, which the sandbox sets
-        # for every process (no-new-privileges); EPERM (False) elsewhere.
-        return _syscall(SYS_LANDLOCK_RESTRICT_SELF, ruleset, 0) == 0
-    finally:
-        os.close(ruleset)
 
 
 def main(channel: socket.socket) -> NoReturn:
@@ -250,15 +203,15 @@ def main(channel: socket.socket) -> NoReturn:
                                   files=job["cwd"] if job.get("share_files") is True else "",
                                   implicit_imports=job.get("implicit_imports") is True)
     elif mode == "py_judge":
-        from sandboxd.agent import judgeserver
+        from sandboxd.agent.forked import judgeserver
 
         judgeserver.serve(channel, socket.socket(fileno=fds[3]), _receive_job)
     elif mode == "math_server":
-        from sandboxd.agent import mathserver
+        from sandboxd.agent.forked import mathserver
 
         mathserver.serve(channel, socket.socket(fileno=fds[3]))
     elif mode == "py_session":
-        from sandboxd.agent import repl
+        from sandboxd.agent.forked import repl
 
         repl.serve(channel, socket.socket(fileno=fds[3]), _receive_job)
     os._exit(HARNESS_FAILURE_EXIT)
@@ -315,19 +268,6 @@ def _reseed() -> None:
     numpy = sys.modules.get("numpy")
     if numpy is not None:
         numpy.random.seed(int.from_bytes(os.urandom(4), "little"))
-
-
-def memory_bytes() -> tuple[int, int]:
-    """This process's (address space, resident memory) in bytes, from /proc/self/statm (about 12 us).
-
-    Read with os.read, not a file object, for the same reason as _set_oom_score_adj.
-    """
-    statm = os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        size, resident = os.read(statm, 256).split()[:2]
-    finally:
-        os.close(statm)
-    return int(size) * resource.getpagesize(), int(resident) * resource.getpagesize()
 
 
 def _apply_limits(rlimits: dict[str, int], mapped: int) -> None:

@@ -27,18 +27,28 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-from sandboxd.agent import usage
-from sandboxd.agent import zygote as zygote_module
+from sandboxd.agent.host import usage
+from sandboxd.agent.host.usage import CpuShare, UsageWatch
 from sandboxd.agent.protocol import (
     CPU_CREDIT,
     DEADLINE_STRETCH,
+    EXITED,
+    FORK_FAILED,
+    FORKED,
     HEADER,
     MAX_FRAME_BYTES,
+    MESSAGE_BYTES,
+    OP_EXITED,
+    OP_FORK,
+    OP_FORK_FAILED,
+    OP_FORKED,
+    OP_RESEED,
+    READY,
+    REQUEST,
     ProtocolError,
     encode_frame,
     read_frame,
 )
-from sandboxd.agent.usage import CpuShare, UsageWatch
 
 # Markers that a program died of its memory limit rather than of a bug; the
 # address-space rlimit makes allocation fail instead of summoning the OOM killer.
@@ -493,14 +503,14 @@ class Zygote:
         while True:
             try:
                 # One byte more than the longest message: a longer one shows as such.
-                data, fds, _flags, _addr = socket.recv_fds(self._sock, zygote_module.MESSAGE_BYTES + 1, 1)
+                data, fds, _flags, _addr = socket.recv_fds(self._sock, MESSAGE_BYTES + 1, 1)
             except BlockingIOError:
                 return
             if not data:
                 self._died()
                 return
-            if data[0] == zygote_module.OP_FORKED and len(data) == zygote_module.FORKED.size and fds:
-                _op, tag, pid = zygote_module.FORKED.unpack(data)
+            if data[0] == OP_FORKED and len(data) == FORKED.size and fds:
+                _op, tag, pid = FORKED.unpack(data)
                 future = self._forks.pop(tag, None)
                 if future is not None and not future.done():
                     # Replaces what an earlier process of this pid left: it was
@@ -510,8 +520,8 @@ class Zygote:
                 else:
                     # Its fork was given up (cancelled): closing its channel ends it.
                     os.close(fds[0])
-            elif data[0] == zygote_module.OP_EXITED and len(data) == zygote_module.EXITED.size:
-                _op, tag, pid, status, cpu_seconds, max_rss_bytes = zygote_module.EXITED.unpack(data)
+            elif data[0] == OP_EXITED and len(data) == EXITED.size:
+                _op, tag, pid, status, cpu_seconds, max_rss_bytes = EXITED.unpack(data)
                 unannounced = self._forks.pop(tag, None)
                 if unannounced is not None and not unannounced.done():
                     # Killed (the OOM killer) before it could announce itself.
@@ -521,14 +531,14 @@ class Zygote:
                 if exited is not None and not exited.done():
                     exited.set_result(
                         {"pid": pid, "status": status, "cpu_seconds": cpu_seconds, "max_rss_bytes": max_rss_bytes})
-            elif data[0] == zygote_module.OP_FORK_FAILED and len(data) == zygote_module.FORK_FAILED.size:
-                _op, tag, error = zygote_module.FORK_FAILED.unpack(data)
+            elif data[0] == OP_FORK_FAILED and len(data) == FORK_FAILED.size:
+                _op, tag, error = FORK_FAILED.unpack(data)
                 failed = self._forks.pop(tag, None)
                 if failed is not None and not failed.done():
                     # The runs hold the sandbox's pids: not the job's fault, nor damage.
                     failed.set_exception(SandboxFull(f"no room for another process in the sandbox "
                                                      f"({os.strerror(error) if error else 'fork failed'})"))
-            elif data == zygote_module.READY and not self.ready.done():
+            elif data == READY and not self.ready.done():
                 self.ready.set_result(None)
             else:
                 for fd in fds:
@@ -545,7 +555,7 @@ class Zygote:
         self._forks.clear()
 
     def reseed(self) -> None:
-        self._sock.send(zygote_module.REQUEST.pack(zygote_module.OP_RESEED, 0))
+        self._sock.send(REQUEST.pack(OP_RESEED, 0))
 
     async def fork(self) -> tuple[int, socket.socket, asyncio.Future[dict[str, Any]]]:
         if not self.alive:
@@ -554,7 +564,7 @@ class Zygote:
         future: asyncio.Future[tuple[int, int]] = asyncio.get_running_loop().create_future()
         self._forks[tag] = future
         try:
-            self._sock.send(zygote_module.REQUEST.pack(zygote_module.OP_FORK, tag))
+            self._sock.send(REQUEST.pack(OP_FORK, tag))
         except OSError as exc:
             del self._forks[tag]
             raise SandboxDamaged(f"zygote unreachable: {exc}") from None

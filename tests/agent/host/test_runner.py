@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from sandboxd.agent import runner
-from sandboxd.agent.runner import RunOutcome, RunSpec, classify, kill_uid, sigkill_uid
+from sandboxd.agent.host import runner
+from sandboxd.agent.host.runner import RunOutcome, RunSpec, classify, kill_uid, sigkill_uid
 
 BOMB_UID = 29_999  # outside the agent's job range, unused on a test machine
 QUIET_UID = 29_998

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from sandboxd.agent.repl import VALUE_PREVIEW_CHARS, run_cell
+from sandboxd.agent.forked.repl import run_cell
+from sandboxd.agent.protocol import VALUE_PREVIEW_CHARS
 
 
 @pytest.fixture

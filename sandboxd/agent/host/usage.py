@@ -72,7 +72,8 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from sandboxd.agent import kernelmem, worker
+from sandboxd.agent import protocol
+from sandboxd.agent.host import kernelmem
 
 # Between two sweeps while any run is watched. A sweep took 0.11 ms here
 # among 81 processes none of which was watched, 0.76 ms when all 81 were
@@ -85,7 +86,7 @@ WATCH_MAX_PAUSE = 0.5
 # What a lone process under RLIMIT_AS may pin in the kernel before its mapped memory is counted with it.
 LONE_KERNEL_BYTES = 1 << 20
 # What a job's process is given; restored when lowered.
-JOB_OOM_SCORE_ADJ = str(worker.JOB_OOM_SCORE_ADJ).encode()
+JOB_OOM_SCORE_ADJ = str(protocol.JOB_OOM_SCORE_ADJ).encode()
 # The kernel's count of OOM kills. Host-wide: a sandbox restored from a
 # snapshot sees another group than its own at /sys/fs/cgroup (CRIU remounts
 # the template's cgroup mounts from its own cgroup), so its memcg's

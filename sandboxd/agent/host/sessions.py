@@ -35,10 +35,9 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from sandboxd.agent import tree, usage
-from sandboxd.agent.protocol import BadRequest
-from sandboxd.agent.repl import VALUE_PREVIEW_CHARS
-from sandboxd.agent.runner import (
+from sandboxd.agent.host import tree, usage
+from sandboxd.agent.host.offloop import off_loop
+from sandboxd.agent.host.runner import (
     OutputBudget,
     PipeReader,
     ResidentWorker,
@@ -49,10 +48,11 @@ from sandboxd.agent.runner import (
     sigkill_uid,
     starved_reason,
 )
-from sandboxd.agent.usage import CpuShare, WatchedRun, _file_system_ids
+from sandboxd.agent.host.usage import CpuShare, WatchedRun, _file_system_ids
+from sandboxd.agent.protocol import VALUE_PREVIEW_CHARS, BadRequest
 
 if TYPE_CHECKING:
-    from sandboxd.agent.controller import Controller
+    from sandboxd.agent.host.controller import Controller
 
 SESSION_INTERRUPT_GRACE = 2.0
 # Output still arriving after a cell's result (a child holding the pipe).
@@ -293,10 +293,8 @@ class Session:
         """Why the session's files hold more than its share of the tmpfs, or "" if they do not."""
         if not self.files_share_bytes and not self.files_share_entries:
             return ""
-        from sandboxd.agent.controller import _off_loop  # the controller imports this module
-
         pids = usage.processes_of({self.uid}).get(self.uid, [])
-        held_bytes, entries = await _off_loop(
+        held_bytes, entries = await off_loop(
             files_held, self.uid, self.workdir, self.controller.shared_writable, pids,
             self.files_share_entries or (1 << 62))
         if self.files_share_entries and entries > self.files_share_entries:

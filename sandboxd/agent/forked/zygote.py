@@ -23,36 +23,29 @@ import re
 import select
 import signal
 import socket
-import struct
 import sys
 import traceback
 from typing import NoReturn
 
-from sandboxd.agent import worker
+from sandboxd.agent.forked import worker
+from sandboxd.agent.protocol import (
+    EXITED,
+    FORK_FAILED,
+    FORKED,
+    OP_EXITED,
+    OP_FORK,
+    OP_FORK_FAILED,
+    OP_FORKED,
+    OP_RESEED,
+    READY,
+    REQUEST,
+)
 
 # The signal module's own signal(), without the wrapper that turns the handler
 # it replaces into a Handlers member: in a fresh worker, replacing the zygote's
 # SIGCHLD handler (a function, not a member) went through enum's ValueError
 # path, 69 page faults (about 4 us each here) for that one call.
 _raw_signal = importlib.import_module("_signal")
-
-# The zygote's channel (SOCK_SEQPACKET) carries fixed-layout messages; see _serve for why.
-# controller -> zygote: (op, tag)
-REQUEST = struct.Struct("<BI")
-OP_FORK = 1
-OP_RESEED = 2
-# -> controller, from the new worker itself, its channel's other end attached (SCM_RIGHTS): (op, tag, pid)
-FORKED = struct.Struct("<BIi")
-OP_FORKED = 1
-# -> controller, from the zygote: (op, tag of its fork, pid, wait status, CPU seconds, max RSS bytes)
-EXITED = struct.Struct("<BIiidq")
-OP_EXITED = 2
-READY = b"\x03"
-# -> controller, from the zygote: (op, tag of the fork, errno) when fork() failed: the sandbox's
-# pids limit (EAGAIN), taken by its runs. The zygote lives on; so do the sandbox's other runs.
-FORK_FAILED = struct.Struct("<BIi")
-OP_FORK_FAILED = 4
-MESSAGE_BYTES = max(FORKED.size, EXITED.size, FORK_FAILED.size, len(READY))
 
 
 def spawn(warm_modules: list[str]) -> tuple[socket.socket, int]:

@@ -1,4 +1,4 @@
-"""Long-lived math workers: the verifier stays warm between jobs instead of a fork per job.
+"""Long-lived math workers, the controller's side: the verifier stays warm between jobs instead of a fork per job.
 
 A math job runs our own code (the verifier) on untrusted strings; no model
 code runs. Forking a fresh worker per job from the sympy-sized zygote cost
@@ -10,10 +10,11 @@ What a hostile answer can still do is what it could do before: make the
 parser slow or hungry. A server past its job's deadline is killed (SIGKILL
 to every process of its uid, as for any run) and replaced; one that dies,
 answers with an error, holds far more memory than it started with
-(servers.RECYCLE_GROWTH_BYTES), or has verified RECYCLE_AFTER_JOBS answers
+(forked.serving.RECYCLE_GROWTH_BYTES), or has verified RECYCLE_AFTER_JOBS answers
 is replaced too, so no state that one answer leaves in sympy's caches
 lives long. Jobs see the same limits as before: the deadline per job, the
-address space per server (servers are kept per memory limit).
+address space per server (servers are kept per memory limit). A server's
+own process is forked.mathserver.
 """
 
 from __future__ import annotations
@@ -22,15 +23,13 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
-from sandboxd.agent.protocol import recv_frame
-from sandboxd.agent.runner import CURRENT_JOB
-from sandboxd.agent.servers import ResidentServer, serve_requests
+from sandboxd.agent.host.runner import CURRENT_JOB
+from sandboxd.agent.host.servers import ResidentServer
 
 if TYPE_CHECKING:
-    from sandboxd.agent.controller import Controller
+    from sandboxd.agent.host.controller import Controller
 
 RECYCLE_AFTER_JOBS = 500
 # A new server runs slower until it has copied the pages of sympy's heap it
@@ -41,25 +40,6 @@ RECYCLE_AFTER_JOBS = 500
 SPILL_SECONDS = 0.5
 WARM_SECONDS = 60.0
 RESULT_FRAME_BYTES = 1 << 20
-SERVER_NAME = b"sandboxd-math"
-
-
-def serve(channel: socket.socket, results: socket.socket) -> NoReturn:
-    """Worker side: one verdict per request frame until the channel closes."""
-    from sandboxd.verifiers import math as math_verifier
-
-    def verify(job: dict[str, Any], fds: list[int]) -> dict[str, Any]:
-        if job.get("op", "verify") == "warm":
-            # Runs the samples here, so the pages they touch are this
-            # server's own before its first job (a fresh fork pays a
-            # copy-on-write fault per page of sympy's heap it writes).
-            math_verifier.warm()
-            return {"ok": True}
-        return {"result": math_verifier.verify(job["completion"], job["ground_truth"],
-                                               extraction=job.get("extraction", "auto"),
-                                               float_tolerance=job.get("tolerance", 1e-6))}
-
-    serve_requests(SERVER_NAME, lambda: (recv_frame(channel), []), verify, results)
 
 
 class MathServer(ResidentServer):

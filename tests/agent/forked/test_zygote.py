@@ -16,12 +16,13 @@ from typing import Any
 
 import pytest
 
-from sandboxd.agent import zygote as zygote_module
-from sandboxd.agent.runner import SandboxDamaged, SandboxFull, Zygote
+from sandboxd.agent import protocol
+from sandboxd.agent.forked import zygote as zygote_module
+from sandboxd.agent.host.runner import SandboxDamaged, SandboxFull, Zygote
 
 # A fresh interpreter runs the zygote (forking this pytest process would
 # make a zygote of pytest); it is the test's child, as the agent's is the controller's.
-ZYGOTE_MAIN = ("import socket, sys; from sandboxd.agent import zygote; "
+ZYGOTE_MAIN = ("import socket, sys; from sandboxd.agent.forked import zygote; "
                "zygote.main(socket.socket(fileno=int(sys.argv[1])), [])")
 
 
@@ -131,7 +132,7 @@ async def played() -> AsyncIterator[tuple[Zygote, socket.socket]]:
     """The controller's handle on a zygote that the test plays at the returned socket."""
     ours, peer = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     zygote = Zygote(ours, pid=0)
-    peer.send(zygote_module.READY)
+    peer.send(protocol.READY)
     await asyncio.wait_for(zygote.ready, 5)
     yield zygote, peer
     asyncio.get_running_loop().remove_reader(ours)
@@ -143,15 +144,15 @@ async def _fork_requested(zygote: Zygote, peer: socket.socket) -> tuple[asyncio.
     """A fork under way, and the tag of the request the zygote (`peer`) received."""
     fork = asyncio.ensure_future(zygote.fork())
     await asyncio.sleep(0)
-    op, tag = zygote_module.REQUEST.unpack(peer.recv(64))
-    assert op == zygote_module.OP_FORK
+    op, tag = protocol.REQUEST.unpack(peer.recv(64))
+    assert op == protocol.OP_FORK
     return fork, tag
 
 
 def _announce(peer: socket.socket, tag: int, pid: int) -> socket.socket:
     """Send FORKED as a new worker would; returns the worker's end of the channel."""
     worker_end, controller_end = socket.socketpair()
-    socket.send_fds(peer, [zygote_module.FORKED.pack(zygote_module.OP_FORKED, tag, pid)], [controller_end.fileno()])
+    socket.send_fds(peer, [protocol.FORKED.pack(protocol.OP_FORKED, tag, pid)], [controller_end.fileno()])
     controller_end.close()
     return worker_end
 
@@ -161,7 +162,7 @@ async def test_a_worker_that_dies_before_announcing_itself_fails_its_fork(
     zygote, peer = played
     fork, tag = await _fork_requested(zygote, peer)
     # The OOM killer took the new worker before it sent its channel.
-    peer.send(zygote_module.EXITED.pack(zygote_module.OP_EXITED, tag, 4242, signal.SIGKILL, 0.0, 0))
+    peer.send(protocol.EXITED.pack(protocol.OP_EXITED, tag, 4242, signal.SIGKILL, 0.0, 0))
     with pytest.raises(SandboxDamaged, match="before it started"):
         await asyncio.wait_for(fork, 5)
     # Another fork is answered as usual.
@@ -208,7 +209,7 @@ def _exited_report(ours: socket.socket) -> tuple[int, ...]:
     ours.settimeout(10)
     message = ours.recv(64)
     assert message, "the stand-in zygote sent nothing: it raised (its traceback is in the captured stderr)"
-    return zygote_module.EXITED.unpack(message)
+    return protocol.EXITED.unpack(message)
 
 
 def _first_report_of_stand_in(reap: Callable[[socket.socket], None]) -> tuple[int, ...]:
@@ -237,7 +238,7 @@ def test_an_exit_is_reported_with_its_forks_tag() -> None:
         zygote_module._reap(channel, {child: 7}, {})
 
     op, tag, pid, status, _cpu, _rss = _first_report_of_stand_in(reap)
-    assert (op, tag) == (zygote_module.OP_EXITED, 7)
+    assert (op, tag) == (protocol.OP_EXITED, 7)
     assert pid > 0 and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 3
 
 
@@ -262,9 +263,9 @@ def test_a_worker_reaped_before_its_tag_was_written_down_is_reported_with_it(
     stand_in = _in_stand_in(serve)
     theirs.close()
     try:
-        ours.send(zygote_module.REQUEST.pack(zygote_module.OP_FORK, 11))
+        ours.send(protocol.REQUEST.pack(protocol.OP_FORK, 11))
         op, tag, _pid, status, _cpu, _rss = _exited_report(ours)
-        assert (op, tag) == (zygote_module.OP_EXITED, 11)
+        assert (op, tag) == (protocol.OP_EXITED, 11)
         assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 5
     finally:
         ours.close()  # the stand-in's _serve ends on the hang-up
@@ -284,7 +285,7 @@ async def test_a_worker_announced_after_its_fork_was_given_up_is_ended_and_forgo
     with pytest.raises(asyncio.CancelledError):
         await fork
     channel = _announce(peer, tag, 5555)
-    peer.send(zygote_module.EXITED.pack(zygote_module.OP_EXITED, tag, 5555, 0, 0.0, 0))
+    peer.send(protocol.EXITED.pack(protocol.OP_EXITED, tag, 5555, 0, 0.0, 0))
     await asyncio.sleep(0.05)
     channel.settimeout(5)
     assert channel.recv(1) == b""  # its channel was closed: the worker would end
@@ -294,7 +295,7 @@ async def test_a_worker_announced_after_its_fork_was_given_up_is_ended_and_forgo
     channel = _announce(peer, tag, 5555)
     pid, received, exited = await asyncio.wait_for(fork, 5)
     assert pid == 5555 and not exited.done()
-    peer.send(zygote_module.EXITED.pack(zygote_module.OP_EXITED, tag, 5555, 9, 0.25, 4096))
+    peer.send(protocol.EXITED.pack(protocol.OP_EXITED, tag, 5555, 9, 0.25, 4096))
     report = await asyncio.wait_for(exited, 5)
     assert (report["status"], report["cpu_seconds"], report["max_rss_bytes"]) == (9, 0.25, 4096)
     received.close()
@@ -320,5 +321,5 @@ def test_a_traced_workers_stop_is_not_reported_as_its_exit() -> None:
         zygote_module._reap(channel, {child: 7}, {})
 
     op, tag, _pid, status, _cpu, _rss = _first_report_of_stand_in(reap)
-    assert (op, tag) == (zygote_module.OP_EXITED, 7)
+    assert (op, tag) == (protocol.OP_EXITED, 7)
     assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, hex(status)

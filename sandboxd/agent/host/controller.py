@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import concurrent.futures
 import contextlib
 import ctypes
 import errno
@@ -29,32 +28,19 @@ import signal
 import socket
 import stat
 import sys
-import threading
 import time
 import traceback
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
-from sandboxd.agent import sessions as sessions_module
-from sandboxd.agent import usage, worker
-from sandboxd.agent.judgeserver import JudgeServers
-from sandboxd.agent.mathserver import MathServers
-from sandboxd.agent.protocol import (
-    DEADLINE_STRETCH,
-    HEADER,
-    MAX_FRAME_BYTES,
-    UIDS_PER_SANDBOX,
-    UNSLOTTED_FIRST_UID,
-    BadRequest,
-    ProtocolError,
-    encode_frame,
-    first_job_uid,
-    read_frame,
-    require,
-)
-from sandboxd.agent.rewardmodel import RewardModelHost
-from sandboxd.agent.runner import (
+from sandboxd.agent.host import sessions as sessions_module
+from sandboxd.agent.host import usage
+from sandboxd.agent.host.judgeservers import JudgeServers
+from sandboxd.agent.host.mathservers import MathServers
+from sandboxd.agent.host.offloop import off_loop
+from sandboxd.agent.host.rewardmodel import RewardModelHost
+from sandboxd.agent.host.runner import (
     CURRENT_JOB,
     JobWithdrawal,
     JobWithdrawn,
@@ -73,7 +59,21 @@ from sandboxd.agent.runner import (
     remove_tree,
     sigkill_uid,
 )
-from sandboxd.agent.tree import read_tree_file, usage_of, write_tree
+from sandboxd.agent.host.tree import read_tree_file, usage_of, write_tree
+from sandboxd.agent.landlock import landlock_abi
+from sandboxd.agent.protocol import (
+    DEADLINE_STRETCH,
+    HEADER,
+    MAX_FRAME_BYTES,
+    UIDS_PER_SANDBOX,
+    UNSLOTTED_FIRST_UID,
+    BadRequest,
+    ProtocolError,
+    encode_frame,
+    first_job_uid,
+    read_frame,
+    require,
+)
 
 PR_SET_CHILD_SUBREAPER = 36
 WORK_ROOT = "/tmp/sandboxd"
@@ -249,7 +249,7 @@ class Controller:
         path = f"{WORK_ROOT}/{uid}"
         if os.path.lexists(path):
             # Not expected: a uid comes back only once its folder is gone (release).
-            await _off_loop(remove_tree, path)
+            await off_loop(remove_tree, path)
         try:
             os.mkdir(path, 0o700)
         except OSError as exc:
@@ -271,7 +271,7 @@ class Controller:
             if sum(len(path) + len(content) for path, content in files) <= INLINE_WRITE_BYTES:
                 write_tree(workdir, uid, files)
             else:
-                await _off_loop(write_tree, workdir, uid, files)
+                await off_loop(write_tree, workdir, uid, files)
         except OSError as exc:
             if exc.errno == errno.ENOSPC:
                 await self.charge_neighbours(workdir, f"writing {exc.filename!r}: {exc.strerror}")
@@ -285,7 +285,7 @@ class Controller:
         its own error when this returns. The look at `workdir` runs in a
         thread: a run can fill it with tmpfs_inodes entries.
         """
-        if await _off_loop(neighbours_hold, WORK_ROOT, workdir):
+        if await off_loop(neighbours_hold, WORK_ROOT, workdir):
             raise SandboxFull(f"/tmp of the sandbox is full ({what}); other runs hold its space")
 
     async def release(self, uid: int, *, shared_files_removed: bool = False) -> None:
@@ -313,7 +313,7 @@ class Controller:
         except FileNotFoundError:
             pass
         except OSError:
-            await _off_loop(remove_tree, workdir)
+            await off_loop(remove_tree, workdir)
         self.uids.give_back(uid)
 
     async def remove_shared_files(self, uid: int) -> None:
@@ -330,7 +330,7 @@ class Controller:
         for up to a second, yielding to the loop in between.
         """
         if any(map(_has_entries, self.shared_writable)):
-            await _off_loop(self._remove_files_in_shared_folders, uid)
+            await off_loop(self._remove_files_in_shared_folders, uid)
         for attempt in range(IPC_SWEEP_ATTEMPTS):
             try:
                 remove_ipc_objects_of(uid)
@@ -458,7 +458,7 @@ class Controller:
         if outcome.exit_code and not outcome.killed_for and NO_SPACE in (outcome.stderr + outcome.stdout).lower():
             # The compiler's words are the candidate's to write (`#error No space left on device`):
             # only a /tmp that really left this job no room, the others holding it, makes them an excuse.
-            tmp = await _off_loop(TmpUsage.read, WORK_ROOT, workdir)
+            tmp = await off_loop(TmpUsage.read, WORK_ROOT, workdir)
             if tmp.starved() and tmp.others_hold():
                 raise SandboxFull("/tmp of the sandbox is full (compiling); other runs hold its space")
         output = _preview(outcome.stderr + outcome.stdout, 8192)
@@ -676,7 +676,7 @@ class Controller:
             # others do not, filled it: it must not be retried (its answer
             # spared) for that. Anything else is the neighbours' doing, though
             # they may have left since.
-            if not (await _off_loop(TmpUsage.read, WORK_ROOT, workdir)).filled_alone():
+            if not (await off_loop(TmpUsage.read, WORK_ROOT, workdir)).filled_alone():
                 raise no_room
             return _code_result([], plan["total"], status="runtime_error",
                                 message="the program filled /tmp before its tests could start")
@@ -849,7 +849,7 @@ class Controller:
             random.seed()
             self.zygote.reseed()
             self.zygote.drop_spares()
-            return {"ok": True, "languages": self.languages, "pid": os.getpid(), "landlock_abi": worker.landlock_abi()}
+            return {"ok": True, "languages": self.languages, "pid": os.getpid(), "landlock_abi": landlock_abi()}
         if op == "prepare":
             # After hello, before the pool hands the sandbox jobs (and never
             # in a snapshot's template): what cannot be snapshotted starts
@@ -957,37 +957,6 @@ def _valid_text(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_valid_text(item) for item in value]
     return value
-
-
-_T = TypeVar("_T")
-
-
-async def _off_loop(call: Callable[..., _T], *args: Any) -> _T:
-    """`call(*args)`, once, in a thread, off the event loop; on the loop where no thread can start.
-
-    A thread counts against the sandbox's pids limit, which concurrent runs
-    can fill: a removal that failed for that retired the whole sandbox. The
-    executor queues the call before it starts a thread, so when the start
-    fails the call is still queued: whichever of the loop and a worker comes
-    first runs it, and the other only waits for its result (run twice, a
-    removal hit a folder that was by then another job's).
-    """
-    outcome: concurrent.futures.Future[_T] = concurrent.futures.Future()
-    claim = threading.Lock()
-
-    def once() -> None:
-        if not claim.acquire(blocking=False):
-            return
-        try:
-            outcome.set_result(call(*args))
-        except BaseException as exc:
-            outcome.set_exception(exc)
-
-    try:
-        asyncio.get_running_loop().run_in_executor(None, once)
-    except RuntimeError:  # "can't start new thread"
-        once()
-    return await asyncio.wrap_future(outcome)
 
 
 # Of a run's memory limit, what a managed runtime's heap may take: the rest is

@@ -24,10 +24,7 @@ import sys
 import traceback
 from typing import Any, NoReturn
 
-from sandboxd.agent.protocol import send_frame
-
-# The repr of a cell's value is cut here; a notebook shows no more either.
-VALUE_PREVIEW_CHARS = 64 << 10
+from sandboxd.agent.protocol import VALUE_PREVIEW_CHARS, send_frame
 
 
 def run_cell(code: str, namespace: dict[str, Any], filename: str = "<cell>") -> dict[str, Any]:

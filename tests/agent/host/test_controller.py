@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import concurrent.futures
 import errno
 import json
 import os
@@ -18,9 +17,10 @@ from typing import Any
 
 import pytest
 
-from sandboxd.agent import controller as controller_module
-from sandboxd.agent import runner
-from sandboxd.agent.controller import UidPool
+from sandboxd.agent.host import controller as controller_module
+from sandboxd.agent.host import runner
+from sandboxd.agent.host.controller import UidPool
+from sandboxd.agent.host.runner import SandboxDamaged
 from sandboxd.agent.protocol import (
     HEADER,
     MAX_FRAME_BYTES,
@@ -30,7 +30,6 @@ from sandboxd.agent.protocol import (
     first_job_uid,
     read_frame,
 )
-from sandboxd.agent.runner import SandboxDamaged
 
 
 def test_uids_come_from_the_placed_block_lowest_first_and_reused_last() -> None:
@@ -466,24 +465,6 @@ def test_a_withdrawal_tries_every_kill_and_reports_the_first_that_failed() -> No
     assert late == ["at once"], "a run watched after the withdrawal is killed when it registers"
 
 
-def test_a_removal_runs_on_the_loop_when_no_thread_can_start(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Threads count against the sandbox's pids limit, which concurrent runs can fill; a release that failed for
-    that would retire the sandbox with every job and session in it."""
-    removed: list[str] = []
-
-    async def scenario() -> None:
-        loop = asyncio.get_running_loop()
-
-        def no_thread(*args: Any) -> None:
-            raise RuntimeError("can't start new thread")
-
-        monkeypatch.setattr(loop, "run_in_executor", no_thread)
-        await controller_module._off_loop(removed.append, "/tmp/sandboxd/100500")
-
-    asyncio.run(scenario())
-    assert removed == ["/tmp/sandboxd/100500"]
-
-
 # ---- bad requests, and bugs of ours ----------------------------------------------------------------------------------
 
 EXECUTE: dict[str, Any] = {"kind": "execute", "program": {"language": "python", "code": "print(1)"},
@@ -909,32 +890,6 @@ def test_runs_without_an_address_space_limit_are_held_by_their_peak_memory(
     c = {"language": "c", "run": ["./main"]}
     spec = controller._program_spec(c, limits, TEST_FIRST_UID, str(tmp_path), b"", [])
     assert spec.peak_memory_limit == 0 and spec.rlimits["as_extra"] == 256 << 20 and "GOMEMLIMIT" not in spec.env
-
-
-def test_a_call_off_the_loop_runs_once_when_no_thread_can_start(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The executor queues a call before it starts a thread: when the start failed, the loop ran the call and a
-    worker that came free later ran it again (a removal then hit a folder that was another job's by then)."""
-    calls: list[int] = []
-
-    async def scenario() -> None:
-        loop = asyncio.get_running_loop()
-        executor = concurrent.futures.ThreadPoolExecutor(max_workers=2)
-        loop.set_default_executor(executor)
-        busy = threading.Event()
-        holding = loop.run_in_executor(None, busy.wait)  # the one worker there is, busy
-
-        def no_thread(self: threading.Thread) -> None:
-            raise RuntimeError("can't start new thread")
-
-        monkeypatch.setattr(threading.Thread, "start", no_thread)
-        assert await controller_module._off_loop(calls.append, 1) is None  # type: ignore[func-returns-value]
-        monkeypatch.undo()
-        busy.set()
-        await holding
-        executor.shutdown(wait=True)  # the worker has taken the queued call by now
-
-    asyncio.run(scenario())
-    assert calls == [1]
 
 
 # ---- the job's time: all of a code job's stdin/stdout cases together -----------------------------------------------

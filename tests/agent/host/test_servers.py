@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
 import types
 from collections.abc import Awaitable, Callable
@@ -11,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from sandboxd.agent.protocol import HEADER, encode_frame, recv_frame, recv_frame_fds, send_frame
-from sandboxd.agent.runner import ResidentWorker
-from sandboxd.agent.servers import RECYCLE_GROWTH_BYTES, SERVER_CPU_SECONDS, ResidentServer, serve_requests
+from sandboxd.agent.host import judgeservers, mathservers
+from sandboxd.agent.host.runner import ResidentWorker
+from sandboxd.agent.host.servers import SERVER_CPU_SECONDS, ResidentServer
+from sandboxd.agent.protocol import HEADER, encode_frame, recv_frame_fds
 
 
 async def connected_worker() -> tuple[ResidentWorker, socket.socket, socket.socket]:
@@ -79,89 +79,6 @@ def test_an_answer_from_a_worn_server_counts_and_retires_the_server() -> None:
     assert outcome == "ok" and not server.worn
 
 
-def test_a_server_that_grew_says_so_with_its_answer() -> None:
-    """serve_requests in a forked process: an answer after which the process holds more than
-    RECYCLE_GROWTH_BYTES over what it began with is flagged worn; one before is not."""
-    requests, theirs_requests = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    results, theirs_results = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    pid = os.fork()
-    if pid == 0:
-        requests.close()  # or the server never reads the end of its channel
-        results.close()
-        kept: list[bytes] = []
-
-        def handle(request: dict[str, Any], _fds: list[int]) -> dict[str, Any]:
-            kept.append(b"x" * request["grow"])  # written, so resident
-            return {"result": {"held": len(kept)}}
-
-        try:
-            serve_requests(b"test-server", lambda: (recv_frame(theirs_requests), []), handle, theirs_results)
-        finally:
-            os._exit(1)
-    theirs_requests.close()
-    theirs_results.close()
-    try:
-        send_frame(requests, {"grow": 1 << 20})
-        first = recv_frame(results)
-        first_cpu = first.pop("cpu_seconds")
-        assert first_cpu >= 0 and first == {"result": {"held": 1}}
-        send_frame(requests, {"grow": RECYCLE_GROWTH_BYTES + (16 << 20)})
-        second = recv_frame(results)
-        # Writing the second request's 80 MiB took CPU: the count covers the server's life so far.
-        assert second.pop("cpu_seconds") > first_cpu and second == {"result": {"held": 2}, "worn": True}
-    finally:
-        requests.close()
-        results.close()
-        _, status = os.waitpid(pid, 0)
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, "the server ends when its channel closes"
-
-
-def _address_space_limit(pid: int) -> str:
-    """The soft RLIMIT_AS of process `pid`, as /proc shows it ("unlimited" or bytes)."""
-    with open(f"/proc/{pid}/limits") as limits:
-        line = next(line for line in limits if line.startswith("Max address space"))
-    return line.split()[3]
-
-
-def test_a_request_past_its_memory_budget_is_answered_and_the_next_is_served() -> None:
-    """serve_requests(memory_per_request=) in a forked process: a request that maps more than its budget gets a
-    MemoryError, answered as one, and the server goes on; the budget holds during each request only."""
-    budget = 64 << 20
-    outside = _address_space_limit(os.getpid())  # the forked server's between requests
-    requests, theirs_requests = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    results, theirs_results = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    pid = os.fork()
-    if pid == 0:
-        requests.close()
-        results.close()
-
-        def handle(request: dict[str, Any], _fds: list[int]) -> dict[str, Any]:
-            held = bytearray(request["map"])
-            return {"result": {"mapped": len(held), "limit": _address_space_limit(os.getpid())}}
-
-        try:
-            serve_requests(b"test-server", lambda: (recv_frame(theirs_requests), []), handle, theirs_results,
-                           memory_per_request=budget)
-        finally:
-            os._exit(1)
-    theirs_requests.close()
-    theirs_results.close()
-    try:
-        send_frame(requests, {"map": budget + (16 << 20)})
-        over = recv_frame(results)
-        assert over["error"] == "MemoryError" and over["memory"] is True, over
-        assert _address_space_limit(pid) == outside, "lifted between requests"
-        send_frame(requests, {"map": budget - (16 << 20)})
-        within = recv_frame(results)["result"]
-        assert within["mapped"] == budget - (16 << 20) and within["limit"] != outside, within
-        assert _address_space_limit(pid) == outside
-    finally:
-        requests.close()
-        results.close()
-        _, status = os.waitpid(pid, 0)
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, "the server ends when its channel closes"
-
-
 def test_a_server_takes_no_request_it_may_not_have_the_cpu_left_to_finish() -> None:
     """Its CPU rlimit covers its whole life (SERVER_CPU_SECONDS): a request that
     could run past it would be lost to SIGXCPU (STATUS_INTERNAL for an innocent job)."""
@@ -187,8 +104,6 @@ def test_a_new_server_has_its_whole_cpu_limit_and_a_bad_count_changes_nothing() 
 def test_judges_replace_an_idle_judge_without_the_cpu_for_the_job(monkeypatch: pytest.MonkeyPatch) -> None:
     """JudgeServers starts a new judge rather than hand a job to one whose
     lifetime CPU limit it could reach; the spent one is closed."""
-    from sandboxd.agent import judgeserver
-
     events: list[str] = []
 
     class Judge:
@@ -208,8 +123,8 @@ def test_judges_replace_an_idle_judge_without_the_cpu_for_the_job(monkeypatch: p
         def close(self) -> None:
             events.append(f"close {self.name}")
 
-    monkeypatch.setattr(judgeserver, "JudgeServer", lambda _controller: Judge("new", 0.0))
-    judges = judgeserver.JudgeServers(controller=None)  # type: ignore[arg-type]
+    monkeypatch.setattr(judgeservers, "JudgeServer", lambda _controller: Judge("new", 0.0))
+    judges = judgeservers.JudgeServers(controller=None)  # type: ignore[arg-type]
     judges._idle = [Judge("spent", SERVER_CPU_SECONDS - 20.0), Judge("fresh", 100.0)]  # type: ignore[list-item]
     peer = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -226,8 +141,6 @@ def test_judges_replace_an_idle_judge_without_the_cpu_for_the_job(monkeypatch: p
 
 
 def test_math_servers_replace_an_idle_server_without_the_cpu_for_the_job(monkeypatch: pytest.MonkeyPatch) -> None:
-    from sandboxd.agent import mathserver
-
     events: list[str] = []
 
     class Server:
@@ -247,10 +160,10 @@ def test_math_servers_replace_an_idle_server_without_the_cpu_for_the_job(monkeyp
         def close(self) -> None:
             events.append(f"close {self.name}")
 
-    monkeypatch.setattr(mathserver, "MathServer", lambda _controller, _memory: Server("new", 0.0))
+    monkeypatch.setattr(mathservers, "MathServer", lambda _controller, _memory: Server("new", 0.0))
 
     async def scenario() -> None:
-        servers = mathserver.MathServers(controller=None, servers=1)  # type: ignore[arg-type]
+        servers = mathservers.MathServers(controller=None, servers=1)  # type: ignore[arg-type]
         servers._idle = {0: [Server("spent", SERVER_CPU_SECONDS - 5.0)]}  # type: ignore[list-item]
         servers._live = {0: 1}
         outcome, _verdict, _message = await servers.verify({"limits": {"timeout": 10.0, "memory": 0}})

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sandboxd.agent import runner, tree
+from sandboxd.agent.host import runner, tree
 from sandboxd.agent.protocol import BadRequest
 
 

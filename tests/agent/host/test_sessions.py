@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from sandboxd.agent import usage
-from sandboxd.agent.runner import sigkill_uid
-from sandboxd.agent.sessions import (
+from sandboxd.agent.host import usage
+from sandboxd.agent.host.runner import sigkill_uid
+from sandboxd.agent.host.sessions import (
     BASH_STATE_FILE,
     BASH_WRAPPER,
     changed_files,
@@ -75,7 +75,7 @@ def test_bash_cell_cannot_read_the_next_cell(tmp_path: Path) -> None:
 
 def test_scan_stops_at_its_entry_cap_even_for_empty_folders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Folders count: a tree of empty folders must not keep the controller's loop walking.
-    from sandboxd.agent import sessions, tree
+    from sandboxd.agent.host import sessions, tree
 
     for index in range(50):
         (tmp_path / f"d{index}").mkdir()
@@ -95,7 +95,7 @@ def test_scan_stops_at_its_entry_cap_even_for_empty_folders(tmp_path: Path, monk
 def test_scan_finds_a_file_past_path_max(tmp_path: Path) -> None:
     """Walked by whole paths, a file 20 levels of 200-byte names down (4,020 bytes below the work dir) was past
     PATH_MAX with the work dir in front, and not listed."""
-    from sandboxd.agent import runner, tree
+    from sandboxd.agent.host import runner, tree
 
     workdir = tmp_path / ("w" * 200)
     workdir.mkdir()

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sandboxd.agent.rewardmodel import FRAME_BUDGET_BYTES, Batcher, RewardModelHost, _frame_sized
-from sandboxd.agent.runner import SandboxDamaged
+from sandboxd.agent.host.rewardmodel import FRAME_BUDGET_BYTES, Batcher, RewardModelHost, _frame_sized
+from sandboxd.agent.host.runner import SandboxDamaged
 
 
 class Recorder:
