@@ -9,9 +9,9 @@ import select
 import socket
 
 import pytest
-from tests.agent.host.test_usage import HOLDER_UID, MIB, _run_as_holder, as_root
 
 from sandboxd.agent.host import kernelmem, usage
+from tests.agent.host.test_usage import HOLDER_UID, MIB, _run_as_holder, as_root
 
 # A process of HOLDER_UID that fills argv[1] socketpairs' send buffers (as large as wmem_max lets them), then
 # closes the sending ends when argv[2] is "close" (what they queued is then charged to no live sender), and waits.
