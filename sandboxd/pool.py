@@ -106,8 +106,9 @@ def stage_agent_code(state_dir: str) -> tuple[str, str]:
     compiles as before when it does not.
     """
     package = Path(sandboxd.__file__).parent
-    files = sorted([package / "__init__.py", *(package / "agent").glob("*.py"),
-                    *(package / "verifiers").glob("*.py")])
+    # With their subpackages: the agent's host/ and forked/.
+    files = sorted([package / "__init__.py", *(package / "agent").rglob("*.py"),
+                    *(package / "verifiers").rglob("*.py")])
     digest = hashlib.sha256()
     digest.update(f"bytecode {sys.implementation.cache_tag}".encode())
     for file in files:

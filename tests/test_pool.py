@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+import sandboxd
 from sandboxd import pool as pool_module
 from sandboxd.config import Config
 from sandboxd.errors import NoSandbox, PoolFailing
@@ -130,6 +131,17 @@ def test_staged_agent_code_is_byte_compiled(tmp_path: Path) -> None:
         assert int.from_bytes(header[12:16], "little") == source.stat().st_size
     # Staged once per code (and interpreter) version.
     assert stage_agent_code(str(tmp_path)) == (folder, key)
+
+
+def test_staged_agent_code_holds_every_module_the_agent_imports(tmp_path: Path) -> None:
+    """The agent's subpackages are staged too: a sandbox whose agent cannot import one never starts."""
+    folder, _key = stage_agent_code(str(tmp_path))
+    package = Path(sandboxd.__file__).parent
+    wanted = {path.relative_to(package.parent) for folder_name in ("agent", "verifiers")
+              for path in (package / folder_name).rglob("*.py")}
+    staged = {path.relative_to(folder) for path in Path(folder).rglob("*.py")}
+    assert {Path("sandboxd/agent/forked/zygote.py"), Path("sandboxd/agent/host/controller.py")} <= wanted
+    assert wanted <= staged, sorted(wanted - staged)
 
 
 def test_daemons_staging_the_agent_code_at_once_each_get_it_whole(tmp_path: Path,

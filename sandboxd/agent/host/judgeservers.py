@@ -35,7 +35,7 @@ from sandboxd.agent.host.servers import ResidentServer
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from sandboxd.agent.host.controller import Controller
+    from sandboxd.agent.host.jobhost import JobHost
 
 RECYCLE_AFTER_JOBS = 200
 # As pyharness.MAX_FRAME_BYTES: thousands of failing cases, each with its message.
@@ -45,8 +45,8 @@ RESULT_FRAME_BYTES = 16 << 20
 class JudgeServer(ResidentServer):
     """Controller side of one judge."""
 
-    def __init__(self, controller: Controller) -> None:
-        super().__init__(controller, "py_judge", recycle_after=RECYCLE_AFTER_JOBS, max_reply_bytes=RESULT_FRAME_BYTES)
+    def __init__(self, host: JobHost) -> None:
+        super().__init__(host, "py_judge", recycle_after=RECYCLE_AFTER_JOBS, max_reply_bytes=RESULT_FRAME_BYTES)
 
     async def judge(self, request: dict[str, Any], peer: socket.socket, cpu_credit_fd: int,
                     timeout: float) -> tuple[str, dict[str, Any] | None, str]:
@@ -61,8 +61,8 @@ class JudgeServers:
     daemon bounds (pool.jobs_per_sandbox), so no cap of its own.
     """
 
-    def __init__(self, controller: Controller) -> None:
-        self.controller = controller
+    def __init__(self, host: JobHost) -> None:
+        self.host = host
         self._idle: list[JudgeServer] = []
 
     async def judge(self, request: dict[str, Any], peer: socket.socket, cpu_credit_fd: int,
@@ -77,7 +77,7 @@ class JudgeServers:
                 break
             candidate.close()
         if server is None:
-            server = JudgeServer(self.controller)
+            server = JudgeServer(self.host)
             await server.start()
         try:
             if share is not None:

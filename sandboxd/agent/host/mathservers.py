@@ -29,7 +29,7 @@ from sandboxd.agent.host.runner import CURRENT_JOB
 from sandboxd.agent.host.servers import ResidentServer
 
 if TYPE_CHECKING:
-    from sandboxd.agent.host.controller import Controller
+    from sandboxd.agent.host.jobhost import JobHost
 
 RECYCLE_AFTER_JOBS = 500
 # A new server runs slower until it has copied the pages of sympy's heap it
@@ -45,8 +45,8 @@ RESULT_FRAME_BYTES = 1 << 20
 class MathServer(ResidentServer):
     """Controller side of one math server."""
 
-    def __init__(self, controller: Controller, memory: int) -> None:
-        super().__init__(controller, "math_server", recycle_after=RECYCLE_AFTER_JOBS,
+    def __init__(self, host: JobHost, memory: int) -> None:
+        super().__init__(host, "math_server", recycle_after=RECYCLE_AFTER_JOBS,
                          max_reply_bytes=RESULT_FRAME_BYTES, memory=memory)
 
     async def verify(self, job: dict[str, Any], timeout: float) -> tuple[str, dict[str, Any] | None, str]:
@@ -71,8 +71,8 @@ class MathServers:
     another one closes the idle servers of the others before it starts its own.
     """
 
-    def __init__(self, controller: Controller, servers: int = 1) -> None:
-        self.controller = controller
+    def __init__(self, host: JobHost, servers: int = 1) -> None:
+        self.host = host
         self.servers = max(1, servers)
         self._idle: dict[int, list[MathServer]] = {}
         self._live: dict[int, int] = {}
@@ -100,7 +100,7 @@ class MathServers:
             if other != memory:
                 while idle:
                     self._closed(idle.pop())
-        server = MathServer(self.controller, memory)
+        server = MathServer(self.host, memory)
         self._live[memory] = self._live.get(memory, 0) + 1
         try:
             await server.start()

@@ -17,16 +17,16 @@ from typing import TYPE_CHECKING, Any
 from sandboxd.agent.host.runner import ResidentWorker, RunSpec
 
 if TYPE_CHECKING:
-    from sandboxd.agent.host.controller import Controller
+    from sandboxd.agent.host.jobhost import JobHost
 
 # The CPU rlimit covers the worker's whole life, not one request.
 SERVER_CPU_SECONDS = 3600
 
 
 class ResidentServer:
-    def __init__(self, controller: Controller, mode: str, *, recycle_after: int, max_reply_bytes: int,
+    def __init__(self, host: JobHost, mode: str, *, recycle_after: int, max_reply_bytes: int,
                  memory: int = 0) -> None:
-        self.controller = controller
+        self.host = host
         self.mode = mode
         self.recycle_after = recycle_after
         self.memory = memory  # its address space limit on top of the warm interpreter's; 0: none
@@ -36,16 +36,16 @@ class ResidentServer:
         self.worn = False
         # The CPU it said it had used with its last answer (see has_cpu_for).
         self.cpu_seconds = 0.0
-        self.worker: ResidentWorker = ResidentWorker(controller.runner, max_reply_bytes)
+        self.worker: ResidentWorker = ResidentWorker(host.runner, max_reply_bytes)
 
     async def start(self) -> None:
-        controller = self.controller
-        self.uid = controller.uids.take()
+        host = self.host
+        self.uid = host.uids.take()
         try:
-            workdir = await controller.make_workdir(self.uid)
-            rlimits = controller.rlimits({"timeout": SERVER_CPU_SECONDS, "memory": self.memory}, address_space=True)
+            workdir = await host.make_workdir(self.uid)
+            rlimits = host.rlimits({"timeout": SERVER_CPU_SECONDS, "memory": self.memory}, address_space=True)
             await self.worker.start(RunSpec(mode=self.mode, uid=self.uid, cwd=workdir, timeout=0, output_limit=0,
-                                            rlimits=rlimits, env=controller.env(workdir)))
+                                            rlimits=rlimits, env=host.env(workdir)))
         except BaseException:
             self.close()
             raise
@@ -112,5 +112,5 @@ class ResidentServer:
         self.worker.close()
         if self.uid:
             # In the background: kills whatever else runs under the uid, removes its files, gives it back.
-            self.controller.release_later(self.uid)
+            self.host.release_later(self.uid)
             self.uid = 0

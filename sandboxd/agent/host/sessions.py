@@ -52,7 +52,7 @@ from sandboxd.agent.host.usage import CpuShare, WatchedRun, _file_system_ids
 from sandboxd.agent.protocol import VALUE_PREVIEW_CHARS, BadRequest
 
 if TYPE_CHECKING:
-    from sandboxd.agent.host.controller import Controller
+    from sandboxd.agent.host.jobhost import JobHost
 
 SESSION_INTERRUPT_GRACE = 2.0
 # Output still arriving after a cell's result (a child holding the pipe).
@@ -230,7 +230,7 @@ class Session:
 
     language = ""
 
-    def __init__(self, controller: Controller, uid: int, workdir: str, limits: dict[str, Any]) -> None:
+    def __init__(self, controller: JobHost, uid: int, workdir: str, limits: dict[str, Any]) -> None:
         self.controller = controller
         self.uid = uid
         self.workdir = workdir
@@ -341,7 +341,7 @@ class BashSession(Session):
 class PythonSession(Session):
     language = "python"
 
-    def __init__(self, controller: Controller, uid: int, workdir: str, limits: dict[str, Any]) -> None:
+    def __init__(self, controller: JobHost, uid: int, workdir: str, limits: dict[str, Any]) -> None:
         super().__init__(controller, uid, workdir, limits)
         self.interpreter = ResidentWorker(controller.runner, RESULT_FRAME_BYTES)
         self._seq = 0
@@ -500,7 +500,7 @@ class PythonSession(Session):
 SESSION_TYPES: dict[str, type[Session]] = {"python": PythonSession, "bash": BashSession}
 
 
-async def open_session(controller: Controller, language: str, files: list[tuple[str, bytes]],
+async def open_session(controller: JobHost, language: str, files: list[tuple[str, bytes]],
                        limits: dict[str, Any]) -> Session:
     """A started session of `language` with `files` in its folder; the uid is released on failure."""
     kind = SESSION_TYPES.get(language)

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from sandboxd.agent.host import controller as controller_module
-from sandboxd.agent.host import runner
-from sandboxd.agent.host.controller import UidPool
+from sandboxd.agent.host import jobhost, jobs, runner, tmpspace
+from sandboxd.agent.host.jobhost import UidPool
 from sandboxd.agent.host.runner import SandboxDamaged
 from sandboxd.agent.protocol import (
     HEADER,
@@ -69,13 +69,13 @@ _serving: set[asyncio.Future[None]] = set()  # the controller's ends of the test
 
 def bare_controller(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> controller_module.Controller:
     """A Controller whose work dirs and shared folder are under tmp_path; it forks nothing."""
-    monkeypatch.setattr(controller_module, "WORK_ROOT", str(tmp_path / "work"))
     (tmp_path / "work").mkdir()
     (tmp_path / "shm").mkdir()
     zygote = types.SimpleNamespace(pid=-1)
     controller = controller_module.Controller(zygote, ["python"])  # type: ignore[arg-type]
-    controller.uids = UidPool(TEST_FIRST_UID)
-    controller.shared_writable = [str(tmp_path / "shm")]
+    controller.host.work_root = str(tmp_path / "work")
+    controller.host.uids = UidPool(TEST_FIRST_UID)
+    controller.host.shared_writable = [str(tmp_path / "shm")]
     return controller
 
 
@@ -123,10 +123,10 @@ def test_a_sessions_files_are_removed_while_the_agent_serves_other_requests(
         if path.endswith(f"/{uid}"):
             removal_started.set()
             during.append(ping_answered.wait(10))
-            during.append(uid in controller.uids._free)
+            during.append(uid in controller.host.uids._free)
         real_remove_tree(path)
 
-    monkeypatch.setattr(controller_module, "remove_tree", slow_remove_tree)
+    monkeypatch.setattr(jobhost, "remove_tree", slow_remove_tree)
 
     async def scenario() -> None:
         closer, other = await connect(controller), await connect(controller)
@@ -135,10 +135,10 @@ def test_a_sessions_files_are_removed_while_the_agent_serves_other_requests(
         assert await ask(other, {"op": "ping"}) == {"ok": True}
         ping_answered.set()
         assert await closing == {"ok": True}
-        while controller._releasing:
+        while controller.host._releasing:
             await asyncio.sleep(0.01)
 
-    uid = controller.uids.take()
+    uid = controller.host.uids.take()
     workdir = tmp_path / "work" / str(uid)
     workdir.mkdir()
     (workdir / "a").write_text("x")
@@ -148,13 +148,13 @@ def test_a_sessions_files_are_removed_while_the_agent_serves_other_requests(
     asyncio.run(scenario())
     assert during == [True, False], "the removal ran on the event loop, or the uid came back before it ended"
     assert not workdir.exists()
-    assert uid in controller.uids._free
+    assert uid in controller.host.uids._free
     assert uid not in controller.sessions
 
 
 def test_a_jobs_uid_comes_back_only_after_its_files_are_gone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     controller = bare_controller(tmp_path, monkeypatch)
-    uid = controller.uids.take()
+    uid = controller.host.uids.take()
     (tmp_path / "work" / str(uid)).mkdir()
     (tmp_path / "work" / str(uid) / "output.txt").write_text("x")
     (tmp_path / "shm" / "left").write_text("x")
@@ -163,17 +163,17 @@ def test_a_jobs_uid_comes_back_only_after_its_files_are_gone(tmp_path: Path, mon
     real_remove_tree = runner.remove_tree
 
     def checking_remove_tree(path: str) -> None:
-        seen.append(uid in controller.uids._free)
+        seen.append(uid in controller.host.uids._free)
         real_remove_tree(path)
 
-    monkeypatch.setattr(controller_module, "remove_tree", checking_remove_tree)
+    monkeypatch.setattr(jobhost, "remove_tree", checking_remove_tree)
 
     async def scenario() -> None:
-        await controller.release(uid)
+        await controller.host.release(uid)
 
     asyncio.run(scenario())
     assert seen == [False]
-    assert uid in controller.uids._free
+    assert uid in controller.host.uids._free
     assert not (tmp_path / "work" / str(uid)).exists()
     assert not (tmp_path / "shm" / "left").exists()
 
@@ -181,15 +181,15 @@ def test_a_jobs_uid_comes_back_only_after_its_files_are_gone(tmp_path: Path, mon
 def test_an_empty_work_dir_is_removed_without_a_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """What most runs leave (a Python-harness candidate writes nothing): rmdir on the loop, then the uid is free."""
     controller = bare_controller(tmp_path, monkeypatch)
-    uid = controller.uids.take()
+    uid = controller.host.uids.take()
     (tmp_path / "work" / str(uid)).mkdir()
     removals: list[str] = []
-    monkeypatch.setattr(controller_module, "remove_tree", removals.append)
+    monkeypatch.setattr(jobhost, "remove_tree", removals.append)
 
-    asyncio.run(controller.release(uid))
+    asyncio.run(controller.host.release(uid))
     assert removals == []
     assert not (tmp_path / "work" / str(uid)).exists()
-    assert uid in controller.uids._free
+    assert uid in controller.host.uids._free
 
 
 def test_a_jobs_files_in_shared_folders_are_removed_off_the_event_loop(
@@ -197,7 +197,7 @@ def test_a_jobs_files_in_shared_folders_are_removed_off_the_event_loop(
     """Before a job's reply, what its uid left in /dev/shm goes (up to tmpfs_inodes entries): in a thread, which
     here waits until the loop has run something else."""
     controller = bare_controller(tmp_path, monkeypatch)
-    uid = controller.uids.take()
+    uid = controller.host.uids.take()
     (tmp_path / "shm" / "left").write_text("x")
     os.chown(tmp_path / "shm" / "left", uid, uid)
     (tmp_path / "shm" / "another_uids").write_text("x")
@@ -209,10 +209,10 @@ def test_a_jobs_files_in_shared_folders_are_removed_off_the_event_loop(
         during.append(loop_ran.wait(10))
         real_remove_files_of(owner, folder)
 
-    monkeypatch.setattr(controller_module, "remove_files_of", slow_remove_files_of)
+    monkeypatch.setattr(jobhost, "remove_files_of", slow_remove_files_of)
 
     async def scenario() -> None:
-        removing = asyncio.ensure_future(controller.remove_shared_files(uid))
+        removing = asyncio.ensure_future(controller.host.remove_shared_files(uid))
         await asyncio.sleep(0.05)
         loop_ran.set()
         await removing
@@ -225,25 +225,25 @@ def test_a_jobs_files_in_shared_folders_are_removed_off_the_event_loop(
 def test_a_removal_that_fails_damages_the_sandbox_and_keeps_the_uid(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     controller = bare_controller(tmp_path, monkeypatch)
-    uid = controller.uids.take()
+    uid = controller.host.uids.take()
     (tmp_path / "work" / str(uid)).mkdir()
     (tmp_path / "work" / str(uid) / "left").write_text("x")
 
     def stuck(path: str) -> None:
         raise runner.SandboxDamaged(f"cannot remove {path}")
 
-    monkeypatch.setattr(controller_module, "remove_tree", stuck)
+    monkeypatch.setattr(jobhost, "remove_tree", stuck)
     damaged: list[str] = []
-    controller.damaged = damaged.append  # type: ignore[method-assign, assignment]
+    controller.host.damaged = damaged.append  # type: ignore[method-assign, assignment]
 
     async def scenario() -> None:
-        controller.release_later(uid)
-        while controller._releasing:
+        controller.host.release_later(uid)
+        while controller.host._releasing:
             await asyncio.sleep(0.01)
 
     asyncio.run(scenario())
     assert len(damaged) == 1 and f"releasing uid {uid} failed (cannot remove" in damaged[0]
-    assert uid not in controller.uids._free
+    assert uid not in controller.host.uids._free
 
 
 def test_a_bug_hit_by_one_request_fails_that_request_only(
@@ -279,7 +279,7 @@ def test_a_session_whose_cell_hit_a_bug_is_closed_in_the_agent_too(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The daemon ends a session whose cell got no result without telling the agent.
     controller = bare_controller(tmp_path, monkeypatch)
-    uid = controller.uids.take()
+    uid = controller.host.uids.take()
     (tmp_path / "work" / str(uid)).mkdir()
 
     async def failing_cell() -> dict[str, Any]:
@@ -292,7 +292,7 @@ def test_a_session_whose_cell_hit_a_bug_is_closed_in_the_agent_too(
         reply = await ask(connection, {"op": "session_cell", "session": uid, "code": "1", "timeout": 1, "output": 10})
         assert "internal error" in reply["error"]
         assert await ask(connection, {"op": "ping"}) == {"ok": True}
-        while uid not in controller.uids._free:
+        while uid not in controller.host.uids._free:
             await asyncio.sleep(0.01)
 
     asyncio.run(asyncio.wait_for(scenario(), 20))
@@ -372,7 +372,7 @@ def withdrawable_controller(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
         events.append("answered")
         return {"status": "internal", "message": "killed"}
 
-    monkeypatch.setattr(controller, "run_job", run_job)
+    monkeypatch.setattr(controller.jobs, "run", run_job)
     return controller, events
 
 
@@ -481,12 +481,12 @@ def test_a_keyerror_of_ours_is_an_internal_error_with_its_traceback(
         settings: dict[str, Any] = {}
         return settings["a key we forgot"]
 
-    monkeypatch.setattr(controller, "_execute", buggy_execute)
+    monkeypatch.setattr(controller.jobs, "_execute", buggy_execute)
 
     async def scenario() -> Any:
         connection = await connect(controller)
         reply = await ask(connection, {"op": "run", "job": EXECUTE})
-        while controller._releasing:
+        while controller.host._releasing:
             await asyncio.sleep(0.01)
         return reply
 
@@ -494,7 +494,7 @@ def test_a_keyerror_of_ours_is_an_internal_error_with_its_traceback(
     assert reply == {"error": "internal error in the agent: KeyError: 'a key we forgot'"}
     err = capfd.readouterr().err
     assert "internal error serving 'run'" in err and "Traceback" in err and "in buggy_execute" in err
-    assert TEST_FIRST_UID in controller.uids._free
+    assert TEST_FIRST_UID in controller.host.uids._free
 
 
 @pytest.mark.parametrize("request_", [
@@ -521,7 +521,7 @@ def test_a_malformed_request_is_a_bad_request_without_a_traceback(
         connection = await connect(controller)
         reply = await ask(connection, request_)
         ping = await ask(connection, {"op": "ping"})
-        while controller._releasing:
+        while controller.host._releasing:
             await asyncio.sleep(0.01)
         return reply, ping
 
@@ -529,7 +529,7 @@ def test_a_malformed_request_is_a_bad_request_without_a_traceback(
     assert reply["error"].startswith("bad request: "), reply
     assert ping == {"ok": True}
     assert "Traceback" not in capfd.readouterr().err
-    assert len(controller.uids._free) == UIDS_PER_SANDBOX
+    assert len(controller.host.uids._free) == UIDS_PER_SANDBOX
 
 
 # ---- a job crowded out of /tmp by its neighbours ---------------------------------------------------------------------
@@ -578,7 +578,7 @@ def test_sessions_ended_names_those_that_ended_between_cells_or_are_gone(
 def _run(controller: controller_module.Controller, job: dict[str, Any]) -> Any:
     async def scenario() -> Any:
         reply = await ask(await connect(controller), {"op": "run", "job": job})
-        while controller._releasing:
+        while controller.host._releasing:
             await asyncio.sleep(0.01)
         return reply
 
@@ -595,7 +595,7 @@ def test_a_job_whose_work_dir_finds_tmp_full_of_others_files_is_sent_elsewhere(
     reply = _run(controller, EXECUTE)
     assert reply["full"] is True and "other runs hold its space" in reply["error"], reply
     assert "result" not in reply and not reply.get("damaged")
-    assert len(controller.uids._free) == UIDS_PER_SANDBOX
+    assert len(controller.host.uids._free) == UIDS_PER_SANDBOX
 
 
 def test_a_job_that_fills_tmp_itself_is_not_sent_elsewhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -608,7 +608,7 @@ def test_a_job_that_fills_tmp_itself_is_not_sent_elsewhere(tmp_path: Path, monke
         Path(workdir, relpath).write_bytes(content)
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), relpath)
 
-    monkeypatch.setattr(controller_module, "write_tree", write_tree)
+    monkeypatch.setattr(jobhost, "write_tree", write_tree)
     job = dict(EXECUTE, files=[{"path": "in.txt", "content": base64.b64encode(os.urandom(300 << 10)).decode()}])
     reply = _run(controller, job)
     assert "full" not in reply and "No space left on device" in reply["error"], reply
@@ -625,7 +625,7 @@ def test_a_compile_out_of_space_is_sent_elsewhere_only_when_others_hold_tmp(
                                  b"No space left on device\n", stdout_truncated=False, stderr_truncated=False,
                                  killed_for="", wall_seconds=0.1, cpu_seconds=0.1, max_rss_bytes=0)
 
-    monkeypatch.setattr(controller.runner, "run", compile_run)
+    monkeypatch.setattr(controller.host.runner, "run", compile_run)
     job = dict(EXECUTE, program={"language": "cpp", "code": "int main() {}", "source": "main.cpp",
                                  "compile": ["g++", "main.cpp"], "run": ["./a.out"]})
     reply = _run(controller, job)
@@ -645,15 +645,15 @@ def test_neighbours_hold_counts_what_is_outside_the_jobs_own_folder(
     root = tmp_path / "root"
     root.mkdir()
     fake_tmp(monkeypatch, root, entries=(100, 50), pages=(1000, 1000 - 300))  # 50 entries, 300 pages used
-    assert not controller_module.neighbours_hold(str(root), str(own)), "the job's own 256 pages and 42 entries"
-    assert controller_module.neighbours_hold(str(root), None)
-    assert not controller_module.has_room(str(root))
+    assert not tmpspace.neighbours_hold(str(root), str(own)), "the job's own 256 pages and 42 entries"
+    assert tmpspace.neighbours_hold(str(root), None)
+    assert not tmpspace.has_room(str(root))
     fake_tmp(monkeypatch, root, entries=(0, 0), pages=(1000, 1000 - 100))  # no nr_inodes cap
-    assert controller_module.has_room(str(root))
+    assert tmpspace.has_room(str(root))
     # Memory and pids, measured from /proc (all of this machine's here) against the limits the daemon gave.
-    assert controller_module.has_room(str(root), memory_bytes=1 << 50, pids=1 << 30)
-    assert not controller_module.has_room(str(root), memory_bytes=1 << 20)
-    assert not controller_module.has_room(str(root), pids=2)
+    assert tmpspace.has_room(str(root), memory_bytes=1 << 50, pids=1 << 30)
+    assert not tmpspace.has_room(str(root), memory_bytes=1 << 20)
+    assert not tmpspace.has_room(str(root), pids=2)
 
 
 def test_room_tells_whether_jobs_can_come_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -677,7 +677,7 @@ def test_a_request_is_answered_while_a_release_waits_for_the_uids_processes(
     stalled every other job and session of the sandbox. Here the uid's process goes only once a ping on another
     connection has been answered, which a kill holding the loop would never let happen."""
     controller = bare_controller(tmp_path, monkeypatch)
-    uid = controller.uids.take()
+    uid = controller.host.uids.take()
     (tmp_path / "work" / str(uid)).mkdir()
     events: list[str] = []
 
@@ -692,7 +692,7 @@ def test_a_request_is_answered_while_a_release_waits_for_the_uids_processes(
 
     async def scenario() -> None:
         connection = await connect(controller)
-        releasing = asyncio.ensure_future(controller.release(uid))
+        releasing = asyncio.ensure_future(controller.host.release(uid))
         await asyncio.sleep(0)
         assert await ask(connection, {"op": "ping"}) == {"ok": True}
         events.append("ping answered")
@@ -700,7 +700,7 @@ def test_a_request_is_answered_while_a_release_waits_for_the_uids_processes(
 
     asyncio.run(scenario())
     assert events.index("ping answered") >= 1 and events[-1] == "sweep", events
-    assert uid in controller.uids._free
+    assert uid in controller.host.uids._free
 
 
 async def until_the_judge_hangs_up(spec: runner.RunSpec) -> runner.RunOutcome:
@@ -724,11 +724,11 @@ def candidate_fills_then_judge_finds_no_room(controller: controller_module.Contr
     async def judge(request: dict[str, Any], peer: socket.socket, cpu_credit_fd: int, timeout: float,
                     share: Any = None) -> Any:
         await asyncio.sleep(0.01)
-        await controller.charge_neighbours(None, "making a work dir: No space left on device")
+        await controller.host.charge_neighbours(None, "making a work dir: No space left on device")
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(controller.runner, "run", candidate_run)
-    monkeypatch.setattr(controller.judges, "judge", judge)
+    monkeypatch.setattr(controller.host.runner, "run", candidate_run)
+    monkeypatch.setattr(controller.jobs.judges, "judge", judge)
 
 
 @pytest.mark.parametrize(("entries", "full"), [((1000, 0), True), ((1000, 990), False)],
@@ -747,7 +747,7 @@ def test_a_judge_that_cannot_start_for_lack_of_space_blames_the_candidate_only_i
         assert reply.get("full") is True, reply
     else:
         assert reply["result"]["status"] == "runtime_error" and "filled /tmp" in reply["result"]["message"], reply
-    assert len(controller.uids._free) == UIDS_PER_SANDBOX
+    assert len(controller.host.uids._free) == UIDS_PER_SANDBOX
 
 
 JUDGED_JOB: dict[str, Any] = dict(EXECUTE, kind="code", plan={"kind": "function", "total": 2, "stdio": []}, harness={})
@@ -776,8 +776,8 @@ def test_a_candidate_its_judge_saw_die_is_judged_by_its_exit(
         died = {"index": 0, "status": "died", "passed": False, "message": "the candidate process exited"}
         return "ok", {"status": "died", "total": 2, "candidate_died": True, "tests": [died]}, ""
 
-    monkeypatch.setattr(controller.runner, "run", candidate_run)
-    monkeypatch.setattr(controller.judges, "judge", judge)
+    monkeypatch.setattr(controller.host.runner, "run", candidate_run)
+    monkeypatch.setattr(controller.jobs.judges, "judge", judge)
     reply = _run(controller, JUDGED_JOB)
     if crowded:
         assert reply.get("full") is True and "ran out of memory" in reply["error"], reply
@@ -810,11 +810,11 @@ def test_an_innocent_candidate_is_not_charged_when_the_neighbour_leaves_between_
     async def judge(request: dict[str, Any], peer: socket.socket, cpu_credit_fd: int, timeout: float,
                     share: Any = None) -> Any:
         # As JudgeServer.start -> make_workdir: mkdir got ENOSPC before the candidate ran at all.
-        await controller.charge_neighbours(None, "making a work dir: No space left on device")
+        await controller.host.charge_neighbours(None, "making a work dir: No space left on device")
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(controller.runner, "run", candidate_run)
-    monkeypatch.setattr(controller.judges, "judge", judge)
+    monkeypatch.setattr(controller.host.runner, "run", candidate_run)
+    monkeypatch.setattr(controller.jobs.judges, "judge", judge)
     reply = _run(controller, JUDGED_JOB)
     assert reply.get("full") is True, f"innocent candidate charged: {reply}"
 
@@ -829,7 +829,7 @@ def test_the_candidate_is_killed_before_shared_folders_are_cleaned_on_the_runtim
     events: list[str] = []
 
 
-    real_remove_shared = controller.remove_shared_files
+    real_remove_shared = controller.host.remove_shared_files
 
     async def remove_shared_files(uid: int) -> None:
         events.append("shared files removed")
@@ -843,9 +843,9 @@ def test_the_candidate_is_killed_before_shared_folders_are_cleaned_on_the_runtim
         return set()
 
     candidate_fills_then_judge_finds_no_room(controller, monkeypatch)
-    monkeypatch.setattr(controller, "remove_shared_files", remove_shared_files)
-    monkeypatch.setattr(controller_module, "kill_uid", kill_uid)
-    monkeypatch.setattr(controller_module, "sigkill_uid", sigkill_uid)
+    monkeypatch.setattr(controller.host, "remove_shared_files", remove_shared_files)
+    monkeypatch.setattr(jobhost, "kill_uid", kill_uid)
+    monkeypatch.setattr(jobs, "sigkill_uid", sigkill_uid)
     reply = _run(controller, JUDGED_JOB)
     assert reply["result"]["status"] == "runtime_error", reply
     assert "uid killed" in events and events.index("uid killed") < events.index("shared files removed"), events
@@ -866,7 +866,7 @@ def test_a_compile_error_that_merely_says_no_space_is_not_sent_elsewhere(
                                  stdout_truncated=False, stderr_truncated=False, killed_for="", wall_seconds=0.1,
                                  cpu_seconds=0.1, max_rss_bytes=0)
 
-    monkeypatch.setattr(controller.runner, "run", compile_run)
+    monkeypatch.setattr(controller.host.runner, "run", compile_run)
     job = dict(EXECUTE, program={"language": "c", "code": "#error No space left on device\n", "source": "main.c",
                                  "compile": ["gcc", "main.c"], "run": ["./a.out"]})
     reply: Any = _run(controller, job)
@@ -878,17 +878,17 @@ def test_runs_without_an_address_space_limit_are_held_by_their_peak_memory(
     controller = bare_controller(tmp_path, monkeypatch)
     limits = {"timeout": 1.0, "output": 1024, "memory": 256 << 20}
     go = {"language": "go", "run": ["./main"], "address_space_limit": False}
-    spec = controller._program_spec(go, limits, TEST_FIRST_UID, str(tmp_path), b"", [])
+    spec = controller.jobs._program_spec(go, limits, TEST_FIRST_UID, str(tmp_path), b"", [])
     assert spec.peak_memory_limit == 256 << 20 and "as_extra" not in spec.rlimits
     assert spec.env["GOMEMLIMIT"] == f"{192 << 20}B"
     java = {"language": "java", "run": ["java", "-cp", ".", "Main"], "address_space_limit": False}
-    spec = controller._program_spec(java, limits, TEST_FIRST_UID, str(tmp_path), b"", ["x"])
+    spec = controller.jobs._program_spec(java, limits, TEST_FIRST_UID, str(tmp_path), b"", ["x"])
     assert spec.argv == ["java", f"-XX:MaxRAM={256 << 20}", "-XX:MaxRAMPercentage=75", "-cp", ".", "Main", "x"]
     node = {"language": "javascript", "run": ["node", "main.js"], "address_space_limit": False}
-    spec = controller._program_spec(node, limits, TEST_FIRST_UID, str(tmp_path), b"", [])
+    spec = controller.jobs._program_spec(node, limits, TEST_FIRST_UID, str(tmp_path), b"", [])
     assert spec.argv == ["node", "--max-old-space-size=192", "main.js"] and "GOMEMLIMIT" not in spec.env
     c = {"language": "c", "run": ["./main"]}
-    spec = controller._program_spec(c, limits, TEST_FIRST_UID, str(tmp_path), b"", [])
+    spec = controller.jobs._program_spec(c, limits, TEST_FIRST_UID, str(tmp_path), b"", [])
     assert spec.peak_memory_limit == 0 and spec.rlimits["as_extra"] == 256 << 20 and "GOMEMLIMIT" not in spec.env
 
 
@@ -901,7 +901,7 @@ def test_the_cases_share_the_jobs_time_and_the_rest_are_failed_when_it_runs_out(
     job's end, the fourth never starts."""
     controller = bare_controller(tmp_path, monkeypatch)
     clock = [0.0]
-    monkeypatch.setattr(controller_module, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
+    monkeypatch.setattr(jobs, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
     timeouts: list[float] = []
 
     async def run(spec: runner.RunSpec, *, settle: bool = True) -> runner.RunOutcome:
@@ -912,7 +912,7 @@ def test_the_cases_share_the_jobs_time_and_the_rest_are_failed_when_it_runs_out(
                                  stderr_truncated=False, killed_for="wall_time" if took < 1.2 else "",
                                  wall_seconds=took, cpu_seconds=took, max_rss_bytes=0)
 
-    monkeypatch.setattr(controller.runner, "run", run)
+    monkeypatch.setattr(controller.host.runner, "run", run)
     job: dict[str, Any] = {"kind": "code", "program": {"language": "python", "code": "print('ok')"},
                            "limits": {"timeout": 2.0, "output": 100, "memory": 0, "total_timeout": 3.0},
                            "plan": {"kind": "stdio", "total": 4, "stdio": [{"stdin": "", "expected_stdout": "ok"}] * 4}}
@@ -980,8 +980,8 @@ def test_function_tests_end_at_the_sooner_of_their_timeouts_and_the_jobs(
         requests.append(request)
         return "timeout", None, f"no verdict within {timeout:g} s"
 
-    monkeypatch.setattr(controller.runner, "run", candidate_run)
-    monkeypatch.setattr(controller.judges, "judge", judge)
+    monkeypatch.setattr(controller.host.runner, "run", candidate_run)
+    monkeypatch.setattr(controller.jobs.judges, "judge", judge)
     job = dict(JUDGED_JOB, limits=dict(JUDGED_JOB["limits"], total_timeout=total_timeout))
     result = _run(controller, job)["result"]
     assert sorted(deadlines) == [deadline, judge_deadline]
@@ -995,7 +995,7 @@ def test_function_tests_cut_by_the_jobs_time_keep_the_verdicts_before_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The judge answers when the job's time runs out: the cases before it keep their verdicts (it gave none)."""
     controller = bare_controller(tmp_path, monkeypatch)
-    monkeypatch.setattr(controller.runner, "run", until_the_judge_hangs_up)
+    monkeypatch.setattr(controller.host.runner, "run", until_the_judge_hangs_up)
 
     async def judge(request: dict[str, Any], peer: socket.socket, cpu_credit_fd: int, timeout: float,
                     share: Any = None) -> Any:
@@ -1005,7 +1005,7 @@ def test_function_tests_cut_by_the_jobs_time_keep_the_verdicts_before_it(
                   "message": "not run: the time for all the tests ran out"}]
         return "ok", {"passed": False, "passed_count": 1, "total": 3, "status": "total_time", "tests": tests}, ""
 
-    monkeypatch.setattr(controller.judges, "judge", judge)
+    monkeypatch.setattr(controller.jobs.judges, "judge", judge)
     job = dict(JUDGED_JOB, plan={"kind": "function", "total": 3, "stdio": []},
                limits=dict(JUDGED_JOB["limits"], total_timeout=1.5))
     result = _run(controller, job)["result"]
@@ -1021,7 +1021,7 @@ def test_a_program_or_reply_too_large_for_the_judge_is_the_memory_limit(
     """The judge's verdict "memory" (pyharness.TooLargeForJudge) is the model's failure at the memory limit: it
     was no status of the harness's before, and a judge's MemoryError ended the job STATUS_INTERNAL."""
     controller = bare_controller(tmp_path, monkeypatch)
-    monkeypatch.setattr(controller.runner, "run", until_the_judge_hangs_up)
+    monkeypatch.setattr(controller.host.runner, "run", until_the_judge_hangs_up)
     too_large = "the candidate's reply took more memory to decode than the judge may use (MemoryError)"
 
     async def judge(request: dict[str, Any], peer: socket.socket, cpu_credit_fd: int, timeout: float,
@@ -1031,7 +1031,7 @@ def test_a_program_or_reply_too_large_for_the_judge_is_the_memory_limit(
                  {"index": 2, "passed": False, "status": "memory", "message": f"not run: {too_large}"}]
         return "ok", {"passed": False, "passed_count": 1, "total": 3, "status": "memory", "tests": tests}, ""
 
-    monkeypatch.setattr(controller.judges, "judge", judge)
+    monkeypatch.setattr(controller.jobs.judges, "judge", judge)
     job = dict(JUDGED_JOB, plan={"kind": "function", "total": 3, "stdio": []})
     result = _run(controller, job)["result"]
     assert [(t["status"], t["limit"]) for t in result["tests"]] == [

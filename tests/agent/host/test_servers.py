@@ -124,7 +124,7 @@ def test_judges_replace_an_idle_judge_without_the_cpu_for_the_job(monkeypatch: p
             events.append(f"close {self.name}")
 
     monkeypatch.setattr(judgeservers, "JudgeServer", lambda _controller: Judge("new", 0.0))
-    judges = judgeservers.JudgeServers(controller=None)  # type: ignore[arg-type]
+    judges = judgeservers.JudgeServers(host=None)  # type: ignore[arg-type]
     judges._idle = [Judge("spent", SERVER_CPU_SECONDS - 20.0), Judge("fresh", 100.0)]  # type: ignore[list-item]
     peer = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -163,7 +163,7 @@ def test_math_servers_replace_an_idle_server_without_the_cpu_for_the_job(monkeyp
     monkeypatch.setattr(mathservers, "MathServer", lambda _controller, _memory: Server("new", 0.0))
 
     async def scenario() -> None:
-        servers = mathservers.MathServers(controller=None, servers=1)  # type: ignore[arg-type]
+        servers = mathservers.MathServers(host=None, servers=1)  # type: ignore[arg-type]
         servers._idle = {0: [Server("spent", SERVER_CPU_SECONDS - 5.0)]}  # type: ignore[list-item]
         servers._live = {0: 1}
         outcome, _verdict, _message = await servers.verify({"limits": {"timeout": 10.0, "memory": 0}})

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from sandboxd.agent.host import usage
-from sandboxd.agent.host.controller import has_room
 from sandboxd.agent.host.runner import (
     STARVED_MAX_PROCESSES,
     RunDeadline,
@@ -27,6 +26,7 @@ from sandboxd.agent.host.runner import (
     starved_out,
     starved_reason,
 )
+from sandboxd.agent.host.tmpspace import has_room
 from sandboxd.agent.protocol import DEADLINE_STRETCH
 
 HOLDER_UID = 29_997  # outside the agent's job range, unused on a test machine
