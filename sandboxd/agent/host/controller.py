@@ -34,13 +34,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from sandboxd.agent.host import sessions as sessions_module
+from sandboxd.agent.host.errors import JobWithdrawn, SandboxDamaged, SandboxFull
 from sandboxd.agent.host.jobhost import SHARED_WRITABLE, WORK_ROOT, JobHost
 from sandboxd.agent.host.jobs import Jobs, decode_files
 from sandboxd.agent.host.judgeservers import JudgeServers
 from sandboxd.agent.host.mathservers import MathServers
 from sandboxd.agent.host.rewardmodel import RewardModelHost
-from sandboxd.agent.host.runner import CURRENT_JOB, JobWithdrawal, JobWithdrawn, SandboxDamaged, SandboxFull, Zygote
+from sandboxd.agent.host.runner import CURRENT_JOB, JobWithdrawal
 from sandboxd.agent.host.tmpspace import has_room
+from sandboxd.agent.host.zygoteclient import Zygote
 from sandboxd.agent.landlock import landlock_abi
 from sandboxd.agent.protocol import (
     HEADER,

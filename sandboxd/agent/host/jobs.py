@@ -17,21 +17,14 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from sandboxd.agent.host.cleanup import kill_uid, sigkill_uid
+from sandboxd.agent.host.errors import SandboxFull
 from sandboxd.agent.host.jobhost import DEFAULT_RLIMITS, JobHost
 from sandboxd.agent.host.judgeservers import JudgeServers
 from sandboxd.agent.host.mathservers import MathServers
 from sandboxd.agent.host.offloop import off_loop
 from sandboxd.agent.host.rewardmodel import RewardModelHost
-from sandboxd.agent.host.runner import (
-    RunOutcome,
-    RunSpec,
-    SandboxFull,
-    classify,
-    crowded_out,
-    kill_uid,
-    raise_if_starved,
-    sigkill_uid,
-)
+from sandboxd.agent.host.runner import RunOutcome, RunSpec, classify, crowded_out, raise_if_starved
 from sandboxd.agent.host.tmpspace import TmpUsage
 from sandboxd.agent.host.tree import read_tree_file
 from sandboxd.agent.protocol import DEADLINE_STRETCH, BadRequest, require

@@ -34,7 +34,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from sandboxd.agent.host.runner import SandboxDamaged
+from sandboxd.agent.host.errors import SandboxDamaged
 from sandboxd.agent.protocol import ProtocolError, encode_frame, read_frame
 
 # A quarter of the frame limit (protocol.MAX_FRAME_BYTES) per frame to the scorer.

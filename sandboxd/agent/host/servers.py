@@ -1,4 +1,4 @@
-"""A long-lived worker under a uid of its own (a math server, a judge): the controller's side.
+"""A long-lived worker (a session's interpreter, a math server, a judge): the controller's side.
 
 Such a worker is forked once, answers request after request, and is closed
 (SIGKILL to every process of its uid, its files removed, the uid given
@@ -10,14 +10,156 @@ Its request loop is forked.serving.serve_requests.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import math
+import os
 import signal
+import socket
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from sandboxd.agent.host.runner import ResidentWorker, RunSpec
+from sandboxd.agent.host.runner import DRAIN_SECONDS, Runner, RunSpec
+from sandboxd.agent.protocol import HEADER, ProtocolError, encode_frame, read_frame
 
 if TYPE_CHECKING:
     from sandboxd.agent.host.jobhost import JobHost
+
+
+class ResidentWorker:
+    """A worker forked once that answers many requests: a session's interpreter, a math server.
+
+    Requests go down its control channel, with descriptors riding on the frame
+    header when given; answers come back as frames on a results socket, its
+    fourth descriptor. Its exit, reported by the zygote, is the one thing the
+    code it runs cannot fake, so every wait is on the answer or the exit,
+    whichever comes first.
+    """
+
+    def __init__(self, runner: Runner, max_reply_bytes: int) -> None:
+        self.runner = runner
+        self.pid = 0
+        self.exited: asyncio.Future[dict[str, Any]] | None = None
+        self._max_reply_bytes = max_reply_bytes
+        # Why the last request() returned None (see there).
+        self.no_answer = ""
+        self._channel: socket.socket | None = None
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+
+    async def start(self, spec: RunSpec) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        stdin_fd = os.memfd_create("stdin", os.MFD_CLOEXEC)
+        devnull = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            self.pid, self._channel, self.exited = await self.runner.launch(
+                spec, [stdin_fd, devnull, devnull, theirs.fileno()])
+            self._reader, self._writer = await asyncio.open_unix_connection(sock=ours)
+        except BaseException:
+            ours.close()
+            self.close()
+            raise
+        finally:
+            os.close(stdin_fd)
+            os.close(devnull)
+            theirs.close()
+
+    @property
+    def alive(self) -> bool:
+        return self._channel is not None and self.exited is not None and not self.exited.done()
+
+    async def request(self, message: dict[str, Any], *, timeout: float, fds: tuple[int, ...] = (),
+                      on_timeout: Callable[[], None] | None = None, grace: float = 0.0) -> dict[str, Any] | None:
+        """Send `message` and wait up to `timeout` for the answer.
+
+        `fds` are handed over and closed here once sent. At the timeout
+        `on_timeout()` is called and the answer awaited `grace` seconds more.
+        None when no answer came; `no_answer` then says why: "timeout" (still
+        busy at the deadline), "malformed" (the results socket closed, or
+        carried something other than a frame of a JSON object) or "exited"
+        (the worker ended first: see `describe_exit`).
+        """
+        assert self._channel is not None and self._reader is not None and self.exited is not None
+        self.no_answer = ""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        reply_task = asyncio.ensure_future(read_frame(self._reader, max_bytes=self._max_reply_bytes))
+        try:
+            try:
+                frame = encode_frame(message)
+                socket.send_fds(self._channel, [frame[:HEADER.size]], list(fds))
+                # Within the deadline too: a stopped worker fills the socket buffer.
+                await asyncio.wait_for(loop.sock_sendall(self._channel, frame[HEADER.size:]), timeout)
+            except OSError:
+                pass  # a dead worker: the exit future tells
+            except TimeoutError:
+                self.no_answer = "timeout"
+                return None
+            finally:
+                for fd in fds:
+                    os.close(fd)
+            waiting = {reply_task, self.exited}
+            done, _ = await asyncio.wait(waiting, timeout=max(0.0, deadline - loop.time()),
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if not done and on_timeout is not None:
+                on_timeout()
+                done, _ = await asyncio.wait(waiting, timeout=grace, return_when=asyncio.FIRST_COMPLETED)
+            if reply_task not in done:
+                self.no_answer = "exited" if self.exited in done else "timeout"
+                return None
+            with contextlib.suppress(EOFError, ProtocolError, OSError, ConnectionError):
+                reply = reply_task.result()
+                if isinstance(reply, dict):
+                    return reply
+            # The results socket closed first; the exit status follows from the zygote.
+            await asyncio.wait([self.exited], timeout=DRAIN_SECONDS)
+            self.no_answer = "exited" if self.exited.done() else "malformed"
+            return None
+        finally:
+            if not reply_task.done():
+                reply_task.cancel()
+
+    def _wait_status(self) -> int | None:
+        exited = self.exited
+        if exited is None or not exited.done() or exited.cancelled() or exited.exception() is not None:
+            return None
+        return int(exited.result()["status"])
+
+    @property
+    def exit_signal(self) -> int:
+        """The signal that ended the worker (its own code never exits that way); 0 if none did."""
+        wait_status = self._wait_status()
+        return os.WTERMSIG(wait_status) if wait_status is not None and os.WIFSIGNALED(wait_status) else 0
+
+    def describe_exit(self) -> tuple[str, bool]:
+        """(how the worker ended, for a message; whether SIGKILL ended it, which only the OOM killer sends)."""
+        wait_status = self._wait_status()
+        if wait_status is None:
+            return "did not answer", False
+        if sig := self.exit_signal:
+            return f"was killed by signal {signal.Signals(sig).name}", sig == signal.SIGKILL
+        return f"exited with status {os.WEXITSTATUS(wait_status)}", False
+
+    def close(self) -> None:
+        """Kill the worker and drop its channels. Idempotent."""
+        if self._writer is not None:
+            self._writer.transport.abort()
+            self._writer = None
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
+        if self.pid:
+            # Only while its exit is unreported is `pid` still this worker's:
+            # once reaped, the number may be another process's. A red team
+            # killed a session's interpreter from within, wrapped the pid
+            # counter round, and the session's Close killed the interpreter
+            # of a session opened since, which had been given that pid.
+            if self.exited is None or not self.exited.done():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.pid, signal.SIGKILL)
+            self.runner.zygote.forget(self.pid)
+            self.pid = 0
+
 
 # The CPU rlimit covers the worker's whole life, not one request.
 SERVER_CPU_SECONDS = 3600

@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
+from sandboxd.agent.host import cleanup, errors, jobhost, jobs, runner, tmpspace
 from sandboxd.agent.host import controller as controller_module
-from sandboxd.agent.host import jobhost, jobs, runner, tmpspace
+from sandboxd.agent.host.errors import SandboxDamaged
 from sandboxd.agent.host.jobhost import UidPool
-from sandboxd.agent.host.runner import SandboxDamaged
 from sandboxd.agent.protocol import (
     HEADER,
     MAX_FRAME_BYTES,
@@ -117,7 +117,7 @@ def test_a_sessions_files_are_removed_while_the_agent_serves_other_requests(
     controller = bare_controller(tmp_path, monkeypatch)
     removal_started, ping_answered = threading.Event(), threading.Event()
     during: list[Any] = []
-    real_remove_tree = runner.remove_tree
+    real_remove_tree = cleanup.remove_tree
 
     def slow_remove_tree(path: str) -> None:
         if path.endswith(f"/{uid}"):
@@ -160,7 +160,7 @@ def test_a_jobs_uid_comes_back_only_after_its_files_are_gone(tmp_path: Path, mon
     (tmp_path / "shm" / "left").write_text("x")
     os.chown(tmp_path / "shm" / "left", uid, uid)
     seen: list[bool] = []
-    real_remove_tree = runner.remove_tree
+    real_remove_tree = cleanup.remove_tree
 
     def checking_remove_tree(path: str) -> None:
         seen.append(uid in controller.host.uids._free)
@@ -203,7 +203,7 @@ def test_a_jobs_files_in_shared_folders_are_removed_off_the_event_loop(
     (tmp_path / "shm" / "another_uids").write_text("x")
     loop_ran = threading.Event()
     during: list[bool] = []
-    real_remove_files_of = runner.remove_files_of
+    real_remove_files_of = cleanup.remove_files_of
 
     def slow_remove_files_of(owner: int, folder: str) -> None:
         during.append(loop_ran.wait(10))
@@ -230,7 +230,7 @@ def test_a_removal_that_fails_damages_the_sandbox_and_keeps_the_uid(
     (tmp_path / "work" / str(uid) / "left").write_text("x")
 
     def stuck(path: str) -> None:
-        raise runner.SandboxDamaged(f"cannot remove {path}")
+        raise errors.SandboxDamaged(f"cannot remove {path}")
 
     monkeypatch.setattr(jobhost, "remove_tree", stuck)
     damaged: list[str] = []
@@ -440,7 +440,7 @@ def test_a_run_of_a_withdrawn_job_does_not_start(tmp_path: Path) -> None:
         runner.CURRENT_JOB.set(withdrawal)
         await runner.Runner(None, lambda: None).run(spec)  # type: ignore[arg-type]
 
-    with pytest.raises(runner.JobWithdrawn):
+    with pytest.raises(errors.JobWithdrawn):
         asyncio.run(scenario())
     ours.settimeout(5)
     assert ours.recv(1) == b""
@@ -687,8 +687,8 @@ def test_a_request_is_answered_while_a_release_waits_for_the_uids_processes(
         events.append("sweep")
         return set() if "ping answered" in events else {4242}
 
-    monkeypatch.setattr(runner, "sigkill_uid", sweep)
-    monkeypatch.setattr(runner, "_kill_all_as", lambda swept: pytest.fail("one process, signalled again"))
+    monkeypatch.setattr(cleanup, "sigkill_uid", sweep)
+    monkeypatch.setattr(cleanup, "_kill_all_as", lambda swept: pytest.fail("one process, signalled again"))
 
     async def scenario() -> None:
         connection = await connect(controller)
@@ -766,7 +766,7 @@ def test_a_candidate_its_judge_saw_die_is_judged_by_its_exit(
     async def candidate_run(spec: runner.RunSpec, *, settle: bool = True) -> runner.RunOutcome:
         await asyncio.sleep(0.05)  # its exit, reported after the judge's answer
         if crowded and not spec.ended_by_caller:
-            raise runner.SandboxFull("the sandbox ran out of memory while this run held 150 MiB")
+            raise errors.SandboxFull("the sandbox ran out of memory while this run held 150 MiB")
         return runner.RunOutcome(wait_status=0 if not crowded else signal.SIGKILL, stdout=b"", stderr=b"",
                                  stdout_truncated=False, stderr_truncated=False, killed_for="", wall_seconds=0.05,
                                  cpu_seconds=0.0, max_rss_bytes=0)

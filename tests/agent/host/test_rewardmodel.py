@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from sandboxd.agent.host.errors import SandboxDamaged
 from sandboxd.agent.host.rewardmodel import FRAME_BUDGET_BYTES, Batcher, RewardModelHost, _frame_sized
-from sandboxd.agent.host.runner import SandboxDamaged
 
 
 class Recorder:

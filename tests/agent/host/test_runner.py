@@ -19,8 +19,9 @@ from typing import Any
 
 import pytest
 
-from sandboxd.agent.host import runner
-from sandboxd.agent.host.runner import RunOutcome, RunSpec, classify, kill_uid, sigkill_uid
+from sandboxd.agent.host import cleanup, errors
+from sandboxd.agent.host.cleanup import kill_uid, sigkill_uid
+from sandboxd.agent.host.runner import RunOutcome, RunSpec, classify
 
 BOMB_UID = 29_999  # outside the agent's job range, unused on a test machine
 QUIET_UID = 29_998
@@ -183,7 +184,7 @@ def test_kill_uid_waits_for_a_dying_process_without_escalating(monkeypatch: pyte
     # is not a fork bomb: kill(-1) as the uid (a fork of the caller) is for
     # processes that appear between sweeps.
     escalations: list[int] = []
-    monkeypatch.setattr(runner, "_kill_all_as", escalations.append)
+    monkeypatch.setattr(cleanup, "_kill_all_as", escalations.append)
     pid = _start_as(QUIET_UID, 256 << 20)
     asyncio.run(kill_uid(QUIET_UID, lambda: _reap(pid)))
     assert _processes_of(QUIET_UID) == []
@@ -223,7 +224,7 @@ def _forked_as(uid: int, action: Callable[[], None], *, linger: bool = False) ->
 
 def _ipc_ids() -> dict[str, set[int]]:
     ids: dict[str, set[int]] = {}
-    for table in runner.SYSV_IPC_TABLES:
+    for table in cleanup.SYSV_IPC_TABLES:
         with open(f"/proc/sysvipc/{table}") as rows:
             ids[table] = {int(row.split()[1]) for row in rows.read().splitlines()[1:]}
     return ids
@@ -246,11 +247,11 @@ def test_remove_ipc_objects_of_removes_what_a_uid_made_or_owns() -> None:
 
     before = _ipc_ids()
     _forked_as(IPC_UID, make)
-    made = runner.ipc_objects_of(IPC_UID)
+    made = cleanup.ipc_objects_of(IPC_UID)
     assert sorted(table for table, _ in made) == ["msg", "sem", "shm"]
     assert all(ident not in before[table] for table, ident in made)
-    runner.remove_ipc_objects_of(IPC_UID)
-    assert runner.ipc_objects_of(IPC_UID) == []
+    cleanup.remove_ipc_objects_of(IPC_UID)
+    assert cleanup.ipc_objects_of(IPC_UID) == []
     after = _ipc_ids()
     assert all(ident not in after[table] for table, ident in made)
 
@@ -270,20 +271,20 @@ def test_objects_a_neighbour_keeps_handing_to_a_uid_do_not_fail_its_sweep(monkey
         assert libc.msgctl(queue, IPC_SET, msqid_ds) == 0
 
     _forked_as(QUIET_UID, give_a_queue)
-    assert [table for table, _ in runner.ipc_objects_of(IPC_UID)] == ["msg"]
-    assert runner.ipc_objects_of(IPC_UID, created_only=True) == []
-    removing = runner._as_uid
+    assert [table for table, _ in cleanup.ipc_objects_of(IPC_UID)] == ["msg"]
+    assert cleanup.ipc_objects_of(IPC_UID, created_only=True) == []
+    removing = cleanup._as_uid
 
     def remove_then_the_neighbour_gives_another(uid: int, action: Callable[[], None]) -> None:
         removing(uid, action)
         _forked_as(QUIET_UID, give_a_queue)
 
-    monkeypatch.setattr(runner, "_as_uid", remove_then_the_neighbour_gives_another)
-    runner.remove_ipc_objects_of(IPC_UID)  # no SandboxDamaged
+    monkeypatch.setattr(cleanup, "_as_uid", remove_then_the_neighbour_gives_another)
+    cleanup.remove_ipc_objects_of(IPC_UID)  # no SandboxDamaged
     monkeypatch.undo()
     # The neighbour's queues go at its own end.
-    runner.remove_ipc_objects_of(QUIET_UID)
-    assert runner.ipc_objects_of(IPC_UID) == [] and runner.ipc_objects_of(QUIET_UID) == []
+    cleanup.remove_ipc_objects_of(QUIET_UID)
+    assert cleanup.ipc_objects_of(IPC_UID) == [] and cleanup.ipc_objects_of(QUIET_UID) == []
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching to another uid needs root")
@@ -300,9 +301,9 @@ def test_a_removed_segment_still_attached_counts_as_gone() -> None:
 
     holder = _forked_as(IPC_UID, attach, linger=True)
     try:
-        (segment,) = [ident for table, ident in runner.ipc_objects_of(IPC_UID) if table == "shm"]
-        runner.remove_ipc_objects_of(IPC_UID)
-        assert runner.ipc_objects_of(IPC_UID) == []
+        (segment,) = [ident for table, ident in cleanup.ipc_objects_of(IPC_UID) if table == "shm"]
+        cleanup.remove_ipc_objects_of(IPC_UID)
+        assert cleanup.ipc_objects_of(IPC_UID) == []
         assert segment in _ipc_ids()["shm"]  # still there while attached
     finally:
         os.kill(holder, signal.SIGKILL)
@@ -324,7 +325,7 @@ def test_remove_tree_takes_a_folder_too_deep_for_rmtree(tmp_path: Path) -> None:
     finally:
         os.close(fd)
     try:
-        runner.remove_tree(str(top))
+        cleanup.remove_tree(str(top))
         assert not top.exists()
     finally:
         # Left behind, it would break pytest's own rmtree of old temporary folders.
@@ -363,7 +364,7 @@ def test_remove_tree_outlasts_another_uid_adding_files() -> None:
         _forked_as(IPC_UID, spam)
         time.sleep(0.3)
         assert any(top.iterdir()), "the writers never wrote: the race was not run"
-        runner.remove_tree(str(top))
+        cleanup.remove_tree(str(top))
         assert not top.exists()
         time.sleep(1.5)
         assert not top.exists()
@@ -417,12 +418,12 @@ def test_kill_uid_lets_the_event_loop_run_between_its_sweeps(monkeypatch: pytest
             return {4242}
         return set()
 
-    monkeypatch.setattr(runner, "sigkill_uid", sweep)
-    monkeypatch.setattr(runner, "_kill_all_as", lambda uid: pytest.fail("one process, signalled again: no escalation"))
+    monkeypatch.setattr(cleanup, "sigkill_uid", sweep)
+    monkeypatch.setattr(cleanup, "_kill_all_as", lambda uid: pytest.fail("one process, signalled again: no escalation"))
 
     async def scenario() -> None:
         async with ticker:
-            await runner.kill_uid(QUIET_UID, lambda: None)
+            await cleanup.kill_uid(QUIET_UID, lambda: None)
 
     asyncio.run(scenario())
     assert len(ticks_at_sweep) == 4
@@ -438,13 +439,13 @@ def test_processes_that_survive_sigkill_still_damage_the_sandbox(monkeypatch: py
         sweeps += 1
         return {4242}
 
-    monkeypatch.setattr(runner, "sigkill_uid", sweep)
-    monkeypatch.setattr(runner, "KILL_GRACE_SECONDS", 0.05)
+    monkeypatch.setattr(cleanup, "sigkill_uid", sweep)
+    monkeypatch.setattr(cleanup, "KILL_GRACE_SECONDS", 0.05)
 
     async def scenario() -> int:
         async with Ticker() as ticker:
-            with pytest.raises(runner.SandboxDamaged, match=f"uid {QUIET_UID} survive SIGKILL"):
-                await runner.kill_uid(QUIET_UID, lambda: None)
+            with pytest.raises(errors.SandboxDamaged, match=f"uid {QUIET_UID} survive SIGKILL"):
+                await cleanup.kill_uid(QUIET_UID, lambda: None)
         return ticker.ticks
 
     ticks = asyncio.run(scenario())

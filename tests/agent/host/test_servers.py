@@ -11,8 +11,7 @@ from typing import Any
 import pytest
 
 from sandboxd.agent.host import judgeservers, mathservers
-from sandboxd.agent.host.runner import ResidentWorker
-from sandboxd.agent.host.servers import SERVER_CPU_SECONDS, ResidentServer
+from sandboxd.agent.host.servers import SERVER_CPU_SECONDS, ResidentServer, ResidentWorker
 from sandboxd.agent.protocol import HEADER, encode_frame, recv_frame_fds
 
 

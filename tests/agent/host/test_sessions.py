@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sandboxd.agent.host import usage
-from sandboxd.agent.host.runner import sigkill_uid
+from sandboxd.agent.host import cleanup, usage
+from sandboxd.agent.host.cleanup import sigkill_uid
 from sandboxd.agent.host.sessions import (
     BASH_STATE_FILE,
     BASH_WRAPPER,
@@ -95,7 +95,7 @@ def test_scan_stops_at_its_entry_cap_even_for_empty_folders(tmp_path: Path, monk
 def test_scan_finds_a_file_past_path_max(tmp_path: Path) -> None:
     """Walked by whole paths, a file 20 levels of 200-byte names down (4,020 bytes below the work dir) was past
     PATH_MAX with the work dir in front, and not listed."""
-    from sandboxd.agent.host import runner, tree
+    from sandboxd.agent.host import tree
 
     workdir = tmp_path / ("w" * 200)
     workdir.mkdir()
@@ -104,7 +104,7 @@ def test_scan_finds_a_file_past_path_max(tmp_path: Path) -> None:
         tree.write_tree(str(workdir), os.getuid(), [(relpath, b"x"), ("top.txt", b"t")])
         assert sorted(scan(str(workdir))) == [relpath, "top.txt"]
     finally:
-        runner.remove_tree(str(workdir))
+        cleanup.remove_tree(str(workdir))
 
 
 def test_file_names_that_are_not_utf8_are_reported_as_valid_text(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sandboxd.agent.host import runner, tree
+from sandboxd.agent.host import cleanup, tree
 from sandboxd.agent.protocol import BadRequest
 
 
@@ -43,7 +43,7 @@ def test_write_tree_takes_a_path_as_long_as_linux_allows_below_the_work_dir(tmp_
         finally:
             os.close(fd)
     finally:
-        runner.remove_tree(str(workdir))  # pytest's own removal of old temporary folders recurses per level
+        cleanup.remove_tree(str(workdir))  # pytest's own removal of old temporary folders recurses per level
 
 
 @pytest.mark.parametrize("relpath", ["", "/", "a/../b", "./a"])
@@ -63,7 +63,7 @@ def test_read_tree_file_collects_a_file_as_deep_as_write_tree_writes_it(tmp_path
         assert tree.read_tree_file(str(workdir), relpath, 1 << 20) == b"seven"
         assert tree.read_tree_file(str(workdir), "top.txt", 10) == b"t" * 10  # cut at the limit
     finally:
-        runner.remove_tree(str(workdir))
+        cleanup.remove_tree(str(workdir))
 
 
 def test_read_tree_file_takes_only_a_regular_file_reached_without_links(tmp_path: Path) -> None:
@@ -108,7 +108,7 @@ def test_usage_of_counts_entries_and_bytes_once_per_file_and_takes_trees_past_pa
         tree.write_tree(str(deep), os.getuid(), files)
         assert tree.usage_of(str(deep))[1] == 1 + 2045 + 3
     finally:
-        runner.remove_tree(str(deep))
+        cleanup.remove_tree(str(deep))
     assert tree.usage_of(str(tmp_path / "missing")) == (0, 0)
 
 
@@ -141,4 +141,4 @@ def test_walk_keeps_no_path_past_what_a_reply_can_name(tmp_path: Path) -> None:
         assert max(len(os.fsencode(folder)) for folder in named) <= tree.MAX_RELPATH_BYTES
         assert len(named) == 1 + 16 and tree.usage_of(str(workdir))[1] == 1 + 1 + levels + 1
     finally:
-        runner.remove_tree(str(workdir))
+        cleanup.remove_tree(str(workdir))
