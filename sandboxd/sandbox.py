@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from sandboxd.agent.messages import Request
 from sandboxd.agent.protocol import ProtocolError, encode_frame, read_frame
 from sandboxd.errors import SandboxFull, SandboxLost
 
@@ -101,7 +102,7 @@ class Sandbox:
     def socket_path(self) -> str:
         return f"{self.control_dir}/agent.sock"
 
-    async def request(self, message: dict[str, Any], timeout: float,
+    async def request(self, message: Request, timeout: float,
                       withdrawal: Withdrawal | None = None) -> dict[str, Any]:
         """One request/response with the agent; any failure marks the sandbox damaged.
 

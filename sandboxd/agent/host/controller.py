@@ -29,7 +29,7 @@ import socket
 import stat
 import sys
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +44,17 @@ from sandboxd.agent.host.runner import CURRENT_JOB, JobWithdrawal
 from sandboxd.agent.host.tmpspace import has_room
 from sandboxd.agent.host.zygoteclient import Zygote
 from sandboxd.agent.landlock import landlock_abi
+from sandboxd.agent.messages import (
+    ErrorReply,
+    HelloReply,
+    OkReply,
+    PrepareReply,
+    Reply,
+    ResultReply,
+    RoomReply,
+    SessionOpenReply,
+    SessionsEndedReply,
+)
 from sandboxd.agent.protocol import (
     HEADER,
     MAX_FRAME_BYTES,
@@ -95,7 +106,7 @@ class Controller:
         self.jobs = Jobs(self.host, JudgeServers(self.host), MathServers(self.host, self.math.servers))
         # Open sessions by uid, which is also the handle the daemon holds.
         self.sessions: dict[int, sessions_module.Session] = {}
-        self.ops: dict[str, Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]] = {
+        self.ops: dict[str, Callable[[dict[str, Any]], Awaitable[Reply]]] = {
             "ping": self._ping,
             "hello": self._hello,
             "prepare": self._prepare,
@@ -141,7 +152,7 @@ class Controller:
             writer.close()
 
     async def answer_job(self, request: dict[str, Any],
-                         reader: asyncio.StreamReader) -> tuple[dict[str, Any], bool]:
+                         reader: asyncio.StreamReader) -> tuple[Reply | ErrorReply, bool]:
         """`answer(request)` for a job, which the daemon withdraws by an end of file on `reader` meanwhile.
 
         The daemon sends nothing else while it waits for a reply, so the
@@ -176,7 +187,7 @@ class Controller:
         broken = hangup.done() and not hangup.cancelled() and (hangup.exception() is not None or hangup.result() != b"")
         return await answering, broken
 
-    async def answer(self, request: Any) -> dict[str, Any]:
+    async def answer(self, request: Any) -> Reply | ErrorReply:
         """The reply to one request, errors included: nothing but cancellation escapes."""
         try:
             if not isinstance(request, dict):
@@ -200,17 +211,17 @@ class Controller:
             sys.stderr.flush()
             return {"error": f"internal error in the agent: {type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]}
 
-    async def _dispatch(self, request: dict[str, Any]) -> dict[str, Any]:
+    async def _dispatch(self, request: dict[str, Any]) -> Reply:
         op = request.get("op")
         handler = self.ops.get(op) if isinstance(op, str) else None
         if handler is None:
             raise BadRequest(f"unknown op {op!r}")
         return await handler(request)
 
-    async def _ping(self, request: dict[str, Any]) -> dict[str, Any]:
+    async def _ping(self, request: dict[str, Any]) -> OkReply:
         return {"ok": True}
 
-    async def _hello(self, request: dict[str, Any]) -> dict[str, Any]:
+    async def _hello(self, request: dict[str, Any]) -> HelloReply:
         self.sandbox_id = require(request, "sandbox_id", str, default="")
         # The daemon's word: a sandbox restored from a snapshot sees another cgroup than its own (usage.VMSTAT).
         self.host.runner.sandbox_bytes = require(request, "memory_bytes", int, default=0) or None
@@ -229,32 +240,32 @@ class Controller:
         self.zygote.drop_spares()
         return {"ok": True, "languages": self.languages, "pid": os.getpid(), "landlock_abi": landlock_abi()}
 
-    async def _prepare(self, request: dict[str, Any]) -> dict[str, Any]:
+    async def _prepare(self, request: dict[str, Any]) -> PrepareReply:
         # After hello, before the pool hands the sandbox jobs (and never
         # in a snapshot's template): what cannot be snapshotted starts
         # here, and the pool learns the reward model's state.
         if self.math.prestart_memory:
             await self.jobs.math_servers.prestart(self.math.prestart_memory)
-        reply: dict[str, Any] = {"ok": True}
+        reply: PrepareReply = {"ok": True}
         if self.jobs.reward_model is not None:
             reply["reward_model"] = (await self.jobs.reward_model.run({"op": "status"}))["reward_model"]
         return reply
 
-    async def _room(self, request: dict[str, Any]) -> dict[str, Any]:
+    async def _room(self, request: dict[str, Any]) -> RoomReply:
         return {"room": has_room(self.host.work_root, self.host.runner.sandbox_bytes or 0, self.sandbox_pids,
                                  self.sandbox_cpus)}
 
-    async def _run(self, request: dict[str, Any]) -> dict[str, Any]:
+    async def _run(self, request: dict[str, Any]) -> ResultReply:
         return {"result": await self.jobs.run(require(request, "job", dict))}
 
-    async def _session_open(self, request: dict[str, Any]) -> dict[str, Any]:
+    async def _session_open(self, request: dict[str, Any]) -> SessionOpenReply:
         files = decode_files(require(request, "files", list, default=[]), "files")
         opened = await sessions_module.open_session(self.host, require(request, "language", str), files,
                                                     require(request, "limits", dict))
         self.sessions[opened.uid] = opened
         return {"session": opened.uid}
 
-    async def _session_cell(self, request: dict[str, Any]) -> dict[str, Any]:
+    async def _session_cell(self, request: dict[str, Any]) -> ResultReply:
         session = self.sessions.get(require(request, "session", int))
         if session is None:
             return {"result": {"status": "gone", "message": "no such session", "alive": False}}
@@ -274,11 +285,11 @@ class Controller:
                 await asyncio.shield(releasing)
         return {"result": result}
 
-    async def _session_close(self, request: dict[str, Any]) -> dict[str, Any]:
+    async def _session_close(self, request: dict[str, Any]) -> OkReply:
         self.close_session(require(request, "session", int))
         return {"ok": True}
 
-    async def _sessions_ended(self, request: dict[str, Any]) -> dict[str, Any]:
+    async def _sessions_ended(self, request: dict[str, Any]) -> SessionsEndedReply:
         # The daemon's look, every few seconds, for the sessions of `sessions` that ended on their own.
         ended: dict[str, str] = {}
         for handle in require(request, "sessions", list):
@@ -303,7 +314,7 @@ class Controller:
         return self.host.release_later(uid)
 
 
-def encode_reply(reply: dict[str, Any]) -> bytes:
+def encode_reply(reply: Mapping[str, Any]) -> bytes:
     """`reply` as a frame the daemon can turn into protobuf strings, which must be valid UTF-8.
 
     A lone surrogate (from a file name that is not UTF-8, or a message a
@@ -323,10 +334,10 @@ def encode_reply(reply: dict[str, Any]) -> bytes:
     return HEADER.pack(len(body)) + body
 
 
-def _error_frame(reply: dict[str, Any], exc: BaseException) -> bytes:
+def _error_frame(reply: Mapping[str, Any], exc: BaseException) -> bytes:
     print(f"sandboxd-agent: a reply could not be sent: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-    error: dict[str, Any] = {"error": f"internal error in the agent: its reply could not be sent: "
-                                      f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]}
+    error: ErrorReply = {"error": f"internal error in the agent: its reply could not be sent: "
+                                  f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]}
     if reply.get("damaged"):
         error["damaged"] = True
     return encode_frame(_valid_text(error))

@@ -21,6 +21,7 @@ from sandboxd.agent.host import cleanup, errors, jobhost, jobs, runner, tmpspace
 from sandboxd.agent.host import controller as controller_module
 from sandboxd.agent.host.errors import SandboxDamaged
 from sandboxd.agent.host.jobhost import UidPool
+from sandboxd.agent.messages import Reply
 from sandboxd.agent.protocol import (
     HEADER,
     MAX_FRAME_BYTES,
@@ -253,7 +254,7 @@ def test_a_bug_hit_by_one_request_fails_that_request_only(
     controller = bare_controller(tmp_path, monkeypatch)
     real_dispatch = controller._dispatch
 
-    async def buggy_dispatch(request: dict[str, Any]) -> dict[str, Any]:
+    async def buggy_dispatch(request: dict[str, Any]) -> Reply:
         if request.get("op") == "boom":
             raise RuntimeError("a bug of ours")
         if request.get("op") == "oserror":
