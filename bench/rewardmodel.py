@@ -262,7 +262,7 @@ def _agent_hosts(settings: dict[str, Any], items: list[tuple[str, str]], singles
     same moment."""
     import asyncio
 
-    from sandboxd.agent.rewardmodel import RewardModelHost
+    from sandboxd.agent.host.rewardmodel import RewardModelHost
 
     async def main() -> dict[str, Any]:
         share = {"memory_fraction": round(0.9 / hosts, 3)} if hosts > 1 else {}

@@ -18,7 +18,7 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 
@@ -39,36 +39,28 @@ MAX_CODE_BYTES = 1 << 20
 MAX_MATH_CHARS = 1 << 20
 # Far beyond any model's max_length in tokens; keeps a batch's frame well under MAX_FRAME_BYTES.
 MAX_REWARD_MODEL_CHARS = 1 << 20
-MODEL_STATUSES = {
-    "ok": pb.STATUS_OK,
-    "wrong_answer": pb.STATUS_WRONG_ANSWER,
-    "runtime_error": pb.STATUS_RUNTIME_ERROR,
-    "timeout": pb.STATUS_TIMEOUT,
-    "memory_limit": pb.STATUS_MEMORY_LIMIT,
-    "output_limit": pb.STATUS_OUTPUT_LIMIT,
-    "compile_error": pb.STATUS_COMPILE_ERROR,
-    "rejected": pb.STATUS_REJECTED,
-    "no_answer": pb.STATUS_NO_ANSWER,
-    "sandbox_lost": pb.STATUS_SANDBOX_LOST,
-    "overloaded": pb.STATUS_OVERLOADED,
-    "internal": pb.STATUS_INTERNAL,
-    "unsupported_test": pb.STATUS_UNSUPPORTED_TEST,
-}
-LIMITS = {
-    "": pb.LIMIT_NONE,
-    "wall_time": pb.LIMIT_WALL_TIME,
-    "cpu_time": pb.LIMIT_CPU_TIME,
-    "memory": pb.LIMIT_MEMORY,
-    "output": pb.LIMIT_OUTPUT,
-    "processes": pb.LIMIT_PROCESSES,
-    "file_size": pb.LIMIT_FILE_SIZE,
-    "total_time": pb.LIMIT_TOTAL_TIME,
-}
-CODE_EXTRACTION = {0: "last_block", 1: "last_block", 2: "first_block", 3: "whole", 4: "tag"}
+
+
+def _names_by_value(proto_enum: Any, prefix: str, unspecified: str) -> dict[int, str]:
+    """A proto enum's values -> their names, lower case and without `prefix`; the UNSPECIFIED value -> `unspecified`
+    (the name it stands for). Derived by name, as the client derives its own, so a value added to the proto comes
+    with its name."""
+    return {value: unspecified if name == f"{prefix}UNSPECIFIED" else name.removeprefix(prefix).lower()
+            for name, value in proto_enum.items()}
+
+
+# The agent's names of statuses and limits -> the proto's values (STATUS_UNSPECIFIED is no outcome).
+# Typed as the proto's enums (the generated stubs' JobResult/CellResult fields take those, not int).
+MODEL_STATUSES = cast("dict[str, pb.Status]", {name: value for value, name in
+                                               _names_by_value(pb.Status, "STATUS_", "").items() if name})
+# LIMIT_NONE is the agent's "" (no limit ended the run).
+LIMITS = cast("dict[str, pb.Limit]", {"" if name == "none" else name: value for value, name in
+                                      _names_by_value(pb.Limit, "LIMIT_", "").items()})
+CODE_EXTRACTION = _names_by_value(pb.CodeExtraction, "CODE_EXTRACTION_", "last_block")
 # CHECKER_UNSPECIFIED takes the checker of the tests' dataset (TestPlan.checker): whitespace for explicit cases.
-CHECKERS = {0: "unspecified", 1: "whitespace", 2: "exact", 3: "float", 4: "tokens_ignore_case", 5: "lines_decimal"}
-MATH_EXTRACTION = {0: "auto", 1: "auto", 2: "boxed", 3: "answer_tag", 4: "phrase", 5: "last_expression"}
-REWARD_MODES = {0: "binary", pb.REWARD_MODE_BINARY: "binary", pb.REWARD_MODE_FRACTION: "fraction"}
+CHECKERS = _names_by_value(pb.Checker, "CHECKER_", "unspecified")
+MATH_EXTRACTION = _names_by_value(pb.MathExtraction, "MATH_EXTRACTION_", "auto")
+REWARD_MODES = _names_by_value(pb.RewardMode, "REWARD_MODE_", "binary")
 
 
 def _enum(names: dict[int, str], value: int, where: str) -> str:

@@ -82,12 +82,11 @@ WARM_MODULES = {
     # math servers. Code sandboxes stay lean: a worker's fork and exit cost
     # grows with its zygote's memory, and an idle code sandbox needs about
     # 25 MB instead of the 80 MB a math sandbox needs. The math servers'
-    # own module (and asyncio under it, which code zygotes do without) is
-    # warmed too, so that a server's start imports nothing.
-    "math": "sandboxd.verifiers.math,sandboxd.agent.mathserver",
+    # own module is warmed too, so that a server's start imports nothing.
+    "math": "sandboxd.verifiers.math,sandboxd.agent.forked.mathserver",
     # Sessions fork from a lean zygote: every page it holds is shared by up
     # to sessions.per_sandbox live interpreters, and a cell imports what it uses.
-    "sessions": "sandboxd.agent.repl",
+    "sessions": "sandboxd.agent.forked.repl",
 }
 # The pool that runs math jobs; it runs the python image.
 MATH_POOL = "math"
@@ -107,7 +106,7 @@ def stage_agent_code(state_dir: str) -> tuple[str, str]:
     compiles as before when it does not.
     """
     package = Path(sandboxd.__file__).parent
-    # Subpackages too: sandboxd.verifiers.math is a package.
+    # With their subpackages: the agent's host/ and forked/, sandboxd.verifiers.math and .python.
     files = sorted([package / "__init__.py", *(package / "agent").rglob("*.py"),
                     *(package / "verifiers").rglob("*.py")])
     digest = hashlib.sha256()

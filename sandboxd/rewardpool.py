@@ -2,7 +2,7 @@
 
 A reward-model sandbox runs the reward-model image with the model's folder
 mounted read-only; its agent loads the model once, before it reports ready,
-and batches the pairs it is sent (see ``sandboxd.agent.rewardmodel``). The
+and batches the pairs it is sent (see ``sandboxd.agent.host.rewardmodel``). The
 pool is a fixed size, never scaled down: a model is expensive to load.
 
 Placement. With ``gpu_ids`` (or ``cdi_devices``) each sandbox gets one of those
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sandboxd.agent.rewardmodel import MODEL_MOUNT
+from sandboxd.agent.protocol import MODEL_MOUNT
 from sandboxd.backend import DockerBackend, SandboxSpec
 from sandboxd.config import Config, ModelConfig
 from sandboxd.errors import ConfigError

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from sandboxd.agent.messages import Request
 from sandboxd.agent.protocol import ProtocolError, encode_frame, read_frame
 from sandboxd.errors import SandboxFull, SandboxLost
 
@@ -37,7 +38,7 @@ class Withdrawal:
 
     `withdraw()` closes the daemon's side of the job's connection (a
     half-close: the reply can still come back). The agent reads that end of
-    file, kills the job's runs and answers at once (agent/controller.py,
+    file, kills the job's runs and answers at once (agent/host/controller.py,
     `answer_job`), so the sandbox's slot comes back within milliseconds
     rather than at the job's deadline.
     """
@@ -101,7 +102,7 @@ class Sandbox:
     def socket_path(self) -> str:
         return f"{self.control_dir}/agent.sock"
 
-    async def request(self, message: dict[str, Any], timeout: float,
+    async def request(self, message: Request, timeout: float,
                       withdrawal: Withdrawal | None = None) -> dict[str, Any]:
         """One request/response with the agent; any failure marks the sandbox damaged.
 
@@ -204,7 +205,7 @@ class Sandbox:
         crashed at start fails now rather than at the timeout. `uid_slot`
         places the sandbox's block of job uids (agent/protocol.py).
         `memory_bytes`, `pids` and `cpus` are the container's limits, which
-        a restored agent cannot read from its cgroup (agent/usage.py).
+        a restored agent cannot read from its cgroup (agent/host/usage.py).
         """
         deadline = time.monotonic() + timeout
         polls = 0

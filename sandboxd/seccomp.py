@@ -72,7 +72,7 @@ DENIED: dict[str, str] = {
 # reached by another job's run beside it: two completions of one prompt
 # passing outputs, or one session reading another's. No verifier needs IP
 # sockets. (Abstract Unix sockets, the other shared namespace, are scoped
-# per run with Landlock: agent/worker.py.) The refused range, AF_INET (2) to
+# per run with Landlock: agent/forked/worker.py.) The refused range, AF_INET (2) to
 # AF_INET6 (10), also holds the legacy AX.25, IPX, AppleTalk, NET/ROM, bridge,
 # ATM PVC and X.25 families; AF_UNIX (1) and AF_NETLINK (16, which glibc's
 # if_nameindex uses) stay allowed.

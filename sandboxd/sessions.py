@@ -28,6 +28,7 @@ from typing import Any
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 
 from sandboxd import metrics
+from sandboxd.agent.messages import FileItem
 from sandboxd.agent.protocol import DEADLINE_STRETCH
 from sandboxd.config import Config
 from sandboxd.errors import (
@@ -133,7 +134,7 @@ class SessionManager:
         self._task = asyncio.ensure_future(self._expire_loop())
 
     # ---- open ------------------------------------------------------------------
-    def _validate(self, request: pb.OpenSessionRequest) -> tuple[str, dict[str, Any], float, list[dict[str, str]]]:
+    def _validate(self, request: pb.OpenSessionRequest) -> tuple[str, dict[str, Any], float, list[FileItem]]:
         settings = self.config.sessions
         language = request.language or "python"
         if language not in LANGUAGES:
@@ -146,7 +147,7 @@ class SessionManager:
             raise InvalidRequest(f"idle_timeout_seconds={idle:g} exceeds the daemon's maximum "
                                  f"{settings.max_idle_timeout_seconds:g}")
         total = 0
-        files = []
+        files: list[FileItem] = []
         check_files([item.path for item in request.files], "files", self.config.sandbox.tmpfs_inodes)
         for item in request.files:
             total += len(item.content)
@@ -217,7 +218,7 @@ class SessionManager:
             raise Overloaded(f"{len(self.sessions)} sessions are open (limit {self.max_sessions})", 5.0)
         self._opening += 1
         try:
-            # Each session's share of its sandbox's /tmp between cells (agent/sessions.py).
+            # Each session's share of its sandbox's /tmp between cells (agent/host/sessions.py).
             agent_limits = dict(limits, lifetime=self.config.sessions.max_lifetime_seconds,
                                 tmpfs_share=1 / self.config.sessions.per_sandbox)
             for attempt in range(1, OPEN_ATTEMPTS + 1):

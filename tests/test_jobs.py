@@ -325,3 +325,21 @@ def test_a_bug_hit_while_preparing_one_job_answers_that_job_internal_and_spares_
     # What the caller got wrong is still its error, for the whole request.
     with pytest.raises(InvalidRequest, match="failure_value must be a finite number"):
         jobs.prepare(pb.Job(failure_value=math.nan, math=pb.MathJob(completion="2", ground_truth="2")), Config())
+
+
+def test_enum_tables_follow_the_proto_by_name() -> None:
+    """Each table names every value of its proto enum by the value's own name, so a value added to the proto (or
+    renumbered) cannot be read as another: the tables were written by number."""
+    assert jobs.MODEL_STATUSES["unsupported_test"] == pb.STATUS_UNSUPPORTED_TEST
+    assert set(jobs.MODEL_STATUSES.values()) == set(pb.Status.values()) - {pb.STATUS_UNSPECIFIED}
+    assert jobs.LIMITS[""] == pb.LIMIT_NONE and jobs.LIMITS["total_time"] == pb.LIMIT_TOTAL_TIME
+    assert set(jobs.LIMITS.values()) == set(pb.Limit.values())
+    for table, proto_enum in ((jobs.CODE_EXTRACTION, pb.CodeExtraction), (jobs.CHECKERS, pb.Checker),
+                              (jobs.MATH_EXTRACTION, pb.MathExtraction), (jobs.REWARD_MODES, pb.RewardMode)):
+        assert set(table) == set(proto_enum.values())
+    assert jobs.CODE_EXTRACTION[pb.CODE_EXTRACTION_UNSPECIFIED] == jobs.CODE_EXTRACTION[pb.CODE_EXTRACTION_LAST_BLOCK]
+    assert jobs.CHECKERS[pb.CHECKER_LINES_DECIMAL] == "lines_decimal"
+    assert jobs.MATH_EXTRACTION[pb.MATH_EXTRACTION_UNSPECIFIED] == "auto"
+    assert jobs.MATH_EXTRACTION[pb.MATH_EXTRACTION_ANSWER_TAG] == "answer_tag"
+    assert jobs.REWARD_MODES[pb.REWARD_MODE_UNSPECIFIED] == "binary"
+    assert jobs.REWARD_MODES[pb.REWARD_MODE_FRACTION] == "fraction"

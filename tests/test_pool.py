@@ -134,14 +134,16 @@ def test_staged_agent_code_is_byte_compiled(tmp_path: Path) -> None:
 
 
 def test_staged_agent_code_holds_every_module_of_the_agent_and_the_verifiers(tmp_path: Path) -> None:
-    """Subpackages included: the math workers import sandboxd.verifiers.math.judge and its siblings."""
-    folder, _ = stage_agent_code(str(tmp_path))
+    """Subpackages included: a sandbox whose agent cannot import one (host/, forked/, verifiers/math/,
+    verifiers/python/) never starts."""
+    folder, _key = stage_agent_code(str(tmp_path))
     package = Path(sandboxd.__file__).parent
-    modules = sorted(path.relative_to(package) for sub in ("agent", "verifiers")
-                     for path in (package / sub).rglob("*.py"))
-    assert Path("verifiers", "math", "judge.py") in modules
-    for module in modules:
-        assert (Path(folder) / "sandboxd" / module).is_file(), f"{module} is not staged"
+    wanted = {path.relative_to(package.parent) for folder_name in ("agent", "verifiers")
+              for path in (package / folder_name).rglob("*.py")}
+    staged = {path.relative_to(folder) for path in Path(folder).rglob("*.py")}
+    assert {Path("sandboxd/agent/forked/zygote.py"), Path("sandboxd/agent/host/controller.py"),
+            Path("sandboxd/verifiers/math/judge.py"), Path("sandboxd/verifiers/python/harness.py")} <= wanted
+    assert wanted <= staged, sorted(wanted - staged)
 
 
 def test_daemons_staging_the_agent_code_at_once_each_get_it_whole(tmp_path: Path,

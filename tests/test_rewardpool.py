@@ -13,7 +13,7 @@ import pytest
 from docker.types import DeviceRequest
 
 from sandboxd import config, rewardpool
-from sandboxd.agent.rewardmodel import MODEL_MOUNT
+from sandboxd.agent.protocol import MODEL_MOUNT
 from sandboxd.backend import container_config
 from sandboxd.errors import ConfigError
 from sandboxd.sandbox import Sandbox

@@ -7,6 +7,7 @@ import contextlib
 import math
 import types
 from collections.abc import AsyncIterator
+from typing import Any
 
 import grpc
 import pytest
@@ -111,7 +112,7 @@ class ScriptedSandbox(Sandbox):
 
     replies: list[dict]
 
-    async def request(self, message: dict, timeout: float, withdrawal: object = None) -> dict:
+    async def request(self, message: Any, timeout: float, withdrawal: object = None) -> dict:
         reply = self.replies.pop(0) if message["op"] in ("session_open", "session_cell") else {"room": False}
         if reply.get("full"):
             self.full = True
@@ -145,7 +146,7 @@ class GatedSandbox(Sandbox):
     opens: int
     refuse: tuple[int, ...] = ()
 
-    async def request(self, message: dict, timeout: float, withdrawal: object = None) -> dict:
+    async def request(self, message: Any, timeout: float, withdrawal: object = None) -> dict:
         if message["op"] != "session_open":
             return {"ok": True}
         self.opens += 1
@@ -178,7 +179,7 @@ class RecordingGatedSandbox(GatedSandbox):
 
     closed: list[int]
 
-    async def request(self, message: dict, timeout: float, withdrawal: object = None) -> dict:
+    async def request(self, message: Any, timeout: float, withdrawal: object = None) -> dict:
         if message["op"] == "session_close":
             self.closed.append(message["session"])
         return await super().request(message, timeout, withdrawal)
@@ -330,7 +331,7 @@ class RecordingSandbox(ScriptedSandbox):
 
     sent: list[dict]
 
-    async def request(self, message: dict, timeout: float, withdrawal: object = None) -> dict:
+    async def request(self, message: Any, timeout: float, withdrawal: object = None) -> dict:
         self.sent.append(message)
         return await super().request(message, timeout, withdrawal)
 
@@ -402,7 +403,7 @@ class DyingSandbox(Sandbox):
 
     asked: list[dict]
 
-    async def request(self, message: dict, timeout: float, withdrawal: object = None) -> dict:
+    async def request(self, message: Any, timeout: float, withdrawal: object = None) -> dict:
         self.asked.append(message)
         if message["op"] == "session_open":
             return {"session": 7 + sum(m["op"] == "session_open" for m in self.asked) - 1}
@@ -451,7 +452,7 @@ async def test_a_session_whose_interpreter_ended_between_cells_is_ended(monkeypa
 
 
 class UnansweringSandbox(DyingSandbox):
-    async def request(self, message: dict, timeout: float, withdrawal: object = None) -> dict:
+    async def request(self, message: Any, timeout: float, withdrawal: object = None) -> dict:
         if message["op"] == "sessions_ended":
             self.damaged = True
             raise SandboxLost(f"sandbox {self.name}: TimeoutError: ")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from sandboxd.agent import zygote
+from sandboxd.agent.forked import zygote
 
 # The binary whose presence says a language is usable in this image.
 TOOLCHAINS = {
@@ -41,7 +41,7 @@ def main() -> None:
     zygote_process = zygote.spawn(warm)
     import asyncio
 
-    from sandboxd.agent.controller import MathSettings, serve
+    from sandboxd.agent.host.controller import MathSettings, serve
 
     math = MathSettings(args.math_servers, args.math_memory)
     asyncio.run(serve(args.socket, zygote_process, TOOLCHAINS, reward_model, math, private_tmp=args.private_tmp))

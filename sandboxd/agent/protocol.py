@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 HEADER = struct.Struct(">I")
 # The agent's `hello` reports the kernel's Landlock ABI (`landlock_abi`); from
-# this one on, each run's abstract Unix sockets are scoped to it (agent/worker.py).
+# this one on, each run's abstract Unix sockets are scoped to it (agent/forked/worker.py).
 LANDLOCK_SCOPE_ABI = 6
 # A run's deadline may move on by the CPU the other runs of its sandbox
 # took while it waited for one, up to this many times its timeout
@@ -45,6 +45,34 @@ FIRST_SLOTTED_UID = 100_000
 MAX_UID_SLOT = 1 << 22
 # A sandbox its daemon gave no slot (an agent driven by hand) uses this block.
 UNSLOTTED_FIRST_UID = 20_000
+
+# What a worker sets its oom_score_adj to (worker.main): a job's processes are the OOM killer's first
+# choice, the resident servers (a judge, a math server) its next. The controller restores a job's value
+# when a run lowered it (usage).
+JOB_OOM_SCORE_ADJ = 1000
+RESIDENT_OOM_SCORE_ADJ = 500
+# Where the daemon mounts a reward model's folder, read-only (rewardpool; host/rewardmodel starts its scorer).
+MODEL_MOUNT = "/opt/sandboxd-model"
+# What a session cell's value shows of its repr (repl); the controller accepts that much and the note on the cut.
+VALUE_PREVIEW_CHARS = 64 << 10
+
+# The zygote's channel (SOCK_SEQPACKET) carries fixed-layout messages, not frames; see zygote._serve for why.
+# controller -> zygote: (op, tag)
+REQUEST = struct.Struct("<BI")
+OP_FORK = 1
+OP_RESEED = 2
+# -> controller, from the new worker itself, its channel's other end attached (SCM_RIGHTS): (op, tag, pid)
+FORKED = struct.Struct("<BIi")
+OP_FORKED = 1
+# -> controller, from the zygote: (op, tag of its fork, pid, wait status, CPU seconds, max RSS bytes)
+EXITED = struct.Struct("<BIiidq")
+OP_EXITED = 2
+READY = b"\x03"
+# -> controller, from the zygote: (op, tag of the fork, errno) when fork() failed: the sandbox's
+# pids limit (EAGAIN), taken by its runs. The zygote lives on; so do the sandbox's other runs.
+FORK_FAILED = struct.Struct("<BIi")
+OP_FORK_FAILED = 4
+MESSAGE_BYTES = max(FORKED.size, EXITED.size, FORK_FAILED.size, len(READY))
 
 
 class BadRequest(ValueError):

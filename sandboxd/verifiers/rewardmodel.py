@@ -5,7 +5,7 @@ folder (never from the hub), formats each pair the way the model was trained
 (its chat template when the tokenizer has one, a text pair otherwise),
 truncates to a configured length, runs one padded forward pass per batch and
 returns one raw scalar per pair. The same code runs inside a sandbox (see
-``sandboxd.agent.rewardmodel``, which owns batching and the process around
+``sandboxd.agent.host.rewardmodel``, which owns batching and the process around
 it) and in-process (benchmarks, the GPU run, tests).
 
 torch and transformers are imported on first use: the daemon and the light

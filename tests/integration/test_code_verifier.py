@@ -1848,7 +1848,7 @@ def test_replies_that_swell_in_the_judge_are_the_candidates_failure(channel: grp
     _assert_followups(results, 10)
 
 
-# ---- the resident judge (sandboxd/agent/judgeserver.py) -------------------
+# ---- the resident judge (sandboxd/agent/host/judgeservers.py) -------------------
 
 JUDGE_KILLER = """
 import os, signal

@@ -15,7 +15,7 @@ from sandboxd_client import Limit, SandboxClient, SessionNotFound, Status
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
 
-from sandboxd.agent import worker
+from sandboxd.agent.landlock import landlock_abi
 from sandboxd.agent.protocol import LANDLOCK_SCOPE_ABI
 from tests.conftest import DaemonProcess, serving_daemon
 from tests.integration import helpers
@@ -403,7 +403,7 @@ def test_a_session_cannot_reach_a_neighbours_abstract_unix_socket(client: Sandbo
     carry no permissions: a session listening on one was reachable from its neighbours (two completions of a
     prompt passing outputs). Each run is now a Landlock domain that keeps its abstract sockets to itself (ABI 6,
     Linux 6.12); its own processes still reach them."""
-    abi = worker.landlock_abi()  # the host's kernel is the sandboxes' kernel
+    abi = landlock_abi()  # the host's kernel is the sandboxes' kernel
     if abi < LANDLOCK_SCOPE_ABI:
         pytest.skip(f"the kernel's Landlock ABI is {abi}; scoping abstract Unix sockets needs 6 (Linux 6.12)")
     with client.open_session() as listener, client.open_session() as neighbour:

@@ -1916,7 +1916,7 @@ def test_a_reply_of_millions_of_lists_is_refused_before_it_is_parsed(tmp_path: P
 # own: one job, its candidate's socket and a CPU credit of none (/dev/null) handed over, then end of file.
 JUDGE_MAIN = (
     "import json, os, socket, sys\n"
-    "from sandboxd.agent import judgeserver\n"
+    "from sandboxd.agent.forked import judgeserver\n"
     "jobs = [(json.load(open(sys.argv[3])), [int(sys.argv[1]), os.open(os.devnull, os.O_RDONLY)])]\n"
     "def receive(_channel):\n"
     "    if not jobs:\n"

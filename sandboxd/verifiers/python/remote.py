@@ -1027,7 +1027,7 @@ class JudgeEndpoint(Endpoint):
         # The seconds the other runs of the sandbox have had the CPU while the
         # candidate waited for one, as its agent counts them: each deadline
         # moves on by what they took meanwhile, up to deadline_stretch times
-        # its span (sandboxd.agent.runner.RunDeadline, the same rule).
+        # its span (sandboxd.agent.host.runner.RunDeadline, the same rule).
         self.cpu_credit = cpu_credit
         self.deadline_stretch = max(1.0, deadline_stretch)
         self.started = time.monotonic()

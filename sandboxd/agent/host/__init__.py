@@ -1,0 +1,1 @@
+"""The controller's process (PID 1 of a sandbox, asyncio); see sandboxd.agent."""

@@ -1,0 +1,176 @@
+"""What a run pins in the kernel, counted from outside it against real sockets and pipes on this machine."""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import os
+import select
+import socket
+
+import pytest
+
+from sandboxd.agent.host import kernelmem, usage
+from tests.agent.host.test_usage import HOLDER_UID, MIB, _run_as_holder, as_root
+
+# A process of HOLDER_UID that fills argv[1] socketpairs' send buffers (as large as wmem_max lets them), then
+# closes the sending ends when argv[2] is "close" (what they queued is then charged to no live sender), and waits.
+SOCKET_PINNER = """
+import os, socket, sys, time
+pairs = []
+for _ in range(int(sys.argv[1])):
+    a, b = socket.socketpair()
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 30)
+    a.setblocking(False)
+    try:
+        while True:
+            a.send(b"x" * (1 << 16))
+    except BlockingIOError:
+        pass
+    pairs.append((a, b))
+if sys.argv[2] == "close":
+    for a, _ in pairs:
+        a.close()
+os.write(1, b"ready\\n")
+time.sleep(120)
+"""
+
+
+def _queued(sender: socket.socket) -> int:
+    sender.setblocking(False)
+    queued = 0
+    try:
+        while True:
+            queued += sender.send(b"x" * (1 << 16))
+    except BlockingIOError:
+        return queued
+
+
+def test_a_sockets_queued_bytes_are_its_creators_whether_its_sender_lives_or_not() -> None:
+    before = kernelmem.socket_memory().get(os.getuid(), 0)
+    sender, receiver = socket.socketpair()
+    sender.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 30)
+    with receiver:
+        queued = _queued(sender)
+        alive = kernelmem.socket_memory()[os.getuid()] - before
+        assert queued + 2 * kernelmem.SOCKET_BYTES <= alive <= queued + (1 << 20)
+        sender.close()
+        orphaned = kernelmem.socket_memory()[os.getuid()] - before
+        assert queued <= orphaned <= kernelmem.full_send_buffer() + kernelmem.SOCKET_BYTES
+
+
+def test_one_byte_skbs_of_a_gone_sender_count_at_their_true_size() -> None:
+    """One byte takes an skb of 768 bytes: the receiver's queue shows 278 bytes where 213 KB are pinned."""
+    before = kernelmem.socket_memory().get(os.getuid(), 0)
+    sender, receiver = socket.socketpair()
+    sender.setblocking(False)
+    sent = 0
+    try:
+        while True:
+            sent += sender.send(b"x")
+    except BlockingIOError:
+        pass
+    with receiver:
+        sender.close()
+        counted = kernelmem.socket_memory()[os.getuid()] - before
+        assert counted >= min(sent * kernelmem.SKB_BYTES_PER_BYTE, kernelmem.full_send_buffer())
+
+
+def test_a_connection_never_accepted_counts_as_a_full_send_buffer(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """It has no inode, so the dump shows it only as the listener's backlog, though its sender may have filled it
+    and closed (8 MiB here, for each of up to somaxconn connections)."""
+    path = str(tmp_path / "listener")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(path)
+        listener.listen(4)
+        before = kernelmem.socket_memory().get(os.getuid(), 0)
+        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        client.connect(path)
+        client.close()
+        assert kernelmem.socket_memory()[os.getuid()] - before >= kernelmem.full_send_buffer()
+
+
+def test_pipes_count_their_capacity_once_and_watches_their_number() -> None:
+    reader, writer = os.pipe()
+    epoll = select.epoll()
+    targets = [os.eventfd(0) for _ in range(50)]
+    try:
+        before = kernelmem.descriptor_memory([os.getpid()])
+        fcntl.fcntl(writer, kernelmem.F_GETPIPE_SZ - 1, 1 << 20)  # F_SETPIPE_SZ
+        resized = kernelmem.descriptor_memory([os.getpid()])
+        assert resized - before == (1 << 20) - kernelmem.DEFAULT_PIPE_BYTES
+        for target in targets:
+            epoll.register(target)
+        watched = kernelmem.descriptor_memory([os.getpid()])
+        assert watched - resized == 50 * kernelmem.EPOLL_WATCH_BYTES
+    finally:
+        for fd in (reader, writer, *targets):
+            os.close(fd)
+        epoll.close()
+
+
+def test_a_named_pipe_counts_as_a_pipe_once_however_many_ends(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Red team: a FIFO in the run's folder counted as a file (FILE_BYTES) whatever its buffer held."""
+    path = str(tmp_path / "fifo")
+    os.mkfifo(path)
+    before = kernelmem.descriptor_memory([os.getpid()])
+    ends = [os.open(path, os.O_RDWR | os.O_NONBLOCK) for _ in range(2)]
+    try:
+        fcntl.fcntl(ends[0], kernelmem.F_GETPIPE_SZ - 1, 1 << 20)  # F_SETPIPE_SZ
+        held = kernelmem.descriptor_memory([os.getpid()]) - before
+        assert held == kernelmem.PIPE_BYTES + (1 << 20)
+    finally:
+        for end in ends:
+            os.close(end)
+
+
+def _swept(limit: int) -> usage.WatchedRun:
+    async def scenario() -> usage.WatchedRun:
+        watch = usage.UsageWatch()
+        run = watch.watch(HOLDER_UID, limit, bounded_alone=True)
+        await watch.sweep()
+        watch.unwatch(run)
+        return run
+
+    return asyncio.run(scenario())
+
+
+@as_root
+def test_a_paused_run_is_not_counted_until_it_runs_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A session between cells has every process stopped: nothing it holds can grow, and counting it (the
+    sock_diag dump and a walk of its descriptors) cost 0.3 ms a sweep per session, every 50 ms for an hour."""
+    counted: list[dict[int, list[int]]] = []
+    measure = usage.kernel_memory
+
+    def counting(runs: dict[int, list[int]]) -> dict[int, int]:
+        counted.append(runs)
+        return measure(runs)
+
+    monkeypatch.setattr(usage, "kernel_memory", counting)
+
+    async def scenario() -> tuple[bool, int, bool]:
+        watch = usage.UsageWatch()
+        run = watch.watch(HOLDER_UID, 1 << 20, bounded_alone=True)
+        run.paused = True
+        await watch.sweep()
+        paused = (run.over, len(counted))
+        run.paused = False
+        await watch.sweep()
+        watch.unwatch(run)
+        return *paused, run.over
+
+    with _run_as_holder(SOCKET_PINNER, ["12", "open"], 1):
+        assert asyncio.run(scenario()) == (False, 0, True)
+
+
+@as_root
+@pytest.mark.parametrize("senders", ["open", "close"])
+def test_a_lone_process_holding_socket_buffers_is_over_its_limit(senders: str) -> None:
+    """The red team's attack, small: one process under RLIMIT_AS (not measured before) queues 12 socketpairs'
+    buffers (at least 4.9 MiB, 96 MiB where wmem_max is 4 MiB) with 10 MiB resident."""
+    with _run_as_holder(SOCKET_PINNER, ["12", senders], 1):
+        pinned = usage.kernel_memory({HOLDER_UID: usage.processes_of({HOLDER_UID})[HOLDER_UID]})[HOLDER_UID]
+        assert pinned >= 12 * min(kernelmem.full_send_buffer(), 400 << 10)
+        run = _swept(pinned // 2)
+        assert run.over and run.peak >= pinned and run.peak_kernel >= pinned
+        assert not _swept(pinned + 64 * MIB).over
