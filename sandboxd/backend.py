@@ -8,6 +8,7 @@ in a thread (asyncio.to_thread) so the event loop never waits on Docker.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import shutil
@@ -275,14 +276,20 @@ class DockerBackend:
         except (docker.errors.DockerException, requests.exceptions.RequestException):
             return False
 
-    def exit_report(self, container_id: str) -> str:
+    def exit_report(self, container_id: str, wait_seconds: float = 0.0) -> str:
         """How a container that ran and stopped ended, for an operator; "" while it runs, or if it never ran.
 
         Its exit status, whether the out-of-memory killer ended it, and the
         last lines its processes wrote (an agent's traceback lands there).
+        `wait_seconds`: how long to wait for a container the engine still
+        counts as running to stop (its PID 1 just died).
         """
         try:
             state = self.api.inspect_container(container_id)["State"]
+            if wait_seconds > 0 and state.get("Running"):
+                with contextlib.suppress(docker.errors.DockerException, requests.exceptions.RequestException):
+                    self.api.wait(container_id, timeout=wait_seconds)
+                state = self.api.inspect_container(container_id)["State"]
             if state.get("Running") or state.get("Status") not in ("exited", "dead"):
                 return ""
             output = self.api.logs(container_id, stdout=True, stderr=True, tail=EXIT_REPORT_LINES)

@@ -60,6 +60,9 @@ FULL_RECYCLE_SECONDS = 10.0
 # its memory, its processes and whatever a job left running in it.
 REMOVE_RETRY_SECONDS = (1.0, 4.0, 15.0, 60.0)
 _control_serial = itertools.count()
+# How long a failed start waits for the engine to see a container whose agent hung up stop (Docker's exit
+# event trails PID 1's death), so that its exit report says why.
+EXIT_REPORT_WAIT_SECONDS = 5.0
 # Consecutive failed restores before a pool gives up on its snapshot.
 RESTORE_FAILURES_BEFORE_COLD = 3
 # Sandbox starts that fail in a row, with no sandbox ready, before the pool
@@ -570,7 +573,11 @@ class Pool:
             # An agent that died before it answered (an image that cannot run
             # it, a memory limit too small for its warm-up) said why in the
             # container's output; the error at hand only says nothing listens.
-            report = await asyncio.to_thread(self.backend.exit_report, container_id)
+            # An agent that hung up (SandboxLost) has most likely died: wait a little for the engine to see its
+            # container stop, or the report is "" (a 64 MiB math sandbox's agent, killed at the memory limit
+            # as it prepared, was reported as a bare "EOFError" in one of two runs here).
+            report = await asyncio.to_thread(self.backend.exit_report, container_id,
+                                             EXIT_REPORT_WAIT_SECONDS if isinstance(exc, SandboxLost) else 0.0)
             await self._remove(sandbox)
             if report:
                 raise RuntimeError(f"sandbox {name} stopped before its agent answered: {report}") from exc

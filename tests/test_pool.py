@@ -13,7 +13,7 @@ import pytest
 import sandboxd
 from sandboxd import pool as pool_module
 from sandboxd.config import Config
-from sandboxd.errors import NoSandbox, PoolFailing
+from sandboxd.errors import NoSandbox, PoolFailing, SandboxLost
 from sandboxd.pool import Pool, stage_agent_code
 from sandboxd.sandbox import Sandbox
 
@@ -376,6 +376,55 @@ def test_a_pool_whose_starts_keep_failing_answers_its_jobs_until_one_succeeds(mo
         assert await asyncio.wait_for(pool.acquire(), timeout=10) is sandbox
 
     asyncio.run(scenario())
+
+
+class DyingAgentEngine:
+    """An engine that counts a container as running until a wait for it: its agent just died at the memory limit."""
+
+    def __init__(self) -> None:
+        self.waits: list[float] = []
+
+    def create(self, spec: object) -> str:
+        return "c"
+
+    def start(self, container_id: str, checkpoint: str = "") -> None:
+        pass
+
+    def init_pid(self, container_id: str) -> int:
+        return 1
+
+    def exit_report(self, container_id: str, wait_seconds: float = 0.0) -> str:
+        self.waits.append(wait_seconds)
+        return "exit status 137, out of memory (the sandbox's memory limit)" if wait_seconds > 0 else ""
+
+
+@pytest.mark.parametrize(("lost", "waited"), [(True, True), (False, False)])
+def test_a_start_whose_agent_hung_up_waits_for_its_exit_report(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, lost: bool, waited: bool) -> None:
+    """A 64 MiB math sandbox's agent killed at the memory limit as it prepared was reported as a bare
+    "EOFError": the engine had not yet seen its container stop. An agent that hung up (SandboxLost) gets a
+    few seconds for the report; any other failure (a live agent that refused) none."""
+    async def scenario() -> str:
+        pool, _ = one_slot_pool()
+        engine = DyingAgentEngine()
+        pool.backend = engine  # type: ignore[assignment]
+        pool.config.sandbox.run_dir = str(tmp_path)
+
+        async def wait_ready(self: Sandbox, *args: object) -> dict[str, Any]:
+            raise SandboxLost("sandbox s: EOFError: ") if lost else RuntimeError("sandbox s refused hello: no")
+
+        async def remove(sandbox: Sandbox) -> None:
+            pass
+
+        monkeypatch.setattr(Sandbox, "wait_ready", wait_ready)
+        monkeypatch.setattr(pool, "_remove", remove)
+        with pytest.raises(Exception) as raised:
+            await pool._boot("x", restore=False, prepare=False)
+        assert (engine.waits[-1] == pool_module.EXIT_REPORT_WAIT_SECONDS) is waited
+        return str(raised.value)
+
+    message = asyncio.run(scenario())
+    assert ("stopped before its agent answered: exit status 137, out of memory" in message) is waited, message
 
 
 def test_a_pool_with_a_ready_sandbox_is_not_failing() -> None:

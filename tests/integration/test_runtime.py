@@ -230,13 +230,20 @@ def test_restores_leave_no_checkpoint_copies(channel: grpc.Channel) -> None:
     assert list(Path(load_config().docker.temp_dir).glob("ctrd-checkpoint*")) == []
 
 
-# 64 MiB, the smallest sandbox the config allows: enough for a code sandbox (about
-# 25 MB idle), too little for a math sandbox's agent, which imports sympy and Math-Verify.
+# 64 MiB, the smallest sandbox the config allows: enough for a code sandbox (about 25 MB idle), too little
+# for a math sandbox. Measured (cgroup v1 peaks under a 2 GiB limit, this test's daemon): a cold math sandbox
+# holds 78 MiB once ready, 75 MiB of it anonymous (the zygote's sympy and Math-Verify, one warmed math server),
+# which no reclaim brings under 64 MiB: its agent is killed as it prepares. Snapshots are off: the template
+# (the zygote alone, no math server) peaks at 66 MiB and, since the math zygote's warm-up no longer imports
+# asyncio, fits under 64 MiB and is snapshotted; its restores are then OOM-killed inside CRIU, which failed
+# the start (counted, the job answered SANDBOX_LOST) or hung `criu restore`, and with it the engine's calls
+# on that container, for minutes.
 SMALL_SANDBOXES = {
     "SANDBOXD_SANDBOX_MEMORY_BYTES": str(64 << 20),
     "SANDBOXD_LIMITS_MAX_MEMORY_BYTES": str(64 << 20),
     "SANDBOXD_LIMITS_DEFAULT_MEMORY_BYTES": str(64 << 20),
     "SANDBOXD_POOL_MIN_SIZE": "1",
+    "SANDBOXD_POOL_SNAPSHOTS": "false",
 }
 
 
