@@ -12,6 +12,7 @@ from typing import Any
 import grpc
 import pytest
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
+from sandboxd_client.trl import _died_of_its_program
 
 from sandboxd.config import Config
 from sandboxd.errors import (
@@ -444,8 +445,11 @@ async def test_a_session_whose_interpreter_ended_between_cells_is_ended(monkeypa
         manager.start()
         await asyncio.wait_for(until(lambda: len(manager.list()) == 2), timeout=10)
         assert {info.session_id for info in manager.list()} == {alive.id, shell.id}
-        with pytest.raises(SessionNotFound, match="the session died: its interpreter exited with status 3 between"):
+        with pytest.raises(SessionNotFound, match="the session died: its interpreter exited with status 3 between"
+                           ) as ended:
             await manager.run_cell(pb.RunCellRequest(session_id=dead.id, code="1"))
+        # The TRL check environment reads this ending as the program's own doing (a failing reward, not None).
+        assert _died_of_its_program(str(ended.value))
         questions = [m for m in sandbox.asked if m["op"] == "sessions_ended"]
         assert questions[0]["sessions"] == [7, 8]  # a bash session keeps no process between cells
         assert {"op": "session_close", "session": 7} in sandbox.asked and sandbox.in_flight == 2

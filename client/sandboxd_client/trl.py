@@ -453,6 +453,15 @@ def _close_quietly(session: Session) -> None:
         log.debug("sandboxd: closing a tool session: %s", e)
 
 
+# How the daemon names a session that ended as its program's doing (sessions.py: "session ID ended: WHY").
+_DIED_OF_ITS_PROGRAM = "ended: the session died:"
+
+
+def _died_of_its_program(message: str) -> bool:
+    """Whether a SessionNotFound says the session's own program ended it (not the daemon, its sandbox or time)."""
+    return _DIED_OF_ITS_PROGRAM in message
+
+
 class SandboxEnvironment:
     """A code interpreter for ``GRPOTrainer(environment_factory=...)``: one sandboxd session per rollout.
 
@@ -530,8 +539,11 @@ class SandboxEnvironment:
             self._session, self._finalizer = session, weakref.finalize(self, _close_quietly, session)
         try:
             result = self._session.run(code, final=final)
-        except SessionNotFound:
-            self._lost = True
+        except SessionNotFound as e:
+            # Ended between cells by the program's own doing (a timer that ends its interpreter after its cell
+            # answered) is the model's, as a cell that ends it is: taken for a lost session, it scored
+            # infra_failure_value, which TRL leaves out of the group, a way out of a failing check.
+            self._lost = self._lost or not _died_of_its_program(str(e))
             self._close_session()  # expired or lost with its sandbox: the next call opens a fresh one
             raise
         if not result.session_alive:

@@ -105,6 +105,8 @@ class FakeSandboxd(
         self.cells: dict[str, pb.CellResult] = {}
         # False: a daemon that predates RunCellRequest.final, which runs a final cell as any other.
         self.knows_final = True
+        # Sessions that ended, by id: why, as the daemon says it ("session ID ended: WHY").
+        self.ended: dict[str, str] = {}
         self.cell_requests: list[pb.RunCellRequest] = []
         self._ids = itertools.count(1)
 
@@ -151,7 +153,9 @@ class FakeSandboxd(
     async def RunCell(self, request: pb.RunCellRequest, context: grpc.aio.ServicerContext) -> pb.CellResult:
         session = self.sessions.get(request.session_id)
         if session is None:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"no session {request.session_id}")
+            why = self.ended.get(request.session_id)
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"session {request.session_id} ended: {why}" if why
+                                else f"no session {request.session_id}")
         assert session is not None  # context.abort raises
         self.cell_requests.append(request)
         session["cells"] = int(session["cells"]) + 1

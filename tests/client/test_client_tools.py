@@ -153,6 +153,31 @@ def test_a_session_the_model_ended_is_checked_afresh_one_the_daemon_lost_is_not_
     assert env.get_reward() == 1.0
 
 
+def test_a_session_its_program_ended_between_cells_scores_the_failure_value_not_none(
+        fake: FakeServer, env_options: dict[str, Any]) -> None:
+    """A program that ends its own interpreter after its cell answered (a timer) left the next call a
+    SessionNotFound, taken for a lost session: None, which TRL leaves out of the group, so a rollout could
+    escape its failing check by ending its interpreter. The daemon says the session died: the model's doing."""
+    env = SandboxCheckEnvironment(check="passed", failure_value=-1.0, **env_options)
+    env.reset()
+    env.python("file passed = True")
+    (session_id,) = fake.fake.sessions
+    del fake.fake.sessions[session_id]
+    fake.fake.ended[session_id] = "the session died: its interpreter exited (status 0)"
+    with pytest.raises(KeyError):  # SessionNotFound, the tool's error for the model
+        env.python("passed")
+    assert env.get_reward() == -1.0  # checked afresh: what the model left is gone with it
+    # Lost with its sandbox: not the model's, not scored.
+    env.reset()
+    env.python("file passed = True")
+    (session_id,) = fake.fake.sessions
+    del fake.fake.sessions[session_id]
+    fake.fake.ended[session_id] = "its sandbox was lost"
+    with pytest.raises(KeyError):
+        env.python("passed")
+    assert env.get_reward() is None
+
+
 def test_the_check_sees_the_sessions_files_never_its_interpreter(fake: FakeServer,
                                                                  env_options: dict[str, Any]) -> None:
     """The check ran as the last cell of the model's own interpreter: whatever the model bound or patched there
