@@ -458,7 +458,21 @@ def available_images(client: docker.APIClient | None = None) -> dict[str, str]:
     ``client`` is the caller's own low-level client (``DockerClient.api``), if it has one.
     """
     client = client or _client()
-    return {name: ref for name in SPECS if _exists(client, ref := image_tag(name))}
+    return {name: ref for name, ref in _current_tags().items() if ref is not None and _exists(client, ref)}
+
+
+def _current_tags() -> dict[str, str | None]:
+    """Each image's reference for the current tree; None for one it cannot be built from here (the daemon's,
+    outside a source checkout), which `list` and `prune` then leave alone instead of failing for every image."""
+    tags: dict[str, str | None] = {}
+    for name in SPECS:
+        try:
+            tags[name] = image_tag(name)
+        except ImageError:
+            if name != "daemon":
+                raise
+            tags[name] = None
+    return tags
 
 
 def debian_mirror(suite: str = DEBIAN_SUITE, apt_dir: Path = Path("/etc/apt")) -> str:
@@ -715,11 +729,14 @@ def prune_images(*, dry_run: bool = False) -> list[str]:
     its images.
     """
     client = _client()
-    current = {image_tag(name) for name in SPECS}
+    tags = _current_tags()
+    current = set(tags.values())
+    unknown = tuple(f"{REPOSITORY}/{name}:" for name, ref in tags.items() if ref is None)
     removed: list[str] = []
     for image in client.images(filters={"label": LABEL_NAME}):
         for ref in image.get("RepoTags") or []:
-            if ref in current or ref.endswith(":latest") or not ref.startswith(f"{REPOSITORY}/"):
+            if (ref in current or ref.endswith(":latest") or not ref.startswith(f"{REPOSITORY}/")
+                    or ref.startswith(unknown)):
                 continue
             if not dry_run:
                 try:

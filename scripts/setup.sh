@@ -92,6 +92,15 @@ process_alive() {
     return 1
 }
 dockerd_alive() { process_alive dockerd; }
+# A virtual environment whose interpreter runs (a venv outlives the python it was made with, which an upgrade removes).
+venv_ok() { [ -x "$1/bin/python" ] && "$1/bin/python" -c '' 2>/dev/null; }
+# Make the virtual environment $1 with $PYTHON unless it is venv_ok.
+ensure_venv() {
+    venv_ok "$1" && return 0
+    say "creating $1 with $("$PYTHON" --version 2>&1)"
+    rm -rf "$1"
+    "$PYTHON" -m venv "$1" || die "$PYTHON -m venv $1 failed"
+}
 is_debian() { grep -qs '^ID=debian' /etc/os-release; }
 json_has_experimental() {
     [ -f "$DAEMON_JSON" ] && "$PYTHON" -c 'import json,sys; sys.exit("experimental" not in json.load(open(sys.argv[1])))' \
@@ -212,11 +221,7 @@ else
 fi
 
 step "Python environment (.venv)"
-if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c '' 2>/dev/null; then
-    say "creating .venv with $("$PYTHON" --version 2>&1)"
-    rm -rf .venv
-    "$PYTHON" -m venv .venv || die "$PYTHON -m venv .venv failed"
-fi
+ensure_venv .venv
 stamp=.venv/.sandboxd-installed
 want=$( { find protos -name '*.proto' | LC_ALL=C sort; \
           cat pyproject.toml client/pyproject.toml client/setup.py; \
@@ -245,13 +250,10 @@ step "verl environment (.venv-verl, for tests/integration/test_verl.py)"
 verl_stamp=.venv-verl/.sandboxd-installed
 verl_want=$( { echo "torch==$VERL_TORCH verl==$VERL_VERSION cachetools uvicorn fastapi"; cat client/pyproject.toml client/setup.py; \
                find protos -name '*.proto' | LC_ALL=C sort | xargs cat; } | sha256sum | cut -d' ' -f1)
-if [ "$(cat "$verl_stamp" 2>/dev/null)" = "$verl_want" ] && .venv-verl/bin/python -c '' 2>/dev/null; then
+if [ "$(cat "$verl_stamp" 2>/dev/null)" = "$verl_want" ] && venv_ok .venv-verl; then
     say "up to date (verl $VERL_VERSION)"
 else
-    if [ ! -x .venv-verl/bin/python ] || ! .venv-verl/bin/python -c '' 2>/dev/null; then
-        rm -rf .venv-verl
-        "$PYTHON" -m venv .venv-verl || die "$PYTHON -m venv .venv-verl failed"
-    fi
+    ensure_venv .venv-verl
     say "pip install torch==$VERL_TORCH (CPU), verl==$VERL_VERSION, -e ./client into .venv-verl"
     .venv-verl/bin/python -m pip install -q "torch==$VERL_TORCH" || die "pip install torch into .venv-verl failed"
     # cachetools, uvicorn, fastapi: verl's agent loop (verl.experimental.agent_loop, the tool tests) imports them
@@ -265,13 +267,10 @@ step "checkov environment (.venv-checkov, for tests/test_deploy.py)"
 # Pinned: a new release may bring new checks, which should land as a change (and a line in docs/deploy.md's
 # table), not break CI. Its own environment: it pins packaging and networkx below what .venv holds.
 checkov_stamp=.venv-checkov/.sandboxd-installed
-if [ "$(cat "$checkov_stamp" 2>/dev/null)" = "checkov==$CHECKOV_VERSION" ] && .venv-checkov/bin/python -c '' 2>/dev/null; then
+if [ "$(cat "$checkov_stamp" 2>/dev/null)" = "checkov==$CHECKOV_VERSION" ] && venv_ok .venv-checkov; then
     say "up to date (checkov $CHECKOV_VERSION)"
 else
-    if [ ! -x .venv-checkov/bin/python ] || ! .venv-checkov/bin/python -c '' 2>/dev/null; then
-        rm -rf .venv-checkov
-        "$PYTHON" -m venv .venv-checkov || die "$PYTHON -m venv .venv-checkov failed"
-    fi
+    ensure_venv .venv-checkov
     say "pip install checkov==$CHECKOV_VERSION into .venv-checkov"
     .venv-checkov/bin/python -m pip install -q "checkov==$CHECKOV_VERSION" || die "pip install checkov==$CHECKOV_VERSION failed"
     echo "checkov==$CHECKOV_VERSION" >"$checkov_stamp"

@@ -483,3 +483,24 @@ def test_a_missing_image_names_the_builds_of_it_the_engine_has(monkeypatch: pyte
     assert message.startswith(alone + ". The engine has sandboxd/reward-model:bbbb (torch cuda), "
                                       "sandboxd/reward-model:cccc: built from other sources")
     assert "SANDBOXD_TORCH (now cpu) and SANDBOXD_BASE_IMAGE (now unset)" in message
+
+
+def test_list_and_prune_outside_a_checkout_leave_the_daemon_image_alone(
+        tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An images/ folder outside a source checkout (SANDBOXD_IMAGES_DIR a copy) has no daemon tag to work out:
+    `images list` and `prune` failed for every image with "built from a source checkout"."""
+    (tree.parent / "pyproject.toml").unlink()
+    with pytest.raises(images.ImageError, match="source checkout"):
+        images.image_tag("daemon")
+    python = images.image_tag("python")
+
+    class Engine:
+        def inspect_image(self, ref: str) -> dict[str, str]:
+            return {}
+
+        def images(self, filters: dict[str, str]) -> list[dict[str, list[str]]]:
+            return [{"RepoTags": [python, f"{images.REPOSITORY}/python:old", f"{images.REPOSITORY}/daemon:old"]}]
+
+    monkeypatch.setattr(images, "_client", Engine)
+    assert "daemon" not in images.available_images() and images.available_images()["python"] == python
+    assert images.prune_images(dry_run=True) == [f"{images.REPOSITORY}/python:old"]

@@ -141,13 +141,17 @@ async def test_an_open_that_finds_tmp_full_goes_to_another_sandbox_and_ends_no_s
 
 
 class GatedSandbox(Sandbox):
-    """Opens sessions 7, 8, 9... once `gate` is set; refuses the opens listed in `refuse` (1 = the first)."""
+    """Opens sessions 7, 8, 9... once `gate` is set; refuses the opens listed in `refuse` (1 = the first); notes
+    the sessions it was asked to close in `closed`."""
 
     gate: asyncio.Event
     opens: int
+    closed: list[int]
     refuse: tuple[int, ...] = ()
 
     async def request(self, message: Any, timeout: float, withdrawal: object = None) -> dict:
+        if message["op"] == "session_close":
+            self.closed.append(message["session"])
         if message["op"] != "session_open":
             return {"ok": True}
         self.opens += 1
@@ -163,7 +167,7 @@ async def gated_manager(refuse: tuple[int, ...] = (), *, opened: bool = True) ->
     config = Config()
     pool = _pool(config, "sessions")
     sandbox = GatedSandbox(name="s0", pool="sessions", container_id="0", control_dir="/x", started_by="cold")
-    sandbox.gate, sandbox.opens, sandbox.refuse = asyncio.Event(), 0, refuse
+    sandbox.gate, sandbox.opens, sandbox.closed, sandbox.refuse = asyncio.Event(), 0, [], refuse
     if opened:
         sandbox.gate.set()
     pool.sandboxes = [sandbox]
@@ -175,28 +179,11 @@ async def gated_manager(refuse: tuple[int, ...] = (), *, opened: bool = True) ->
         await pool.close()
 
 
-class RecordingGatedSandbox(GatedSandbox):
-    """A GatedSandbox that notes the sessions it was asked to close."""
-
-    closed: list[int]
-
-    async def request(self, message: Any, timeout: float, withdrawal: object = None) -> dict:
-        if message["op"] == "session_close":
-            self.closed.append(message["session"])
-        return await super().request(message, timeout, withdrawal)
-
-
 async def test_an_open_cancelled_mid_way_closes_what_the_agent_opened_and_keeps_the_sandbox() -> None:
     """A cancelled Open (a caller's deadline, a dropped connection) retired its sandbox, which was
     replaced once its other sessions ended: up to sessions.per_sandbox (64) live sessions' sandbox
     per cancel. The agent's open now finishes, and the session nobody will use is closed."""
-    config = Config()
-    pool = _pool(config, "sessions")
-    sandbox = RecordingGatedSandbox(name="s0", pool="sessions", container_id="0", control_dir="/x", started_by="cold")
-    sandbox.gate, sandbox.opens, sandbox.closed = asyncio.Event(), 0, []
-    pool.sandboxes = [sandbox]
-    manager = SessionManager(pool, config)
-    try:
+    async with gated_manager(opened=False) as (manager, sandbox):
         opening = asyncio.create_task(manager.open(pb.OpenSessionRequest()))
         await until(lambda: sandbox.opens == 1)
         opening.cancel()
@@ -208,22 +195,13 @@ async def test_an_open_cancelled_mid_way_closes_what_the_agent_opened_and_keeps_
         assert sandbox.closed == [7] and manager.list() == []
         assert not (sandbox.retiring or sandbox.damaged or sandbox.full)
         assert (await manager.open(pb.OpenSessionRequest())).handle == 8, "the sandbox takes the next session"
-    finally:
-        await manager.close_all()
-        await pool.close()
 
 
 async def test_a_cancel_that_lands_as_the_open_finishes_is_the_callers_and_costs_no_sandbox() -> None:
     """The agent's reply and the caller's cancel in one step of the loop: the open was taken for the daemon's own
     failure and its sandbox retired (a loaded CI run's race test saw one sandbox replaced), and the session the
     agent had opened was never closed. It is the caller's cancel: the session is closed, the sandbox kept."""
-    config = Config()
-    pool = _pool(config, "sessions")
-    sandbox = RecordingGatedSandbox(name="s0", pool="sessions", container_id="0", control_dir="/x", started_by="cold")
-    sandbox.gate, sandbox.opens, sandbox.closed = asyncio.Event(), 0, []
-    pool.sandboxes = [sandbox]
-    manager = SessionManager(pool, config)
-    try:
+    async with gated_manager(opened=False) as (manager, sandbox):
         opening = asyncio.create_task(manager.open(pb.OpenSessionRequest()))
         await until(lambda: sandbox.opens == 1)
         # No await between: the agent's reply is in when the cancel reaches the open.
@@ -234,9 +212,6 @@ async def test_a_cancel_that_lands_as_the_open_finishes_is_the_callers_and_costs
         await until(lambda: sandbox.in_flight == 0)
         assert sandbox.closed == [7] and manager.list() == []
         assert not (sandbox.retiring or sandbox.damaged or sandbox.full)
-    finally:
-        await manager.close_all()
-        await pool.close()
 
 
 async def test_a_repeated_request_id_gets_the_session_its_first_open_opened() -> None:

@@ -515,6 +515,12 @@ def _with_private_cases_decompressed(tests: Mapping[str, Any]) -> Mapping[str, A
 
 def _dataset_dict(tests: Mapping[str, Any]) -> str:
     tests = _with_private_cases_decompressed(tests)
+    _check_dataset_dict(tests)
+    return to_json(dict(tests))
+
+
+def _check_dataset_dict(tests: Mapping[str, Any]) -> None:
+    """Refuse a dataset dict (its private cases decompressed already) of no known shape."""
     keys = set(tests)
     if not any(keys & set(required) for required in DATASET_KEYS.values()):
         shapes = ", ".join(f"{name} {list(k)}" for name, k in DATASET_KEYS.items())
@@ -531,7 +537,6 @@ def _dataset_dict(tests: Mapping[str, Any]) -> str:
                                  f"{type(outputs).__name__}")
         if len(inputs) != len(outputs):
             raise InvalidRequest(f"tests have {len(inputs)} inputs but {len(outputs)} outputs")
-    return to_json(dict(tests))
 
 
 @_refusing
@@ -586,9 +591,10 @@ def _tests_from_str(tests: str) -> pb.CodeTests:
         # Not JSON: assert code, as in HumanEval's `test` or a hand-written check.
         return pb.CodeTests(assert_code=tests)
     if isinstance(parsed, Mapping):
-        encoded = _dataset_dict(parsed)
-        if _with_private_cases_decompressed(parsed) is not parsed:
-            return pb.CodeTests(dataset_json=encoded)
+        row = _with_private_cases_decompressed(parsed)
+        _check_dataset_dict(row)
+        if row is not parsed:
+            return pb.CodeTests(dataset_json=to_json(dict(row)))
         # Verbatim: re-serialising could change numbers or key order the daemon's parser relies on.
         return pb.CodeTests(dataset_json=tests)
     if isinstance(parsed, list):

@@ -214,6 +214,24 @@ def test_compressed_test_cases_of_verls_r1_recipe_and_livecodebench() -> None:
         assert code_job("x", code).code.tests.assert_code == code
 
 
+def test_a_rows_compressed_private_cases_are_decompressed_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A LiveCodeBench row's private cases run to megabytes: a JSON row's were inflated and unpickled twice."""
+    from sandboxd_client import _requests
+
+    calls: list[str] = []
+    decompress = _requests.compressed_tests
+
+    def counted(text: str) -> str | None:
+        calls.append(text)
+        return decompress(text)
+
+    monkeypatch.setattr(_requests, "compressed_tests", counted)
+    private = json.dumps([{"input": "2\n", "output": "4\n", "testtype": "stdin"}])
+    row = json.dumps({"public_test_cases": private, "private_test_cases": compress(private), "metadata": "{}"})
+    assert json.loads(code_job("x", row).code.tests.dataset_json)["private_test_cases"] == private
+    assert len(calls) == 1
+
+
 class Alarm:
     def __reduce__(self) -> tuple[Any, ...]:
         return (print, ("unpickled: code ran",))

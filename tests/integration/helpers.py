@@ -1,4 +1,4 @@
-"""Small builders for raw API calls in integration tests."""
+"""Small builders for raw API calls, and checks, that integration tests share."""
 
 from __future__ import annotations
 
@@ -6,20 +6,58 @@ import contextlib
 import importlib.util
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import pytest
+from sandboxd_client import SandboxdError
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
 
+from sandboxd import auth
 from tests.conftest import skip_or_fail
+
+if TYPE_CHECKING:
+    import trustme
 
 # 0.11 s of CPU alone (/usr/bin/python3 here); a program that shares one CPU with 30 busy processes gets about
 # 1/31 of it, so 3.4 s or more: over a 2 s limit.
 NEEDS_CPU = "print(sum(i * i for i in range(3_000_000)) % 7)"
+
+
+def write_leaf(folder: Path, name: str, leaf: trustme.LeafCert) -> None:
+    """`leaf`'s key as `folder`/`name`.key and its certificate chain as `folder`/`name`.pem."""
+    leaf.private_key_pem.write_to_path(folder / f"{name}.key")
+    for pem in leaf.cert_chain_pems:
+        pem.write_to_path(folder / f"{name}.pem", append=True)
+
+
+def refusal(call: Callable[[], Any]) -> tuple[grpc.StatusCode, str]:
+    """The status and message a call was refused with (the client's error, or the raw gRPC one)."""
+    try:
+        call()
+    except SandboxdError as error:
+        return error.code or grpc.StatusCode.UNKNOWN, error.message
+    except grpc.RpcError as error:
+        return error.code(), error.details() or ""
+    return grpc.StatusCode.OK, ""
+
+
+def assert_strangers_refused(refusals: dict[str, tuple[grpc.StatusCode, str]]) -> None:
+    """Each kind of stranger at a TCP door (mutual TLS and tokens) was refused with its own status and message."""
+    assert {name: code for name, (code, _) in refusals.items()} == {
+        "no token": grpc.StatusCode.UNAUTHENTICATED,
+        "wrong token": grpc.StatusCode.UNAUTHENTICATED,
+        "jobs token, batch hint": grpc.StatusCode.PERMISSION_DENIED,
+        # The TLS handshake fails: the call never reaches the daemon's code.
+        "certificate of another CA": grpc.StatusCode.UNAVAILABLE,
+        "plaintext": grpc.StatusCode.UNAVAILABLE,
+    }, refusals
+    # Which refusal, and nothing else (the client puts the status's name first).
+    assert refusals["no token"][1] == refusals["wrong token"][1] == f"UNAUTHENTICATED: {auth.UNAUTHENTICATED_MESSAGE}"
+    assert refusals["jobs token, batch hint"][1] == f"PERMISSION_DENIED: {auth.PERMISSION_DENIED_MESSAGE}"
 
 
 def run(channel: grpc.Channel, job: pb.Job, timeout: float = 120) -> pb.JobResult:

@@ -13,12 +13,12 @@ import grpc
 import pytest
 import trustme
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from sandboxd_client import Result, SandboxClient, SandboxdError, execute_job
+from sandboxd_client import Result, SandboxClient, execute_job
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
 
-from sandboxd import auth
 from tests.conftest import DaemonProcess, docker_available
+from tests.integration.helpers import assert_strangers_refused, refusal, write_leaf
 
 JOBS_TOKEN = "jobs-" + "1" * 32
 ADMIN_TOKEN = "admin-" + "2" * 32
@@ -30,12 +30,6 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def _write_leaf(folder: Path, name: str, leaf: trustme.LeafCert) -> None:
-    leaf.private_key_pem.write_to_path(folder / f"{name}.key")
-    for pem in leaf.cert_chain_pems:
-        pem.write_to_path(folder / f"{name}.pem", append=True)
-
-
 @pytest.fixture(scope="module")
 def door(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[DaemonProcess, str, Path]]:
     """A daemon on its Unix socket and on 127.0.0.1:<port> with mutual TLS and tokens; yields it, the TCP
@@ -45,9 +39,9 @@ def door(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[DaemonProce
     folder = tmp_path_factory.mktemp("door")
     ca = trustme.CA()
     ca.cert_pem.write_to_path(folder / "ca.pem")
-    _write_leaf(folder, "server", ca.issue_cert("127.0.0.1"))
-    _write_leaf(folder, "client", ca.issue_cert("trainer@sandboxd.test"))
-    _write_leaf(folder, "stranger", trustme.CA().issue_cert("trainer@sandboxd.test"))
+    write_leaf(folder, "server", ca.issue_cert("127.0.0.1"))
+    write_leaf(folder, "client", ca.issue_cert("trainer@sandboxd.test"))
+    write_leaf(folder, "stranger", trustme.CA().issue_cert("trainer@sandboxd.test"))
     tokens = folder / "tokens"
     tokens.write_text(f"trainer jobs {JOBS_TOKEN}\nops admin {ADMIN_TOKEN}\n")
     os.chmod(tokens, 0o600)
@@ -75,17 +69,6 @@ def _client(folder: Path, tcp: str, token: str | None, cert: str = "client") -> 
                          tls_key=str(folder / f"{cert}.key"), max_retries=0)
 
 
-def _refusal(call: Any) -> tuple[grpc.StatusCode, str]:
-    """The status and message a call was refused with (the client's error, or the raw gRPC one)."""
-    try:
-        call()
-    except SandboxdError as error:
-        return error.code, error.message
-    except grpc.RpcError as error:
-        return error.code(), error.details() or ""
-    return grpc.StatusCode.OK, ""
-
-
 def test_jobs_token_scores_and_refusals_leave_the_batch_alone(door: tuple[DaemonProcess, str, Path]) -> None:
     process, tcp, folder = door
     results: list[Result] = []
@@ -97,29 +80,19 @@ def test_jobs_token_scores_and_refusals_leave_the_batch_alone(door: tuple[Daemon
         batch.start()
         refusals: dict[str, Any] = {}
         with _client(folder, tcp, None) as anonymous:
-            refusals["no token"] = _refusal(anonymous.info)
+            refusals["no token"] = refusal(anonymous.info)
         with _client(folder, tcp, "wrong-" + "3" * 32) as wrong:
-            refusals["wrong token"] = _refusal(wrong.info)
-        refusals["jobs token, batch hint"] = _refusal(lambda: trainer.set_batch_hint(64))
+            refusals["wrong token"] = refusal(wrong.info)
+        refusals["jobs token, batch hint"] = refusal(lambda: trainer.set_batch_hint(64))
         with _client(folder, tcp, JOBS_TOKEN, cert="stranger") as stranger:
-            refusals["certificate of another CA"] = _refusal(stranger.info)
+            refusals["certificate of another CA"] = refusal(stranger.info)
         with grpc.insecure_channel(tcp) as plaintext:
-            refusals["plaintext"] = _refusal(lambda: pb_grpc.DaemonStub(plaintext).GetInfo(
+            refusals["plaintext"] = refusal(lambda: pb_grpc.DaemonStub(plaintext).GetInfo(
                 pb.GetInfoRequest(), timeout=5, metadata=(("authorization", f"Bearer {JOBS_TOKEN}"),)))
         knocked_while_running = batch.is_alive()
         batch.join(timeout=120)
     assert knocked_while_running
-    assert {name: code for name, (code, _) in refusals.items()} == {
-        "no token": grpc.StatusCode.UNAUTHENTICATED,
-        "wrong token": grpc.StatusCode.UNAUTHENTICATED,
-        "jobs token, batch hint": grpc.StatusCode.PERMISSION_DENIED,
-        # The TLS handshake fails: the call never reaches the daemon's code.
-        "certificate of another CA": grpc.StatusCode.UNAVAILABLE,
-        "plaintext": grpc.StatusCode.UNAVAILABLE,
-    }, refusals
-    # Which refusal, and nothing else (the client puts the status's name first).
-    assert refusals["no token"][1] == refusals["wrong token"][1] == f"UNAUTHENTICATED: {auth.UNAUTHENTICATED_MESSAGE}"
-    assert refusals["jobs token, batch hint"][1] == f"PERMISSION_DENIED: {auth.PERMISSION_DENIED_MESSAGE}"
+    assert_strangers_refused(refusals)
     assert [result.ok for result in results] == [True] * 4, results
     log = process.log_path.read_text()
     assert JOBS_TOKEN not in log and ADMIN_TOKEN not in log and "wrong-" not in log

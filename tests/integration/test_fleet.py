@@ -28,13 +28,13 @@ import grpc
 import pytest
 import trustme
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from sandboxd_client import AsyncSandboxClient, Result, SandboxClient, SandboxdError, code_job, execute_job
+from sandboxd_client import AsyncSandboxClient, Result, SandboxClient, code_job, execute_job
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
 
-from sandboxd import auth
 from tests.conftest import DaemonProcess, docker_available
 from tests.integration import netns
+from tests.integration.helpers import assert_strangers_refused, refusal, write_leaf
 from tests.integration.test_runtime import containers, instance_of
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -107,12 +107,6 @@ class Fleet:
                              tls_server_name=FLEET_NAME if len(addresses) > 1 else None, **options)
 
 
-def _write_leaf(folder: Path, name: str, leaf: trustme.LeafCert) -> None:
-    leaf.private_key_pem.write_to_path(folder / f"{name}.key")
-    for pem in leaf.cert_chain_pems:
-        pem.write_to_path(folder / f"{name}.pem", append=True)
-
-
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     if not docker_available():
@@ -125,9 +119,9 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         ca = trustme.CA()
         ca.cert_pem.write_to_path(folder / "ca.pem")
         for node, space in spaces.items():
-            _write_leaf(folder, node, ca.issue_cert(FLEET_NAME, space.address))
-        _write_leaf(folder, "client", ca.issue_cert("trainer@sandboxd.test"))
-        _write_leaf(folder, "stranger", trustme.CA().issue_cert("trainer@sandboxd.test"))
+            write_leaf(folder, node, ca.issue_cert(FLEET_NAME, space.address))
+        write_leaf(folder, "client", ca.issue_cert("trainer@sandboxd.test"))
+        write_leaf(folder, "stranger", trustme.CA().issue_cert("trainer@sandboxd.test"))
         tokens = folder / "tokens"
         tokens.write_text(f"trainer jobs {JOBS_TOKEN}\nops admin {ADMIN_TOKEN}\n")
         os.chmod(tokens, 0o600)
@@ -147,31 +141,20 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     assert not any(left.values()), left
 
 
-def _refusal(call: Callable[[], Any]) -> tuple[grpc.StatusCode, str]:
-    """The status and message a call was refused with (the client's error, or the raw gRPC one)."""
-    try:
-        call()
-    except SandboxdError as error:
-        return error.code or grpc.StatusCode.UNKNOWN, error.message
-    except grpc.RpcError as error:
-        return error.code(), error.details() or ""
-    return grpc.StatusCode.OK, ""
-
-
 def strangers_knock(fleet: Fleet, node: str) -> dict[str, tuple[grpc.StatusCode, str]]:
     """Every kind of refused caller, at `node`'s TLS port."""
     refusals = {}
     once: dict[str, Any] = {"max_retries": 0}
     with fleet.client((node,), None, **once) as anonymous:
-        refusals["no token"] = _refusal(anonymous.info)
+        refusals["no token"] = refusal(anonymous.info)
     with fleet.client((node,), "wrong-" + "6" * 32, **once) as wrong:
-        refusals["wrong token"] = _refusal(wrong.info)
+        refusals["wrong token"] = refusal(wrong.info)
     with fleet.client((node,), JOBS_TOKEN, **once) as trainer:
-        refusals["jobs token, batch hint"] = _refusal(lambda: trainer.set_batch_hint(64))
+        refusals["jobs token, batch hint"] = refusal(lambda: trainer.set_batch_hint(64))
     with fleet.client((node,), JOBS_TOKEN, cert="stranger", **once) as stranger:
-        refusals["certificate of another CA"] = _refusal(stranger.info)
+        refusals["certificate of another CA"] = refusal(stranger.info)
     with grpc.insecure_channel(fleet.address(node)) as plaintext:
-        refusals["plaintext"] = _refusal(lambda: pb_grpc.DaemonStub(plaintext).GetInfo(
+        refusals["plaintext"] = refusal(lambda: pb_grpc.DaemonStub(plaintext).GetInfo(
             pb.GetInfoRequest(), timeout=5, metadata=(("authorization", f"Bearer {JOBS_TOKEN}"),)))
     return refusals
 
@@ -305,16 +288,7 @@ def test_a_batch_survives_a_kill_a_drain_two_restarts_and_strangers(fleet: Fleet
     assert all(answered_after < RESTART_BOUND_SECONDS for _, answered_after in first.values()), first
 
     assert knocked_while_running
-    assert {name: code for name, (code, _) in refusals.items()} == {
-        "no token": grpc.StatusCode.UNAUTHENTICATED,
-        "wrong token": grpc.StatusCode.UNAUTHENTICATED,
-        "jobs token, batch hint": grpc.StatusCode.PERMISSION_DENIED,
-        # The TLS handshake fails: the call never reaches the daemon's code.
-        "certificate of another CA": grpc.StatusCode.UNAVAILABLE,
-        "plaintext": grpc.StatusCode.UNAVAILABLE,
-    }, refusals
-    assert refusals["no token"][1] == refusals["wrong token"][1] == f"UNAUTHENTICATED: {auth.UNAUTHENTICATED_MESSAGE}"
-    assert refusals["jobs token, batch hint"][1] == f"PERMISSION_DENIED: {auth.PERMISSION_DENIED_MESSAGE}"
+    assert_strangers_refused(refusals)
 
 
 def test_node_local_first_then_the_fleet(fleet: Fleet, tmp_path: Path) -> None:

@@ -29,6 +29,7 @@ import trustme
 from sandboxd_client import SandboxClient, Status, code_job, execute_job, math_job
 
 from tests.conftest import DaemonProcess, docker_available, skip_or_fail
+from tests.integration.helpers import write_leaf
 
 pytestmark = [pytest.mark.docker]
 
@@ -84,12 +85,6 @@ class Door:
                              tls_cert=str(self.folder / "client.pem"), tls_key=str(self.folder / "client.key"))
 
 
-def _write_leaf(folder: Path, name: str, leaf: trustme.LeafCert) -> None:
-    leaf.private_key_pem.write_to_path(folder / f"{name}.key")
-    for pem in leaf.cert_chain_pems:
-        pem.write_to_path(folder / f"{name}.pem", append=True)
-
-
 @pytest.fixture(scope="module")
 def tcp_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Door]:
     """One daemon listening on a Unix socket and on 127.0.0.1:<port> with mutual TLS and a tokens file."""
@@ -99,8 +94,8 @@ def tcp_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Door]:
     folder = tmp_path_factory.mktemp("node")
     ca = trustme.CA()
     ca.cert_pem.write_to_path(folder / "ca.pem")
-    _write_leaf(folder, "server", ca.issue_cert("127.0.0.1", SERVER_NAME))
-    _write_leaf(folder, "client", ca.issue_cert("trainer@sandboxd.test"))
+    write_leaf(folder, "server", ca.issue_cert("127.0.0.1", SERVER_NAME))
+    write_leaf(folder, "client", ca.issue_cert("trainer@sandboxd.test"))
     tokens = folder / "tokens"
     tokens.write_text(f"trainer jobs {JOBS_TOKEN}\n")
     os.chmod(tokens, 0o600)

@@ -316,13 +316,23 @@ def check_tool_rollouts(trainer: Any) -> None:
     assert step["tools/call_frequency"] == 2.0 and step["tools/failure_frequency"] == 0.0
 
 
+def check_one_step(trainer: Any, model: Any, before: dict[str, Any]) -> None:
+    """The trainer took its one step, which changed a weight of ``model`` (``before``: its parameters before), and
+    its rollouts called the tools as they should (check_tool_rollouts)."""
+    import torch
+
+    assert trainer.state.global_step == 1
+    changed = [name for name, p in model.named_parameters() if not torch.equal(p, before[name])]
+    assert changed, "the optimizer step changed no weight"
+    check_tool_rollouts(trainer)
+
+
 @pytest.mark.slow
 @pytest.mark.usefixtures("offline_hf")
 def test_grpo_trainer_step_runs_its_tool_calls_in_the_rollouts_sessions(
         daemon: DaemonProcess, channel: grpc.Channel, open_sessions: Callable[[], int], tmp_path: Path) -> None:
     """One GRPOTrainer step on CPU: TRL renders the tools into the chat template, parses the model's tool calls,
     calls SandboxEnvironment.python and .bash in each rollout's session, and scores the answers with sandboxd."""
-    import torch
     from datasets import Dataset
     from sandboxd_client.trl import make_reward_func
     from trl import GRPOTrainer
@@ -340,10 +350,7 @@ def test_grpo_trainer_step_runs_its_tool_calls_in_the_rollouts_sessions(
     )
     trainer.train()
 
-    assert trainer.state.global_step == 1
-    changed = [name for name, p in model.named_parameters() if not torch.equal(p, before[name])]
-    assert changed, "the optimizer step changed no weight"
-    check_tool_rollouts(trainer)
+    check_one_step(trainer, model, before)
     logs: dict[str, Any] = trainer._logs
     assert list(logs["rewards"]["sandboxd_math"]) == [1.0, -1.0, 1.0, -1.0]
     # The daemon's side: the step's four rollouts still hold their sessions (a rollout's closes at the next reset),
@@ -368,7 +375,6 @@ def test_grpo_trainer_step_scores_each_rollout_by_the_final_check_in_its_session
         daemon: DaemonProcess, open_sessions: Callable[[], int], tmp_path: Path, with_reward_funcs: bool) -> None:
     """GRPOTrainer takes SandboxCheckEnvironment.get_reward as a reward source (alone: no reward_funcs; or beside
     them), and each rollout's reward is its row's check run in the session its tool calls wrote to."""
-    import torch
     from datasets import Dataset
     from sandboxd_client.trl import make_reward_func
     from trl import GRPOTrainer
@@ -388,10 +394,7 @@ def test_grpo_trainer_step_scores_each_rollout_by_the_final_check_in_its_session
     )
     trainer.train()
 
-    assert trainer.state.global_step == 1
-    changed = [name for name, p in model.named_parameters() if not torch.equal(p, before[name])]
-    assert changed, "the optimizer step changed no weight"
-    check_tool_rollouts(trainer)
+    check_one_step(trainer, model, before)
     logs: dict[str, Any] = trainer._logs
     rewards = {name: list(values) for name, values in logs["rewards"].items()}
     assert set(rewards) == ({"sandboxd_math", "SandboxCheckEnvironment"} if with_reward_funcs

@@ -536,11 +536,11 @@ def test_apps_family_calls_get_a_first_dict_argument_with_int_keys() -> None:
 
 def test_int_keys_reach_the_call_through_the_harness(tmp_path: Path) -> None:
     """The flag crosses to the judge as the agent sends a plan's cases (a dict, JSON on the wire)."""
+    from sandboxd import jobs
+
     plan = normalize_tests({"dataset_json": {"inputs": ['{"1": "a", "2": "b"}\n2'], "outputs": ['"b"'],
                                              "fn_name": "pick"}})
-    cases = [{"args": list(c.args), "expected": c.expected, "unwrap_single": c.unwrap_single,
-              "int_keys": c.int_keys} for c in plan.function]
-    cases = json.loads(json.dumps(cases))
+    cases = json.loads(json.dumps(jobs.harness_arguments(plan, 1e-6, stop_on_first_failure=False)["cases"]))
     code = "def pick(table, key):\n    return table[key]\n"
     assert harness(code, tmp_path, fn_name="pick", cases=cases)["passed"]
     without = [{**case, "int_keys": False} for case in cases]
