@@ -718,7 +718,9 @@ class Controller:
                           "message": message[:2000], "time_seconds": float(entry.get("time_seconds", 0.0)),
                           "stderr": _preview(candidate_outcome.stderr, 2000)})
         if any(test["limit"] in ("wall_time", "total_time") for test in tests):
-            raise_if_starved(candidate_outcome.cpu_share, candidate_outcome.wall_seconds)  # the judge gave up on it
+            # The judge gave up on it; at a deadline the candidate's wait had moved by the whole stretch and more?
+            raise_if_starved(candidate_outcome.cpu_share, candidate_outcome.wall_seconds,
+                             past_stretch=verdict.get("past_stretch") is True)
         return _code_result(tests, int(verdict.get("total", plan["total"])))
 
     async def _math(self, job: dict[str, Any]) -> dict[str, Any]:
@@ -838,6 +840,8 @@ class Controller:
             self.runner.sandbox_bytes = require(request, "memory_bytes", int, default=0) or None
             self.sandbox_pids = require(request, "pids", int, default=0)
             self.sandbox_cpus = float(require(request, "cpus", (int, float), default=0.0))
+            # What its runs can have at once: what waiting behind themselves earns them nothing up to (usage.CpuShare).
+            self.runner.usage.cpus = self.sandbox_cpus or 1.0
             if "uid_slot" in request:
                 self.uids.place(first_job_uid(request["uid_slot"]))
             if self.private_tmp:

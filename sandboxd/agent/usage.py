@@ -44,9 +44,16 @@ shares it per thread, not per run: beside a run of 250 busy processes, a
 run that needed 0.1 s of CPU got so little of it that it was charged
 TIMEOUT at its 3 s deadline (red team). The same sweep reads each
 watched process's /proc/<pid>/schedstat: the time it ran and the time it
-waited on a run queue, ready to run. A run that ends at its deadline
-having waited for a CPU at least half its time, and half of its last
-RECENT_WAIT_SECONDS, while the other runs took several times its CPU
+waited on a run queue, ready to run, and /proc/<pid>/stat: its state
+and what all its threads ran. A run's deadline moves on by the time it
+was kept off a CPU it could have used (CpuShare.kept_off_seconds): its
+wait, to no more than the sandbox's CPUs over its life less what its own
+processes and threads ran, so that waiting behind itself earns nothing,
+while waiting behind the other runs or behind the host's other load
+(other containers, CI's jobs) does (runner.others_took). A run that ends
+at its deadline having waited for a CPU at least half its time, and half
+of its last RECENT_WAIT_SECONDS, while the other runs took several times
+its CPU, or kept off more than its deadline could move for
 (runner.starved_out) was not given the CPU to finish: it runs again
 elsewhere. A session's cell, which cannot run
 twice, is answered uncharged instead, judged by its share over the cell
@@ -108,6 +115,15 @@ RECENT_WAIT_SECONDS = 0.5
 # Looks kept per run: a deadline that moves looks every 10 ms at most
 # (runner.DEADLINE_MIN_MOVE), so 64 looks cover RECENT_WAIT_SECONDS.
 RECENT_LOOKS = 64
+# /proc/<pid>/stat counts a process's CPU in clock ticks (utime, stime).
+CLOCK_TICK_NS = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+# schedstat counts a wait only once it ends, when the process runs: the wait
+# in progress at a look is not in it (beside a host at load 20, a run that
+# got 7% of a CPU had waits of tens of ms). A process ready to run (state R)
+# at two looks at least this far apart whose main thread ran nothing between
+# them waited all that time; a running one's count moves at each scheduler
+# tick (4 ms at HZ=250, 10 ms at 100), so a shorter gap could be a tick's lag.
+WAITING_NOW_MIN_SECONDS = 0.02
 
 
 def _read(path: str, size: int = 1 << 16) -> bytes | None:
@@ -179,6 +195,18 @@ def schedstat(pid: int) -> tuple[int, int] | None:
     if len(fields) < 2 or not (fields[0].isdigit() and fields[1].isdigit()):
         return None
     return int(fields[0]), int(fields[1])
+
+
+def process_stat(pid: int) -> tuple[bytes, int] | None:
+    """(`pid`'s state letter, ns all its threads have run, to the clock tick) from /proc/<pid>/stat; None once it is
+    gone."""
+    text = _read(f"/proc/{pid}/stat", 1024)
+    # "pid (comm) S ...": the command may hold spaces and parentheses. After it, proc(5)'s fields 3 (state), 14 and 15
+    # (utime and stime, the threads' own and those of threads gone) are the 1st, 12th and 13th.
+    fields = text[text.rfind(b")") + 2:].split() if text else []
+    if len(fields) < 13 or not (fields[11].isdigit() and fields[12].isdigit()):
+        return None
+    return fields[0], (int(fields[11]) + int(fields[12])) * CLOCK_TICK_NS
 
 
 def runnable_job_tasks() -> int:
@@ -307,6 +335,18 @@ class WatchedRun:
         default_factory=lambda: deque([(time.monotonic(), 0)], maxlen=RECENT_LOOKS))
     # Set at its deadline's look (close_looks): what it waited lately is what stood then.
     looks_closed: bool = False
+    # What all its processes' threads ran (process_stat, at least what schedstat counts of their main threads),
+    # summed like cpu_ns: the CPU its own processes could have kept one another waiting for.
+    all_threads_ns: int = 0
+    # Each process's all_threads_ns as last seen.
+    seen_all_threads: dict[int, int] = field(default_factory=dict)
+    # Each process seen ready to run (state R): what its main thread had run then, and since when it was seen so.
+    ready_since: dict[int, tuple[int, float]] = field(default_factory=dict)
+    # The wait in progress at the last look, summed over its processes (WAITING_NOW_MIN_SECONDS).
+    waiting_now_ns: int = 0
+    # When the watch began (time.monotonic()), and the time of the last look, closed or not.
+    started_at: float = field(default_factory=time.monotonic)
+    counted_at: float = field(default_factory=time.monotonic)
 
     def count_cpu(self, pid: int, ran_ns: int, waited_ns: int) -> int:
         """Add what `pid` ran and waited since the last look; returns the CPU added (ns)."""
@@ -318,8 +358,27 @@ class WatchedRun:
         self.waited_ns += max(0, waited_ns - seen_waited)
         return ran_ns - seen_ran
 
+    def count_threads(self, pid: int, ran_ns: int, state: bytes, all_threads_ns: int, now: float) -> None:
+        """Add what `pid`'s threads ran since the last look (`ran_ns`: its main thread's, by schedstat), and the wait
+        in progress if it is `state` R at `now` with its main thread's count unmoved (WAITING_NOW_MIN_SECONDS)."""
+        all_threads_ns = max(all_threads_ns, ran_ns)
+        seen = self.seen_all_threads.get(pid, 0)
+        if all_threads_ns < seen:  # the pid was taken again (count_cpu)
+            seen = 0
+        self.seen_all_threads[pid] = all_threads_ns
+        self.all_threads_ns += all_threads_ns - seen
+        if state != b"R":
+            self.ready_since.pop(pid, None)
+            return
+        ready = self.ready_since.get(pid)
+        if ready is None or ready[0] != ran_ns:
+            self.ready_since[pid] = (ran_ns, now)
+        elif now - ready[1] >= WAITING_NOW_MIN_SECONDS:
+            self.waiting_now_ns += int((now - ready[1]) * 1e9)
+
     def look(self, now: float) -> None:
         """Note what its processes have waited by `now`, once a look has counted them all."""
+        self.counted_at = now
         if not self.looks_closed:
             self.looks.append((now, self.waited_ns))
 
@@ -350,6 +409,9 @@ class CpuMark:
     all_cpu_ns: int
     cpu_ns: int
     waited_ns: int
+    # When (time.monotonic()) and what all the run's threads had run then (WatchedRun.all_threads_ns).
+    at: float = 0.0
+    all_threads_ns: int = 0
 
 
 @dataclass(frozen=True)
@@ -364,6 +426,11 @@ class CpuShare:
     # The share of its last RECENT_WAIT_SECONDS up to the last look (its deadline's count_now, or a sweep
     # when the judge gave up on it) that it waited for a CPU, summed over its processes; None: too young to tell.
     waited_lately: float | None = None
+    # The time it was kept off a CPU it could have used, by the other runs or by the host's other load: what it
+    # waited (the wait in progress at the last look too), to no more than the sandbox's CPUs over its life less
+    # what all its threads ran (UsageWatch.cpus). On a CPU of its own it waits for nobody; behind its own threads
+    # or processes, it waits while the CPUs are its own.
+    kept_off_seconds: float = 0.0
 
 
 class UsageWatch:
@@ -372,6 +439,8 @@ class UsageWatch:
     def __init__(self) -> None:
         self._runs: dict[int, WatchedRun] = {}
         self._task: asyncio.Task[None] | None = None
+        # The sandbox's CPUs (its quota), from the daemon's hello: what its runs can have at once. 1 while unknown.
+        self.cpus = 1.0
         # The CPU every watched run's processes ran while watched, summed: a run's neighbours got
         # what this grew by during its life, less its own.
         self.cpu_ns = 0
@@ -393,29 +462,35 @@ class UsageWatch:
 
     def share_of(self, run: WatchedRun, since: CpuMark | None = None) -> CpuShare:
         """`run`'s CPU so far (or since `since`, a `mark`), as of the last sweep (or `count_now`)."""
-        since = since or CpuMark(run.all_cpu_ns_at_start, 0, 0)
+        since = since or CpuMark(run.all_cpu_ns_at_start, 0, 0, run.started_at)
         ran, waited = run.cpu_ns - since.cpu_ns, run.waited_ns - since.waited_ns
         others = self.cpu_ns - since.all_cpu_ns - ran
+        room = self.cpus * max(0.0, run.counted_at - since.at) - (run.all_threads_ns - since.all_threads_ns) * NS
+        kept_off = max(0.0, min((waited + run.waiting_now_ns) * NS, room))
         return CpuShare(ran * NS, waited * NS, max(0, others) * NS, run.most_processes,
-                        run.waited_since(RECENT_WAIT_SECONDS))
+                        run.waited_since(RECENT_WAIT_SECONDS), kept_off)
 
     def mark(self, run: WatchedRun) -> CpuMark:
         """Where `run` and the others stand now, as of the last sweep: for a share over part of its life (a
         session's cell)."""
-        return CpuMark(self.cpu_ns, run.cpu_ns, run.waited_ns)
+        return CpuMark(self.cpu_ns, run.cpu_ns, run.waited_ns, run.counted_at, run.all_threads_ns)
 
     def count_now(self, run: WatchedRun) -> None:
         """Count `run`'s CPU up to this moment (at its deadline, before it is killed): a sweep may be 50 ms old."""
         pids = processes_of({run.uid}).get(run.uid, [])
         run.most_processes = max(run.most_processes, len(pids))
+        now, run.waiting_now_ns = time.monotonic(), 0
         for pid in pids:
-            self._count_cpu(run, pid)
-        run.look(time.monotonic())
+            self._count_cpu(run, pid, now)
+        run.look(now)
 
-    def _count_cpu(self, run: WatchedRun, pid: int) -> None:
+    def _count_cpu(self, run: WatchedRun, pid: int, now: float) -> None:
         times = schedstat(pid)
         if times is not None:
             self.cpu_ns += run.count_cpu(pid, *times)
+            stat = process_stat(pid)
+            if stat is not None:
+                run.count_threads(pid, times[0], *stat, now)
 
     async def _sweeping(self) -> None:
         while self._runs:
@@ -430,13 +505,16 @@ class UsageWatch:
         for run in list(self._runs.values()):
             pids = processes.get(run.uid, [])
             run.most_processes = max(run.most_processes, len(pids))
+            now, run.waiting_now_ns = time.monotonic(), 0
             for pid in pids:
                 restore_oom_score(pid)
-                self._count_cpu(run, pid)
-            run.look(time.monotonic())
+                self._count_cpu(run, pid, now)
+            run.look(now)
             if len(run.seen) > len(pids):
                 # Those gone are reaped: a session forking all its life would otherwise keep every pid it had.
                 run.seen = {pid: run.seen[pid] for pid in pids if pid in run.seen}
+                run.seen_all_threads = {pid: run.seen_all_threads[pid] for pid in pids if pid in run.seen_all_threads}
+                run.ready_since = {pid: run.ready_since[pid] for pid in pids if pid in run.ready_since}
             if run.on_counted is not None:
                 run.on_counted()
             if run.limit and not run.over and pids and not run.paused:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import platform
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
 
 from sandboxd import config
+from sandboxd.agent.protocol import DEADLINE_STRETCH
 from tests.conftest import DaemonProcess
 from tests.integration import helpers
 
@@ -673,19 +675,36 @@ SPIN_CPU_FUNCTION = ("import time\ndef f(n):\n    started = time.process_time()\
                      "    while time.process_time() - started < 0.6:\n        pass\n    return n * 2\n")
 
 
+# How a run kept off the CPU until its deadline could move no further is answered (runner.starved_reason): retried,
+# and SANDBOX_LOST once the daemon's attempts are spent, whose message is the last attempt's.
+KEPT_OFF = re.compile(r"took (?:the sandbox's|its) CPU: in ([\d.]+) s this run ran ([\d.]+) s")
+
+
+def kept_off_the_cpu(result: pb.JobResult) -> bool:
+    """Whether `result` is the uncharged answer of a run that others kept off the CPU for most of its time."""
+    return result.status == pb.STATUS_SANDBOX_LOST and KEPT_OFF.search(result.message) is not None
+
+
 def test_a_correct_program_beside_a_busy_one_gets_its_timeout_of_cpu(tmp_path: Path) -> None:
     """The sandbox's CPU is shared per thread: beside one busy loop a correct C program that needed 0.53 s of CPU
     got half the CPU and was charged TIMEOUT at its 1 s deadline, three times in three (red team), which no
-    retry rescues (the busy loop runs about what it runs: not starved). Now a run's deadline moves on by the CPU
-    the others took while it waited for one, for each case of a stdio job; the busy loop keeps its TIMEOUT, and a
-    run that ends at its own deadline, busy beside nothing, keeps it too. The judge's per-call deadline moves
-    alike (the agent keeps the candidate's credit in a file the judge reads)."""
+    retry rescues (the busy loop runs about what it runs: not starved). Now a run's deadline moves on by the time
+    others kept it off a CPU it could have used, for each case of a stdio job and for the judge's per-call deadline
+    (the agent keeps the candidate's credit in a file the judge reads); the busy loop keeps its TIMEOUT.
+
+    Others include the host's other load: at load 14, and here at load 20-26 on two CPUs, the function-call job
+    and the stdio job were charged TIMEOUT at 1 s, the candidate having run 0.07 s of its 0.6 s while its neighbour
+    ran 0.03 s, so that the neighbours' CPU moved its deadline by 0.03 s. On such a host the stretch
+    (DEADLINE_STRETCH times the timeout) may still leave a run less than its timeout to run: it is retried, and
+    answered SANDBOX_LOST (an infrastructure failure a trainer drops) once the attempts are spent; what is asserted
+    is that no run here is charged for the CPU others took, and that each retry was of a run that ran less than a
+    third of its time."""
     stdio_job = helpers.code(f"```python\n{SPIN_CPU}```", {"inputs": ["1\n", "2\n"], "outputs": ["2\n", "4\n"]},
                              timeout=1)
     function_job = helpers.code(f"```python\n{SPIN_CPU_FUNCTION}```",
                                 {"test": "def check(candidate):\n    assert candidate(3) == 6\n", "entry_point": "f"},
                                 timeout=1)
-    with one_sandbox(tmp_path, "moved", slots=2) as (_, channel), \
+    with one_sandbox(tmp_path, "moved", slots=2) as (daemon, channel), \
             concurrent.futures.ThreadPoolExecutor(2) as threads:
         busy = threads.submit(outcome, channel, "while True:\n    pass\n", timeout=6)
         time.sleep(1.0)  # it is running
@@ -693,14 +712,17 @@ def test_a_correct_program_beside_a_busy_one_gets_its_timeout_of_cpu(tmp_path: P
         called = helpers.run(channel, function_job)
         spun = outcome(channel, SPIN_CPU, stdin=b"3\n", timeout=1)
         busied = busy.result()
-        assert (judged.status, judged.reward, judged.attempts) == (pb.STATUS_OK, 1.0, 1), judged
-        assert (called.status, called.reward, called.attempts) == (pb.STATUS_OK, 1.0, 1), called
-        assert (spun.status, spun.execute.stdout, spun.attempts) == (pb.STATUS_OK, b"6\n", 1), spun
-        assert (busied.status, busied.attempts) == (pb.STATUS_TIMEOUT, 1), busied
-        # Alone, a run busy to the end of its time is killed there: nothing took its CPU.
+        for result in (judged, called):
+            assert (result.status, result.reward) == (pb.STATUS_OK, 1.0) or kept_off_the_cpu(result), result
+        assert (spun.status, spun.execute.stdout) == (pb.STATUS_OK, b"6\n") or kept_off_the_cpu(spun), spun
+        assert busied.status == pb.STATUS_TIMEOUT or kept_off_the_cpu(busied), busied
+        # Alone, a run busy to the end of its time is killed there, or where the host's load moved it.
         late = outcome(channel, "while True:\n    pass\n", timeout=1)
-    assert (late.status, late.attempts) == (pb.STATUS_TIMEOUT, 1), late
-    assert "the other runs had the CPU" not in late.message, late
+        retries = [line for line in daemon.log_path.read_text().splitlines() if "(attempt " in line]
+    assert late.status == pb.STATUS_TIMEOUT or kept_off_the_cpu(late), late
+    for retry in retries:
+        found = KEPT_OFF.search(retry)
+        assert found is not None and float(found.group(2)) < float(found.group(1)) / DEADLINE_STRETCH + 0.1, retry
 
 
 # Host-wide kernel counters and surface a job must not reach (red-team
