@@ -276,16 +276,18 @@ def crowded_out(outcome: RunOutcome, limit: int, sandbox_bytes: int | None) -> b
 # others in a one-CPU container ran 0.28 s and waited 2.75 s of 3 s. By the
 # same sharing, a busy run beside one busy run of as many threads waits
 # about half its time on one CPU, and more on a host loaded past its CPUs,
-# but its neighbour runs about what it runs: not starved.
+# but its neighbour runs about what it runs: not starved by it.
 STARVED_WAIT_SHARE = 0.5
 STARVED_OTHERS_RATIO = 3.0
-# Nor can a run whose deadline moved by the whole stretch (RunDeadline) and
-# that was kept off the CPU longer still, more than 1 - 1 / DEADLINE_STRETCH of
-# its wall time, have had its timeout of time to run or sleep: whoever kept it
-# off (the other runs, or the host's other load, which no count here sees), it
-# was starved. Beside a host at load 20 (two CPUs), a correct program that
-# needed 0.6 s of CPU ran 0.07 s in its 1 s and waited 0.98 s; its neighbour, a
-# busy loop, ran 0.03 s.
+# A run kept off the CPU more than 1 - 1 / DEADLINE_STRETCH of its wall time
+# is starved too, whoever kept it off (the other runs, or the host's other
+# load, which no count here sees): its deadline moved by the whole stretch
+# (RunDeadline) and it still had less than its timeout of time to run or
+# sleep. Beside a host at load 20 (two CPUs), a correct program that needed
+# 0.6 s of CPU ran 0.07 s in its 1 s and waited 0.98 s; its neighbour, a busy
+# loop, ran 0.03 s. So on a host that leaves a sandbox less than a third of
+# a CPU a busy loop is retried, and answered SANDBOX_LOST once the attempts
+# are spent: no count tells it from a correct program that needed its time.
 # It must also still be waiting at its deadline, for at least STARVED_WAIT_SHARE
 # of its last usage.RECENT_WAIT_SECONDS: a sleeper whose start (a fork and an
 # import) waited over half its 2 s beside a run of 31 busy processes under
