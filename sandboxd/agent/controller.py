@@ -599,7 +599,7 @@ class Controller:
         """Function-call and assert tests: the candidate in a fresh process, the judge a resident one, two uids."""
         plan, limits = job["plan"], job["limits"]
         candidate_end, judge_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        # Where the runner keeps the CPU the others take from the candidate, for the judge's deadlines to move by.
+        # Where the runner keeps the time others keep the candidate off the CPU, for the judge's deadlines to move by.
         cpu_credit_fd = os.memfd_create("sandboxd-cpu-credit", os.MFD_CLOEXEC)
         cases = max(1, plan["total"])
         # The judge calls the candidate once per case: the deadline covers them all.

@@ -293,7 +293,7 @@ STARVED_OTHERS_RATIO = 3.0
 # import) waited over half its 2 s beside a run of 31 busy processes under
 # CI's load, then slept through its deadline, was retried (bare CI), though a
 # CPU would not have saved it. A run still waiting there got its deadline
-# moved by the others' CPU until DEADLINE_STRETCH stopped it.
+# moved until DEADLINE_STRETCH stopped it.
 # Nor is a run that had more processes than this at once: their waits are summed,
 # so it waited mostly behind itself, and processes shorter than a sweep escape the
 # count of its CPU. Two fork bombs in one sandbox (bare CI): one ran 0.12 s by the
@@ -1098,8 +1098,8 @@ class Runner:
 
     async def _within(self, deadline: RunDeadline, watched: usage.WatchedRun,
                       ends: list[asyncio.Future[Any]]) -> None:
-        """Until one of `ends` is done; TimeoutError at `deadline`, once the CPU the other runs took no longer moves
-        it (RunDeadline.move)."""
+        """Until one of `ends` is done; TimeoutError at `deadline`, once the time others keep the run off the CPU no
+        longer moves it (RunDeadline.move)."""
         while True:
             done, _ = await asyncio.wait(ends, timeout=max(0.0, deadline.at - time.monotonic()),
                                          return_when=asyncio.FIRST_COMPLETED)

@@ -115,7 +115,9 @@ RECENT_WAIT_SECONDS = 0.5
 # Looks kept per run: a deadline that moves looks every 10 ms at most
 # (runner.DEADLINE_MIN_MOVE), so 64 looks cover RECENT_WAIT_SECONDS.
 RECENT_LOOKS = 64
-# /proc/<pid>/stat counts a process's CPU in clock ticks (utime, stime).
+# /proc/<pid>/stat counts a process's CPU in clock ticks (utime, stime). Read
+# for each watched process at each look beside its schedstat: 13 us a read here
+# (schedstat's, 7 us), under load.
 CLOCK_TICK_NS = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
 # schedstat counts a wait only once it ends, when the process runs: the wait
 # in progress at a look is not in it (beside a host at load 20, a run that
