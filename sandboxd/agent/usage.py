@@ -344,8 +344,14 @@ class WatchedRun:
     seen_all_threads: dict[int, int] = field(default_factory=dict)
     # Each process seen ready to run (state R): what its main thread had run then, and since when it was seen so.
     ready_since: dict[int, tuple[int, float]] = field(default_factory=dict)
-    # The wait in progress at the last look, summed over its processes (WAITING_NOW_MIN_SECONDS).
+    # The wait in progress at the last look, summed over its processes (WAITING_NOW_MIN_SECONDS), and how many of
+    # its processes were ready to run (running or waiting) then.
     waiting_now_ns: int = 0
+    ready_now: int = 0
+    # What of its wait counts as others' (credit_wait), and waited_ns and the others' CPU as of the last look.
+    credited_ns: int = 0
+    waited_at_look_ns: int = 0
+    others_at_look_ns: int = 0
     # When the watch began (time.monotonic()), and the time of the last look, closed or not.
     started_at: float = field(default_factory=time.monotonic)
     counted_at: float = field(default_factory=time.monotonic)
@@ -372,11 +378,31 @@ class WatchedRun:
         if state != b"R":
             self.ready_since.pop(pid, None)
             return
+        self.ready_now += 1
         ready = self.ready_since.get(pid)
         if ready is None or ready[0] != ran_ns:
             self.ready_since[pid] = (ran_ns, now)
         elif now - ready[1] >= WAITING_NOW_MIN_SECONDS:
             self.waiting_now_ns += int((now - ready[1]) * 1e9)
+
+    def credit_wait(self, cpus: float, all_runs_ns: int) -> None:
+        """Count what its processes waited since the last look as others' doing, once a look has counted them all;
+        `all_runs_ns`: what the watched runs, this one with them, have run since its watch began.
+
+        Where more of its processes were ready to run at the look than the
+        sandbox has CPUs (`cpus`), they waited for one another: only what
+        the other runs ran meanwhile counts, and the wait in progress not at
+        all. Processes that live less than a sweep escape every count of
+        CPU (an autoreaped child's is nowhere once it is gone), but a run
+        that keeps its main process waiting behind a stream of them has
+        them at every look.
+        """
+        waited, others = self.waited_ns - self.waited_at_look_ns, all_runs_ns - self.cpu_ns - self.others_at_look_ns
+        self.waited_at_look_ns, self.others_at_look_ns = self.waited_ns, all_runs_ns - self.cpu_ns
+        if self.ready_now > max(1.0, cpus):
+            waited = min(waited, max(0, others))
+            self.waiting_now_ns = 0
+        self.credited_ns += max(0, waited)
 
     def look(self, now: float) -> None:
         """Note what its processes have waited by `now`, once a look has counted them all."""
@@ -411,9 +437,11 @@ class CpuMark:
     all_cpu_ns: int
     cpu_ns: int
     waited_ns: int
-    # When (time.monotonic()) and what all the run's threads had run then (WatchedRun.all_threads_ns).
+    # When (time.monotonic()), what all the run's threads had run then (WatchedRun.all_threads_ns), and what of
+    # its wait counted as others' (WatchedRun.credited_ns).
     at: float = 0.0
     all_threads_ns: int = 0
+    credited_ns: int = 0
 
 
 @dataclass(frozen=True)
@@ -431,7 +459,8 @@ class CpuShare:
     # The time it was kept off a CPU it could have used, by the other runs or by the host's other load: what it
     # waited (the wait in progress at the last look too), to no more than the sandbox's CPUs over its life less
     # what all its threads ran (UsageWatch.cpus). On a CPU of its own it waits for nobody; behind its own threads
-    # or processes, it waits while the CPUs are its own.
+    # or processes, it waits while the CPUs are its own; and while more of its processes were ready to run than
+    # there are CPUs, only what the other runs ran counts (WatchedRun.credit_wait).
     kept_off_seconds: float = 0.0
 
 
@@ -468,22 +497,23 @@ class UsageWatch:
         ran, waited = run.cpu_ns - since.cpu_ns, run.waited_ns - since.waited_ns
         others = self.cpu_ns - since.all_cpu_ns - ran
         room = self.cpus * max(0.0, run.counted_at - since.at) - (run.all_threads_ns - since.all_threads_ns) * NS
-        kept_off = max(0.0, min((waited + run.waiting_now_ns) * NS, room))
+        kept_off = max(0.0, min((run.credited_ns - since.credited_ns + run.waiting_now_ns) * NS, room))
         return CpuShare(ran * NS, waited * NS, max(0, others) * NS, run.most_processes,
                         run.waited_since(RECENT_WAIT_SECONDS), kept_off)
 
     def mark(self, run: WatchedRun) -> CpuMark:
         """Where `run` and the others stand now, as of the last sweep: for a share over part of its life (a
         session's cell)."""
-        return CpuMark(self.cpu_ns, run.cpu_ns, run.waited_ns, run.counted_at, run.all_threads_ns)
+        return CpuMark(self.cpu_ns, run.cpu_ns, run.waited_ns, run.counted_at, run.all_threads_ns, run.credited_ns)
 
     def count_now(self, run: WatchedRun) -> None:
         """Count `run`'s CPU up to this moment (at its deadline, before it is killed): a sweep may be 50 ms old."""
         pids = processes_of({run.uid}).get(run.uid, [])
         run.most_processes = max(run.most_processes, len(pids))
-        now, run.waiting_now_ns = time.monotonic(), 0
+        now, run.waiting_now_ns, run.ready_now = time.monotonic(), 0, 0
         for pid in pids:
             self._count_cpu(run, pid, now)
+        run.credit_wait(self.cpus, self.cpu_ns - run.all_cpu_ns_at_start)
         run.look(now)
 
     def _count_cpu(self, run: WatchedRun, pid: int, now: float) -> None:
@@ -507,10 +537,11 @@ class UsageWatch:
         for run in list(self._runs.values()):
             pids = processes.get(run.uid, [])
             run.most_processes = max(run.most_processes, len(pids))
-            now, run.waiting_now_ns = time.monotonic(), 0
+            now, run.waiting_now_ns, run.ready_now = time.monotonic(), 0, 0
             for pid in pids:
                 restore_oom_score(pid)
                 self._count_cpu(run, pid, now)
+            run.credit_wait(self.cpus, self.cpu_ns - run.all_cpu_ns_at_start)
             run.look(now)
             if len(run.seen) > len(pids):
                 # Those gone are reaped: a session forking all its life would otherwise keep every pid it had.

@@ -403,15 +403,19 @@ def test_a_share_since_a_mark_counts_from_there() -> None:
 MS = 1_000_000
 
 
-def kept_off(processes: list[tuple[int, int, int]], *, seconds: float = 1.0, cpus: float = 1.0) -> float:
+def kept_off(processes: list[tuple[int, int, int]], *, seconds: float = 1.0, cpus: float = 1.0, ready: int = 0,
+             others_ms: int = 0) -> float:
     """What share_of says others kept a run off the CPU after `seconds` of watch, on `cpus` CPUs, its processes
-    having (ms) run on their main thread, waited on a run queue, and run on all their threads."""
+    having (ms) run on their main thread, waited on a run queue, and run on all their threads; the first `ready`
+    of them ready to run at the look, and the other runs having run `others_ms`."""
     watch = usage.UsageWatch()
     watch.cpus = cpus
     run = usage.WatchedRun(uid=1, limit=0, bounded_alone=False, on_over=None, started_at=100.0)
+    watch.cpu_ns += others_ms * MS
     for pid, (ran, waited, all_threads) in enumerate(processes, start=5):
         watch.cpu_ns += run.count_cpu(pid, ran * MS, waited * MS)
-        run.count_threads(pid, ran * MS, b"S", all_threads * MS, 100.0 + seconds)
+        run.count_threads(pid, ran * MS, b"R" if pid - 5 < ready else b"S", all_threads * MS, 100.0 + seconds)
+    run.credit_wait(watch.cpus, watch.cpu_ns)
     run.look(100.0 + seconds)
     return watch.share_of(run).kept_off_seconds
 
@@ -437,6 +441,20 @@ def test_a_run_is_kept_off_the_cpu_by_its_neighbours_and_by_the_hosts_load_but_n
     assert kept_off([(500, 500, 500)] * 2, cpus=2.0) == pytest.approx(1.0)  # summed over them, as their waits are
 
 
+def test_a_run_crowded_by_its_own_processes_at_a_look_earns_only_what_the_others_ran() -> None:
+    """Processes that live less than a sweep escape every count of CPU: a busy main process beside a stream of
+    autoreaped 10 ms children waited most of its time behind them, and they were nowhere in the count of its CPU.
+    But a stream keeps some of them at every look: more of its processes ready to run than the sandbox has CPUs."""
+    # Its main process ran 0.25 s and waited 0.75 s behind three children that the counts missed but for 30 ms:
+    # by the CPU counted, the sandbox's CPU was others' for 0.72 s.
+    crowded = [(250, 750, 250), (10, 10, 10), (10, 10, 10), (10, 10, 10)]
+    assert kept_off(crowded) == pytest.approx(0.72)
+    assert kept_off(crowded, ready=4) == 0.0  # but all four were ready to run at the look
+    assert kept_off(crowded, ready=4, others_ms=200) == pytest.approx(0.2)  # what a neighbour ran meanwhile
+    assert kept_off(crowded, ready=2, cpus=2.0) == pytest.approx(0.78)  # as many as the CPUs: not crowded
+    assert kept_off([(500, 500, 500)], ready=1) == pytest.approx(0.5)  # one, waiting or running: not crowded
+
+
 def test_the_wait_in_progress_counts_once_a_ready_process_has_not_run_for_two_looks() -> None:
     """schedstat counts a wait once it ends: a process ready to run (R) whose count did not move between two looks
     waited all that time, and it counts before it gets the CPU; then its wait counts once, as schedstat's."""
@@ -444,9 +462,10 @@ def test_the_wait_in_progress_counts_once_a_ready_process_has_not_run_for_two_lo
     run = usage.WatchedRun(uid=1, limit=0, bounded_alone=False, on_over=None, started_at=100.0)
 
     def look(now: float, ran_ms: int, waited_ms: int, state: bytes) -> float:
-        run.waiting_now_ns = 0
+        run.waiting_now_ns, run.ready_now = 0, 0
         watch.cpu_ns += run.count_cpu(5, ran_ms * MS, waited_ms * MS)
         run.count_threads(5, ran_ms * MS, state, ran_ms * MS, now)
+        run.credit_wait(watch.cpus, watch.cpu_ns)
         run.look(now)
         return watch.share_of(run).kept_off_seconds
 
@@ -467,10 +486,12 @@ def test_a_cells_kept_off_time_counts_from_its_mark() -> None:
     run = usage.WatchedRun(uid=1, limit=0, bounded_alone=False, on_over=None, started_at=100.0)
     watch.cpu_ns += run.count_cpu(5, 1000 * MS, 200 * MS)  # earlier cells: it ran 1 s and waited 0.2 s in 2 s
     run.count_threads(5, 1000 * MS, b"S", 1000 * MS, 102.0)
+    run.credit_wait(watch.cpus, watch.cpu_ns)
     run.look(102.0)
     mark = watch.mark(run)
     watch.cpu_ns += run.count_cpu(5, 1100 * MS, 1900 * MS)  # the cell: ran 0.1 s, waited 1.7 s in 2 s
     run.count_threads(5, 1100 * MS, b"R", 1100 * MS, 104.0)
+    run.credit_wait(watch.cpus, watch.cpu_ns)
     run.look(104.0)
     assert watch.share_of(run, since=mark).kept_off_seconds == pytest.approx(1.7)
     assert watch.share_of(run).kept_off_seconds == pytest.approx(1.9)
