@@ -5,7 +5,6 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import platform
-import re
 import threading
 import time
 from collections.abc import Iterator
@@ -195,6 +194,8 @@ def test_output_flood_truncated(channel: grpc.Channel) -> None:
 
 def test_infinite_loop_timeout(channel: grpc.Channel) -> None:
     result = outcome(channel, "while True: pass", timeout=1)
+    if helpers.kept_off_the_cpu(result):
+        return  # the host left it less than its timeout of CPU in 3 times it
     assert result.status == pb.STATUS_TIMEOUT
     assert result.limit_hit in (pb.LIMIT_WALL_TIME, pb.LIMIT_CPU_TIME)
     assert result.reward == -1.0
@@ -675,16 +676,6 @@ SPIN_CPU_FUNCTION = ("import time\ndef f(n):\n    started = time.process_time()\
                      "    while time.process_time() - started < 0.6:\n        pass\n    return n * 2\n")
 
 
-# How a run kept off the CPU until its deadline could move no further is answered (runner.starved_reason): retried,
-# and SANDBOX_LOST once the daemon's attempts are spent, whose message is the last attempt's.
-KEPT_OFF = re.compile(r"took (?:the sandbox's|its) CPU: in ([\d.]+) s this run ran ([\d.]+) s")
-
-
-def kept_off_the_cpu(result: pb.JobResult) -> bool:
-    """Whether `result` is the uncharged answer of a run that others kept off the CPU for most of its time."""
-    return result.status == pb.STATUS_SANDBOX_LOST and KEPT_OFF.search(result.message) is not None
-
-
 def test_a_correct_program_beside_a_busy_one_gets_its_timeout_of_cpu(tmp_path: Path) -> None:
     """The sandbox's CPU is shared per thread: beside one busy loop a correct C program that needed 0.53 s of CPU
     got half the CPU and was charged TIMEOUT at its 1 s deadline, three times in three (red team), which no
@@ -713,15 +704,15 @@ def test_a_correct_program_beside_a_busy_one_gets_its_timeout_of_cpu(tmp_path: P
         spun = outcome(channel, SPIN_CPU, stdin=b"3\n", timeout=1)
         busied = busy.result()
         for result in (judged, called):
-            assert (result.status, result.reward) == (pb.STATUS_OK, 1.0) or kept_off_the_cpu(result), result
-        assert (spun.status, spun.execute.stdout) == (pb.STATUS_OK, b"6\n") or kept_off_the_cpu(spun), spun
-        assert busied.status == pb.STATUS_TIMEOUT or kept_off_the_cpu(busied), busied
+            assert (result.status, result.reward) == (pb.STATUS_OK, 1.0) or helpers.kept_off_the_cpu(result), result
+        assert (spun.status, spun.execute.stdout) == (pb.STATUS_OK, b"6\n") or helpers.kept_off_the_cpu(spun), spun
+        assert busied.status == pb.STATUS_TIMEOUT or helpers.kept_off_the_cpu(busied), busied
         # Alone, a run busy to the end of its time is killed there, or where the host's load moved it.
         late = outcome(channel, "while True:\n    pass\n", timeout=1)
         retries = [line for line in daemon.log_path.read_text().splitlines() if "(attempt " in line]
-    assert late.status == pb.STATUS_TIMEOUT or kept_off_the_cpu(late), late
+    assert late.status == pb.STATUS_TIMEOUT or helpers.kept_off_the_cpu(late), late
     for retry in retries:
-        found = KEPT_OFF.search(retry)
+        found = helpers.KEPT_OFF.search(retry)
         assert found is not None and float(found.group(2)) < float(found.group(1)) / DEADLINE_STRETCH + 0.1, retry
 
 
