@@ -331,6 +331,10 @@ class RunDeadline:
     started: float  # time.monotonic()
     timeout: float
     moved_seconds: float = 0.0
+    # Whether, at the last move, others had kept the run off the CPU longer than the stretch covers: at its end
+    # it did not have its timeout (starved_out). Told here, where its wall time to the kill and its reaping, longer
+    # under the load that starved it, does not dilute the share it was kept off.
+    past_stretch: bool = False
 
     @property
     def at(self) -> float:
@@ -338,7 +342,10 @@ class RunDeadline:
 
     def move(self, share: CpuShare | None) -> bool:
         """Move the deadline by the time others kept the run off the CPU (`share`, up to now); whether it moved."""
-        moved = others_took(share, (DEADLINE_STRETCH - 1.0) * self.timeout)
+        most = (DEADLINE_STRETCH - 1.0) * self.timeout
+        kept_off = others_took(share, math.inf)
+        self.past_stretch = kept_off > most
+        moved = min(kept_off, most)
         if moved - self.moved_seconds < DEADLINE_MIN_MOVE:
             return False
         self.moved_seconds = moved
@@ -369,10 +376,10 @@ def starved_out(share: CpuShare | None, wall_seconds: float, past_stretch: bool 
     end), and others took it: several times its CPU in the other runs, or
     more of its time than its deadline could move for (kept off more than
     1 - 1 / DEADLINE_STRETCH of its wall time, or `past_stretch`: so its
-    judge found the deadline it gave up on). A program that sleeps waits on
-    no run queue; one that starves itself with its own threads counts their
-    CPU as its own. A run too young for the end's wait to be told
-    (`waited_lately` None) is judged by its life's.
+    RunDeadline, or its judge, found the deadline that ended it). A program
+    that sleeps waits on no run queue; one that starves itself with its own
+    threads counts their CPU as its own. A run too young for the end's wait
+    to be told (`waited_lately` None) is judged by its life's.
     """
     if share is None or wall_seconds <= 0 or share.most_processes > STARVED_MAX_PROCESSES:
         return False
@@ -1093,7 +1100,7 @@ class Runner:
             raise SandboxFull(f"the sandbox ran out of memory while this run held {outcome.held_bytes >> 20} MiB; "
                               f"the out-of-memory killer took it")
         if killed_for == "wall_time":
-            raise_if_starved(outcome.cpu_share, outcome.wall_seconds)
+            raise_if_starved(outcome.cpu_share, outcome.wall_seconds, past_stretch=deadline.past_stretch)
         return outcome
 
     async def _within(self, deadline: RunDeadline, watched: usage.WatchedRun,

@@ -517,10 +517,12 @@ def test_a_deadline_moves_by_the_time_others_kept_the_run_off_the_cpu_and_no_fur
     assert deadline.at == 101.75
     assert not deadline.move(share(0.755))  # less than DEADLINE_MIN_MOVE more: it ends
     assert deadline.at == 101.75
-    # Up to the stretch.
-    assert deadline.move(share(5.0))
-    assert deadline.at == 100.0 + DEADLINE_STRETCH
-    assert not deadline.move(share(6.0))
+    # Up to the stretch; past it, the run did not have its timeout.
+    assert not deadline.past_stretch
+    assert deadline.move(share(2.0))
+    assert deadline.at == 100.0 + DEADLINE_STRETCH and not deadline.past_stretch
+    assert not deadline.move(share(2.5))
+    assert deadline.at == 100.0 + DEADLINE_STRETCH and deadline.past_stretch
 
 
 def test_starved_when_kept_off_longer_than_its_deadline_could_move_for() -> None:
