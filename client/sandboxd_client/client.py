@@ -343,7 +343,7 @@ class SandboxClient(_ClientBase):
     failure, not retried). By default the deadline is derived from the jobs:
     each one's limit (or ``job_timeout`` when it leaves the limit to the
     daemon) times its test cases, times 3 (a run's deadline moves on by the
-    CPU its sandbox's other runs took, up to 3 times its limit), plus
+    time others kept it off the CPU, up to 3 times its limit), plus
     ``deadline_margin`` for queueing.
     """
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
+import re
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -58,6 +59,18 @@ def assert_strangers_refused(refusals: dict[str, tuple[grpc.StatusCode, str]]) -
     # Which refusal, and nothing else (the client puts the status's name first).
     assert refusals["no token"][1] == refusals["wrong token"][1] == f"UNAUTHENTICATED: {auth.UNAUTHENTICATED_MESSAGE}"
     assert refusals["jobs token, batch hint"][1] == f"PERMISSION_DENIED: {auth.PERMISSION_DENIED_MESSAGE}"
+
+
+# How a run others kept off the CPU for more of its time than its deadline could move for is answered
+# (runner.starved_reason): retried, and SANDBOX_LOST once the daemon's attempts are spent, whose message is the last
+# attempt's (a session's cell: INTERNAL, "not charged"). On a host that leaves a sandbox less than a third of a CPU a
+# busy loop is answered so too: no count tells it from a correct program that needed its time.
+KEPT_OFF = re.compile(r"took (?:the sandbox's|its) CPU: in ([\d.]+) s this run ran ([\d.]+) s")
+
+
+def kept_off_the_cpu(result: pb.JobResult) -> bool:
+    """Whether `result` is the uncharged answer of a run that others kept off the CPU for most of its time."""
+    return result.status == pb.STATUS_SANDBOX_LOST and KEPT_OFF.search(result.message) is not None
 
 
 def run(channel: grpc.Channel, job: pb.Job, timeout: float = 120) -> pb.JobResult:

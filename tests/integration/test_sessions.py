@@ -22,6 +22,7 @@ from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
 
 from sandboxd import config
 from tests.conftest import DaemonProcess
+from tests.integration import helpers
 
 
 @pytest.fixture(scope="module")
@@ -85,8 +86,11 @@ def test_timeout_interrupts_only_that_cell(client: SandboxClient) -> None:
         thread.join(30)
         assert answers == [str(i * i) for i in range(5)]
         result = outcome["result"]
-        assert result.status == Status.TIMEOUT and result.session_alive, result
-        assert result.limit_hit.name == "WALL_TIME"
+        # Or, on a host that kept it off the CPU more than 2/3 of its time, uncharged (runner.starved_out).
+        kept_off = (result.status == Status.INTERNAL and helpers.KEPT_OFF.search(result.message) is not None
+                    and "not charged" in result.message)
+        assert (result.status == Status.TIMEOUT or kept_off) and result.session_alive, result
+        assert result.limit_hit.name == "WALL_TIME" or kept_off
         assert slow.run("state").value == "'kept'"
 
 

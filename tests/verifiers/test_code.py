@@ -1370,10 +1370,12 @@ def test_deadlines_move_by_the_cpu_credit_up_to_the_stretch(tmp_path: Path) -> N
                     deadline_stretch=3.0)
     # 0.5 s is inside 0.3 s moved on by 0.3 s or less (0.9 s at most); 2 s is past it.
     assert [t["status"] for t in moved["tests"]] == ["ok", "timeout"], moved
+    assert moved["past_stretch"] is True  # it waited all the time: past what the stretch covers
     unmoved = harness(code, tmp_path, fn_name="wait", cases=cases[:1], call_timeout=0.3, cpu_credit=credit)
     assert [t["status"] for t in unmoved["tests"]] == ["timeout"], unmoved  # a stretch of 1: no move
     uncredited = harness(code, tmp_path, fn_name="wait", cases=cases[:1], call_timeout=0.3, deadline_stretch=3.0)
     assert [t["status"] for t in uncredited["tests"]] == ["timeout"], uncredited
+    assert uncredited["past_stretch"] is False
     # The time for all also holds the candidate's start (a fresh interpreter: a second on a loaded
     # machine), so this one is wide: 3 s of sleep is past 2 s, and inside 2 s moved on to 6 s.
     started = time.monotonic()

@@ -227,6 +227,8 @@ class Controller:
         self.host.runner.sandbox_bytes = require(request, "memory_bytes", int, default=0) or None
         self.sandbox_pids = require(request, "pids", int, default=0)
         self.sandbox_cpus = float(require(request, "cpus", (int, float), default=0.0))
+        # What its runs can have at once: what waiting behind themselves earns them nothing up to (usage.CpuShare).
+        self.host.runner.usage.cpus = self.sandbox_cpus or 1.0
         if "uid_slot" in request:
             self.host.uids.place(first_job_uid(request["uid_slot"]))
         if self.private_tmp:

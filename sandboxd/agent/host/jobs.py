@@ -282,7 +282,7 @@ class Jobs:
         """Function-call and assert tests: the candidate in a fresh process, the judge a resident one, two uids."""
         plan, limits = job["plan"], job["limits"]
         candidate_end, judge_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        # Where the runner keeps the CPU the others take from the candidate, for the judge's deadlines to move by.
+        # Where the runner keeps the time others keep the candidate off the CPU, for the judge's deadlines to move by.
         cpu_credit_fd = os.memfd_create("sandboxd-cpu-credit", os.MFD_CLOEXEC)
         cases = max(1, plan["total"])
         # The judge calls the candidate once per case: the deadline covers them all.
@@ -401,7 +401,9 @@ class Jobs:
                           "message": message[:2000], "time_seconds": float(entry.get("time_seconds", 0.0)),
                           "stderr": _preview(candidate_outcome.stderr, 2000)})
         if any(test["limit"] in ("wall_time", "total_time") for test in tests):
-            raise_if_starved(candidate_outcome.cpu_share, candidate_outcome.wall_seconds)  # the judge gave up on it
+            # The judge gave up on it; at a deadline the candidate's wait had moved by the whole stretch and more?
+            raise_if_starved(candidate_outcome.cpu_share, candidate_outcome.wall_seconds,
+                             past_stretch=verdict.get("past_stretch") is True)
         return _code_result(tests, int(verdict.get("total", plan["total"])))
 
     async def _math(self, job: dict[str, Any]) -> dict[str, Any]:

@@ -121,7 +121,7 @@ class RunSpec:
     # the run: a compiler's warnings are not a verdict (a successful compile
     # with 64 KiB of them was a compile error).
     output_over_limit_dropped: bool = False
-    # A file (a memfd) to keep the CPU the other runs took from this one in
+    # A file (a memfd) to keep the time others kept this run off the CPU in
     # (others_took, as CPU_CREDIT, after each sweep): its judge moves its
     # calls' deadlines by it (python.harness). -1: none.
     cpu_credit_fd: int = -1
@@ -148,7 +148,7 @@ class RunOutcome:
     oom_kills: int | None = None
     # What it got of the sandbox's CPU, and the other runs meanwhile (usage.UsageWatch); None: not watched.
     cpu_share: CpuShare | None = None
-    # How far past its timeout its deadline moved for the CPU the other runs took (RunDeadline).
+    # How far past its timeout its deadline moved for the time others kept it off the CPU (RunDeadline).
     deadline_moved_seconds: float = 0.0
 
     @property
@@ -169,7 +169,7 @@ def classify(outcome: RunOutcome, spec: RunSpec) -> tuple[str, str, str]:
         if moved := outcome.deadline_moved_seconds:
             return "timeout", "wall_time", (
                 f"killed after {spec.timeout + moved:.2f} s wall clock: its {spec.timeout:g} s and the {moved:.2f} s "
-                f"the other runs had the CPU while it waited for one")
+                f"it waited for a CPU that other runs or the host's other load had")
         return "timeout", "wall_time", f"killed after {spec.timeout:g} s wall clock"
     if outcome.killed_for == "output":
         return "output_limit", "output", f"more than {spec.output_limit} bytes of output"
@@ -241,15 +241,24 @@ def crowded_out(outcome: RunOutcome, limit: int, sandbox_bytes: int | None) -> b
 # others in a one-CPU container ran 0.28 s and waited 2.75 s of 3 s. By the
 # same sharing, a busy run beside one busy run of as many threads waits
 # about half its time on one CPU, and more on a host loaded past its CPUs,
-# but its neighbour runs about what it runs: not starved.
+# but its neighbour runs about what it runs: not starved by it.
 STARVED_WAIT_SHARE = 0.5
 STARVED_OTHERS_RATIO = 3.0
+# A run kept off the CPU more than 1 - 1 / DEADLINE_STRETCH of its wall time
+# is starved too, whoever kept it off (the other runs, or the host's other
+# load, which no count here sees): its deadline moved by the whole stretch
+# (RunDeadline) and it still had less than its timeout of time to run or
+# sleep. Beside a host at load 20 (two CPUs), a correct program that needed
+# 0.6 s of CPU ran 0.07 s in its 1 s and waited 0.98 s; its neighbour, a busy
+# loop, ran 0.03 s. So on a host that leaves a sandbox less than a third of
+# a CPU a busy loop is retried, and answered SANDBOX_LOST once the attempts
+# are spent: no count tells it from a correct program that needed its time.
 # It must also still be waiting at its deadline, for at least STARVED_WAIT_SHARE
 # of its last usage.RECENT_WAIT_SECONDS: a sleeper whose start (a fork and an
 # import) waited over half its 2 s beside a run of 31 busy processes under
 # CI's load, then slept through its deadline, was retried (bare CI), though a
 # CPU would not have saved it. A run still waiting there got its deadline
-# moved by the others' CPU until DEADLINE_STRETCH stopped it.
+# moved until DEADLINE_STRETCH stopped it.
 # Nor is a run that had more processes than this at once: their waits are summed,
 # so it waited mostly behind itself, and processes shorter than a sweep escape the
 # count of its CPU. Two fork bombs in one sandbox (bare CI): one ran 0.12 s by the
@@ -258,16 +267,22 @@ STARVED_OTHERS_RATIO = 3.0
 STARVED_MAX_PROCESSES = 8
 
 
-# A run's deadline moves on by the CPU the other runs of the sandbox took
-# while it waited for one (RunDeadline), up to DEADLINE_STRETCH times its
-# timeout. The sandbox's CPU is shared per thread: beside one busy run a
+# A run's deadline moves on by the time it was kept off a CPU it could have
+# used (RunDeadline, usage.CpuShare.kept_off_seconds), up to DEADLINE_STRETCH
+# times its timeout: it is killed once it has had its timeout of time to run
+# or sleep. The sandbox's CPU is shared per thread: beside one busy run a
 # correct C program that needs 0.53 s of CPU got half the CPU and was killed
 # at its 1 s deadline, three times in three (red team); a trainer cannot
-# tell that TIMEOUT from a slow program's. A sleeping run waits on no run
-# queue, and one that only its own threads crowd waited while no other run
-# ran: neither moves. RLIMIT_CPU (the timeout, rounded up) still ends a
-# busy run at its own CPU, so the move buys time to run, never more CPU.
-# DEADLINE_STRETCH lives in protocol: the daemon waits as much longer.
+# tell that TIMEOUT from a slow program's. The host shares its CPUs with
+# other containers and CI's jobs the same way: beside a host at load 20 a
+# correct program got 7% of a CPU, and its neighbour as little, so a move by
+# the other runs' CPU alone left its deadline where it was. A sleeping run
+# waits on no run queue, and one that only its own threads or processes
+# crowd waited while the sandbox's CPUs were its own: neither moves. On a
+# sandbox of one CPU a run is never given more than its timeout of CPU: its
+# move is at most the CPU its processes left unused; RLIMIT_CPU (the timeout,
+# rounded up) still ends a busy process at its own CPU. DEADLINE_STRETCH
+# lives in protocol: the daemon waits as much longer.
 
 # A move shorter than this ends the run instead: the watch's sweeps tick in 50 ms.
 DEADLINE_MIN_MOVE = 0.01
@@ -275,20 +290,27 @@ DEADLINE_MIN_MOVE = 0.01
 
 @dataclass
 class RunDeadline:
-    """When a run started and when it is to be killed: its timeout after its start, moved on by the CPU the others
-    took from it."""
+    """When a run started and when it is to be killed: its timeout after its start, moved on by the time others kept
+    it off the CPU."""
 
     started: float  # time.monotonic()
     timeout: float
     moved_seconds: float = 0.0
+    # Whether, at the last move, others had kept the run off the CPU longer than the stretch covers: at its end
+    # it did not have its timeout (starved_out). Told here, where its wall time to the kill and its reaping, longer
+    # under the load that starved it, does not dilute the share it was kept off.
+    past_stretch: bool = False
 
     @property
     def at(self) -> float:
         return self.started + self.timeout + self.moved_seconds
 
     def move(self, share: CpuShare | None) -> bool:
-        """Move the deadline by the CPU the others took while the run waited (`share`, up to now); whether it moved."""
-        moved = others_took(share, (DEADLINE_STRETCH - 1.0) * self.timeout)
+        """Move the deadline by the time others kept the run off the CPU (`share`, up to now); whether it moved."""
+        most = (DEADLINE_STRETCH - 1.0) * self.timeout
+        kept_off = others_took(share, math.inf)
+        self.past_stretch = kept_off > most
+        moved = min(kept_off, most)
         if moved - self.moved_seconds < DEADLINE_MIN_MOVE:
             return False
         self.moved_seconds = moved
@@ -296,48 +318,61 @@ class RunDeadline:
 
 
 def others_took(share: CpuShare | None, most: float) -> float:
-    """Seconds of a run's life the other runs had the CPU it waited for, up to `most`: what its deadline moves by
-    (RunDeadline, with (DEADLINE_STRETCH - 1) times its timeout).
+    """Seconds of a run's life others (the sandbox's other runs, or the host's other load) kept it off a CPU it could
+    have used, up to `most`: what its deadline moves by (RunDeadline, with (DEADLINE_STRETCH - 1) times its timeout).
 
-    Whichever is less of what it waited and what they ran: on a CPU of its
-    own it waits for nobody, and it waits behind its own threads while the
-    others run nothing. A run of more than STARVED_MAX_PROCESSES processes
-    moves nothing: their waits are summed and its CPU is counted short.
+    Its wait, to no more than the sandbox's CPUs over its life less what all
+    its threads ran (usage.CpuShare.kept_off_seconds): on a CPU of its own it
+    waits for nobody, and behind its own threads it waits while the CPUs are
+    its own. A run of more than STARVED_MAX_PROCESSES processes moves
+    nothing: their waits are summed and its CPU is counted short.
     """
     if share is None or share.most_processes > STARVED_MAX_PROCESSES:
         return 0.0
-    return min(share.waited_seconds, share.others_ran_seconds, most)
+    return min(share.kept_off_seconds, most)
 
 
-def starved_out(share: CpuShare | None, wall_seconds: float) -> bool:
-    """Whether a run that reached its deadline was kept off the CPU by the sandbox's other runs, not by itself.
+def starved_out(share: CpuShare | None, wall_seconds: float, past_stretch: bool = False) -> bool:
+    """Whether a run that reached its deadline was kept off the CPU by others (the sandbox's other runs, or the host's
+    other load), not by itself.
 
     Such a run is run again elsewhere (SandboxFull), not charged TIMEOUT: it
     needed the CPU (it waited for one most of its life, and still did at the
-    end), and others took it. A program that sleeps waits on no run queue;
-    one that starves itself with its own threads counts their CPU as its
-    own. A run too young for the end's wait to be told (`waited_lately`
-    None) is judged by its life's.
+    end), and others took it: several times its CPU in the other runs, or
+    more of its time than its deadline could move for (kept off more than
+    1 - 1 / DEADLINE_STRETCH of its wall time, or `past_stretch`: so its
+    RunDeadline, or its judge, found the deadline that ended it). A program
+    that sleeps waits on no run queue; one that starves itself with its own
+    threads counts their CPU as its own. A run too young for the end's wait
+    to be told (`waited_lately` None) is judged by its life's.
     """
     if share is None or wall_seconds <= 0 or share.most_processes > STARVED_MAX_PROCESSES:
         return False
-    return (share.waited_seconds >= STARVED_WAIT_SHARE * wall_seconds
-            and (share.waited_lately is None or share.waited_lately >= STARVED_WAIT_SHARE)
-            and share.others_ran_seconds >= STARVED_OTHERS_RATIO * max(share.ran_seconds, 1e-3))
+    if share.waited_lately is not None and share.waited_lately < STARVED_WAIT_SHARE:
+        return False
+    return (past_stretch or share.kept_off_seconds > (1.0 - 1.0 / DEADLINE_STRETCH) * wall_seconds
+            or (share.waited_seconds >= STARVED_WAIT_SHARE * wall_seconds
+                and share.others_ran_seconds >= STARVED_OTHERS_RATIO * max(share.ran_seconds, 1e-3)))
 
 
-def starved_reason(share: CpuShare | None, wall: float) -> str:
-    """How the other runs kept a run that reached its deadline after `wall` s off the CPU; "" where they did not
+def starved_reason(share: CpuShare | None, wall: float, past_stretch: bool = False) -> str:
+    """How others kept a run that reached its deadline after `wall` s off the CPU; "" where they did not
     (starved_out)."""
-    if share is None or not starved_out(share, wall):
+    if share is None or not starved_out(share, wall, past_stretch):
         return ""
-    return (f"other runs took the sandbox's CPU: in {wall:.2f} s this run ran {share.ran_seconds:.2f} s "
-            f"and waited {share.waited_seconds:.2f} s for a CPU, while they ran {share.others_ran_seconds:.2f} s")
+    if share.others_ran_seconds >= STARVED_OTHERS_RATIO * max(share.ran_seconds, 1e-3):
+        return (f"other runs took the sandbox's CPU: in {wall:.2f} s this run ran {share.ran_seconds:.2f} s "
+                f"and waited {share.waited_seconds:.2f} s for a CPU, while they ran {share.others_ran_seconds:.2f} s")
+    return (f"the host's other load and the sandbox's other runs took its CPU: in {wall:.2f} s this run ran "
+            f"{share.ran_seconds:.2f} s and was kept off a CPU for {share.kept_off_seconds:.2f} s, more than its "
+            f"deadline could move for ({DEADLINE_STRETCH:g} times its timeout); the other runs ran "
+            f"{share.others_ran_seconds:.2f} s")
 
 
-def raise_if_starved(share: CpuShare | None, wall: float) -> None:
-    """SandboxFull, to run it again elsewhere, if the other runs kept a run that reached its deadline off the CPU."""
-    reason = starved_reason(share, wall)
+def raise_if_starved(share: CpuShare | None, wall: float, past_stretch: bool = False) -> None:
+    """SandboxFull, to run it again elsewhere, if others kept a run that reached its deadline off the CPU
+    (starved_out)."""
+    reason = starved_reason(share, wall, past_stretch)
     if reason:
         raise SandboxFull(reason)
 
@@ -663,13 +698,13 @@ class Runner:
             raise SandboxFull(f"the sandbox ran out of memory while this run held {outcome.held_bytes >> 20} MiB; "
                               f"the out-of-memory killer took it")
         if killed_for == "wall_time":
-            raise_if_starved(outcome.cpu_share, outcome.wall_seconds)
+            raise_if_starved(outcome.cpu_share, outcome.wall_seconds, past_stretch=deadline.past_stretch)
         return outcome
 
     async def _within(self, deadline: RunDeadline, watched: usage.WatchedRun,
                       ends: list[asyncio.Future[Any]]) -> None:
-        """Until one of `ends` is done; TimeoutError at `deadline`, once the CPU the other runs took no longer moves
-        it (RunDeadline.move)."""
+        """Until one of `ends` is done; TimeoutError at `deadline`, once the time others keep the run off the CPU no
+        longer moves it (RunDeadline.move)."""
         while True:
             done, _ = await asyncio.wait(ends, timeout=max(0.0, deadline.at - time.monotonic()),
                                          return_when=asyncio.FIRST_COMPLETED)

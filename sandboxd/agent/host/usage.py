@@ -44,9 +44,16 @@ shares it per thread, not per run: beside a run of 250 busy processes, a
 run that needed 0.1 s of CPU got so little of it that it was charged
 TIMEOUT at its 3 s deadline (red team). The same sweep reads each
 watched process's /proc/<pid>/schedstat: the time it ran and the time it
-waited on a run queue, ready to run. A run that ends at its deadline
-having waited for a CPU at least half its time, and half of its last
-RECENT_WAIT_SECONDS, while the other runs took several times its CPU
+waited on a run queue, ready to run, and /proc/<pid>/stat: its state
+and what all its threads ran. A run's deadline moves on by the time it
+was kept off a CPU it could have used (CpuShare.kept_off_seconds): its
+wait, to no more than the sandbox's CPUs over its life less what its own
+processes and threads ran, so that waiting behind itself earns nothing,
+while waiting behind the other runs or behind the host's other load
+(other containers, CI's jobs) does (runner.others_took). A run that ends
+at its deadline having waited for a CPU at least half its time, and half
+of its last RECENT_WAIT_SECONDS, while the other runs took several times
+its CPU, or kept off more than its deadline could move for
 (runner.starved_out) was not given the CPU to finish: it runs again
 elsewhere. A session's cell, which cannot run
 twice, is answered uncharged instead, judged by its share over the cell
@@ -109,6 +116,17 @@ RECENT_WAIT_SECONDS = 0.5
 # Looks kept per run: a deadline that moves looks every 10 ms at most
 # (runner.DEADLINE_MIN_MOVE), so 64 looks cover RECENT_WAIT_SECONDS.
 RECENT_LOOKS = 64
+# /proc/<pid>/stat counts a process's CPU in clock ticks (utime, stime). Read
+# for each watched process at each look beside its schedstat: 13 us a read here
+# (schedstat's, 7 us), under load.
+CLOCK_TICK_NS = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+# schedstat counts a wait only once it ends, when the process runs: the wait
+# in progress at a look is not in it (beside a host at load 20, a run that
+# got 7% of a CPU had waits of tens of ms). A process ready to run (state R)
+# at two looks at least this far apart whose main thread ran nothing between
+# them waited all that time; a running one's count moves at each scheduler
+# tick (4 ms at HZ=250, 10 ms at 100), so a shorter gap could be a tick's lag.
+WAITING_NOW_MIN_SECONDS = 0.02
 
 
 def _read(path: str, size: int = 1 << 16) -> bytes | None:
@@ -180,6 +198,18 @@ def schedstat(pid: int) -> tuple[int, int] | None:
     if len(fields) < 2 or not (fields[0].isdigit() and fields[1].isdigit()):
         return None
     return int(fields[0]), int(fields[1])
+
+
+def process_stat(pid: int) -> tuple[bytes, int] | None:
+    """(`pid`'s state letter, ns all its threads have run, to the clock tick) from /proc/<pid>/stat; None once it is
+    gone."""
+    text = _read(f"/proc/{pid}/stat", 1024)
+    # "pid (comm) S ...": the command may hold spaces and parentheses. After it, proc(5)'s fields 3 (state), 14 and 15
+    # (utime and stime, the threads' own and those of threads gone) are the 1st, 12th and 13th.
+    fields = text[text.rfind(b")") + 2:].split() if text else []
+    if len(fields) < 13 or not (fields[11].isdigit() and fields[12].isdigit()):
+        return None
+    return fields[0], (int(fields[11]) + int(fields[12])) * CLOCK_TICK_NS
 
 
 def runnable_job_tasks() -> int:
@@ -308,6 +338,24 @@ class WatchedRun:
         default_factory=lambda: deque([(time.monotonic(), 0)], maxlen=RECENT_LOOKS))
     # Set at its deadline's look (close_looks): what it waited lately is what stood then.
     looks_closed: bool = False
+    # What all its processes' threads ran (process_stat, at least what schedstat counts of their main threads),
+    # summed like cpu_ns: the CPU its own processes could have kept one another waiting for.
+    all_threads_ns: int = 0
+    # Each process's all_threads_ns as last seen.
+    seen_all_threads: dict[int, int] = field(default_factory=dict)
+    # Each process seen ready to run (state R): what its main thread had run then, and since when it was seen so.
+    ready_since: dict[int, tuple[int, float]] = field(default_factory=dict)
+    # The wait in progress at the last look, summed over its processes (WAITING_NOW_MIN_SECONDS), and how many of
+    # its processes were ready to run (running or waiting) then.
+    waiting_now_ns: int = 0
+    ready_now: int = 0
+    # What of its wait counts as others' (credit_wait), and waited_ns and the others' CPU as of the last look.
+    credited_ns: int = 0
+    waited_at_look_ns: int = 0
+    others_at_look_ns: int = 0
+    # When the watch began (time.monotonic()), and the time of the last look, closed or not.
+    started_at: float = field(default_factory=time.monotonic)
+    counted_at: float = field(default_factory=time.monotonic)
 
     def count_cpu(self, pid: int, ran_ns: int, waited_ns: int) -> int:
         """Add what `pid` ran and waited since the last look; returns the CPU added (ns)."""
@@ -319,8 +367,47 @@ class WatchedRun:
         self.waited_ns += max(0, waited_ns - seen_waited)
         return ran_ns - seen_ran
 
+    def count_threads(self, pid: int, ran_ns: int, state: bytes, all_threads_ns: int, now: float) -> None:
+        """Add what `pid`'s threads ran since the last look (`ran_ns`: its main thread's, by schedstat), and the wait
+        in progress if it is `state` R at `now` with its main thread's count unmoved (WAITING_NOW_MIN_SECONDS)."""
+        all_threads_ns = max(all_threads_ns, ran_ns)
+        seen = self.seen_all_threads.get(pid, 0)
+        if all_threads_ns < seen:  # the pid was taken again (count_cpu)
+            seen = 0
+        self.seen_all_threads[pid] = all_threads_ns
+        self.all_threads_ns += all_threads_ns - seen
+        if state != b"R":
+            self.ready_since.pop(pid, None)
+            return
+        self.ready_now += 1
+        ready = self.ready_since.get(pid)
+        if ready is None or ready[0] != ran_ns:
+            self.ready_since[pid] = (ran_ns, now)
+        elif now - ready[1] >= WAITING_NOW_MIN_SECONDS:
+            self.waiting_now_ns += int((now - ready[1]) * 1e9)
+
+    def credit_wait(self, cpus: float, all_runs_ns: int) -> None:
+        """Count what its processes waited since the last look as others' doing, once a look has counted them all;
+        `all_runs_ns`: what the watched runs, this one with them, have run since its watch began.
+
+        Where more of its processes were ready to run at the look than the
+        sandbox has CPUs (`cpus`), they waited for one another: only what
+        the other runs ran meanwhile counts, and the wait in progress not at
+        all. Processes that live less than a sweep escape every count of
+        CPU (an autoreaped child's is nowhere once it is gone), but a run
+        that keeps its main process waiting behind a stream of them has
+        them at every look.
+        """
+        waited, others = self.waited_ns - self.waited_at_look_ns, all_runs_ns - self.cpu_ns - self.others_at_look_ns
+        self.waited_at_look_ns, self.others_at_look_ns = self.waited_ns, all_runs_ns - self.cpu_ns
+        if self.ready_now > max(1.0, cpus):
+            waited = min(waited, max(0, others))
+            self.waiting_now_ns = 0
+        self.credited_ns += max(0, waited)
+
     def look(self, now: float) -> None:
         """Note what its processes have waited by `now`, once a look has counted them all."""
+        self.counted_at = now
         if not self.looks_closed:
             self.looks.append((now, self.waited_ns))
 
@@ -351,6 +438,11 @@ class CpuMark:
     all_cpu_ns: int
     cpu_ns: int
     waited_ns: int
+    # When (time.monotonic()), what all the run's threads had run then (WatchedRun.all_threads_ns), and what of
+    # its wait counted as others' (WatchedRun.credited_ns).
+    at: float = 0.0
+    all_threads_ns: int = 0
+    credited_ns: int = 0
 
 
 @dataclass(frozen=True)
@@ -365,6 +457,12 @@ class CpuShare:
     # The share of its last RECENT_WAIT_SECONDS up to the last look (its deadline's count_now, or a sweep
     # when the judge gave up on it) that it waited for a CPU, summed over its processes; None: too young to tell.
     waited_lately: float | None = None
+    # The time it was kept off a CPU it could have used, by the other runs or by the host's other load: what it
+    # waited (the wait in progress at the last look too), to no more than the sandbox's CPUs over its life less
+    # what all its threads ran (UsageWatch.cpus). On a CPU of its own it waits for nobody; behind its own threads
+    # or processes, it waits while the CPUs are its own; and while more of its processes were ready to run than
+    # there are CPUs, only what the other runs ran counts (WatchedRun.credit_wait).
+    kept_off_seconds: float = 0.0
 
 
 class UsageWatch:
@@ -373,6 +471,8 @@ class UsageWatch:
     def __init__(self) -> None:
         self._runs: dict[int, WatchedRun] = {}
         self._task: asyncio.Task[None] | None = None
+        # The sandbox's CPUs (its quota), from the daemon's hello: what its runs can have at once. 1 while unknown.
+        self.cpus = 1.0
         # The CPU every watched run's processes ran while watched, summed: a run's neighbours got
         # what this grew by during its life, less its own.
         self.cpu_ns = 0
@@ -394,29 +494,36 @@ class UsageWatch:
 
     def share_of(self, run: WatchedRun, since: CpuMark | None = None) -> CpuShare:
         """`run`'s CPU so far (or since `since`, a `mark`), as of the last sweep (or `count_now`)."""
-        since = since or CpuMark(run.all_cpu_ns_at_start, 0, 0)
+        since = since or CpuMark(run.all_cpu_ns_at_start, 0, 0, run.started_at)
         ran, waited = run.cpu_ns - since.cpu_ns, run.waited_ns - since.waited_ns
         others = self.cpu_ns - since.all_cpu_ns - ran
+        room = self.cpus * max(0.0, run.counted_at - since.at) - (run.all_threads_ns - since.all_threads_ns) * NS
+        kept_off = max(0.0, min((run.credited_ns - since.credited_ns + run.waiting_now_ns) * NS, room))
         return CpuShare(ran * NS, waited * NS, max(0, others) * NS, run.most_processes,
-                        run.waited_since(RECENT_WAIT_SECONDS))
+                        run.waited_since(RECENT_WAIT_SECONDS), kept_off)
 
     def mark(self, run: WatchedRun) -> CpuMark:
         """Where `run` and the others stand now, as of the last sweep: for a share over part of its life (a
         session's cell)."""
-        return CpuMark(self.cpu_ns, run.cpu_ns, run.waited_ns)
+        return CpuMark(self.cpu_ns, run.cpu_ns, run.waited_ns, run.counted_at, run.all_threads_ns, run.credited_ns)
 
     def count_now(self, run: WatchedRun) -> None:
         """Count `run`'s CPU up to this moment (at its deadline, before it is killed): a sweep may be 50 ms old."""
         pids = processes_of({run.uid}).get(run.uid, [])
         run.most_processes = max(run.most_processes, len(pids))
+        now, run.waiting_now_ns, run.ready_now = time.monotonic(), 0, 0
         for pid in pids:
-            self._count_cpu(run, pid)
-        run.look(time.monotonic())
+            self._count_cpu(run, pid, now)
+        run.credit_wait(self.cpus, self.cpu_ns - run.all_cpu_ns_at_start)
+        run.look(now)
 
-    def _count_cpu(self, run: WatchedRun, pid: int) -> None:
+    def _count_cpu(self, run: WatchedRun, pid: int, now: float) -> None:
         times = schedstat(pid)
         if times is not None:
             self.cpu_ns += run.count_cpu(pid, *times)
+            stat = process_stat(pid)
+            if stat is not None:
+                run.count_threads(pid, times[0], *stat, now)
 
     async def _sweeping(self) -> None:
         while self._runs:
@@ -431,13 +538,17 @@ class UsageWatch:
         for run in list(self._runs.values()):
             pids = processes.get(run.uid, [])
             run.most_processes = max(run.most_processes, len(pids))
+            now, run.waiting_now_ns, run.ready_now = time.monotonic(), 0, 0
             for pid in pids:
                 restore_oom_score(pid)
-                self._count_cpu(run, pid)
-            run.look(time.monotonic())
+                self._count_cpu(run, pid, now)
+            run.credit_wait(self.cpus, self.cpu_ns - run.all_cpu_ns_at_start)
+            run.look(now)
             if len(run.seen) > len(pids):
                 # Those gone are reaped: a session forking all its life would otherwise keep every pid it had.
                 run.seen = {pid: run.seen[pid] for pid in pids if pid in run.seen}
+                run.seen_all_threads = {pid: run.seen_all_threads[pid] for pid in pids if pid in run.seen_all_threads}
+                run.ready_since = {pid: run.ready_since[pid] for pid in pids if pid in run.ready_since}
             if run.on_counted is not None:
                 run.on_counted()
             if run.limit and not run.over and pids and not run.paused:

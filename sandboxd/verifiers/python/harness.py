@@ -1390,15 +1390,18 @@ def run_tests(
     tests that ran keep their verdicts (a job's reward as a fraction of its
     cases counts them). Past that the caller enforces the deadline by
     killing both processes. Both move on by what ``cpu_credit()`` grows by
-    meanwhile (the seconds the sandbox's other runs had the CPU while the
-    candidate waited for one), up to ``deadline_stretch`` times their span.
+    meanwhile (the seconds the sandbox's other runs or the host's other load
+    kept the candidate off a CPU it could have used), up to
+    ``deadline_stretch`` times their span; ``past_stretch`` says whether the
+    deadline the judge gave up on last had moved that far, the credit grown
+    further (the candidate did not have its time).
     ``on_result`` gets each test's result as soon as it is known.
     The channel is shut down for writing at the end, which ends the candidate.
 
     Returns ``{"passed": bool, "passed_count": int, "total": int,
     "status": str, "message": str, "load_error": {"type", "message"} | None,
-    "candidate_died": bool, "tests": [{"index", "passed", "status",
-    "message"}]}``. Test statuses: ``ok``, ``wrong_answer``, ``runtime_error``
+    "candidate_died": bool, "past_stretch": bool, "tests": [{"index", "passed",
+    "status", "message"}]}``. Test statuses: ``ok``, ``wrong_answer``, ``runtime_error``
     (the candidate raised, or the test code did), ``timeout``, ``total_time``
     (``time_for_all`` ran out during the call or before it), ``died`` (the
     candidate exited or broke the protocol), ``load_error`` (the program
@@ -1463,6 +1466,7 @@ def run_tests(
         "message": "" if first_failure is None else str(first_failure["message"]),
         "load_error": remote.load_error,
         "candidate_died": isinstance(remote.broken, CandidateDied) and remote.load_error is None,
+        "past_stretch": remote.past_stretch,
         "tests": tests,
     }
 

@@ -1024,12 +1024,18 @@ class JudgeEndpoint(Endpoint):
         self.max_frame_bytes = max_frame_bytes
         # When all the tests' time runs out (time.monotonic()), whatever call is then in flight.
         self.deadline = deadline
-        # The seconds the other runs of the sandbox have had the CPU while the
-        # candidate waited for one, as its agent counts them: each deadline
-        # moves on by what they took meanwhile, up to deadline_stretch times
-        # its span (sandboxd.agent.host.runner.RunDeadline, the same rule).
+        # The seconds others (the sandbox's other runs, the host's other load)
+        # have kept the candidate off a CPU it could have used, as its agent
+        # counts them: each deadline moves on by what they took meanwhile, up
+        # to deadline_stretch times its span (sandboxd.agent.host.runner.RunDeadline,
+        # the same rule).
         self.cpu_credit = cpu_credit
         self.deadline_stretch = max(1.0, deadline_stretch)
+        # Whether the deadline the judge gave up on had moved by the whole stretch, the candidate kept off the CPU
+        # longer still: it did not have its time to run (its agent retries it rather than charge it); and that of
+        # the call in flight, as last asked.
+        self.past_stretch = False
+        self._call_past_stretch = False
         self.started = time.monotonic()
         self.credit_at_start = self._credit()
         self.call_timeout = call_timeout
@@ -1058,18 +1064,23 @@ class JudgeEndpoint(Endpoint):
     def _credit(self) -> float:
         return self.cpu_credit() if self.cpu_credit is not None else 0.0
 
-    def _moved(self, started: float, span: float, credit_then: float) -> float:
+    def _moved(self, started: float, span: float, credit_then: float) -> tuple[float, bool]:
         """`span` after `started`, moved on by the credit since then (up to the stretch) once that has passed: the
-        credit is read only then, off a call's usual path."""
+        credit is read only then, off a call's usual path; and whether the credit grew past the stretch."""
         ends = started + span
         if time.monotonic() < ends:
-            return ends
-        return ends + min(max(0.0, self._credit() - credit_then), (self.deadline_stretch - 1.0) * span)
+            return ends, False
+        credit, most = max(0.0, self._credit() - credit_then), (self.deadline_stretch - 1.0) * span
+        return ends + min(credit, most), credit > most
 
-    def _time_for_all_ends(self) -> float | None:
+    def _time_for_all_moved(self) -> tuple[float, bool] | None:
         if self.deadline is None:
             return None
         return self._moved(self.started, self.deadline - self.started, self.credit_at_start)
+
+    def _time_for_all_ends(self) -> float | None:
+        moved = self._time_for_all_moved()
+        return None if moved is None else moved[0]
 
     def _deadline(self) -> Callable[[], float] | None:
         """The deadline of a call starting now, as it stands whenever asked (None: none)."""
@@ -1078,12 +1089,14 @@ class JudgeEndpoint(Endpoint):
         call_started, credit_then, call_timeout = time.monotonic(), self._credit(), self.call_timeout
 
         def now() -> float:
-            for_all = self._time_for_all_ends()
+            for_all = self._time_for_all_moved()
             if call_timeout is None:
                 assert for_all is not None  # one of the two is set (above)
-                return for_all
+                ends, self._call_past_stretch = for_all
+                return ends
             call_ends = self._moved(call_started, call_timeout, credit_then)
-            return call_ends if for_all is None else min(call_ends, for_all)
+            ends, self._call_past_stretch = call_ends if for_all is None or call_ends[0] <= for_all[0] else for_all
+            return ends
 
         return now
 
@@ -1095,6 +1108,11 @@ class JudgeEndpoint(Endpoint):
 
     def _break(self, exc: CandidateDied | CandidateTimeout) -> NoReturn:
         self.broken = exc
+        if isinstance(exc, TestsTimeUp):
+            for_all = self._time_for_all_moved()
+            self.past_stretch = for_all is not None and for_all[1]
+        elif isinstance(exc, CandidateTimeout):
+            self.past_stretch = self._call_past_stretch
         raise exc
 
     def receive(self, deadline: Deadline) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from sandboxd.agent.host import cleanup, errors, jobhost, jobs, runner, tmpspace
+from sandboxd.agent.host import cleanup, errors, jobhost, jobs, runner, tmpspace, usage
 from sandboxd.agent.host import controller as controller_module
 from sandboxd.agent.host.errors import SandboxDamaged
 from sandboxd.agent.host.jobhost import UidPool
@@ -1015,6 +1015,41 @@ def test_function_tests_cut_by_the_jobs_time_keep_the_verdicts_before_it(
         ("timeout", "total_time", "killed when the job's 1.5 s for all its tests ran out"),
         ("timeout", "total_time", "not run: the job's 1.5 s for all its tests ran out")]
     assert result["code"]["tests_passed"] == 1 and result["status"] == "timeout", result
+
+
+@pytest.mark.parametrize("past_stretch", [True, False], ids=["kept-off-past-the-stretch", "had-its-time"])
+def test_a_call_whose_deadline_moved_by_the_whole_stretch_is_retried_not_charged(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, past_stretch: bool) -> None:
+    """The judge gave up on a call whose deadline had moved by the whole stretch, the candidate kept off the CPU
+    longer still (by the host's other load: its neighbours ran no more than it did). Over the candidate's life, two
+    calls that ran before it, it was kept off less than 1 - 1 / DEADLINE_STRETCH of its time: only the judge's word
+    tells that it did not have its time. Such a job is run again (SandboxFull); one whose call had its time keeps
+    its TIMEOUT."""
+    controller = bare_controller(tmp_path, monkeypatch)
+    share = usage.CpuShare(ran_seconds=1.0, waited_seconds=2.2, others_ran_seconds=0.5, waited_lately=0.9,
+                           kept_off_seconds=2.2)
+
+    async def candidate_run(spec: runner.RunSpec, *, settle: bool = True) -> runner.RunOutcome:
+        outcome = await until_the_judge_hangs_up(spec)
+        outcome.wall_seconds, outcome.cpu_share = 3.5, share
+        return outcome
+
+    async def judge(request: dict[str, Any], peer: socket.socket, cpu_credit_fd: int, timeout: float,
+                    share: Any = None) -> Any:
+        tests = [{"index": 0, "passed": True, "status": "ok", "message": ""},
+                 {"index": 1, "passed": True, "status": "ok", "message": ""},
+                 {"index": 2, "passed": False, "status": "timeout",
+                  "message": "the candidate did not answer within 1 s"}]
+        return "ok", {"passed": False, "passed_count": 2, "total": 3, "status": "timeout", "tests": tests,
+                      "past_stretch": past_stretch}, ""
+
+    monkeypatch.setattr(controller.host.runner, "run", candidate_run)
+    monkeypatch.setattr(controller.jobs.judges, "judge", judge)
+    reply = _run(controller, dict(JUDGED_JOB, plan={"kind": "function", "total": 3, "stdio": []}))
+    if past_stretch:
+        assert reply.get("full") is True and "kept off a CPU for 2.20 s" in reply["error"], reply
+    else:
+        assert reply["result"]["status"] == "timeout" and reply["result"]["limit"] == "wall_time", reply
 
 
 def test_a_program_or_reply_too_large_for_the_judge_is_the_memory_limit(

@@ -202,6 +202,32 @@ def test_schedstat_reads_what_a_process_ran_and_waited_and_nothing_of_a_gone_one
     assert usage.schedstat(gone.pid) is None
 
 
+def test_process_stat_reads_a_process_state_and_what_all_its_threads_ran() -> None:
+    """schedstat counts a process's main thread only: a thread that spins is in /proc/<pid>/stat's count."""
+    stop = threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            pass
+
+    spinner = threading.Thread(target=spin)
+    spinner.start()
+    try:
+        started = usage.process_stat(os.getpid())
+        assert started is not None
+        while (now := usage.process_stat(os.getpid())) is not None and now[1] - started[1] < 0.2e9:
+            stop.wait(0.01)
+    finally:
+        stop.set()
+        spinner.join()
+    own = usage.schedstat(os.getpid())
+    assert now is not None and own is not None and now[0] == b"R"  # it is reading: running
+    assert now[1] - started[1] >= 0.2e9 and now[1] > own[0]
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    assert usage.process_stat(gone.pid) is None
+
+
 def test_a_run_counts_only_what_its_processes_ran_since_the_last_look() -> None:
     run = usage.WatchedRun(uid=1, limit=0, bounded_alone=False, on_over=None)
     assert run.count_cpu(5, 100, 10) == 100
@@ -372,33 +398,154 @@ def test_a_share_since_a_mark_counts_from_there() -> None:
     assert (life.ran_seconds, life.waited_seconds, life.others_ran_seconds) == pytest.approx((1.1, 1.9, 4.8))
 
 
-def test_a_deadline_moves_by_what_the_others_ran_while_the_run_waited_and_no_further() -> None:
-    def share(ran: float, waited: float, others: float, processes: int = 1) -> usage.CpuShare:
-        return usage.CpuShare(ran_seconds=ran, waited_seconds=waited, others_ran_seconds=others,
-                              most_processes=processes)
+MS = 1_000_000
 
-    # The red team's case: a 0.53 s program beside a busy loop in a one-CPU sandbox, at its 1 s deadline.
-    assert others_took(share(0.5, 0.5, 0.5), 2.0) == 0.5
-    assert others_took(share(1.0, 0.0, 0.0), 2.0) == 0.0  # alone: it had the CPU
-    assert others_took(share(0.0, 0.0, 1.0), 2.0) == 0.0  # asleep: it waited for no CPU
-    assert others_took(share(0.3, 0.7, 0.0), 2.0) == 0.0  # behind its own threads, or the host's load
-    assert others_took(share(0.5, 1.5, 0.5), 2.0) == 0.5  # its waits are summed over its processes: not past theirs
-    assert others_took(share(0.1, 5.0, 5.0), 2.0) == 2.0  # no further than asked
-    assert others_took(share(0.1, 5.0, 5.0, processes=STARVED_MAX_PROCESSES + 1), 2.0) == 0.0  # a fork bomb
+
+def kept_off(processes: list[tuple[int, int, int]], *, seconds: float = 1.0, cpus: float = 1.0, ready: int = 0,
+             others_ms: int = 0) -> float:
+    """What share_of says others kept a run off the CPU after `seconds` of watch, on `cpus` CPUs, its processes
+    having (ms) run on their main thread, waited on a run queue, and run on all their threads; the first `ready`
+    of them ready to run at the look, and the other runs having run `others_ms`."""
+    watch = usage.UsageWatch()
+    watch.cpus = cpus
+    run = usage.WatchedRun(uid=1, limit=0, bounded_alone=False, on_over=None, started_at=100.0)
+    watch.cpu_ns += others_ms * MS
+    for pid, (ran, waited, all_threads) in enumerate(processes, start=5):
+        watch.cpu_ns += run.count_cpu(pid, ran * MS, waited * MS)
+        run.count_threads(pid, ran * MS, b"R" if pid - 5 < ready else b"S", all_threads * MS, 100.0 + seconds)
+    run.credit_wait(watch.cpus, watch.cpu_ns)
+    run.look(100.0 + seconds)
+    return watch.share_of(run).kept_off_seconds
+
+
+def test_a_run_is_kept_off_the_cpu_by_its_neighbours_and_by_the_hosts_load_but_not_by_itself() -> None:
+    # Beside a busy loop in a one-CPU sandbox: half of it (the red team's case, a 0.53 s program at its 1 s).
+    assert kept_off([(500, 500, 500)]) == pytest.approx(0.5)
+    # Beside a busy loop on a host at load 20 (two CPUs): it ran 69 ms and waited 981 ms in 1.05 s, its neighbour
+    # ran 29 ms. Only the neighbour's 29 ms moved its deadline, and it was charged TIMEOUT at 1.03 s.
+    assert kept_off([(69, 981, 69)], seconds=1.05) == pytest.approx(0.981)
+    assert kept_off([(1000, 0, 1000)]) == 0.0  # alone: it had the CPU
+    assert kept_off([(0, 0, 0)]) == 0.0  # asleep: it waited for no CPU
+    # Behind its own threads (its main thread waited, its other threads had the CPU), or its own processes.
+    assert kept_off([(100, 900, 1000)]) == 0.0
+    assert kept_off([(250, 750, 250)] * 4) == 0.0
+    # Four processes of its own, and the host took half the CPU: that half, not their summed waits.
+    assert kept_off([(125, 875, 125)] * 4) == pytest.approx(0.5)
+    # A sandbox of half a CPU throttles a lone busy run half the time: its own quota, not others'.
+    assert kept_off([(500, 500, 500)], cpus=0.5) == 0.0
+    assert kept_off([(250, 750, 250)], cpus=0.5) == pytest.approx(0.25)
+    # On two CPUs two busy processes wait for nobody but the host.
+    assert kept_off([(1000, 0, 1000)] * 2, cpus=2.0) == 0.0
+    assert kept_off([(500, 500, 500)] * 2, cpus=2.0) == pytest.approx(1.0)  # summed over them, as their waits are
+
+
+def test_a_run_crowded_by_its_own_processes_at_a_look_earns_only_what_the_others_ran() -> None:
+    """Processes that live less than a sweep escape every count of CPU: a busy main process beside a stream of
+    autoreaped 10 ms children waited most of its time behind them, and they were nowhere in the count of its CPU.
+    But a stream keeps some of them at every look: more of its processes ready to run than the sandbox has CPUs."""
+    # Its main process ran 0.25 s and waited 0.75 s behind three children that the counts missed but for 30 ms:
+    # by the CPU counted, the sandbox's CPU was others' for 0.72 s.
+    crowded = [(250, 750, 250), (10, 10, 10), (10, 10, 10), (10, 10, 10)]
+    assert kept_off(crowded) == pytest.approx(0.72)
+    assert kept_off(crowded, ready=4) == 0.0  # but all four were ready to run at the look
+    assert kept_off(crowded, ready=4, others_ms=200) == pytest.approx(0.2)  # what a neighbour ran meanwhile
+    assert kept_off(crowded, ready=2, cpus=2.0) == pytest.approx(0.78)  # as many as the CPUs: not crowded
+    assert kept_off([(500, 500, 500)], ready=1) == pytest.approx(0.5)  # one, waiting or running: not crowded
+
+
+def test_the_wait_in_progress_counts_once_a_ready_process_has_not_run_for_two_looks() -> None:
+    """schedstat counts a wait once it ends: a process ready to run (R) whose count did not move between two looks
+    waited all that time, and it counts before it gets the CPU; then its wait counts once, as schedstat's."""
+    watch = usage.UsageWatch()
+    run = usage.WatchedRun(uid=1, limit=0, bounded_alone=False, on_over=None, started_at=100.0)
+
+    def look(now: float, ran_ms: int, waited_ms: int, state: bytes) -> float:
+        run.waiting_now_ns, run.ready_now = 0, 0
+        watch.cpu_ns += run.count_cpu(5, ran_ms * MS, waited_ms * MS)
+        run.count_threads(5, ran_ms * MS, state, ran_ms * MS, now)
+        run.credit_wait(watch.cpus, watch.cpu_ns)
+        run.look(now)
+        return watch.share_of(run).kept_off_seconds
+
+    assert look(100.5, 50, 100, b"R") == pytest.approx(0.1)  # it ran then: its wait from then on is not known
+    assert look(100.6, 50, 100, b"R") == pytest.approx(0.2)  # ready, and it ran nothing since: it waited
+    assert look(100.9, 50, 100, b"R") == pytest.approx(0.5)
+    assert look(101.0, 60, 500, b"R") == pytest.approx(0.5)  # it ran: its wait is schedstat's, counted once
+    assert look(101.5, 60, 500, b"S") == pytest.approx(0.5)  # asleep: not waiting
+    # A running process's count moves only at the scheduler's tick: two looks that close tell nothing.
+    assert look(101.6, 70, 500, b"R") == pytest.approx(0.5)
+    assert look(101.61, 70, 500, b"R") == pytest.approx(0.5)
+    # Not past the sandbox's CPU less its own, whatever it seems to wait.
+    assert look(103.0, 70, 500, b"R") == pytest.approx(min(0.5 + 1.4, 3.0 - 0.07))
+
+
+def test_a_cells_kept_off_time_counts_from_its_mark() -> None:
+    watch = usage.UsageWatch()
+    run = usage.WatchedRun(uid=1, limit=0, bounded_alone=False, on_over=None, started_at=100.0)
+    watch.cpu_ns += run.count_cpu(5, 1000 * MS, 200 * MS)  # earlier cells: it ran 1 s and waited 0.2 s in 2 s
+    run.count_threads(5, 1000 * MS, b"S", 1000 * MS, 102.0)
+    run.credit_wait(watch.cpus, watch.cpu_ns)
+    run.look(102.0)
+    mark = watch.mark(run)
+    watch.cpu_ns += run.count_cpu(5, 1100 * MS, 1900 * MS)  # the cell: ran 0.1 s, waited 1.7 s in 2 s
+    run.count_threads(5, 1100 * MS, b"R", 1100 * MS, 104.0)
+    run.credit_wait(watch.cpus, watch.cpu_ns)
+    run.look(104.0)
+    assert watch.share_of(run, since=mark).kept_off_seconds == pytest.approx(1.7)
+    assert watch.share_of(run).kept_off_seconds == pytest.approx(1.9)
+
+
+def test_a_deadline_moves_by_the_time_others_kept_the_run_off_the_cpu_and_no_further() -> None:
+    def share(kept_off: float, processes: int = 1) -> usage.CpuShare:
+        return usage.CpuShare(ran_seconds=0.1, waited_seconds=kept_off, others_ran_seconds=0.0,
+                              most_processes=processes, kept_off_seconds=kept_off)
+
+    assert others_took(share(0.5), 2.0) == 0.5
+    assert others_took(share(0.0), 2.0) == 0.0
+    assert others_took(share(5.0), 2.0) == 2.0  # no further than asked
+    assert others_took(share(5.0, processes=STARVED_MAX_PROCESSES + 1), 2.0) == 0.0  # a fork bomb
     assert others_took(None, 2.0) == 0.0
 
     deadline = RunDeadline(started=100.0, timeout=1.0)
     assert deadline.at == 101.0
-    assert deadline.move(share(0.5, 0.5, 0.5))
+    assert deadline.move(share(0.5))
     assert (deadline.at, deadline.moved_seconds) == (101.5, 0.5)
     # It waited through its moved deadline too: it moves again, by what they have taken since.
-    assert deadline.move(share(0.75, 0.75, 0.75))
+    assert deadline.move(share(0.75))
     assert deadline.at == 101.75
-    assert not deadline.move(share(0.76, 0.755, 0.755))  # less than DEADLINE_MIN_MOVE more: it ends
+    assert not deadline.move(share(0.755))  # less than DEADLINE_MIN_MOVE more: it ends
     assert deadline.at == 101.75
-    for _ in range(10):
-        deadline.move(share(0.1, 50.0, 50.0))
-    assert deadline.at == 100.0 + DEADLINE_STRETCH * 1.0
+    # Up to the stretch; past it, the run did not have its timeout.
+    assert not deadline.past_stretch
+    assert deadline.move(share(2.0))
+    assert deadline.at == 100.0 + DEADLINE_STRETCH and not deadline.past_stretch
+    assert not deadline.move(share(2.5))
+    assert deadline.at == 100.0 + DEADLINE_STRETCH and deadline.past_stretch
+
+
+def test_starved_when_kept_off_longer_than_its_deadline_could_move_for() -> None:
+    """Beside a host at load 20 the sandbox's runs all get a sliver of the CPU: the other runs' CPU tells nothing,
+    the time the run was kept off does. A run kept off more than 1 - 1 / DEADLINE_STRETCH of its time, at its
+    deadline moved by the whole stretch, did not have its timeout of time to run: it is retried."""
+    def share(ran: float, kept_off: float, lately: float | None = 0.95, processes: int = 1) -> usage.CpuShare:
+        return usage.CpuShare(ran_seconds=ran, waited_seconds=kept_off, others_ran_seconds=ran,
+                              most_processes=processes, waited_lately=lately, kept_off_seconds=kept_off)
+
+    stretched = DEADLINE_STRETCH * 1.0  # a 1 s timeout moved as far as it goes
+    assert starved_out(share(0.2, 2.8), stretched)  # 7% of a CPU up to the end
+    assert starved_out(share(0.2, 2.8, lately=None), stretched)
+    assert not starved_out(share(0.2, 2.8, lately=0.1), stretched)  # asleep at the end: a CPU would not save it
+    assert not starved_out(share(0.2, 2.8, processes=STARVED_MAX_PROCESSES + 1), stretched)
+    # A busy loop beside another, host or none: its deadline moved by what it waited, and it had its timeout.
+    assert not starved_out(share(1.0, 1.0), 2.0)
+    assert not starved_out(share(1.0, 2.0), 3.0)  # a third of the CPU: its timeout of it, at the stretch
+    assert starved_reason(share(0.2, 2.8), 3.0) == (
+        "the host's other load and the sandbox's other runs took its CPU: in 3.00 s this run ran 0.20 s and was kept "
+        "off a CPU for 2.80 s, more than its deadline could move for (3 times its timeout); the other runs ran 0.20 s")
+    # Its judge's word for a call whose deadline moved by the whole stretch, a call among others that ran.
+    assert not starved_out(share(1.0, 2.0), 5.0)
+    assert starved_out(share(1.0, 2.0), 5.0, past_stretch=True)
+    assert not starved_out(share(1.0, 2.0, lately=0.1), 5.0, past_stretch=True)
 
 
 def _outcome(wait_status: int, *, killed_for: str = "", oom_kills: int | None = 1, max_rss: int = 0,

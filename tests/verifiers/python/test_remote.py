@@ -4,11 +4,14 @@ the attacks on the new paths (each run for real: a candidate process and a judge
 from __future__ import annotations
 
 import os
+import socket
+import types
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from sandboxd.verifiers.python import remote as pyremote
 from tests.verifiers.test_code import harness
 
 pytestmark = pytest.mark.timeout(60)
@@ -400,3 +403,36 @@ def test_share_files_reads_a_folder_again_when_it_changed_within_the_clocks_step
     os.chmod(folder / "sub" / "deep", 0o600)
     share_files(str(folder))
     assert (folder / "sub" / "deep").stat().st_mode & 0o777 == 0o666
+
+
+@pytest.mark.parametrize("call_timeout", [1.0, None], ids=["a-call", "the-time-for-all"])
+def test_a_deadline_given_up_on_says_whether_the_candidate_was_kept_off_past_the_stretch(
+        monkeypatch: pytest.MonkeyPatch, call_timeout: float | None) -> None:
+    """A deadline moves by the candidate's CPU credit up to the stretch; the judge that gives up on it says whether
+    the credit grew further (the candidate did not have its time: its agent retries it rather than charge it)."""
+    clock, credit = [100.0], [0.0]
+    monkeypatch.setattr(pyremote, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        remote = pyremote.JudgeEndpoint(ours, 1 << 20, call_timeout, deadline=None if call_timeout else 101.0,
+                                        cpu_credit=lambda: credit[0], deadline_stretch=3.0)
+        ends = remote._deadline()
+        assert ends is not None and ends() == 101.0
+        clock[0], credit[0] = 101.5, 1.0  # it waited for a CPU 1 s of its 1.5
+        assert ends() == 102.0 and not remote.time_up()
+        clock[0], credit[0] = 103.5, 2.5  # and 2.5 s of its 3.5: the deadline moved by 2 s and no further
+        assert ends() == 103.0 and remote.past_stretch is False
+        gave_up = pyremote.CandidateTimeout("no answer") if call_timeout else pyremote.TestsTimeUp("time up")
+        with pytest.raises(pyremote.CandidateTimeout):
+            remote._break(gave_up)
+        assert remote.past_stretch is True
+        # One that waited no more than the stretch covers had its time.
+        clock[0], credit[0] = 100.0, 0.0
+        remote = pyremote.JudgeEndpoint(ours, 1 << 20, call_timeout, deadline=None if call_timeout else 101.0,
+                                        cpu_credit=lambda: credit[0], deadline_stretch=3.0)
+        ends = remote._deadline()
+        clock[0], credit[0] = 102.0, 1.0
+        assert ends is not None and ends() == 102.0
+        with pytest.raises(pyremote.CandidateTimeout):
+            remote._break(gave_up)
+        assert remote.past_stretch is False
