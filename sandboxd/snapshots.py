@@ -34,6 +34,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 from sandboxd.backend import DockerBackend, profile_key
+from sandboxd.config import MIB
 
 log = logging.getLogger("sandboxd.snapshots")
 CHECKPOINT_NAME = "warm"
@@ -54,6 +55,33 @@ PROBE_EVERY = 16
 # daemon's life. A try costs a template's cold start and a dump, a few seconds
 # of a core here.
 RETRY_MAX_SECONDS = 6 * 3600.0
+# A template that held more than this share of its sandbox's memory limit is
+# not snapshotted: its pool starts cold (memory_too_tight). A restore needs
+# room beyond what the template dumped: CRIU maps the dump's private memory
+# before moving it into place, and on cgroup v1 the page cache of the image
+# files it reads is charged to the sandbox too. The math template (its zygote
+# without asyncio) peaks at 66 MiB under a 2 GiB limit (a math dump here held
+# 66 MiB of pages), so under a 64 MiB limit it fitted only by reclaim, at the
+# limit; its restores there were OOM-killed inside CRIU (a failed start) or
+# hung `criu restore`, and the engine's calls on that container, for 16
+# minutes. A quarter of the limit left free (16 MiB of the smallest sandbox,
+# 64 MiB; 512 MiB of the default 2 GiB) is a margin on the safe side, not a
+# measured bound: a skipped snapshot costs only start time (pool.restore =
+# auto starts cold anyway where cold starts are quicker), a restore without
+# room cost the engine.
+SNAPSHOT_MEMORY_SHARE = 0.75
+
+
+def memory_too_tight(held_bytes: int, limit_bytes: int, *, peak: bool = True) -> str:
+    """Why a template that held `held_bytes` (its cgroup's peak, or what it holds now where `peak` is false) under a
+    memory limit of `limit_bytes` is not snapshotted: its restores would not fit beside the limit
+    (SNAPSHOT_MEMORY_SHARE). "" where they fit, or where there is no limit (0)."""
+    if limit_bytes <= 0 or held_bytes <= SNAPSHOT_MEMORY_SHARE * limit_bytes:
+        return ""
+    held = "peaked at" if peak else "held"
+    return (f"the template {held} {held_bytes / MIB:.1f} MiB of its {limit_bytes / MIB:.1f} MiB memory limit, over "
+            f"{SNAPSHOT_MEMORY_SHARE:.0%} of it: a CRIU restore needs room beyond what it dumps (restores this close "
+            "to the limit were OOM-killed inside CRIU, or hung `criu restore` and the engine)")
 
 
 def retry_pause(failures: int, first: float) -> float:
@@ -188,7 +216,8 @@ class SnapshotStore:
         self.path: Path | None = None
 
     def disable(self, why: str) -> None:
-        """Never snapshot this pool: CRIU cannot work here, or its sandboxes hold state CRIU cannot capture."""
+        """Never snapshot this pool: CRIU cannot work here, its sandboxes hold state CRIU cannot capture, or its
+        restores would not fit in its sandboxes' memory (memory_too_tight)."""
         self.state = f"disabled: {why}"
         self.problem = why
 
@@ -262,6 +291,15 @@ class SnapshotStore:
         container_id = ""
         try:
             container_id = await make_template()
+            reading = await asyncio.to_thread(self._backend.memory_peak, container_id)
+            too_tight = "" if reading is None else memory_too_tight(reading[0], reading[1], peak=reading[2])
+            if too_tight:
+                shutil.rmtree(folder, ignore_errors=True)
+                # For good, so logged once: the template's memory is the same at every try (the key holds the
+                # limit and the code).
+                self.disable(too_tight)
+                log.warning("pool %s: no snapshot: %s; its sandboxes start cold", self._pool, too_tight)
+                return
             await asyncio.to_thread(self._backend.checkpoint, container_id, CHECKPOINT_NAME, str(folder),
                                     exit_after=True)
         except Exception as exc:

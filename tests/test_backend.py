@@ -43,3 +43,36 @@ def test_profile_key_follows_the_profile(monkeypatch: pytest.MonkeyPatch) -> Non
     assert key == backend.profile_key()
     monkeypatch.setattr(seccomp, "profile_json", lambda **_: "{}")
     assert backend.profile_key() != key
+
+
+class _StatsApi:
+    """docker-py's low-level client, as far as memory_peak asks it: one stats reply, or InvalidVersion for one_shot
+    (an engine before API 1.41)."""
+
+    def __init__(self, memory: dict, one_shot: bool = True) -> None:
+        self.memory, self.one_shot, self.calls = memory, one_shot, []
+
+    def stats(self, container: str, stream: bool = True, one_shot: bool | None = None) -> dict:
+        import docker.errors
+
+        self.calls.append(one_shot)
+        if one_shot is not None and not self.one_shot:
+            raise docker.errors.InvalidVersion("one_shot is not supported for API version < 1.41")
+        return {"memory_stats": self.memory}
+
+
+@pytest.mark.parametrize(("memory", "reading"), [
+    # cgroup v1: the peak, page cache included.
+    ({"usage": 40 << 20, "max_usage": 64 << 20, "limit": 64 << 20, "stats": {"cache": 20 << 20}},
+     (64 << 20, 64 << 20, True)),
+    # cgroup v2: no peak in Docker's stats, what the cgroup holds now.
+    ({"usage": 60 << 20, "limit": 64 << 20, "stats": {"inactive_file": 1 << 20}}, (60 << 20, 64 << 20, False)),
+    ({}, None),  # a container that is not running
+])
+def test_memory_peak_reads_the_cgroups_peak_where_the_engine_has_one(memory: dict, reading: object) -> None:
+    engine = object.__new__(backend.DockerBackend)
+    engine.api = _StatsApi(memory)  # type: ignore[assignment]
+    assert engine.memory_peak("c") == reading
+    old = object.__new__(backend.DockerBackend)
+    old.api = _StatsApi(memory, one_shot=False)  # type: ignore[assignment]
+    assert old.memory_peak("c") == reading and old.api.calls == [True, None]  # type: ignore[attr-defined]

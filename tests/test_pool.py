@@ -560,3 +560,75 @@ def test_an_owner_label_without_a_start_time_is_never_judged() -> None:
     identity, pid, _started = pool_module.owner_token().rsplit("/", 2)
     assert not pool_module.owner_is_dead(f"{identity}/{pid}/")
     assert not pool_module.owner_is_dead(f"{identity}/{10**30}/5")
+
+
+class SnapshottingEngine:
+    """An engine with checkpoints whose containers' memory reads `memory` (bytes held, limit, a peak)."""
+
+    experimental = True
+
+    def __init__(self, memory: tuple[int, int, bool]) -> None:
+        self.memory = memory
+        self.created = 0
+        self.starts: list[tuple[str, str]] = []
+        self.checkpoints: list[str] = []
+        self.removed: list[str] = []
+
+    def create(self, spec: object) -> str:
+        self.created += 1
+        return f"c{self.created}"
+
+    def start(self, container_id: str, checkpoint: str = "") -> None:
+        self.starts.append((container_id, checkpoint))
+
+    def init_pid(self, container_id: str) -> int:
+        return 1
+
+    def memory_peak(self, container_id: str) -> tuple[int, int, bool]:
+        return self.memory
+
+    def checkpoint(self, container_id: str, name: str, folder: str, *, exit_after: bool) -> None:
+        self.checkpoints.append(container_id)
+        (Path(folder) / name).mkdir()
+
+    def remove(self, container_id: str) -> None:
+        self.removed.append(container_id)
+
+
+@pytest.mark.parametrize(("peak_mib", "snapshotted"), [(64, False), (40, True)], ids=["at-the-limit", "roomy"])
+def test_a_pool_whose_template_nears_its_memory_limit_starts_cold(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, peak_mib: int, snapshotted: bool) -> None:
+    """A 64 MiB math pool's template peaked at its limit and was snapshotted; its restores were OOM-killed inside
+    CRIU or hung `criu restore` and the engine. No snapshot is taken of it now, and its sandboxes start cold."""
+    async def scenario() -> tuple[Pool, SnapshottingEngine, Sandbox]:
+        config = Config()
+        config.sandbox.memory_bytes = 64 << 20
+        config.sandbox.run_dir, config.sandbox.state_dir = str(tmp_path / "run"), str(tmp_path / "state")
+        config.pool.criu_check = False
+        engine = SnapshottingEngine((peak_mib << 20, 64 << 20, True))
+        pool = Pool("math", "sandboxd/math:test", engine, config, instance="i", node="n",  # type: ignore[arg-type]
+                    code_dir="/x", code_key="k")
+
+        async def wait_ready(self: Sandbox, *args: object) -> dict[str, Any]:
+            return {}
+
+        async def request(self: Sandbox, message: dict[str, Any], timeout: float) -> dict[str, Any]:
+            assert message == {"op": "prepare"}
+            return {}
+
+        monkeypatch.setattr(Sandbox, "wait_ready", wait_ready)
+        monkeypatch.setattr(Sandbox, "request", request)
+        await pool._prepare_snapshot()
+        if snapshotted:
+            return pool, engine, Sandbox(name="-", pool="math", container_id="-", control_dir="/x", started_by="-")
+        sandbox = await pool._start_sandbox()
+        return pool, engine, sandbox
+
+    pool, engine, sandbox = asyncio.run(scenario())
+    assert engine.removed[0] == "c1"  # the template
+    if snapshotted:
+        assert pool.snapshots.usable and engine.checkpoints == ["c1"]
+        return
+    assert pool.snapshots.disabled and "the template peaked at 64.0 MiB" in pool.snapshots.state
+    assert engine.checkpoints == [] and pool.start_method == "cold"
+    assert sandbox.started_by == "cold" and engine.starts[-1] == (sandbox.container_id, "")

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sandboxd.snapshots import SnapshotStore, StartChooser
+from sandboxd.config import GIB, MIB
+from sandboxd.snapshots import SnapshotStore, StartChooser, memory_too_tight
 
 
 def measured(chooser: StartChooser, restore: float, cold: float) -> None:
@@ -134,10 +135,15 @@ class _CheckpointingBackend:
 
     experimental = True
 
-    def __init__(self, broken: int) -> None:
+    def __init__(self, broken: int, memory: tuple[int, int, bool] | None = None) -> None:
         self.broken = broken
+        # What memory_peak says of every template: (bytes held, limit, whether a peak); None: nothing.
+        self.memory = memory
         self.checkpoints: list[str] = []
         self.removed: list[str] = []
+
+    def memory_peak(self, container_id: str) -> tuple[int, int, bool] | None:
+        return self.memory
 
     def checkpoint(self, container_id: str, name: str, folder: str, *, exit_after: bool) -> None:
         self.checkpoints.append(container_id)
@@ -214,3 +220,51 @@ def test_a_daemon_in_a_container_can_leave_criu_to_the_engines_host(monkeypatch:
 
     asyncio.run(trusted.prepare("key", template))
     assert trusted.usable and backend.checkpoints == ["template"]
+
+
+@pytest.mark.parametrize(("held", "limit", "tight"), [
+    (64 * MIB, 64 * MIB, True),  # the math template under 64 MiB: at the limit, its restores OOM-killed in CRIU
+    (49 * MIB, 64 * MIB, True),  # over 3/4 of the limit
+    (48 * MIB, 64 * MIB, False),  # 3/4 exactly: a quarter left for the restore
+    (66 * MIB, 2 * GIB, False),  # the math template under the default 2 GiB
+    (66 * MIB, 0, False),  # no limit
+])
+def test_a_template_close_to_its_memory_limit_is_too_tight_to_snapshot(held: int, limit: int, tight: bool) -> None:
+    assert bool(memory_too_tight(held, limit)) is tight
+
+
+def test_the_reason_says_what_the_template_held_and_whether_that_was_its_peak() -> None:
+    assert memory_too_tight(64 * MIB, 64 * MIB).startswith("the template peaked at 64.0 MiB of its 64.0 MiB memory "
+                                                            "limit, over 75% of it: a CRIU restore needs room")
+    assert memory_too_tight(60 * MIB, 64 * MIB, peak=False).startswith("the template held 60.0 MiB of its 64.0 MiB")
+
+
+def test_a_template_too_close_to_its_memory_limit_is_not_snapshotted_and_that_is_logged_once(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A math template that fitted a 64 MiB sandbox only at its limit was snapshotted; every restore then was
+    OOM-killed inside CRIU or hung `criu restore` and the engine for minutes. Its pool starts cold for good."""
+    from sandboxd import snapshots
+
+    monkeypatch.setattr(snapshots, "criu_problem", lambda: "")
+    backend = _CheckpointingBackend(broken=0, memory=(64 * MIB, 64 * MIB, True))
+    store = SnapshotStore(backend, str(tmp_path / "state"), True, str(tmp_path), pool="math")  # type: ignore[arg-type]
+    templates = iter(f"template{i}" for i in range(10))
+
+    async def template() -> str:
+        return next(templates)
+
+    asyncio.run(store.prepare("key", template))
+    assert store.disabled and not store.usable and store.retry_at is None
+    assert store.state == f"disabled: {memory_too_tight(64 * MIB, 64 * MIB)}"
+    assert backend.checkpoints == [] and backend.removed == ["template0"]
+    assert not (tmp_path / "state" / "snapshots" / "key").exists()
+    store.retry_at = 0.0
+    asyncio.run(store.prepare("key", template))  # never built again: no second template, no second line
+    assert backend.removed == ["template0"]
+    assert caplog.text.count("pool math: no snapshot: the template peaked at 64.0 MiB") == 1
+    assert "its sandboxes start cold" in caplog.text
+
+    roomy = _CheckpointingBackend(broken=0, memory=(66 * MIB, 2 * GIB, True))
+    store = SnapshotStore(roomy, str(tmp_path / "state"), True, str(tmp_path), pool="math")  # type: ignore[arg-type]
+    asyncio.run(store.prepare("key", template))
+    assert store.usable and roomy.checkpoints == ["template1"]
