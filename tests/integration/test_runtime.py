@@ -233,17 +233,16 @@ def test_restores_leave_no_checkpoint_copies(channel: grpc.Channel) -> None:
 # 64 MiB, the smallest sandbox the config allows: enough for a code sandbox (about 25 MB idle), too little
 # for a math sandbox. Measured (cgroup v1 peaks under a 2 GiB limit, this test's daemon): a cold math sandbox
 # holds 78 MiB once ready, 75 MiB of it anonymous (the zygote's sympy and Math-Verify, one warmed math server),
-# which no reclaim brings under 64 MiB: its agent is killed as it prepares. Snapshots are off: the template
-# (the zygote alone, no math server) peaks at 66 MiB and, since the math zygote's warm-up no longer imports
-# asyncio, fits under 64 MiB and is snapshotted; its restores are then OOM-killed inside CRIU, which failed
-# the start (counted, the job answered SANDBOX_LOST) or hung `criu restore`, and with it the engine's calls
-# on that container, for minutes.
+# which no reclaim brings under 64 MiB: its agent is killed as it prepares. The template (the zygote alone,
+# no math server) peaks at 66 MiB and, since the math zygote's warm-up no longer imports asyncio, fits under
+# 64 MiB, at the limit; snapshotted, its restores were OOM-killed inside CRIU, which failed the start
+# (counted, the job answered SANDBOX_LOST) or hung `criu restore`, and with it the engine's calls on that
+# container, for minutes. Such a template is not snapshotted (snapshots.memory_too_tight): the pool runs cold.
 SMALL_SANDBOXES = {
     "SANDBOXD_SANDBOX_MEMORY_BYTES": str(64 << 20),
     "SANDBOXD_LIMITS_MAX_MEMORY_BYTES": str(64 << 20),
     "SANDBOXD_LIMITS_DEFAULT_MEMORY_BYTES": str(64 << 20),
     "SANDBOXD_POOL_MIN_SIZE": "1",
-    "SANDBOXD_POOL_SNAPSHOTS": "false",
 }
 
 
@@ -266,6 +265,12 @@ def test_a_pool_that_cannot_start_sandboxes_answers_its_jobs_and_holds_back_no_o
             assert lost.do_not_retry, lost
             states = {p.name: p for p in pb_grpc.PoolStub(channel).GetStatus(pb.GetPoolStatusRequest(),
                                                                               timeout=30).pools}
+            info = pb_grpc.DaemonStub(channel).GetInfo(pb.GetInfoRequest(), timeout=5)
+        # Where snapshots work here (the python pool's are not off for the engine or CRIU), the math template, at
+        # its limit, was not snapshotted.
+        snapshots = dict(part.split(": ", 1) for part in info.snapshot_state.split("; "))
+        if not snapshots["python"].startswith("disabled") or "the template" in snapshots["python"]:
+            assert snapshots["math"].startswith("disabled: the template peaked at"), info.snapshot_state
         math_pool = states["math"]
         assert math_pool.failing and math_pool.start_failures >= 3 and math_pool.ready == 0, math_pool
         assert "stopped before its agent answered: exit status" in math_pool.start_error, math_pool
