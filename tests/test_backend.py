@@ -50,7 +50,8 @@ class _StatsApi:
     (an engine before API 1.41)."""
 
     def __init__(self, memory: dict, one_shot: bool = True) -> None:
-        self.memory, self.one_shot, self.calls = memory, one_shot, []
+        self.memory, self.one_shot = memory, one_shot
+        self.calls: list[bool | None] = []
 
     def stats(self, container: str, stream: bool = True, one_shot: bool | None = None) -> dict:
         import docker.errors
@@ -71,8 +72,8 @@ class _StatsApi:
 ])
 def test_memory_peak_reads_the_cgroups_peak_where_the_engine_has_one(memory: dict, reading: object) -> None:
     engine = object.__new__(backend.DockerBackend)
-    engine.api = _StatsApi(memory)  # type: ignore[assignment]
+    engine.api = _StatsApi(memory)
     assert engine.memory_peak("c") == reading
     old = object.__new__(backend.DockerBackend)
-    old.api = _StatsApi(memory, one_shot=False)  # type: ignore[assignment]
-    assert old.memory_peak("c") == reading and old.api.calls == [True, None]  # type: ignore[attr-defined]
+    old.api = stats = _StatsApi(memory, one_shot=False)
+    assert old.memory_peak("c") == reading and stats.calls == [True, None]
