@@ -267,10 +267,12 @@ def test_a_pool_that_cannot_start_sandboxes_answers_its_jobs_and_holds_back_no_o
                                                                               timeout=30).pools}
             info = pb_grpc.DaemonStub(channel).GetInfo(pb.GetInfoRequest(), timeout=5)
         # Where snapshots work here (the python pool's are not off for the engine or CRIU), the math template, at
-        # its limit, was not snapshotted.
-        snapshots = dict(part.split(": ", 1) for part in info.snapshot_state.split("; "))
-        if not snapshots["python"].startswith("disabled") or "the template" in snapshots["python"]:
-            assert snapshots["math"].startswith("disabled: the template peaked at"), info.snapshot_state
+        # its limit, was not snapshotted; or it was killed at the limit itself as it warmed up (about one start in
+        # three here), and the pool tries again after pool.snapshot_retry_seconds.
+        state = info.snapshot_state
+        if "python: disabled: " not in state or "python: disabled: the template" in state:
+            assert ("math: disabled: the template peaked at" in state
+                    or ("math: failed: checkpoint failed: sandbox " in state and "out of memory" in state)), state
         math_pool = states["math"]
         assert math_pool.failing and math_pool.start_failures >= 3 and math_pool.ready == 0, math_pool
         assert "stopped before its agent answered: exit status" in math_pool.start_error, math_pool
