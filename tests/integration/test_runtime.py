@@ -267,8 +267,8 @@ def test_a_pool_that_cannot_start_sandboxes_answers_its_jobs_and_holds_back_no_o
                                                                               timeout=30).pools}
             info = pb_grpc.DaemonStub(channel).GetInfo(pb.GetInfoRequest(), timeout=5)
         # Where snapshots work here (the python pool's are not off for the engine or CRIU), the math template, at
-        # its limit, was not snapshotted; or it was killed at the limit itself as it warmed up (about one start in
-        # three here), and the pool tries again after pool.snapshot_retry_seconds.
+        # its limit, was not snapshotted; or it was killed at the limit itself as it warmed up (one run in six
+        # here), and the pool tries again after pool.snapshot_retry_seconds.
         state = info.snapshot_state
         if "python: disabled: " not in state or "python: disabled: the template" in state:
             assert ("math: disabled: the template peaked at" in state
