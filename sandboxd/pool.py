@@ -107,7 +107,7 @@ def stage_agent_code(state_dir: str) -> tuple[str, str]:
     compiles as before when it does not.
     """
     package = Path(sandboxd.__file__).parent
-    # Subpackages too: sandboxd.verifiers.math is a package.
+    # Subpackages too: sandboxd.verifiers.math, .code and .python are packages.
     files = sorted([package / "__init__.py", *(package / "agent").rglob("*.py"),
                     *(package / "verifiers").rglob("*.py")])
     digest = hashlib.sha256()

@@ -134,12 +134,14 @@ def test_staged_agent_code_is_byte_compiled(tmp_path: Path) -> None:
 
 
 def test_staged_agent_code_holds_every_module_of_the_agent_and_the_verifiers(tmp_path: Path) -> None:
-    """Subpackages included: the math workers import sandboxd.verifiers.math.judge and its siblings."""
+    """Subpackages included: the math workers import sandboxd.verifiers.math.judge and its siblings, the code
+    jobs' workers and judges sandboxd.verifiers.code's modules."""
     folder, _ = stage_agent_code(str(tmp_path))
     package = Path(sandboxd.__file__).parent
     modules = sorted(path.relative_to(package) for sub in ("agent", "verifiers")
                      for path in (package / sub).rglob("*.py"))
     assert Path("verifiers", "math", "judge.py") in modules
+    assert {Path("verifiers", "code", name) for name in ("__init__.py", "assembly.py", "checkers.py")} <= set(modules)
     for module in modules:
         assert (Path(folder) / "sandboxd" / module).is_file(), f"{module} is not staged"
 

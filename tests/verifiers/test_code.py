@@ -907,7 +907,7 @@ def test_the_lines_decimal_checker_makes_no_decimal_of_a_line_with_too_many_toke
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A line of 16 MiB of tokens against a short expected line: each token became a Decimal before the lists
     were compared, 1.1 s of the agent's event loop per case (red team). Counted in Decimals made, not seconds."""
-    from sandboxd.verifiers import code
+    from sandboxd.verifiers.code import checkers
 
     made: list[str] = []
 
@@ -915,7 +915,7 @@ def test_the_lines_decimal_checker_makes_no_decimal_of_a_line_with_too_many_toke
         made.append(token)
         return Decimal(token)
 
-    monkeypatch.setattr(code, "Decimal", counting_decimal)
+    monkeypatch.setattr(checkers, "Decimal", counting_decimal)
     assert not compare_stdout("1 " * 100_000, "1.0 2\n", "lines_decimal")
     assert made == []
     assert compare_stdout("1 2.0\n", "1.0 2\n", "lines_decimal")  # as many tokens: read as numbers
@@ -2411,7 +2411,7 @@ def test_the_daemon_neither_parses_nor_compiles_a_completion(monkeypatch: pytest
 
     from sandboxd import jobs
     from sandboxd.config import Config
-    from sandboxd.verifiers import code as code_module
+    from sandboxd.verifiers.code import assembly as code_module
 
     parsed: list[str] = []
     real_parse = ast.parse
