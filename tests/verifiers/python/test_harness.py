@@ -58,7 +58,7 @@ from sandboxd.verifiers.python.harness import (
     top_level_names,
 )
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 IMAGES = REPO / "images"
 
 pytestmark = pytest.mark.timeout(60)
