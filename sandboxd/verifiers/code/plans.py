@@ -119,11 +119,10 @@ class TestPlan:
 
 
 _IMPORT_LINE = re.compile(r"^(?:import\s+\S|from\s+\S+\s+import\s)")
-# What ast.parse raises for code it cannot take: bad syntax, NUL bytes (ValueError),
-# nesting too deep for the parser (RecursionError, or MemoryError for a long chain
-# such as "assert " + "-" * 200000 + "1").
-# What a program that does not parse raises; with a parse that ran out of stack or memory, all that _parse and
-# _defines take for "does not parse" (the judge, whose memory is bounded apart, tells the two apart).
+# What ast.parse raises for code it cannot take: for a program that does not parse, SyntaxError, or ValueError
+# (NUL bytes); for nesting too deep for the parser, RecursionError, or MemoryError (a long chain such as
+# "assert " + "-" * 200000 + "1"). _parse and _defines take all four for "does not parse"; the judge, whose
+# memory is bounded apart, tells the two apart (assembly.assemble's strict).
 _SYNTAX_ERRORS = (SyntaxError, ValueError)
 _PARSE_ERRORS = (*_SYNTAX_ERRORS, RecursionError, MemoryError)
 
