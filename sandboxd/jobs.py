@@ -459,7 +459,7 @@ def _refuse_lone_surrogates(plan: code_verifier.TestPlan) -> None:
     A program's stdin is written, and its stdout compared, as UTF-8: such a case failed in the agent
     (UnicodeEncodeError, answered INTERNAL; issue #52). Arguments of function cases
     are Python values, where a lone surrogate is a str like any other; assert code that holds one does
-    not parse (code._SYNTAX_ERRORS).
+    not parse (code.plans._SYNTAX_ERRORS).
     """
     for n, case in enumerate(plan.stdio):
         for what, text in (("stdin", case.stdin), ("expected_stdout", case.expected_stdout)):

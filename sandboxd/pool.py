@@ -109,7 +109,7 @@ def stage_agent_code(state_dir: str) -> tuple[str, str]:
     compiles as before when it does not.
     """
     package = Path(sandboxd.__file__).parent
-    # With their subpackages: the agent's host/ and forked/, sandboxd.verifiers.math and .python.
+    # With their subpackages: the agent's host/ and forked/, sandboxd.verifiers.math, .code and .python.
     files = sorted([package / "__init__.py", *(package / "agent").rglob("*.py"),
                     *(package / "verifiers").rglob("*.py")])
     digest = hashlib.sha256()

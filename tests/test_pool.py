@@ -135,14 +135,15 @@ def test_staged_agent_code_is_byte_compiled(tmp_path: Path) -> None:
 
 def test_staged_agent_code_holds_every_module_of_the_agent_and_the_verifiers(tmp_path: Path) -> None:
     """Subpackages included: a sandbox whose agent cannot import one (host/, forked/, verifiers/math/,
-    verifiers/python/) never starts."""
+    verifiers/code/, verifiers/python/) never starts."""
     folder, _key = stage_agent_code(str(tmp_path))
     package = Path(sandboxd.__file__).parent
     wanted = {path.relative_to(package.parent) for folder_name in ("agent", "verifiers")
               for path in (package / folder_name).rglob("*.py")}
     staged = {path.relative_to(folder) for path in Path(folder).rglob("*.py")}
     assert {Path("sandboxd/agent/forked/zygote.py"), Path("sandboxd/agent/host/controller.py"),
-            Path("sandboxd/verifiers/math/judge.py"), Path("sandboxd/verifiers/python/harness.py")} <= wanted
+            Path("sandboxd/verifiers/math/judge.py"), Path("sandboxd/verifiers/python/harness.py"),
+            Path("sandboxd/verifiers/code/assembly.py"), Path("sandboxd/verifiers/code/checkers.py")} <= wanted
     assert wanted <= staged, sorted(wanted - staged)
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from sandboxd.verifiers.python import remote as pyremote
-from tests.verifiers.test_code import harness
+from tests.verifiers.python.test_harness import harness
 
 pytestmark = pytest.mark.timeout(60)
 

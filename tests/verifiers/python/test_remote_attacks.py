@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from sandboxd.verifiers.code import FunctionCase
-from tests.verifiers.test_code import harness
+from tests.verifiers.python.test_harness import harness
 
 pytestmark = pytest.mark.timeout(60)
 
