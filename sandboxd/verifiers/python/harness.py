@@ -79,6 +79,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
 from typing import Any, NoReturn, cast
 
 from ..code import _SYNTAX_ERRORS, FunctionCase, _parse, assemble
+from ..code.assembly import split_assembly
 from .remote import (
     MESSAGE_LIMIT,
     TEST_MODULE,
@@ -132,7 +133,6 @@ __all__ = [
     "run_tests",
     "send_frame",
     "serve_candidate",
-    "top_level_definitions",
     "top_level_names",
     "warm",
 ]
@@ -179,8 +179,11 @@ IMPLICIT_IMPORTS = (
 _IMPLICIT_IMPORTS_CODE = compile(IMPLICIT_IMPORTS, "<implicit imports>", "exec")
 
 _TEST_FILENAME = "<test>"
-# Compiled test code a judge keeps (_compiled), and the longest source it keeps.
-COMPILED_TESTS_CACHED = 128
+# Compiled test code a judge keeps (_compiled; and the names of prompts, _source_names), and the longest source it
+# keeps. A judge answers 200 jobs (agent.host.judgeservers.RECYCLE_AFTER_JOBS) of at most two such sources each:
+# it keeps all it sees. A HumanEval source's code object is about 2.4 KB, the densest 16 KiB source's 43 KB: 17 MB
+# at most, within the growth that recycles a judge (64 MiB). 128 kept none of a batch of 164 problems cycled.
+COMPILED_TESTS_CACHED = 400
 COMPILED_TESTS_MAX_CHARS = 16 << 10
 
 
@@ -274,9 +277,8 @@ def _serve(code: str, channel: socket.socket, max_frame_bytes: int, assembly: Ma
             return 0
         if "q" not in request:
             raise ProtocolError("a frame that is not a request")
-        reply = endpoint.serve(request)
-        end_if_forked(own_pid)
-        endpoint.send(reply)
+        # A child the program forked that returns here ends in send (CandidateEndpoint.own_pid), before it writes.
+        endpoint.send(endpoint.serve(request))
 
 
 def serve_candidate(code: str, channel: socket.socket, *, max_frame_bytes: int = MAX_FRAME_BYTES,
@@ -409,18 +411,12 @@ def top_level_names(code: str) -> list[str]:
     ``if``/``try``/``with`` blocks; not imports, not dunder names. ``[]`` when
     the code does not parse.
     """
-    return top_level_definitions(code)[0]
-
-
-def top_level_definitions(code: str) -> tuple[list[str], list[str]]:
-    """:func:`top_level_names`, and those of them that a ``class`` statement binds; one parse for both."""
     tree = _parse(code)
-    return ([], []) if tree is None else _definitions(tree)
+    return [] if tree is None else _definitions(tree)
 
 
-def _definitions(tree: ast.Module) -> tuple[list[str], list[str]]:
+def _definitions(tree: ast.Module) -> list[str]:
     names: list[str] = []
-    classes: set[str] = set()
 
     def add_target(target: ast.expr) -> None:
         if isinstance(target, ast.Name):
@@ -441,8 +437,6 @@ def _definitions(tree: ast.Module) -> tuple[list[str], list[str]]:
             continue
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.append(node.name)
-            if isinstance(node, ast.ClassDef):
-                classes.add(node.name)
         elif isinstance(node, ast.Assign):
             for target in node.targets:
                 add_target(target)
@@ -455,15 +449,20 @@ def _definitions(tree: ast.Module) -> tuple[list[str], list[str]]:
         elif isinstance(node, ast.Try) or type(node).__name__ == "TryStar":
             bodies.append(itertools.chain(node.body, *(handler.body for handler in node.handlers),  # type: ignore[attr-defined]
                                           node.orelse, node.finalbody))  # type: ignore[attr-defined]
-
-    unique = dict.fromkeys(names)  # first occurrence wins, order kept
-    public = [name for name in unique if not (name.startswith("__") and name.endswith("__"))]
-    return public, [name for name in public if name in classes]
+    return _public(names)
 
 
-def _program_definitions(program: str, assembly: Mapping[str, str] | None) -> tuple[list[str], list[str]]:
-    """:func:`top_level_definitions` of the candidate's program, assembled as the candidate assembles it, in the judge.
+def _public(names: Iterable[str]) -> list[str]:
+    """Each name once, at its first place, without dunder names."""
+    return [name for name in dict.fromkeys(names) if not (name.startswith("__") and name.endswith("__"))]
 
+
+def _program_names(program: str, assembly: Mapping[str, str] | None) -> list[str]:
+    """:func:`top_level_names` of the candidate's program, assembled as the candidate assembles it, in the judge.
+
+    With a HumanEval prompt, the names of the part before a completion that
+    comes whole after it (the prompt) are parsed once per judge
+    (:func:`_source_names`), and the completion's own tree gives the rest.
     Raises :class:`TooLargeForJudge` where the judge runs out of memory or of
     recursion on it: its syntax tree takes about 500 bytes of memory per
     byte of ``[1,1,1,...]`` (430 MiB for a 900 KB program here, which
@@ -474,15 +473,39 @@ def _program_definitions(program: str, assembly: Mapping[str, str] | None) -> tu
     whose load error is then the verdict (see :func:`run_tests`).
     """
     try:
-        if assembly is not None:
-            program = assemble(program, assembly, strict=True)
-        tree = ast.parse(program)
+        if assembly is None:
+            return _definitions(ast.parse(program))
+        before, tree = split_assembly(program, assembly)
+        if tree is None:
+            return _definitions(ast.parse(before))
+        names = _source_names(before)
+        if names is None:  # a head that does not parse alone: the whole program, as it runs
+            return _definitions(ast.parse(before + program))
+        return _public([*names, *_definitions(tree)])
     except _SYNTAX_ERRORS:
-        return [], []
+        return []
     except (MemoryError, RecursionError) as exc:
         raise TooLargeForJudge(f"the program took more memory or nesting to parse than the judge may use "
                                f"({type(exc).__name__})") from None
-    return _definitions(tree)
+
+
+def _source_names(source: str) -> tuple[str, ...] | None:
+    """The dataset's code's top-level names (None: it does not parse alone), parsed once per judge when small."""
+    if len(source) > COMPILED_TESTS_MAX_CHARS:
+        return _parsed_names(source)
+    return _parsed_names_small(source)
+
+
+def _parsed_names(source: str) -> tuple[str, ...] | None:
+    try:
+        return tuple(_definitions(ast.parse(source)))
+    except _SYNTAX_ERRORS:
+        return None
+
+
+@functools.lru_cache(maxsize=COMPILED_TESTS_CACHED)
+def _parsed_names_small(source: str) -> tuple[str, ...] | None:
+    return _parsed_names(source)
 
 
 def _short(value: object, limit: int = 200) -> str:
@@ -1185,7 +1208,7 @@ def _names_bound(source: str) -> frozenset[str]:
     names = _NAMES_BOUND.get(key)
     if names is None:
         tree = _parse(source)
-        names = frozenset(_definitions(tree)[0]) if tree is not None else frozenset()
+        names = frozenset(_definitions(tree)) if tree is not None else frozenset()
         _NAMES_BOUND[key] = names
         if len(_NAMES_BOUND) > NAMES_BOUND_CACHED:
             _NAMES_BOUND.popitem(last=False)
@@ -1529,7 +1552,7 @@ def run_tests(
         # Here, in the trusted test process, while the candidate loads the same program: parsing 1 MiB of it
         # took 1.3-1.7 s, which the daemon's event loop paid when it sent the names.
         try:
-            names = _program_definitions(program, assembly)[0]
+            names = _program_names(program, assembly)
         except TooLargeForJudge as exc:
             too_large = exc
     remote = JudgeEndpoint(channel, max_frame_bytes, call_timeout, deadline, cpu_credit=cpu_credit,

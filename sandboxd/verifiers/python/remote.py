@@ -1222,7 +1222,9 @@ class JudgeEndpoint(Endpoint):
         except RejectedValue as exc:
             self.unsupported.append(f"a value the harness cannot pass: {exc}")
             raise Unsupported(f"a value the harness cannot pass to the candidate: {exc}") from None
-        frame["p"] = self.patched()
+        patched = self.patched()
+        if patched:  # a request without it means none (CandidateEndpoint.receive)
+            frame["p"] = patched
         self.tell_environment(frame)
         if self.log_levels is not None and not self.log_levels_told:
             frame["log"], self.log_levels_told = dict(self.log_levels), True

