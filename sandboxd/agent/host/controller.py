@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sandboxd.agent.host import sessions as sessions_module
-from sandboxd.agent.host.errors import JobWithdrawn, SandboxDamaged, SandboxFull
+from sandboxd.agent.host.errors import JobWithdrawn, SandboxDamaged
 from sandboxd.agent.host.jobhost import SHARED_WRITABLE, WORK_ROOT, JobHost
 from sandboxd.agent.host.jobs import Jobs, decode_files
 from sandboxd.agent.host.judgeservers import JudgeServers
@@ -51,6 +51,8 @@ from sandboxd.agent.messages import (
     PrepareReply,
     Reply,
     ResultReply,
+    RunReply,
+    SandboxFull,
     RoomReply,
     SessionOpenReply,
     SessionsEndedReply,

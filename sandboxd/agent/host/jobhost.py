@@ -18,12 +18,13 @@ from collections.abc import Iterable
 from typing import Any
 
 from sandboxd.agent.host.cleanup import kill_uid, remove_files_of, remove_ipc_objects_of, remove_tree
-from sandboxd.agent.host.errors import SandboxDamaged, SandboxFull
+from sandboxd.agent.host.errors import SandboxDamaged
 from sandboxd.agent.host.offloop import off_loop
 from sandboxd.agent.host.runner import Runner, RunOutcome
 from sandboxd.agent.host.tmpspace import neighbours_hold
 from sandboxd.agent.host.tree import write_tree
 from sandboxd.agent.host.zygoteclient import Zygote
+from sandboxd.agent.messages import SandboxFull
 from sandboxd.agent.protocol import UIDS_PER_SANDBOX, UNSLOTTED_FIRST_UID
 from sandboxd.verifiers.code import expand_env
 

@@ -18,7 +18,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from sandboxd.agent.host.cleanup import kill_uid, sigkill_uid
-from sandboxd.agent.host.errors import SandboxFull
 from sandboxd.agent.host.jobhost import DEFAULT_RLIMITS, JobHost
 from sandboxd.agent.host.judgeservers import JudgeServers
 from sandboxd.agent.host.mathservers import MathServers
@@ -27,6 +26,7 @@ from sandboxd.agent.host.rewardmodel import RewardModelHost
 from sandboxd.agent.host.runner import RunOutcome, RunSpec, classify, crowded_out, raise_if_starved
 from sandboxd.agent.host.tmpspace import TmpUsage
 from sandboxd.agent.host.tree import read_tree_file
+from sandboxd.agent.messages import SandboxFull
 from sandboxd.agent.protocol import DEADLINE_STRETCH, BadRequest, require
 from sandboxd.verifiers.code import compare_stdout
 

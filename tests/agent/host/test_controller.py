@@ -21,6 +21,7 @@ from sandboxd.agent.host import cleanup, errors, jobhost, jobs, runner, tmpspace
 from sandboxd.agent.host import controller as controller_module
 from sandboxd.agent.host.errors import SandboxDamaged
 from sandboxd.agent.host.jobhost import UidPool
+from sandboxd.agent import messages
 from sandboxd.agent.messages import Reply
 from sandboxd.agent.protocol import (
     HEADER,
@@ -767,7 +768,7 @@ def test_a_candidate_its_judge_saw_die_is_judged_by_its_exit(
     async def candidate_run(spec: runner.RunSpec, *, settle: bool = True) -> runner.RunOutcome:
         await asyncio.sleep(0.05)  # its exit, reported after the judge's answer
         if crowded and not spec.ended_by_caller:
-            raise errors.SandboxFull("the sandbox ran out of memory while this run held 150 MiB")
+            raise messages.SandboxFull("the sandbox ran out of memory while this run held 150 MiB")
         return runner.RunOutcome(wait_status=0 if not crowded else signal.SIGKILL, stdout=b"", stderr=b"",
                                  stdout_truncated=False, stderr_truncated=False, killed_for="", wall_seconds=0.05,
                                  cpu_seconds=0.0, max_rss_bytes=0)
