@@ -73,7 +73,7 @@ class SessionOpenRequest(TypedDict):
     op: Literal["session_open"]
     language: str
     files: list[FileItem]
-    limits: dict[str, Any]
+    limits: SessionLimits
 
 
 class SessionCellRequest(TypedDict):
@@ -274,6 +274,15 @@ class RewardModelJob(TypedDict):
 
 
 Job = ExecuteJob | CodeJob | MathJob | RewardModelJob
+
+
+class SessionLimits(JobLimits):
+    """A session's: a job's limits (`timeout` is a cell's default), and the session's own."""
+
+    # Seconds the session's interpreter may live (sessions.max_lifetime_seconds).
+    lifetime: float
+    # Of the sandbox's /tmp, what the session may keep between cells (1 / sessions.per_sandbox).
+    tmpfs_share: float
 
 
 # What the host sends its forked processes for a job.

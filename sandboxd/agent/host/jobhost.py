@@ -14,7 +14,7 @@ import errno
 import os
 import sys
 import traceback
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from sandboxd.agent.host.cleanup import kill_uid, remove_files_of, remove_ipc_objects_of, remove_tree
@@ -228,7 +228,7 @@ class JobHost:
 
     # ---- building runs -----------------------------------------------------
     @staticmethod
-    def rlimits(limits: dict[str, Any], *, address_space: bool) -> dict[str, int]:
+    def rlimits(limits: Mapping[str, Any], *, address_space: bool) -> dict[str, int]:
         rlimits = dict(DEFAULT_RLIMITS)
         rlimits["cpu"] = max(1, int(limits["timeout"] + 0.999))
         if address_space and limits.get("memory"):
