@@ -51,9 +51,9 @@ from sandboxd.agent.messages import (
     PrepareReply,
     Reply,
     ResultReply,
+    RoomReply,
     RunReply,
     SandboxFull,
-    RoomReply,
     SessionOpenReply,
     SessionsEndedReply,
 )

@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import os
 import signal
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from sandboxd.agent.host.runner import CURRENT_JOB
 from sandboxd.agent.host.servers import ResidentServer
