@@ -263,6 +263,7 @@ def _agent_hosts(settings: dict[str, Any], items: list[tuple[str, str]], singles
     import asyncio
 
     from sandboxd.agent.host.rewardmodel import RewardModelHost
+    from sandboxd.agent.messages import JobResult
 
     async def main() -> dict[str, Any]:
         share = {"memory_fraction": round(0.9 / hosts, 3)} if hosts > 1 else {}
@@ -275,14 +276,14 @@ def _agent_hosts(settings: dict[str, Any], items: list[tuple[str, str]], singles
                 if host.state.get("state") != "ready":
                     raise RuntimeError(f"a scorer did not load the model: {host.state}")
 
-            async def job(index: int, prompt: str, completion: str) -> tuple[float, dict[str, Any]]:
+            async def job(index: int, prompt: str, completion: str) -> tuple[float, JobResult]:
                 b0 = time.perf_counter()
                 answer = await started_hosts[index % hosts].run(
                     {"prompt": prompt, "completion": completion, "limits": {"timeout": 600}})
                 return time.perf_counter() - b0, answer
 
             async def status() -> tuple[int, int]:
-                states = [(await host.run({"op": "status"}))["reward_model"] for host in started_hosts]
+                states = [host.status() for host in started_hosts]
                 return sum(state["pairs"] for state in states), sum(state["batches"] for state in states)
 
             await asyncio.gather(*(job(n, p, c) for n, (p, c) in enumerate(items[:2 * MAX_BATCH * hosts])))

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import grpc
 
+from sandboxd.agent import messages
+
 
 class SandboxdError(Exception):
     """Base class; `code` is the gRPC status it is reported with."""
@@ -75,11 +77,13 @@ class SandboxLost(SandboxdError):
     code = grpc.StatusCode.UNAVAILABLE
 
 
-class SandboxFull(SandboxLost):
-    """A job ran out of space in a sandbox's /tmp that other runs there hold: retried elsewhere, as when lost.
+class SandboxFull(SandboxLost, messages.SandboxFull):
+    """The agent's SandboxFull (agent/messages.py), raised again here from its `full` reply (Sandbox.request).
 
-    The sandbox itself lives on, and takes no job until its space is back
-    (Pool.mark_full).
+    The job found no room that it is not to blame for (/tmp, pids, memory or
+    CPU that other runs there hold): retried elsewhere, as when lost, and with
+    a lost sandbox's gRPC code should it reach a caller. The sandbox itself
+    lives on, and takes no job until it has room again (Pool.mark_full).
     """
 
 

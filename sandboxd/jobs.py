@@ -23,6 +23,7 @@ from typing import Any, cast
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 
 from sandboxd import rewardpool
+from sandboxd.agent import messages
 from sandboxd.agent.protocol import MAX_FRAME_BYTES
 from sandboxd.config import Config
 from sandboxd.errors import InvalidRequest, SandboxdError, Unsupported
@@ -87,11 +88,11 @@ class PreparedJob:
     kind: str
     pool: str
     failure_value: float
-    agent_job: dict[str, Any] | None
+    agent_job: messages.Job | None
     # Seconds the whole job may take inside the sandbox (all cases, compile).
     budget_seconds: float
     # Set when the verdict needs no sandbox (no code found in the completion).
-    early_result: dict[str, Any] | None = None
+    early_result: messages.JobResult | None = None
     # For to_result only, never sent to the sandbox: code jobs' extracted code and
     # reward mode, reward-model jobs' (mode, scale, shift) normalisation.
     extracted_code: str = ""
@@ -107,7 +108,7 @@ class PreparedJob:
     request_bytes: int = 0
 
 
-def resolve_limits(requested: pb.Limits, config: Config, where: str) -> dict[str, Any]:
+def resolve_limits(requested: pb.Limits, config: Config, where: str) -> messages.JobLimits:
     """The effective {timeout, memory, output, total_timeout}: defaults for zeros, INVALID_ARGUMENT past the maxima."""
     limits = config.limits
     timeout = requested.timeout_seconds or limits.default_timeout_seconds
@@ -129,11 +130,11 @@ def resolve_limits(requested: pb.Limits, config: Config, where: str) -> dict[str
     return {"timeout": timeout, "memory": memory, "output": output, "total_timeout": total_timeout}
 
 
-def _limits(job: pb.Job, config: Config, where: str) -> dict[str, Any]:
+def _limits(job: pb.Job, config: Config, where: str) -> messages.JobLimits:
     return resolve_limits(job.limits, config, f"{where}.limits")
 
 
-def _program(language: str, code: str, config: Config, where: str) -> dict[str, Any]:
+def _program(language: str, code: str, config: Config, where: str) -> messages.Program:
     try:
         spec = code_verifier.resolve_language(language or "python", code)
     except ValueError as exc:
@@ -205,7 +206,7 @@ def prepare(job: pb.Job, config: Config, where: str = "") -> PreparedJob:
 FRAME_CHECK_BYTES = MAX_FRAME_BYTES // 32
 
 
-def check_frame_size(job: pb.Job, agent_job: dict[str, Any], where: str, job_bytes: int) -> None:
+def check_frame_size(job: pb.Job, agent_job: messages.Job, where: str, job_bytes: int) -> None:
     """INVALID_ARGUMENT for a job too large for the agent's frames.
 
     Sent anyway, such a job failed to encode at the daemon, which took it for a
@@ -268,7 +269,7 @@ def _prepare(job: pb.Job, config: Config, where: str) -> PreparedJob:
         for path in execute.collect_files:
             check_path(path, f"{where}.execute.collect_files")
         check_args(execute.args, f"{where}.execute.args")
-        agent_job: dict[str, Any] = {
+        agent_job: messages.ExecuteJob = {
             "kind": "execute", "program": program, "limits": limits,
             "stdin": base64.b64encode(execute.stdin).decode(), "args": list(execute.args),
             "files": [{"path": f.path, "content": base64.b64encode(f.content).decode()} for f in execute.files],
@@ -285,17 +286,17 @@ def _prepare(job: pb.Job, config: Config, where: str) -> PreparedJob:
         if not job.math.ground_truth.strip():
             raise InvalidRequest(f"{where}.math.ground_truth is empty")
         tolerance = _tolerance(job.math, f"{where}.math.float_tolerance")
-        agent_job = {
+        math_job: messages.MathJob = {
             "kind": "math", "completion": job.math.completion, "ground_truth": job.math.ground_truth,
             "extraction": _enum(MATH_EXTRACTION, job.math.extraction, f"{where}.math.extraction"),
             "tolerance": tolerance,
             "limits": limits,
         }
-        return PreparedJob(job.index, kind, MATH_POOL, failure_value, agent_job, limits["timeout"])
+        return PreparedJob(job.index, kind, MATH_POOL, failure_value, math_job, limits["timeout"])
     return _prepare_reward_model(job, config, limits, failure_value, where)
 
 
-def _prepare_reward_model(job: pb.Job, config: Config, limits: dict[str, Any], failure_value: float,
+def _prepare_reward_model(job: pb.Job, config: Config, limits: messages.JobLimits, failure_value: float,
                           where: str) -> PreparedJob:
     request = job.reward_model
     if not config.models:
@@ -309,7 +310,8 @@ def _prepare_reward_model(job: pb.Job, config: Config, limits: dict[str, Any], f
         raise InvalidRequest(f"{where}.reward_model: prompt and completion are limited to {MAX_REWARD_MODEL_CHARS} "
                              "characters together")
     model = config.models[name]
-    agent_job = {"kind": "reward_model", "prompt": request.prompt, "completion": request.completion, "limits": limits}
+    agent_job: messages.RewardModelJob = {"kind": "reward_model", "prompt": request.prompt,
+                                          "completion": request.completion, "limits": limits}
     return PreparedJob(job.index, "reward_model", rewardpool.pool_name(name), failure_value, agent_job,
                        limits["timeout"], normalize=(model.normalize, model.scale, model.shift))
 
@@ -473,7 +475,7 @@ def _refuse_lone_surrogates(plan: code_verifier.TestPlan) -> None:
 _cached_plan = functools.lru_cache(maxsize=PLAN_CACHE_SIZE)(_plan)
 
 
-def _prepare_code(job: pb.Job, config: Config, limits: dict[str, Any], failure_value: float,
+def _prepare_code(job: pb.Job, config: Config, limits: messages.JobLimits, failure_value: float,
                   where: str) -> PreparedJob:
     request = job.code
     if len(request.completion.encode()) > MAX_CODE_BYTES:
@@ -508,7 +510,7 @@ def _prepare_code(job: pb.Job, config: Config, limits: dict[str, Any], failure_v
     assembly = code_verifier.program_assembly(plan) if plan.kind != "stdio" else None
     program["code"] = extracted if assembly is not None else code_verifier.assemble_program(extracted, plan)
     checker = _enum(CHECKERS, request.checker, f"{where}.code.checker")
-    agent_job: dict[str, Any] = {
+    agent_job: messages.CodeJob = {
         "kind": "code", "program": program, "limits": limits,
         "plan": plan_to_agent(plan), "checker": checker if checker != "unspecified" else plan.checker,
         "tolerance": tolerance, "stop_on_first_failure": request.stop_on_first_failure,
@@ -523,7 +525,8 @@ def _prepare_code(job: pb.Job, config: Config, limits: dict[str, Any], failure_v
     return prepared
 
 
-def harness_arguments(plan: code_verifier.TestPlan, tolerance: float, stop_on_first_failure: bool) -> dict[str, Any]:
+def harness_arguments(plan: code_verifier.TestPlan, tolerance: float,
+                      stop_on_first_failure: bool) -> messages.HarnessArguments:
     """Keyword arguments for python.harness.run_tests in the sandbox's judge process.
 
     Not the candidate's top-level names, which assert tests bind: the agent
@@ -543,7 +546,7 @@ def harness_arguments(plan: code_verifier.TestPlan, tolerance: float, stop_on_fi
     }
 
 
-def plan_to_agent(plan: code_verifier.TestPlan) -> dict[str, Any]:
+def plan_to_agent(plan: code_verifier.TestPlan) -> messages.Plan:
     return {
         "kind": plan.kind,
         "stdio": [{"stdin": c.stdin, "expected_stdout": c.expected_stdout} for c in plan.stdio],
@@ -551,7 +554,7 @@ def plan_to_agent(plan: code_verifier.TestPlan) -> dict[str, Any]:
     }
 
 
-def to_result(prepared: PreparedJob, outcome: dict[str, Any], attempts: int) -> pb.JobResult:
+def to_result(prepared: PreparedJob, outcome: messages.JobResult, attempts: int) -> pb.JobResult:
     """The agent's verdict as a JobResult; reward from status and the failure value."""
     status_name = outcome.get("status", "internal")
     status = MODEL_STATUSES.get(status_name, pb.STATUS_INTERNAL)
@@ -582,27 +585,29 @@ def to_result(prepared: PreparedJob, outcome: dict[str, Any], attempts: int) -> 
     elif prepared.kind == "code":
         detail = outcome.get("code", {})
         passed, total = int(detail.get("tests_passed", 0)), int(detail.get("tests_total", 0))
-        agent_job = prepared.agent_job or {}
+        agent_job = prepared.agent_job
         result.code.tests_passed, result.code.tests_total = passed, total
-        result.code.language = agent_job.get("program", {}).get("language", "")
+        # None where the job was decided without a sandbox (no code found).
+        if agent_job is not None and agent_job["kind"] == "code":
+            result.code.language = agent_job["program"]["language"]
         result.code.extracted_code = prepared.extracted_code[:20000]
         result.code.compile_output = str(detail.get("compile_output", ""))[:8192]
         if status < pb.STATUS_SANDBOX_LOST:
             reward = code_verifier.score(passed, total, prepared.reward_mode, prepared.failure_value)
     elif prepared.kind == "math":
-        detail = outcome.get("math", {}) or {}
-        result.math.extracted_answer = str(detail.get("extracted_answer", ""))[:2000]
-        result.math.extraction = str(detail.get("extraction", ""))
-        result.math.parsed_answer = str(detail.get("parsed_answer", ""))[:2000]
-        result.math.parsed_ground_truth = str(detail.get("parsed_ground_truth", ""))[:2000]
+        verdict = outcome.get("math", {}) or {}
+        result.math.extracted_answer = str(verdict.get("extracted_answer", ""))[:2000]
+        result.math.extraction = str(verdict.get("extraction", ""))
+        result.math.parsed_answer = str(verdict.get("parsed_answer", ""))[:2000]
+        result.math.parsed_ground_truth = str(verdict.get("parsed_ground_truth", ""))[:2000]
         if status == pb.STATUS_OK:
             reward = 1.0
     elif prepared.kind == "reward_model":
-        detail = outcome.get("reward_model") or {}
-        result.reward_model.model = str(detail.get("model", ""))
-        result.reward_model.device = str(detail.get("device", ""))
+        scored = outcome.get("reward_model") or {}
+        result.reward_model.model = str(scored.get("model", ""))
+        result.reward_model.device = str(scored.get("device", ""))
         if status == pb.STATUS_OK:
-            raw = detail.get("raw_score")
+            raw = scored.get("raw_score")
             if isinstance(raw, (int, float)) and math.isfinite(raw):
                 mode, scale, shift = prepared.normalize
                 result.reward_model.raw_score = raw

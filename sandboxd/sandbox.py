@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sandboxd.agent.messages import Request
+from sandboxd.agent.messages import Job, JobResult, Request
 from sandboxd.agent.protocol import ProtocolError, encode_frame, read_frame
 from sandboxd.errors import SandboxFull, SandboxLost
 
@@ -224,7 +224,7 @@ class Sandbox:
                 self.damaged = False
                 await asyncio.sleep(0.05)
 
-    async def run(self, job: dict[str, Any], timeout: float, withdrawal: Withdrawal | None = None) -> dict[str, Any]:
+    async def run(self, job: Job, timeout: float, withdrawal: Withdrawal | None = None) -> JobResult:
         reply = await self.request({"op": "run", "job": job}, timeout=timeout, withdrawal=withdrawal)
         if "result" not in reply:
             # The agent refused the job as malformed: a sandboxd bug, not the model's.

@@ -20,11 +20,11 @@ import asyncio
 import logging
 import time
 from collections import deque
-from typing import Any
 
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 
 from sandboxd import metrics
+from sandboxd.agent.messages import JobResult
 from sandboxd.agent.protocol import DEADLINE_STRETCH
 from sandboxd.config import Config
 from sandboxd.errors import InvalidRequest, NoSandbox, Overloaded, PoolFailing, SandboxFull, SandboxLost, Unsupported
@@ -51,7 +51,7 @@ class Scheduler:
         self.jobs_total = 0
         self._finished: deque[float] = deque(maxlen=100_000)
         # Attempts whose caller gave up, running on until the agent answers.
-        self._abandoned: set[asyncio.Task[dict[str, Any]]] = set()
+        self._abandoned: set[asyncio.Task[JobResult]] = set()
         # Bytes of the requests admitted and not yet answered in full: the daemon holds each (its jobs' code and
         # tests) until its last result is sent.
         self.held_bytes = 0
@@ -216,14 +216,17 @@ class Scheduler:
         return result
 
     async def _attempt(self, pool: Pool, sandbox: Sandbox, prepared: PreparedJob,
-                       withdrawal: Withdrawal) -> dict[str, Any]:
+                       withdrawal: Withdrawal) -> JobResult:
         """Run the job on `sandbox`, whose slot is released only once the agent has answered (or is lost)."""
         self.in_flight += 1
         metrics.IN_FLIGHT.set(self.in_flight)
         try:
             # The agent may move a run's deadline for the CPU its neighbours took (DEADLINE_STRETCH).
             timeout = prepared.budget_seconds * DEADLINE_STRETCH + AGENT_SLACK_SECONDS
-            return await sandbox.run(prepared.agent_job or {}, timeout=timeout, withdrawal=withdrawal)
+            if prepared.agent_job is None:
+                # prepare() gives every job it sends no sandbox an early result, which Scheduler.run answers.
+                raise RuntimeError(f"job {prepared.index} has neither a job for a sandbox nor a result")
+            return await sandbox.run(prepared.agent_job, timeout=timeout, withdrawal=withdrawal)
         except SandboxFull:
             pool.mark_full(sandbox)
             raise
@@ -235,11 +238,11 @@ class Scheduler:
             metrics.IN_FLIGHT.set(self.in_flight)
             await pool.release(sandbox)
 
-    def _abandon(self, attempt_task: asyncio.Task[dict[str, Any]], prepared: PreparedJob) -> None:
+    def _abandon(self, attempt_task: asyncio.Task[JobResult], prepared: PreparedJob) -> None:
         metrics.ABANDONED.labels(prepared.kind).inc()
         self._abandoned.add(attempt_task)
 
-        def done(task: asyncio.Task[dict[str, Any]]) -> None:
+        def done(task: asyncio.Task[JobResult]) -> None:
             self._abandoned.discard(task)
             error = None if task.cancelled() else task.exception()
             if error is not None:

@@ -28,7 +28,7 @@ from typing import Any
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 
 from sandboxd import metrics
-from sandboxd.agent.messages import FileItem
+from sandboxd.agent.messages import FileItem, JobLimits, SessionLimits
 from sandboxd.agent.protocol import DEADLINE_STRETCH
 from sandboxd.config import Config
 from sandboxd.errors import (
@@ -73,7 +73,7 @@ class Session:
     language: str
     sandbox: Sandbox
     handle: int  # the agent's name for it (the session's uid)
-    limits: dict[str, Any]
+    limits: JobLimits
     idle_timeout: float
     opened_at_unix: float = field(default_factory=time.time)
     opened_at: float = field(default_factory=time.monotonic)
@@ -134,7 +134,7 @@ class SessionManager:
         self._task = asyncio.ensure_future(self._expire_loop())
 
     # ---- open ------------------------------------------------------------------
-    def _validate(self, request: pb.OpenSessionRequest) -> tuple[str, dict[str, Any], float, list[FileItem]]:
+    def _validate(self, request: pb.OpenSessionRequest) -> tuple[str, JobLimits, float, list[FileItem]]:
         settings = self.config.sessions
         language = request.language or "python"
         if language not in LANGUAGES:
@@ -219,8 +219,8 @@ class SessionManager:
         self._opening += 1
         try:
             # Each session's share of its sandbox's /tmp between cells (agent/host/sessions.py).
-            agent_limits = dict(limits, lifetime=self.config.sessions.max_lifetime_seconds,
-                                tmpfs_share=1 / self.config.sessions.per_sandbox)
+            agent_limits: SessionLimits = {**limits, "lifetime": self.config.sessions.max_lifetime_seconds,
+                                           "tmpfs_share": 1 / self.config.sessions.per_sandbox}
             for attempt in range(1, OPEN_ATTEMPTS + 1):
                 sandbox = await self._take_slot(pool)
                 opening = asyncio.ensure_future(sandbox.request(

@@ -6,12 +6,13 @@ import json
 import math
 import struct
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 
 from sandboxd import jobs
+from sandboxd.agent.messages import JobResult
 from sandboxd.config import Config
 from sandboxd.errors import InvalidRequest
 
@@ -20,9 +21,9 @@ TESTS = {"test": "def check(candidate):\n    assert candidate(2) == 4\n", "entry
 
 
 def agent_job(prepared: jobs.PreparedJob) -> dict[str, Any]:
-    """The job a sandbox is sent: there is one for every job prepared here."""
+    """The job a sandbox is sent: there is one for every job prepared here (as a plain dict, whatever its kind)."""
     assert prepared.agent_job is not None
-    return prepared.agent_job
+    return cast("dict[str, Any]", prepared.agent_job)
 
 
 def code_job(index: int, completion: str, tests: Mapping[str, object] | str) -> pb.Job:
@@ -217,7 +218,7 @@ def test_execute_files_that_cannot_be_written_or_sent_back_are_invalid(fields: d
 def test_arguments_execve_takes_are_valid() -> None:
     args = ["a" * 131_071, "\u00e9" * 20_000, *["x"] * 1_000]
     prepared = jobs.prepare(_execute(language="bash", args=args), Config())
-    assert prepared.agent_job is not None and prepared.agent_job["args"] == args
+    assert agent_job(prepared)["args"] == args
 
 
 def test_execute_files_as_deep_and_many_as_allowed_are_valid() -> None:
@@ -226,7 +227,7 @@ def test_execute_files_as_deep_and_many_as_allowed_are_valid() -> None:
     paths = [folder + f"{i:03x}" for i in range(1022)] + ["a-b/c", "ab"]
     assert max(len(p) for p in paths) == 4093
     prepared = jobs.prepare(_execute(files=[pb.File(path=p, content=b"") for p in paths]), Config())
-    assert prepared.agent_job is not None and len(prepared.agent_job["files"]) == len(paths)
+    assert len(agent_job(prepared)["files"]) == len(paths)
 
 
 def test_a_dataset_error_is_not_retried_but_a_model_verdict_never_carries_the_flag() -> None:
@@ -235,7 +236,7 @@ def test_a_dataset_error_is_not_retried_but_a_model_verdict_never_carries_the_fl
     prepared = jobs.prepare(pb.Job(code=pb.CodeJob(completion="```python\ndef add(a, b):\n    return a + b\n```",
                                                    tests=pb.CodeTests(assert_code="assert add(1, 2) == 3"))),
                             Config())
-    outcome = {"status": "internal", "do_not_retry": True, "message": "the dataset's tests need ...",
+    outcome: JobResult = {"status": "internal", "do_not_retry": True, "message": "the dataset's tests need ...",
                "code": {"tests_total": 1}}
     result = jobs.to_result(prepared, outcome, 1)
     assert result.status == pb.STATUS_INTERNAL and result.do_not_retry
@@ -319,7 +320,8 @@ def test_a_bug_hit_while_preparing_one_job_answers_that_job_internal_and_spares_
     job.failure_value = -0.5
     broken = jobs.prepare(job, Config(), "jobs[1]")
     assert broken.pool == jobs.NO_POOL and broken.agent_job is None
-    result = jobs.to_result(broken, broken.early_result or {}, 0)
+    assert broken.early_result is not None
+    result = jobs.to_result(broken, broken.early_result, 0)
     assert (result.index, result.status, result.reward) == (7, pb.STATUS_INTERNAL, -0.5)
     assert result.message == ("internal error preparing jobs[1]: RecursionError: maximum recursion depth exceeded")
     # What the caller got wrong is still its error, for the whole request.

@@ -231,7 +231,8 @@ def test_reward_model_jobs_are_validated() -> None:
     one = with_models(rm=config.ModelConfig(path="/m"))
     prepared = jobs.prepare(reward_job(), one)  # the only model is the default
     assert (prepared.kind, prepared.pool) == ("reward_model", "rm-rm")
-    assert prepared.agent_job is not None and prepared.agent_job["prompt"] == "p"
+    assert prepared.agent_job is not None and prepared.agent_job["kind"] == "reward_model"
+    assert prepared.agent_job["prompt"] == "p"
     two = with_models(a=config.ModelConfig(path="/a"), b=config.ModelConfig(path="/b"))
     with pytest.raises(InvalidRequest, match=r"jobs\[3\].reward_model.model '' is not configured \(configured: a, b\)"):
         jobs.prepare(reward_job(), two)

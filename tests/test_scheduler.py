@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import shutil
 import tempfile
-from typing import Any
+from typing import cast
 
 import pytest
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 
 from sandboxd import pool as pool_module
+from sandboxd.agent.messages import Job, JobResult
 from sandboxd.agent.protocol import ProtocolError, encode_frame, read_frame
 from sandboxd.config import Config
 from sandboxd.errors import InvalidRequest, NoSandbox, Overloaded, PoolFailing, SandboxFull, SandboxLost
@@ -19,6 +20,9 @@ from sandboxd.pool import Pool
 from sandboxd.sandbox import Sandbox, SandboxGone, Withdrawal
 from sandboxd.scheduler import Scheduler
 from tests.test_pool import one_slot_pool
+
+# What the fake sandboxes and agents here are sent: none reads more of it than its kind.
+STUB_JOB = cast("Job", {"kind": "execute"})
 
 
 class HeldSandbox(Sandbox):
@@ -29,14 +33,14 @@ class HeldSandbox(Sandbox):
     lose: bool = False
     withdrawals: list[Withdrawal]
 
-    async def run(self, job: dict[str, Any], timeout: float, withdrawal: Withdrawal | None = None) -> dict[str, Any]:
+    async def run(self, job: Job, timeout: float, withdrawal: Withdrawal | None = None) -> JobResult:
         self.runs += 1
         assert withdrawal is not None
         self.withdrawals.append(withdrawal)
         await self.answer.wait()
         if self.lose:
             raise SandboxLost("gone")
-        return {"status": "ok", "execute": {"exit_code": 0}}
+        return {"status": "ok", "execute": {"exit_code": 0, "stdout": "", "stderr": ""}}
 
 
 def scheduler_with_held_sandbox() -> tuple[Scheduler, Pool, HeldSandbox]:
@@ -49,7 +53,7 @@ def scheduler_with_held_sandbox() -> tuple[Scheduler, Pool, HeldSandbox]:
 
 
 def job(index: int) -> PreparedJob:
-    return PreparedJob(index=index, kind="execute", pool="python", failure_value=-1.0, agent_job={"kind": "execute"},
+    return PreparedJob(index=index, kind="execute", pool="python", failure_value=-1.0, agent_job=STUB_JOB,
                        budget_seconds=5.0)
 
 
@@ -124,12 +128,12 @@ class CrowdedSandbox(Sandbox):
     room_asks: int
     asks_at_run: list[int]
 
-    async def run(self, job: dict[str, Any], timeout: float, withdrawal: Withdrawal | None = None) -> dict[str, Any]:
+    async def run(self, job: Job, timeout: float, withdrawal: Withdrawal | None = None) -> JobResult:
         self.asks_at_run.append(self.room_asks)
         if len(self.asks_at_run) == 1:
             self.full = True
             raise SandboxFull(f"sandbox {self.name}: /tmp of the sandbox is full (making a work dir)")
-        return {"status": "ok", "execute": {"exit_code": 0}}
+        return {"status": "ok", "execute": {"exit_code": 0, "stdout": "", "stderr": ""}}
 
     async def has_room(self) -> bool:
         self.room_asks += 1
@@ -200,7 +204,7 @@ def test_a_full_reply_is_sandbox_full_and_leaves_the_sandbox_undamaged() -> None
         async with server:
             sandbox = Sandbox(name="s", pool="python", container_id="c", control_dir=folder, started_by="cold")
             with pytest.raises(SandboxFull, match="is full"):
-                await sandbox.run({"kind": "execute"}, timeout=5)
+                await sandbox.run(STUB_JOB, timeout=5)
             assert sandbox.full and not sandbox.damaged
             assert await sandbox.has_room()
             assert len(sandbox._idle) == 1, "the connection was dropped"
@@ -217,7 +221,7 @@ def test_a_request_too_large_for_a_frame_leaves_the_sandbox_undamaged(monkeypatc
     monkeypatch.setattr("sandboxd.agent.protocol.MAX_FRAME_BYTES", 1024)
     sandbox = Sandbox(name="s", pool="python", container_id="c", control_dir="/nonexistent", started_by="cold")
     with pytest.raises(ProtocolError):
-        asyncio.run(sandbox.run({"kind": "execute", "stdin": "x" * 4096}, timeout=5))
+        asyncio.run(sandbox.run(cast("Job", {"kind": "execute", "stdin": "x" * 4096}), timeout=5))
     assert not sandbox.damaged
 
 
@@ -270,7 +274,7 @@ class GoneSandbox(Sandbox):
 
     runs: int = 0
 
-    async def run(self, job: dict[str, Any], timeout: float, withdrawal: Withdrawal | None = None) -> dict[str, Any]:
+    async def run(self, job: Job, timeout: float, withdrawal: Withdrawal | None = None) -> JobResult:
         self.runs += 1
         raise SandboxGone(f"sandbox {self.name}: ConnectionRefusedError")
 
@@ -300,7 +304,7 @@ def test_a_sandbox_without_a_listening_agent_is_gone_not_lost() -> None:
     try:
         sandbox = Sandbox(name="s", pool="python", container_id="c", control_dir=folder, started_by="cold")
         with pytest.raises(SandboxGone):
-            asyncio.run(sandbox.run({"kind": "execute"}, timeout=5))
+            asyncio.run(sandbox.run(STUB_JOB, timeout=5))
         assert sandbox.damaged
     finally:
         shutil.rmtree(folder, ignore_errors=True)

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn, cast
 
 from sandboxd.agent.forked.serving import serve_requests
+from sandboxd.agent.messages import JudgeRequest
 from sandboxd.agent.protocol import CPU_CREDIT, DEADLINE_STRETCH
 from sandboxd.verifiers.python import harness
 
@@ -47,10 +48,12 @@ def serve(channel: socket.socket, results: socket.socket,
             kept = os.pread(credit_fd, CPU_CREDIT.size, 0)
             return CPU_CREDIT.unpack(kept)[0] if len(kept) == CPU_CREDIT.size else 0.0
 
+        # From the host's jobs.Jobs._python_harness, in our own process: so typed, mypy checks the arguments.
+        request = cast("JudgeRequest", job)
         try:
             with socket.socket(fileno=fds[0]) as peer:
-                verdict = harness.run_tests(job["plan_kind"], peer, cpu_credit=cpu_credit,
-                                            deadline_stretch=DEADLINE_STRETCH, **job["harness"])
+                verdict = harness.run_tests(request["plan_kind"], peer, cpu_credit=cpu_credit,
+                                            deadline_stretch=DEADLINE_STRETCH, **request["harness"])
         finally:
             os.close(credit_fd)
         # A judge that reached its budget is replaced, not handed the next job: the heap that a MemoryError

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import socket
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 from sandboxd.agent.forked.serving import serve_requests
+from sandboxd.agent.messages import MathRequest
 from sandboxd.agent.protocol import recv_frame
 from sandboxd.verifiers import math as math_verifier
 
@@ -21,8 +22,10 @@ def serve(channel: socket.socket, results: socket.socket) -> NoReturn:
             # copy-on-write fault per page of sympy's heap it writes).
             math_verifier.warm()
             return {"ok": True}
-        return {"result": math_verifier.verify(job["completion"], job["ground_truth"],
-                                               extraction=job.get("extraction", "auto"),
-                                               float_tolerance=job.get("tolerance", 1e-6))}
+        # From the host's mathservers.MathServer.verify, in our own process.
+        request = cast("MathRequest", job)
+        return {"result": math_verifier.verify(request["completion"], request["ground_truth"],
+                                               extraction=request.get("extraction", "auto"),
+                                               float_tolerance=request.get("tolerance", 1e-6))}
 
     serve_requests(SERVER_NAME, lambda: (recv_frame(channel), []), verify, results)

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sandboxd.agent.host import sessions as sessions_module
-from sandboxd.agent.host.errors import JobWithdrawn, SandboxDamaged, SandboxFull
+from sandboxd.agent.host.errors import JobWithdrawn, SandboxDamaged
 from sandboxd.agent.host.jobhost import SHARED_WRITABLE, WORK_ROOT, JobHost
 from sandboxd.agent.host.jobs import Jobs, decode_files
 from sandboxd.agent.host.judgeservers import JudgeServers
@@ -52,6 +52,8 @@ from sandboxd.agent.messages import (
     Reply,
     ResultReply,
     RoomReply,
+    RunReply,
+    SandboxFull,
     SessionOpenReply,
     SessionsEndedReply,
 )
@@ -250,14 +252,14 @@ class Controller:
             await self.jobs.math_servers.prestart(self.math.prestart_memory)
         reply: PrepareReply = {"ok": True}
         if self.jobs.reward_model is not None:
-            reply["reward_model"] = (await self.jobs.reward_model.run({"op": "status"}))["reward_model"]
+            reply["reward_model"] = self.jobs.reward_model.status()
         return reply
 
     async def _room(self, request: dict[str, Any]) -> RoomReply:
         return {"room": has_room(self.host.work_root, self.host.runner.sandbox_bytes or 0, self.sandbox_pids,
                                  self.sandbox_cpus)}
 
-    async def _run(self, request: dict[str, Any]) -> ResultReply:
+    async def _run(self, request: dict[str, Any]) -> RunReply:
         return {"result": await self.jobs.run(require(request, "job", dict))}
 
     async def _session_open(self, request: dict[str, Any]) -> SessionOpenReply:

@@ -14,16 +14,17 @@ import errno
 import os
 import sys
 import traceback
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from sandboxd.agent.host.cleanup import kill_uid, remove_files_of, remove_ipc_objects_of, remove_tree
-from sandboxd.agent.host.errors import SandboxDamaged, SandboxFull
+from sandboxd.agent.host.errors import SandboxDamaged
 from sandboxd.agent.host.offloop import off_loop
 from sandboxd.agent.host.runner import Runner, RunOutcome
 from sandboxd.agent.host.tmpspace import neighbours_hold
 from sandboxd.agent.host.tree import write_tree
 from sandboxd.agent.host.zygoteclient import Zygote
+from sandboxd.agent.messages import SandboxFull
 from sandboxd.agent.protocol import UIDS_PER_SANDBOX, UNSLOTTED_FIRST_UID
 from sandboxd.verifiers.code import expand_env
 
@@ -227,7 +228,7 @@ class JobHost:
 
     # ---- building runs -----------------------------------------------------
     @staticmethod
-    def rlimits(limits: dict[str, Any], *, address_space: bool) -> dict[str, int]:
+    def rlimits(limits: Mapping[str, Any], *, address_space: bool) -> dict[str, int]:
         rlimits = dict(DEFAULT_RLIMITS)
         rlimits["cpu"] = max(1, int(limits["timeout"] + 0.999))
         if address_space and limits.get("memory"):

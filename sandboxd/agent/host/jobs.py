@@ -15,10 +15,9 @@ import resource
 import socket
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from sandboxd.agent.host.cleanup import kill_uid, sigkill_uid
-from sandboxd.agent.host.errors import SandboxFull
 from sandboxd.agent.host.jobhost import DEFAULT_RLIMITS, JobHost
 from sandboxd.agent.host.judgeservers import JudgeServers
 from sandboxd.agent.host.mathservers import MathServers
@@ -27,6 +26,21 @@ from sandboxd.agent.host.rewardmodel import RewardModelHost
 from sandboxd.agent.host.runner import RunOutcome, RunSpec, classify, crowded_out, raise_if_starved
 from sandboxd.agent.host.tmpspace import TmpUsage
 from sandboxd.agent.host.tree import read_tree_file
+from sandboxd.agent.messages import (
+    ASSEMBLY_KEYS,
+    CaseResult,
+    CodeJob,
+    ExecuteJob,
+    FileItem,
+    Job,
+    JobLimits,
+    JobResult,
+    JudgeArguments,
+    JudgeRequest,
+    MathJob,
+    Program,
+    SandboxFull,
+)
 from sandboxd.agent.protocol import DEADLINE_STRETCH, BadRequest, require
 from sandboxd.verifiers.code import compare_stdout
 
@@ -83,6 +97,10 @@ HARNESS_STATUSES = {
 HARNESS_LIMITS = {"timeout": "wall_time", "memory_limit": "memory"}
 
 
+# A job of one kind (messages.Job), for what runs each kind the same way.
+KindOfJob = TypeVar("KindOfJob", ExecuteJob, CodeJob)
+
+
 def _preview(data: bytes, limit: int = TEXT_PREVIEW_BYTES) -> str:
     return data[:limit].decode("utf-8", errors="replace")
 
@@ -96,10 +114,10 @@ class Jobs:
         self.math_servers = math_servers
         self.reward_model: RewardModelHost | None = None
 
-    def _program_spec(self, program: dict[str, Any], limits: dict[str, Any], uid: int, workdir: str,
+    def _program_spec(self, program: Program, limits: JobLimits, uid: int, workdir: str,
                       stdin: bytes, args: list[str]) -> RunSpec:
         """A run of the candidate's program: in-process Python or an exec'd binary."""
-        common = {
+        common: dict[str, Any] = {
             "uid": uid,
             "cwd": workdir,
             "timeout": limits["timeout"],
@@ -120,16 +138,17 @@ class Jobs:
         rlimits["stack"] = RUN_STACK_LIMIT
         return RunSpec(mode="exec", argv=argv, rlimits=rlimits, peak_memory_limit=peak_memory_limit, **common)
 
-    async def _compile(self, program: dict[str, Any], limits: dict[str, Any], uid: int,
+    async def _compile(self, program: Program, limits: JobLimits, uid: int,
                        workdir: str) -> tuple[bool, str, float]:
         """Write the source and compile it once; (ok, compiler output, seconds)."""
         if program["language"] == "python":
             return True, "", 0.0  # runs in-process from the code itself
         await self.host.write_files(workdir, uid, [(program.get("source", "main.py"), program["code"].encode())])
-        if not program.get("compile"):
+        compile_argv = program.get("compile")
+        if not compile_argv:
             return True, "", 0.0
         spec = RunSpec(
-            mode="exec", uid=uid, cwd=workdir, argv=program["compile"],
+            mode="exec", uid=uid, cwd=workdir, argv=compile_argv,
             timeout=program.get("compile_timeout", 30.0), output_limit=64 << 10,
             rlimits=dict(DEFAULT_RLIMITS, nproc=512), env=self.host.env(workdir, program.get("env")),
             memory_limit=COMPILE_MEMORY_BYTES, output_over_limit_dropped=True,
@@ -158,25 +177,26 @@ class Jobs:
         return outcome.exit_code == 0, output, outcome.wall_seconds
 
 
-    async def run(self, job: dict[str, Any]) -> dict[str, Any]:
-        kind = validate_job(job)
+    async def run(self, request: dict[str, Any]) -> JobResult:
+        """The result of the `run` op's job (untrusted JSON: validate_job checks it first)."""
+        job = validate_job(request)
         started = time.monotonic()
-        if kind == "execute":
+        if job["kind"] == "execute":
             result = await self._under_own_uid(self._execute, job)
-        elif kind == "code":
+        elif job["kind"] == "code":
             result = await self._under_own_uid(self._code, job)
-        elif kind == "math":
+        elif job["kind"] == "math":
             result = await self._math(job)
-        elif kind == "reward_model" and self.reward_model is not None:
-            result = await self.reward_model.run(job)
+        elif job["kind"] == "reward_model" and self.reward_model is not None:
+            # The request itself: it may also be one of the reward model host's own ops (`status`).
+            result = await self.reward_model.run(request)
         else:
-            raise BadRequest(f"no {kind!r} jobs here")
+            raise BadRequest(f"no {job['kind']!r} jobs here")
         result["run_seconds"] = time.monotonic() - started
         return result
 
-    async def _under_own_uid(self, body: Callable[[dict[str, Any], int, list[RunOutcome]],
-                                                  Awaitable[dict[str, Any]]],
-                             job: dict[str, Any]) -> dict[str, Any]:
+    async def _under_own_uid(self, body: Callable[[KindOfJob, int, list[RunOutcome]], Awaitable[JobResult]],
+                             job: KindOfJob) -> JobResult:
         """`body(job, uid, runs)` under a uid of its own, which is released after the reply.
 
         `body` appends a run that may still be exiting to `runs` (Runner.run,
@@ -194,7 +214,7 @@ class Jobs:
         self.host.release_later(uid, runs, shared_files_removed=True)
         return result
 
-    async def _execute(self, job: dict[str, Any], uid: int, runs: list[RunOutcome]) -> dict[str, Any]:
+    async def _execute(self, job: ExecuteJob, uid: int, runs: list[RunOutcome]) -> JobResult:
         program, limits = job["program"], job["limits"]
         workdir = await self.host.make_workdir(uid)
         await self.host.write_files(workdir, uid, decode_files(job.get("files", []), "job.files"))
@@ -209,7 +229,7 @@ class Jobs:
         outcome = await self.host.runner.run(spec, settle=bool(job.get("collect_files")))
         runs.append(outcome)
         status, limit, message = classify(outcome, spec)
-        files = []
+        files: list[FileItem] = []
         collected = 0
         for relpath in job.get("collect_files", []):
             content = self._collect_file(workdir, relpath)
@@ -231,7 +251,7 @@ class Jobs:
             },
         }
 
-    async def _code(self, job: dict[str, Any], uid: int, runs: list[RunOutcome]) -> dict[str, Any]:
+    async def _code(self, job: CodeJob, uid: int, runs: list[RunOutcome]) -> JobResult:
         program, limits, plan = job["program"], job["limits"], job["plan"]
         workdir = await self.host.make_workdir(uid)
         ok, compile_output, _ = await self._compile(program, limits, uid, workdir)
@@ -239,7 +259,7 @@ class Jobs:
             return {"status": "compile_error", "message": "compilation failed",
                     "code": {"compile_output": compile_output, "tests_total": plan["total"]}}
         if plan["kind"] == "stdio":
-            tests = []
+            tests: list[CaseResult] = []
             ran_out = _total_time_ran_out(limits["total_timeout"])
             # The compile step has its own limit; the job's time starts here.
             job_started = time.monotonic()
@@ -278,7 +298,7 @@ class Jobs:
             return _code_result(tests, plan["total"])
         return await self._python_harness(job, uid, workdir)
 
-    async def _python_harness(self, job: dict[str, Any], uid: int, workdir: str) -> dict[str, Any]:
+    async def _python_harness(self, job: CodeJob, uid: int, workdir: str) -> JobResult:
         """Function-call and assert tests: the candidate in a fresh process, the judge a resident one, two uids."""
         plan, limits = job["plan"], job["limits"]
         candidate_end, judge_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -288,8 +308,11 @@ class Jobs:
         # The judge calls the candidate once per case: the deadline covers them all.
         timeout = min(limits["timeout"] * cases, limits["total_timeout"])
         capped = timeout < limits["timeout"] * cases
-        run_limits = dict(limits, timeout=timeout)
-        harness = dict(job["harness"], call_timeout=limits["timeout"])
+        run_limits: JobLimits = {**limits, "timeout": timeout}
+        # The files a test writes for the program (tmp_path, tempfile, a relative path) and those the program writes
+        # for the test: the candidate's folder is the tests' working directory too, shared with its judge's group
+        # only, for this job (python.remote.share_files keeps each side's files usable by the other's uid).
+        harness: JudgeArguments = {**job["harness"], "call_timeout": limits["timeout"], "files": workdir}
         # A HumanEval prompt's program is assembled by the candidate and by the judge (code.assemble).
         assembly = job.get("assembly")
         if plan["kind"] == "assert":
@@ -303,10 +326,6 @@ class Jobs:
         grace = JUDGE_GRACE_SECONDS if capped else 0.0
         if capped:
             harness["time_for_all"] = timeout
-        # The files a test writes for the program (tmp_path, tempfile, a relative path) and those the program writes
-        # for the test: the candidate's folder is the tests' working directory too, shared with its judge's group
-        # only, for this job (python.remote.share_files keeps each side's files usable by the other's uid).
-        harness["files"] = workdir
 
         def share(judge_uid: int) -> None:
             os.chown(workdir, -1, judge_uid)
@@ -322,7 +341,8 @@ class Jobs:
             )
             # The judge may use as much memory for the tests as the job may for the program: a performance test's
             # 3 million ints cost the judge about 180 MiB to build and send (judgeserver.JOB_MEMORY_BYTES at least).
-            request = {"plan_kind": plan["kind"], "harness": harness, "memory_budget": int(limits.get("memory") or 0)}
+            request: JudgeRequest = {"plan_kind": plan["kind"], "harness": harness,
+                                     "memory_budget": int(limits.get("memory") or 0)}
             candidate_task = asyncio.ensure_future(self.host.runner.run(candidate))
             no_room: SandboxFull | None = None
             try:
@@ -384,7 +404,7 @@ class Jobs:
             return {"status": "internal", "do_not_retry": True,
                     "message": f"{DATASET_ERRORS[verdict['status']]}: {verdict.get('message')}",
                     "code": {"tests_total": plan["total"]}}
-        tests: list[dict[str, Any]] = []
+        tests: list[CaseResult] = []
         for entry in verdict.get("tests", []):
             status = HARNESS_STATUSES.get(str(entry.get("status")), "wrong_answer")
             message = str(entry.get("message", ""))
@@ -406,7 +426,7 @@ class Jobs:
                              past_stretch=verdict.get("past_stretch") is True)
         return _code_result(tests, int(verdict.get("total", plan["total"])))
 
-    async def _math(self, job: dict[str, Any]) -> dict[str, Any]:
+    async def _math(self, job: MathJob) -> JobResult:
         outcome, verdict, message = await self.math_servers.verify(job)
         if outcome == "ok" and verdict is not None:
             return {"status": verdict.get("status", "internal"), "limit": "", "message": verdict.get("message", ""),
@@ -485,8 +505,12 @@ JOB_FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
 }
 
 
-def validate_job(job: dict[str, Any]) -> str:
-    """The job's kind, once the fields JOB_FIELDS names are there with their types; BadRequest where not."""
+def validate_job(job: dict[str, Any]) -> Job:
+    """The job, once the fields JOB_FIELDS names are there with their types; BadRequest where not.
+
+    Returned as its kind's declared shape (messages.Job), which is the daemon's word for the rest: a field
+    read past these checks is read with a default or checked where it is read (decode_files).
+    """
     kind = require(job, "kind", str, what="job")
     fields = JOB_FIELDS.get(kind)
     if fields is None:
@@ -506,12 +530,12 @@ def validate_job(job: dict[str, Any]) -> str:
         require(job["plan"], "total", int, what="job.plan")
     if kind == "code" and job.get("assembly") is not None:
         require(job, "assembly", dict, what="job")
-        for name in ("head", "prompt", "prompt_head", "entry_point"):
+        for name in ASSEMBLY_KEYS:
             require(job["assembly"], name, str, what="job.assembly")
-    return kind
+    return cast("Job", job)
 
 
-def _test_entry(index: int, status: str, limit: str, message: str, outcome: RunOutcome) -> dict[str, Any]:
+def _test_entry(index: int, status: str, limit: str, message: str, outcome: RunOutcome) -> CaseResult:
     return {
         "index": index,
         "status": status,
@@ -527,8 +551,8 @@ def _total_time_ran_out(seconds: float) -> str:
     return f"the job's {seconds:g} s for all its tests ran out"
 
 
-def _code_result(tests: list[dict[str, Any]], total: int, *, status: str = "", limit: str = "",
-                 message: str = "") -> dict[str, Any]:
+def _code_result(tests: list[CaseResult], total: int, *, status: str = "", limit: str = "",
+                 message: str = "") -> JobResult:
     passed = sum(1 for t in tests if t["status"] == "ok")
     if not status:
         failures = [t for t in tests if t["status"] != "ok"]

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from sandboxd.agent.host.jobhost import JobHost
+    from sandboxd.agent.messages import JudgeRequest
 
 RECYCLE_AFTER_JOBS = 200
 # As python.harness.MAX_FRAME_BYTES: thousands of failing cases, each with its message.
@@ -48,7 +49,7 @@ class JudgeServer(ResidentServer):
     def __init__(self, host: JobHost) -> None:
         super().__init__(host, "py_judge", recycle_after=RECYCLE_AFTER_JOBS, max_reply_bytes=RESULT_FRAME_BYTES)
 
-    async def judge(self, request: dict[str, Any], peer: socket.socket, cpu_credit_fd: int,
+    async def judge(self, request: JudgeRequest, peer: socket.socket, cpu_credit_fd: int,
                     timeout: float) -> tuple[str, dict[str, Any] | None, str]:
         """(outcome, verdict, message) as `ResidentServer.ask`. Anything but ok leaves the judge closed."""
         return await self.ask(request, timeout, fds=(os.dup(peer.fileno()), os.dup(cpu_credit_fd)))
@@ -65,7 +66,7 @@ class JudgeServers:
         self.host = host
         self._idle: list[JudgeServer] = []
 
-    async def judge(self, request: dict[str, Any], peer: socket.socket, cpu_credit_fd: int,
+    async def judge(self, request: JudgeRequest, peer: socket.socket, cpu_credit_fd: int,
                     timeout: float, share: Callable[[int], None] | None = None,
                     ) -> tuple[str, dict[str, Any] | None, str]:
         """The verdict of an idle judge (or a new one); ``share`` is called with its uid before it is asked."""

@@ -23,13 +23,14 @@ import asyncio
 import contextlib
 import os
 import signal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 from sandboxd.agent.host.runner import CURRENT_JOB
 from sandboxd.agent.host.servers import ResidentServer
 
 if TYPE_CHECKING:
     from sandboxd.agent.host.jobhost import JobHost
+    from sandboxd.agent.messages import MathJob, MathRequest, MathResult
 
 RECYCLE_AFTER_JOBS = 500
 # A new server runs slower until it has copied the pages of sympy's heap it
@@ -49,17 +50,18 @@ class MathServer(ResidentServer):
         super().__init__(host, "math_server", recycle_after=RECYCLE_AFTER_JOBS,
                          max_reply_bytes=RESULT_FRAME_BYTES, memory=memory)
 
-    async def verify(self, job: dict[str, Any], timeout: float) -> tuple[str, dict[str, Any] | None, str]:
+    async def verify(self, job: MathJob, timeout: float) -> tuple[str, MathResult | None, str]:
         """(outcome, verdict, message); outcome is ok, timeout, memory, died or error.
 
         Anything but ok leaves the server closed.
         """
-        request = {"completion": job["completion"], "ground_truth": job["ground_truth"],
+        request: MathRequest = {"completion": job["completion"], "ground_truth": job["ground_truth"],
                    "extraction": job.get("extraction", "auto"), "tolerance": job.get("tolerance", 1e-6)}
         outcome, verdict, message = await self.ask(request, timeout)
         if outcome == "died":
             message = f"the math worker {message} on this answer"
-        return outcome, verdict, message
+        # The server's answer is math.verify's (forked/mathserver.py), from our own process.
+        return outcome, cast("MathResult | None", verdict), message
 
 
 class MathServers:
@@ -134,7 +136,7 @@ class MathServers:
                 self._waiting[memory] -= 1
         return await self._start(memory)
 
-    async def verify(self, job: dict[str, Any]) -> tuple[str, dict[str, Any] | None, str]:
+    async def verify(self, job: MathJob) -> tuple[str, MathResult | None, str]:
         limits = job["limits"]
         memory = int(limits.get("memory") or 0)
         server = await self._borrow(memory, float(limits["timeout"]))

@@ -30,11 +30,12 @@ import subprocess
 import sys
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from sandboxd.agent.host.errors import SandboxDamaged
+from sandboxd.agent.messages import JobResult
 from sandboxd.agent.protocol import ProtocolError, encode_frame, read_frame
 
 # A quarter of the frame limit (protocol.MAX_FRAME_BYTES) per frame to the scorer.
@@ -221,13 +222,16 @@ class RewardModelHost:
         self.scoring_seconds += float(reply.get("seconds", 0.0))
         return list(reply["scores"])
 
-    async def run(self, job: dict[str, Any]) -> dict[str, Any]:
-        """One reward_model job: ``{"prompt", "completion", "limits"}``, or ``{"op": "status"}``."""
+    def status(self) -> dict[str, Any]:
+        """The model's state (loading, ready or failed, and what the scorer said of it) and its batches so far."""
+        batcher = self._batcher
+        return {**self.state, "batches": batcher.batches, "pairs": batcher.items, "largest_batch": batcher.largest,
+                "scoring_seconds": round(self.scoring_seconds, 6)}
+
+    async def run(self, job: Mapping[str, Any]) -> JobResult:
+        """One reward_model job (messages.RewardModelJob), or ``{"op": "status"}``: the model's state."""
         if job.get("op") == "status":
-            batcher = self._batcher
-            return {"status": "ok", "reward_model": {**self.state, "batches": batcher.batches,
-                                                     "pairs": batcher.items, "largest_batch": batcher.largest,
-                                                     "scoring_seconds": round(self.scoring_seconds, 6)}}
+            return {"status": "ok", "reward_model": self.status()}
         if self.error:
             return {"status": "internal", "message": f"reward model {self.name!r} failed to load: {self.error}"}
         timeout = float(job["limits"]["timeout"])

@@ -24,9 +24,10 @@ from typing import Any
 
 from sandboxd.agent.host import usage
 from sandboxd.agent.host.cleanup import KILL_GRACE_SECONDS, kill_uid, sigkill_uid
-from sandboxd.agent.host.errors import JobWithdrawn, SandboxDamaged, SandboxFull
+from sandboxd.agent.host.errors import JobWithdrawn, SandboxDamaged
 from sandboxd.agent.host.usage import CpuShare, UsageWatch
 from sandboxd.agent.host.zygoteclient import Zygote
+from sandboxd.agent.messages import SandboxFull
 from sandboxd.agent.protocol import (
     CPU_CREDIT,
     DEADLINE_STRETCH,

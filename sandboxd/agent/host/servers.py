@@ -16,7 +16,7 @@ import math
 import os
 import signal
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from sandboxd.agent.host.runner import DRAIN_SECONDS, Runner, RunSpec
@@ -68,7 +68,7 @@ class ResidentWorker:
     def alive(self) -> bool:
         return self._channel is not None and self.exited is not None and not self.exited.done()
 
-    async def request(self, message: dict[str, Any], *, timeout: float, fds: tuple[int, ...] = (),
+    async def request(self, message: Mapping[str, Any], *, timeout: float, fds: tuple[int, ...] = (),
                       on_timeout: Callable[[], None] | None = None, grace: float = 0.0) -> dict[str, Any] | None:
         """Send `message` and wait up to `timeout` for the answer.
 
@@ -210,7 +210,7 @@ class ResidentServer:
         """
         return self.cpu_seconds + seconds < SERVER_CPU_SECONDS
 
-    async def ask(self, request: dict[str, Any], timeout: float,
+    async def ask(self, request: Mapping[str, Any], timeout: float,
                   fds: tuple[int, ...] = ()) -> tuple[str, dict[str, Any] | None, str]:
         """(outcome, result, message) for one job's request; `fds` are handed over.
 

@@ -43,11 +43,11 @@ from typing import TYPE_CHECKING, Any
 
 from sandboxd.agent.host import tree, usage
 from sandboxd.agent.host.cleanup import _as_uid, kill_uid, sigkill_uid
-from sandboxd.agent.host.errors import SandboxFull
 from sandboxd.agent.host.offloop import off_loop
 from sandboxd.agent.host.runner import OutputBudget, PipeReader, RunSpec, classify, starved_reason
 from sandboxd.agent.host.servers import ResidentWorker
 from sandboxd.agent.host.usage import CpuShare, WatchedRun, _file_system_ids
+from sandboxd.agent.messages import SandboxFull
 from sandboxd.agent.protocol import VALUE_PREVIEW_CHARS, BadRequest
 
 if TYPE_CHECKING:

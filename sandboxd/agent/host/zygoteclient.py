@@ -10,7 +10,8 @@ import signal
 import socket
 from typing import Any
 
-from sandboxd.agent.host.errors import SandboxDamaged, SandboxFull
+from sandboxd.agent.host.errors import SandboxDamaged
+from sandboxd.agent.messages import SandboxFull
 from sandboxd.agent.protocol import (
     EXITED,
     FORK_FAILED,

@@ -18,8 +18,9 @@ import pytest
 
 from sandboxd.agent import protocol
 from sandboxd.agent.forked import zygote as zygote_module
-from sandboxd.agent.host.errors import SandboxDamaged, SandboxFull
+from sandboxd.agent.host.errors import SandboxDamaged
 from sandboxd.agent.host.zygoteclient import Zygote
+from sandboxd.agent.messages import SandboxFull
 
 # A fresh interpreter runs the zygote (forking this pytest process would
 # make a zygote of pytest); it is the test's child, as the agent's is the controller's.

@@ -13,15 +13,16 @@ import threading
 import types
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
+from sandboxd.agent import messages
 from sandboxd.agent.host import cleanup, errors, jobhost, jobs, runner, tmpspace, usage
 from sandboxd.agent.host import controller as controller_module
 from sandboxd.agent.host.errors import SandboxDamaged
 from sandboxd.agent.host.jobhost import UidPool
-from sandboxd.agent.messages import Reply
+from sandboxd.agent.messages import JobLimits, Program, Reply
 from sandboxd.agent.protocol import (
     HEADER,
     MAX_FRAME_BYTES,
@@ -767,7 +768,7 @@ def test_a_candidate_its_judge_saw_die_is_judged_by_its_exit(
     async def candidate_run(spec: runner.RunSpec, *, settle: bool = True) -> runner.RunOutcome:
         await asyncio.sleep(0.05)  # its exit, reported after the judge's answer
         if crowded and not spec.ended_by_caller:
-            raise errors.SandboxFull("the sandbox ran out of memory while this run held 150 MiB")
+            raise messages.SandboxFull("the sandbox ran out of memory while this run held 150 MiB")
         return runner.RunOutcome(wait_status=0 if not crowded else signal.SIGKILL, stdout=b"", stderr=b"",
                                  stdout_truncated=False, stderr_truncated=False, killed_for="", wall_seconds=0.05,
                                  cpu_seconds=0.0, max_rss_bytes=0)
@@ -877,18 +878,19 @@ def test_a_compile_error_that_merely_says_no_space_is_not_sent_elsewhere(
 def test_runs_without_an_address_space_limit_are_held_by_their_peak_memory(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     controller = bare_controller(tmp_path, monkeypatch)
-    limits = {"timeout": 1.0, "output": 1024, "memory": 256 << 20}
-    go = {"language": "go", "run": ["./main"], "address_space_limit": False}
+    # Only the fields _program_spec reads of an exec'd program.
+    limits = cast("JobLimits", {"timeout": 1.0, "output": 1024, "memory": 256 << 20})
+    go = cast("Program", {"language": "go", "run": ["./main"], "address_space_limit": False})
     spec = controller.jobs._program_spec(go, limits, TEST_FIRST_UID, str(tmp_path), b"", [])
     assert spec.peak_memory_limit == 256 << 20 and "as_extra" not in spec.rlimits
     assert spec.env["GOMEMLIMIT"] == f"{192 << 20}B"
-    java = {"language": "java", "run": ["java", "-cp", ".", "Main"], "address_space_limit": False}
+    java = cast("Program", {"language": "java", "run": ["java", "-cp", ".", "Main"], "address_space_limit": False})
     spec = controller.jobs._program_spec(java, limits, TEST_FIRST_UID, str(tmp_path), b"", ["x"])
     assert spec.argv == ["java", f"-XX:MaxRAM={256 << 20}", "-XX:MaxRAMPercentage=75", "-cp", ".", "Main", "x"]
-    node = {"language": "javascript", "run": ["node", "main.js"], "address_space_limit": False}
+    node = cast("Program", {"language": "javascript", "run": ["node", "main.js"], "address_space_limit": False})
     spec = controller.jobs._program_spec(node, limits, TEST_FIRST_UID, str(tmp_path), b"", [])
     assert spec.argv == ["node", "--max-old-space-size=192", "main.js"] and "GOMEMLIMIT" not in spec.env
-    c = {"language": "c", "run": ["./main"]}
+    c = cast("Program", {"language": "c", "run": ["./main"]})
     spec = controller.jobs._program_spec(c, limits, TEST_FIRST_UID, str(tmp_path), b"", [])
     assert spec.peak_memory_limit == 0 and spec.rlimits["as_extra"] == 256 << 20 and "GOMEMLIMIT" not in spec.env
 

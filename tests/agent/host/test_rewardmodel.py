@@ -187,7 +187,7 @@ async def test_host_batches_concurrent_jobs_through_the_real_scorer(tmp_path: Pa
         assert host.state["state"] == "ready", host.state
         assert host.state["device"] == ("cuda:0" if device == "cuda" else "cpu")
         results = await asyncio.gather(*(host.run(_job(*pair)) for pair in pairs))
-        status = (await host.run({"op": "status"}))["reward_model"]
+        status = host.status()
     finally:
         await host.close()
     assert [result["status"] for result in results] == ["ok"] * len(pairs)
@@ -228,7 +228,7 @@ async def test_gpu_memory_fraction_splits_a_batch_and_reports_a_pair_that_never_
         assert host.state["state"] == "ready", host.state
         results = await asyncio.gather(*(host.run(_job(*pair)) for pair in [*pairs, huge]))
         after = await host.run(_job("one", "two"))
-        status = (await host.run({"op": "status"}))["reward_model"]
+        status = host.status()
     finally:
         await host.close()
     assert status["largest_batch"] == 25, status  # one batch went to the scorer, and was split there

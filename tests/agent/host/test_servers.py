@@ -6,12 +6,13 @@ import asyncio
 import socket
 import types
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from sandboxd.agent.host import judgeservers, mathservers
 from sandboxd.agent.host.servers import SERVER_CPU_SECONDS, ResidentServer, ResidentWorker
+from sandboxd.agent.messages import JudgeRequest, MathJob
 from sandboxd.agent.protocol import HEADER, encode_frame, recv_frame_fds
 
 
@@ -128,12 +129,12 @@ def test_judges_replace_an_idle_judge_without_the_cpu_for_the_job(monkeypatch: p
     peer = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         # 30 s of deadline: the last idle judge ("fresh", popped first) has room, and is used.
-        assert asyncio.run(judges.judge({}, peer, -1, 30.0))[0] == "ok"
+        assert asyncio.run(judges.judge(cast("JudgeRequest", {}), peer, -1, 30.0))[0] == "ok"
         assert events == ["judge fresh"]
         # The next job finds the spent one left: closed, and a new judge takes the job.
         events.clear()
         judges._idle = [Judge("spent", SERVER_CPU_SECONDS - 20.0)]  # type: ignore[list-item]
-        assert asyncio.run(judges.judge({}, peer, -1, 30.0))[0] == "ok"
+        assert asyncio.run(judges.judge(cast("JudgeRequest", {}), peer, -1, 30.0))[0] == "ok"
         assert events == ["close spent", "start new", "judge new"]
     finally:
         peer.close()
@@ -165,7 +166,7 @@ def test_math_servers_replace_an_idle_server_without_the_cpu_for_the_job(monkeyp
         servers = mathservers.MathServers(host=None, servers=1)  # type: ignore[arg-type]
         servers._idle = {0: [Server("spent", SERVER_CPU_SECONDS - 5.0)]}  # type: ignore[list-item]
         servers._live = {0: 1}
-        outcome, _verdict, _message = await servers.verify({"limits": {"timeout": 10.0, "memory": 0}})
+        outcome, _verdict, _message = await servers.verify(cast("MathJob", {"limits": {"timeout": 10.0, "memory": 0}}))
         assert outcome == "ok"
 
     asyncio.run(scenario())

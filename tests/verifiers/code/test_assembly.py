@@ -89,7 +89,8 @@ def test_the_daemon_neither_parses_nor_compiles_a_completion(monkeypatch: pytest
                           ("    return a + b\n", prompt + "    return a + b\n")]:
         job = pb.Job(code=pb.CodeJob(completion=f"```python\n{code}```", tests=pb.CodeTests(dataset_json=dataset)))
         prepared = jobs.prepare(job, Config())
-        assert prepared.agent_job is not None and prepared.agent_job["program"]["code"] == code
+        assert prepared.agent_job is not None and prepared.agent_job["kind"] == "code"
+        assert prepared.agent_job["program"]["code"] == code
         programs.append((prepared.agent_job["assembly"], code, program))
     assert not [source for source in parsed if "return a + b" in source]
     monkeypatch.setattr(code_module, "_defines", real_defines)

@@ -21,6 +21,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from sandboxd.agent.messages import JudgeArguments
 from sandboxd.jobs import harness_arguments
 from sandboxd.verifiers.code import assemble_program, normalize_tests
 from sandboxd.verifiers.python.harness import run_tests
@@ -40,7 +41,8 @@ def judge(case: Case, workdir: Path) -> dict[str, Any]:
     """The harness's verdict on ``case``, its candidate run in ``workdir``."""
     plan = normalize_tests(job_tests(case))
     program = assemble_program(case.solution, plan)
-    harness = dict(harness_arguments(plan, TOLERANCE, False), call_timeout=case.timeout)
+    # Typed as the judge's arguments (agent/forked/judgeserver.py), checked against run_tests's; no folder is shared.
+    harness: JudgeArguments = {**harness_arguments(plan, TOLERANCE, False), "call_timeout": case.timeout, "files": ""}
     if plan.kind == "assert":
         harness["program"] = program
     source = workdir.parent / f"{workdir.name}.py"

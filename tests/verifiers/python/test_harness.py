@@ -1424,7 +1424,8 @@ def test_prepared_code_job_keeps_daemon_only_data_out_of_the_sandbox(monkeypatch
     # The names assert tests may call are the judge's to parse, in the sandbox (pyharness.run_tests(program=)).
     asserts = pb.CodeTests(assert_code="assert add(1, 2) == 3")
     prepared = jobs.prepare(pb.Job(code=pb.CodeJob(completion=completion, tests=asserts)), Config())
-    assert prepared.agent_job is not None and not {"names", "classes", "program"} & set(prepared.agent_job["harness"])
+    assert prepared.agent_job is not None and prepared.agent_job["kind"] == "code"
+    assert not {"names", "classes", "program"} & set(prepared.agent_job["harness"])
     assert prepared.reward_mode == "binary"
     result = jobs.to_result(prepared, {"status": "wrong_answer", "code": {"tests_passed": 0, "tests_total": 1}}, 1)
     assert result.code.extracted_code == prepared.extracted_code and result.code.language == "python"
