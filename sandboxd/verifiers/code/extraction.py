@@ -6,8 +6,8 @@ import re
 
 from .languages import _ALIASES, _canonical_language
 
-# Possessive: a lazy info string before optional trailing blanks was retried at every length, quadratic in a
-# line's blanks ("```python" and 40,000 spaces, which a degenerate model writes, took 6.7 s on the daemon's loop).
+# Possessive: a lazy info string before optional trailing blanks is retried at every length, quadratic in a
+# line's blanks (a fence and 40,000 spaces, which a degenerate model writes, holds the daemon's loop for seconds).
 _FENCE_OPEN = re.compile(r"^(?P<indent>[ \t]*+)(?P<fence>`{3,}+|~{3,}+)(?P<info>[^`\n]*+)$")
 
 
