@@ -120,10 +120,10 @@ def _fill_free_blocks() -> None:
 
     After the warm-up they lie scattered over pages that every worker shares
     with the zygote, and a worker's first allocation in each such page
-    copies it (a copy-on-write fault, about 4 µs here). With them taken, a
-    worker's allocations fill fresh pools a page at a time. Measured with
-    print(1) jobs: 609 -> 566 page faults and 3.1-3.5 -> 3.0-3.2 ms of CPU
-    per worker, for about 0.3 MB more in the zygote.
+    copies it (a copy-on-write fault, about 4 µs). With them taken, a
+    worker's allocations fill fresh pools a page at a time: about 40 fewer
+    page faults per worker (7% of a print(1) job's), for about 0.3 MB more
+    in the zygote.
 
     The free counts per size class come from sys._debugmallocstats(),
     CPython's allocator report; a report of another shape fills nothing.
@@ -161,21 +161,20 @@ def _serve(control: socket.socket) -> None:
 
     Every fork write-protects the zygote's pages until the child's exit, so
     each page this loop writes to between forks (a refcount, a new object)
-    costs a copy (about 4 us here). It therefore reads fixed-size requests
+    costs a copy (about 4 us). It therefore reads fixed-size requests
     into one buffer, leaves the worker's channel and its announcement to the
-    child, and reaps from the SIGCHLD handler. Measured against the JSON
-    loop it replaces (select, a socketpair and a reply per fork): 158 -> 52
-    page faults and 0.97 -> 0.53 ms of the zygote's CPU per fork, in a
-    stand-in with workers alive for 4 ms.
+    child, and reaps from the SIGCHLD handler: about a third of the page
+    faults and half the zygote's CPU per fork of a loop that selects, makes
+    a socketpair and replies per fork.
 
     It waits in poll() on the channel and a wake-up pipe that the signal
     writes to (signal.set_wakeup_fd), not in recv_into alone: Python runs a
-    handler between bytecodes, so a SIGCHLD that came after the last check
-    and before the blocking call began waited for the controller's next
-    request. An exit then went unreported while the controller waited for
-    it, and after 5 s it took the sandbox for damaged ("a worker did not
-    exit after SIGKILL"); a red team saw that on jobs of a few hundred cases
-    on a loaded machine. The pipe makes poll() return at once instead.
+    handler between bytecodes, so a SIGCHLD that comes after the last check
+    and before the blocking call begins would wait for the controller's next
+    request. The exit would go unreported while the controller waits for
+    it, and after 5 s it takes the sandbox for damaged ("a worker did not
+    exit after SIGKILL"), as on jobs of a few hundred cases on a loaded
+    machine. The pipe makes poll() return at once instead.
     """
     global _wakeup
     request = bytearray(REQUEST.size)
@@ -209,8 +208,8 @@ def _serve(control: socket.socket) -> None:
             try:
                 pid = _fork_worker(control, tag)
             except OSError as exc:
-                # A red team's sessions held every pid of the sandbox: the
-                # zygote died of the next fork, and with it every session.
+                # Sessions may hold every pid of the sandbox: the zygote
+                # must not die of the next fork, and with it every session.
                 control.send(FORK_FAILED.pack(OP_FORK_FAILED, tag, exc.errno or 0))
                 continue
             forked[pid] = tag
