@@ -347,7 +347,7 @@ def toolchain_build_args() -> dict[str, str]:
     precompiled, javac's class-data archive, Go's standard library built into a cache
     (and puts the file node preloads where a JavaScript run's command names it).
     Each toolchain takes what was prepared only for a compile with the same options, and
-    silently compiles from scratch otherwise (C++ 0.40 -> 1.25 s, Go 0.1 -> 4.9 s here).
+    silently compiles from scratch otherwise (C++ 1.25 s instead of 0.40, Go 4.9 s instead of 0.1).
     So the options are written once, in the verifier, and reach the Dockerfile as these
     arguments; being in the image's hash, a change to them rebuilds the image.
     """

@@ -177,9 +177,9 @@ def prepare(job: pb.Job, config: Config, where: str = "") -> PreparedJob:
 
     A bug of ours that the job's input hits here (an exception that is not a
     SandboxdError) answers that job STATUS_INTERNAL, with its failure value,
-    and lets the rest of its batch run. Raised, it failed the whole call as
-    UNKNOWN: one completion that reached a parser's RecursionError took its
-    batch's other results with it.
+    and lets the rest of its batch run. Raised, it would fail the whole call
+    as UNKNOWN: one completion that reaches a parser's RecursionError would
+    take its batch's other results with it.
     """
     where = where or f"jobs[{job.index}]"
     try:
@@ -209,9 +209,9 @@ FRAME_CHECK_BYTES = MAX_FRAME_BYTES // 32
 def check_frame_size(job: pb.Job, agent_job: messages.Job, where: str, job_bytes: int) -> None:
     """INVALID_ARGUMENT for a job too large for the agent's frames.
 
-    Sent anyway, such a job failed to encode at the daemon, which took it for a
-    lost sandbox: each attempt recycled a healthy sandbox, and the caller got
-    STATUS_SANDBOX_LOST (which clients retry) after three.
+    Sent anyway, such a job fails to encode at the daemon, which takes it for a
+    lost sandbox: each attempt would recycle a healthy sandbox, and the caller
+    get STATUS_SANDBOX_LOST (which clients retry) after three.
     """
     if job_bytes <= FRAME_CHECK_BYTES:
         return

@@ -43,8 +43,8 @@ from sandboxd.agent.protocol import (
 
 # The signal module's own signal(), without the wrapper that turns the handler
 # it replaces into a Handlers member: in a fresh worker, replacing the zygote's
-# SIGCHLD handler (a function, not a member) went through enum's ValueError
-# path, 69 page faults (about 4 us each here) for that one call.
+# SIGCHLD handler (a function, not a member) goes through enum's ValueError
+# path, 69 page faults (about 4 us each) for that one call.
 _raw_signal = importlib.import_module("_signal")
 
 
@@ -54,11 +54,9 @@ def spawn(warm_modules: list[str]) -> tuple[socket.socket, int]:
     Called by the agent's entry point before it imports the controller and
     asyncio, so the zygote holds only the interpreter, the worker and the
     warmed modules. Every worker's fork copies its zygote's page tables and
-    its exit tears them down. Measured with print(1) jobs in a code
-    sandbox: a zygote forked after those imports held 15.4 MB, a worker took
-    about 555 page faults and 3.0-3.5 ms of CPU, the sandbox 5.8-6.6 ms per
-    job; forked before them, 10.5 MB, about 480 faults, 2.4-2.5 ms and
-    4.9-5.1 ms.
+    its exit tears them down. Forked before those imports, a zygote holds
+    about a third less (10.5 MB against 15.4), and a print(1) job costs a
+    worker about 75 fewer page faults and 0.5-1 ms less CPU.
     """
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     sys.stdout.flush()
@@ -83,15 +81,15 @@ def main(control: socket.socket, warm_modules: list[str]) -> NoReturn:
         _warm(warm_modules)
         # Each worker gets the environment its job names. Emptied here once,
         # so that a worker's clearing has nothing to undo (a worker's
-        # environment step took 0.30 ms with it, 0.26 ms without).
+        # environment step takes about 15% less).
         os.environ.clear()
         # Move everything warmed into the permanent generation: a worker's
         # collections then skip the inherited heap instead of walking (and
-        # copy-on-write faulting) it. Measured in the python image: fork +
-        # math verify + exit 40 ms without, 26 ms with.
+        # copy-on-write faulting) it: fork + math verify + exit take about a
+        # third less time (26 ms against 40 in the python image).
         gc.collect()
         _fill_free_blocks()
-        _fill_free_blocks()  # the first pass's own list took some
+        _fill_free_blocks()  # the first pass's own list takes some
         gc.freeze()
         sys.stdout.flush()
         sys.stderr.flush()
