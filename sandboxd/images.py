@@ -402,7 +402,7 @@ def missing_image_message(name: str, ref: str, others: list[tuple[str, dict[str,
     ``others`` are the engine's images of that name (``DockerBackend.images_labelled``). An image's
     tag is the hash of its sources and its build settings: a daemon run from another checkout, or
     without the build's SANDBOXD_TORCH or SANDBOXD_BASE_IMAGE, looks for another tag than the one
-    built, and "does not exist" alone sent operators to rebuild a multi-GB image that was there.
+    built, and "does not exist" alone would send operators to rebuild a multi-GB image that is there.
     """
     message = f"image {ref} does not exist: run `python -m sandboxd.images build {name}`"
     builds = [(other, labels) for other, labels in others if other != ref and not other.endswith(":latest")]

@@ -139,10 +139,10 @@ LANGUAGES: dict[str, Language] = {
         # SyntaxError, and models write them). Types are not checked, as with tsx, Bun or
         # Deno's run: a program that runs correctly passes. The transform runs once, as the
         # compile step (TS_TRANSFORM), and each case runs the JavaScript as a JavaScript job
-        # does: a run that transformed the types itself took 58-63 ms against 21-22 ms, in
-        # the langs image on this machine (the transform loads its compiler, about 35 ms,
-        # every time). A syntax error is a compile error. The transform's warning that it is
-        # experimental would be the compile's output.
+        # does: a run that transforms the types itself takes about three times as long
+        # (the transform loads its compiler, about 35 ms, every time). A syntax error is a
+        # compile error. The transform's warning that it is experimental would be the
+        # compile's output.
         Language(
             "typescript",
             "main.ts",
@@ -230,7 +230,7 @@ def _java_classes(code: str) -> tuple[str | None, str | None]:
     """(public top-level class, top-level class holding ``main``) in Java source.
 
     Linear in the text: a completion of a million characters of ``class A``
-    repeated took minutes with a scan per class, on the daemon's event loop.
+    repeated takes minutes with a scan per class, on the daemon's event loop.
     """
     text = _JAVA_BLANK.sub(lambda m: " " * len(m.group()), code)
     brace_at: list[int] = []  # position of every brace, in order
