@@ -29,16 +29,15 @@ RETRY_AFTER_KEY = "retry-after-seconds"
 # quote the request (a 100 KB language name, pool or session id) are cut.
 MAX_DETAILS_BYTES = 4096
 # A RunBatch stream runs ahead of its reader by at most this many results: jobs
-# past it start when the client has read some. A client that never read held
-# every result of its batch in the daemon (1 MiB of output each by default,
-# 16,384 jobs), and an OOM kill of the daemon took every other client's jobs.
+# past it start when the client has read some. A client that never reads would
+# hold every result of its batch in the daemon (1 MiB of output each by default,
+# 16,384 jobs), and an OOM kill of the daemon takes every other client's jobs.
 MIN_BATCH_WINDOW_JOBS = 64
 MAX_UNSENT_RESULT_BYTES = 64 << 20
 # Reading a batch's jobs gives the event loop back at least this often: one
-# item of 1 MiB of code takes 24-26 ms (jobs.prepare: extraction and copies;
-# it took up to 0.5 s while it still compiled the completion), and a batch
-# of many held every other call (health checks, other trainers' results)
-# for their sum.
+# item of 1 MiB of code takes 24-26 ms (jobs.prepare: extraction and copies),
+# and a batch of many would hold every other call (health checks, other
+# trainers' results) for their sum.
 PREPARE_SLICE_SECONDS = 0.01
 
 

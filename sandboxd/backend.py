@@ -42,8 +42,8 @@ LABEL_IMAGE = "io.sandboxd.image"
 # from 0 clears the capability sets, and no-new-privileges keeps them clear.
 AGENT_CAPABILITIES = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "SETUID", "SETGID", "KILL"]
 
-# PTYs are a host-wide count (kernel.pty.max): a job that opened every one
-# made `docker run -t` fail on the host. An empty, read-only tmpfs replaces
+# PTYs are a host-wide count (kernel.pty.max): a job that opens every one
+# makes `docker run -t` fail on the host. An empty, read-only tmpfs replaces
 # the container's devpts (Docker drops its default mount where ours has the
 # same path), so /dev/ptmx, a link to pts/ptmx, leads nowhere and openpty()
 # fails with ENOENT; without CAP_MKNOD or CAP_SYS_ADMIN nothing in the
@@ -134,10 +134,10 @@ def container_config(spec: SandboxSpec) -> dict[str, Any]:
                   "/dev/shm": f"rw,noexec,nosuid,nodev,size={64 << 20},nr_inodes={spec.tmpfs_inodes},mode=1777"},
         # System V IPC: a shared memory segment that no process maps is charged
         # to the sandbox's memory but belongs to no process, so RLIMIT_AS
-        # (one mapping at a time) and the OOM killer (it frees processes) could
-        # not take it back. Measured before: a run left 2 GiB of detached
-        # segments, the OOM killer could only kill the agent, and every job in
-        # the sandbox was lost. shm_rmid_forced frees a segment as soon as no
+        # (one mapping at a time) and the OOM killer (it frees processes) cannot
+        # take it back: with 2 GiB of detached segments left by a run, the OOM
+        # killer can only kill the agent, and every job in the sandbox is lost.
+        # shm_rmid_forced frees a segment as soon as no
         # process maps it (while mapped it is a process's memory, under its
         # limits); the others cap what the namespace's objects can hold.
         "sysctls": IPC_SYSCTLS,
@@ -238,9 +238,9 @@ class DockerBackend:
         shutil.copytree(source, target, dirs_exist_ok=True)
         # The engine uploads the folder to containerd's content store by digest
         # and commits without tolerating an existing blob: a copy left there
-        # (a restore cut short, a daemon killed mid-restore) failed every later
-        # restore of the same snapshot with "content sha256:... already exists"
-        # (seen in CI). A file unique to the clone makes each upload's digest
+        # (a restore cut short, a daemon killed mid-restore) would fail every
+        # later restore of the same snapshot with "content sha256:... already
+        # exists". A file unique to the clone makes each upload's digest
         # its own; CRIU reads its images by name and ignores the file.
         (target / CLONE_NONCE_FILE).write_text(container_id)
 

@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     defaults = Config()  # one for all the flags' help
     for flag in SERVE_FLAGS:
         kind = int if flag in ("min_size", "max_size") else str
-        # The README sends users here for flags, which were listed as bare names (what does --snapshots take?).
+        # The README sends users here for flags: each names what it takes and its default, not a bare name.
         serve.add_argument(f"--{flag.replace('_', '-')}", dest=flag, type=kind, default=None,
                            help=serve_flag_help(flag, defaults))
     serve.set_defaults(handler=_serve)

@@ -39,8 +39,8 @@ MAX_SESSIONS_PER_SANDBOX = UIDS_PER_SANDBOX - 100
 # Entries each of a sandbox's tmpfs mounts (/tmp, which holds the work dirs,
 # and /dev/shm) may hold: files, folders, symlinks and hard links, which
 # tmpfs counts one by one although they take no space. The size caps bytes
-# only, and without this a job made 2.5 million hard links of one file,
-# whose removal took seconds. 65,536 took 0.4-0.6 s to remove here (off the
+# only, and without this a job can make 2.5 million hard links of one file,
+# whose removal takes seconds. 65,536 take about 0.5 s to remove (off the
 # agent's event loop) and 60 MiB of kernel memory as files (8 MiB as links),
 # charged to the sandbox; a Go build with a cold cache of a dozen standard
 # packages makes about 270 entries, rustc, javac and g++ a few.
@@ -61,8 +61,8 @@ def _one_of(values: tuple[str, ...]) -> str:
 class ServerConfig:
     socket: str = "/run/sandboxd/sandboxd.sock"
     # Connecting to a Unix socket needs write permission on it. Created under
-    # the process umask, it was 0755 under systemd's UMask=0022 and root's
-    # alone: a trainer running as another user got EACCES. Octal, as chmod
+    # the process umask, it is 0755 under systemd's UMask=0022 and root's
+    # alone: a trainer running as another user gets EACCES. Octal, as chmod
     # takes it; the group is a name or a gid ("": the daemon's own group).
     socket_mode: str = "0660"
     socket_group: str = ""
@@ -90,8 +90,8 @@ class ServerConfig:
     # SERVING once the pools are warm, sandboxd.v1.Daemon while the process runs (daemon.LIVENESS_SERVICE).
     health: str = ""
     # How long in-flight RPCs may run on after SIGTERM before they are cancelled.
-    # A RunBatch of a training step takes seconds to a minute; 10 s cut them off
-    # and the client had to send them again to another daemon. systemd's
+    # A RunBatch of a training step takes seconds to a minute; 10 s would cut
+    # them off and the client would send them again to another daemon. systemd's
     # TimeoutStopSec (180 s) leaves 120 s more for the Docker calls in flight
     # (docker.timeout_seconds, 60 s) and the removal of the sandboxes.
     grace_seconds: float = 60.0
@@ -132,7 +132,7 @@ class PoolConfig:
     # to 6 hours; its pool starts cold meanwhile.
     snapshot_retry_seconds: float = 300.0
     # "auto": restore from the snapshot while restores get sandboxes ready
-    # sooner than cold starts do, measured per pool (on Docker 20.10 here they
+    # sooner than cold starts do, measured per pool (on Docker 20.10 they often
     # do not); "always": restore whenever the snapshot is ready.
     restore: str = "auto"
     # Sandboxes started at once while filling the pool (Docker serialises
@@ -260,7 +260,7 @@ class ModelConfig:
     max_batch_tokens: int = 0
     load_timeout_seconds: float = 600.0
     # Restore CPU sandboxes from a snapshot taken with the model loaded. Off by default:
-    # measured here, a restore was slower than a cold start (see docs/reward-models.md).
+    # a restore is slower than a cold start (the dump holds torch's whole heap; docs/reward-models.md).
     snapshot: bool = False
 
     def checks(self, name: str) -> list[tuple[bool, str]]:
@@ -567,7 +567,7 @@ def load(path: str | os.PathLike[str] | None = None, *, environ: dict[str, str] 
         env_section = next((s for s in SECTIONS if rest.startswith(s + "_")), None)
         if env_section is None:
             # Other tools share the prefix (setup and image settings); only section names are ours. A near miss
-            # of one (SANDBOXD_MODEL_RM_PATH, SANDBOXD_SESSION_ENABLED) was ignored without a word.
+            # of one (SANDBOXD_MODEL_RM_PATH, SANDBOXD_SESSION_ENABLED) must not be ignored without a word.
             near = difflib.get_close_matches(rest.split("_", 1)[0], SECTIONS, n=1, cutoff=0.8)
             if near:
                 raise ConfigError(f"environment {name}: no section {rest.split('_', 1)[0]!r}; did you mean "

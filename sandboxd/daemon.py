@@ -205,8 +205,8 @@ class Daemon:
         if not self.serving and not self.stopping and not self.engine_problem and warm:
             self._set_serving(True)
         elif self.serving and self.pools and not working:
-            # Every pool stopped being able to start sandboxes and none has one left (Pool.failing): SERVING sent
-            # round-robin clients batches whose every job was answered SANDBOX_LOST (review).
+            # Every pool stopped being able to start sandboxes and none has one left (Pool.failing): SERVING would
+            # send round-robin clients batches whose every job is answered SANDBOX_LOST.
             self._set_serving(False)
         self._set_models_serving()
 
@@ -350,8 +350,8 @@ class Daemon:
         await self.sessions.close_all()
         await asyncio.gather(*(pool.close() for pool in self.pools.values()))
         # A start cut short by the shutdown (its create still in the engine when its task was
-        # cancelled) or a removal that failed while the engine was away left containers no
-        # pool knows: they outlived the daemon until the next one on this node reaped them.
+        # cancelled) or a removal that failed while the engine was away leaves containers no
+        # pool knows: they would outlive the daemon until the next one on this node reaps them.
         # The engine calls of cancelled tasks run on in their threads: wait for them first.
         await asyncio.get_running_loop().shutdown_default_executor()
         try:

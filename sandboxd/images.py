@@ -347,7 +347,7 @@ def toolchain_build_args() -> dict[str, str]:
     precompiled, javac's class-data archive, Go's standard library built into a cache
     (and puts the file node preloads where a JavaScript run's command names it).
     Each toolchain takes what was prepared only for a compile with the same options, and
-    silently compiles from scratch otherwise (C++ 0.40 -> 1.25 s, Go 0.1 -> 4.9 s here).
+    silently compiles from scratch otherwise (C++ 1.25 s instead of 0.40, Go 4.9 s instead of 0.1).
     So the options are written once, in the verifier, and reach the Dockerfile as these
     arguments; being in the image's hash, a change to them rebuilds the image.
     """
@@ -402,7 +402,7 @@ def missing_image_message(name: str, ref: str, others: list[tuple[str, dict[str,
     ``others`` are the engine's images of that name (``DockerBackend.images_labelled``). An image's
     tag is the hash of its sources and its build settings: a daemon run from another checkout, or
     without the build's SANDBOXD_TORCH or SANDBOXD_BASE_IMAGE, looks for another tag than the one
-    built, and "does not exist" alone sent operators to rebuild a multi-GB image that was there.
+    built, and "does not exist" alone would send operators to rebuild a multi-GB image that is there.
     """
     message = f"image {ref} does not exist: run `python -m sandboxd.images build {name}`"
     builds = [(other, labels) for other, labels in others if other != ref and not other.endswith(":latest")]

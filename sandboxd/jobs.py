@@ -68,7 +68,7 @@ def _enum(names: dict[int, str], value: int, where: str) -> str:
     """The name an enum field's value stands for; INVALID_ARGUMENT for a value this daemon does not know.
 
     proto3 keeps unknown values (a client built against a newer .proto): taken as
-    the default, such a request was scored another way than its caller asked.
+    the default, such a request would be scored another way than its caller asked.
     """
     try:
         return names[value]
@@ -177,9 +177,9 @@ def prepare(job: pb.Job, config: Config, where: str = "") -> PreparedJob:
 
     A bug of ours that the job's input hits here (an exception that is not a
     SandboxdError) answers that job STATUS_INTERNAL, with its failure value,
-    and lets the rest of its batch run. Raised, it failed the whole call as
-    UNKNOWN: one completion that reached a parser's RecursionError took its
-    batch's other results with it.
+    and lets the rest of its batch run. Raised, it would fail the whole call
+    as UNKNOWN: one completion that reaches a parser's RecursionError would
+    take its batch's other results with it.
     """
     where = where or f"jobs[{job.index}]"
     try:
@@ -209,9 +209,9 @@ FRAME_CHECK_BYTES = MAX_FRAME_BYTES // 32
 def check_frame_size(job: pb.Job, agent_job: messages.Job, where: str, job_bytes: int) -> None:
     """INVALID_ARGUMENT for a job too large for the agent's frames.
 
-    Sent anyway, such a job failed to encode at the daemon, which took it for a
-    lost sandbox: each attempt recycled a healthy sandbox, and the caller got
-    STATUS_SANDBOX_LOST (which clients retry) after three.
+    Sent anyway, such a job fails to encode at the daemon, which takes it for a
+    lost sandbox: each attempt would recycle a healthy sandbox, and the caller
+    get STATUS_SANDBOX_LOST (which clients retry) after three.
     """
     if job_bytes <= FRAME_CHECK_BYTES:
         return
@@ -260,7 +260,7 @@ def _prepare(job: pb.Job, config: Config, where: str) -> PreparedJob:
         check_files(paths, f"{where}.execute.files", config.sandbox.tmpfs_inodes)
         source = program["source"]
         if program["language"] != "python" and any(p == source or p.startswith(source + "/") for p in paths):
-            # The agent writes the code there before compiling: the clash failed there, an INTERNAL (red team).
+            # The agent writes the code there before compiling: the clash would fail there, an INTERNAL.
             raise InvalidRequest(f"{where}.execute.files: {source!r} is where the program's {program['language']} "
                                  "source is written")
         if len(execute.collect_files) > MAX_COLLECT_FILES:
@@ -317,10 +317,9 @@ def _prepare_reward_model(job: pb.Job, config: Config, limits: messages.JobLimit
 
 
 # Linux's limits (PATH_MAX with its NUL, NAME_MAX): a longer path fails in
-# the sandbox, and resolving one of hundreds of KB there took seconds of the
+# the sandbox, and resolving one of hundreds of KB there takes seconds of the
 # agent's loop. The agent creates a path one name at a time, so its work
-# dir's own prefix does not count (a 4,091-byte path, let in, failed there
-# with ENAMETOOLONG as INTERNAL, which the client retried).
+# dir's own prefix does not count (a 4,091-byte path is valid there).
 MAX_PATH_BYTES = 4095
 MAX_NAME_BYTES = 255
 # What an execute job may send in and ask back: the agent's frames are 64 MiB,
@@ -339,10 +338,10 @@ ARG_POINTER_BYTES = 8
 def check_args(args: Sequence[str], where: str) -> None:
     """Arguments that an exec'd program can be given: no NUL, each within MAX_ARG_BYTES, all within MAX_ARGS_BYTES.
 
-    Past these execve fails in the sandbox whatever the program: a NUL ended
-    the run with exit status 1 and no word of why (Python's execve raised
-    ValueError), and an argument list too long with 127, each scored as the
-    model's runtime error for the caller's slip (red team). Python runs in
+    Past these execve fails in the sandbox whatever the program: a NUL ends
+    the run with exit status 1 and no word of why (Python's execve raises
+    ValueError), and an argument list too long with 127, each of which would
+    be scored as the model's runtime error for the caller's slip. Python runs in
     the warm interpreter without an exec, but a real `python main.py ARGS`
     fails the same way, so one rule holds for every language.
     """
@@ -382,8 +381,8 @@ def check_files(paths: list[str], where: str, max_entries: int) -> None:
         if path.startswith(folder + "\0"):
             name = folder.replace("\0", "/")
             raise InvalidRequest(f"{where}: {name!r} is both a file and a folder of another file")
-    # Folders count too: 65 paths of 2,040 levels filled a /tmp of 65,536 inodes, which the agent could only
-    # answer INTERNAL (red team). In sorted order each path's new folders are those it does not share with
+    # Folders count too: 65 paths of 2,040 levels fill a /tmp of 65,536 inodes, which the agent can only
+    # answer INTERNAL. In sorted order each path's new folders are those it does not share with
     # the one before it.
     if len(keys) + sum(key.count("\0") for key in keys) <= max_entries:
         return  # even with no folder shared
@@ -412,8 +411,8 @@ def _common_prefix_length(a: str, b: str) -> int:
 
 # GRPO-style batches send each prompt's tests with every one of its
 # completions (8-16 of them); parsing and checking the tests (JSON, then the
-# assert code's syntax tree) took 0.2 of the 0.56 ms that preparing a
-# HumanEval job costs. One parse serves them all: plans are shared, so
+# assert code's syntax tree) is about a third of what preparing a HumanEval
+# job costs. One parse serves them all: plans are shared, so
 # nothing may change one (or the values inside its cases) after the parse.
 # Only tests of up to PLAN_CACHE_KEY_CHARS characters, every field counted,
 # are kept: at most 4 MB of test text, and what it parses to (typically a

@@ -141,8 +141,8 @@ def stage_agent_code(state_dir: str) -> tuple[str, str]:
         except OSError:
             if marker.exists():
                 return str(target), key  # another daemon's staging won
-            # A folder without the agent, left by a staging that died half-way before stagings were renamed
-            # into place whole: replaced.
+            # A folder without the agent (an older daemon's staging that died half-way; stagings are now
+            # renamed into place whole): replaced.
             shutil.rmtree(target, ignore_errors=True)
             staging.rename(target)
     finally:
@@ -495,7 +495,7 @@ class Pool:
 
     async def _start_sandbox(self) -> Sandbox:
         started = time.monotonic()
-        # Cold starts made while the snapshot was still building competed with
+        # Cold starts made while the snapshot is still building compete with
         # the template's warm-up: they are not what a cold start costs.
         measured = self.snapshots.usable
         method = self.start_chooser.choose(measured)
@@ -544,7 +544,7 @@ class Pool:
                 assert self.snapshots.path is not None
                 try:
                     # Counted as a failed restore too: a checkpoint deleted from the store
-                    # failed every start here, uncounted, so the pool never fell back to cold.
+                    # fails every start, and uncounted the pool would never fall back to cold.
                     await asyncio.to_thread(self.backend.install_checkpoint, container_id, self.snapshots.path,
                                             CHECKPOINT_NAME)
                     waiting_since = time.monotonic()
@@ -575,7 +575,7 @@ class Pool:
             # container's output; the error at hand only says nothing listens.
             # An agent that hung up (SandboxLost) has most likely died: wait a little for the engine to see its
             # container stop, or the report is "" (a 64 MiB math sandbox's agent, killed at the memory limit
-            # as it prepared, was reported as a bare "EOFError" in one of two runs here).
+            # as it prepares, would often be reported as a bare "EOFError").
             report = await asyncio.to_thread(self.backend.exit_report, container_id,
                                              EXIT_REPORT_WAIT_SECONDS if isinstance(exc, SandboxLost) else 0.0)
             await self._remove(sandbox)
@@ -629,10 +629,11 @@ class Pool:
         """The engine's list of running containers (taken after `watched`, the pool's sandboxes then) came in:
         a sandbox whose container stopped, vanished or is paused is lost now, not when a job finds out.
 
-        Until a job hit them, dead sandboxes counted as ready (in the status
-        too) and were not replaced, and a job spent its attempts on them: after
-        the engine restarted, or every container was removed, a job on a pool
-        of 4 was answered SANDBOX_LOST in 12 ms by a healthy engine.
+        Otherwise dead sandboxes count as ready (in the status too) until a
+        job hits them, and are not replaced, and a job spends its attempts on
+        them: after the engine restarts, or every container is removed, a job
+        on a pool of 4 would be answered SANDBOX_LOST in 12 ms by a healthy
+        engine.
         """
         for sandbox in watched:
             if sandbox.container_id not in running and not sandbox.damaged and sandbox in self.sandboxes:
@@ -647,8 +648,8 @@ class Pool:
     def mark_full(self, sandbox: Sandbox) -> None:
         """Give `sandbox` no job until it has room again (`Sandbox.has_room`), or replace it past a bound.
 
-        A job that found the /tmp space, the pids, the memory or the CPU
-        taken by other runs there was not at fault (SandboxFull): it runs
+        A job that finds the /tmp space, the pids, the memory or the CPU
+        taken by other runs there is not at fault (SandboxFull): it runs
         elsewhere.
         Handed new jobs, the sandbox would only send each of them elsewhere
         too, an attempt spent per job.
@@ -769,9 +770,9 @@ def reap_orphans(backend: DockerBackend, node: str, instance: str, *, by_node: b
     Two marks make a container an orphan: the node label of this daemon's
     addresses (a daemon restarted on the same socket, whether the old one
     died or not; only with `by_node`, at start-up), or an owner label naming
-    a process of this host that has died. The node label alone missed a
+    a process of this host that has died. The node label alone misses a
     daemon killed and restarted on another socket or TCP address: its
-    sandboxes ran until someone removed them by hand (review).
+    sandboxes would run until someone removed them by hand.
     """
     removed = 0
     for container in backend.list_ours():
@@ -780,7 +781,7 @@ def reap_orphans(backend: DockerBackend, node: str, instance: str, *, by_node: b
             continue
         if (by_node and labels.get(LABEL_NODE) == node) or owner_is_dead(labels.get(LABEL_OWNER, "")):
             # One that will not go (an engine so busy that the removal outlasts its 60 s read timeout) is
-            # left to the periodic sweep: raised here, it stopped the daemon's start.
+            # left to the periodic sweep: raised here, it would stop the daemon's start.
             try:
                 backend.remove(container["Id"])
             except Exception as exc:

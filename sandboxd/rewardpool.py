@@ -16,8 +16,8 @@ daemon refuses to start (``device = "gpu"``) or falls back to the CPU
 Warm start. Every sandbox is long-lived: it loads its model once and stays up.
 A CPU-loaded model is in the memory a CRIU snapshot captures, so with
 ``snapshot = true`` clones are restored with the model loaded; it is off by
-default because a restore measured slower than a cold start here (the dump
-holds torch's whole heap). CRIU cannot capture GPU memory (NVIDIA's
+default because a restore is slower than a cold start (the dump holds
+torch's whole heap). CRIU cannot capture GPU memory (NVIDIA's
 cuda-checkpoint would be needed), so a GPU pool never snapshots.
 """
 
@@ -187,8 +187,8 @@ def model_fingerprint(folder: str) -> str:
 class RewardModelPool(Pool):
     """The sandboxes of one reward model."""
 
-    # A model loads for up to load_timeout_seconds (600 s) per try. While it did, the whole daemon was
-    # NOT_SERVING and every code and math job on the node was refused UNAVAILABLE (review). Its own jobs
+    # A model loads for up to load_timeout_seconds (600 s) per try. Gating health on it would make the whole
+    # daemon NOT_SERVING meanwhile, and every code and math job on the node refused UNAVAILABLE. Its own jobs
     # wait for it instead, as for any pool that is filling.
     gates_health = False
 

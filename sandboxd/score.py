@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
         _error(str(exc))
         return 2
     jobs = []
-    # (key, the option it looks like, the row's kind) -> its lines: a typo'd option silently took the default.
+    # (key, the option it looks like, the row's kind) -> its lines: a typo'd option would silently take the default.
     ignored: dict[tuple[str, str, str], list[int]] = {}
     for index, (row, line) in enumerate(zip(rows, lines, strict=True)):
         try:

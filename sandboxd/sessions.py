@@ -252,9 +252,9 @@ class SessionManager:
                         raise
                     # Cancelled mid-open (the caller's deadline, a dropped connection):
                     # the session the agent is opening would hold its slot with nothing
-                    # to close it. The sandbox used to be retired for it, replacing a
-                    # sandbox of up to sessions.per_sandbox live sessions per cancel;
-                    # instead the open finishes and its session is closed.
+                    # to close it. Retiring the sandbox for it would replace a sandbox
+                    # of up to sessions.per_sandbox live sessions per cancel; instead
+                    # the open finishes and its session is closed.
                     task = asyncio.ensure_future(self._close_unclaimed_open(sandbox, opening))
                     self._endings_running.add(task)
                     task.add_done_callback(self._ending_done)
@@ -329,7 +329,7 @@ class SessionManager:
             session.last_used = time.monotonic()
         # An agent that answers without a result (an error: a reply too large to send, a failure of its
         # own) may still hold the session, its interpreter and whatever it started: it is told to end
-        # it. Left alone, those outlived the session, its uid was never given back, and a cell could
+        # it. Left alone, those outlive the session, its uid is never given back, and a cell can
         # do that on purpose (16 MiB of control characters, which JSON sends as 96 MiB).
         agent_holds_it = "result" not in reply
         result = reply.get("result") or {}

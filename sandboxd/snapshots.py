@@ -50,25 +50,25 @@ START_METHODS = ("restore", "cold")
 RECENT_STARTS = 3
 PROBE_EVERY = 16
 # A failed snapshot is built again after pool.snapshot_retry_seconds, doubled
-# with each failure in a row up to this cap: one checkpoint that failed (CRIU,
-# the engine or the disk at a bad moment) left a pool starting cold for the
-# daemon's life. A try costs a template's cold start and a dump, a few seconds
-# of a core here.
+# with each failure in a row up to this cap: one checkpoint that fails (CRIU,
+# the engine or the disk at a bad moment) must not leave a pool starting cold
+# for the daemon's life. A try costs a template's cold start and a dump, a few
+# seconds of a core.
 RETRY_MAX_SECONDS = 6 * 3600.0
 # A template that held more than this share of its sandbox's memory limit is
 # not snapshotted: its pool starts cold (memory_too_tight). A restore needs
 # room beyond what the template dumped: CRIU maps the dump's private memory
 # before moving it into place, and on cgroup v1 the page cache of the image
 # files it reads is charged to the sandbox too. The math template (its zygote
-# without asyncio) peaks at 66 MiB under a 2 GiB limit (a math dump here held
-# 66 MiB of pages), so under a 64 MiB limit it fitted only by reclaim, at the
-# limit; its restores there were OOM-killed inside CRIU (a failed start) or
-# hung `criu restore`, and the engine's calls on that container, for 16
+# without asyncio) peaks at 66 MiB under a 2 GiB limit (its dump holds about
+# 66 MiB of pages), so under a 64 MiB limit it fits only by reclaim, at the
+# limit; its restores there are OOM-killed inside CRIU (a failed start) or
+# hang `criu restore`, and the engine's calls on that container, for
 # minutes. A quarter of the limit left free (16 MiB of the smallest sandbox,
 # 64 MiB; 512 MiB of the default 2 GiB) is a margin on the safe side, not a
 # measured bound: a skipped snapshot costs only start time (pool.restore =
 # auto starts cold anyway where cold starts are quicker), a restore without
-# room cost the engine.
+# room costs the engine.
 SNAPSHOT_MEMORY_SHARE = 0.75
 
 
@@ -323,14 +323,14 @@ class SnapshotStore:
     async def restoring(self) -> AsyncIterator[None]:
         """Held around `docker start --checkpoint`: one restore at a time on the node.
 
-        containerd's client (Docker 20.10 here) copies the whole checkpoint
-        into `<engine temp dir>/ctrd-checkpoint*` for each restore and never
-        deletes it (67 MB a restore for the python image: 1,323 restores
-        filled 68 GB of this machine's disk). Under the lock no restore of
-        ours is in flight, so every such copy is a leftover. (Restores of one
-        snapshot also raced on containerd's commit by digest, "content
-        sha256:... already exists"; each clone's copy now carries a file of
-        its own, see DockerBackend.install_checkpoint.)
+        containerd's client (Docker 20.10) copies the whole checkpoint into
+        `<engine temp dir>/ctrd-checkpoint*` for each restore and never
+        deletes it (67 MB a restore for the python image: a thousand
+        restores fill tens of GB of disk). Under the lock no restore of ours
+        is in flight, so every such copy is a leftover. (Restores of one
+        snapshot also race on containerd's commit by digest, "content
+        sha256:... already exists"; each clone's copy carries a file of its
+        own, see DockerBackend.install_checkpoint.)
         """
         async with self._restore_lock:
             RESTORE_LOCK.parent.mkdir(parents=True, exist_ok=True)

@@ -133,8 +133,8 @@ def _decode_body(body: bytes) -> Any:
     except ValueError as exc:
         raise ProtocolError(f"frame is not JSON: {exc}") from None
     except RecursionError:
-        # "[" * 200,000: a session cell wrote this to its results socket, and the
-        # RecursionError took the controller's connection down with every session.
+        # "[" * 200,000, which a session cell can write to its results socket: the
+        # RecursionError would take the controller's connection down with every session.
         raise ProtocolError("frame nests too deep") from None
 
 

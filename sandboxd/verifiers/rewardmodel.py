@@ -333,7 +333,7 @@ def load(settings: ScorerSettings) -> RewardModel:
             torch.cuda.set_per_process_memory_fraction(settings.memory_fraction, 0)
         # cuDNN's attention builds an execution plan for every new input shape, and padded
         # batches of chat pairs rarely repeat one: on an H100 (torch 2.11) a 1B model's lone
-        # pair took 60 ms with it and 14 ms with the flash / memory-efficient kernels instead.
+        # pair takes 60 ms with it and 14 ms with the flash / memory-efficient kernels instead.
         torch.backends.cuda.enable_cudnn_sdp(False)
     dtype = _torch_dtype(torch, settings.dtype, device)
     tokenizer = transformers.AutoTokenizer.from_pretrained(settings.path, local_files_only=True,

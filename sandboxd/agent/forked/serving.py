@@ -20,8 +20,8 @@ from sandboxd.agent.protocol import ProtocolError, send_frame
 PR_SET_NAME = 15
 # A server whose resident memory grew by more than this since it started is replaced after its
 # answer. A hostile math answer that ends in a MemoryError, which Math-Verify's own handlers
-# turn into "not equal", left its server holding about 500 MB of freed heap that the allocator
-# keeps (585 MB, measured under the default 512 MiB limit) for up to 500 more jobs. A few such
+# turn into "not equal", leaves its server holding about 500 MB of freed heap that the allocator
+# keeps (585 MB under the default 512 MiB limit) for up to 500 more jobs. A few such
 # servers (one per CPU, plus those started when all are busy) would fill a 2 GiB sandbox, and
 # the OOM killer would then take a server in the middle of another job. Ordinary math jobs
 # grow a server by about 2 MB in 300.

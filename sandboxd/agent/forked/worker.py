@@ -64,8 +64,8 @@ _prctl = _libc.prctl
 # for the modes that run candidate code (CANDIDATE_MODES): memfd_create(2) is
 # answered ENOSYS. A memfd's pages are charged to the sandbox's memory but,
 # until mapped, to no process: RLIMIT_AS does not see them and neither does
-# the OOM killer's choice. A red team wrote 40 memfds of 60 MiB under a
-# 256 MiB limit; the OOM killer took the innocent runs beside it first. The
+# the OOM killer's choice: 40 memfds of 60 MiB under a 256 MiB limit make
+# the OOM killer take the innocent runs beside them first. The
 # agent keeps the call (a run's stdin is a memfd it writes), so the filter is
 # the worker's, installed after its job arrives; it outlives exec. ENOSYS, as
 # for the sandbox's other refusals: software that probes for memfd falls back
@@ -228,14 +228,12 @@ def _below_the_agent() -> None:
     """Give this worker's processes the lowest CPU weight within the sandbox, for good.
 
     Within the sandbox's cgroup the CPU is shared by weight: a fork bomb's
-    256 processes at the controller's nice (0) left the controller 1/257 of
-    it, and under load on the host it missed the daemon's deadline three
-    times over, so the bomb was answered SANDBOX_LOST (an infrastructure
-    failure a trainer drops) instead of its penalty. SCHED_IDLE weighs 3
-    against the controller's 1024 (and the zygote's); nice 19 (15) alone was
-    not enough for two bombs in one sandbox, 512 processes: the test of a
-    bomb in every sandbox at once failed 1 run in 3 here, and none in 7 with
-    SCHED_IDLE. Every worker gets it, our resident servers too: a judge
+    256 processes at the controller's nice (0) leave the controller 1/257 of
+    it, and under load on the host it misses the daemon's deadline, so the
+    bomb would be answered SANDBOX_LOST (an infrastructure failure a trainer
+    drops) instead of its penalty. SCHED_IDLE weighs 3 against the
+    controller's 1024 (and the zygote's); nice 19 (weight 15) alone is not
+    enough for two bombs in one sandbox, 512 processes. Every worker gets it, our resident servers too: a judge
     running a dataset's tests, or a math server on a slow answer, must not
     take the CPU from a neighbour's candidate either. Only the sandbox's own
     processes are behind it: other sandboxes are other cgroups. Hard limits
@@ -309,7 +307,7 @@ def _flush_and_exit(status: int, status_fd: int = -1) -> NoReturn:
             stream.flush()
     if status_fd >= 0:
         # Tell the controller the run is over before the exit, which takes
-        # 1-2 ms here (a forked interpreter's memory torn down, then the
+        # 1-2 ms (a forked interpreter's memory torn down, then the
         # zygote's reap). Every other descriptor is closed first, so the
         # run's pipes are at end of file when the byte arrives. The program
         # could write this byte itself; that ends its run with that status,
@@ -347,9 +345,9 @@ def _run_python(code: str, argv: list[str], status_fd: int = -1) -> NoReturn:
         traceback.print_exception(type(exc), exc, tb)
         status = 1
     # A child the program forked (os.fork) that ends here ends alone, as under `python main.py`: only the
-    # program's own process reports the run's status. A child that fell off the end, called sys.exit() or
-    # raised wrote its status for the run, which ended there, its parent killed mid-way: a correct program
-    # that forked was scored on its child's exit (red team).
+    # program's own process reports the run's status. A child that falls off the end, calls sys.exit() or
+    # raises would otherwise write its status for the run and end it, its parent killed mid-way: a correct
+    # program that forks would be scored on its child's exit.
     _flush_and_exit(status, status_fd if os.getpid() == program_pid else -1)
 
 

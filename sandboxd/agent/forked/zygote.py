@@ -43,8 +43,8 @@ from sandboxd.agent.protocol import (
 
 # The signal module's own signal(), without the wrapper that turns the handler
 # it replaces into a Handlers member: in a fresh worker, replacing the zygote's
-# SIGCHLD handler (a function, not a member) went through enum's ValueError
-# path, 69 page faults (about 4 us each here) for that one call.
+# SIGCHLD handler (a function, not a member) goes through enum's ValueError
+# path, 69 page faults (about 4 us each) for that one call.
 _raw_signal = importlib.import_module("_signal")
 
 
@@ -54,11 +54,9 @@ def spawn(warm_modules: list[str]) -> tuple[socket.socket, int]:
     Called by the agent's entry point before it imports the controller and
     asyncio, so the zygote holds only the interpreter, the worker and the
     warmed modules. Every worker's fork copies its zygote's page tables and
-    its exit tears them down. Measured with print(1) jobs in a code
-    sandbox: a zygote forked after those imports held 15.4 MB, a worker took
-    about 555 page faults and 3.0-3.5 ms of CPU, the sandbox 5.8-6.6 ms per
-    job; forked before them, 10.5 MB, about 480 faults, 2.4-2.5 ms and
-    4.9-5.1 ms.
+    its exit tears them down. Forked before those imports, a zygote holds
+    about a third less (10.5 MB against 15.4), and a print(1) job costs a
+    worker about 75 fewer page faults and 0.5-1 ms less CPU.
     """
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     sys.stdout.flush()
@@ -83,15 +81,15 @@ def main(control: socket.socket, warm_modules: list[str]) -> NoReturn:
         _warm(warm_modules)
         # Each worker gets the environment its job names. Emptied here once,
         # so that a worker's clearing has nothing to undo (a worker's
-        # environment step took 0.30 ms with it, 0.26 ms without).
+        # environment step takes about 15% less).
         os.environ.clear()
         # Move everything warmed into the permanent generation: a worker's
         # collections then skip the inherited heap instead of walking (and
-        # copy-on-write faulting) it. Measured in the python image: fork +
-        # math verify + exit 40 ms without, 26 ms with.
+        # copy-on-write faulting) it: fork + math verify + exit take about a
+        # third less time (26 ms against 40 in the python image).
         gc.collect()
         _fill_free_blocks()
-        _fill_free_blocks()  # the first pass's own list took some
+        _fill_free_blocks()  # the first pass's own list takes some
         gc.freeze()
         sys.stdout.flush()
         sys.stderr.flush()
@@ -120,10 +118,10 @@ def _fill_free_blocks() -> None:
 
     After the warm-up they lie scattered over pages that every worker shares
     with the zygote, and a worker's first allocation in each such page
-    copies it (a copy-on-write fault, about 4 µs here). With them taken, a
-    worker's allocations fill fresh pools a page at a time. Measured with
-    print(1) jobs: 609 -> 566 page faults and 3.1-3.5 -> 3.0-3.2 ms of CPU
-    per worker, for about 0.3 MB more in the zygote.
+    copies it (a copy-on-write fault, about 4 µs). With them taken, a
+    worker's allocations fill fresh pools a page at a time: about 40 fewer
+    page faults per worker (7% of a print(1) job's), for about 0.3 MB more
+    in the zygote.
 
     The free counts per size class come from sys._debugmallocstats(),
     CPython's allocator report; a report of another shape fills nothing.
@@ -161,21 +159,20 @@ def _serve(control: socket.socket) -> None:
 
     Every fork write-protects the zygote's pages until the child's exit, so
     each page this loop writes to between forks (a refcount, a new object)
-    costs a copy (about 4 us here). It therefore reads fixed-size requests
+    costs a copy (about 4 us). It therefore reads fixed-size requests
     into one buffer, leaves the worker's channel and its announcement to the
-    child, and reaps from the SIGCHLD handler. Measured against the JSON
-    loop it replaces (select, a socketpair and a reply per fork): 158 -> 52
-    page faults and 0.97 -> 0.53 ms of the zygote's CPU per fork, in a
-    stand-in with workers alive for 4 ms.
+    child, and reaps from the SIGCHLD handler: about a third of the page
+    faults and half the zygote's CPU per fork of a loop that selects, makes
+    a socketpair and replies per fork.
 
     It waits in poll() on the channel and a wake-up pipe that the signal
     writes to (signal.set_wakeup_fd), not in recv_into alone: Python runs a
-    handler between bytecodes, so a SIGCHLD that came after the last check
-    and before the blocking call began waited for the controller's next
-    request. An exit then went unreported while the controller waited for
-    it, and after 5 s it took the sandbox for damaged ("a worker did not
-    exit after SIGKILL"); a red team saw that on jobs of a few hundred cases
-    on a loaded machine. The pipe makes poll() return at once instead.
+    handler between bytecodes, so a SIGCHLD that comes after the last check
+    and before the blocking call begins would wait for the controller's next
+    request. The exit would go unreported while the controller waits for
+    it, and after 5 s it takes the sandbox for damaged ("a worker did not
+    exit after SIGKILL"), as on jobs of a few hundred cases on a loaded
+    machine. The pipe makes poll() return at once instead.
     """
     global _wakeup
     request = bytearray(REQUEST.size)
@@ -209,8 +206,8 @@ def _serve(control: socket.socket) -> None:
             try:
                 pid = _fork_worker(control, tag)
             except OSError as exc:
-                # A red team's sessions held every pid of the sandbox: the
-                # zygote died of the next fork, and with it every session.
+                # Sessions may hold every pid of the sandbox: the zygote
+                # must not die of the next fork, and with it every session.
                 control.send(FORK_FAILED.pack(OP_FORK_FAILED, tag, exc.errno or 0))
                 continue
             forked[pid] = tag

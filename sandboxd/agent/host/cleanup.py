@@ -100,7 +100,7 @@ def _as_uid(uid: int, action: Callable[[], object]) -> None:
 
     For what the kernel allows only a process of that uid (or a capability
     the sandbox lacks) to do. BlockingIOError when the runs hold every pid
-    of the sandbox (EAGAIN, as a red team's sessions did): the callers try
+    of the sandbox (EAGAIN; sessions can hold them all): the callers try
     again after yielding to the loop, as killed processes give theirs back.
     """
     pid = os.fork()
@@ -235,8 +235,8 @@ def remove_ipc_objects_of(uid: int) -> None:
     _as_uid(uid, remove)
     # An object its uid cannot remove would be there for the next job. Only
     # those it created count: an object's creator may give it to any uid
-    # (IPC_SET), so a neighbour that kept making objects owned by this uid
-    # made every removal look failed, and the sandbox was retired; such an
+    # (IPC_SET), so a neighbour that keeps making objects owned by this uid
+    # would make every removal look failed, and the sandbox retired; such an
     # object goes at its creator's end.
     left = ipc_objects_of(uid, created_only=True)
     if left:

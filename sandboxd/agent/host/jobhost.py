@@ -170,7 +170,7 @@ class JobHost:
         later job must not find a file an earlier one left there, such as
         an expected output that it read. The files go in a thread, as in
         `release`, unless a look on the loop finds the folders empty (the
-        usual case; a thread's round trip costs about 0.1 ms here): no
+        usual case; a thread's round trip costs about 0.1 ms): no
         process of the uid is left to add one. The IPC objects go on the
         loop (a table read, and a fork only when the uid has some); a fork
         refused for want of pids (other runs hold them all) is tried again

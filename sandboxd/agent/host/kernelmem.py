@@ -1,13 +1,13 @@
 """Memory a run pins in the kernel, where no process maps it: socket buffers, pipes, epoll and inotify watches.
 
-Red team: a wrong program queued GiB in Unix socketpair send buffers
-(SO_SNDBUF up to twice net.core.wmem_max: 8 MiB a socket on the CI host,
-whose wmem_max is 4 MiB) and printed 0. Its processes held 5 MiB each, so
-the sweep (RssAnon + RssShmem) saw nothing, while the sandbox's memory
-cgroup was charged (kmem): 472 MiB queued by one process in 60 pairs came to
-481 MiB of memory.kmem.usage_in_bytes. The OOM killer weighs processes by
-what they map, so it took the neighbours instead, sessions and judges
-included, then the agent.
+A wrong program can queue GiB in Unix socketpair send buffers (SO_SNDBUF
+up to twice net.core.wmem_max: 8 MiB a socket where wmem_max is 4 MiB)
+while its processes hold 5 MiB each, so the sweep (RssAnon + RssShmem)
+sees nothing, while the sandbox's memory cgroup is charged (kmem): 472 MiB
+queued by one process in 60 pairs come to 481 MiB of
+memory.kmem.usage_in_bytes. The OOM killer weighs processes by what they
+map, so it takes the neighbours instead, sessions and judges included,
+then the agent.
 
 A cap does not work: wmem_max and rmem_max are host-wide (read-only in a
 container: runc's write fails with EACCES), SO_SNDBUF binds one socket,

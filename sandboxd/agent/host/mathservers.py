@@ -34,8 +34,8 @@ if TYPE_CHECKING:
 
 RECYCLE_AFTER_JOBS = 500
 # A new server runs slower until it has copied the pages of sympy's heap it
-# writes (measured in one sandbox: 500 jobs on 4 fresh servers took 8.7 ms
-# of CPU each, the next 500 took 6.2 ms), so jobs wait for a busy server
+# writes (500 jobs on 4 fresh servers take about 8.7 ms of CPU each, the
+# next 500 about 6.2 ms), so jobs wait for a busy server
 # rather than start one; only when every server has been busy this long (a
 # slow, hostile answer) is another started.
 SPILL_SECONDS = 0.5

@@ -15,11 +15,11 @@ async def off_loop(call: Callable[..., _T], *args: Any) -> _T:
     """`call(*args)`, once, in a thread, off the event loop; on the loop where no thread can start.
 
     A thread counts against the sandbox's pids limit, which concurrent runs
-    can fill: a removal that failed for that retired the whole sandbox. The
+    can fill, and a removal that fails for that retires the whole sandbox. The
     executor queues the call before it starts a thread, so when the start
     fails the call is still queued: whichever of the loop and a worker comes
     first runs it, and the other only waits for its result (run twice, a
-    removal hit a folder that was by then another job's).
+    removal could hit a folder that is by then another job's).
     """
     outcome: concurrent.futures.Future[_T] = concurrent.futures.Future()
     claim = threading.Lock()

@@ -120,7 +120,7 @@ class RunSpec:
     ended_by_caller: bool = False
     # Past output_limit, keep running and drop the rest instead of killing
     # the run: a compiler's warnings are not a verdict (a successful compile
-    # with 64 KiB of them was a compile error).
+    # with 64 KiB of them is not a compile error).
     output_over_limit_dropped: bool = False
     # A file (a memfd) to keep the time others kept this run off the CPU in
     # (others_took, as CPU_CREDIT, after each sweep): its judge moves its
@@ -224,7 +224,7 @@ def crowded_out(outcome: RunOutcome, limit: int, sandbox_bytes: int | None) -> b
 
     A run killed by the OOM killer, or (a compiler) whose child was, while
     it held less than its own limit and less than half of the sandbox's
-    memory, was taken because the others held the rest: it is run again
+    memory, is taken because the others hold the rest: it is run again
     elsewhere (SandboxFull), not charged MEMORY_LIMIT. One that held half
     the sandbox or more keeps its verdict: a program that fills a sandbox
     alone must not escape its failure score by being retried until the
@@ -238,8 +238,8 @@ def crowded_out(outcome: RunOutcome, limit: int, sandbox_bytes: int | None) -> b
 
 # A run that waited for a CPU at least STARVED_WAIT_SHARE of its wall time
 # while the other runs in the sandbox ran STARVED_OTHERS_RATIO times its CPU
-# was starved by them (starved_out). Measured here: a busy loop beside 10
-# others in a one-CPU container ran 0.28 s and waited 2.75 s of 3 s. By the
+# is starved by them (starved_out): a busy loop beside 10 others in a one-CPU
+# container runs about 0.28 s and waits 2.75 s of 3 s. By the
 # same sharing, a busy run beside one busy run of as many threads waits
 # about half its time on one CPU, and more on a host loaded past its CPUs,
 # but its neighbour runs about what it runs: not starved by it.
@@ -247,24 +247,24 @@ STARVED_WAIT_SHARE = 0.5
 STARVED_OTHERS_RATIO = 3.0
 # A run kept off the CPU more than 1 - 1 / DEADLINE_STRETCH of its wall time
 # is starved too, whoever kept it off (the other runs, or the host's other
-# load, which no count here sees): its deadline moved by the whole stretch
-# (RunDeadline) and it still had less than its timeout of time to run or
-# sleep. Beside a host at load 20 (two CPUs), a correct program that needed
-# 0.6 s of CPU ran 0.07 s in its 1 s and waited 0.98 s; its neighbour, a busy
-# loop, ran 0.03 s. So on a host that leaves a sandbox less than a third of
+# load, which no count here sees): its deadline moves by the whole stretch
+# (RunDeadline) and it still has less than its timeout of time to run or
+# sleep. Beside a host at load 20 (two CPUs), a correct program that needs
+# 0.6 s of CPU runs about 0.07 s in its 1 s and waits 0.98 s; its neighbour,
+# a busy loop, as little. So on a host that leaves a sandbox less than a third of
 # a CPU a busy loop is retried, and answered SANDBOX_LOST once the attempts
 # are spent: no count tells it from a correct program that needed its time.
 # It must also still be waiting at its deadline, for at least STARVED_WAIT_SHARE
 # of its last usage.RECENT_WAIT_SECONDS: a sleeper whose start (a fork and an
-# import) waited over half its 2 s beside a run of 31 busy processes under
-# CI's load, then slept through its deadline, was retried (bare CI), though a
-# CPU would not have saved it. A run still waiting there got its deadline
-# moved until DEADLINE_STRETCH stopped it.
+# import) waits over half its 2 s beside a run of 31 busy processes under
+# load, then sleeps through its deadline, is not to be retried: a CPU would
+# not have saved it. A run still waiting there had its deadline moved until
+# DEADLINE_STRETCH stopped it.
 # Nor is a run that had more processes than this at once: their waits are summed,
-# so it waited mostly behind itself, and processes shorter than a sweep escape the
-# count of its CPU. Two fork bombs in one sandbox (bare CI): one ran 0.12 s by the
-# count and "waited 73 s" in 2 s, against the other's 1.59 s; it was excused,
-# retried, and answered SANDBOX_LOST (a failure a trainer drops) instead of TIMEOUT.
+# so it waits mostly behind itself, and processes shorter than a sweep escape the
+# count of its CPU. Of two fork bombs in one sandbox, one can run 0.12 s by the
+# count and "wait 73 s" in 2 s, against the other's 1.59 s: excused, it would be
+# retried and answered SANDBOX_LOST (a failure a trainer drops) instead of TIMEOUT.
 STARVED_MAX_PROCESSES = 8
 
 
@@ -272,14 +272,14 @@ STARVED_MAX_PROCESSES = 8
 # used (RunDeadline, usage.CpuShare.kept_off_seconds), up to DEADLINE_STRETCH
 # times its timeout: it is killed once it has had its timeout of time to run
 # or sleep. The sandbox's CPU is shared per thread: beside one busy run a
-# correct C program that needs 0.53 s of CPU got half the CPU and was killed
-# at its 1 s deadline, three times in three (red team); a trainer cannot
-# tell that TIMEOUT from a slow program's. The host shares its CPUs with
-# other containers and CI's jobs the same way: beside a host at load 20 a
-# correct program got 7% of a CPU, and its neighbour as little, so a move by
-# the other runs' CPU alone left its deadline where it was. A sleeping run
-# waits on no run queue, and one that only its own threads or processes
-# crowd waited while the sandbox's CPUs were its own: neither moves. On a
+# correct C program that needs 0.53 s of CPU gets half the CPU and would be
+# killed at a fixed 1 s deadline; a trainer cannot tell that TIMEOUT from a
+# slow program's. The host shares its CPUs with other containers and CI's
+# jobs the same way: beside a host at load 20 a correct program gets 7% of a
+# CPU, and its neighbour as little, so a move by the other runs' CPU alone
+# would leave its deadline where it is. A sleeping run waits on no run queue,
+# and one that only its own threads or processes crowd waits while the
+# sandbox's CPUs are its own: neither moves. On a
 # sandbox of one CPU a run is never given more than its timeout of CPU: its
 # move is at most the CPU its processes left unused; RLIMIT_CPU (the timeout,
 # rounded up) still ends a busy process at its own CPU. DEADLINE_STRETCH
@@ -544,7 +544,7 @@ class Runner:
         ends the run with that status, exactly as os._exit() would.
 
         With `settle` false the outcome can come back while the worker is
-        still being torn down (1-2 ms here): `outcome.pending_exit` is then
+        still being torn down (1-2 ms): `outcome.pending_exit` is then
         set, and the caller awaits `settle(outcome)`, then sweeps the uid
         with kill_uid, before the uid runs anything else. A run whose pipes someone else still held at its
         report (a child it left behind) is always settled here. Either way,

@@ -150,10 +150,10 @@ class ResidentWorker:
             self._channel = None
         if self.pid:
             # Only while its exit is unreported is `pid` still this worker's:
-            # once reaped, the number may be another process's. A red team
-            # killed a session's interpreter from within, wrapped the pid
-            # counter round, and the session's Close killed the interpreter
-            # of a session opened since, which had been given that pid.
+            # once reaped, the number may be another process's: a session's
+            # interpreter killed from within, then the pid counter wrapped
+            # round, and the session's Close would kill the interpreter of a
+            # session opened since, given that pid.
             if self.exited is None or not self.exited.done():
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(self.pid, signal.SIGKILL)

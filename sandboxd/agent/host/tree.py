@@ -79,8 +79,8 @@ def read_tree_file(workdir: str, relpath: str, limit: int) -> bytes | None:
     """Up to `limit` bytes of the regular file at `relpath` under `workdir`; None if it is not one.
 
     OSError where a folder on the way is missing or a link, or the file is:
-    by realpath, links that stayed in the work dir were followed, and a file
-    at a valid 4,091-byte path was left out (past PATH_MAX).
+    by realpath, links that stay in the work dir would be followed, and a file
+    at a valid 4,091-byte path left out (past PATH_MAX).
     """
     parts = _parts(relpath)
     folder = os.open(workdir, OPEN_FOLDER)
@@ -102,8 +102,8 @@ def read_tree_file(workdir: str, relpath: str, limit: int) -> bytes | None:
 
 
 # Entries whose relative path would be longer than this are walked without one: no reply can name them (the
-# daemon's paths are at most 4,095 bytes), and a path kept per level made a walk quadratic in time and memory
-# (2,000 levels of 255-byte names: +1.7 GiB in the controller, for a session's files_changed; red team).
+# daemon's paths are at most 4,095 bytes), and a path kept per level makes a walk quadratic in time and memory
+# (2,000 levels of 255-byte names: +1.7 GiB in the controller, for a session's files_changed).
 MAX_RELPATH_BYTES = 4095
 
 

@@ -2,11 +2,11 @@
 
 RLIMIT_AS bounds one process. A run of several processes (a C program
 that forks four children of 200 MiB each, a Go child never waited for)
-kept each under the limit and held 800 MiB under a 256 MiB one; Go, Java
-and Node runs have no RLIMIT_AS at all and were held to their limit only
-by their peak at exit. Either way a run could fill the sandbox's memory,
-and the kernel's OOM killer then took the biggest process, which was
-often an innocent run beside it, charged MEMORY_LIMIT (red team).
+keeps each under the limit and holds 800 MiB under a 256 MiB one; Go, Java
+and Node runs have no RLIMIT_AS at all, and their peak at exit is known
+only after the fact. Either way a run can fill the sandbox's memory, and
+the kernel's OOM killer then takes the biggest process, often an innocent
+run beside it, which would be charged MEMORY_LIMIT.
 
 A sandbox is one memory cgroup (v1 here, without delegation: the agent
 cannot make one per run), so the agent measures runs itself. Each run has
@@ -17,17 +17,17 @@ bounded already and costs the sweep one stat of /proc/<pid>.
 
 Memory no process maps counts too: what the run pins in the kernel
 (kernelmem: socket buffers, pipes, epoll and inotify watches, descriptors).
-A wrong program queued GiB in socketpair send buffers with 5 MiB resident;
-the sweep saw nothing, the sandbox's cgroup was charged, and the OOM killer,
-which weighs processes by what they map, took the runs and sessions beside
-it (red team). Each sweep adds what every watched run pins to what its
+A wrong program can queue GiB in socketpair send buffers with 5 MiB resident:
+counted by what it maps, it escapes the sweep, while the sandbox's cgroup is
+charged and the OOM killer, which weighs processes by what they map, takes
+the runs and sessions beside it. Each sweep adds what every watched run pins to what its
 processes map, a lone process under RLIMIT_AS included once it pins more
 than LONE_KERNEL_BYTES.
 
 What a process holds is counted in two steps. First RssAnon + RssShmem
 (/proc/<pid>/status, readable by anyone): an upper bound, since a forked
 copy counts every page it still shares with its parent (a Python fork
-bomb's 256 copies of a warm interpreter came to 2.4 GB). Only a run over
+bomb's 256 copies of a warm interpreter come to 2.4 GB). Only a run over
 its limit by that bound is counted again, exactly: Pss_Anon + Pss_Shmem of
 /proc/<pid>/smaps_rollup, where a shared page is split among its sharers.
 The kernel shows that file only to the process's own uid (ptrace's read
@@ -41,8 +41,8 @@ biggest one.
 
 CPU is the sandbox's as a whole too (one CPU quota), and the scheduler
 shares it per thread, not per run: beside a run of 250 busy processes, a
-run that needed 0.1 s of CPU got so little of it that it was charged
-TIMEOUT at its 3 s deadline (red team). The same sweep reads each
+run that needs 0.1 s of CPU gets so little of it that it would be charged
+TIMEOUT at its 3 s deadline. The same sweep reads each
 watched process's /proc/<pid>/schedstat: the time it ran and the time it
 waited on a run queue, ready to run, and /proc/<pid>/stat: its state
 and what all its threads ran. A run's deadline moves on by the time it
@@ -54,7 +54,7 @@ while waiting behind the other runs or behind the host's other load
 at its deadline having waited for a CPU at least half its time, and half
 of its last RECENT_WAIT_SECONDS, while the other runs took several times
 its CPU, or kept off more than its deadline could move for
-(runner.starved_out) was not given the CPU to finish: it runs again
+(runner.starved_out), is not given the CPU to finish: it runs again
 elsewhere. A session's cell, which cannot run
 twice, is answered uncharged instead, judged by its share over the cell
 alone (UsageWatch.mark). Its neighbours' share is counted from the watched
@@ -82,8 +82,8 @@ from dataclasses import dataclass, field
 from sandboxd.agent import protocol
 from sandboxd.agent.host import kernelmem
 
-# Between two sweeps while any run is watched. A sweep took 0.11 ms here
-# among 81 processes none of which was watched, 0.76 ms when all 81 were
+# Between two sweeps while any run is watched. A sweep takes about 0.1 ms
+# among 81 processes none of which is watched, 0.8 ms when all 81 are
 # (an OOM score rewritten for each). A slower one (a fork bomb's 256
 # processes, each counted exactly) stretches the pause, so that the sweeps
 # take at most 1 / WATCH_DUTY_INVERSE of a core, up to WATCH_MAX_PAUSE.
@@ -108,16 +108,16 @@ NS = 1e-9
 # a run of 31 busy processes); one asleep there, none of it. But schedstat
 # counts a wait only once the process gets the CPU, so the wait in progress
 # at the deadline is missing, and beside 24 busy processes it can be a good
-# part of a scheduling round: over 0.2 s, a run that had waited 5.8 s of its
-# 6.1 s was seen waiting 0.66 of its last 0.2 s (bare CI: 0.46, with the
-# sweeps after its kill counted too; WatchedRun.close_looks). Over 0.5 s,
-# 0.92-0.997 in 8 runs of that test.
+# part of a scheduling round: over 0.2 s, a run that waits 5.8 s of its
+# 6.1 s can be seen waiting as little as half of its last 0.2 s (with the
+# sweeps after its kill counted too; WatchedRun.close_looks); over 0.5 s,
+# over 0.9 of it.
 RECENT_WAIT_SECONDS = 0.5
 # Looks kept per run: a deadline that moves looks every 10 ms at most
 # (runner.DEADLINE_MIN_MOVE), so 64 looks cover RECENT_WAIT_SECONDS.
 RECENT_LOOKS = 64
 # /proc/<pid>/stat counts a process's CPU in clock ticks (utime, stime). Read
-# for each watched process at each look beside its schedstat: 13 us a read here
+# for each watched process at each look beside its schedstat: about 13 us a read
 # (schedstat's, 7 us), under load.
 CLOCK_TICK_NS = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
 # schedstat counts a wait only once it ends, when the process runs: the wait

@@ -11,9 +11,9 @@ from collections.abc import Iterator, Mapping
 from .plans import _PARSE_ERRORS, _SYNTAX_ERRORS, TestPlan
 
 # A def or class statement at top level, and the name it binds (see _defines). One
-# pattern, compiled once (in the zygote): a pattern made for each name was compiled
-# by re's Python code in every HumanEval candidate, which a fresh worker paid in
-# page faults: 685-690 -> 613-619 per candidate here.
+# pattern, compiled once (in the zygote): a pattern made per name would be compiled
+# by re's Python code in every candidate, which a fresh worker pays in page faults
+# (about 70 per HumanEval candidate).
 _TOP_LEVEL_DEFINITION = re.compile(r"^(?:async[ \t]+def|def|class)[ \t]+(\w+)", re.MULTILINE)
 
 
@@ -22,9 +22,9 @@ def _defines(code: str, name: str, parse_errors: tuple[type[BaseException], ...]
 
     No AST: a statement at top level starts at column 0, and the compiled
     module keeps the code object of each function and class it defines
-    among its constants. For 1 MiB of code, ast.parse took 1.3-1.7 s here
-    (building its Python objects is most of it) and compile() 0.33-0.47 s;
-    a completion without such a line is not compiled at all. The daemon
+    among its constants. ast.parse builds a Python object per node: about
+    4x compile()'s time for large code (over 1 s per MiB); a completion
+    without such a line is not compiled at all. The daemon
     does not ask it (see :func:`program_assembly`).
     """
     if not any(match[1] == name for match in _TOP_LEVEL_DEFINITION.finditer(code)):
@@ -79,7 +79,7 @@ def split_assembly(code: str, assembly: Mapping[str, str]) -> tuple[str, ast.Mod
     defines the entry point (it then comes whole after the prompt); otherwise the whole program and None.
 
     One ast.parse of the completion, which the judge needs for its names anyway, stands for :func:`_defines`'
-    compile: the judge's compile and parse of each HumanEval program took about 1.2 ms of its job, the compile
+    compile: a compile and a parse of each HumanEval program cost the judge about 1.2 ms of its job, the compile
     most of it. The two differ only for code that parses but does not compile (a module-level ``return`` or
     ``nonlocal``, a repeated argument), which fails to compile in either program: the candidate's load error is
     then the verdict, and no name is read. Raises what ast.parse raises past a program's syntax (MemoryError,

@@ -13,8 +13,8 @@ from decimal import Decimal
 from typing import Any
 
 # One way to match each number: with an optional dot between two runs of digits, a run of n digits that is not
-# a number (a program's "1111...1x") was split n ways, quadratic (32,000 digits: 19.5 s in the agent's loop,
-# which froze its sandbox until the daemon called it lost). ASCII digits only, as a judge's checker reads them.
+# a number (a program's "1111...1x") is split n ways, quadratic (32,000 digits: seconds in the agent's loop,
+# which freezes its sandbox until the daemon calls it lost). ASCII digits only, as a judge's checker reads them.
 _NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
 _INTEGER = re.compile(r"[+-]?\d+", re.ASCII)
 
@@ -112,10 +112,10 @@ def _lines_decimal(actual: str, expected: str) -> bool:
         if got_line == want_line:
             continue
         got_tokens, want_tokens = got_line.split(), want_line.split()
-        # Counted before any Decimal is made: lists of different lengths are unequal anyway, and a 16 MiB
-        # line of output made a Decimal of each of its tokens first, 1.1 s of the agent's event loop per
-        # case, which every job of the sandbox waited on (red team). Now a line's Decimals are made only
-        # when it holds as many tokens as the expected line.
+        # Counted before any Decimal is made: lists of different lengths are unequal anyway, and the
+        # Decimals of a 16 MiB line of output take about 1 s of the agent's event loop per case, which
+        # every job of the sandbox waits on. A line's Decimals are made only when it holds as many tokens
+        # as the expected line.
         if len(got_tokens) != len(want_tokens):
             return False
         got_values, want_values = _decimals(got_tokens), _decimals(want_tokens)

@@ -6,8 +6,8 @@ import re
 
 from .languages import _ALIASES, _canonical_language
 
-# Possessive: a lazy info string before optional trailing blanks was retried at every length, quadratic in a
-# line's blanks ("```python" and 40,000 spaces, which a degenerate model writes, took 6.7 s on the daemon's loop).
+# Possessive: a lazy info string before optional trailing blanks is retried at every length, quadratic in a
+# line's blanks (a fence and 40,000 spaces, which a degenerate model writes, holds the daemon's loop for seconds).
 _FENCE_OPEN = re.compile(r"^(?P<indent>[ \t]*+)(?P<fence>`{3,}+|~{3,}+)(?P<info>[^`\n]*+)$")
 
 
@@ -110,8 +110,8 @@ def extract_code(completion: str, language: str, mode: str = "last_block", tag: 
         if not tag or not re.fullmatch(r"[A-Za-z_][\w.:-]*", tag):
             raise ValueError(f"extraction mode 'tag' needs a tag name, got {tag!r}")
         # The last closing tag, then the last opening tag before it: linear, where
-        # a lazy `<tag>(.*?)</tag>` scanned the rest of the text from every opening
-        # tag ("<code>" repeated without a close took 45 s for 240 KB).
+        # a lazy `<tag>(.*?)</tag>` scans the rest of the text from every opening
+        # tag ("<code>" repeated without a close: 45 s for 240 KB).
         closing = _last_match(re.compile(rf"</{re.escape(tag)}\s{{0,64}}>"), completion, len(completion))
         if closing is None:
             return None

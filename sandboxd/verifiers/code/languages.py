@@ -66,9 +66,9 @@ CPP_FLAGS = ("-O2", "-std=gnu++20")
 # javac's JVM, not the program's: a compile is a short run. Its JIT stops at the quick
 # compiler (C1), one GC thread, and its classes come mapped from a class-data archive
 # that the langs image dumps from a javac run with the same JIT and GC options (its build
-# arguments JAVAC_JIT_FLAGS and JAVAC_CLASS_ARCHIVE; a JVM without the file starts as
-# before, silently). For a 15-line program, 0.75-0.88 -> 0.34-0.37 CPU seconds
-# (0.46-0.56 -> 0.25-0.27 s); for 400 methods, 3.0 -> 1.2 (1.6 -> 0.8 s).
+# arguments JAVAC_JIT_FLAGS and JAVAC_CLASS_ARCHIVE; a JVM without the file starts
+# without it, silently). Together they halve a compile's CPU time (a 15-line program:
+# about 0.35 CPU seconds; 400 methods: 1.2).
 JAVAC_CLASS_ARCHIVE = "/usr/local/lib/sandboxd/javac.jsa"
 JAVAC_JIT_FLAGS = ("-J-XX:TieredStopAtLevel=1", "-J-XX:+UseSerialGC")
 JAVAC_JVM_FLAGS = (*JAVAC_JIT_FLAGS, f"-J-XX:SharedArchiveFile={JAVAC_CLASS_ARCHIVE}")
@@ -91,8 +91,8 @@ LANGUAGES: dict[str, Language] = {
         # -B: the work dir is private and thrown away, writing .pyc is wasted I/O.
         Language("python", "main.py", None, ("python3", "-B", "main.py"), 0.0, ("py", "python3", "py3")),
         # The GNU dialects, as judges compile (Codeforces' "GNU G++20"): under strict
-        # c11, strdup() was implicitly declared and its pointer cut to an int (SIGSEGV
-        # in a correct program), and M_PI was undeclared. C++20, not 17: models
+        # c11, strdup() is implicitly declared and its pointer cut to an int (SIGSEGV
+        # in a correct program), and M_PI is undeclared. C++20, not 17: models
         # write set.contains(), std::ranges and <bit>.
         Language(
             "cpp",
@@ -118,11 +118,11 @@ LANGUAGES: dict[str, Language] = {
             address_space_limit=False,
         ),
         # Node writes to a pipe asynchronously once the pipe is full: a program
-        # that ends with process.exit() lost all but the first 64 KiB of its
+        # that ends with process.exit() loses all but the first 64 KiB of its
         # output (a judge's file would have taken it all). The preload makes
         # stdout and stderr blocking, as Node makes them for files.
         # --stack-size: V8 stops at its own limit, 984 KiB, whatever the process's
-        # stack: a recursion 1e5 deep was a RangeError. The stack an exec'd run
+        # stack: a recursion 1e5 deep is a RangeError. The stack an exec'd run
         # gets (controller.RUN_STACK_LIMIT) is unlimited under Docker's defaults;
         # below this, V8 would crash (SIGSEGV) instead of throwing.
         Language(
@@ -139,10 +139,10 @@ LANGUAGES: dict[str, Language] = {
         # SyntaxError, and models write them). Types are not checked, as with tsx, Bun or
         # Deno's run: a program that runs correctly passes. The transform runs once, as the
         # compile step (TS_TRANSFORM), and each case runs the JavaScript as a JavaScript job
-        # does: a run that transformed the types itself took 58-63 ms against 21-22 ms, in
-        # the langs image on this machine (the transform loads its compiler, about 35 ms,
-        # every time). A syntax error is a compile error. The transform's warning that it is
-        # experimental would be the compile's output.
+        # does: a run that transforms the types itself takes about three times as long
+        # (the transform loads its compiler, about 35 ms, every time). A syntax error is a
+        # compile error. The transform's warning that it is experimental would be the
+        # compile's output.
         Language(
             "typescript",
             "main.ts",
@@ -203,8 +203,8 @@ def _canonical_language(language: str) -> str:
 # otherwise each opening would scan the rest of the text in vain, quadratic
 # in a degenerate completion ("/*" repeated), on the daemon's event loop. A
 # literal may end in a lone backslash at the end of the text, and its run is
-# possessive: a text ending in one ('"' + '\\"' * n + '\\') made every
-# opening quote scan to the end and back (64 KB: 29 s; red team).
+# possessive: in a text ending in one ('"' + '\\"' * n + '\\') every opening
+# quote would otherwise scan to the end and back (64 KB: tens of seconds).
 _JAVA_BLANK = re.compile(
     r'//[^\n]*|/\*.*?(?:\*/|\Z)|"""(?:.|\n)*?(?:"""|\Z)|"(?:\\.|[^"\\\n])*+(?:"|(?=\n)|\\?\Z)'
     r"|'(?:\\.|[^'\\\n])*+(?:'|(?=\n)|\\?\Z)",
@@ -230,7 +230,7 @@ def _java_classes(code: str) -> tuple[str | None, str | None]:
     """(public top-level class, top-level class holding ``main``) in Java source.
 
     Linear in the text: a completion of a million characters of ``class A``
-    repeated took minutes with a scan per class, on the daemon's event loop.
+    repeated takes minutes with a scan per class, on the daemon's event loop.
     """
     text = _JAVA_BLANK.sub(lambda m: " " * len(m.group()), code)
     brace_at: list[int] = []  # position of every brace, in order

@@ -62,7 +62,7 @@ Input (gold vs answer)           Math-Verify                 Here
                                  extractor picks a number    extractor only reads answers made
                                  out of unparsable LaTeX)    of digits and operators
 ``x^2+8x+16`` vs completion      no answer (``2x+3``: ``2``) the whole undelimited expression
-``(x+4)^2`` (no ``$``/box)                                   (ours used to take the last number)
+``(x+4)^2`` (no ``$``/box)                                   (not the last number)
 ``2/3`` vs ``0.\\overline{6}``    different (read as ``0``)   repeating decimal, exact
 ``\\sqrt{-1}`` vs ``i``,          different (``i`` is a       equal: ``i`` as the only letter
 ``\\frac{2}{1-i}`` vs ``1+i``     symbol)                     is the imaginary unit

@@ -40,15 +40,15 @@ _UNIT_AFTER_BOX_RE = re.compile(
 )
 _LIST_JOINER_WORD_RE = re.compile(r"[,;&]|(?<![^\W\d_])and(?![^\W\d_])", re.IGNORECASE)
 # Alternatives offered for one answer. "2 \\text{ or } 3" reads as the list {2, 3}, which a single ground truth does
-# not equal; but "2 \\text{ or 3}", "2 \\text{(or 3)}", "B or C" and "x = 2 \\vee x = 3" were read as one of their
-# alternatives and paid (red team), and so were "2 oder 3", "2 или 3" and "2或3" in plain text.
+# not equal; but "2 \\text{ or 3}", "2 \\text{(or 3)}", "B or C" and "x = 2 \\vee x = 3" would be read as one of their
+# alternatives and paid, and so would "2 oder 3", "2 или 3" and "2或3" in plain text: a hedge is refused.
 _HEDGE_RE = re.compile(rf"{_OR_WORD}|\\(?:vee|lor)(?![A-Za-z])|\u2228", re.IGNORECASE)
 # Text between two boxes longer than this does not join them (and bounds the joiner's scan).
 _MAX_JOINER_CHARS = 200
 _PHRASE_RE = re.compile(r"(?:final\s+answer\s*(?:is\b|:)|the\s+answer\s+is\b|\banswer\s*:)", re.IGNORECASE)
 _HOPE_RE = re.compile(r"\.?\s*I\s+hope\s+it\s+is\s+correct.*$", re.IGNORECASE | re.DOTALL)
 # Span lengths are bounded so that text full of unclosed "\(" cannot make the scan quadratic.
-# "\$" is a dollar sign, not a delimiter: "The answer is $\$120$" was read as the span "\".
+# "\$" is a dollar sign, not a delimiter: "The answer is $\$120$" is not the span "\".
 _MATH_SPAN_RE = re.compile(
     r"(?<!\\)\$\$(?P<dd>(?:[^$\\]|\\.){1,2000}?)\$\$|\\\[(?P<sb>.{1,2000}?)\\\]|\\\((?P<rb>.{1,2000}?)\\\)"
     r"|(?<!\\)\$(?P<d>(?:[^$\\]|\\.){1,2000}?)\$",
@@ -344,7 +344,7 @@ def _extract_phrase(text: str) -> str | None:
 def _named_answer(head: str) -> str:
     """The part of an answer sentence that holds its answer, when words come before any math in it.
 
-    "The largest $n$ is 34", "The volume of $ABCDEFGH$ is 120": what follows the last "is" (outside math; it took
+    "The largest $n$ is 34", "The volume of $ABCDEFGH$ is 120": what follows the last "is" (outside math; not
     the first span, $n$). "Jane started growing Sphere 3 hours ago": its only expression. Else all of it.
     """
     first = _FIRST_MATH_RE.search(head)
@@ -452,7 +452,7 @@ def _plain_runs(text: str) -> list[tuple[int, str]]:
         after_number = bool(current) and (current[-1][0] in ("num", "scale") or (
             current[-1][0] == "space" and len(current) >= 2 and current[-2][0] in ("num", "scale")))
         if after_number and kind == "word" and (unit := _PLAIN_UNIT_RE.match(text, m.start())):
-            # "12 cm^2", "10 m/s": the number's unit ends the expression (the last one was "2", "m/s").
+            # "12 cm^2", "10 m/s": the number's unit ends the expression (not "2", "m/s").
             flush()
             pos = unit.end()
             continue

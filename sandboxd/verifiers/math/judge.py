@@ -45,11 +45,11 @@ from .notation import _strip_delims
 
 #: Extracted answers (and ground truths) longer than this are rejected before parsing: no real
 #: final answer is that long, and the LaTeX parser needs ~1.5 s per 1000 chars of a polynomial
-#: (a 20 000-char sum of ``x^{2}`` terms took ~30 s; at this limit it is ~6 s).
+#: (a 20 000-char sum of ``x^{2}`` terms takes ~30 s; at this limit it is ~6 s).
 MAX_ANSWER_CHARS = 5_000
 # Function applications nested deeper than this (\\log(\\log(... + 1) + 1)) only match the same
 # tree: sympy's evalf re-evaluates a log's argument near 1, so the cost grows about 2.5 times a
-# level (12 deep: 32 s here; 6 deep: 0.5 s, all of it parsing). No final answer nests 7 deep.
+# level (12 deep: about 30 s; 6 deep: 0.5 s, all of it parsing). No final answer nests 7 deep.
 _MAX_FUNCTION_DEPTH = 6
 
 
@@ -153,7 +153,7 @@ def _gold_answer(ground_truth: str) -> str:
     return _strip_delims(boxed) + ("\\%" if percent else "")
 
 
-# Marks that the parser drops, each leaving a value the answer did not give (all four were paid for 2): a dangling
+# Marks that the parser drops, each leaving a value the answer does not give (all four are paid for 2): a dangling
 # operator ("2+", "2 \\cdot"), a sign as an exponent ("2^+", "2^{-}"), a prime on a number ("2'", "2^\\prime"), a
 # question ("2 \\text{?}"). Allowed where the ground truth has one too ("x \\to 0^+").
 _DECORATION_RE = re.compile(
@@ -220,7 +220,7 @@ _Verdict = dict[str, str] | None
 
 
 def _too_long(case: _Case) -> _Verdict:
-    # Before any other look: unwrapping 20,000 nested \text{} took 30 s (each pass peels one level).
+    # Before any other look: unwrapping 20,000 nested \text{} takes about 30 s (each pass peels one level).
     for text, who in ((case.answer, "answer"), (case.gold_raw, "ground truth")):
         if len(text) > MAX_ANSWER_CHARS:
             return case.refuse(f"{who}: too long to parse ({len(text)} > {MAX_ANSWER_CHARS} chars)")
@@ -236,7 +236,7 @@ def _gold_decimal_comma(case: _Case) -> _Verdict:
 
 def _clock_times(case: _Case) -> _Verdict:
     if (gold_time := _clock_time(case.gold_raw)) is not None:
-        # "12:00": a time of day, not the ratio 12/0 (both sides read as zoo, and were unequal).
+        # "12:00": a time of day, not the ratio 12/0 (as ratios both read as zoo, which Math-Verify finds unequal).
         ok = _clock_time(case.answer) == gold_time
         return case.decide(ok, "time differs", parsed=case.answer, gold=case.gold_raw)
     return None
@@ -252,7 +252,7 @@ def _alternatives(case: _Case) -> _Verdict:
 
 def _number_inside_text(case: _Case) -> _Verdict:
     if hidden := _TEXT_WITH_NUMBER_RE.search(case.answer):
-        # Math-Verify's normaliser drops everything from a text to the end ("2 \text{ (maybe 3)}" was 2).
+        # Math-Verify's normaliser drops everything from a text to the end ("2 \text{ (maybe 3)}" would be 2).
         return case.refuse(f"answer: a number inside text ({hidden.group(0)[:40]!r})")
     return None
 
@@ -291,7 +291,7 @@ def _structure(case: _Case) -> _Verdict:
 
 def _left_to_evaluate(case: _Case) -> _Verdict:
     # Only what the answer gives counts: "\frac{dy}{dx} = 2x" and "\int_0^1 x^2 dx = \frac13" name what they evaluate
-    # on the left of their last "=" (they were refused; Math-Verify scores them).
+    # on the left of their last "=", and are scored, as Math-Verify scores them.
     operator = _unevaluated_operator(_right_of_last_equals(case.answer))
     if operator and not _unevaluated_operator(case.gold_raw):
         # The question restated: its value may be the ground truth, but nothing was solved.
@@ -327,7 +327,7 @@ def _numbers_side_by_side(case: _Case) -> _Verdict:
 
 def _other_base(case: _Case) -> _Verdict:
     # Against a ground truth without a base the digits decide: a base written there buys nothing over the digits
-    # alone, and datasets leave it out of base-2 answers ("1011_2" against "1011" was refused).
+    # alone, and datasets leave it out of base-2 answers ("1011_2" against "1011" is not refused).
     if (gold_bases := _bases(case.gold_s)) and (other_bases := _bases(case.pred_s) - gold_bases):
         return case.refuse(f"answer: a numeral in base {min(other_bases)!r}, not the ground truth's")
     return None

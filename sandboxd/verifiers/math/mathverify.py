@@ -34,7 +34,7 @@ _ZERO_WORKING_BITS = (1_000, 4_000)
 # is 2^(-1.3 k) from about 5 k bits, and a tiny term added to a zero (+ 10^{-2000}) has its own bits. It also
 # bounds the work: at most a few hundred operations at 4000 bits, about a millisecond each.
 _ZERO_MAX_BITS = 400
-# The most bits of ln 2, pi or e that evaluation may compute (0.08 s for ln 2 here; 2^20 bits
+# The most bits of ln 2, pi or e that evaluation may compute (0.08 s for ln 2; 2^20 bits
 # take 16 s). Only an argument past 2^65000 needs more; see _guard_constant_precision.
 _MAX_CONSTANT_BITS = 1 << 16
 # Upper bound (in bits) on the magnitude of any numeric sub-expression we let sympy evaluate.
@@ -43,19 +43,19 @@ _MAX_NUMBER_BITS = 1_000_000
 _MAX_ROOT_BITS = 2_000
 # sympy works out a binomial or a Gamma of concrete numbers as soon as latex2sympy builds it,
 # in pure-Python loops whose time grows with the square of the result's size (binom(10^5,
-# 5*10^4), 10^5 bits: 0.56 s here; binom(10^6, 5*10^5): over 20 s), where only the math
+# 5*10^4), 10^5 bits: 0.56 s; binom(10^6, 5*10^5): over 20 s), where only the math
 # server's kill reaches. Above these sizes the call is left unevaluated (see
 # _guard_eager_evaluation), and _log2_bound then refuses it as too large.
 _MAX_EAGER_RESULT_BITS = 50_000
 _MAX_EAGER_TERMS = 20_000
 _MAX_EAGER_GAMMA_ARG = 70_000  # Gamma(70000) has 1.06 million bits: over _MAX_NUMBER_BITS anyway
 # The grader solves two relations that it could not match term by term and compares the solutions (2x + 2y = 6
-# against x + y = 3). sympy's solve takes time that grows with the degree: x^{10}+x=3 0.18 s here, x^{20}+x=3 1.1 s,
+# against x + y = 3). sympy's solve takes time that grows with the degree: x^{10}+x=3 0.18 s, x^{20}+x=3 1.1 s,
 # x^{50}+x=3 more than 20 s; in two unknowns, x^{30}y^{30}+x^{29}y^{29}+xy=3 6.9 s. A relation is solved only in
 # several unknowns, as a rational function of them of at most this degree in one of them (_bounded_solve).
 _MAX_SOLVE_DEGREE = 10
 # Sets cost sympy's set algebra about the square of their elements' count, unless they are rational numbers, and
-# more for each interval: {x, x^2, ..., x^{30}} against {1, 2} took 1.8 s here and 79 elements 16 s; 60 sums of
+# more for each interval: {x, x^2, ..., x^{30}} against {1, 2} takes 1.8 s and 79 elements 16 s; 60 sums of
 # roots 10.5 s; 6 intervals with symbolic ends 0.12 s, 8 0.9 s, 10 4.5 s and 12 more than 20 s; 6 intervals with
 # irrational ends that differ in one end each 0.59 s, 8 1.5 s; 10 with integer ends 0.93 s, 30 more than 25 s.
 # Past these counts a set only matches the same set (_bounded_compare_sets).
@@ -135,7 +135,7 @@ def _trig_degree_latex2sympy() -> Any:
 
     Math-Verify converts with ``convert_degrees=False``, so the degree sign is dropped as a unit
     wherever it stands: ``30^\\circ`` is 30 (kept: "the angle is 30" is answered by 30 degrees),
-    but ``\\sin(15^\\circ)`` was ``sin(15)``, fifteen radians, which paid ``\\sin 15`` and refused
+    and so would ``\\sin(15^\\circ)`` be ``sin(15)``, fifteen radians, which pays ``\\sin 15`` and refuses
     ``\\frac{\\sqrt6-\\sqrt2}{4}``. latex2sympy's own conversion (``convert_degrees``) is switched
     on while a trig function's argument is converted, so the grammar decides what the sign applies to.
     """
@@ -153,9 +153,9 @@ def _trig_degree_latex2sympy() -> Any:
         convert_degrees: bool
         # ANTLR's two-stage parsing: SLL prediction first, then full LL only where it fails. SLL ignores the
         # calling rule's context, and gives the tree LL would or fails (ANTLR's PredictionMode.SLL); the grammar's
-        # ambiguous bars made LL's full-context prediction most of a parse: 20 nested |x| took 2.5 s, 0.24 s
-        # in SLL, and the test suite's and the math benchmark's 3,142 answers parsed in 8.9 s instead of 19.7 s,
-        # every tree the same (224 of them, x^2 among them, needed the fallback).
+        # ambiguous bars make LL's full-context prediction most of a parse: 20 nested |x| take 0.24 s in SLL
+        # against 2.5 s, and real answers parse in about half the time, every tree the same (about 7% of them,
+        # x^2 among them, need the fallback).
         full_context = False
 
         def create_parser(self, latex_str: str) -> Any:
@@ -266,7 +266,7 @@ def _guard_constant_precision() -> None:
 
     Reducing an argument for exp, sin or cos takes the constant to as many bits as the argument
     has before its point. sympy asks the sign of a number as it builds it, so
-    ``e^{(e^{(e^{(e^{(e^{(2+1)}+1)}+1)}+1)}+1)}`` asked for ln 2 to 7e23 bits inside the parse,
+    ``e^{(e^{(e^{(e^{(e^{(2+1)}+1)}+1)}+1)}+1)}`` asks for ln 2 to 7e23 bits inside the parse,
     where no check of ours runs (killed by the deadline; ln 2 to 2^20 bits alone takes 16 s
     here). sympy reads the ValueError as "sign unknown" and builds the expression; evaluating it
     later fails the same way, and the comparison says no. The argument reductions of exp, log,
@@ -333,10 +333,10 @@ def _close(x: Any, y: Any, numeric_precision: int) -> bool:
     if inexact and (x.is_Integer or y.is_Integer):
         # Against an integer (a count, whichever side it is on) a decimal gets
         # the tolerance as an absolute one, as Math-Verify's round(6): a
-        # relative one took 1000001.0 for 1000000 and 1.844674e19 for a
+        # relative one takes 1000001.0 for 1000000 and 1.844674e19 for a
         # 20-digit count. Never looser than the relative one, though: near 0
-        # an absolute 1e-6 took 0 for 0.0000005. (Exact irrationals keep the
-        # precision: with the float tolerance, 2 + pi/10^7 was 2.)
+        # an absolute 1e-6 takes 0 for 0.0000005. (Exact irrationals keep the
+        # precision: with the float tolerance, 2 + pi/10^7 would be 2.)
         scale = min(scale, 1)
     try:
         return bool(diff <= scale * tol * (1 + 1e-9))
@@ -369,7 +369,7 @@ def _numeric_eq(a: Any, b: Any, float_rounding: int, numeric_precision: int) -> 
             # Two percentages compare by value only: the cross terms below would take 1% for
             # 100% (1 against 100% = 1) and 0.5% for 50%. Against a ground truth that is not a
             # percentage, X% is its value X/100 alone: read as X too, one answer covered two
-            # ("5\\%" was paid for 5 and for 0.05).
+            # ("5\\%" would be paid for 5 and for 0.05).
             return _close(_doit(a), _doit(b), numeric_precision)
         xs = [_doit(a)] + ([pct_a] if pct_a is not None else [])
         ys = [_doit(b)] + ([pct_b] if pct_b is not None else [])
@@ -406,12 +406,12 @@ def _bounded_solve(solve: Any) -> Any:
 
     Exponentials, trig functions, roots and absolute values of an unknown come down to polynomials of a degree
     that the written tree hides: solving ``e^{8x}+e^{x}=3``, ``\\cos(3x)=\\cos(x)+1``,
-    ``x^{1/3}+x^{1/5}+x^{1/7}=3`` or six ``|x-k|`` summed ran past 25 s (a red team's, against ``x=3``). The grader
+    ``x^{1/3}+x^{1/5}+x^{1/7}=3`` or six ``|x-k|`` summed runs past 25 s (against ``x=3``). The grader
     catches the refusal, as any failure to solve, and takes the relations for different.
 
     Nor is a relation in one unknown solved: sympy gives its solutions as a list of values, which the grader takes
-    for a list of dicts, and fails on (an inequality's, a relational, it tries to iterate). So the solving only ever
-    matched two relations without a real solution, equal or not: ``x^2=-4`` against ``x^2=-1`` was paid.
+    for a list of dicts, and fails on (an inequality's, a relational, it tries to iterate). So the solving would only
+    ever match two relations without a real solution, equal or not: ``x^2=-4`` against ``x^2=-1`` would be paid.
     """
 
     def bounded(relation: Any, *args: Any, **kwargs: Any) -> Any:
@@ -433,7 +433,7 @@ def _rational_degrees(expr: Any, unknown: Any, depth: int = 0) -> tuple[float, f
     function of it, comes to over a common denominator, from the unexpanded tree; ``inf`` for anything else.
 
     ``(x+1)^{1000}`` is 1000 without multiplying it out, and the sum of twelve ``\\frac{1}{x-k}`` is 12 over 12
-    (solving it set to 1 took 0.84 s). Where the unknown sits in a function, an exponent or a root: ``inf``.
+    (solving it set to 1 takes 0.84 s). Where the unknown sits in a function, an exponent or a root: ``inf``.
     """
     from sympy import Add, Integer, Mul, Pow
 
@@ -492,19 +492,19 @@ def _numerically_apart(a: Any, b: Any) -> bool:
 
     The grader asks ``simplify(a - b)`` only after the numeric comparison said no. For numbers
     whose 30-digit values differ by more than 1e-20 of their size that cannot be a zero that
-    evaluation missed, and simplify on them is where untrusted answers spent their time:
-    ``\\sin`` of ``\\sin`` ... of 2, 8 deep, took 10 s in ``exptrigsimp``. A difference within
+    evaluation missed, and simplify on them is where untrusted answers spend their time:
+    ``\\sin`` of ``\\sin`` ... of 2, 8 deep, takes 10 s in ``exptrigsimp``. A difference within
     the margin (an exact zero written the long way, a float that rounds an integer) still goes on.
 
     Sides with symbols are evaluated at one fixed point (_SAMPLE_POINTS): an identity that
     simplify can prove holds wherever both sides are defined, so sides apart there are different.
-    simplify spent 20 s and more on ``(x+1)^{5000}``, ``\\binom{x}{200}`` or ``(x+100)!`` against
+    simplify spends 20 s and more on ``(x+1)^{5000}``, ``\\binom{x}{200}`` or ``(x+100)!`` against
     ``x+1``. The point is positive, where roots and logarithms take their real branches, so an
     identity that needs a positive unknown (``\\sqrt{x^2} = x``) is not refused here either.
 
     The real and imaginary parts are judged apart: one that evaluation resolves decides, whatever
     the other. ``(1+i)^{10000}`` is 2^5000, whose imaginary part comes back from evalf with no
-    precision; left to simplify, sympy took 3 minus it for zero and paid it against any number.
+    precision; left to simplify, sympy takes 3 minus it for zero and pays it against any number.
     """
     from sympy import Basic, Float, MatrixBase, im, re
 
@@ -535,7 +535,7 @@ def _numerically_apart(a: Any, b: Any) -> bool:
                 return True
             if not written and (px == 0) != (py == 0):
                 # An exact value that evalf resolves (all its bits) is not 0, however small:
-                # (1-\\sqrt{2})^{30000} against 0 took simplify 8.6 s (an unresolved 0 has no bits).
+                # (1-\\sqrt{2})^{30000} against 0 takes simplify 8.6 s (an unresolved 0 has no bits).
                 return True
         return False
     except Exception:  # a comparison sympy cannot decide: leave it to the grader
@@ -555,8 +555,8 @@ def _vanishes(a: Any, b: Any) -> bool:
     difference at 4000 bits is below 2^-2000 of their size and has shrunk by at least half the
     precision gained since 1000 bits. Only sides of at most _ZERO_MAX_BITS are tried (see there), and
     each operation is evaluated once per precision: sympy's adaptive evalf raises the precision of
-    every sum that cancels, and again inside it, and took 130 s to 1000 digits on a product of sums of
-    zeros nested 7 deep (0.003 s here).
+    every sum that cancels, and again inside it, and takes 130 s to 1000 digits on a product of sums of
+    zeros nested 7 deep (0.003 s this way).
     """
     import mpmath
     from sympy import Basic, Float, MatrixBase
@@ -651,7 +651,7 @@ def _rounded_away(exact: Any, inexact: Any) -> bool:
     floats = inexact.atoms(Float)
     if not floats or exact.free_symbols or inexact.free_symbols or exact.has(Float):
         return False
-    # Evaluated first: asking an unevaluated tower of fractions is_integer took 4 s at depth 13.
+    # Evaluated first: asking an unevaluated tower of fractions is_integer takes 4 s at depth 13.
     n = _doit(exact)
     return bool(n.is_Integer and Float(n, precision=min(f._prec for f in floats)) != n)
 
@@ -671,7 +671,7 @@ def _log2_bound(expr: Any, depth: int = 0) -> float:
         return _pymath.inf
     if isinstance(expr, Rational):
         # log2 of numerator / denominator, not their bit lengths: a one-bit overestimate per
-        # level compounds through a tower (2^{2^{2^2}} = 65536 was refused as too large).
+        # level compounds through a tower (2^{2^{2^2}} = 65536 would be refused as too large).
         p, q = abs(int(expr.p)), int(expr.q)
         return max(_pymath.log2(p) if p > 1 else 0.0, _pymath.log2(q) if q > 1 else 0.0)
     if isinstance(expr, Float):
@@ -823,7 +823,7 @@ def _with_imaginary_unit(gold_objs: list[Any], pred_objs: list[Any]) -> tuple[li
 
     latex2sympy reads ``i`` as a symbol (only ``I`` is the unit) and Math-Verify leaves it so, only
     marking its symbols complex when the text shows an ``i`` on its own (``3+4 i``, not ``3+4i``). So
-    ``i`` was not ``\\sqrt{-1}``, ``1+i`` not ``\\frac{2}{1-i}``, ``e^{i\\pi}`` not ``-1``, and ``3+4 i``
+    ``i`` is not ``\\sqrt{-1}`` there, ``1+i`` not ``\\frac{2}{1-i}``, ``e^{i\\pi}`` not ``-1``, and ``3+4 i``
     not even ``3+4i``. An answer whose only letter is ``i`` is a complex number; beside another letter
     (``a_i + i``, ``i + j``) it may be an index, and it stays a symbol, as it does in a relation
     (``i = 3`` names an unknown; complex numbers have no order). The one relation read through is an

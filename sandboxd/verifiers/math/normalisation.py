@@ -31,12 +31,12 @@ from .notation import (
 _MAX_BARE_BRACE_DEPTH = 5
 _MAX_PAREN_DEPTH = 16
 _MAX_TOTAL_DEPTH = 40
-# Subscripts in subscripts cost the grammar's prediction about the square of their depth: x_{x_{...}} 10 deep took
-# 0.46 s here, 30 deep 4.2 s. Indices of indices (a_{n_{k}}) are as deep as answers go.
+# Subscripts in subscripts cost the grammar's prediction about the square of their depth: x_{x_{...}} 10 deep take
+# 0.46 s, 30 deep 4.2 s. Indices of indices (a_{n_{k}}) are as deep as answers go.
 _MAX_SUBSCRIPT_DEPTH = 4
 # Absolute-value bars are ambiguous for the grammar (an opening bar looks like a closing one), and each costs its
-# prediction more the more there are: |x| written 10 times side by side took 0.53 s here, 22 times 3.6 s, 52 times
-# 5 s; summed, 400 took 6.9 s. \left| and \right| are not ambiguous and not counted.
+# prediction more the more there are: |x| written 10 times side by side takes 0.53 s, 22 times 3.6 s, 52 times
+# 5 s; summed, 400 take 6.9 s. \left| and \right| are not ambiguous and not counted.
 _MAX_BARS = 16
 _BAR_RE = re.compile(r"(\\left|\\right)?\s*(?:\||\\[lr]?vert(?![a-zA-Z]))")
 # Towers of exponents: the grammar's prediction is exponential in the tower height (x^x^...^x
@@ -194,18 +194,18 @@ def _normalize(s: str, *, single_number_gold: bool) -> str:
     # Unicode math that latex2sympy does not read: "2√3", "√(x+1)", "∞", "½".
     s = _UNICODE_SQRT_RE.sub(r"\\sqrt{\1}", s).replace("\u221a", "\\sqrt")
     s = s.translate(_UNICODE_MATH)
-    # Invisible: "2\phantom{3}" shows 2 (latex2sympy read 2 + 3); an empty text is a space ("2\text{ }3" was 23).
+    # Invisible: "2\phantom{3}" shows 2 (latex2sympy reads 2 + 3); an empty text is a space ("2\text{ }3" is not 23).
     s = _EMPTY_TEXT_RE.sub(" ", _drop_phantoms(s))
     # "2 and 3", "x = 2 or x = 3": a list of answers (Math-Verify reads "\\text{ and }" itself).
     s = _AND_OR_RE.sub(", ", _OR_TEXT_RE.sub(", ", s))
     # "\text{5 cm}": the number inside the text is the value, the rest a unit.
     s = _TEXT_NUMBER_RE.sub(lambda m: m.group(1) + (f"\\text{{ {u}}}" if (u := m.group(2).strip()) else ""), s)
     s = _SCALE_WORD_RE.sub(_scale_word_value, s)
-    # "50 \text{ percent}" is 50%: set aside as a unit, it was 50 (paid for 50, refused for 0.5).
+    # "50 \text{ percent}" is 50%: set aside as a unit, it would be 50 (paid for 50, refused for 0.5).
     s = _PERCENT_WORD_RE.sub(r"\\%", s)
-    # "2\mathbf{i} + 3\mathbf{j}": a bold letter is a vector's symbol, not text (it was read as 2).
+    # "2\mathbf{i} + 3\mathbf{j}": a bold letter is a vector's symbol, not text (read as text, it is 2).
     s = _BOLD_LETTER_RE.sub(r" \1 ", s)
-    # "1+2\mathrm{i}": the normaliser drops a text command and all after it (it was read as 1 + 2, and paid 3).
+    # "1+2\mathrm{i}": the normaliser drops a text command and all after it (1 + 2, paid for 3).
     s = _UPRIGHT_I_RE.sub(" i ", s)
     s = _UPRIGHT_E_RE.sub("{e}", s)  # braced: "\frac{1}{ e }", spaces on both sides, did not parse
     s = _STYLE_WRAPPER_RE.sub("", _STYLE_SWITCH_RE.sub(" ", s))
@@ -217,7 +217,7 @@ def _normalize(s: str, *, single_number_gold: bool) -> str:
         # "1\,000", "1 000", "1{,}000": SI-style thousands separators.
         s = re.sub(r"\\[,!; ]|\{,\}|~|\s", "", s)
     else:
-        # Within a longer answer only the unambiguous separators ("x = 1\,000", "1\,000 \text{ m}" were 1 + 000).
+        # Within a longer answer only the unambiguous separators ("x = 1\,000", "1\,000 \text{ m}" would be 1 + 000).
         s = _INNER_THOUSANDS_RE.sub(lambda m: re.sub(r"\\[,!]|\{,\}", "", m.group(0)), s)
     compact = s.replace(" ", "") if re.fullmatch(r"[-\d ,.eE+]+", s) else s
     # A comma and a space separate list items ("2, 5", and "2 or 5" rewritten above): never a
@@ -263,7 +263,7 @@ def _number_without_unit(answer: str) -> str | None:
 # its number, "\text{5 cm}", is that number with a unit: _TEXT_NUMBER_RE; a unit's power, "\mathrm{cm^3}", is not one.)
 _TEXT_WITH_NUMBER_RE = re.compile(rf"{_TEXT_MACRO}\s*\{{\s*[^{{}}\d\s](?:[^{{}}\d]|\^\d)*(?<!\^)\d[^{{}}]*\}}")
 # A unit in text ("\text{ cm}", "\text{ m}^2", "\mathrm{~m}", "\mathrm{m/s^2}"), and more math after one: the normaliser
-# would drop it with everything after ("3 \text{ m} = 2 \text{ m}" was read as 3, "2\text{ cm}, 3\text{ cm}" and
+# would drop it with everything after ("3 \text{ m} = 2 \text{ m}" reads as 3, "2\text{ cm}, 3\text{ cm}" and
 # "2\text{ m} - 7\text{ m}" as 2). Right after a number, and not a word that joins ("x = 2 \text{ or } x = 3",
 # "x^2 \text{ for } x > 0").
 _UNIT_TEXT_RE = re.compile(
@@ -313,7 +313,7 @@ def _text_hiding_math(s: str) -> str | None:
     """The text block that Math-Verify's normaliser would drop together with the math after it, or ``None``.
 
     The normaliser drops everything from the first text block (``\\text``, ``\\mathrm``, ``\\textbf``, ...; not a
-    joining "and"/"or") to the end, unless nothing would be left: "2 \\text{ maybe } 3 \\text{ m}" was 2. Units
+    joining "and"/"or") to the end, unless nothing would be left: "2 \\text{ maybe } 3 \\text{ m}" is 2. Units
     right after numbers are set aside before this (_units_before_more_math); a label first ("\\text{Area} = 25")
     is kept by the normaliser.
     """
@@ -356,12 +356,12 @@ def _only_conditions(s: str) -> bool:
     return True
 
 
-# Two numbers with only spacing between them, which latex2sympy adds ("2 \quad 3" and "2\,3" were 5): two answers,
+# Two numbers with only spacing between them, which latex2sympy adds ("2 \quad 3" and "2\,3" read as 5): two answers,
 # or a garbled one. SI thousands ("1\,000") are joined by _normalize first; a mixed number ("3 1/2") is one number,
 # and a subscript or an exponent is not a number beside the next one ("\log_2 8").
 _SIDE_BY_SIDE_RE = re.compile(rf"(?<![\d.^_])(?<![_^]\{{)\d+(?:\.\d+)?\}}*{_SPACE_CMD}+\{{*\.?\d(?!\d*\s*/\s*\d)")
 # A numeral with its base ("1011_2", "1011_{2}", "(1011)_{(2)}", "2A_{16}", "1011_{\text{two}}"): Math-Verify drops
-# the subscript, so 1011_3 was paid against 1011_2.
+# the subscript, so 1011_3 would be paid against 1011_2.
 _BASE_NUMERAL_RE = re.compile(
     r"(?<![A-Za-z\d.\\])(?:\d[\dA-Z]*|\(\s*\d[\dA-Z]*\s*\)|\{\s*\d[\dA-Z]*\s*\})"
     r"\s*_\s*(?:\{([^{}]*(?:\{[^{}]*\}[^{}]*)*)\}|([\dA-Za-z]))"
@@ -464,7 +464,7 @@ def _hedge(answer: str, gold: str) -> str | None:
     return m.group(0) if m else None
 
 
-# A number past this many bits, or a power with such an exponent, is costly to evaluate (cos(3^{600000}) took 1.5 s
+# A number past this many bits, or a power with such an exponent, is costly to evaluate (cos(3^{600000}) takes 1.5 s
 # to 30 digits): a function of one only matches the same expression (see _costly_function).
 _MAX_COSTLY_BITS = 2_000
 

@@ -76,7 +76,7 @@ def _strip_delims(s: str) -> str:
 
 
 # Words that change the value of the number before them ("2 \text{ thousand}", "1.5 million"): read as their value,
-# where Math-Verify's normaliser dropped them as a unit (2 thousand was paid as 2). "percent" is Math-Verify's own.
+# where Math-Verify's normaliser drops them as a unit (2 thousand would be paid as 2). "percent" is Math-Verify's own.
 _SCALE_WORDS = {
     "hundred": "\\times 10^{2}", "thousand": "\\times 10^{3}", "million": "\\times 10^{6}",
     "billion": "\\times 10^{9}", "trillion": "\\times 10^{12}", "quadrillion": "\\times 10^{15}",
