@@ -79,10 +79,10 @@ def split_assembly(code: str, assembly: Mapping[str, str]) -> tuple[str, ast.Mod
     defines the entry point (it then comes whole after the prompt); otherwise the whole program and None.
 
     One ast.parse of the completion, which the judge needs for its names anyway, stands for :func:`_defines`'
-    compile and a parse of the whole program: half the judge's time on a HumanEval program. The two differ only for code that parses but does not compile (a module-level ``return`` or
-    ``nonlocal``, a repeated argument), which fails to compile in either program: the candidate's load error is
-    then the verdict, and no name is read. Raises what ast.parse raises past a program's syntax (MemoryError,
-    RecursionError).
+    compile and a parse of the whole program: half the judge's time on a HumanEval program. The two differ
+    only for code that parses but does not compile (a module-level ``return`` or ``nonlocal``, a repeated
+    argument), which fails to compile in either program: the candidate's load error is then the verdict, and
+    no name is read. Raises what ast.parse raises past a program's syntax (MemoryError, RecursionError).
     """
     name = assembly["entry_point"]
     if any(match[1] == name for match in _TOP_LEVEL_DEFINITION.finditer(code)):

@@ -692,7 +692,7 @@ def _decode_decimal(codec: Codec, body: object, depth: int) -> object:
         raise RejectedValue("$decimal holds no number") from None
     # What an int crossing may hold (MAX_INT_BITS, about 4214 digits), also as a power of ten: int() of the 11
     # characters "1E+10000000" never ended in the judge (it took 52 s for 1E+1000000), which a function-call case
-    # does to every Decimal answer (harness._as_plain), as Fraction(), round() or math.floor() of one do (red team).
+    # does to every Decimal answer (judge._as_plain), as Fraction(), round() or math.floor() of one do (red team).
     if number.is_finite() and abs(number.adjusted()) > MAX_DECIMAL_EXPONENT:
         raise RejectedValue(f"$decimal with an exponent past {MAX_DECIMAL_EXPONENT}")
     return number
