@@ -7,11 +7,15 @@ inside a function, except those under ``if TYPE_CHECKING:`` (never run).
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 import sandboxd.agent
+from sandboxd.pool import WARM_MODULES
 
 AGENT = Path(sandboxd.agent.__file__).parent
 PACKAGE = "sandboxd.agent"
@@ -175,3 +179,20 @@ def test_no_forked_process_imports_asyncio(name: str) -> None:
                        if any(target.split(".")[0] == "asyncio"
                               for target in imports_of(SOURCES[module], module, module in PACKAGES)))
     assert not importers, f"{name} imports asyncio through {importers}"
+
+
+# Modules a code zygote must not hold: asyncio (above); and those whose extension libraries add mappings that
+# every fork of it copies and every exit tears down (tempfile imports shutil, and that bz2 and lzma: 21 more
+# mappings, about 0.2 ms more a forked job; hashlib maps OpenSSL's libcrypto).
+NOT_IN_A_CODE_ZYGOTE = ("asyncio", "tempfile", "shutil", "bz2", "lzma", "hashlib")
+
+
+def test_a_code_zygote_holds_none_of_the_costly_modules() -> None:
+    """What the zygote of a code sandbox imports, as it does it: its own module, then the pool's warm modules."""
+    script = ("import importlib, json, sys\n"
+              "import sandboxd.agent.forked.zygote\n"
+              f"for name in {WARM_MODULES['python'].split(',')!r}:\n"
+              "    importlib.import_module(name)\n"
+              f"print(json.dumps(sorted(set(sys.modules) & set({list(NOT_IN_A_CODE_ZYGOTE)!r}))))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
+    assert json.loads(done.stdout) == []

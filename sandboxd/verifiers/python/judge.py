@@ -20,7 +20,6 @@ import itertools
 import os
 import socket
 import sys
-import tempfile
 import time
 import traceback
 import types
@@ -439,17 +438,32 @@ def _job_environment(files: str) -> Iterator[None]:
     """While one job's tests run in a judge: empty stdin, stdout and stderr of their own, the job's files folder
     as the working directory and the folder of temporary files (the candidate's is the same), and the judge's
     own builtins, sys.modules entries and folder back afterwards, whatever the tests did."""
-    saved = (sys.stdin, sys.stdout, sys.stderr, tempfile.tempdir, builtins.input, builtins.print, builtins.open)
+    saved = (sys.stdin, sys.stdout, sys.stderr, builtins.input, builtins.print, builtins.open)
+    # tempfile, if this judge has imported it (a test's import; the zygote does not: see pytest_emulation._tmp_path),
+    # and TMPDIR, which a tempfile imported during the job reads.
+    temp_module = sys.modules.get("tempfile")
+    saved_tempdir = getattr(temp_module, "tempdir", None)
+    saved_tmpdir_variable = os.environ.get("TMPDIR")
     cwd = os.open(".", os.O_RDONLY | os.O_DIRECTORY) if files else -1
     sys.stdin, sys.stdout, sys.stderr = io.StringIO(""), io.StringIO(), io.StringIO()
     try:
         if files:
             os.chdir(files)
-            tempfile.tempdir = files
+            os.environ["TMPDIR"] = files
+            if temp_module is not None:
+                setattr(temp_module, "tempdir", files)  # noqa: B010 - a module mypy cannot see here
         yield
     finally:
-        sys.stdin, sys.stdout, sys.stderr, tempfile.tempdir = saved[:4]
-        builtins.input, builtins.print, builtins.open = saved[4:]
+        sys.stdin, sys.stdout, sys.stderr, builtins.input, builtins.print, builtins.open = saved
+        if files:
+            temp_module = sys.modules.get("tempfile")
+            if temp_module is not None:
+                # None for a tempfile imported during the job: the next job's TMPDIR decides again.
+                setattr(temp_module, "tempdir", saved_tempdir)  # noqa: B010
+            if saved_tmpdir_variable is None:
+                os.environ.pop("TMPDIR", None)
+            else:
+                os.environ["TMPDIR"] = saved_tmpdir_variable
         if cwd >= 0:
             os.fchdir(cwd)
             os.close(cwd)

@@ -17,9 +17,9 @@ import inspect
 import io
 import itertools
 import logging
+import os
 import pathlib
 import sys
-import tempfile
 import types
 import typing
 import unittest
@@ -266,6 +266,32 @@ class _Request:
         self.param = param
 
 
+# Random name bytes of a tmp_path folder (tempfile.mkdtemp's 8 characters are about 41 bits).
+_TMP_NAME_BYTES = 6
+
+
+def _tmp_path(files: str) -> pathlib.Path:
+    """A new folder for a test's ``tmp_path``: in the job's folder, which the program shares (remote.share_files),
+    made as tempfile.mkdtemp makes one (a random name, created only if nothing has it, 0700), or without a job's
+    folder, by tempfile itself in the system's.
+
+    Not tempfile at module level: it imports shutil, and that bz2 and lzma,
+    whose libraries are 21 more mappings in every code zygote, which each
+    fork copies and each exit tears down: about 0.2 ms more a forked job.
+    """
+    if not files:
+        import tempfile
+
+        return pathlib.Path(tempfile.mkdtemp(prefix="pytest-"))
+    while True:
+        path = os.path.join(files, f"pytest-{os.urandom(_TMP_NAME_BYTES).hex()}")
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:  # the program's (it shares the folder), or a link it put there: another name
+            continue
+        return pathlib.Path(path)
+
+
 def _builtin_fixture(name: str, files: str, cleanup: contextlib.ExitStack,
                      remote: JudgeEndpoint) -> tuple[bool, object]:
     """(found, value) of one of pytest's own fixtures the harness provides; its teardown goes on ``cleanup``."""
@@ -277,7 +303,7 @@ def _builtin_fixture(name: str, files: str, cleanup: contextlib.ExitStack,
         cleanup.callback(capture.stop)
         return True, capture
     if name in ("tmp_path", "tmpdir"):
-        path = pathlib.Path(tempfile.mkdtemp(prefix="pytest-", dir=files or None))
+        path = _tmp_path(files)
         if name == "tmp_path":
             return True, path
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -1047,3 +1048,25 @@ def test_the_judge_reads_the_names_of_the_program_the_candidate_runs() -> None:
         assert pyjudge._program_names(code, assembly) == _names_of_assembled(code, assembly), code
         compared += 1
     assert compared >= 2 * 164
+
+
+def test_tests_temporary_files_go_to_each_jobs_folder_whenever_tempfile_is_imported(tmp_path: Path) -> None:
+    """The zygote does not import tempfile (tests/agent/test_imports.py): a test that imports it during its job
+    still gets that job's folder, and the next job in the same judge gets its own; the judge's own is back after."""
+    script = ("import os, sys\n"
+              "from sandboxd.verifiers.python import judge\n"
+              "assert 'tempfile' not in sys.modules\n"
+              "seen = []\n"
+              "for folder in sys.argv[1:]:\n"
+              "    with judge._job_environment(folder):\n"
+              "        import tempfile\n"
+              "        seen.append(tempfile.gettempdir() == folder)\n"
+              "print(seen, tempfile.tempdir, os.environ.get('TMPDIR'))\n")
+    folders = [str(tmp_path / name) for name in ("one", "two")]
+    for folder in folders:
+        os.mkdir(folder)
+    environment = {key: value for key, value in os.environ.items() if key != "TMPDIR"}
+    done = subprocess.run([sys.executable, "-c", script, *folders], capture_output=True, text=True, timeout=60,
+                          env=environment)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["[True,", "True]", "None", "None"]
