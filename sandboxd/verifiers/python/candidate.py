@@ -140,7 +140,7 @@ def _serve(code: str, channel: socket.socket, max_frame_bytes: int, assembly: Ma
         endpoint.send({"load_error": describe(exc)})
         return 1
     end_if_forked(own_pid)
-    endpoint.send({"ready": True})
+    endpoint.send({"ready": True, **endpoint.definitions()})
     while True:
         try:
             request = endpoint.receive()

@@ -485,8 +485,14 @@ def _bind_names(remote: JudgeEndpoint, namespace: dict[str, Any], names: Sequenc
         wanted.append(entry_point)
     if not wanted:
         return []
-    found = remote.request("globals", wanted)
-    remote.calls -= 1  # reading names is not calling the candidate (see no_calls)
+    # The program's functions and classes came with its ready frame: only the rest is asked for (a name the program
+    # does not define, its data, its objects). Nothing has called the program since, so they are as it holds them.
+    known, remote.definitions = remote.definitions, {}
+    found = {name: known[name] for name in wanted if name in known}
+    asked = [name for name in wanted if name not in found]
+    if asked:
+        found.update(remote.request("globals", asked))
+        remote.calls -= 1  # reading names is not calling the candidate (see no_calls)
     bound = []
     for name in wanted:
         if name in found:

@@ -101,6 +101,9 @@ OUTPUT_LIMIT_BYTES = 8 << 20
 # Items an iterator of the candidate's sends at most per request: it asks for 1, then twice as
 # many each time, so an infinite generator read with next() computes few items ahead.
 ITERATOR_BATCH_MAX = 4096
+# The program's own functions and classes its ready frame names (CandidateEndpoint.definitions): enough for the
+# datasets' programs; one with more is asked for the names its tests want instead.
+READY_DEFINITIONS = 32
 TIME_UP_MESSAGE = "the time for all the tests ran out"
 REPLY_TOO_LARGE = "the candidate's reply took more memory to decode than the judge may use (MemoryError)"
 
@@ -842,6 +845,24 @@ class CandidateEndpoint(Endpoint):
         finally:
             self.writing = None
 
+    def definitions(self) -> dict[str, Any]:
+        """For the ready frame: the program's own functions and classes, by name (``{"defs": [[name, value],
+        ...]}``), so that assert tests bind them without asking (JudgeEndpoint.definitions); nothing for a program
+        with more than READY_DEFINITIONS of them, or whose names cannot be read plainly.
+
+        Only plain functions and classes of plain ``type``, defined in the
+        program's module: reading them runs none of the program's code (no
+        metaclass, no descriptor), and they go by reference, never as data.
+        """
+        module = self.namespace.get("__name__")
+        try:
+            found = [[name, self.encode(value)] for name, value in list(self.namespace.items())
+                     if type(name) is str and not name.startswith("__")
+                     and type(value) in (types.FunctionType, type) and value.__module__ == module]
+        except Exception:
+            return {}
+        return {"defs": found} if 0 < len(found) <= READY_DEFINITIONS else {}
+
     def describe_error(self, exc: BaseException) -> dict[str, Any]:
         error: dict[str, Any] = describe(exc)
         cls = type(exc)
@@ -1058,6 +1079,9 @@ class JudgeEndpoint(Endpoint):
         self.log_levels_told = True
         # The program's load error, once the handshake has said (None: it loaded).
         self.load_error: dict[str, str] | None = None
+        # The program's own functions and classes its ready frame named (CandidateEndpoint.definitions), until the
+        # tests bind their names: the state of the program as it loaded, before anything called it.
+        self.definitions: dict[str, object] = {}
 
     # ---- deadlines ----
 
@@ -1174,12 +1198,28 @@ class JudgeEndpoint(Endpoint):
             self.answer_callback(hello)
             hello = self.receive(deadline)
         if hello.get("ready") is True:
+            self.definitions = self._definitions(hello.get("defs"))
             return None
         error = hello.get("load_error")
         if type(error) is dict and type(error.get("type")) is str and type(error.get("message")) is str:
             self.broken = CandidateDied("the program failed to load")
             return {"type": error["type"][:TYPE_NAME_LIMIT], "message": error["message"][:MESSAGE_LIMIT]}
         self._break(CandidateDied("the candidate broke the protocol: bad greeting"))
+
+    def _definitions(self, defs: object) -> dict[str, object]:
+        """The ready frame's definitions, decoded (by reference); none at all if any of them is not as sent."""
+        if type(defs) is not list or len(defs) > READY_DEFINITIONS:
+            return {}
+        found: dict[str, object] = {}
+        for entry in defs:
+            if type(entry) is not list or len(entry) != 2 or type(entry[0]) is not str or type(entry[1]) is not dict \
+                    or "$mine" not in entry[1]:
+                return {}
+            try:
+                found[entry[0]] = self.decode(entry[1])
+            except (ProtocolError, RejectedValue):
+                return {}
+        return found
 
     def begin(self) -> None:
         """The tests' environment as the job starts (in the job's folder): what tell_environment compares with."""

@@ -1070,3 +1070,65 @@ def test_tests_temporary_files_go_to_each_jobs_folder_whenever_tempfile_is_impor
                           env=environment)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["[True,", "True]", "None", "None"]
+
+
+def _requests_of(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The ops the judge sends the candidate from now on, in order."""
+    from sandboxd.verifiers.python.remote import JudgeEndpoint
+
+    sent: list[str] = []
+    request = JudgeEndpoint.request
+
+    def recording(self: JudgeEndpoint, op: str, *args: Any, **kwargs: Any) -> Any:
+        sent.append(op)
+        return request(self, op, *args, **kwargs)
+
+    monkeypatch.setattr(JudgeEndpoint, "request", recording)
+    return sent
+
+
+@pytest.mark.parametrize(("program", "asked"), [
+    # Plain functions and classes come with the ready frame: nothing to ask before the tests' first call.
+    ("def helper(x):\n    return x + 1\n\ndef add_one(x):\n    return helper(x)\n", False),
+    ("class Box:\n    def __init__(self, x):\n        self.x = x\n\ndef add_one(x):\n    return Box(x).x + 1\n", False),
+    ("add_one = lambda x: x + 1\n", False),
+    # What is not a plain function or class is asked for, as before.
+    ("import functools, operator\nadd_one = functools.partial(operator.add, 1)\n", True),
+    ("class Adder:\n    def __call__(self, x):\n        return x + 1\n\nadd_one = Adder()\n", True),
+    ("import enum\nclass Color(enum.Enum):\n    RED = 1\n\ndef add_one(x):\n    return x + Color.RED.value\n", True),
+])
+def test_the_programs_functions_and_classes_come_with_its_ready_frame(
+        program: str, asked: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sent = _requests_of(monkeypatch)
+    result = harness(program, tmp_path, "assert", assert_code="assert add_one(1) == 2\nassert add_one(5) == 6\n",
+                     entry_point="add_one")
+    assert result["passed"], result
+    assert ("globals" in sent) is asked, sent
+
+
+def test_a_program_with_more_definitions_than_a_ready_frame_names_is_asked(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from sandboxd.verifiers.python.remote import READY_DEFINITIONS
+
+    helpers = "".join(f"def helper_{i}(x):\n    return x\n\n" for i in range(READY_DEFINITIONS))
+    sent = _requests_of(monkeypatch)
+    result = harness(helpers + "def add_one(x):\n    return helper_0(x) + 1\n", tmp_path, "assert",
+                     assert_code="assert add_one(1) == 2\n", entry_point="add_one")
+    assert result["passed"], result
+    assert sent[0] == "globals"
+
+
+def test_a_ready_frame_whose_definitions_are_not_references_binds_nothing_from_them(tmp_path: Path) -> None:
+    """A program that forges its ready frame's definitions (data, not references; another name's object) gets no
+    more than it could by answering the tests' request for its names: the entry point data is refused, and an
+    always-equal object still fails the judge's comparison."""
+    forged = ("from sandboxd.verifiers.python import remote\n"
+              "class AlwaysEqual:\n    def __eq__(self, other):\n        return True\n"
+              "def add_one(x):\n    return AlwaysEqual()\n"
+              "_real = remote.CandidateEndpoint.definitions\n"
+              "def _forged(self):\n"
+              "    return {'defs': [['add_one', 2], ['other', {'$int': '2'}]]}\n"
+              "remote.CandidateEndpoint.definitions = _forged\n")
+    result = harness(forged, tmp_path, "assert", assert_code="assert add_one(1) == 2\n", entry_point="add_one")
+    assert not result["passed"]
+    assert result["status"] in ("wrong_answer", "runtime_error"), result
