@@ -1,8 +1,10 @@
-"""Framing shared by the daemon, the agent's controller and its workers.
+"""What the daemon, the agent's controller and its workers share: constants, request checks, and the frame.
 
-A frame is a 4-byte big-endian length followed by that many bytes of UTF-8
-JSON. Lengths are capped so that a hostile or broken peer cannot make the
-reader allocate without bound.
+A frame is sandboxd's one (sandboxd.verifiers.framing: a 4-byte big-endian
+length, then that many bytes of JSON), here with the standard JSON dialect,
+descriptors riding on a header (recv_frame_fds) and an asyncio reader. Lengths
+are capped so that a hostile or broken peer cannot make the reader allocate
+without bound.
 """
 
 from __future__ import annotations
@@ -13,11 +15,12 @@ import socket
 import struct
 from typing import TYPE_CHECKING, Any
 
+from sandboxd.verifiers.framing import HEADER, ProtocolError, body_length, frame, recv_exactly
+
 # Workers and the zygote import this module; asyncio (5 MB) stays out of them.
 if TYPE_CHECKING:
     import asyncio
 
-HEADER = struct.Struct(">I")
 # The agent's `hello` reports the kernel's Landlock ABI (`landlock_abi`); from
 # this one on, each run's abstract Unix sockets are scoped to it (agent/forked/worker.py).
 LANDLOCK_SCOPE_ABI = 6
@@ -116,15 +119,8 @@ def first_job_uid(slot: int) -> int:
     return FIRST_SLOTTED_UID + slot * UIDS_PER_SANDBOX
 
 
-class ProtocolError(Exception):
-    """The peer sent something that is not a well-formed frame."""
-
-
 def encode_frame(message: Any) -> bytes:
-    body = json.dumps(message, separators=(",", ":")).encode()
-    if len(body) > MAX_FRAME_BYTES:
-        raise ProtocolError(f"frame of {len(body)} bytes exceeds {MAX_FRAME_BYTES}")
-    return HEADER.pack(len(body)) + body
+    return frame(json.dumps(message, separators=(",", ":")).encode(), MAX_FRAME_BYTES)
 
 
 def _decode_body(body: bytes) -> Any:
@@ -146,9 +142,7 @@ async def read_frame(reader: asyncio.StreamReader, max_bytes: int = MAX_FRAME_BY
         if not getattr(exc, "partial", b""):
             raise EOFError from None
         raise ProtocolError("truncated frame header") from None
-    (length,) = HEADER.unpack(header)
-    if length > max_bytes:
-        raise ProtocolError(f"frame of {length} bytes exceeds {max_bytes}")
+    length = body_length(header, max_bytes)
     try:
         body = await reader.readexactly(length)
     except EOFError:  # asyncio.IncompleteReadError
@@ -156,24 +150,9 @@ async def read_frame(reader: asyncio.StreamReader, max_bytes: int = MAX_FRAME_BY
     return _decode_body(body)
 
 
-def _recv_exactly(sock: socket.socket, size: int) -> bytes:
-    chunks = []
-    remaining = size
-    while remaining:
-        chunk = sock.recv(min(remaining, 1 << 20))
-        if not chunk:
-            raise EOFError
-        chunks.append(chunk)
-        remaining -= len(chunk)
-    return b"".join(chunks)
-
-
 def recv_frame(sock: socket.socket, max_bytes: int = MAX_FRAME_BYTES) -> Any:
     """Blocking twin of read_frame for worker processes."""
-    (length,) = HEADER.unpack(_recv_exactly(sock, HEADER.size))
-    if length > max_bytes:
-        raise ProtocolError(f"frame of {length} bytes exceeds {max_bytes}")
-    return _decode_body(_recv_exactly(sock, length))
+    return _decode_body(recv_exactly(sock, body_length(recv_exactly(sock, HEADER.size), max_bytes)))
 
 
 def recv_frame_fds(sock: socket.socket, max_fds: int, max_bytes: int = MAX_FRAME_BYTES) -> tuple[Any, list[int]]:
@@ -188,11 +167,8 @@ def recv_frame_fds(sock: socket.socket, max_fds: int, max_bytes: int = MAX_FRAME
         if not header:
             raise EOFError
         if len(header) < HEADER.size:
-            header += _recv_exactly(sock, HEADER.size - len(header))
-        (length,) = HEADER.unpack(header)
-        if length > max_bytes:
-            raise ProtocolError(f"frame of {length} bytes exceeds {max_bytes}")
-        return _decode_body(_recv_exactly(sock, length)), fds
+            header += recv_exactly(sock, HEADER.size - len(header))
+        return _decode_body(recv_exactly(sock, body_length(header, max_bytes))), fds
     except BaseException:
         for fd in fds:
             os.close(fd)

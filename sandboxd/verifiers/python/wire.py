@@ -41,12 +41,12 @@ import math
 import pathlib
 import re
 import socket
-import struct
 import sys
-import time
 import types
 from collections.abc import Callable
 from typing import Any
+
+from ..framing import HEADER, Deadline, FrameTooLarge, ProtocolError, body_length, frame, recv_exactly
 
 __all__ = [
     "MAX_CONTAINERS",
@@ -54,6 +54,7 @@ __all__ = [
     "MAX_FRAME_BYTES",
     "MAX_INT_BITS",
     "Codec",
+    "Deadline",
     "FrameTooLarge",
     "ProtocolError",
     "RejectedValue",
@@ -93,14 +94,6 @@ class RejectedValue(ValueError):
     """A value that may not cross the channel: malformed, too big or too deep, or not encodable here."""
 
 
-class ProtocolError(Exception):
-    """A malformed frame, or a frame that breaks the request/reply protocol."""
-
-
-class FrameTooLarge(ProtocolError):
-    """A frame longer than the size cap."""
-
-
 def type_name(obj: object) -> str:
     try:
         return str(type(obj).__qualname__)
@@ -109,10 +102,8 @@ def type_name(obj: object) -> str:
 
 
 # ---------------------------------------------------------------------------
-# Framing
+# Framing: the frame is sandboxd's one (verifiers.framing), its JSON strict ASCII without NaN or Infinity
 # ---------------------------------------------------------------------------
-
-_HEADER = struct.Struct(">I")
 
 
 def _reject_constant(name: str) -> object:
@@ -134,35 +125,7 @@ def send_frame(sock: socket.socket, obj: object, max_bytes: int = MAX_FRAME_BYTE
     first). Raises :class:`FrameTooLarge` before sending anything when the
     JSON is longer than ``max_bytes``, ``OSError`` when the peer is gone.
     """
-    data = _ENCODER.encode(obj).encode("ascii")
-    if len(data) > max_bytes:
-        raise FrameTooLarge(f"frame of {len(data)} bytes exceeds the limit of {max_bytes}")
-    sock.sendall(_HEADER.pack(len(data)) + data)
-
-
-Deadline = float | Callable[[], float] | None
-
-
-def _recv_exact(sock: socket.socket, size: int, deadline: Deadline) -> bytes:
-    buffer = bytearray(size)
-    view = memoryview(buffer)
-    got = 0
-    while got < size:
-        if deadline is not None:
-            remaining = (deadline() if callable(deadline) else deadline) - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError("no complete frame before the deadline")
-            sock.settimeout(remaining)
-        try:
-            n = sock.recv_into(view[got:])
-        except TimeoutError:
-            if callable(deadline):
-                continue  # asked again: it may have moved meanwhile
-            raise
-        if n == 0:
-            raise EOFError("connection closed" if got == 0 else "connection closed in the middle of a frame")
-        got += n
-    return bytes(buffer)
+    sock.sendall(frame(_ENCODER.encode(obj).encode("ascii"), max_bytes))
 
 
 # A JSON string of a frame (ASCII: see send_frame), whose brackets are text, not lists or objects.
@@ -195,13 +158,11 @@ def recv_frame(
     lists and objects than that is a :class:`ProtocolError`, before it is parsed.
     """
     if deadline is None:
-        # Blocking. With a deadline, _recv_exact sets the timeout before each read: setting None first switched
-        # the socket out of timeout mode and back (an ioctl each way) for every frame.
+        # Blocking. With a deadline, recv_exactly sets the timeout before each read: setting None first would
+        # switch the socket out of timeout mode and back (an ioctl each way) for every frame.
         sock.settimeout(None)
-    (size,) = _HEADER.unpack(_recv_exact(sock, _HEADER.size, deadline))
-    if size > max_bytes:
-        raise FrameTooLarge(f"frame of {size} bytes exceeds the limit of {max_bytes}")
-    body = _recv_exact(sock, size, deadline)
+    size = body_length(recv_exactly(sock, HEADER.size, deadline), max_bytes)
+    body = recv_exactly(sock, size, deadline)
     if max_containers is not None and _containers(body) > max_containers:
         raise ProtocolError(f"frame holds more than {max_containers} lists and objects")
     try:
