@@ -44,7 +44,7 @@ CANDIDATE_MODULE = "solution"
 # LeetCode's Python environment, and the graders of the datasets drawn from it (LiveCodeBench's
 # testing_util, TACO's, DeepCoder's and verl's), put these names in a solution's namespace before
 # it runs: a solution that uses defaultdict, heappush, bisect_left, inf or @cache without importing
-# it is correct there, and failed here with a NameError. Function-call tests give the candidate the
+# it is correct there, and without them fails here with a NameError. Function-call tests give the candidate the
 # same names (LiveCodeBench's import_string, less its recursion limit); the name a test calls must
 # still be the program's own (see _resolve). The modules are imported below as well, so that the
 # code sandboxes' zygote holds them and a job's star imports only copy names.
@@ -97,9 +97,9 @@ def _resolve(target: str, namespace: dict[str, Any]) -> Any:
 def end_if_forked(own_pid: int) -> None:
     """End here, silently, if this is a child the candidate forked (os.fork) that came back into our loop.
 
-    Parent and child share the channel: the child's frames interleaved with
-    its parent's, so a correct program that forked was scored on its
-    child's answers, or on none. The child ends as it would have at the end
+    Parent and child share the channel: the child's frames would interleave
+    with its parent's, and a correct program that forks would be scored on
+    its child's answers, or on none. The child ends as it would have at the end
     of ``python main.py``: its output flushed, exit status 0.
     """
     if os.getpid() != own_pid:

@@ -62,7 +62,8 @@ MAX_ITERATOR_ITEMS = MAX_CONTAINERS
 # Compiled test code a judge keeps (_compiled; and the names of prompts, _source_names), and the longest source it
 # keeps. A judge answers 200 jobs (agent.host.judgeservers.RECYCLE_AFTER_JOBS) of at most two such sources each:
 # it keeps all it sees. A HumanEval source's code object is about 2.4 KB, the densest 16 KiB source's 43 KB: 17 MB
-# at most, within the growth that recycles a judge (64 MiB). 128 kept none of a batch of 164 problems cycled.
+# at most, within the growth that recycles a judge (64 MiB). Fewer than a batch's problems keep none of them when the
+# batch cycles: 128 keep none of HumanEval's 164.
 COMPILED_TESTS_CACHED = 400
 COMPILED_TESTS_MAX_CHARS = 16 << 10
 
@@ -90,8 +91,8 @@ def _definitions(tree: ast.Module) -> list[str]:
         elif isinstance(target, ast.Starred):
             add_target(target.value)
 
-    # A stack, not recursion: an if with 1,500 elifs (each the orelse of the one before) raised RecursionError in
-    # the daemon, which answered the request UNKNOWN (red team).
+    # A stack, not recursion: an if with 1,500 elifs (each the orelse of the one before) nests deeper than the
+    # recursion limit lets a recursive walk go, and the walk must not fail on a program that parses.
     bodies: list[Iterator[ast.stmt]] = [iter(tree.body)]
     while bodies:
         node = next(bodies[-1], None)
@@ -128,9 +129,9 @@ def _program_names(program: str, assembly: Mapping[str, str] | None) -> list[str
     (:func:`_source_names`), and the completion's own tree gives the rest.
     Raises :class:`TooLargeForJudge` where the judge runs out of memory or of
     recursion on it: its syntax tree takes about 500 bytes of memory per
-    byte of ``[1,1,1,...]`` (430 MiB for a 900 KB program here, which
-    compile() in the candidate does in 315 MiB). Before, the judge built a
-    tree of any size, in the sandbox's memory beside its other jobs. The
+    byte of ``[1,1,1,...]`` (430 MiB for a 900 KB program, which compile()
+    in the candidate does in 315 MiB), and a tree of any size would take the
+    sandbox's memory beside its other jobs. The
     parser's own limits (its stack: a MemoryError for 200,000 nested ``-``;
     a RecursionError past about 3,000 levels) are the same in the candidate,
     whose load error is then the verdict (see :func:`run_tests`).
@@ -174,8 +175,8 @@ def _parsed_names_small(source: str) -> tuple[str, ...] | None:
 def _short(value: object, limit: int = 200) -> str:
     """repr(value), cut to `limit` characters, without the repr of what the cut drops.
 
-    A wrong answer of 900,000 pairs (13 MiB of reply) took a 236 MiB repr
-    for the first 200 characters of its message.
+    The whole repr of a wrong answer of 900,000 pairs (13 MiB of reply)
+    takes 236 MiB, for the first 200 characters of its message.
     """
     try:
         text = repr(_first_items(value, [limit]))
@@ -301,9 +302,9 @@ def _function_case(
             return _test(index, "ok")
         return _test(index, "wrong_answer", f"expected {_short(case.expected)}, got {_short(answer)}")
     except MemoryError:
-        # A value that barely fitted the judge's budget when decoded, and what comparing it or describing it takes
-        # runs past it: the whole repr() of 900,000 pairs of ints (13 MiB of reply, 236 MiB decoded) for a wrong
-        # answer's message did, before _short, and the job ended INTERNAL.
+        # A value that barely fits the judge's budget when decoded, and what comparing it or describing it takes
+        # runs past it (as the whole repr() of 900,000 pairs of ints, 13 MiB of reply, would for a wrong answer's
+        # message without _short: 236 MiB): a memory verdict, not an INTERNAL job.
         return _test(index, "memory", VALUE_TOO_LARGE)
 def _failure_line(exc: BaseException, source: str) -> str:
     lineno = None
@@ -328,7 +329,7 @@ def _own_names(*sources: str) -> frozenset[str]:
 
 
 # Top-level names of the dataset's sources a judge has parsed, by their length and hash (small keys: a judge lives
-# for 200 jobs, and a training step's batch holds hundreds of problems, more than _compiled's 128 sources). Not a
+# for 200 jobs, and a training step's batch holds hundreds of problems, so more are kept than _compiled keeps). Not a
 # hashlib digest: importing hashlib maps OpenSSL's libcrypto, 3.5 MB more in the zygote that every worker's fork
 # copies the page tables of. The sources are the dataset's, and str hashes are keyed per process (SipHash): two
 # of them that collide by chance are about one in 2^64.
@@ -338,7 +339,7 @@ NAMES_BOUND_CACHED = 4096
 
 def _names_bound(source: str) -> frozenset[str]:
     """One source's top-level names, parsed once per judge: a HumanEval prompt and its tests parsed for every job
-    cost the judge about 1 ms of each."""
+    would cost the judge about 1 ms of each."""
     key = (len(source), hash(source))
     names = _NAMES_BOUND.get(key)
     if names is None:
@@ -414,9 +415,8 @@ def _compiled(source: str, filename: str) -> types.CodeType:
     """The dataset's trusted code (a HumanEval prompt, its tests), compiled once per judge when it is small.
 
     A judge serves up to 200 jobs, and a trainer sends many completions of
-    one problem. Compiling HumanEval's prompt and tests each time took about
-    0.1 ms of the judge's 0.6 ms per job here (jobs of problems the judge
-    had seen: 0.57-0.69 -> 0.52-0.53 ms). A code object runs in each job's
+    one problem. Compiling HumanEval's prompt and tests each time costs
+    about 0.1 ms of the judge's 0.6 ms per job. A code object runs in each job's
     own namespace: nothing of a job stays in it. Large sources are compiled
     each time, so that the cache cannot grow the judge towards its recycling
     (servers.RECYCLE_GROWTH_BYTES).
@@ -671,7 +671,7 @@ def run_tests(
             cut = message[:CUT_MESSAGE_CHARS].encode("ascii", "backslashreplace").decode("ascii")
             result["message"] = message = cut[:CUT_MESSAGE_CHARS]
         # Counted as the reply will hold it: 700 failing cases of the candidate's longest error, in characters past
-        # the BMP, were 1.5 Mi characters but a 17 MiB reply (red team).
+        # the BMP, are 1.5 Mi characters but a 17 MiB reply.
         messages_size += len(message) if message.isascii() else len(_ENCODER.encode(message))
         tests.append(result)
         if on_result is not None:
@@ -681,7 +681,7 @@ def run_tests(
     too_large: TooLargeForJudge | None = None
     if plan_kind == "assert" and program:
         # Here, in the trusted test process, while the candidate loads the same program: parsing 1 MiB of it
-        # took 1.3-1.7 s, which the daemon's event loop paid when it sent the names.
+        # takes 1.3-1.7 s, which the daemon's event loop would pay if it sent the names.
         try:
             names = _program_names(program, assembly)
         except TooLargeForJudge as exc:

@@ -593,9 +593,9 @@ def _hook(namespace: Mapping[str, Any], own: Set[str], name: str) -> Any:
 
     The tests' namespace also holds every top-level name of the program
     (_bind_names): a program's `pytestmark = [Mark("skip")]` (a namedtuple,
-    which crosses as a value) skipped every test, and its `setup_module` or a
-    `check` class then counted as calling it, so a wrong program passed
-    pytest-style tests (red team). A hook is read only where the dataset's
+    which crosses as a value) would skip every test, and its `setup_module` or
+    a `check` class would count as calling it, so that a wrong program passes
+    pytest-style tests. A hook is read only where the dataset's
     code binds its name, and is never one of the program's objects.
     """
     if name not in own:

@@ -232,7 +232,7 @@ def share_files(folder: str) -> None:
 
     A folder is read again only when it may have changed since it was last
     read: HumanEval's checks make dozens of calls a job, and reading the
-    folder before each frame cost 1.8 ms of a job's 10 (host, all 164
+    folder before each frame costs 1.8 ms of a job's 10 (host, all 164
     problems). Its mtime moves with every entry made or removed, but in steps
     of the kernel's coarse clock: a folder changed within one step
     (SHARE_FILES_SETTLE_NS) of its last reading is read again.
@@ -262,7 +262,7 @@ def share_files(folder: str) -> None:
 _shared_in: dict[str, Any] = {}
 # Timestamps of files move in steps of the kernel's coarse clock (CLOCK_REALTIME_COARSE, whose id the time module
 # does not name: 5 on Linux; a jiffy, 4 ms at 250 Hz): a folder read more than a step after its mtime gets a later
-# mtime from any change after the reading. A fixed 50 ms kept each job's folder, made as the job started, read
+# mtime from any change after the reading. A fixed 50 ms would keep each job's folder, made as the job starts, read
 # before every frame of a whole HumanEval job (0.9 ms of its judge's CPU in a sandbox).
 _CLOCK_REALTIME_COARSE = 5
 SHARE_FILES_SETTLE_NS = int(time.clock_getres(_CLOCK_REALTIME_COARSE) * 1e9) + 1_000_000
@@ -317,8 +317,8 @@ def _chmod_file(dir_fd: int, name: str, uid: int) -> None:
 
     The folder is the program's: between a look at an entry and a chmod of
     its name, the program (a thread of it, running while the tests do) may
-    put a symbolic link there, which chmod by name follows: the judge made
-    a file of its own anywhere 0666 for the program's uid (red team).
+    put a symbolic link there, which chmod by name follows: the judge would
+    make a file of its own anywhere 0666 for the program's uid.
     """
     try:
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY, dir_fd=dir_fd)
@@ -999,10 +999,10 @@ def _refused_attribute(target: object, name: str, op: str, value: object) -> str
     """Why the program may not read or set `name` of a test's exposable object ("" where it may).
 
     What the test checks with must stay the test's: a program handed a mock
-    set its `insert.assert_called_once_with` to a function of its own (a
-    no-op), or `insert` itself to an object that answers every attribute, or
-    `insert.called = True`, and `db.insert.assert_called_once_with(5)` passed
-    without a call (red team). So a mock's own API (what its class defines:
+    that sets its `insert.assert_called_once_with` to a function of its own
+    (a no-op), or `insert` itself to an object that answers every attribute,
+    or `insert.called = True`, would pass `db.insert.assert_called_once_with(5)`
+    without a call. So a mock's own API (what its class defines:
     `assert_*`, `called`, `return_value`, `configure_mock`, ...) is not the
     program's to read or set, and nothing the test reaches by attribute (a
     mock's children, a test object's methods) may become the program's
@@ -1223,7 +1223,7 @@ class JudgeEndpoint(Endpoint):
 
     def begin(self) -> None:
         """The tests' environment as the job starts (in the job's folder): what tell_environment compares with."""
-        # os.environ's own table of bytes, compared in C: decoding it into a dict of str for every request cost
+        # os.environ's own table of bytes, compared in C: decoding it into a dict of str for every request costs
         # 0.1 ms each, a millisecond of a HumanEval job's judging.
         self.environ = dict(_environ_data())
         self.told_environ = self.environ
@@ -1349,8 +1349,8 @@ class JudgeEndpoint(Endpoint):
                 write_back(original, self.decode(entry[1]))
             except Unsupported as exc:
                 # The program's process holds the same object as the test's (CandidateEndpoint.hold), so it cannot
-                # send it back as another type, shape or dtype but in a frame of its own making: a wrong program
-                # sent a dict for the test's list to make its failure the harness's (unsupported; red team).
+                # send it back as another type, shape or dtype but in a frame of its own making: a wrong program's
+                # way to make its failure the harness's (unsupported), a dict for the test's list.
                 raise RejectedValue(str(exc)) from None
             self.held_json[entry[0]] = None  # taken again once the reply is read, if the program still holds it
 
@@ -1366,7 +1366,7 @@ class JudgeEndpoint(Endpoint):
                     self.held[hid], self.held_ids[id(value)] = value, hid
                 held.append([position, hid])
                 # Taken once the reply is read, and only if the program holds it then: most it does not keep
-                # (3 million ints passed to a function cost the JSON of them twice more per call otherwise).
+                # (3 million ints passed to a function would cost the JSON of them twice more per call otherwise).
                 self.held_json[hid] = None
         forward = []
         named = {hid for _, hid in held}
@@ -1393,7 +1393,7 @@ class JudgeEndpoint(Endpoint):
         type_name, message = error["type"][:TYPE_NAME_LIMIT], error["message"][:MESSAGE_LIMIT]
         if error.get("unsupported") is True and sent_numpy:
             # Only a numpy value the program's process may lack (wire._numpy) is one it cannot take; it says so in
-            # a frame of its own making, which a wrong program forged to make its failure the harness's (red team).
+            # a frame of its own making, which a wrong program may forge to make its failure the harness's.
             self.unsupported.append(f"the candidate could not take a value: {message}")
             exc: BaseException = Unsupported(message)
             self.raised.append(exc)
@@ -1458,8 +1458,8 @@ class JudgeEndpoint(Endpoint):
             raise RejectedValue("a class is [id, 'class', name, [bases]]")
         decoded = [self.decode(raw) for raw in rest[0]]
         # Exception's subclasses only: the bases are the program's to say (a metaclass's __bases__ property, or a
-        # forged frame), and a stand-in of KeyboardInterrupt, SystemExit or GeneratorExit raised in the tests got
-        # past every `except Exception` of the harness's: run_tests raised, and the job was INTERNAL (red team).
+        # forged frame), and a stand-in of KeyboardInterrupt, SystemExit or GeneratorExit raised in the tests would
+        # get past every `except Exception` of the harness's: run_tests would raise, and the job be INTERNAL.
         exception_bases = tuple(base for base in decoded if isinstance(base, type) and issubclass(base, BaseException))
         if exception_bases and not any(issubclass(base, Exception) for base in exception_bases):
             exception_bases = (Exception,)
@@ -1577,8 +1577,8 @@ _METHOD = object()
 
 
 # The harness's limits are the tests' (STATUS_UNSUPPORTED_TEST, which a trainer masks), but what the program asks
-# is the program's to choose: a wrong program called len() of the lambda its test passed, swallowed the TypeError,
-# and its failed assert was unsupported, not a wrong answer (red team). A refusal counts as the harness's limit only
+# is the program's to choose: a wrong program that calls len() of the lambda its test passed and swallows the
+# TypeError would make its failed assert unsupported, not a wrong answer. A refusal counts as the harness's limit only
 # where Python would have answered: the object's type has the method (or the attribute) that the use needs.
 def _python_answers(op: str, target: object) -> bool:
     """Whether `op` of one of the test's objects is something Python does for it (not object's own defaults)."""
@@ -1679,8 +1679,8 @@ class CandidateClass(type):
 
 # Attributes that numpy (and the libraries built on it) read from an object to use memory it points to: an
 # `__array_interface__` is an address and a layout, which numpy reads as the array's data. A candidate's object
-# answering one with a made-up address crashed the judge (SIGSEGV: INTERNAL) in `np.testing.assert_array_equal(
-# f(4), expected)` (red team); it could also have read the judge's memory. Without them numpy asks `__array__`,
+# answering one with a made-up address crashes the judge (SIGSEGV: INTERNAL) in `np.testing.assert_array_equal(
+# f(4), expected)`, or reads the judge's memory. Without them numpy asks `__array__`,
 # whose answer is a value (an array rebuilt from the judge's own classes).
 _RAW_MEMORY_PROTOCOLS = frozenset({"__array_interface__", "__array_struct__", "__cuda_array_interface__",
                                    "__dlpack__", "__dlpack_device__"})

@@ -50,9 +50,9 @@ def warm(runs: int = WARM_UP_RUNS) -> int:
     The zygote calls it (``--warm``) before it freezes its heap and forks
     workers. CPython 3.11 counts a code object's first runs in the code
     object and then rewrites its bytecode in place with inline caches: done
-    in every candidate, those writes fell on pages each worker shares with
+    in every candidate, those writes fall on pages each worker shares with
     the zygote, one copy-on-write fault each (on the host, a HumanEval
-    candidate took about 715 faults cold, 650 warmed). Done here, the
+    candidate takes about 715 faults cold, 650 warmed). Done here, the
     workers inherit the quickened code. Leaves nothing of the jobs behind
     (builtins, stdio, ``sys.modules``); a run that fails ends the warm-up
     (reported on stderr, never raised: a zygote without it is only slower).

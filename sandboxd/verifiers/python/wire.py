@@ -73,8 +73,8 @@ __all__ = [
 MAX_FRAME_BYTES = 64 * 1024 * 1024
 # Lists and objects in one frame from the candidate, which the test process parses: each costs it
 # 56-64 bytes for the 3 of "[]," (twice, once decoded), where numbers and strings cost about 12 times
-# their text. A 15 MiB frame of "[]," took 775 MiB, and two such jobs' judges beside their candidates
-# ran the sandbox out of memory, which the candidates escaped as SANDBOX_LOST (red team). Real values
+# their text. A 15 MiB frame of "[]," takes 775 MiB, and two such jobs' judges beside their candidates
+# run the sandbox out of memory, which the candidates escape as SANDBOX_LOST. Real values
 # hold far fewer: a frame of pairs of numbers stops at about 900,000 of them.
 MAX_CONTAINERS = 1 << 20
 # Nesting depth of values; json's own C parser stops near the recursion limit
@@ -112,8 +112,8 @@ def _reject_constant(name: str) -> object:
 
 # Made once, in the zygote: json.dumps and json.loads with options other than the
 # defaults build an encoder or decoder per call, Python code that a fresh candidate
-# runs (and copies the pages of) for every message: 613-619 -> 597-604 page faults
-# per HumanEval candidate here.
+# runs (and copies the pages of) for every message: about 15 page faults more per
+# HumanEval candidate.
 _ENCODER = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",", ":"))
 _DECODER = json.JSONDecoder(parse_constant=_reject_constant)
 
@@ -376,7 +376,7 @@ class Codec:
         return self.export(obj)
 
     def _items(self, items: list[Any], depth: int) -> list[object]:
-        # Plain scalars need no walk: a list of 3 million ints crossed in 0.2 s instead of 1.5 s.
+        # Plain scalars need no walk: a list of 3 million ints crosses in 0.2 s without it, 1.5 s with it.
         if items and _all_plain_scalars(items):
             return items
         return [self.encode(item, depth) for item in items]
@@ -652,8 +652,8 @@ def _decode_decimal(codec: Codec, body: object, depth: int) -> object:
     except decimal.InvalidOperation:
         raise RejectedValue("$decimal holds no number") from None
     # What an int crossing may hold (MAX_INT_BITS, about 4214 digits), also as a power of ten: int() of the 11
-    # characters "1E+10000000" never ended in the judge (it took 52 s for 1E+1000000), which a function-call case
-    # does to every Decimal answer (judge._as_plain), as Fraction(), round() or math.floor() of one do (red team).
+    # characters "1E+10000000" does not end in any time a judge has (52 s for 1E+1000000), and a function-call case
+    # does it to every Decimal answer (judge._as_plain), as Fraction(), round() or math.floor() of one do.
     if number.is_finite() and abs(number.adjusted()) > MAX_DECIMAL_EXPONENT:
         raise RejectedValue(f"$decimal with an exponent past {MAX_DECIMAL_EXPONENT}")
     return number
