@@ -34,7 +34,10 @@ from tests.conftest import DaemonProcess, skip_or_fail
 
 np = pytest.importorskip("numpy")
 
-pytestmark = pytest.mark.docker
+# verl_checks.py runs every verl flow in one subprocess on a local Ray: 2.5 min on a quiet 2-core machine, over
+# 10 min with two busy loops per CPU beside it. Its test waits as long as the subprocess may run (VERL_CHECKS_SECONDS).
+VERL_CHECKS_SECONDS = 1500
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(VERL_CHECKS_SECONDS + 120)]
 
 KEYS = {"score", "acc", "pass_rate", "status", "infra_failure"}
 ADD = "```python\nprint(sum(map(int, input().split())))\n```"
@@ -246,7 +249,8 @@ def verl_run(daemon: DaemonProcess, tmp_path_factory: pytest.TempPathFactory) ->
     env = {**os.environ, "SANDBOXD_ADDRESS": daemon.address, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": str(REPO / "client")}
     proc = subprocess.run([str(VERL_PYTHON), str(Path(__file__).with_name("verl_checks.py")), str(REPO), str(rows)],
-                          capture_output=True, text=True, timeout=600, env=env, cwd=rows.parent)
+                          capture_output=True, text=True, timeout=VERL_CHECKS_SECONDS, env=env,
+                          cwd=rows.parent)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
 
