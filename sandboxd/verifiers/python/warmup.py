@@ -78,7 +78,7 @@ def warm(runs: int = WARM_UP_RUNS) -> int:
 
 def _warm_run(candidate: dict[str, Any], judge: dict[str, Any]) -> bool:
     ours, theirs = socket.socketpair()
-    try:
+    with ours, theirs:
         pid = os.fork()
         if pid == 0:
             status = 1
@@ -89,8 +89,11 @@ def _warm_run(candidate: dict[str, Any], judge: dict[str, Any]) -> bool:
             finally:
                 os._exit(status)
         theirs.close()
-        _serve(channel=ours, max_frame_bytes=MAX_FRAME_BYTES, **candidate)
-    finally:
-        ours.close()
-        theirs.close()
-    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+        try:
+            _serve(channel=ours, max_frame_bytes=MAX_FRAME_BYTES, **candidate)
+        finally:
+            # Reaped here whatever the candidate's side did (its end closed, the judge ends): no zombie is left
+            # for the zygote's own reaping to take for a worker's.
+            ours.close()
+            passed = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+    return passed
