@@ -49,11 +49,15 @@ MAX_UID_SLOT = 1 << 22
 # A sandbox its daemon gave no slot (an agent driven by hand) uses this block.
 UNSLOTTED_FIRST_UID = 20_000
 
-# What a worker sets its oom_score_adj to (worker.main): a job's processes are the OOM killer's first
-# choice, the resident servers (a judge, a math server) its next. The controller restores a job's value
-# when a run lowered it (usage).
-JOB_OOM_SCORE_ADJ = 1000
-RESIDENT_OOM_SCORE_ADJ = 500
+# What a worker sets its oom_score_adj to (worker.main). The OOM killer takes the process with the most
+# points: what it maps, plus oom_score_adj / 1000 of the sandbox's memory. A job's processes come first,
+# the resident servers (a judge, a math server) half the sandbox after them. A run the sweep saw pinning
+# memory in the kernel, which no process maps, is raised to PINNING_OOM_SCORE_ADJ (usage): its processes
+# then outweigh those of any run within a limit of up to a quarter of the sandbox, though they map little.
+# The controller puts back a job's value when a run changed it (usage).
+JOB_OOM_SCORE_ADJ = 750
+PINNING_OOM_SCORE_ADJ = 1000
+RESIDENT_OOM_SCORE_ADJ = 250
 # Where the daemon mounts a reward model's folder, read-only (rewardpool; host/rewardmodel starts its scorer).
 MODEL_MOUNT = "/opt/sandboxd-model"
 # What a session cell's value shows of its repr (repl); the controller accepts that much and the note on the cut.

@@ -144,6 +144,9 @@ class RunOutcome:
     # The most its processes were seen holding together (0: not measured), and the most of it in the kernel.
     peak_memory_bytes: int = 0
     peak_kernel_bytes: int = 0
+    # Whether the watch saw it pinning memory in the kernel (usage.WatchedRun.pinning): the OOM killer's first
+    # choice, for memory no process of it maps.
+    pinning: bool = False
     # Processes the OOM killer took on the host while it ran (usage.VMSTAT); None after a clean exit, where
     # nothing reads it, and where the kernel does not say.
     oom_kills: int | None = None
@@ -193,6 +196,11 @@ def classify(outcome: RunOutcome, spec: RunSpec) -> tuple[str, str, str]:
             if outcome.oom_kills == 0:
                 # No OOM kill on the host meanwhile (usage.VMSTAT): the run killed itself.
                 return "runtime_error", "", "killed by signal SIGKILL"
+            if outcome.pinning:
+                return "memory_limit", "memory", (
+                    f"killed by the out-of-memory killer while its processes pinned memory in the kernel: they were "
+                    f"last seen holding {outcome.peak_memory_bytes >> 20} MiB together"
+                    f"{_in_kernel(outcome.peak_kernel_bytes)}")
             return "memory_limit", "memory", "killed by the out-of-memory killer"
         if any(marker in tail for marker in MEMORY_MARKERS):
             return "memory_limit", "memory", "allocation failed at the memory limit"
@@ -207,10 +215,13 @@ def classify(outcome: RunOutcome, spec: RunSpec) -> tuple[str, str, str]:
 
 def held_over_limit(held: int, kernel: int, limit: int) -> str:
     """A run's memory limit message: what its processes held, and how much of it they pinned in the kernel."""
-    message = f"its processes held {held >> 20} MiB together, over the limit of {limit >> 20} MiB"
-    if kernel >= 1 << 20:
-        message += f" ({kernel >> 20} MiB of it in the kernel: socket buffers, pipes and other descriptors)"
-    return message
+    return f"its processes held {held >> 20} MiB together, over the limit of {limit >> 20} MiB{_in_kernel(kernel)}"
+
+
+def _in_kernel(kernel: int) -> str:
+    if kernel < 1 << 20:
+        return ""
+    return f" ({kernel >> 20} MiB of it in the kernel: socket buffers, pipes and other descriptors)"
 
 
 def _over_cpu(outcome: RunOutcome, spec: RunSpec) -> bool:
@@ -228,9 +239,10 @@ def crowded_out(outcome: RunOutcome, limit: int, sandbox_bytes: int | None) -> b
     elsewhere (SandboxFull), not charged MEMORY_LIMIT. One that held half
     the sandbox or more keeps its verdict: a program that fills a sandbox
     alone must not escape its failure score by being retried until the
-    daemon gives up.
+    daemon gives up. Nor is one the watch saw pinning memory in the kernel:
+    the OOM killer took it first for that (usage.PINNING_OOM_SCORE_ADJ).
     """
-    if not outcome.oom_kills or outcome.killed_for or not sandbox_bytes:
+    if not outcome.oom_kills or outcome.killed_for or not sandbox_bytes or outcome.pinning:
         return False
     held = outcome.held_bytes
     return held <= limit and 2 * held < sandbox_bytes
@@ -688,6 +700,7 @@ class Runner:
             pending_exit=pending_exit,
             peak_memory_bytes=watched.peak,
             peak_kernel_bytes=watched.peak_kernel,
+            pinning=watched.pinning,
             cpu_share=self.usage.share_of(watched),
             deadline_moved_seconds=deadline.moved_seconds,
             oom_kills=(oom_kills_after - oom_kills_before

@@ -34,10 +34,17 @@ The kernel shows that file only to the process's own uid (ptrace's read
 check, by file system ids: setfsuid) and only while the process is
 dumpable, which a worker sets again after taking its uid (worker.main).
 
-The same sweep puts back the OOM score of a job's process that lowered it
-(an exec'd program owns its /proc files and may lower its score down to
-the agent's): the kernel must keep choosing a job's process, and the
-biggest one.
+The sweep counts at intervals, and a run can pin memory faster than it
+looks: 8 processes queued 590 MiB in socket buffers between two sweeps
+100 ms apart here. Where the sandbox fills before the sweep sees the run
+over its limit, the OOM killer chooses, by what each process maps and its
+OOM score. So a run seen pinning PINNING_LIMIT_SHARE of its limit in the
+kernel has its processes' scores raised (protocol.PINNING_OOM_SCORE_ADJ)
+for the rest of its life, and the OOM killer takes them, not the 150 MiB
+session beside them. The same sweep puts back the score of any other
+job's process that changed it (an exec'd program owns its /proc files and
+may lower its score down to the agent's): the kernel must keep choosing a
+job's process, and the biggest one.
 
 CPU is the sandbox's as a whole too (one CPU quota), and the scheduler
 shares it per thread, not per run: beside a run of 250 busy processes, a
@@ -92,8 +99,12 @@ WATCH_DUTY_INVERSE = 20
 WATCH_MAX_PAUSE = 0.5
 # What a lone process under RLIMIT_AS may pin in the kernel before its mapped memory is counted with it.
 LONE_KERNEL_BYTES = 1 << 20
-# What a job's process is given; restored when lowered.
+# What a job's process is given, and a pinning run's (the module's docstring); put back when changed.
 JOB_OOM_SCORE_ADJ = str(protocol.JOB_OOM_SCORE_ADJ).encode()
+PINNING_OOM_SCORE_ADJ = str(protocol.PINNING_OOM_SCORE_ADJ).encode()
+# A run seen pinning more than 1 / PINNING_LIMIT_SHARE of its limit in the kernel (and more than
+# LONE_KERNEL_BYTES) is pinning: a program's pipes and sockets come to a few hundred KiB.
+PINNING_LIMIT_SHARE = 8
 # The kernel's count of OOM kills. Host-wide: a sandbox restored from a
 # snapshot sees another group than its own at /sys/fs/cgroup (CRIU remounts
 # the template's cgroup mounts from its own cgroup), so its memcg's
@@ -295,14 +306,18 @@ def processes_of(uids: set[int]) -> dict[int, list[int]]:
     return found
 
 
-def restore_oom_score(pid: int) -> None:
-    """Put `pid`'s OOM score adjustment back to a job's, if it lowered it (the agent may raise anyone's)."""
+def hold_oom_score(pid: int, score: bytes = JOB_OOM_SCORE_ADJ) -> None:
+    """Set `pid`'s OOM score adjustment to `score` if it is not that already (a run may have changed it).
+
+    Raising needs no privilege, nor does lowering down to what the process's
+    oom_score_adj_min allows (0: no one here has CAP_SYS_RESOURCE).
+    """
     path = f"/proc/{pid}/oom_score_adj"
     current = _read(path)
-    if current is None or current.strip() == JOB_OOM_SCORE_ADJ:
+    if current is None or current.strip() == score:
         return
     with contextlib.suppress(OSError), open(path, "wb") as adjust:
-        adjust.write(JOB_OOM_SCORE_ADJ)
+        adjust.write(score)
 
 
 @dataclass
@@ -319,6 +334,9 @@ class WatchedRun:
     # The most of `peak`'s kind that its processes pinned in the kernel (kernel_memory) at one sweep.
     peak_kernel: int = 0
     over: bool = False
+    # Set once a sweep saw it pin more than its share in the kernel (PINNING_LIMIT_SHARE): its processes are
+    # the OOM killer's first choice from then on.
+    pinning: bool = False
     # Set while all its processes are stopped (a session between cells): what they map or pin cannot grow, and
     # a sweep does not count it. kernel_memory costs 0.3 ms of a sweep per run (0.08 ms and 1 ms for the one
     # sock_diag dump with 8 and 64 runs, here): 5 ms a sweep for 64 idle sessions, which counted nothing new.
@@ -539,8 +557,9 @@ class UsageWatch:
             pids = processes.get(run.uid, [])
             run.most_processes = max(run.most_processes, len(pids))
             now, run.waiting_now_ns, run.ready_now = time.monotonic(), 0, 0
+            score = PINNING_OOM_SCORE_ADJ if run.pinning else JOB_OOM_SCORE_ADJ
             for pid in pids:
-                restore_oom_score(pid)
+                hold_oom_score(pid, score)
                 self._count_cpu(run, pid, now)
             run.credit_wait(self.cpus, self.cpu_ns - run.all_cpu_ns_at_start)
             run.look(now)
@@ -574,6 +593,10 @@ class UsageWatch:
             held = mapped + kernel
             run.peak = max(run.peak, held)
             run.peak_kernel = max(run.peak_kernel, kernel)
+            if not run.pinning and kernel > max(LONE_KERNEL_BYTES, run.limit // PINNING_LIMIT_SHARE):
+                run.pinning = True
+                for pid in pids:
+                    hold_oom_score(pid, PINNING_OOM_SCORE_ADJ)
             if held > run.limit and not run.over:
                 run.over = True
                 if run.on_over is not None:

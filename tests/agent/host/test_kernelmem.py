@@ -174,3 +174,31 @@ def test_a_lone_process_holding_socket_buffers_is_over_its_limit(senders: str) -
         run = _swept(pinned // 2)
         assert run.over and run.peak >= pinned and run.peak_kernel >= pinned
         assert not _swept(pinned + 64 * MIB).over
+
+
+@as_root
+def test_a_run_seen_pinning_a_share_of_its_limit_is_the_oom_killers_first_choice() -> None:
+    """A run can pin faster than the sweep looks (590 MiB between two sweeps here), so the sandbox may fill while
+    it is under its limit: from the sweep that sees it pin 1/8 of its limit in the kernel, its processes carry
+    the highest OOM score, which they keep however they lower it. One pinning less keeps a job's."""
+    with _run_as_holder(SOCKET_PINNER, ["12", "open"], 1) as holder:
+        score = f"/proc/{holder.pid}/oom_score_adj"
+        pinned = usage.kernel_memory({HOLDER_UID: usage.processes_of({HOLDER_UID})[HOLDER_UID]})[HOLDER_UID]
+        calm = _swept(pinned * usage.PINNING_LIMIT_SHARE + 64 * MIB)
+        assert not calm.pinning and not calm.over
+        with open(score) as adj:
+            assert adj.read().strip() == "750"
+
+        async def scenario() -> tuple[usage.WatchedRun, str]:
+            watch = usage.UsageWatch()
+            run = watch.watch(HOLDER_UID, pinned * 2, bounded_alone=True)
+            await watch.sweep()
+            with open(score, "w") as adj:  # the run's own trick: it owns the file
+                adj.write("0")
+            await watch.sweep()
+            watch.unwatch(run)
+            with open(score) as adj:
+                return run, adj.read().strip()
+
+        run, after = asyncio.run(scenario())
+        assert run.pinning and not run.over and after == "1000"

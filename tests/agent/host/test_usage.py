@@ -166,7 +166,7 @@ def test_a_lowered_oom_score_is_put_back_by_the_sweep() -> None:
     with holding(1, 1) as holder:
         Path(f"/proc/{holder.pid}/oom_score_adj").write_text("0")
         sweeps_of(1 << 40, bounded_alone=True)
-        assert Path(f"/proc/{holder.pid}/oom_score_adj").read_text().strip() == "1000"
+        assert Path(f"/proc/{holder.pid}/oom_score_adj").read_text().strip() == "750"
 
 
 # Each of argv[2] processes runs argv[1] seconds of CPU, whatever the load, then says "ready" and sleeps; with
@@ -549,10 +549,11 @@ def test_starved_when_kept_off_longer_than_its_deadline_could_move_for() -> None
 
 
 def _outcome(wait_status: int, *, killed_for: str = "", oom_kills: int | None = 1, max_rss: int = 0,
-             peak: int = 0, cpu_seconds: float = 0.1) -> RunOutcome:
+             peak: int = 0, cpu_seconds: float = 0.1, kernel: int = 0, pinning: bool = False) -> RunOutcome:
     return RunOutcome(wait_status=wait_status, stdout=b"", stderr=b"", stdout_truncated=False,
                       stderr_truncated=False, killed_for=killed_for, wall_seconds=0.2, cpu_seconds=cpu_seconds,
-                      max_rss_bytes=max_rss, peak_memory_bytes=peak, oom_kills=oom_kills)
+                      max_rss_bytes=max_rss, peak_memory_bytes=peak, peak_kernel_bytes=kernel, pinning=pinning,
+                      oom_kills=oom_kills)
 
 
 SIGKILLED = signal.SIGKILL  # a wait status: terminated by signal 9
@@ -581,3 +582,15 @@ def test_crowded_out_only_under_its_own_limit_and_under_half_the_sandbox() -> No
     assert not crowded_out(_outcome(SIGKILLED, peak=600 * MIB), 512 * MIB, sandbox)
     assert not crowded_out(_outcome(SIGKILLED, max_rss=1100 * MIB), 2048 * MIB, sandbox)
     assert not crowded_out(_outcome(SIGKILLED, max_rss=200 * MIB), 512 * MIB, None)
+
+
+def test_a_pinning_run_the_oom_killer_took_under_its_limit_is_charged() -> None:
+    """The OOM killer took it first because it pinned memory in the kernel (usage.PINNING_OOM_SCORE_ADJ): its own
+    doing, though the sweep last saw it under its limit. It is not retried."""
+    spec = RunSpec(mode="python", uid=1, cwd="/", timeout=1.0, output_limit=1, rlimits={}, memory_limit=256 * MIB)
+    pinner = _outcome(SIGKILLED, peak=200 * MIB, kernel=190 * MIB, pinning=True)
+    assert not crowded_out(pinner, 256 * MIB, 2048 * MIB)
+    assert classify(pinner, spec) == ("memory_limit", "memory", (
+        "killed by the out-of-memory killer while its processes pinned memory in the kernel: they were last seen "
+        "holding 200 MiB together (190 MiB of it in the kernel: socket buffers, pipes and other descriptors)"))
+    assert crowded_out(_outcome(SIGKILLED, peak=200 * MIB, kernel=190 * MIB), 256 * MIB, 2048 * MIB)
