@@ -54,6 +54,43 @@ for _ in range(7):
 _held = _pin()
 time.sleep(2)
 '''
+# The same, prepared: 16 processes each open socketpairs until no descriptor is left (about 8,000 sockets, 20 MiB
+# of kernel memory, empty), wait together for a second (a sweep over that many sockets takes long enough that
+# the pause after it stretches), then fill them all at once.
+PIN_PREPARED = '''
+import os, socket, time
+
+start = time.time() + 1.0
+
+def _pin():
+    pairs = []
+    while True:
+        try:
+            a, b = socket.socketpair()
+        except OSError:
+            break
+        a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 30)
+        a.setblocking(False)
+        pairs.append((a, b))
+    time.sleep(max(0.0, start - time.time()))
+    for a, _ in pairs:
+        try:
+            while True:
+                a.send(b"x" * (1 << 16))
+        except BlockingIOError:
+            pass
+        except OSError:
+            break
+    return pairs
+
+for _ in range(15):
+    if os.fork() == 0:
+        _pin()
+        time.sleep(60)
+        os._exit(0)
+_held = _pin()
+time.sleep(2)
+'''
 # The same with pipes: 1 MiB each (fs.pipe-max-size) while the uid holds under fs.pipe-user-pages-soft (64 MiB),
 # then the two pages Linux gives a pipe past it.
 PIN_PIPES = '''
@@ -128,7 +165,7 @@ def _recycled(channel: grpc.Channel, pool: str) -> int:
     return next(p for p in status.pools if p.name == pool).recycled_total
 
 
-@pytest.mark.parametrize("pin", [PIN_SOCKETS, PIN_PIPES], ids=["sockets", "pipes"])
+@pytest.mark.parametrize("pin", [PIN_SOCKETS, PIN_PREPARED, PIN_PIPES], ids=["sockets", "prepared", "pipes"])
 def test_kernel_memory_a_job_pins_is_its_memory_limit_and_spares_its_neighbours(
         channel: grpc.Channel, pin: str) -> None:
     """Two attackers (a function-call job and a stdio job) beside twelve correct jobs of both kinds, four slots in
@@ -154,8 +191,9 @@ def test_kernel_memory_a_job_pins_is_its_memory_limit_and_spares_its_neighbours(
 HOLD_150_MIB = "held = bytearray(b'x') * (150 << 20)\nlen(held)"
 
 
+@pytest.mark.parametrize("pin", [PIN_SOCKETS, PIN_PREPARED], ids=["sockets", "prepared"])
 def test_kernel_memory_a_session_pins_is_its_memory_limit_and_spares_its_neighbours(
-        daemon: DaemonProcess, channel: grpc.Channel) -> None:
+        daemon: DaemonProcess, channel: grpc.Channel, pin: str) -> None:
     """Three sessions of 150 MiB each beside a session whose cell pins socket buffers, in one sandbox: the cell
     ends as its session's STATUS_MEMORY_LIMIT, the three answer their next cell with their state kept, and the
     sandbox is not recycled."""
@@ -166,7 +204,7 @@ def test_kernel_memory_a_session_pins_is_its_memory_limit_and_spares_its_neighbo
             for holder in holders:
                 assert holder.run(HOLD_150_MIB).value == str(150 << 20)
             with client.open_session(memory_bytes=256 << 20, timeout=30) as attacker:
-                pinned = attacker.run(PIN_SOCKETS + "\n0")
+                pinned = attacker.run(pin + "\n0")
             for holder in holders:
                 after = holder.run("len(held)")
                 assert (after.status, after.value) == (Status.OK, str(150 << 20)), after

@@ -170,12 +170,18 @@ def unix_sockets() -> list[UnixSocket]:
 
 def socket_memory() -> dict[int, int]:
     """Bytes each uid's Unix sockets pin in the kernel (see the module's docstring)."""
+    return socket_use()[0]
+
+
+def socket_use() -> tuple[dict[int, int], dict[int, int]]:
+    """(bytes each uid's Unix sockets pin in the kernel, how many Unix sockets each uid has), from one dump."""
     sockets = unix_sockets()
     if not sockets:
-        return {}
+        return {}, {}
     alive = {record.inode for record in sockets}
     full = full_send_buffer()
     held: dict[int, int] = {}
+    counts: dict[int, int] = {}
     for record in sockets:
         pinned = SOCKET_BYTES + record.sent
         if record.listening:
@@ -183,7 +189,8 @@ def socket_memory() -> dict[int, int]:
         elif record.received and record.peer not in alive:
             pinned += max(record.received, min(record.received * SKB_BYTES_PER_BYTE, full))
         held[record.uid] = held.get(record.uid, 0) + pinned
-    return held
+        counts[record.uid] = counts.get(record.uid, 0) + 1
+    return held, counts
 
 
 def _fdinfo_lines(pid: int, fd: str, prefix: bytes) -> int:

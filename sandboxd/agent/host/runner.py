@@ -224,6 +224,10 @@ def _in_kernel(kernel: int) -> str:
     return f" ({kernel >> 20} MiB of it in the kernel: socket buffers, pipes and other descriptors)"
 
 
+def _sigkilled(wait_status: int) -> bool:
+    return os.WIFSIGNALED(wait_status) and os.WTERMSIG(wait_status) == signal.SIGKILL
+
+
 def _over_cpu(outcome: RunOutcome, spec: RunSpec) -> bool:
     """Whether the run used its CPU-time limit (SIGKILL at the hard one)."""
     cpu_limit = spec.rlimits.get("cpu", 0)
@@ -648,6 +652,11 @@ class Runner:
             if reported is None:
                 await self._within(deadline, watched, [exited])
                 exit_message = exited.result()
+                if watched.limit and not watched.pinning and _sigkilled(exit_message["status"]) and (
+                        oom_kills_before is None or usage.oom_kills() != oom_kills_before):
+                    # The OOM killer may have taken it faster than any sweep saw it pin: what the rest of its
+                    # processes still pin, before they are killed, tells.
+                    await self.usage.count_pinned_now(watched)
         except TimeoutError:
             self.usage.count_now(watched)
             watched.close_looks()
@@ -706,7 +715,7 @@ class Runner:
             oom_kills=(oom_kills_after - oom_kills_before
                        if oom_kills_before is not None and oom_kills_after is not None else None),
         )
-        if (os.WIFSIGNALED(outcome.wait_status) and os.WTERMSIG(outcome.wait_status) == signal.SIGKILL
+        if (_sigkilled(outcome.wait_status)
                 and not spec.ended_by_caller and not _over_cpu(outcome, spec)
                 and crowded_out(outcome, spec.memory_limit or self.sandbox_bytes or 0, self.sandbox_bytes)):
             raise SandboxFull(f"the sandbox ran out of memory while this run held {outcome.held_bytes >> 20} MiB; "

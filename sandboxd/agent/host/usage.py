@@ -38,10 +38,13 @@ The sweep counts at intervals, and a run can pin memory faster than it
 looks: 8 processes queued 590 MiB in socket buffers between two sweeps
 100 ms apart here. Where the sandbox fills before the sweep sees the run
 over its limit, the OOM killer chooses, by what each process maps and its
-OOM score. So a run seen pinning PINNING_LIMIT_SHARE of its limit in the
-kernel has its processes' scores raised (protocol.PINNING_OOM_SCORE_ADJ)
-for the rest of its life, and the OOM killer takes them, not the 150 MiB
-session beside them. The same sweep puts back the score of any other
+OOM score. So a run seen pinning 1 / PINNING_LIMIT_SHARE of its limit in the
+kernel, or holding Unix sockets enough to pin more than its limit if
+each filled its send buffer (16 processes can open 8,000 empty ones, whose
+count stretches the sweep's pause, then fill them at once), has its
+processes' scores raised (protocol.PINNING_OOM_SCORE_ADJ) for the rest of
+its life, and the OOM killer takes them, not the 150 MiB session beside
+them. The same sweep puts back the score of any other
 job's process that changed it (an exec'd program owns its /proc files and
 may lower its score down to the agent's): the kernel must keep choosing a
 job's process, and the biggest one.
@@ -283,12 +286,18 @@ def memory_of_run(uid: int, pids: list[int]) -> int:
 
 def kernel_memory(runs: dict[int, list[int]]) -> dict[int, int]:
     """What each run (uid: its pids) pins in the kernel: its Unix sockets and its other descriptors (kernelmem)."""
-    sockets = kernelmem.socket_memory()
-    pinned: dict[int, int] = {}
+    return {uid: pinned for uid, (pinned, _) in kernel_use(runs).items()}
+
+
+def kernel_use(runs: dict[int, list[int]]) -> dict[int, tuple[int, int]]:
+    """(what each run pins in the kernel, what its Unix sockets could pin: each a full send buffer)."""
+    sockets, counts = kernelmem.socket_use()
+    full = kernelmem.full_send_buffer()
+    use: dict[int, tuple[int, int]] = {}
     for uid, pids in runs.items():
         with _file_system_ids(uid):
-            pinned[uid] = sockets.get(uid, 0) + kernelmem.descriptor_memory(pids)
-    return pinned
+            use[uid] = sockets.get(uid, 0) + kernelmem.descriptor_memory(pids), counts.get(uid, 0) * full
+    return use
 
 
 def processes_of(uids: set[int]) -> dict[int, list[int]]:
@@ -334,9 +343,11 @@ class WatchedRun:
     # The most of `peak`'s kind that its processes pinned in the kernel (kernel_memory) at one sweep.
     peak_kernel: int = 0
     over: bool = False
-    # Set once a sweep saw it pin more than its share in the kernel (PINNING_LIMIT_SHARE): its processes are
-    # the OOM killer's first choice from then on.
+    # Set once a sweep saw it pin more than its share in the kernel (PINNING_LIMIT_SHARE), or hold Unix sockets
+    # enough to pin past its limit (each a full send buffer) before the next sweep: its processes are the OOM
+    # killer's first choice from then on (oom_first). Only what it pinned makes an OOM kill its own doing.
     pinning: bool = False
+    oom_first: bool = False
     # Set while all its processes are stopped (a session between cells): what they map or pin cannot grow, and
     # a sweep does not count it. kernel_memory costs 0.3 ms of a sweep per run (0.08 ms and 1 ms for the one
     # sock_diag dump with 8 and 64 runs, here): 5 ms a sweep for 64 idle sessions, which counted nothing new.
@@ -374,6 +385,10 @@ class WatchedRun:
     # When the watch began (time.monotonic()), and the time of the last look, closed or not.
     started_at: float = field(default_factory=time.monotonic)
     counted_at: float = field(default_factory=time.monotonic)
+
+    def pins(self, kernel: int) -> bool:
+        """Whether pinning `kernel` bytes in the kernel is pinning (PINNING_LIMIT_SHARE)."""
+        return kernel > max(LONE_KERNEL_BYTES, self.limit // PINNING_LIMIT_SHARE)
 
     def count_cpu(self, pid: int, ran_ns: int, waited_ns: int) -> int:
         """Add what `pid` ran and waited since the last look; returns the CPU added (ns)."""
@@ -535,6 +550,17 @@ class UsageWatch:
         run.credit_wait(self.cpus, self.cpu_ns - run.all_cpu_ns_at_start)
         run.look(now)
 
+    async def count_pinned_now(self, run: WatchedRun) -> None:
+        """Count what `run`'s processes pin in the kernel now, as a sweep would: once the OOM killer took one of
+        them, what the rest still pin, before they are killed, tells whether the run was filling the sandbox."""
+        pids = processes_of({run.uid}).get(run.uid, [])
+        if not pids:
+            return
+        kernel, _ = (await asyncio.to_thread(kernel_use, {run.uid: pids})).get(run.uid, (0, 0))
+        run.peak = max(run.peak, kernel + sum(private_memory(pid) for pid in pids))
+        run.peak_kernel = max(run.peak_kernel, kernel)
+        run.pinning = run.pinning or run.pins(kernel)
+
     def _count_cpu(self, run: WatchedRun, pid: int, now: float) -> None:
         times = schedstat(pid)
         if times is not None:
@@ -557,7 +583,7 @@ class UsageWatch:
             pids = processes.get(run.uid, [])
             run.most_processes = max(run.most_processes, len(pids))
             now, run.waiting_now_ns, run.ready_now = time.monotonic(), 0, 0
-            score = PINNING_OOM_SCORE_ADJ if run.pinning else JOB_OOM_SCORE_ADJ
+            score = PINNING_OOM_SCORE_ADJ if run.oom_first else JOB_OOM_SCORE_ADJ
             for pid in pids:
                 hold_oom_score(pid, score)
                 self._count_cpu(run, pid, now)
@@ -575,11 +601,11 @@ class UsageWatch:
         if not held_to_limit:
             return
         # Off the loop: a run of 256 processes of 512 descriptors each is 131,072 links to read.
-        pinned = await asyncio.to_thread(kernel_memory, {run.uid: pids for run, pids in held_to_limit})
+        pinned = await asyncio.to_thread(kernel_use, {run.uid: pids for run, pids in held_to_limit})
         for run, pids in held_to_limit:
             if self._runs.get(run.uid) is not run:
                 continue  # the run ended meanwhile; its uid may run the next case by now
-            kernel = pinned.get(run.uid, 0)
+            kernel, could_pin = pinned.get(run.uid, (0, 0))
             mapped = 0
             # A lone process under RLIMIT_AS maps no more than its limit: only what it pins beyond its
             # descriptors' usual few (a pipe of 64 KiB each for stdout and stderr) makes its mapped memory count.
@@ -593,8 +619,9 @@ class UsageWatch:
             held = mapped + kernel
             run.peak = max(run.peak, held)
             run.peak_kernel = max(run.peak_kernel, kernel)
-            if not run.pinning and kernel > max(LONE_KERNEL_BYTES, run.limit // PINNING_LIMIT_SHARE):
-                run.pinning = True
+            run.pinning = run.pinning or run.pins(kernel)
+            if not run.oom_first and (run.pinning or could_pin > run.limit):
+                run.oom_first = True
                 for pid in pids:
                     hold_oom_score(pid, PINNING_OOM_SCORE_ADJ)
             if held > run.limit and not run.over:

@@ -185,7 +185,7 @@ def test_a_run_seen_pinning_a_share_of_its_limit_is_the_oom_killers_first_choice
         score = f"/proc/{holder.pid}/oom_score_adj"
         pinned = usage.kernel_memory({HOLDER_UID: usage.processes_of({HOLDER_UID})[HOLDER_UID]})[HOLDER_UID]
         calm = _swept(pinned * usage.PINNING_LIMIT_SHARE + 64 * MIB)
-        assert not calm.pinning and not calm.over
+        assert not calm.pinning and not calm.oom_first and not calm.over
         with open(score) as adj:
             assert adj.read().strip() == "750"
 
@@ -201,4 +201,46 @@ def test_a_run_seen_pinning_a_share_of_its_limit_is_the_oom_killers_first_choice
                 return run, adj.read().strip()
 
         run, after = asyncio.run(scenario())
-        assert run.pinning and not run.over and after == "1000"
+        assert run.pinning and run.oom_first and not run.over and after == "1000"
+
+
+# A process of HOLDER_UID holding argv[1] empty socketpairs.
+EMPTY_SOCKETS = """
+import os, socket, sys, time
+pairs = [socket.socketpair() for _ in range(int(sys.argv[1]))]
+os.write(1, b"ready\\n")
+time.sleep(120)
+"""
+
+
+@as_root
+def test_a_run_holding_sockets_enough_to_pin_past_its_limit_is_the_oom_killers_first_choice_uncharged() -> None:
+    """Empty sockets pin little, but filled at once between two sweeps they pin each a full send buffer: a run
+    holding enough to pass its limit so is the OOM killer's first choice, though not pinning (an OOM kill is not
+    yet its own doing). Fewer keep a job's score."""
+    with _run_as_holder(EMPTY_SOCKETS, ["40"], 1) as holder:
+        room = 80 * kernelmem.full_send_buffer()
+        few = _swept(room * 2)
+        with open(f"/proc/{holder.pid}/oom_score_adj") as adj:
+            assert (few.oom_first, adj.read().strip()) == (False, "750")
+        many = _swept(room // 2)
+        with open(f"/proc/{holder.pid}/oom_score_adj") as adj:
+            assert (many.oom_first, many.pinning, many.over, adj.read().strip()) == (True, False, False, "1000")
+
+
+@as_root
+def test_what_a_runs_processes_still_pin_is_counted_at_once_when_asked() -> None:
+    """When the OOM killer took one process of a run, its others' pinned memory says whether it was filling them."""
+    with _run_as_holder(SOCKET_PINNER, ["12", "open"], 1):
+        pinned = usage.kernel_memory({HOLDER_UID: usage.processes_of({HOLDER_UID})[HOLDER_UID]})[HOLDER_UID]
+
+        async def scenario(limit: int) -> usage.WatchedRun:
+            watch = usage.UsageWatch()
+            run = watch.watch(HOLDER_UID, limit, bounded_alone=True)
+            await watch.count_pinned_now(run)
+            watch.unwatch(run)
+            return run
+
+        filling = asyncio.run(scenario(pinned * 2))
+        assert filling.pinning and filling.peak_kernel >= pinned and not filling.over
+        assert not asyncio.run(scenario(pinned * usage.PINNING_LIMIT_SHARE + 64 * MIB)).pinning
