@@ -23,15 +23,25 @@ allowed again: it only ever restricts its caller.) MIPS numbers errnos
 its own way (ENOSYS is 89 there), so the rule comes in a MIPS and a
 non-MIPS variant, as upstream's clone3 rule does.
 
-socket(2) is refused for the address families AF_INET (2) to AF_INET6 (10)
-(REFUSED_SOCKET_FAMILIES), unless the daemon's `sandbox.loopback` is set.
+socket(2) is allowed for AF_UNIX (SOCKET_FAMILY) and netlink's sock_diag
+(SOCK_DIAG) only, and socketcall(2),
+the multiplexer of 32-bit x86 (and of s390 and powerpc), which a filter
+cannot look into, is refused, unless the daemon's `sandbox.loopback` is set.
+
+The filter knows each host's native architecture only, not the 32-bit and
+x32 ones upstream adds (archMap's subArchitectures): an x86-64 process
+reaches 32-bit x86's table with `int 0x80`, and there libseccomp turns the
+AF_UNIX rule into one for socketcall that no longer checks the family (a
+run made an AF_INET socket so, with socketcall itself refused). A call
+through another architecture's table is refused as runc answers any
+architecture the filter does not name. No verifier needs 32-bit code.
 
 Nothing else differs from upstream: same default action (EPERM), same
-architectures, same capability-, architecture- and kernel-conditional
-rules. On an engine newer than 20.10 this profile replaces that engine's
-own default, so a syscall a later default allows and 20.10.24's does not
-(pkey_*, fchmodat2, cachestat, ...) is refused as on 20.10: EPERM, or
-ENOSYS from runc for numbers above the profile's highest (futex_waitv).
+capability-, architecture- and kernel-conditional rules. On an engine
+newer than 20.10 this profile replaces that engine's own default, so a
+syscall a later default allows and 20.10.24's does not (pkey_*,
+fchmodat2, cachestat, ...) is refused as on 20.10: EPERM, or ENOSYS from
+runc for numbers above the profile's highest (futex_waitv).
 
 `python -m sandboxd.seccomp` prints the profile the sandboxes get.
 """
@@ -66,17 +76,27 @@ DENIED: dict[str, str] = {
                      "for the whole host, and cannot be swapped; no verifier needs it."),
 }
 
-# Address families socket(2) refuses (EPERM, the profile's default action):
-# the sandbox has no network but its loopback, which every job of the
-# sandbox shares. A run listening on 127.0.0.1 (TCP or UDP) could be
-# reached by another job's run beside it: two completions of one prompt
-# passing outputs, or one session reading another's. No verifier needs IP
-# sockets. (Abstract Unix sockets, the other shared namespace, are scoped
-# per run with Landlock: agent/forked/worker.py.) The refused range, AF_INET (2) to
-# AF_INET6 (10), also holds the legacy AX.25, IPX, AppleTalk, NET/ROM, bridge,
-# ATM PVC and X.25 families; AF_UNIX (1) and AF_NETLINK (16, which glibc's
-# if_nameindex uses) stay allowed.
-REFUSED_SOCKET_FAMILIES = range(2, 11)
+# The one address family socket(2) allows; the others get EPERM, the
+# profile's default action. IP: the sandbox has no network but its
+# loopback, which every job of the sandbox shares, so a run listening on
+# 127.0.0.1 (TCP or UDP) could be reached by another job's run beside it:
+# two completions of one prompt passing outputs, or one session reading
+# another's. (Abstract Unix sockets, the other shared namespace, are scoped
+# per run with Landlock: agent/forked/worker.py.) The rest pin memory no
+# process maps where the agent cannot count it (agent/host/kernelmem.py
+# counts Unix sockets): a netlink socket of any uid queues 8 MiB of replies
+# it never reads where rmem_max is 4 MiB, and one sent over a Unix socket
+# and closed is in no process's table; and each family is kernel code a run
+# could reach. No verifier needs them: glibc's getaddrinfo takes a failed
+# netlink socket as "IPv4 and IPv6 both configured", and if_nameindex fails.
+# Netlink's sock_diag is the exception (SOCK_DIAG).
+SOCKET_FAMILY = 1  # AF_UNIX
+# (AF_NETLINK, NETLINK_SOCK_DIAG): the agent, under this filter too, reads each run's Unix sockets with it
+# (agent/host/kernelmem.py). A run's own such socket queues replies as any netlink socket does: the agent
+# counts each one a run holds as a full receive buffer.
+SOCK_DIAG = (16, 4)
+# Refused with socket(2): it carries socket(2)'s family in memory a filter cannot read.
+SOCKET_MULTIPLEXER = "socketcall"
 
 ENOSYS = 38
 # MIPS numbers errnos its own way; upstream's clone3 rules name these arches (typo included).
@@ -95,20 +115,25 @@ def _deny_rule(errno: int, comment: str, **conditions: dict[str, list[str]]) -> 
 
 
 def _socket_rules() -> list[dict[str, Any]]:
-    """socket(2) allowed for every family below and above REFUSED_SOCKET_FAMILIES (one comparison per rule:
-    libseccomp takes no two on one argument), so the families between fall to the default action."""
-    low, high = REFUSED_SOCKET_FAMILIES[0], REFUSED_SOCKET_FAMILIES[-1]
-    comment = f"sandboxd: socket() for every family but {low}..{high} (AF_INET to AF_INET6; see sandboxd/seccomp.py)"
+    """socket(2) allowed for SOCKET_FAMILY, and for NETLINK_SOCK_DIAG; everything else falls to the default action."""
+    comment = "sandboxd: socket() for AF_UNIX and netlink's sock_diag only (see sandboxd/seccomp.py)"
+
+    def equal(index: int, value: int) -> dict[str, Any]:
+        return {"index": index, "value": value, "valueTwo": 0, "op": "SCMP_CMP_EQ"}
+
     return [{"names": ["socket"], "action": "SCMP_ACT_ALLOW", "comment": comment, "includes": {}, "excludes": {},
-             "args": [{"index": 0, "value": value, "valueTwo": 0, "op": op}]}
-            for value, op in ((low, "SCMP_CMP_LT"), (high, "SCMP_CMP_GT"))]
+             "args": args} for args in ([equal(0, SOCKET_FAMILY)],
+                                        [equal(0, SOCK_DIAG[0]), equal(2, SOCK_DIAG[1])])]
 
 
 def build(base: dict[str, Any], *, loopback: bool = False) -> dict[str, Any]:
-    """`base` without DENIED in any rule, plus the rules that answer them with ENOSYS, and socket(2) for
-    every address family but REFUSED_SOCKET_FAMILIES (for every family, as upstream, with `loopback`)."""
+    """`base` for native architectures only, without DENIED in any rule, plus the rules that answer them with
+    ENOSYS, and socket(2) for SOCKET_FAMILY only, without SOCKET_MULTIPLEXER (as upstream, every family, with
+    `loopback`)."""
     profile = copy.deepcopy(base)
-    refused = set(DENIED) | (set() if loopback else {"socket"})
+    for arch in profile["archMap"]:
+        arch["subArchitectures"] = []
+    refused = set(DENIED) | (set() if loopback else {"socket", SOCKET_MULTIPLEXER})
     rules = []
     for rule in profile["syscalls"]:
         rule["names"] = [name for name in rule["names"] if name not in refused]

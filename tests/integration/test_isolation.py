@@ -87,8 +87,57 @@ def test_sandbox_loopback_gives_runs_ip_sockets_on_lo_only(tmp_path: Path) -> No
 
 
 def test_only_loopback_interface(channel: grpc.Channel) -> None:
-    result = outcome(channel, "import socket; print(sorted(n for _, n in socket.if_nameindex()))")
+    result = outcome(channel, "import os; print(sorted(os.listdir('/sys/class/net')))")
     assert result.execute.stdout.strip() == b"['lo']"
+
+
+# A netlink socket that asks for a link's details and never reads the replies: 8 MiB queued (where rmem_max is 4 MiB)
+# that no process maps and the agent cannot count; one sent over a Unix socket and closed is in no process's table.
+NETLINK_PIN = """
+import socket, struct
+s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 30)
+s.setblocking(False)
+for i in range(200000):
+    s.send(struct.pack("=IHHII", 32, 18, 1, i, 0) + struct.pack("=BxHiII", 0, 0, 1, 0, 0))
+"""
+# socket(AF_INET, SOCK_STREAM) through socketcall(2), 32-bit x86's multiplexer, which `int 0x80` reaches from an
+# x86-64 process: the filter sees the x86 table, and the family lies in memory it cannot read. Prints the fd, or
+# the negative errno.
+SOCKETCALL_INET = """
+import ctypes, mmap, struct
+page = mmap.mmap(-1, 4096, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | 0x40,  # MAP_32BIT
+                 prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+base = ctypes.addressof(ctypes.c_char.from_buffer(page))
+# push rbx; mov eax, 102 (socketcall); mov ebx, 1 (SYS_SOCKET); mov ecx, args; int 0x80; pop rbx; ret
+code = (b"\\x53\\xb8\\x66\\x00\\x00\\x00\\xbb\\x01\\x00\\x00\\x00\\xb9" + struct.pack("<I", base + 64)
+        + b"\\xcd\\x80\\x5b\\xc3")
+page[:len(code)] = code
+page[64:76] = struct.pack("<3I", 2, 1, 0)  # AF_INET, SOCK_STREAM, 0
+print(ctypes.CFUNCTYPE(ctypes.c_int)(base)())
+"""
+
+
+@pytest.mark.parametrize("family", ["AF_NETLINK", "AF_ALG", "AF_VSOCK", "AF_PACKET"])
+def test_runs_get_unix_sockets_only(channel: grpc.Channel, family: str) -> None:
+    """Any family but AF_UNIX is kernel code a run does not need, and memory the agent cannot count."""
+    result = outcome(channel, f"import socket; socket.socket(socket.{family}, socket.SOCK_DGRAM)")
+    assert result.status == pb.STATUS_RUNTIME_ERROR
+    assert b"PermissionError: [Errno 1] Operation not permitted" in result.execute.stderr, result.execute.stderr
+
+
+def test_a_netlink_socket_cannot_queue_replies_it_never_reads(channel: grpc.Channel) -> None:
+    pinned = outcome(channel, NETLINK_PIN)
+    assert pinned.status == pb.STATUS_RUNTIME_ERROR and b"PermissionError" in pinned.execute.stderr, pinned
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="int 0x80 is x86's")
+def test_socketcall_through_int_0x80_gets_no_ip_socket(channel: grpc.Channel) -> None:
+    """It printed 3: libseccomp had turned the AF_UNIX rule into a socketcall rule that checks no family. The filter
+    now knows x86-64 only, and runc has a call through another table killed."""
+    result = outcome(channel, SOCKETCALL_INET)
+    assert (result.status, result.execute.stdout, result.message) == (
+        pb.STATUS_RUNTIME_ERROR, b"", "killed by signal SIGSYS"), result
 
 
 # /var/tmp and /run/lock are 1777 in the image and on the root file system,

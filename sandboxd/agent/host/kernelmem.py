@@ -101,6 +101,11 @@ def _sysctl(path: str, default: int) -> int:
         return default
 
 
+def full_receive_buffer() -> int:
+    """The most one socket can have queued to it: SO_RCVBUF is doubled by the kernel, up to twice rmem_max."""
+    return 2 * _sysctl("/proc/sys/net/core/rmem_max", DEFAULT_WMEM_MAX)
+
+
 def full_send_buffer() -> int:
     """The most one Unix socket can have queued: SO_SNDBUF is doubled by the kernel, up to twice wmem_max."""
     return 2 * _sysctl("/proc/sys/net/core/wmem_max", DEFAULT_WMEM_MAX)
@@ -173,11 +178,12 @@ def socket_memory() -> dict[int, int]:
     return socket_use()[0]
 
 
-def socket_use() -> tuple[dict[int, int], dict[int, int]]:
-    """(bytes each uid's Unix sockets pin in the kernel, how many Unix sockets each uid has), from one dump."""
+def socket_use() -> tuple[dict[int, int], dict[int, int], set[str] | None]:
+    """(bytes each uid's Unix sockets pin in the kernel, how many Unix sockets each uid has, their inodes), from
+    one dump; the inodes None where the dump found none (the agent has its own: the kernel has no sock_diag)."""
     sockets = unix_sockets()
     if not sockets:
-        return {}, {}
+        return {}, {}, None
     alive = {record.inode for record in sockets}
     full = full_send_buffer()
     held: dict[int, int] = {}
@@ -190,7 +196,7 @@ def socket_use() -> tuple[dict[int, int], dict[int, int]]:
             pinned += max(record.received, min(record.received * SKB_BYTES_PER_BYTE, full))
         held[record.uid] = held.get(record.uid, 0) + pinned
         counts[record.uid] = counts.get(record.uid, 0) + 1
-    return held, counts
+    return held, counts, {str(inode) for inode in alive}
 
 
 def _fdinfo_lines(pid: int, fd: str, prefix: bytes) -> int:
@@ -234,8 +240,10 @@ def _table_size(pid: int) -> int:
     return 0
 
 
-def descriptor_memory(pids: list[int], pipes_seen: set[str] | None = None) -> int:
-    """Bytes the descriptors of `pids` pin beyond their sockets (counted by socket_memory).
+def descriptor_memory(pids: list[int], pipes_seen: set[str] | None = None,
+                      unix_inodes: set[str] | None = None) -> int:
+    """Bytes the descriptors of `pids` pin beyond their Unix sockets (counted by socket_use, whose inodes are
+    `unix_inodes`; None: every socket is left to it).
 
     Called with the file system ids of the processes' uid (usage._file_system_ids): /proc/<pid>/fd is the
     process's own to read. A pipe counts once in `pipes_seen`, however many ends the processes hold.
@@ -256,6 +264,11 @@ def descriptor_memory(pids: list[int], pipes_seen: set[str] | None = None) -> in
             except OSError:
                 continue
             if target.startswith("socket:"):
+                # A Unix socket is socket_use's. Any other (the seccomp profile leaves netlink's sock_diag, which
+                # the agent reads with) queues replies it never reads up to a full receive buffer: counted so.
+                if unix_inodes is not None and target[8:-1] not in unix_inodes and target not in seen:
+                    seen.add(target)
+                    held += SOCKET_BYTES + full_receive_buffer()
                 continue
             if target.startswith("/"):
                 # A named pipe (mkfifo in the run's folder) holds the same buffers as pipe(): 512 of them filled

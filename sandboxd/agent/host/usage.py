@@ -291,12 +291,13 @@ def kernel_memory(runs: dict[int, list[int]]) -> dict[int, int]:
 
 def kernel_use(runs: dict[int, list[int]]) -> dict[int, tuple[int, int]]:
     """(what each run pins in the kernel, what its Unix sockets could pin: each a full send buffer)."""
-    sockets, counts = kernelmem.socket_use()
+    sockets, counts, unix_inodes = kernelmem.socket_use()
     full = kernelmem.full_send_buffer()
     use: dict[int, tuple[int, int]] = {}
     for uid, pids in runs.items():
         with _file_system_ids(uid):
-            use[uid] = sockets.get(uid, 0) + kernelmem.descriptor_memory(pids), counts.get(uid, 0) * full
+            pinned = kernelmem.descriptor_memory(pids, unix_inodes=unix_inodes)
+        use[uid] = sockets.get(uid, 0) + pinned, counts.get(uid, 0) * full
     return use
 
 

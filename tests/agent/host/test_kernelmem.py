@@ -244,3 +244,31 @@ def test_what_a_runs_processes_still_pin_is_counted_at_once_when_asked() -> None
         filling = asyncio.run(scenario(pinned * 2))
         assert filling.pinning and filling.peak_kernel >= pinned and not filling.over
         assert not asyncio.run(scenario(pinned * usage.PINNING_LIMIT_SHARE + 64 * MIB)).pinning
+
+
+# A process of HOLDER_UID holding a netlink sock_diag socket (what the seccomp profile leaves a run) that asked
+# for its own Unix socket's details argv[1] times and never read the replies.
+DIAG_PINNER = """
+import os, socket, struct, sys, time
+diag = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, 4)
+diag.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 30)
+diag.setblocking(False)
+a, b = socket.socketpair()
+request = struct.pack("=BBHIIIII", socket.AF_UNIX, 0, 0, 0xFFFFFFFF, os.fstat(a.fileno()).st_ino, 0x70, 0xFFFFFFFF,
+                      0xFFFFFFFF)
+for i in range(int(sys.argv[1])):
+    diag.send(struct.pack("=IHHII", 16 + len(request), 20, 1, i, 0) + request)
+os.write(1, b"ready\\n")
+time.sleep(120)
+"""
+
+
+@as_root
+def test_a_socket_not_unix_counts_as_a_full_receive_buffer() -> None:
+    """A sock_diag socket queued 8 MiB of replies it never read (where rmem_max is 4 MiB), which the Unix dump
+    does not see."""
+    with _run_as_holder(DIAG_PINNER, ["20000"], 1):
+        pids = usage.processes_of({HOLDER_UID})[HOLDER_UID]
+        pinned = usage.kernel_memory({HOLDER_UID: pids})[HOLDER_UID]
+        assert pinned >= kernelmem.full_receive_buffer()
+        assert _swept(pinned // 2).over
