@@ -51,13 +51,16 @@ UNSLOTTED_FIRST_UID = 20_000
 
 # What a worker sets its oom_score_adj to (worker.main). The OOM killer takes the process with the most
 # points: what it maps, plus oom_score_adj / 1000 of the sandbox's memory. A job's processes come first,
-# the resident servers (a judge, a math server) half the sandbox after them. A run the sweep saw pinning
+# the resident servers (a judge, a math server) a quarter of the sandbox after them, and the agent and its
+# zygote (0) half a sandbox after those: a math zygote holds sympy as its servers do, and in a sandbox at its
+# limit the OOM killer must take a server, not the zygote. (With servers at 250 a CI run saw a math
+# template die during its checkpoint, most likely its zygote taken.) A run the sweep saw pinning
 # memory in the kernel, which no process maps, is raised to PINNING_OOM_SCORE_ADJ (usage): its processes
 # then outweigh those of any run within a limit of up to a quarter of the sandbox, though they map little.
 # The controller puts back a job's value when a run changed it (usage).
 JOB_OOM_SCORE_ADJ = 750
 PINNING_OOM_SCORE_ADJ = 1000
-RESIDENT_OOM_SCORE_ADJ = 250
+RESIDENT_OOM_SCORE_ADJ = 500
 # Where the daemon mounts a reward model's folder, read-only (rewardpool; host/rewardmodel starts its scorer).
 MODEL_MOUNT = "/opt/sandboxd-model"
 # What a session cell's value shows of its repr (repl); the controller accepts that much and the note on the cut.

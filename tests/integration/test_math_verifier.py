@@ -204,7 +204,7 @@ def test_a_slow_answer_does_not_hold_up_the_next_job(tmp_path) -> None:  # type:
 
 def test_math_servers_are_not_the_first_out_of_memory_victim(daemon, channel: grpc.Channel) -> None:  # type: ignore[no-untyped-def]
     # Jobs run at oom_score_adj 750; the long-lived math server, the largest
-    # process of a math sandbox, at 250, so a job that fills memory dies instead of it.
+    # process of a math sandbox, at 500, so a job that fills memory dies instead of it.
     import subprocess
 
     from sandboxd.backend import LABEL_NODE, LABEL_POOL
@@ -223,7 +223,7 @@ def test_math_servers_are_not_the_first_out_of_memory_victim(daemon, channel: gr
                   "cat $p/oom_score_adj; done; true")
         scores = subprocess.run(["docker", "exec", container, "sh", "-c", script], capture_output=True,
                                 text=True, check=True).stdout.split()
-        assert scores and set(scores) == {"250"}, scores
+        assert scores and set(scores) == {"500"}, scores
 
 
 def test_a_math_server_past_its_lifetime_cpu_limit_does_not_fail_the_answer(daemon, channel: grpc.Channel) -> None:  # type: ignore[no-untyped-def]
