@@ -17,6 +17,7 @@ from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2 as pb
 from sandboxd_client._proto.sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
 
 from sandboxd import config
+from sandboxd.agent.host.runner import LOWERED_MESSAGE
 from sandboxd.agent.protocol import DEADLINE_STRETCH
 from tests.conftest import DaemonProcess
 from tests.integration import helpers
@@ -658,11 +659,12 @@ def test_a_lowered_oom_score_is_put_back_and_a_self_inflicted_sigkill_is_the_pro
     """An exec'd program owns its /proc files: it lowered its OOM score to the agent's, so that the OOM killer took
     the innocent runs beside it (at 750) first. And SIGKILL, sent by the program to itself with no OOM kill in
     the sandbox, was reported as the out-of-memory killer's."""
-    script = ("echo 0 > /proc/self/oom_score_adj; cat /proc/self/oom_score_adj\nsleep 1\n"
-              "cat /proc/self/oom_score_adj\nkill -9 $$\n")
+    script = "echo 0 > /proc/self/oom_score_adj; cat /proc/self/oom_score_adj\nsleep 5\necho still here\n"
     result = helpers.run(channel, helpers.execute(script, language="bash", timeout=10))
-    # The first look may already see it put back: the agent, above the job's nice, sweeps between two commands.
-    assert result.execute.stdout in (b"0\n750\n", b"750\n750\n"), result
+    # Put back and killed at the next sweep (lowering in a loop, a run sat at the agent's score).
+    assert result.execute.stdout in (b"0\n", b"750\n"), result
+    assert (result.status, result.message) == (pb.STATUS_MEMORY_LIMIT, LOWERED_MESSAGE), result
+    result = helpers.run(channel, helpers.execute("sleep 0.2\nkill -9 $$\n", language="bash", timeout=10))
     assert (result.status, result.message) == (pb.STATUS_RUNTIME_ERROR, "killed by signal SIGKILL"), result
 
 

@@ -147,6 +147,8 @@ class RunOutcome:
     # Whether the watch saw it pinning memory in the kernel (usage.WatchedRun.pinning): the OOM killer's first
     # choice, for memory no process of it maps.
     pinning: bool = False
+    # Whether the watch found it below the OOM score it was given (usage.WatchedRun.lowered), and killed it.
+    lowered: bool = False
     # Processes the OOM killer took on the host while it ran (usage.VMSTAT); None after a clean exit, where
     # nothing reads it, and where the kernel does not say.
     oom_kills: int | None = None
@@ -179,6 +181,8 @@ def classify(outcome: RunOutcome, spec: RunSpec) -> tuple[str, str, str]:
         return "output_limit", "output", f"more than {spec.output_limit} bytes of output"
     if outcome.killed_for == "withdrawn":
         return "internal", "", "the daemon withdrew the job"
+    if outcome.killed_for == "memory" and outcome.lowered:
+        return "memory_limit", "memory", LOWERED_MESSAGE
     if outcome.killed_for == "memory":
         return "memory_limit", "memory", held_over_limit(outcome.peak_memory_bytes, outcome.peak_kernel_bytes,
                                                          spec.memory_limit)
@@ -211,6 +215,10 @@ def classify(outcome: RunOutcome, spec: RunSpec) -> tuple[str, str, str]:
     if any(marker in tail for marker in MEMORY_MARKERS):
         return "memory_limit", "memory", "allocation failed at the memory limit"
     return "runtime_error", "", f"exit status {code}"
+
+
+# A run the watch killed for lowering its OOM score (usage.WatchedRun.lowered).
+LOWERED_MESSAGE = "killed for lowering its out-of-memory score below the one it was given"
 
 
 def held_over_limit(held: int, kernel: int, limit: int) -> str:
@@ -710,6 +718,7 @@ class Runner:
             peak_memory_bytes=watched.peak,
             peak_kernel_bytes=watched.peak_kernel,
             pinning=watched.pinning,
+            lowered=watched.lowered,
             cpu_share=self.usage.share_of(watched),
             deadline_moved_seconds=deadline.moved_seconds,
             oom_kills=(oom_kills_after - oom_kills_before

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 from sandboxd.agent.host import tree, usage
 from sandboxd.agent.host.cleanup import _as_uid, kill_uid, sigkill_uid
 from sandboxd.agent.host.offloop import off_loop
-from sandboxd.agent.host.runner import OutputBudget, PipeReader, RunSpec, classify, starved_reason
+from sandboxd.agent.host.runner import LOWERED_MESSAGE, OutputBudget, PipeReader, RunSpec, classify, starved_reason
 from sandboxd.agent.host.servers import ResidentWorker
 from sandboxd.agent.host.usage import CpuShare, WatchedRun, _file_system_ids
 from sandboxd.agent.messages import SandboxFull
@@ -501,6 +501,8 @@ class PythonSession(Session):
         # memory watch killed it: until a next cell, the daemon listed it alive and it held its slot.
         if self._lock.locked() or self.interpreter.alive:
             return ""  # a cell in flight answers for itself
+        if self._over_memory and self._watched is not None and self._watched.lowered:
+            return f"its processes were {LOWERED_MESSAGE} between cells"
         if self._over_memory:
             return (f"its processes held more than its memory limit of {int(self.limits['memory']) >> 20} MiB "
                     "together between cells, and its interpreter was killed")
@@ -526,6 +528,8 @@ class PythonSession(Session):
         if self._over_memory:
             detail = (f"was killed: the session's processes held more than its memory limit of "
                       f"{int(self.limits['memory']) >> 20} MiB together")
+            if self._watched is not None and self._watched.lowered:
+                detail = f"was {LOWERED_MESSAGE}"
         return {"status": status, "limit": limit, "value": "",
                 "message": f"the session's interpreter {detail}; the session was closed"}
 

@@ -46,8 +46,10 @@ processes' scores raised (protocol.PINNING_OOM_SCORE_ADJ) for the rest of
 its life, and the OOM killer takes them, not the 150 MiB session beside
 them. The same sweep puts back the score of any other
 job's process that changed it (an exec'd program owns its /proc files and
-may lower its score down to the agent's): the kernel must keep choosing a
-job's process, and the biggest one.
+may lower its score down to the agent's), and kills a run found below the
+score it was given: the kernel must keep choosing a job's process, and the
+biggest one. (Lowering in a loop, a pinning run sat at the agent's score
+and the OOM killer took the agent.)
 
 CPU is the sandbox's as a whole too (one CPU quota), and the scheduler
 shares it per thread, not per run: beside a run of 250 busy processes, a
@@ -316,8 +318,9 @@ def processes_of(uids: set[int]) -> dict[int, list[int]]:
     return found
 
 
-def hold_oom_score(pid: int, score: bytes = JOB_OOM_SCORE_ADJ) -> None:
-    """Set `pid`'s OOM score adjustment to `score` if it is not that already (a run may have changed it).
+def hold_oom_score(pid: int, score: bytes = JOB_OOM_SCORE_ADJ, floor: int | None = None) -> bool:
+    """Set `pid`'s OOM score adjustment to `score` if it is not that already (a run may have changed it); whether
+    it was below `floor`.
 
     Raising needs no privilege, nor does lowering down to what the process's
     oom_score_adj_min allows (0: no one here has CAP_SYS_RESOURCE).
@@ -325,9 +328,13 @@ def hold_oom_score(pid: int, score: bytes = JOB_OOM_SCORE_ADJ) -> None:
     path = f"/proc/{pid}/oom_score_adj"
     current = _read(path)
     if current is None or current.strip() == score:
-        return
+        return False
     with contextlib.suppress(OSError), open(path, "wb") as adjust:
         adjust.write(score)
+    try:
+        return floor is not None and int(current) < floor
+    except ValueError:
+        return False
 
 
 @dataclass
@@ -349,6 +356,10 @@ class WatchedRun:
     # killer's first choice from then on (oom_first). Only what it pinned makes an OOM kill its own doing.
     pinning: bool = False
     oom_first: bool = False
+    # The pids a sweep raised (oom_first), and whether a sweep found one of its processes below the score it was
+    # given (JOB_OOM_SCORE_ADJ, or PINNING_OOM_SCORE_ADJ once raised): it is then killed as over its limit.
+    raised: set[int] = field(default_factory=set)
+    lowered: bool = False
     # Set while all its processes are stopped (a session between cells): what they map or pin cannot grow, and
     # a sweep does not count it. kernel_memory costs 0.3 ms of a sweep per run (0.08 ms and 1 ms for the one
     # sock_diag dump with 8 and 64 runs, here): 5 ms a sweep for 64 idle sessions, which counted nothing new.
@@ -586,8 +597,17 @@ class UsageWatch:
             now, run.waiting_now_ns, run.ready_now = time.monotonic(), 0, 0
             score = PINNING_OOM_SCORE_ADJ if run.oom_first else JOB_OOM_SCORE_ADJ
             for pid in pids:
-                hold_oom_score(pid, score)
+                floor = protocol.PINNING_OOM_SCORE_ADJ if pid in run.raised else protocol.JOB_OOM_SCORE_ADJ
+                if hold_oom_score(pid, score, floor) and run.limit:
+                    run.lowered = True
                 self._count_cpu(run, pid, now)
+            if run.oom_first:
+                run.raised.update(pids)
+            if run.lowered and not run.over:
+                # Below the score it was given, the OOM killer takes its neighbours, or the agent, first.
+                run.over = True
+                if run.on_over is not None:
+                    run.on_over()
             run.credit_wait(self.cpus, self.cpu_ns - run.all_cpu_ns_at_start)
             run.look(now)
             if len(run.seen) > len(pids):

@@ -201,7 +201,8 @@ def test_a_run_seen_pinning_a_share_of_its_limit_is_the_oom_killers_first_choice
                 return run, adj.read().strip()
 
         run, after = asyncio.run(scenario())
-        assert run.pinning and run.oom_first and not run.over and after == "1000"
+        # Put back, and the run killed for lowering it (as over its limit).
+        assert run.pinning and run.oom_first and run.lowered and run.over and after == "1000"
 
 
 # A process of HOLDER_UID holding argv[1] empty socketpairs.

@@ -51,12 +51,16 @@ as_root = pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists(SYSTEM_PYTH
                              reason=f"switching to another uid needs root, and {SYSTEM_PYTHON}")
 
 
+# What a worker gives a job's process before it runs: a lower score is a run's attack (usage.WatchedRun.lowered).
+A_JOBS_OOM_SCORE = f"open('/proc/self/oom_score_adj', 'w').write('{usage.protocol.JOB_OOM_SCORE_ADJ}')\n"
+
+
 @contextlib.contextmanager
 def _run_as_holder(program: str, args: list[str], processes: int) -> Iterator[subprocess.Popen[bytes]]:
     """`program`, which forks into `processes` processes of HOLDER_UID that each write "ready", until the block
     ends; then all of them are killed."""
     # The system's interpreter, from /: a CI clone in a 0700 temp folder is out of HOLDER_UID's reach.
-    holder = subprocess.Popen([SYSTEM_PYTHON, "-c", program, *args], stdout=subprocess.PIPE, cwd="/",
+    holder = subprocess.Popen([SYSTEM_PYTHON, "-c", A_JOBS_OOM_SCORE + program, *args], stdout=subprocess.PIPE, cwd="/",
                               user=HOLDER_UID, group=HOLDER_UID, extra_groups=[], start_new_session=True)
     try:
         assert holder.stdout is not None
@@ -165,8 +169,12 @@ def test_a_lowered_oom_score_is_put_back_by_the_sweep() -> None:
     take an innocent run beside it first."""
     with holding(1, 1) as holder:
         Path(f"/proc/{holder.pid}/oom_score_adj").write_text("0")
-        sweeps_of(1 << 40, bounded_alone=True)
+        run, reports = sweeps_of(1 << 40, bounded_alone=True)
         assert Path(f"/proc/{holder.pid}/oom_score_adj").read_text().strip() == "750"
+        # And killed for it (as over its limit): lowering in a loop, a run sat at the agent's score.
+        assert (run.lowered, run.over, reports) == (True, True, 1)
+        run, reports = sweeps_of(1 << 40, bounded_alone=True)  # put back, and not lowered since
+        assert (run.lowered, reports) == (False, 0)
 
 
 # Each of argv[2] processes runs argv[1] seconds of CPU, whatever the load, then says "ready" and sleeps; with
