@@ -24,9 +24,9 @@ its own way (ENOSYS is 89 there), so the rule comes in a MIPS and a
 non-MIPS variant, as upstream's clone3 rule does.
 
 socket(2) is allowed for AF_UNIX (SOCKET_FAMILY) and netlink's sock_diag
-(SOCK_DIAG) only, and socketcall(2),
-the multiplexer of 32-bit x86 (and of s390 and powerpc), which a filter
-cannot look into, is refused, unless the daemon's `sandbox.loopback` is set.
+(SOCK_DIAG) only, and socketcall(2), the multiplexer of 32-bit x86 (and of
+s390 and powerpc), which a filter cannot look into, is refused, unless the
+daemon's `sandbox.loopback` is set.
 
 The filter knows each host's native architecture only, not the 32-bit and
 x32 ones upstream adds (archMap's subArchitectures): an x86-64 process
@@ -76,7 +76,7 @@ DENIED: dict[str, str] = {
                      "for the whole host, and cannot be swapped; no verifier needs it."),
 }
 
-# The one address family socket(2) allows; the others get EPERM, the
+# The address family socket(2) allows (and SOCK_DIAG); the others get EPERM, the
 # profile's default action. IP: the sandbox has no network but its
 # loopback, which every job of the sandbox shares, so a run listening on
 # 127.0.0.1 (TCP or UDP) could be reached by another job's run beside it:
@@ -128,8 +128,8 @@ def _socket_rules() -> list[dict[str, Any]]:
 
 def build(base: dict[str, Any], *, loopback: bool = False) -> dict[str, Any]:
     """`base` for native architectures only, without DENIED in any rule, plus the rules that answer them with
-    ENOSYS, and socket(2) for SOCKET_FAMILY only, without SOCKET_MULTIPLEXER (as upstream, every family, with
-    `loopback`)."""
+    ENOSYS, and socket(2) for SOCKET_FAMILY and SOCK_DIAG only, without SOCKET_MULTIPLEXER (as upstream, every
+    family, with `loopback`)."""
     profile = copy.deepcopy(base)
     for arch in profile["archMap"]:
         arch["subArchitectures"] = []

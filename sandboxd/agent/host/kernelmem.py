@@ -178,7 +178,7 @@ def socket_memory() -> dict[int, int]:
     return socket_use()[0]
 
 
-def socket_use() -> tuple[dict[int, int], dict[int, int], set[str] | None]:
+def socket_use() -> tuple[dict[int, int], dict[int, int], set[int] | None]:
     """(bytes each uid's Unix sockets pin in the kernel, how many Unix sockets each uid has, their inodes), from
     one dump; the inodes None where the dump found none (the agent has its own: the kernel has no sock_diag)."""
     sockets = unix_sockets()
@@ -196,7 +196,13 @@ def socket_use() -> tuple[dict[int, int], dict[int, int], set[str] | None]:
             pinned += max(record.received, min(record.received * SKB_BYTES_PER_BYTE, full))
         held[record.uid] = held.get(record.uid, 0) + pinned
         counts[record.uid] = counts.get(record.uid, 0) + 1
-    return held, counts, {str(inode) for inode in alive}
+    return held, counts, alive
+
+
+def _inode(socket_link: str) -> int:
+    """The inode a descriptor's link names ("socket:[<inode>]"); -1 if it names none."""
+    digits = socket_link[len("socket:["):-1]
+    return int(digits) if digits.isdigit() else -1
 
 
 def _fdinfo_lines(pid: int, fd: str, prefix: bytes) -> int:
@@ -241,7 +247,7 @@ def _table_size(pid: int) -> int:
 
 
 def descriptor_memory(pids: list[int], pipes_seen: set[str] | None = None,
-                      unix_inodes: set[str] | None = None) -> int:
+                      unix_inodes: set[int] | None = None) -> int:
     """Bytes the descriptors of `pids` pin beyond their Unix sockets (counted by socket_use, whose inodes are
     `unix_inodes`; None: every socket is left to it).
 
@@ -266,7 +272,7 @@ def descriptor_memory(pids: list[int], pipes_seen: set[str] | None = None,
             if target.startswith("socket:"):
                 # A Unix socket is socket_use's. Any other (the seccomp profile leaves netlink's sock_diag, which
                 # the agent reads with) queues replies it never reads up to a full receive buffer: counted so.
-                if unix_inodes is not None and target[8:-1] not in unix_inodes and target not in seen:
+                if unix_inodes is not None and target not in seen and _inode(target) not in unix_inodes:
                     seen.add(target)
                     held += SOCKET_BYTES + full_receive_buffer()
                 continue

@@ -181,11 +181,9 @@ def classify(outcome: RunOutcome, spec: RunSpec) -> tuple[str, str, str]:
         return "output_limit", "output", f"more than {spec.output_limit} bytes of output"
     if outcome.killed_for == "withdrawn":
         return "internal", "", "the daemon withdrew the job"
-    if outcome.killed_for == "memory" and outcome.lowered:
-        return "memory_limit", "memory", LOWERED_MESSAGE
     if outcome.killed_for == "memory":
-        return "memory_limit", "memory", held_over_limit(outcome.peak_memory_bytes, outcome.peak_kernel_bytes,
-                                                         spec.memory_limit)
+        return "memory_limit", "memory", LOWERED_MESSAGE if outcome.lowered else held_over_limit(
+            outcome.peak_memory_bytes, outcome.peak_kernel_bytes, spec.memory_limit)
     if spec.peak_memory_limit and outcome.max_rss_bytes > spec.peak_memory_limit:
         return ("memory_limit", "memory",
                 f"peak memory {outcome.max_rss_bytes >> 20} MiB over the limit of {spec.peak_memory_limit >> 20} MiB")

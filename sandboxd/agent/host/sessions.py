@@ -415,6 +415,11 @@ class PythonSession(Session):
         self.close()
         return False
 
+    @property
+    def _lowered(self) -> bool:
+        """Whether the memory watch killed it for lowering its OOM score (usage.WatchedRun.lowered)."""
+        return self._watched is not None and self._watched.lowered
+
     def _memory_exceeded(self) -> None:
         self._over_memory = True
         sigkill_uid(self.uid)  # the interpreter with the rest: the cell in flight, if any, sees it exit
@@ -501,7 +506,7 @@ class PythonSession(Session):
         # memory watch killed it: until a next cell, the daemon listed it alive and it held its slot.
         if self._lock.locked() or self.interpreter.alive:
             return ""  # a cell in flight answers for itself
-        if self._over_memory and self._watched is not None and self._watched.lowered:
+        if self._over_memory and self._lowered:
             return f"its processes were {LOWERED_MESSAGE} between cells"
         if self._over_memory:
             return (f"its processes held more than its memory limit of {int(self.limits['memory']) >> 20} MiB "
@@ -528,7 +533,7 @@ class PythonSession(Session):
         if self._over_memory:
             detail = (f"was killed: the session's processes held more than its memory limit of "
                       f"{int(self.limits['memory']) >> 20} MiB together")
-            if self._watched is not None and self._watched.lowered:
+            if self._lowered:
                 detail = f"was {LOWERED_MESSAGE}"
         return {"status": status, "limit": limit, "value": "",
                 "message": f"the session's interpreter {detail}; the session was closed"}

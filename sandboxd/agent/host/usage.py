@@ -286,13 +286,9 @@ def memory_of_run(uid: int, pids: list[int]) -> int:
     return held
 
 
-def kernel_memory(runs: dict[int, list[int]]) -> dict[int, int]:
-    """What each run (uid: its pids) pins in the kernel: its Unix sockets and its other descriptors (kernelmem)."""
-    return {uid: pinned for uid, (pinned, _) in kernel_use(runs).items()}
-
-
 def kernel_use(runs: dict[int, list[int]]) -> dict[int, tuple[int, int]]:
-    """(what each run pins in the kernel, what its Unix sockets could pin: each a full send buffer)."""
+    """For each run (uid: its pids), (what it pins in the kernel: its Unix sockets and its other descriptors, by
+    kernelmem; what its Unix sockets could pin: each a full send buffer)."""
     sockets, counts, unix_inodes = kernelmem.socket_use()
     full = kernelmem.full_send_buffer()
     use: dict[int, tuple[int, int]] = {}
@@ -348,7 +344,7 @@ class WatchedRun:
     # UsageWatch.cpu_ns when the watch began: what all watched runs had run by then.
     all_cpu_ns_at_start: int = 0
     peak: int = 0
-    # The most of `peak`'s kind that its processes pinned in the kernel (kernel_memory) at one sweep.
+    # The most of `peak`'s kind that its processes pinned in the kernel (kernel_use) at one sweep.
     peak_kernel: int = 0
     over: bool = False
     # Set once a sweep saw it pin more than its share in the kernel (PINNING_LIMIT_SHARE), or hold Unix sockets
@@ -361,7 +357,7 @@ class WatchedRun:
     raised: set[int] = field(default_factory=set)
     lowered: bool = False
     # Set while all its processes are stopped (a session between cells): what they map or pin cannot grow, and
-    # a sweep does not count it. kernel_memory costs 0.3 ms of a sweep per run (0.08 ms and 1 ms for the one
+    # a sweep does not count it. kernel_use costs 0.3 ms of a sweep per run (0.08 ms and 1 ms for the one
     # sock_diag dump with 8 and 64 runs, here): 5 ms a sweep for 64 idle sessions, which counted nothing new.
     paused: bool = False
     # What its processes ran and waited on a run queue, summed over every process a sweep saw.
@@ -643,6 +639,7 @@ class UsageWatch:
             run.pinning = run.pinning or run.pins(kernel)
             if not run.oom_first and (run.pinning or could_pin > run.limit):
                 run.oom_first = True
+                run.raised.update(pids)
                 for pid in pids:
                     hold_oom_score(pid, PINNING_OOM_SCORE_ADJ)
             if held > run.limit and not run.over:

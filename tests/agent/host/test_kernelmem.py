@@ -124,6 +124,11 @@ def test_a_named_pipe_counts_as_a_pipe_once_however_many_ends(tmp_path) -> None:
             os.close(end)
 
 
+def _holders_pin() -> int:
+    """What HOLDER_UID's processes pin in the kernel now, as a sweep counts it."""
+    return usage.kernel_use({HOLDER_UID: usage.processes_of({HOLDER_UID})[HOLDER_UID]})[HOLDER_UID][0]
+
+
 def _swept(limit: int) -> usage.WatchedRun:
     async def scenario() -> usage.WatchedRun:
         watch = usage.UsageWatch()
@@ -140,13 +145,13 @@ def test_a_paused_run_is_not_counted_until_it_runs_again(monkeypatch: pytest.Mon
     """A session between cells has every process stopped: nothing it holds can grow, and counting it (the
     sock_diag dump and a walk of its descriptors) cost 0.3 ms a sweep per session, every 50 ms for an hour."""
     counted: list[dict[int, list[int]]] = []
-    measure = usage.kernel_memory
+    measure = usage.kernel_use
 
-    def counting(runs: dict[int, list[int]]) -> dict[int, int]:
+    def counting(runs: dict[int, list[int]]) -> dict[int, tuple[int, int]]:
         counted.append(runs)
         return measure(runs)
 
-    monkeypatch.setattr(usage, "kernel_memory", counting)
+    monkeypatch.setattr(usage, "kernel_use", counting)
 
     async def scenario() -> tuple[bool, int, bool]:
         watch = usage.UsageWatch()
@@ -169,7 +174,7 @@ def test_a_lone_process_holding_socket_buffers_is_over_its_limit(senders: str) -
     """The red team's attack, small: one process under RLIMIT_AS (not measured before) queues 12 socketpairs'
     buffers (at least 4.9 MiB, 96 MiB where wmem_max is 4 MiB) with 10 MiB resident."""
     with _run_as_holder(SOCKET_PINNER, ["12", senders], 1):
-        pinned = usage.kernel_memory({HOLDER_UID: usage.processes_of({HOLDER_UID})[HOLDER_UID]})[HOLDER_UID]
+        pinned = _holders_pin()
         assert pinned >= 12 * min(kernelmem.full_send_buffer(), 400 << 10)
         run = _swept(pinned // 2)
         assert run.over and run.peak >= pinned and run.peak_kernel >= pinned
@@ -183,7 +188,7 @@ def test_a_run_seen_pinning_a_share_of_its_limit_is_the_oom_killers_first_choice
     the highest OOM score, which they keep however they lower it. One pinning less keeps a job's."""
     with _run_as_holder(SOCKET_PINNER, ["12", "open"], 1) as holder:
         score = f"/proc/{holder.pid}/oom_score_adj"
-        pinned = usage.kernel_memory({HOLDER_UID: usage.processes_of({HOLDER_UID})[HOLDER_UID]})[HOLDER_UID]
+        pinned = _holders_pin()
         calm = _swept(pinned * usage.PINNING_LIMIT_SHARE + 64 * MIB)
         assert not calm.pinning and not calm.oom_first and not calm.over
         with open(score) as adj:
@@ -233,7 +238,7 @@ def test_a_run_holding_sockets_enough_to_pin_past_its_limit_is_the_oom_killers_f
 def test_what_a_runs_processes_still_pin_is_counted_at_once_when_asked() -> None:
     """When the OOM killer took one process of a run, its others' pinned memory says whether it was filling them."""
     with _run_as_holder(SOCKET_PINNER, ["12", "open"], 1):
-        pinned = usage.kernel_memory({HOLDER_UID: usage.processes_of({HOLDER_UID})[HOLDER_UID]})[HOLDER_UID]
+        pinned = _holders_pin()
 
         async def scenario(limit: int) -> usage.WatchedRun:
             watch = usage.UsageWatch()
@@ -269,7 +274,6 @@ def test_a_socket_not_unix_counts_as_a_full_receive_buffer() -> None:
     """A sock_diag socket queued 8 MiB of replies it never read (where rmem_max is 4 MiB), which the Unix dump
     does not see."""
     with _run_as_holder(DIAG_PINNER, ["20000"], 1):
-        pids = usage.processes_of({HOLDER_UID})[HOLDER_UID]
-        pinned = usage.kernel_memory({HOLDER_UID: pids})[HOLDER_UID]
+        pinned = _holders_pin()
         assert pinned >= kernelmem.full_receive_buffer()
         assert _swept(pinned // 2).over
