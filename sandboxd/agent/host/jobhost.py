@@ -147,7 +147,8 @@ class JobHost:
         once they are gone, so no later run of it can find them. SandboxDamaged
         when they cannot be removed (remove_tree's bound).
         """
-        await kill_uid(uid, self.reap)
+        if not self.runner.take_emptied(uid):
+            await kill_uid(uid, self.reap)
         if not shared_files_removed:
             await self.remove_shared_files(uid)
         workdir = f"{self.work_root}/{uid}"

@@ -69,6 +69,9 @@ JUDGE_GRACE_SECONDS = 1.0
 # How long a candidate whose judge saw it die has for its exit to be reported (a few ms here) before it is
 # killed as one whose verdict is in.
 CANDIDATE_EXIT_SECONDS = 1.0
+# The mtime of a job's folder that holds nothing yet, by python.remote's rule (its UNTOUCHED_FOLDER_MTIME_NS): the
+# candidate and its judge read the folder for files to share only once an entry is made there.
+UNTOUCHED_FOLDER_MTIME_NS = 0
 COLLECT_TOTAL_BYTES = 24 << 20
 # strerror(ENOSPC), as compilers print it (Go in lower case).
 NO_SPACE = b"no space left on device"
@@ -313,6 +316,9 @@ class Jobs:
         # for the test: the candidate's folder is the tests' working directory too, shared with its judge's group
         # only, for this job (python.remote.share_files keeps each side's files usable by the other's uid).
         harness: JudgeArguments = {**job["harness"], "call_timeout": limits["timeout"], "files": workdir}
+        # Empty (nothing is written for a Python program), and marked so before either side runs: neither reads it
+        # before each frame until one of them makes an entry there.
+        os.utime(workdir, ns=(UNTOUCHED_FOLDER_MTIME_NS, UNTOUCHED_FOLDER_MTIME_NS))
         # A HumanEval prompt's program is assembled by the candidate and by the judge (code.assemble).
         assembly = job.get("assembly")
         if plan["kind"] == "assert":

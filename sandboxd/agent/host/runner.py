@@ -505,6 +505,17 @@ class Runner:
         self._warm_bytes: int | None = None
         # The sandbox's memory limit, from the daemon's hello; None: unknown.
         self.sandbox_bytes: int | None = None
+        # Uids that a run's end swept until none of their processes was left, and that no worker has been handed
+        # since: their release has nothing to kill (take_emptied), which spares a job a look at every process.
+        self._emptied: set[int] = set()
+
+    def take_emptied(self, uid: int) -> bool:
+        """Whether no process of `uid` can be left: a run's end swept it empty, and no worker has been handed it
+        since (none of its processes remained to fork one). Forgotten once asked."""
+        if uid in self._emptied:
+            self._emptied.discard(uid)
+            return True
+        return False
 
     def warm_memory(self) -> int:
         """What a worker holds when forked, shared with the zygote: a run is not charged for it."""
@@ -519,6 +530,7 @@ class Runner:
         `fds` stay the caller's to close. A worker that died before taking
         its job shows it in the exit future, not here.
         """
+        self._emptied.discard(spec.uid)
         job = {
             "uid": spec.uid,
             "mode": spec.mode,
@@ -691,6 +703,7 @@ class Runner:
         if pending_exit is None:
             # Anything the run started (a daemon, a sleeping grandchild) dies with it.
             await kill_uid(spec.uid, self._reap)
+            self._emptied.add(spec.uid)
         await asyncio.wait([stdout.eof, stderr.eof], timeout=DRAIN_SECONDS)
         stdout.close()
         stderr.close()

@@ -16,7 +16,6 @@ import functools
 import inspect
 import io
 import itertools
-import logging
 import os
 import pathlib
 import sys
@@ -201,63 +200,6 @@ class _Capture:
             sys.stdout, sys.stderr = saved
 
 
-class _CapLog(logging.Handler):
-    """pytest's ``caplog``: the log records of the test and of the program (remote forwards them)."""
-
-    def __init__(self, remote: JudgeEndpoint, cleanup: contextlib.ExitStack) -> None:
-        super().__init__(logging.NOTSET)
-        self.remote, self.cleanup = remote, cleanup
-        self.records: list[logging.LogRecord] = []
-        self.setFormatter(logging.Formatter("%(levelname)-8s %(name)s:%(filename)s:%(lineno)d %(message)s"))
-        logging.root.addHandler(self)
-        cleanup.callback(logging.root.removeHandler, self)
-        remote.log_level("", logging.root.level)
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-    @property
-    def handler(self) -> logging.Handler:
-        return self
-
-    @property
-    def text(self) -> str:
-        return "".join(self.format(record) + "\n" for record in self.records)
-
-    @property
-    def record_tuples(self) -> list[tuple[str, int, str]]:
-        return [(record.name, record.levelno, record.getMessage()) for record in self.records]
-
-    @property
-    def messages(self) -> list[str]:
-        return [record.getMessage() for record in self.records]
-
-    def clear(self) -> None:
-        self.records.clear()
-
-    def set_level(self, level: int | str, logger: str | None = None) -> None:
-        target = logging.getLogger(logger)
-        before = target.level
-        target.setLevel(level)
-        self.remote.log_level(logger or "", target.level)
-        self.cleanup.callback(self._restore, target, logger, before)
-
-    def _restore(self, target: logging.Logger, name: str | None, level: int) -> None:
-        target.setLevel(level)
-        self.remote.log_level(name or "", level)
-
-    @contextlib.contextmanager
-    def at_level(self, level: int | str, logger: str | None = None) -> Iterator[None]:
-        target = logging.getLogger(logger)
-        before = target.level
-        target.setLevel(level)
-        self.remote.log_level(logger or "", target.level)
-        try:
-            yield
-        finally:
-            self._restore(target, logger, before)
-
-
 class _Request:
     """pytest's ``request``, as far as a parametrized fixture reads it."""
 
@@ -296,7 +238,9 @@ def _builtin_fixture(name: str, files: str, cleanup: contextlib.ExitStack,
                      remote: JudgeEndpoint) -> tuple[bool, object]:
     """(found, value) of one of pytest's own fixtures the harness provides; its teardown goes on ``cleanup``."""
     if name == "caplog":
-        return True, _CapLog(remote, cleanup)
+        from .logcapture import CapLog  # imports logging: see logcapture's docstring
+
+        return True, CapLog(remote, cleanup)
     if name in ("capsys", "capfd"):
         capture = _Capture()
         capture.start()

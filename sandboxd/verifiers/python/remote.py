@@ -46,7 +46,6 @@ import copy
 import inspect
 import io
 import itertools
-import logging
 import math
 import operator
 import os
@@ -226,7 +225,7 @@ def share_files(folder: str) -> None:
     relative path) or reads files the program wrote. Each side runs this
     before it hands control to the other (each frame it sends). The folder
     itself is the candidate's own, shared with its judge's group only
-    (controller._python_harness), so nothing of it is any other job's to
+    (host.jobs._python_harness), so nothing of it is any other job's to
     see. Symbolic links are not followed; entries of the other uid are left
     as they are.
 
@@ -235,15 +234,23 @@ def share_files(folder: str) -> None:
     folder before each frame costs 1.8 ms of a job's 10 (host, all 164
     problems). Its mtime moves with every entry made or removed, but in steps
     of the kernel's coarse clock: a folder changed within one step
-    (SHARE_FILES_SETTLE_NS) of its last reading is read again.
+    (SHARE_FILES_SETTLE_NS) of its last reading is read again. A folder
+    whose mtime is UNTOUCHED_FOLDER_MTIME_NS is taken as read: empty, as the
+    agent made it.
     """
     known = _shared_in.get("/") if _shared_in.get("") == folder else None
-    if known is not None and not known[2]:  # a folder without subfolders: one stat says whether to read it
+    if known is None or not known[2]:  # a folder without subfolders: one stat says whether to read it
         try:
             mtime = os.stat(folder, follow_symlinks=False).st_mtime_ns
         except OSError:
             return
-        if known[0] == mtime and known[1] > mtime + SHARE_FILES_SETTLE_NS:
+        if known is None and mtime == UNTOUCHED_FOLDER_MTIME_NS:
+            # Empty as the agent made it: nothing to share until an entry is made, which moves the mtime.
+            _shared_in.clear()
+            _shared_in[""] = folder
+            _shared_in["/"] = (mtime, time.time_ns(), [])
+            return
+        if known is not None and known[0] == mtime and known[1] > mtime + SHARE_FILES_SETTLE_NS:
             return
     try:
         fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
@@ -258,6 +265,12 @@ def share_files(folder: str) -> None:
         os.close(fd)
 
 
+# The mtime the agent gives a job's folder that it made empty (host.jobs, os.utime): share_files then reads nothing
+# until an entry is made or removed there, which sets the mtime to the present. A fresh job's folder is otherwise
+# read before every frame of a short job (its mtime within a clock step: see SHARE_FILES_SETTLE_NS): 0.2 ms of a
+# HumanEval candidate's CPU and 25 of its page faults, on the host. A program that sets it back on a folder it
+# wrote to keeps its own files from its tests; nothing of the judge's depends on it.
+UNTOUCHED_FOLDER_MTIME_NS = 0
 # Folder (relative to the job's; "" names the job's folder's path itself) -> (mtime, when last read), in ns.
 _shared_in: dict[str, Any] = {}
 # Timestamps of files move in steps of the kernel's coarse clock (CLOCK_REALTIME_COARSE, whose id the time module
@@ -493,26 +506,6 @@ class _Stdin(io.TextIOBase):
 LOG_RECORDS_LIMIT = 10_000
 
 
-class _ForwardLogs(logging.Handler):
-    """In the candidate: each log record goes to the tests with the next frame (see JudgeEndpoint.log)."""
-
-    def __init__(self, endpoint: CandidateEndpoint) -> None:
-        super().__init__(logging.NOTSET)
-        self.endpoint = endpoint
-
-    def emit(self, record: logging.LogRecord) -> None:
-        endpoint = self.endpoint
-        if endpoint.log_records_sent >= LOG_RECORDS_LIMIT:
-            return
-        endpoint.log_records_sent += 1
-        try:
-            message = record.getMessage()
-        except Exception:
-            message = str(record.msg)
-        endpoint.log_records.append([str(record.name)[:200], int(record.levelno), message[:MESSAGE_LIMIT],
-                                     str(record.filename)[:200], int(record.lineno)])
-
-
 class JudgeObject:
     """In the candidate: something a test handed it that is not a value (a callback, an iterator, a mock, a buffer).
 
@@ -712,14 +705,12 @@ class CandidateEndpoint(Endpoint):
         if type(levels) is dict:
             self.forward_logs(levels)
 
-    def forward_logs(self, levels: Mapping[str, object]) -> None:
+    def forward_logs(self, levels: dict[object, object]) -> None:
         """Send the program's log records to the tests (their caplog), at the levels the tests set."""
-        if not self.logging_forwarded:
-            logging.root.addHandler(_ForwardLogs(self))
-            self.logging_forwarded = True
-        for name, level in levels.items():
-            if type(level) is int and type(name) is str:
-                (logging.getLogger(name) if name else logging.root).setLevel(level)
+        from .logcapture import forward_logs  # only once a test asks: see logcapture's docstring
+
+        forward_logs(self, levels, self.logging_forwarded)
+        self.logging_forwarded = True
 
     def ask(self, op: str, args: Sequence[object], kwargs: Mapping[str, object] | None = None) -> Any:
         """A callback into the test's process; its answer, or the exception it raised (as ours)."""
@@ -1172,15 +1163,9 @@ class JudgeEndpoint(Endpoint):
         if type(record) is not list or len(record) != 5 or not all(
                 type(part) is kind for part, kind in zip(record, (str, int, str, str, int), strict=True)):
             return
-        name, level, message, filename, lineno = record
-        # A logger the tests have, or the root: a program's names make no loggers in a long-lived judge.
-        logger = logging.root.manager.loggerDict.get(name) if name != "root" else None
-        handler = logger if isinstance(logger, logging.Logger) else logging.root
-        if handler.isEnabledFor(level):
-            handler.handle(logging.makeLogRecord({
-                "name": name, "levelno": level, "levelname": logging.getLevelName(level), "msg": message,
-                "args": None, "filename": filename, "lineno": lineno, "pathname": filename, "module": "solution",
-            }))
+        from .logcapture import handle_record  # imported by the test's caplog already (log_levels is set)
+
+        handle_record(*record)
 
     def log_level(self, name: str, level: int) -> None:
         """A test set a logger's level (caplog.set_level): the program's logger takes it with the next request."""

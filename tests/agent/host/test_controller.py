@@ -194,6 +194,28 @@ def test_an_empty_work_dir_is_removed_without_a_thread(tmp_path: Path, monkeypat
     assert uid in controller.host.uids._free
 
 
+def test_a_release_after_a_run_swept_its_uid_empty_looks_at_no_process(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run's end sweeps its uid until none of its processes is left: the release after it has nothing to kill,
+    unless a worker was handed the uid since (a stdio job's next case, a server)."""
+    controller = bare_controller(tmp_path, monkeypatch)
+    host = controller.host
+    sweeps: list[int] = []
+    monkeypatch.setattr(cleanup, "sigkill_uid", lambda uid, **_: sweeps.append(uid) or set())
+    uid = host.uids.take()
+    (tmp_path / "work" / str(uid)).mkdir()
+    host.runner._emptied.add(uid)  # as Runner.run leaves it after its kill_uid
+    asyncio.run(host.release(uid))
+    assert sweeps == [] and uid in host.uids._free
+    uid = host.uids.take()
+    (tmp_path / "work" / str(uid)).mkdir()
+    host.runner._emptied.add(uid)
+    host.runner._emptied.discard(uid)  # as Runner.launch does when a worker is handed the uid again
+    asyncio.run(host.release(uid))
+    assert sweeps == [uid]
+    assert not host.runner.take_emptied(uid), "forgotten once asked"
+
+
 def test_a_jobs_files_in_shared_folders_are_removed_off_the_event_loop(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Before a job's reply, what its uid left in /dev/shm goes (up to tmpfs_inodes entries): in a thread, which

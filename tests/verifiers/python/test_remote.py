@@ -405,6 +405,37 @@ def test_share_files_reads_a_folder_again_when_it_changed_within_the_clocks_step
     assert (folder / "sub" / "deep").stat().st_mode & 0o777 == 0o666
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="two uids need root")
+def test_share_files_reads_an_untouched_folder_only_once_an_entry_is_made(tmp_path: Path) -> None:
+    """A folder the agent marked as made empty (UNTOUCHED_FOLDER_MTIME_NS) is not read; the first entry made in it
+    moves its mtime, and from then on it is shared as any other."""
+    from sandboxd.verifiers.python import remote as pyremote
+
+    folder = tmp_path / "job"
+    folder.mkdir()
+    hidden = folder / "hidden"
+    hidden.write_text("x")
+    os.chmod(hidden, 0o600)
+    # The mark on a folder that holds a file (only a program hiding its own files from its tests does that): not read.
+    os.utime(folder, ns=(pyremote.UNTOUCHED_FOLDER_MTIME_NS, pyremote.UNTOUCHED_FOLDER_MTIME_NS))
+    for _ in range(3):
+        pyremote.share_files(str(folder))
+    assert hidden.stat().st_mode & 0o777 == 0o600, "an untouched folder was read"
+    made = folder / "made"
+    made.write_text("y")
+    os.chmod(made, 0o600)
+    pyremote.share_files(str(folder))
+    assert made.stat().st_mode & 0o777 == 0o666
+    assert hidden.stat().st_mode & 0o777 == 0o666
+
+
+def test_the_agent_marks_a_folder_untouched_as_the_harness_reads_the_mark() -> None:
+    from sandboxd.agent.host import jobs
+    from sandboxd.verifiers.python import remote as pyremote
+
+    assert jobs.UNTOUCHED_FOLDER_MTIME_NS == pyremote.UNTOUCHED_FOLDER_MTIME_NS
+
+
 @pytest.mark.parametrize("call_timeout", [1.0, None], ids=["a-call", "the-time-for-all"])
 def test_a_deadline_given_up_on_says_whether_the_candidate_was_kept_off_past_the_stretch(
         monkeypatch: pytest.MonkeyPatch, call_timeout: float | None) -> None:
