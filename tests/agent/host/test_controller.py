@@ -201,7 +201,12 @@ def test_a_release_after_a_run_swept_its_uid_empty_looks_at_no_process(
     controller = bare_controller(tmp_path, monkeypatch)
     host = controller.host
     sweeps: list[int] = []
-    monkeypatch.setattr(cleanup, "sigkill_uid", lambda uid, **_: sweeps.append(uid) or set())
+
+    def sweep(uid: int, **_: Any) -> set[int]:
+        sweeps.append(uid)
+        return set()
+
+    monkeypatch.setattr(cleanup, "sigkill_uid", sweep)
     uid = host.uids.take()
     (tmp_path / "work" / str(uid)).mkdir()
     host.runner._emptied.add(uid)  # as Runner.run leaves it after its kill_uid
