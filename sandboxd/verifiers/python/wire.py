@@ -157,9 +157,10 @@ def recv_frame(
     ``OSError`` for socket errors. With ``max_containers``, a frame of more
     lists and objects than that is a :class:`ProtocolError`, before it is parsed.
     """
-    if deadline is None:
+    if deadline is None and sock.gettimeout() is not None:
         # Blocking. With a deadline, recv_exactly sets the timeout before each read: setting None first would
-        # switch the socket out of timeout mode and back (an ioctl each way) for every frame.
+        # switch the socket out of timeout mode and back (an ioctl each way) for every frame; and a socket
+        # already blocking needs no ioctl at all (the candidate's, every frame).
         sock.settimeout(None)
     size = body_length(recv_exactly(sock, HEADER.size, deadline), max_bytes)
     body = recv_exactly(sock, size, deadline)
