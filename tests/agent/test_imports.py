@@ -185,16 +185,18 @@ def test_no_forked_process_imports_asyncio(name: str) -> None:
 # every fork of it copies and every exit tears down (tempfile imports shutil, and that bz2 and lzma: 21 more
 # mappings, about 0.2 ms more a forked job; hashlib maps OpenSSL's libcrypto); and those that register fork
 # hooks, which run Python code in every worker it forks (threading's and logging's: about 150 page faults and
-# 0.4 ms a worker; logging imports threading).
+# 0.4 ms a worker; logging imports threading). random's hook stays: it is what reseeds each worker's generator.
 NOT_IN_A_CODE_ZYGOTE = ("asyncio", "tempfile", "shutil", "bz2", "lzma", "hashlib", "threading", "logging")
 
 
-def test_a_code_zygote_holds_none_of_the_costly_modules() -> None:
+@pytest.mark.parametrize("pool", ["python", "langs"])
+def test_a_code_zygote_holds_none_of_the_costly_modules(pool: str) -> None:
     """What the zygote of a code sandbox imports, as it does it: its own module, then the pool's warm modules, each
-    warmed (the harness's warm-up runs jobs of both its sides)."""
+    warmed (the harness's warm-up runs jobs of both its sides, and says on stderr if one failed)."""
     script = ("import json, sys\n"
               "from sandboxd.agent.forked import zygote\n"
-              f"zygote._warm({WARM_MODULES['python'].split(',')!r})\n"
+              f"zygote._warm({WARM_MODULES[pool].split(',')!r})\n"
               f"print(json.dumps(sorted(set(sys.modules) & set({list(NOT_IN_A_CODE_ZYGOTE)!r}))))\n")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
     assert json.loads(done.stdout) == []
+    assert done.stderr == ""

@@ -14,7 +14,10 @@ from typing import Any, NoReturn, cast
 from sandboxd.agent.forked.serving import serve_requests
 from sandboxd.agent.messages import JudgeRequest
 from sandboxd.agent.protocol import CPU_CREDIT, DEADLINE_STRETCH
-from sandboxd.verifiers.python import harness
+
+# logcapture: imported as the judge starts, not by a test's caplog in the middle of a job, whose working directory
+# is the candidate's folder; a judge never forks, so logging's fork hooks cost it nothing (the zygote has none).
+from sandboxd.verifiers.python import harness, logcapture  # noqa: F401
 
 # What a judge may map, on top of what it maps between jobs, while it judges one job. A judge reads
 # what the candidate sends it: the syntax tree of its program (assert tests, to find the names they

@@ -22,7 +22,7 @@ import contextlib
 import ctypes
 import errno
 import os
-import random
+import random  # noqa: F401 - for its fork hook, which reseeds it in every worker (see _reseed)
 import resource
 import signal
 import socket
@@ -268,8 +268,8 @@ def _receive_job(channel: socket.socket) -> tuple[dict[str, Any], list[int]]:
 def _reseed() -> None:
     # Every clone restored from one snapshot, and every worker forked from one
     # zygote, starts with the same generator state; a job must not be able to
-    # predict another's random numbers.
-    random.seed()
+    # predict another's random numbers. `random` reseeds itself in every forked
+    # child (its own os.register_at_fork hook); numpy's generator does not.
     numpy = sys.modules.get("numpy")
     if numpy is not None:
         numpy.random.seed(int.from_bytes(os.urandom(4), "little"))

@@ -36,6 +36,8 @@ DEFAULT_RLIMITS = {"fsize": 64 << 20, "nproc": 256, "nofile": 512, "core": 0}
 INLINE_WRITE_BYTES = 256 << 10
 # Tries of a uid's System V IPC sweep when no pid is left to fork its helper with, 20 ms apart.
 IPC_SWEEP_ATTEMPTS = 50
+# The mtime of a work dir that holds nothing yet, by python.remote's rule (its UNTOUCHED_FOLDER_MTIME_NS).
+UNTOUCHED_FOLDER_MTIME_NS = 0
 
 
 class UidPool:
@@ -93,7 +95,8 @@ class JobHost:
 
     # ---- work dirs ------------------------------------------------------
     async def make_workdir(self, uid: int) -> str:
-        """A fresh 0700 folder of `uid`'s; SandboxFull when other runs took /tmp's space (NEIGHBOURS_SHARE)."""
+        """A fresh 0700 folder of `uid`'s, its mtime UNTOUCHED_FOLDER_MTIME_NS; SandboxFull when other runs took /tmp's
+        space (NEIGHBOURS_SHARE)."""
         path = f"{self.work_root}/{uid}"
         if os.path.lexists(path):
             # Not expected: a uid comes back only once its folder is gone (release).
@@ -105,6 +108,9 @@ class JobHost:
                 await self.charge_neighbours(None, f"making a work dir: {exc.strerror}")
             raise
         os.chown(path, uid, uid)
+        # Marked as made empty: an entry made or removed there sets its mtime to the present, so a Python harness's
+        # candidate and judge read it for files to share only from then on, not before each frame.
+        os.utime(path, ns=(UNTOUCHED_FOLDER_MTIME_NS, UNTOUCHED_FOLDER_MTIME_NS))
         return path
 
     async def write_files(self, workdir: str, uid: int, files: Iterable[tuple[str, bytes]]) -> None:
@@ -136,7 +142,8 @@ class JobHost:
             raise SandboxFull(f"/tmp of the sandbox is full ({what}); other runs hold its space")
 
     async def release(self, uid: int, *, shared_files_removed: bool = False) -> None:
-        """Make `uid` free for another run: its processes gone, its files removed, then the uid given back.
+        """Make `uid` free for another run: its processes gone (already, when the end of its last run swept it empty:
+        Runner.take_emptied), its files removed, then the uid given back.
 
         `shared_files_removed`: remove_shared_files ran once nothing of the
         uid could add a file any more. The files are removed in a thread:

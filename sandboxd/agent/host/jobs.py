@@ -69,9 +69,8 @@ JUDGE_GRACE_SECONDS = 1.0
 # How long a candidate whose judge saw it die has for its exit to be reported (a few ms here) before it is
 # killed as one whose verdict is in.
 CANDIDATE_EXIT_SECONDS = 1.0
-# The mtime of a job's folder that holds nothing yet, by python.remote's rule (its UNTOUCHED_FOLDER_MTIME_NS): the
-# candidate and its judge read the folder for files to share only once an entry is made there.
-UNTOUCHED_FOLDER_MTIME_NS = 0
+# How long a candidate whose judge has its verdict has to end on the end of file it reads, before it is killed.
+CANDIDATE_EOF_SECONDS = 0.1
 COLLECT_TOTAL_BYTES = 24 << 20
 # strerror(ENOSPC), as compilers print it (Go in lower case).
 NO_SPACE = b"no space left on device"
@@ -316,9 +315,6 @@ class Jobs:
         # for the test: the candidate's folder is the tests' working directory too, shared with its judge's group
         # only, for this job (python.remote.share_files keeps each side's files usable by the other's uid).
         harness: JudgeArguments = {**job["harness"], "call_timeout": limits["timeout"], "files": workdir}
-        # Empty (nothing is written for a Python program), and marked so before either side runs: neither reads it
-        # before each frame until one of them makes an entry there.
-        os.utime(workdir, ns=(UNTOUCHED_FOLDER_MTIME_NS, UNTOUCHED_FOLDER_MTIME_NS))
         # A HumanEval prompt's program is assembled by the candidate and by the judge (code.assemble).
         assembly = job.get("assembly")
         if plan["kind"] == "assert":
@@ -365,15 +361,21 @@ class Jobs:
                 # that exit says whether the OOM killer took it while the others held the sandbox's memory
                 # (runner.crowded_out, then retried as a stdio run is) or at its own limit.
                 await asyncio.wait([candidate_task], timeout=CANDIDATE_EXIT_SECONDS)
+            # Closed first: a candidate not yet launched when the judge
+            # answered (no one to signal yet) then reads end of file and exits.
+            judge_end.close()
+            if no_room is None and _candidate_idle(verdict):
+                # Its judge is done and it waits for a request: the end of file the judge sent ends it
+                # (python.candidate), and the run's end sweeps its uid. A sweep to kill it first would look at
+                # every process of the sandbox for nothing (about 0.1 ms of the agent's CPU a job).
+                await asyncio.wait([candidate_task], timeout=CANDIDATE_EOF_SECONDS)
             # The judge is done: whatever the candidate still does is moot,
             # and its death by our SIGKILL says nothing about it. The run
             # waits for the worker's exit, then sweeps the uid until empty.
             killed_by_us = not candidate_task.done()
             candidate.ended_by_caller = killed_by_us
-            # Closed first: a candidate not yet launched when the judge
-            # answered (no one to signal yet) then reads end of file and exits.
-            judge_end.close()
-            sigkill_uid(uid)
+            if killed_by_us:
+                sigkill_uid(uid)
             candidate_outcome = await candidate_task
         finally:
             candidate_end.close()
@@ -551,6 +553,15 @@ def _test_entry(index: int, status: str, limit: str, message: str, outcome: RunO
         "stdout": _preview(outcome.stdout),
         "stderr": _preview(outcome.stderr),
     }
+
+
+def _candidate_idle(verdict: object) -> bool:
+    """Whether a judge's verdict leaves its candidate waiting for a request: no call of it was given up on."""
+    if not isinstance(verdict, dict) or verdict.get("candidate_died"):
+        return False
+    tests = verdict.get("tests")
+    return isinstance(tests, list) and not any(
+        isinstance(test, dict) and test.get("status") in ("timeout", "total_time") for test in tests)
 
 
 def _total_time_ran_out(seconds: float) -> str:

@@ -508,6 +508,9 @@ class Runner:
         # Uids that a run's end swept until none of their processes was left, and that no worker has been handed
         # since: their release has nothing to kill (take_emptied), which spares a job a look at every process.
         self._emptied: set[int] = set()
+        # Workers handed each uid so far (launch): a run marks its uid emptied only if no other launch of it began
+        # meanwhile, whose worker may take the uid after the run's sweep.
+        self._launches: dict[int, int] = {}
 
     def take_emptied(self, uid: int) -> bool:
         """Whether no process of `uid` can be left: a run's end swept it empty, and no worker has been handed it
@@ -530,6 +533,7 @@ class Runner:
         `fds` stay the caller's to close. A worker that died before taking
         its job shows it in the exit future, not here.
         """
+        self._launches[spec.uid] = self._launches.get(spec.uid, 0) + 1
         self._emptied.discard(spec.uid)
         job = {
             "uid": spec.uid,
@@ -621,6 +625,7 @@ class Runner:
         stdout = PipeReader(out_r, budget)
         stderr = PipeReader(err_r, budget)
         extra = {"status_fd": len(fds) - 1} if status_reader is not None else None
+        launched = self._launches.get(spec.uid, 0) + 1  # this run's launch of its uid (launch counts it first)
         try:
             pid, channel, exited = await self.launch(spec, fds, extra)
         except BaseException:
@@ -703,7 +708,8 @@ class Runner:
         if pending_exit is None:
             # Anything the run started (a daemon, a sleeping grandchild) dies with it.
             await kill_uid(spec.uid, self._reap)
-            self._emptied.add(spec.uid)
+            if self._launches.get(spec.uid) == launched:
+                self._emptied.add(spec.uid)
         await asyncio.wait([stdout.eof, stderr.eof], timeout=DRAIN_SECONDS)
         stdout.close()
         stderr.close()

@@ -109,7 +109,7 @@ REPLY_TOO_LARGE = "the candidate's reply took more memory to decode than the jud
 _ENDS_ITERATION = (StopIteration, StopAsyncIteration)
 # Builtins that a test may patch (unittest.mock.patch("builtins.input")) and the candidate's code
 # must then see patched: its own are routed to the judge's while they are (see CandidateEndpoint).
-PATCHABLE_BUILTINS = ("input", "print", "open")
+PATCHABLE_BUILTINS = ("input", "print", "open")  # JudgeEndpoint.patched names the three
 _REAL_BUILTINS = {name: getattr(builtins, name) for name in PATCHABLE_BUILTINS}
 
 
@@ -162,10 +162,12 @@ def _numpy_in(frame: object) -> bool:
     return '"$ndarray"' in text or '"$npscalar"' in text
 
 
+_MUTABLE_KINDS = frozenset({list, dict, set, bytearray, deque})
+
+
 def _mutable(value: object) -> bool:
     """Whether a value a request carried may have been changed in place by whoever served it (write-back)."""
-    kind = type(value)
-    return kind in (list, dict, set, bytearray, deque) or (
+    return type(value) in _MUTABLE_KINDS or (
         "numpy" in sys.modules and isinstance(value, sys.modules["numpy"].ndarray))
 
 
@@ -235,8 +237,8 @@ def share_files(folder: str) -> None:
     problems). Its mtime moves with every entry made or removed, but in steps
     of the kernel's coarse clock: a folder changed within one step
     (SHARE_FILES_SETTLE_NS) of its last reading is read again. A folder
-    whose mtime is UNTOUCHED_FOLDER_MTIME_NS is taken as read: empty, as the
-    agent made it.
+    not read yet whose mtime is UNTOUCHED_FOLDER_MTIME_NS is taken as read:
+    empty, as the agent made it (host.jobhost.make_workdir).
     """
     known = _shared_in.get("/") if _shared_in.get("") == folder else None
     if known is None or not known[2]:  # a folder without subfolders: one stat says whether to read it
@@ -265,7 +267,7 @@ def share_files(folder: str) -> None:
         os.close(fd)
 
 
-# The mtime the agent gives a job's folder that it made empty (host.jobs, os.utime): share_files then reads nothing
+# The mtime the agent gives a job's folder that it made empty (host.jobhost, os.utime): share_files then reads nothing
 # until an entry is made or removed there, which sets the mtime to the present. A fresh job's folder is otherwise
 # read before every frame of a short job (its mtime within a clock step: see SHARE_FILES_SETTLE_NS): 0.2 ms of a
 # HumanEval candidate's CPU and 25 of its page faults, on the host. A program that sets it back on a folder it
@@ -709,8 +711,8 @@ class CandidateEndpoint(Endpoint):
         """Send the program's log records to the tests (their caplog), at the levels the tests set."""
         from .logcapture import forward_logs  # only once a test asks: see logcapture's docstring
 
-        forward_logs(self, levels, self.logging_forwarded)
-        self.logging_forwarded = True
+        installed, self.logging_forwarded = self.logging_forwarded, True
+        forward_logs(self, levels, installed)
 
     def ask(self, op: str, args: Sequence[object], kwargs: Mapping[str, object] | None = None) -> Any:
         """A callback into the test's process; its answer, or the exception it raised (as ours)."""
@@ -1230,16 +1232,21 @@ class JudgeEndpoint(Endpoint):
             frame["env"] = [{os.fsdecode(k): os.fsdecode(v) for k, v in environ.items() if self.environ.get(k) != v},
                             [os.fsdecode(k) for k in self.environ if k not in environ]]
             self.told_environ = environ
-        with contextlib.suppress(OSError):
+        try:
             cwd = os.getcwd()
-            if cwd != self.told_cwd:
-                frame["cwd"] = self.told_cwd = cwd
+        except OSError:
+            cwd = self.told_cwd
+        if cwd != self.told_cwd:
+            frame["cwd"] = self.told_cwd = cwd
         if sys.argv != self.told_argv:
             self.told_argv = list(sys.argv)
             frame["argv"] = [str(arg) for arg in self.told_argv]
 
     def patched(self) -> list[str]:
-        return [name for name in PATCHABLE_BUILTINS if getattr(builtins, name) is not _REAL_BUILTINS[name]]
+        real = _REAL_BUILTINS
+        if builtins.input is real["input"] and builtins.print is real["print"] and builtins.open is real["open"]:
+            return []  # the usual answer, before every request: no list made
+        return [name for name in PATCHABLE_BUILTINS if getattr(builtins, name) is not real[name]]
 
     def request(self, op: str, args: Sequence[object] = (), kwargs: Mapping[str, object] | None = None) -> Any:
         """Ask the candidate: the decoded answer, or the exception it raised (as the test's to catch)."""

@@ -212,13 +212,13 @@ def test_a_release_after_a_run_swept_its_uid_empty_looks_at_no_process(
     host.runner._emptied.add(uid)  # as Runner.run leaves it after its kill_uid
     asyncio.run(host.release(uid))
     assert sweeps == [] and uid in host.uids._free
+    assert not host.runner.take_emptied(uid), "forgotten once asked"
     uid = host.uids.take()
     (tmp_path / "work" / str(uid)).mkdir()
     host.runner._emptied.add(uid)
     host.runner._emptied.discard(uid)  # as Runner.launch does when a worker is handed the uid again
     asyncio.run(host.release(uid))
     assert sweeps == [uid]
-    assert not host.runner.take_emptied(uid), "forgotten once asked"
 
 
 def test_a_jobs_files_in_shared_folders_are_removed_off_the_event_loop(
@@ -733,12 +733,13 @@ def test_a_request_is_answered_while_a_release_waits_for_the_uids_processes(
 
 
 async def until_the_judge_hangs_up(spec: runner.RunSpec) -> runner.RunOutcome:
-    """A stand-in candidate run: it lasts until the judge's end of its socket closes, as a real candidate's does."""
+    """A stand-in candidate run: it lasts until the judge's end of its socket closes, then exits 0, as a real
+    candidate's does (python.candidate)."""
     assert spec.peer is not None
     spec.peer.setblocking(False)
     while await asyncio.get_running_loop().sock_recv(spec.peer, 1):
         pass
-    return runner.RunOutcome(wait_status=signal.SIGKILL, stdout=b"", stderr=b"", stdout_truncated=False,
+    return runner.RunOutcome(wait_status=0, stdout=b"", stderr=b"", stdout_truncated=False,
                              stderr_truncated=False, killed_for="", wall_seconds=0.0, cpu_seconds=0.0, max_rss_bytes=0)
 
 
@@ -1102,3 +1103,103 @@ def test_a_program_or_reply_too_large_for_the_judge_is_the_memory_limit(
     assert [(t["status"], t["limit"]) for t in result["tests"]] == [
         ("ok", ""), ("memory_limit", "memory"), ("memory_limit", "memory")]
     assert (result["status"], result["limit"], result["message"]) == ("memory_limit", "memory", too_large), result
+
+
+class _StandInZygote:
+    """Hands out workers that have already exited (status 0), and holds each one's channel until told to let go."""
+
+    def __init__(self) -> None:
+        self.ends: list[socket.socket] = []
+        self.gates: list[asyncio.Event] = []  # the next takes wait for these, in turn
+
+    async def take(self) -> tuple[int, socket.socket, asyncio.Future[dict[str, Any]]]:
+        if self.gates:
+            await self.gates.pop(0).wait()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.ends.append(theirs)
+        exited: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        exited.set_result({"status": 0, "cpu_seconds": 0.0, "max_rss_bytes": 0})
+        return 4242, ours, exited
+
+    def forget(self, pid: int) -> None:
+        pass
+
+
+def test_a_run_marks_its_uid_emptied_only_if_no_other_worker_was_handed_it_meanwhile(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The release after a run skips its sweep of the uid (take_emptied) only when the run's own sweep was the
+    last word: not when another launch of the uid began while the run ended, whose worker may take it later."""
+    swept: list[int] = []
+
+    async def sweep(uid: int, reap: Any) -> None:
+        swept.append(uid)
+
+    monkeypatch.setattr(runner, "kill_uid", sweep)
+    zygote = _StandInZygote()
+    host = runner.Runner(zygote, lambda: None)  # type: ignore[arg-type]
+
+    def spec() -> runner.RunSpec:
+        return runner.RunSpec(mode="exec", uid=TEST_FIRST_UID, cwd=str(tmp_path), timeout=5, output_limit=100,
+                              rlimits={}, argv=["true"])
+
+    async def scenario() -> tuple[bool, bool]:
+        await host.run(spec())
+        alone = host.take_emptied(TEST_FIRST_UID)
+        gates = [asyncio.Event(), asyncio.Event()]
+        zygote.gates = list(gates)
+        first = asyncio.ensure_future(host.run(spec()))
+        await asyncio.sleep(0)
+        second = asyncio.ensure_future(host.run(spec()))  # launched (counted) while the first waits for its worker
+        await asyncio.sleep(0)
+        gates[0].set()
+        await first
+        overlapped = host.take_emptied(TEST_FIRST_UID)
+        gates[1].set()
+        await second
+        return alone, overlapped
+
+    alone, overlapped = asyncio.run(scenario())
+    assert alone, "a run that swept its uid empty leaves it marked"
+    assert not overlapped, "a run marked its uid while another launch of it was under way"
+    assert host.take_emptied(TEST_FIRST_UID), "the last run to end, with no launch after it, marks it"
+    assert swept == [TEST_FIRST_UID] * 3
+    for end in zygote.ends:
+        end.close()
+
+
+@pytest.mark.parametrize("status", ["ok", "wrong_answer", "timeout"])
+def test_a_candidate_waiting_for_a_request_ends_on_its_own_and_a_busy_one_is_killed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, status: str) -> None:
+    """Once the judge has its verdict, a candidate that waits for a request reads end of file and exits (the run's
+    end then sweeps its uid): a sweep of every process to kill it first is for nothing. One whose call the judge
+    gave up on is still running it, and is killed at once."""
+    controller = bare_controller(tmp_path, monkeypatch)
+    sweeps: list[int] = []
+    events: dict[str, asyncio.Event] = {}
+
+    def killed() -> asyncio.Event:
+        return events.setdefault("killed", asyncio.Event())
+
+    def sigkill_uid(uid: int, **_: Any) -> set[int]:
+        sweeps.append(uid)
+        killed().set()
+        return set()
+
+    async def candidate_run(spec: runner.RunSpec, *, settle: bool = True) -> runner.RunOutcome:
+        if status == "timeout":
+            await killed().wait()  # still in the call its judge gave up on
+            return await until_the_judge_hangs_up(spec)
+        return await until_the_judge_hangs_up(spec)
+
+    async def judge(request: dict[str, Any], peer: socket.socket, cpu_credit_fd: int, timeout: float,
+                    share: Any = None) -> Any:
+        tests = [{"index": 0, "status": status, "passed": status == "ok", "message": ""}]
+        return "ok", {"status": status, "total": 1, "passed": status == "ok", "passed_count": int(status == "ok"),
+                      "candidate_died": False, "tests": tests}, ""
+
+    monkeypatch.setattr(controller.host.runner, "run", candidate_run)
+    monkeypatch.setattr(controller.jobs.judges, "judge", judge)
+    monkeypatch.setattr(jobs, "sigkill_uid", sigkill_uid)
+    reply = _run(controller, dict(JUDGED_JOB, plan={"kind": "function", "total": 1, "stdio": []}))
+    assert reply["result"]["status"] == status, reply
+    assert sweeps == ([TEST_FIRST_UID] if status == "timeout" else []), sweeps

@@ -430,10 +430,10 @@ def test_share_files_reads_an_untouched_folder_only_once_an_entry_is_made(tmp_pa
 
 
 def test_the_agent_marks_a_folder_untouched_as_the_harness_reads_the_mark() -> None:
-    from sandboxd.agent.host import jobs
+    from sandboxd.agent.host import jobhost
     from sandboxd.verifiers.python import remote as pyremote
 
-    assert jobs.UNTOUCHED_FOLDER_MTIME_NS == pyremote.UNTOUCHED_FOLDER_MTIME_NS
+    assert jobhost.UNTOUCHED_FOLDER_MTIME_NS == pyremote.UNTOUCHED_FOLDER_MTIME_NS
 
 
 @pytest.mark.parametrize("call_timeout", [1.0, None], ids=["a-call", "the-time-for-all"])
