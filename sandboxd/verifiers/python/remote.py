@@ -1123,6 +1123,8 @@ class JudgeEndpoint(Endpoint):
         return now
 
     def time_up(self) -> bool:
+        if self.deadline is None:  # no time for all (most jobs): asked before every request
+            return False
         ends = self._time_for_all_ends()
         return ends is not None and time.monotonic() >= ends
 
@@ -1354,8 +1356,8 @@ class JudgeEndpoint(Endpoint):
     def hold(self, frame: dict[str, Any], args: Sequence[object], kwargs: Mapping[str, object]) -> None:
         """Name in a request the test's containers it hands over (``h``), and send on what the test changed of
         those the program still holds (``fw``), so that the program's objects and the test's stay one."""
-        held = []
-        for position, value in [*enumerate(args), *kwargs.items()]:
+        held: list[list[Any]] = []
+        for position, value in itertools.chain(enumerate(args), kwargs.items()) if kwargs else enumerate(args):
             if _mutable(value):
                 hid = self.held_ids.get(id(value))
                 if hid is None or self.held.get(hid) is not value:
@@ -1365,18 +1367,19 @@ class JudgeEndpoint(Endpoint):
                 # Taken once the reply is read, and only if the program holds it then: most it does not keep
                 # (3 million ints passed to a function would cost the JSON of them twice more per call otherwise).
                 self.held_json[hid] = None
-        forward = []
-        named = {hid for _, hid in held}
-        for hid, value in self.held.items():
-            if hid not in named and self.held_json[hid] is not None:
-                fresh = _json(value, self)
-                if fresh != self.held_json[hid]:
-                    forward.append([hid, self.encode(value)])
-                    self.held_json[hid] = fresh
         if held:
             frame["h"] = held
-        if forward:
-            frame["fw"] = forward
+        named = {hid for _, hid in held}
+        if len(self.held) > len(named):  # some the program kept from earlier requests: what the test changed of them
+            forward = []
+            for hid, value in self.held.items():
+                if hid not in named and self.held_json[hid] is not None:
+                    fresh = _json(value, self)
+                    if fresh != self.held_json[hid]:
+                        forward.append([hid, self.encode(value)])
+                        self.held_json[hid] = fresh
+            if forward:
+                frame["fw"] = forward
         if self.forgotten:
             frame["f"], self.forgotten = True, False
 
