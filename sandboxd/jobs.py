@@ -421,6 +421,9 @@ def _common_prefix_length(a: str, b: str) -> int:
 # cycles through would keep none of them.
 PLAN_CACHE_SIZE = 512
 PLAN_CACHE_KEY_CHARS = 8 * 1024
+# The dataset's code whose names harness_arguments gives the judge: within a kept plan's key (half of it, for the
+# JSON a dataset_json spells it in), so that the daemon parses it once per prompt, not once per completion.
+DATASET_NAMES_MAX_CHARS = PLAN_CACHE_KEY_CHARS // 2
 
 
 def _test_plan(tests: pb.CodeTests) -> code_verifier.TestPlan:
@@ -532,7 +535,7 @@ def harness_arguments(plan: code_verifier.TestPlan, tolerance: float,
     gives the judge the program, which parses it there (1.3-1.7 s for 1 MiB
     of code here), on the job's time instead of the daemon's event loop.
     """
-    return {
+    arguments: messages.HarnessArguments = {
         "assert_code": plan.assert_code,
         "entry_point": plan.entry_point,
         "fn_name": plan.fn_name,
@@ -543,6 +546,14 @@ def harness_arguments(plan: code_verifier.TestPlan, tolerance: float,
         "tolerance": tolerance,
         "stop_on_first_failure": stop_on_first_failure,
     }
+    dataset_chars = len(plan.assert_code) + len(plan.prompt) + len(plan.prelude)
+    if plan.kind == "assert" and dataset_chars <= DATASET_NAMES_MAX_CHARS:
+        # Parsed once per plan here (a kept plan serves every completion of its prompt), not in a judge per job:
+        # a judge keeps few of a batch's problems, and the dataset's code is parsed twice more there (100 us a job).
+        arguments["own_names"] = list(plan.own_names)
+        if plan.prompt and plan.head_names is not None:
+            arguments["head_names"] = list(plan.head_names)
+    return arguments
 
 
 def plan_to_agent(plan: code_verifier.TestPlan) -> messages.Plan:

@@ -56,6 +56,24 @@ def test_large_tests_are_not_kept() -> None:
     assert jobs._test_plan(tests) is not jobs._test_plan(tests)
 
 
+def test_the_judge_gets_the_datasets_names_as_it_would_parse_them() -> None:
+    """harness_arguments gives a judge the names the dataset's own code binds, and those before a completion, parsed
+    once per plan here; they are what the judge parses itself without them. Large tests leave them to the judge."""
+    from sandboxd.verifiers.python import judge
+
+    prompt = 'import math\nLIMIT = 3\ndef double(x):\n    """Twice x."""\n'
+    tests = {**TESTS, "prompt": prompt, "test": TESTS["test"] + "pytestmark = []\n"}
+    harness = agent_job(jobs.prepare(code_job(0, "```python\n    return 2 * x\n```", tests), Config()))["harness"]
+    assert set(harness["own_names"]) == judge._own_names(tests["prompt"], tests["test"])
+    assert set(harness["own_names"]) == {"check", "pytestmark", "LIMIT", "double"}
+    plan = jobs._test_plan(code_job(0, "", tests).code.tests)
+    assert tuple(harness["head_names"]) == judge._source_names(plan.prelude_head + plan.prompt_head + "\n")
+    padding = "# " + "x" * jobs.DATASET_NAMES_MAX_CHARS + "\n"
+    large = agent_job(jobs.prepare(code_job(0, "```python\n    return 2 * x\n```",
+                                            {**tests, "test": padding + tests["test"]}), Config()))["harness"]
+    assert "own_names" not in large and "head_names" not in large
+
+
 def test_bad_tests_fail_every_job_that_sends_them() -> None:
     for index in (3, 4):
         with pytest.raises(InvalidRequest, match=rf"jobs\[{index}\].code.tests: dataset_json.test does not parse"):

@@ -227,6 +227,11 @@ class HarnessArguments(TypedDict):
     setup_code: str
     tolerance: float
     stop_on_first_failure: bool
+    # Assert tests of a plan small enough that the daemon keeps it: the top-level names its own code binds
+    # (code.TestPlan.own_names), and those of what goes before a completion (head_names; absent when that does
+    # not parse alone). A judge parses them itself otherwise.
+    own_names: NotRequired[list[str]]
+    head_names: NotRequired[list[str]]
 
 
 class ExecuteJob(TypedDict):

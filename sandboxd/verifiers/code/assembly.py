@@ -38,11 +38,6 @@ def _defines(code: str, name: str, parse_errors: tuple[type[BaseException], ...]
     return any(isinstance(const, types.CodeType) and const.co_name == name for const in module.co_consts)
 
 
-def _prelude_head(plan: TestPlan) -> str:
-    head = plan.prelude
-    return head + "\n" if head and not head.endswith("\n") else head
-
-
 def program_assembly(plan: TestPlan) -> dict[str, str] | None:
     """What :func:`assemble` needs to make a completion's program for ``plan``, when that depends on the completion.
 
@@ -55,7 +50,7 @@ def program_assembly(plan: TestPlan) -> dict[str, str] | None:
     """
     if not (plan.prompt and plan.entry_point):
         return None
-    return {"head": _prelude_head(plan), "prompt": plan.prompt, "prompt_head": plan.prompt_head,
+    return {"head": plan.prelude_head, "prompt": plan.prompt, "prompt_head": plan.prompt_head,
             "entry_point": plan.entry_point}
 
 
@@ -133,5 +128,5 @@ def assemble_program(code: str, plan: TestPlan) -> str:
     assembly = program_assembly(plan)
     if assembly is not None:
         return assemble(code, assembly)
-    head = _prelude_head(plan)
+    head = plan.prelude_head
     return head + "\n" + code if head else code

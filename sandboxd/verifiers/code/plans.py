@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import ast
 import functools
+import itertools
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,6 +111,32 @@ class TestPlan:
         return prompt if not prompt or prompt.endswith("\n") else prompt + "\n"
 
     @property
+    def prelude_head(self) -> str:
+        """``prelude`` as the first lines of a program (ending in a newline)."""
+        head = self.prelude
+        return head + "\n" if head and not head.endswith("\n") else head
+
+    @functools.cached_property
+    def head_names(self) -> tuple[str, ...] | None:
+        """The top-level names of what goes before a completion that defines the entry point (the prelude and
+        ``prompt_head``: assembly.split_assembly's first part); None when that does not parse alone. Parsed once per
+        plan, as ``own_names``."""
+        tree = _parse(self.prelude_head + self.prompt_head + "\n")
+        return None if tree is None else tuple(top_level_definitions(tree))
+
+    @functools.cached_property
+    def own_names(self) -> tuple[str, ...]:
+        """The top-level names the dataset's own code (``prompt`` and ``assert_code``) binds, not by importing them:
+        the only ones the judge reads as its hooks (``check``, ``pytestmark``, ...). Parsed once per plan, which the
+        daemon shares among a prompt's completions, instead of in a judge for every job."""
+        names: dict[str, None] = {}
+        for source in (self.prompt, self.assert_code):
+            tree = _parse(source) if source else None
+            if tree is not None:
+                names.update(dict.fromkeys(top_level_definitions(tree)))
+        return tuple(names)
+
+    @property
     def total(self) -> int:
         """Number of tests counted by the reward (an assert block counts as one)."""
         if self.kind == "stdio":
@@ -125,6 +153,50 @@ _IMPORT_LINE = re.compile(r"^(?:import\s+\S|from\s+\S+\s+import\s)")
 # memory is bounded apart, tells the two apart (assembly.assemble's strict).
 _SYNTAX_ERRORS = (SyntaxError, ValueError)
 _PARSE_ERRORS = (*_SYNTAX_ERRORS, RecursionError, MemoryError)
+
+
+def top_level_definitions(tree: ast.Module) -> list[str]:
+    """Names a module binds at top level, in order, each once, without dunder names: functions, classes and assigned
+    names, including those inside top-level ``if``/``try``/``with`` blocks; not imports."""
+    names: list[str] = []
+
+    def add_target(target: ast.expr) -> None:
+        if isinstance(target, ast.Name):
+            names.append(target.id)
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            for element in target.elts:
+                add_target(element)
+        elif isinstance(target, ast.Starred):
+            add_target(target.value)
+
+    # A stack, not recursion: an if with 1,500 elifs (each the orelse of the one before) nests deeper than the
+    # recursion limit lets a recursive walk go, and the walk must not fail on a program that parses.
+    bodies: list[Iterator[ast.stmt]] = [iter(tree.body)]
+    while bodies:
+        node = next(bodies[-1], None)
+        if node is None:
+            bodies.pop()
+            continue
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.append(node.name)
+        elif isinstance(node, ast.Assign):
+            for target in node.targets:
+                add_target(target)
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+            add_target(node.target)
+        elif isinstance(node, ast.If):
+            bodies.append(itertools.chain(node.body, node.orelse))
+        elif isinstance(node, (ast.With, ast.AsyncWith)):
+            bodies.append(iter(node.body))
+        elif isinstance(node, ast.Try) or type(node).__name__ == "TryStar":
+            bodies.append(itertools.chain(node.body, *(handler.body for handler in node.handlers),  # type: ignore[attr-defined]
+                                          node.orelse, node.finalbody))  # type: ignore[attr-defined]
+    return public_names(names)
+
+
+def public_names(names: Iterable[str]) -> list[str]:
+    """Each name once, at its first place, without dunder names."""
+    return [name for name in dict.fromkeys(names) if not (name.startswith("__") and name.endswith("__"))]
 
 
 def _parse(code: str) -> ast.Module | None:

@@ -28,6 +28,7 @@ from typing import Any, NoReturn, cast
 
 from ..code import _SYNTAX_ERRORS, FunctionCase, _parse
 from ..code.assembly import split_assembly
+from ..code.plans import public_names, top_level_definitions
 from .candidate import CANDIDATE_FRAME_BYTES, CANDIDATE_MODULE
 from .pytest_emulation import _TEST_FILENAME, _hook, _run_test_functions, _run_unittest_cases
 from .remote import (
@@ -76,57 +77,17 @@ def top_level_names(code: str) -> list[str]:
     the code does not parse.
     """
     tree = _parse(code)
-    return [] if tree is None else _definitions(tree)
+    return [] if tree is None else top_level_definitions(tree)
 
 
-def _definitions(tree: ast.Module) -> list[str]:
-    names: list[str] = []
-
-    def add_target(target: ast.expr) -> None:
-        if isinstance(target, ast.Name):
-            names.append(target.id)
-        elif isinstance(target, (ast.Tuple, ast.List)):
-            for element in target.elts:
-                add_target(element)
-        elif isinstance(target, ast.Starred):
-            add_target(target.value)
-
-    # A stack, not recursion: an if with 1,500 elifs (each the orelse of the one before) nests deeper than the
-    # recursion limit lets a recursive walk go, and the walk must not fail on a program that parses.
-    bodies: list[Iterator[ast.stmt]] = [iter(tree.body)]
-    while bodies:
-        node = next(bodies[-1], None)
-        if node is None:
-            bodies.pop()
-            continue
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.append(node.name)
-        elif isinstance(node, ast.Assign):
-            for target in node.targets:
-                add_target(target)
-        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
-            add_target(node.target)
-        elif isinstance(node, ast.If):
-            bodies.append(itertools.chain(node.body, node.orelse))
-        elif isinstance(node, (ast.With, ast.AsyncWith)):
-            bodies.append(iter(node.body))
-        elif isinstance(node, ast.Try) or type(node).__name__ == "TryStar":
-            bodies.append(itertools.chain(node.body, *(handler.body for handler in node.handlers),  # type: ignore[attr-defined]
-                                          node.orelse, node.finalbody))  # type: ignore[attr-defined]
-    return _public(names)
-
-
-def _public(names: Iterable[str]) -> list[str]:
-    """Each name once, at its first place, without dunder names."""
-    return [name for name in dict.fromkeys(names) if not (name.startswith("__") and name.endswith("__"))]
-
-
-def _program_names(program: str, assembly: Mapping[str, str] | None) -> list[str]:
+def _program_names(program: str, assembly: Mapping[str, str] | None,
+                   head_names: Sequence[str] | None = None) -> list[str]:
     """:func:`top_level_names` of the candidate's program, assembled as the candidate assembles it, in the judge.
 
     With a HumanEval prompt, the names of the part before a completion that
-    comes whole after it (the prompt) are parsed once per judge
-    (:func:`_source_names`), and the completion's own tree gives the rest.
+    comes whole after it (the prompt) are ``head_names`` (the daemon's), or
+    parsed once per judge (:func:`_source_names`), and the completion's own
+    tree gives the rest.
     Raises :class:`TooLargeForJudge` where the judge runs out of memory or of
     recursion on it: its syntax tree takes about 500 bytes of memory per
     byte of ``[1,1,1,...]`` (430 MiB for a 900 KB program, which compile()
@@ -138,14 +99,14 @@ def _program_names(program: str, assembly: Mapping[str, str] | None) -> list[str
     """
     try:
         if assembly is None:
-            return _definitions(ast.parse(program))
+            return top_level_definitions(ast.parse(program))
         before, tree = split_assembly(program, assembly)
         if tree is None:
-            return _definitions(ast.parse(before))
-        names = _source_names(before)
+            return top_level_definitions(ast.parse(before))
+        names = tuple(head_names) if head_names is not None else _source_names(before)
         if names is None:  # a head that does not parse alone: the whole program, as it runs
-            return _definitions(ast.parse(before + program))
-        return _public([*names, *_definitions(tree)])
+            return top_level_definitions(ast.parse(before + program))
+        return public_names([*names, *top_level_definitions(tree)])
     except _SYNTAX_ERRORS:
         return []
     except (MemoryError, RecursionError) as exc:
@@ -162,7 +123,7 @@ def _source_names(source: str) -> tuple[str, ...] | None:
 
 def _parsed_names(source: str) -> tuple[str, ...] | None:
     try:
-        return tuple(_definitions(ast.parse(source)))
+        return tuple(top_level_definitions(ast.parse(source)))
     except _SYNTAX_ERRORS:
         return None
 
@@ -344,7 +305,7 @@ def _names_bound(source: str) -> frozenset[str]:
     names = _NAMES_BOUND.get(key)
     if names is None:
         tree = _parse(source)
-        names = frozenset(_definitions(tree)) if tree is not None else frozenset()
+        names = frozenset(top_level_definitions(tree)) if tree is not None else frozenset()
         _NAMES_BOUND[key] = names
         if len(_NAMES_BOUND) > NAMES_BOUND_CACHED:
             _NAMES_BOUND.popitem(last=False)
@@ -514,7 +475,8 @@ class _Undefined:
 
 
 def _run_assert(
-    remote: JudgeEndpoint, names: Sequence[str], assert_code: str, entry_point: str, setup_code: str, files: str
+    remote: JudgeEndpoint, names: Sequence[str], assert_code: str, entry_point: str, setup_code: str, files: str,
+    own_names: Sequence[str] | None = None,
 ) -> dict[str, object]:
     namespace: dict[str, Any] = {"__name__": TEST_MODULE, "__builtins__": builtins}
     if setup_code:
@@ -525,7 +487,7 @@ def _run_assert(
     try:
         bound = _bind_names(remote, namespace, names, entry_point)
         module = _CandidateModule(remote, [name for name in bound if not name.startswith("_")])
-        own = _own_names(setup_code, assert_code)
+        own = frozenset(own_names) if own_names is not None else _own_names(setup_code, assert_code)
         with _importable(module):
             exec(_compiled(assert_code, _TEST_FILENAME), namespace)
             check = _hook(namespace, own, "check")
@@ -588,6 +550,8 @@ def run_tests(
     on_result: Callable[[dict[str, object]], None] | None = None,
     cpu_credit: Callable[[], float] | None = None,
     deadline_stretch: float = 1.0,
+    own_names: Sequence[str] | None = None,
+    head_names: Sequence[str] | None = None,
 ) -> dict[str, object]:
     """Run a plan's tests against the candidate at the other end of ``channel``.
 
@@ -636,6 +600,10 @@ def run_tests(
     deadline the judge gave up on last had moved that far, the credit grown
     further (the candidate did not have its time).
     ``on_result`` gets each test's result as soon as it is known.
+    ``own_names`` and ``head_names``: the dataset's own top-level names and
+    those of what goes before a completion, as code.TestPlan gives them (the
+    daemon parses them once per plan); without them the judge parses the
+    dataset's code itself.
     The channel is shut down for writing at the end, which ends the candidate.
 
     Returns ``{"passed": bool, "passed_count": int, "total": int,
@@ -683,7 +651,7 @@ def run_tests(
         # Here, in the trusted test process, while the candidate loads the same program: parsing 1 MiB of it
         # takes 1.3-1.7 s, which the daemon's event loop would pay if it sent the names.
         try:
-            names = _program_names(program, assembly)
+            names = _program_names(program, assembly, head_names)
         except TooLargeForJudge as exc:
             too_large = exc
     remote = JudgeEndpoint(channel, max_frame_bytes, call_timeout, deadline, cpu_credit=cpu_credit,
@@ -691,7 +659,7 @@ def run_tests(
     try:
         with _job_environment(files):
             _run_plan(remote, plan_kind, total, report, too_large, names, assert_code, entry_point, setup_code,
-                      fn_name, cases, tolerance, stop_on_first_failure, files)
+                      fn_name, cases, tolerance, stop_on_first_failure, files, own_names)
     finally:
         # End of file tells the candidate to exit.
         with contextlib.suppress(OSError):
@@ -714,7 +682,7 @@ def run_tests(
 def _run_plan(remote: JudgeEndpoint, plan_kind: str, total: int, report: Callable[[dict[str, object]], None],
               too_large: TooLargeForJudge | None, names: Sequence[str], assert_code: str, entry_point: str,
               setup_code: str, fn_name: str, cases: Sequence[object], tolerance: float, stop_on_first_failure: bool,
-              files: str) -> None:
+              files: str, own_names: Sequence[str] | None) -> None:
     try:
         remote.load_error = remote.handshake()
     except (CandidateDied, CandidateTimeout) as exc:
@@ -735,4 +703,4 @@ def _run_plan(remote: JudgeEndpoint, plan_kind: str, total: int, report: Callabl
             if stop_on_first_failure and not result["passed"]:
                 break
     else:
-        report(_run_assert(remote, names, assert_code, entry_point, setup_code, files))
+        report(_run_assert(remote, names, assert_code, entry_point, setup_code, files, own_names))

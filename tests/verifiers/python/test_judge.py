@@ -1133,3 +1133,16 @@ def test_a_ready_frame_whose_definitions_are_not_references_binds_nothing_from_t
     result = harness(forged, tmp_path, "assert", assert_code="assert add_one(1) == 2\n", entry_point="add_one")
     assert not result["passed"]
     assert result["status"] in ("wrong_answer", "runtime_error"), result
+
+
+def test_the_dataset_names_given_are_the_only_hooks_read(tmp_path: Path) -> None:
+    """own_names (the daemon's parse of the dataset's code) stand for the judge's own: a check the names leave out
+    is not called as HumanEval's hook, so nothing calls the candidate."""
+    from tests.verifiers.python.test_harness import harness
+
+    code = "def add(a, b):\n    return a + b\n"
+    tests = "def check(candidate):\n    assert candidate(1, 2) == 3\n"
+    given = harness(code, tmp_path, "assert", assert_code=tests, entry_point="add", own_names=["check"])
+    assert given["status"] == "ok", given
+    left_out = harness(code, tmp_path, "assert", assert_code=tests, entry_point="add", own_names=[])
+    assert left_out["status"] == "no_calls", left_out
