@@ -676,14 +676,19 @@ HOLD_150_MIB = "import time\nheld = bytearray(b'x') * (150 << 20)\ntime.sleep(3)
 def test_a_run_the_oom_killer_takes_under_its_own_limit_is_retried_not_charged(tmp_path: Path) -> None:
     """Three runs of 150 MiB, each within its 256 MiB limit, in one sandbox of 384 MiB: the OOM killer takes one.
     It was charged MEMORY_LIMIT for what its neighbours held; now it runs again once the sandbox has room (here the
-    only one: it is given no job meanwhile) and passes."""
+    only one: it is given no job meanwhile) and passes.
+
+    Which runs the OOM killer takes, and how many, is the kernel's: two runs fit (329 MiB charged here), but CI
+    once saw a second run taken, and retried, too. What is asserted is what a trainer is promised: no run is
+    charged, the killer took some and not all, and each run taken was run again once and passed."""
     with one_sandbox(tmp_path, "oom", slots=3, SANDBOXD_SANDBOX_MEMORY_BYTES=str(384 << 20),
                      SANDBOXD_LIMITS_DEFAULT_MEMORY_BYTES=str(256 << 20),
-                     SANDBOXD_LIMITS_MAX_MEMORY_BYTES=str(384 << 20)) as (_, channel):
+                     SANDBOXD_LIMITS_MAX_MEMORY_BYTES=str(384 << 20)) as (daemon, channel):
         with concurrent.futures.ThreadPoolExecutor(3) as threads:
             results = list(threads.map(lambda _: outcome(channel, HOLD_150_MIB, timeout=20), range(3)))
         assert [(r.status, r.execute.stdout) for r in results] == [(pb.STATUS_OK, b"done\n")] * 3, results
-        assert sorted(r.attempts for r in results) == [1, 1, 2], results
+        attempts = sorted(r.attempts for r in results)
+        assert attempts[0] == 1 and attempts[-1] == 2, (attempts, daemon.log_tail())
 
 
 # Thirty busy processes until its deadline: the sandbox's one CPU is shared per thread (helpers.NEEDS_CPU).
