@@ -16,6 +16,9 @@ import struct
 import time
 from collections.abc import Callable
 
+# Bound once: a test may patch time.monotonic in the program's process, whose frames this module reads.
+_monotonic = time.monotonic
+
 HEADER = struct.Struct(">I")
 
 # A moment of time.monotonic(), or a function that answers the moment as it stands when asked (a deadline that
@@ -62,7 +65,7 @@ def recv_exactly(sock: socket.socket, size: int, deadline: Deadline = None) -> b
     got = 0
     while got < size:
         if deadline is not None:
-            remaining = (deadline() if callable(deadline) else deadline) - time.monotonic()
+            remaining = (deadline() if callable(deadline) else deadline) - _monotonic()
             if remaining <= 0:
                 raise TimeoutError("no complete frame before the deadline")
             sock.settimeout(remaining)

@@ -80,6 +80,7 @@ from .remote import (
 from .warmup import WARM_UP_RUNS as WARM_UP_RUNS
 from .warmup import warm
 from .wire import (
+    MAX_BIGINT_BITS,
     MAX_CONTAINERS,
     MAX_DEPTH,
     MAX_FRAME_BYTES,
@@ -95,6 +96,7 @@ from .wire import (
 
 __all__ = [
     "CANDIDATE_FRAME_BYTES",
+    "MAX_BIGINT_BITS",
     "MAX_CONTAINERS",
     "MAX_DEPTH",
     "MAX_FRAME_BYTES",

@@ -43,6 +43,7 @@ from .remote import (
     TooLargeForJudge,
     Unsupported,
     describe,
+    watch_seeds,
 )
 from .wire import _ENCODER, MAX_CONTAINERS, MAX_DEPTH, MAX_FRAME_BYTES
 
@@ -352,6 +353,32 @@ class _CandidateModule(types.ModuleType):
     def __delattr__(self, name: str) -> None:
         object.__getattribute__(self, "_sandboxd_remote").request("delglobal", [name])
 
+    @property  # ModuleType's own __dict__ is the judge's; this one shows the candidate's
+    def __dict__(self) -> Mapping[str, Any]:  # type: ignore[override]
+        # pytest's monkeypatch saves a module attribute for its undo from the module's __dict__: an empty one made
+        # it delete the candidate's global afterwards (`monkeypatch.setattr(solution, "LIMIT", 1)`, then NameError
+        # in the next test), where the value read through the module is what it must put back.
+        return _CandidateGlobals(self)
+
+
+class _CandidateGlobals(Mapping[str, Any]):
+    """A `_CandidateModule`'s ``__dict__`` as the tests see it: each name read from the candidate when asked."""
+
+    def __init__(self, module: _CandidateModule) -> None:
+        self._module = module
+
+    def __getitem__(self, name: str) -> Any:
+        try:
+            return getattr(self._module, name)
+        except AttributeError:
+            raise KeyError(name) from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(object.__getattribute__(self._module, "__all__"))
+
+    def __len__(self) -> int:
+        return len(object.__getattribute__(self._module, "__all__"))
+
 @contextlib.contextmanager
 def _importable(module: types.ModuleType) -> Iterator[None]:
     """``module`` in ``sys.modules`` while the tests run; afterwards what was there before (nothing, in a judge).
@@ -478,7 +505,18 @@ def _run_assert(
     remote: JudgeEndpoint, names: Sequence[str], assert_code: str, entry_point: str, setup_code: str, files: str,
     own_names: Sequence[str] | None = None,
 ) -> dict[str, object]:
-    namespace: dict[str, Any] = {"__name__": TEST_MODULE, "__builtins__": builtins}
+    # The tests' namespace is a module's, importable by its name while they run, as a test file's is under pytest:
+    # @dataclass, typing.get_type_hints, pickle and enum look a class's module up in sys.modules.
+    tests = types.ModuleType(TEST_MODULE)
+    tests.__dict__["__builtins__"] = builtins
+    with _importable(tests):
+        return _run_assert_in(tests.__dict__, remote, names, assert_code, entry_point, setup_code, files, own_names)
+
+
+def _run_assert_in(
+    namespace: dict[str, Any], remote: JudgeEndpoint, names: Sequence[str], assert_code: str, entry_point: str,
+    setup_code: str, files: str, own_names: Sequence[str] | None,
+) -> dict[str, object]:
     if setup_code:
         try:
             exec(_compiled(setup_code, "<setup>"), namespace)
@@ -654,6 +692,7 @@ def run_tests(
             names = _program_names(program, assembly, head_names)
         except TooLargeForJudge as exc:
             too_large = exc
+    watch_seeds()  # once per judge: the tests' random.seed reaches the program's generator (remote.SEEDED)
     remote = JudgeEndpoint(channel, max_frame_bytes, call_timeout, deadline, cpu_credit=cpu_credit,
                            deadline_stretch=deadline_stretch, send_limit=CANDIDATE_FRAME_BYTES, files=files)
     try:

@@ -55,6 +55,7 @@ import stat
 import sys
 import time
 import types
+import warnings
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NoReturn
@@ -68,10 +69,17 @@ from .wire import (
     FrameTooLarge,
     ProtocolError,
     RejectedValue,
+    decode_value,
+    encode_value,
     recv_frame,
     send_frame,
 )
 from .wire import type_name as _type_name
+
+# The harness's own clocks, bound here: a test may patch the time module's (PATCHABLE_FUNCTIONS), which the program's
+# side then routes to the test, and the harness must not call its own requests in the middle of one.
+_monotonic = time.monotonic
+_time_ns = time.time_ns
 
 __all__ = [
     "MESSAGE_LIMIT",
@@ -97,6 +105,9 @@ MAX_NESTING = 64
 # What a candidate prints during one request reaches the judge with its answer (a test's
 # redirect_stdout or capsys reads it); past this, over the whole job, its output is dropped.
 OUTPUT_LIMIT_BYTES = 8 << 20
+# Warnings the program makes during one request that reach the tests (warnings.warn: a test's pytest.warns or
+# catch_warnings sees them); past this, the rest of the request's are dropped.
+WARNINGS_PER_FRAME = 64
 # Items an iterator of the candidate's sends at most per request: it asks for 1, then twice as
 # many each time, so an infinite generator read with next() computes few items ahead.
 ITERATOR_BATCH_MAX = 4096
@@ -111,6 +122,93 @@ _ENDS_ITERATION = (StopIteration, StopAsyncIteration)
 # must then see patched: its own are routed to the judge's while they are (see CandidateEndpoint).
 PATCHABLE_BUILTINS = ("input", "print", "open")  # JudgeEndpoint.patched names the three
 _REAL_BUILTINS = {name: getattr(builtins, name) for name in PATCHABLE_BUILTINS}
+# Standard-library functions that tests patch (``mock.patch("time.sleep")``, ``monkeypatch.setattr(random,
+# "choice", ...)``) and a program calls through its module (``time.sleep(1)``): while the test's module has one
+# patched, the program's calls go to the test's patch, which answers them and records them for its asserts, as
+# one process would. (A program that bound the function itself, ``from time import sleep``, keeps it, as under
+# pytest; tests patch ``solution.sleep`` for that.) Named "module.function" in a request's "p", as builtins are.
+PATCHABLE_FUNCTIONS = (
+    "time.sleep", "time.time", "time.monotonic", "time.perf_counter", "time.time_ns",
+    "random.random", "random.randint", "random.randrange", "random.choice", "random.choices", "random.shuffle",
+    "random.sample", "random.uniform", "random.gauss",
+    "os.getenv", "os.listdir", "os.remove", "os.path.exists", "os.path.isfile", "os.path.isdir", "os.path.getsize",
+)
+_PATCHABLE_NAMES = frozenset(PATCHABLE_BUILTINS) | frozenset(PATCHABLE_FUNCTIONS)
+
+
+# Random generators the tests seeded since the program last took their state: "random" (random.seed) and
+# "numpy" (numpy.random.seed), noted by the judge's own wrappers (judge.py, watch_seeds). The next request carries
+# the tests' state of each ("rs"), and the program's generator takes it: a test that seeds and then calls the
+# program (``random.seed(42); a = roll(); random.seed(42); assert roll() == a``) sees what one process would.
+SEEDED: set[str] = set()
+
+
+def watch_seeds() -> None:
+    """In a judge: note each seeding of the random module's generator (and numpy's, once numpy is imported)."""
+    real = random.seed
+    if getattr(real, "_sandboxd_watched", False):
+        return
+
+    def seed(*args: Any, **kwargs: Any) -> None:
+        real(*args, **kwargs)
+        SEEDED.add("random")
+
+    seed._sandboxd_watched = True  # type: ignore[attr-defined]
+    random.seed = seed
+
+
+def _watch_numpy_seed(numpy: Any) -> None:
+    real = numpy.random.seed
+    if getattr(real, "_sandboxd_watched", False):
+        return
+
+    def seed(*args: Any, **kwargs: Any) -> None:
+        real(*args, **kwargs)
+        SEEDED.add("numpy")
+
+    seed._sandboxd_watched = True  # type: ignore[attr-defined]
+    numpy.random.seed = seed
+    # Seeded (or not) before this judge first saw numpy: its state goes over once, to be sure.
+    SEEDED.add("numpy")
+
+
+def _random_states() -> dict[str, object]:
+    """The tests' generators' states that the program is to take (SEEDED), as plain data."""
+    states: dict[str, object] = {}
+    if "random" in SEEDED:
+        version, internal, gauss = random.getstate()
+        states["random"] = [version, list(internal), gauss]
+    numpy = sys.modules.get("numpy")
+    if "numpy" in SEEDED and numpy is not None:
+        name, keys, position, has_gauss, cached = numpy.random.get_state()
+        states["numpy"] = [str(name), [int(key) for key in keys], int(position), int(has_gauss), float(cached)]
+    SEEDED.clear()
+    return states
+
+
+def _take_random_states(states: object) -> None:
+    """In the program's process: its generators take the tests' states (_random_states)."""
+    if type(states) is not dict:
+        return
+    with contextlib.suppress(Exception):  # malformed: the program keeps its own state
+        version, internal, gauss = states["random"]
+        random.setstate((version, tuple(internal), gauss))
+    if "numpy" in states:
+        with contextlib.suppress(Exception):
+            import numpy
+
+            name, keys, position, has_gauss, cached = states["numpy"]
+            numpy.random.set_state((name, numpy.array(keys, dtype=numpy.uint32), position, has_gauss, cached))
+
+
+def _function_of(name: str) -> tuple[types.ModuleType, str]:
+    module, _, function = name.rpartition(".")
+    return sys.modules[module], function
+
+
+# Each process's own (this module is imported before any test or program runs: harness.py).
+_REAL_FUNCTIONS = {name: getattr(*_function_of(name)) for name in PATCHABLE_FUNCTIONS}
+_WATCHED_FUNCTIONS = tuple((*_function_of(name), original, name) for name, original in _REAL_FUNCTIONS.items())
 
 
 class CandidateError(Exception):
@@ -250,7 +348,7 @@ def share_files(folder: str) -> None:
             # Empty as the agent made it: nothing to share until an entry is made, which moves the mtime.
             _shared_in.clear()
             _shared_in[""] = folder
-            _shared_in["/"] = (mtime, time.time_ns(), [])
+            _shared_in["/"] = (mtime, _time_ns(), [])
             return
         if known is not None and known[0] == mtime and known[1] > mtime + SHARE_FILES_SETTLE_NS:
             return
@@ -294,7 +392,7 @@ def _share_in(dir_fd: int, path: str, uid: int, budget: list[int], depth: int = 
     if known is not None and known[0] == mtime and known[1] > mtime + SHARE_FILES_SETTLE_NS:
         subfolders = known[2]
     else:
-        read_at = time.time_ns()
+        read_at = _time_ns()
         subfolders = []
         with os.scandir(dir_fd) as entries:
             for entry in entries:
@@ -611,6 +709,8 @@ class CandidateEndpoint(Endpoint):
         self.held_base: dict[int, object] = {}
         self.held_ids: dict[int, int] = {}
         self.writing: object = None
+        # The warnings the program made since the last frame: [category, message, filename, lineno] each.
+        self.warnings_made: list[list[object]] = []
         # The program's log records since the last frame, once a test's caplog asked for them.
         self.logging_forwarded = False
         self.log_records: list[list[object]] = []
@@ -647,9 +747,23 @@ class CandidateEndpoint(Endpoint):
 
         builtins.input, builtins.print, builtins.open = input, print, open
 
+        # Every warning the program makes goes to the tests, as if made in their process: their filters decide
+        # (pytest.warns records it, the default filters drop a DeprecationWarning), not the program's defaults,
+        # which ignore one made outside __main__ and show each place's only once.
+        def showwarning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                        file: object = None, line: object = None) -> None:
+            made = [_warning_name(category), str(message), str(filename), int(lineno)]
+            if len(self.warnings_made) < WARNINGS_PER_FRAME and made not in self.warnings_made:
+                self.warnings_made.append(made)
+
+        warnings.simplefilter("always")
+        warnings.showwarning = showwarning
+
     def frame_extras(self, frame: dict[str, Any]) -> dict[str, Any]:
         if self.log_records:
             frame["log"], self.log_records = self.log_records, []
+        if self.warnings_made:
+            frame["warn"], self.warnings_made = self.warnings_made, []
         out, err = self.stdout.take(), self.stderr.take()
         if out:
             frame["out"] = out
@@ -676,12 +790,29 @@ class CandidateEndpoint(Endpoint):
             raise ProtocolError("a frame must be a JSON object")
         patched = message.get("p")
         if type(patched) is list:
-            self.patched = frozenset(name for name in patched if name in PATCHABLE_BUILTINS)
-        elif "q" in message:
-            self.patched = frozenset()
+            self.take_patches(frozenset(name for name in patched if name in _PATCHABLE_NAMES))
+        elif "q" in message and self.patched:
+            self.take_patches(frozenset())
         if "q" in message:
+            if "rs" in message:
+                _take_random_states(message["rs"])
             self.follow(message)
         return message
+
+    def take_patches(self, patched: frozenset[str]) -> None:
+        """Route the functions the test has patched now (PATCHABLE_FUNCTIONS) to the test's, and put back those
+        it no longer has; builtins are routed by `install`'s own."""
+        for name in (patched ^ self.patched) - frozenset(PATCHABLE_BUILTINS):
+            module, function = _function_of(name)
+            setattr(module, function, self._patched_function(name) if name in patched else _REAL_FUNCTIONS[name])
+        self.patched = patched
+
+    def _patched_function(self, name: str) -> Callable[..., Any]:
+        def patched(*args: object, **kwargs: object) -> Any:
+            return self.ask("patched", [name, *args], kwargs)
+
+        patched.__name__ = patched.__qualname__ = name.rpartition(".")[2]
+        return patched
 
     def follow(self, request: Mapping[str, Any]) -> None:
         """Take on what the tests changed of their process's environment: variables (monkeypatch.setenv), the
@@ -862,6 +993,9 @@ class CandidateEndpoint(Endpoint):
     def describe_error(self, exc: BaseException) -> dict[str, Any]:
         error: dict[str, Any] = describe(exc)
         cls = type(exc)
+        args = _plain_args(exc)
+        if args is not None:
+            error["args"] = args
         if getattr(builtins, cls.__name__, None) is not cls:
             with contextlib.suppress(Exception):
                 error["cls"] = self.encode(cls)
@@ -950,7 +1084,40 @@ def _raising(exc: Exception) -> Iterator[Any]:
     yield  # a generator that raises at once
 
 
-def _builtin_exception(name: str, message: str) -> Exception | None:
+def _warning_name(category: type[Warning]) -> str:
+    """The builtin warning category that `category` is, or derives from first (a program's own class of
+    DeprecationWarning is one), by name; "UserWarning" for none."""
+    for base in getattr(category, "__mro__", ()):
+        if isinstance(base, type) and issubclass(base, Warning) and _builtin(base):
+            return base.__name__
+    return "UserWarning"
+
+
+def _plain_args(exc: BaseException) -> object:
+    """An exception's ``args`` by value (``KeyError("z").args`` is ``("z",)``, where its text is ``"'z'"``), for one
+    whose text a builtin exception's ``__str__`` makes of them, so that the same args make the same text over
+    there; None for any other, or args that are not plain values."""
+    text_of = getattr(type(exc).__str__, "__objclass__", None)
+    if not (isinstance(text_of, type) and issubclass(text_of, BaseException) and _builtin(text_of)):
+        return None
+    try:
+        return encode_value(list(exc.args))
+    except Exception:
+        return None
+
+
+def _args_of(error: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    """The args `_plain_args` sent; None for none, or none that decode as values."""
+    if "args" not in error:
+        return None
+    try:
+        args = decode_value(error["args"])
+    except RejectedValue:
+        return None
+    return tuple(args) if type(args) is list else None
+
+
+def _builtin_exception(name: str, message: str, args: tuple[Any, ...] | None = None) -> Exception | None:
     """The builtin exception `name` with `message`, made on this side; None for any other name.
 
     Not StopIteration: raised inside the other side's own map(), zip() or
@@ -959,6 +1126,9 @@ def _builtin_exception(name: str, message: str) -> Exception | None:
     """
     cls = getattr(builtins, name, None) if name.isidentifier() else None
     if isinstance(cls, type) and issubclass(cls, Exception) and not issubclass(cls, _ENDS_ITERATION):
+        if args is not None:
+            with contextlib.suppress(Exception):
+                return cls(*args)
         with contextlib.suppress(Exception):
             return cls(message)
     return None
@@ -1041,7 +1211,7 @@ class JudgeEndpoint(Endpoint):
         # The job's folder, the tests' working directory, shared with the program (see share_files).
         self.files = files
         self.max_frame_bytes = max_frame_bytes
-        # When all the tests' time runs out (time.monotonic()), whatever call is then in flight.
+        # When all the tests' time runs out (_monotonic()), whatever call is then in flight.
         self.deadline = deadline
         # The seconds others (the sandbox's other runs, the host's other load)
         # have kept the candidate off a CPU it could have used, as its agent
@@ -1055,7 +1225,10 @@ class JudgeEndpoint(Endpoint):
         # the call in flight, as last asked.
         self.past_stretch = False
         self._call_past_stretch = False
-        self.started = time.monotonic()
+        self.started = _monotonic()
+        SEEDED.clear()  # an earlier job's tests' seeds are not this job's
+        # The program's warnings from the frames of the request in flight (warn).
+        self.warnings_pending: list[object] = []
         self.credit_at_start = self._credit()
         self.call_timeout = call_timeout
         # Set once the channel is unusable; every later call fails the same way.
@@ -1090,7 +1263,7 @@ class JudgeEndpoint(Endpoint):
         """`span` after `started`, moved on by the credit since then (up to the stretch) once that has passed: the
         credit is read only then, off a call's usual path; and whether the credit grew past the stretch."""
         ends = started + span
-        if time.monotonic() < ends:
+        if _monotonic() < ends:
             return ends, False
         credit, most = max(0.0, self._credit() - credit_then), (self.deadline_stretch - 1.0) * span
         return ends + min(credit, most), credit > most
@@ -1108,7 +1281,7 @@ class JudgeEndpoint(Endpoint):
         """The deadline of a call starting now, as it stands whenever asked (None: none)."""
         if self.call_timeout is None and self.deadline is None:
             return None
-        call_started, credit_then, call_timeout = time.monotonic(), self._credit(), self.call_timeout
+        call_started, credit_then, call_timeout = _monotonic(), self._credit(), self.call_timeout
 
         def now() -> float:
             for_all = self._time_for_all_moved()
@@ -1126,7 +1299,7 @@ class JudgeEndpoint(Endpoint):
         if self.deadline is None:  # no time for all (most jobs): asked before every request
             return False
         ends = self._time_for_all_ends()
-        return ends is not None and time.monotonic() >= ends
+        return ends is not None and _monotonic() >= ends
 
     # ---- frames ----
 
@@ -1165,7 +1338,22 @@ class JudgeEndpoint(Endpoint):
         if type(records) is list and self.log_levels is not None:
             for record in records:
                 self.log(record)
+        made = message.get("warn")
+        if type(made) is list:
+            self.warnings_pending.extend(made[:WARNINGS_PER_FRAME])
         return message
+
+    def warn(self) -> None:
+        """Make here, in the tests' process and under their filters, the warnings the program made during the
+        request just answered (a test's ``pytest.warns`` records them; an "error" filter raises one)."""
+        pending, self.warnings_pending = self.warnings_pending, []
+        for made in pending:
+            if type(made) is list and len(made) == 4 and type(made[0]) is str and type(made[1]) is str \
+                    and type(made[2]) is str and type(made[3]) is int:
+                category = getattr(builtins, made[0], None)
+                if not (isinstance(category, type) and issubclass(category, Warning)):
+                    category = UserWarning
+                warnings.warn_explicit(made[1][:MESSAGE_LIMIT], category, made[2][:MESSAGE_LIMIT], made[3])
 
     def log(self, record: object) -> None:
         """A log record of the program's, handled by the tests' logging as if it were made here (caplog sees it)."""
@@ -1191,6 +1379,8 @@ class JudgeEndpoint(Endpoint):
         while "q" in hello:  # the program reads the test's stdin (or calls input()) as it loads
             self.answer_callback(hello)
             hello = self.receive(deadline)
+        # Warnings made as the program loaded are not any test's, as under pytest, which imports it before them.
+        self.warnings_pending.clear()
         if hello.get("ready") is True:
             self.definitions = self._definitions(hello.get("defs"))
             return None
@@ -1246,9 +1436,13 @@ class JudgeEndpoint(Endpoint):
 
     def patched(self) -> list[str]:
         real = _REAL_BUILTINS
-        if builtins.input is real["input"] and builtins.print is real["print"] and builtins.open is real["open"]:
-            return []  # the usual answer, before every request: no list made
-        return [name for name in PATCHABLE_BUILTINS if getattr(builtins, name) is not real[name]]
+        names = [] if (builtins.input is real["input"] and builtins.print is real["print"]
+                       and builtins.open is real["open"]) else [
+            name for name in PATCHABLE_BUILTINS if getattr(builtins, name) is not real[name]]
+        for module, function, original, name in _WATCHED_FUNCTIONS:
+            if getattr(module, function, None) is not original:
+                names.append(name)
+        return names
 
     def request(self, op: str, args: Sequence[object] = (), kwargs: Mapping[str, object] | None = None) -> Any:
         """Ask the candidate: the decoded answer, or the exception it raised (as the test's to catch)."""
@@ -1264,6 +1458,11 @@ class JudgeEndpoint(Endpoint):
         patched = self.patched()
         if patched:  # a request without it means none (CandidateEndpoint.receive)
             frame["p"] = patched
+        numpy = sys.modules.get("numpy")
+        if numpy is not None and not getattr(numpy.random.seed, "_sandboxd_watched", False):
+            _watch_numpy_seed(numpy)
+        if SEEDED:
+            frame["rs"] = _random_states()
         self.tell_environment(frame)
         if self.log_levels is not None and not self.log_levels_told:
             frame["log"], self.log_levels_told = dict(self.log_levels), True
@@ -1275,7 +1474,7 @@ class JudgeEndpoint(Endpoint):
         if self.files:
             share_files(self.files)
         try:
-            self.channel.settimeout(None if ends is None else max(1e-3, ends() - time.monotonic()))
+            self.channel.settimeout(None if ends is None else max(1e-3, ends() - _monotonic()))
             send_frame(self.channel, frame, self.send_limit)
         except TimeoutError:
             self._break(TestsTimeUp(TIME_UP_MESSAGE) if self.time_up()
@@ -1301,6 +1500,8 @@ class JudgeEndpoint(Endpoint):
             # frames that hold the half-decoded reply, for as long as self.broken lives.
             value, error = None, None
         else:
+            if self.warnings_pending:
+                self.warn()
             if error is not None:
                 raise error
             return value
@@ -1406,12 +1607,13 @@ class JudgeEndpoint(Endpoint):
         if isinstance(cls, type) and issubclass(cls, Exception) and not _builtin(cls) \
                 and not issubclass(cls, _ENDS_ITERATION):
             exc = BaseException.__new__(cls)
-            BaseException.__init__(exc, message)
+            args = _args_of(error)
+            BaseException.__init__(exc, *(args if args is not None else (message,)))
             with contextlib.suppress(RejectedValue):
                 exc.__dict__["_sandboxd_object"] = self.decode(error.get("obj"))
             self.raised.append(exc)
             return exc
-        exc = _builtin_exception(type_name, message) or CandidateError(f"{type_name}: {message}")
+        exc = _builtin_exception(type_name, message, _args_of(error)) or CandidateError(f"{type_name}: {message}")
         self.raised.append(exc)
         return exc
 
@@ -1522,6 +1724,15 @@ class JudgeEndpoint(Endpoint):
             if builtins.open is _REAL_BUILTINS["open"]:
                 raise PermissionError("the tests' open() is not the program's")
             return builtins.open(*args, **kwargs)
+        if op == "patched":
+            # Only a function the tests have patched now: the program may not call the tests' real ones.
+            name = args[0] if args else None
+            if type(name) is not str or name not in _REAL_FUNCTIONS:
+                raise ValueError("not a function the tests may patch")
+            function = getattr(*_function_of(name), None)
+            if function is _REAL_FUNCTIONS[name] or function is None:
+                raise PermissionError(f"the tests' {name} is not the program's")
+            return function(*args[1:], **kwargs)
         if op == "stdin":
             if len(args) != 2 or args[0] not in ("read", "readline", "readlines") or type(args[1]) is not int:
                 raise ValueError("a bad read of stdin")

@@ -49,6 +49,7 @@ from typing import Any
 from ..framing import HEADER, Deadline, FrameTooLarge, ProtocolError, body_length, frame, recv_exactly
 
 __all__ = [
+    "MAX_BIGINT_BITS",
     "MAX_CONTAINERS",
     "MAX_DEPTH",
     "MAX_FRAME_BYTES",
@@ -81,8 +82,12 @@ MAX_CONTAINERS = 1 << 20
 # (1000), and no test data nests anywhere near 100.
 MAX_DEPTH = 100
 # Python refuses int<->str conversions beyond 4300 digits (CVE-2020-10735);
-# 14000 bits is about 4214 digits, so every int we send can also be parsed.
+# 14000 bits is about 4214 digits, so every int sent as a JSON number can also be parsed.
 MAX_INT_BITS = 14_000
+# A larger int crosses as hex (``{"$bigint": "-1f..."}``), which has no such limit and converts in linear time:
+# math.factorial(2000) is 19,053 bits. Up to 4 MiB of hex.
+MAX_BIGINT_BITS = 1 << 24
+_BIGINT_HEX_CHARS = MAX_BIGINT_BITS // 4 + 1
 # Decimals: the largest power of ten (either way) of one that crosses, as many digits as an int may have.
 MAX_DECIMAL_EXPONENT = 4300
 # numpy arrays: dimensions, and elements along one.
@@ -323,7 +328,7 @@ class Codec:
     # ---- encoding ----
 
     def encode(self, obj: object, depth: int = 0) -> object:
-        """``obj`` as JSON-able data (see the module docstring); RejectedValue past MAX_DEPTH or MAX_INT_BITS."""
+        """``obj`` as JSON-able data (see the module docstring); RejectedValue past MAX_DEPTH or MAX_BIGINT_BITS."""
         if depth > MAX_DEPTH:
             raise RejectedValue(f"value nested deeper than {MAX_DEPTH} levels")
         kind = type(obj)
@@ -331,7 +336,9 @@ class Codec:
             return obj
         if kind is int:
             if obj.bit_length() > MAX_INT_BITS:  # type: ignore[attr-defined]
-                raise RejectedValue(f"int with more than {MAX_INT_BITS} bits")
+                if obj.bit_length() > MAX_BIGINT_BITS:  # type: ignore[attr-defined]
+                    raise RejectedValue(f"int with more than {MAX_BIGINT_BITS} bits")
+                return {"$bigint": format(obj, "x")}
             return obj
         if kind is float:
             if math.isfinite(obj):  # type: ignore[arg-type]
@@ -591,6 +598,12 @@ def _decode_keys(items: list[Any]) -> object:
         raise RejectedValue("$keys holds an unhashable item") from None
 
 
+def _decode_bigint(codec: Codec, body: object, depth: int) -> object:
+    if type(body) is not str or not 0 < len(body) <= _BIGINT_HEX_CHARS + 1:
+        raise RejectedValue("$bigint must hold a hex string")
+    return int(body, 16)  # ValueError for anything but hex digits and a sign: malformed
+
+
 def _decode_float(codec: Codec, body: object, depth: int) -> object:
     if type(body) is not str or body not in ("nan", "inf", "-inf"):
         raise RejectedValue("$float must be 'nan', 'inf' or '-inf'")
@@ -763,6 +776,7 @@ def _decode_mine(codec: Codec, body: object, depth: int) -> object:
 
 _DECODERS: dict[str, Callable[[Codec, object, int], object]] = {
     "$float": _decode_float,
+    "$bigint": _decode_bigint,
     "$tuple": lambda codec, body, depth: tuple(codec.items(body, depth, "$tuple")),
     "$set": lambda codec, body, depth: _hashable(set, codec.items(body, depth, "$set"), "$set"),
     "$frozenset": lambda codec, body, depth: _hashable(frozenset, codec.items(body, depth, "$frozenset"), "$frozenset"),

@@ -22,6 +22,7 @@ import pytest
 
 from sandboxd.verifiers.code import FunctionCase
 from sandboxd.verifiers.python.harness import (
+    MAX_BIGINT_BITS,
     MAX_DEPTH,
     FrameTooLarge,
     ProtocolError,
@@ -77,6 +78,17 @@ def test_codec_round_trip(value: Any) -> None:
     assert repr(decoded) == repr(value)
 
 
+def test_ints_past_python_s_string_limit_cross_as_hex() -> None:
+    """math.factorial(2000) is 19,053 bits, past the 4,300 digits int() and str() take: it crosses as hex, in a
+    container and as a key too, and so do a negative one and a subclass (as its int)."""
+    big = math.factorial(2000)
+    for value in (big, -big, [1, big], {big: (big,)}):
+        wire = json.loads(json.dumps(encode_value(value)))
+        assert decode_value(wire) == value
+    assert encode_value(_IntSub(big)) == encode_value(big) == {"$bigint": format(big, "x")}
+    assert encode_value(10**4000) == 10**4000  # a JSON number still, where it can be parsed as one
+
+
 def test_codec_keeps_nan_and_bool_types() -> None:
     decoded = decode_value(json.loads(json.dumps(encode_value([float("nan"), True, 1]))))
     assert isinstance(decoded, list)
@@ -118,8 +130,8 @@ _Point = namedtuple("_Point", "x y")
         map(str, [1]),
         object(),
         lambda: 1,
-        10**5000,
-        _IntSub(10**5000),
+        1 << (MAX_BIGINT_BITS + 1),
+        _IntSub(1 << (MAX_BIGINT_BITS + 1)),
     ],
     ids=lambda v: type(v).__name__,
 )
@@ -206,6 +218,10 @@ def test_encode_rejects_deep_and_cyclic_values() -> None:
         {"$bytes": "!!"},
         {"$complex": [1]},
         {"$complex": ["a", 1]},
+        {"$bigint": 1},
+        {"$bigint": ""},
+        {"$bigint": "12g"},
+        {"$bigint": "f" * (MAX_BIGINT_BITS // 4 + 3)},
         {"$code": "print(1)"},
         {"$tuple": [], "$set": []},
         {"a": 1},

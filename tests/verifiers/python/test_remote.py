@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import socket
-import types
 from pathlib import Path
 from typing import Any
 
@@ -442,7 +441,7 @@ def test_a_deadline_given_up_on_says_whether_the_candidate_was_kept_off_past_the
     """A deadline moves by the candidate's CPU credit up to the stretch; the judge that gives up on it says whether
     the credit grew further (the candidate did not have its time: its agent retries it rather than charge it)."""
     clock, credit = [100.0], [0.0]
-    monkeypatch.setattr(pyremote, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
+    monkeypatch.setattr(pyremote, "_monotonic", lambda: clock[0])
     ours, theirs = socket.socketpair()
     with ours, theirs:
         remote = pyremote.JudgeEndpoint(ours, 1 << 20, call_timeout, deadline=None if call_timeout else 101.0,
