@@ -523,9 +523,13 @@ def _run_assert_in(
         except BaseException as exc:
             return _test(0, "setup_error", f"setup code failed: {describe(exc)['type']}: {exc}")
     try:
-        bound = _bind_names(remote, namespace, names, entry_point)
-        module = _CandidateModule(remote, [name for name in bound if not name.startswith("_")])
         own = frozenset(own_names) if own_names is not None else _own_names(setup_code, assert_code)
+        # Not the names the tests bind themselves, even where they bind them only under a condition: a test file's
+        # `pytestmark`, `check` or `setup_function` bound in an `except ImportError:` branch that did not run must
+        # not be the program's (red team: a program's `pytestmark` of parametrize marks replaced the expected
+        # values). The tests bind them as they run (`from solution import f`), or they are not bound.
+        bound = _bind_names(remote, namespace, [name for name in names if name not in own], entry_point)
+        module = _CandidateModule(remote, [name for name in bound if not name.startswith("_")])
         with _importable(module):
             exec(_compiled(assert_code, _TEST_FILENAME), namespace)
             check = _hook(namespace, own, "check")

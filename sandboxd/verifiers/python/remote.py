@@ -1179,7 +1179,7 @@ def _refused_attribute(target: object, name: str, op: str, value: object) -> str
     """
     mock = sys.modules.get("unittest.mock")
     if mock is not None and isinstance(target, mock.NonCallableMock):
-        if hasattr(type(target), name):
+        if hasattr(type(target), name) or name in _MOCK_RECORDS:
             return f"use .{name} of the test's mock (its own API)"
         if op == "setattr" and isinstance(value, (Proxy, CandidateClass)):
             return f"set .{name} of the test's mock to an object of its own"
@@ -1194,6 +1194,10 @@ def _refused_attribute(target: object, name: str, op: str, value: object) -> str
             return f"replace .{name} of the test's {_type_name(target)}, which is callable"
     return ""
 
+
+# What a mock records of its calls, held on the instance (not its class): `db.method_calls = [call.insert(1)]`
+# would pass `assert db.method_calls == [call.insert(1)]` without a call.
+_MOCK_RECORDS = frozenset({"method_calls", "mock_calls", "call_args_list", "call_args", "call_count", "called"})
 
 TEST_MODULE = "__sandboxd_test__"
 TEST_FILENAMES = frozenset({"<test>", "<setup>"})
@@ -1592,13 +1596,12 @@ class JudgeEndpoint(Endpoint):
     def candidate_exception(self, error: Mapping[str, Any], sent_numpy: bool = False) -> BaseException:
         """The exception to raise in test code for an error the candidate answered."""
         type_name, message = error["type"][:TYPE_NAME_LIMIT], error["message"][:MESSAGE_LIMIT]
-        if error.get("unsupported") is True and sent_numpy:
-            # Only a numpy value the program's process may lack (wire._numpy) is one it cannot take; it says so in
-            # a frame of its own making, which a wrong program may forge to make its failure the harness's.
-            self.unsupported.append(f"the candidate could not take a value: {message}")
-            exc: BaseException = Unsupported(message)
-            self.raised.append(exc)
-            return exc
+        # An error that says the program's process could not take a value (numpy missing there: wire._numpy) is
+        # the program's failure all the same: a judge that sent numpy has it, and so has the program's process, in
+        # the same image. Only a program that hid numpy from itself (sys.modules["numpy"] = None), or forged the
+        # frame, says so, to make its failure the harness's (red team).
+        del sent_numpy
+        exc: BaseException
         cls = None
         if "cls" in error:
             with contextlib.suppress(RejectedValue):
@@ -1777,6 +1780,10 @@ class JudgeEndpoint(Endpoint):
             return None
         if op == "bool":
             return bool(target)  # the test's own __bool__ or __len__, or True: any object's, as Python answers it
+        if op in ("repr", "str") and (callable(target) or isinstance(target, Iterator)):
+            # A function's or a generator's own text (its name, no more): refused, it was the harness's limit
+            # (_python_answers), which a wrong program asked for and swallowed to make its failure unsupported.
+            return object.__repr__(target) if not isinstance(target, types.FunctionType) else repr(target)
         if op in ("len", "getitem", "contains", "enter", "exit", "str") and _exposable(target):
             return _OPERATORS[op](*args, **kwargs)
         if _python_answers(op, target):
@@ -2001,7 +2008,9 @@ class Proxy:
         builtin = exc_type is None or (isinstance(exc_type, type) and _builtin(exc_type))
         told = (exc_type, exc) if builtin else (Exception, None)
         suppressed = bool(self._ask("exit", *told, None))
-        if exc_type is not None and isinstance(exc_type, type) and issubclass(exc_type, AssertionError):
+        if exc_type is not None and isinstance(exc_type, type) and (
+                issubclass(exc_type, AssertionError) or not issubclass(exc_type, Exception)):
+            # Nor pytest's own failures ("DID NOT RAISE", pytest.fail), which are BaseExceptions, nor the harness's.
             return False
         return suppressed
 
@@ -2052,15 +2061,30 @@ def _builtin(cls: type) -> bool:
 
 def _binary(name: str) -> tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any]]:
     def forward(self: Proxy, other: object) -> Any:
-        return self._sandboxd_endpoint.request(name, [self, other])
+        return _arithmetic(self, other, self._sandboxd_endpoint.request(name, [self, other]))
 
     def reflected(self: Proxy, other: object) -> Any:
-        return self._sandboxd_endpoint.request(name, [other, self])
+        return _arithmetic(self, other, self._sandboxd_endpoint.request(name, [other, self]))
 
     def in_place(self: Proxy, other: object) -> Any:
-        return self._sandboxd_endpoint.request("i" + name, [self, other])
+        return _arithmetic(self, other, self._sandboxd_endpoint.request("i" + name, [self, other]))
 
     return forward, reflected, in_place
+
+
+def _arithmetic(proxy: Proxy, other: object, result: object) -> object:
+    """`result` of arithmetic between the candidate's object and `other`, unless the candidate answered with plain
+    data an operation with one of the test's own values: its answer is then what the test's check compares, whatever
+    the test's value was. `abs(candidate(x) - expected) < 1e-6` (HumanEval's, unittest's assertAlmostEqual) passed
+    for an object whose __sub__ returns 0.0 (red team): the harness does not take it (Unsupported, which a trainer
+    masks). Between the candidate's own objects (`Vec(1, 2) + Vec(3, 4)`), or where it answers with an object of
+    its own (`Money(5) * 2`), Python's answer stands."""
+    if isinstance(result, Proxy) or (isinstance(other, Proxy) and other._sandboxd_endpoint is proxy._sandboxd_endpoint):
+        return result
+    endpoint = proxy._sandboxd_endpoint
+    why = f"the program's {type(proxy).__name__} answered arithmetic with the test's own value with plain data"
+    endpoint.unsupported.append(why)
+    raise Unsupported(why)
 
 
 def _unary(name: str) -> Callable[[Proxy], Any]:
