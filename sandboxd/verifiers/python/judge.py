@@ -213,6 +213,12 @@ def _as_plain(value: object, depth: int = 0) -> object:
     if kind in (int, float, str, bool, bytes, complex) or value is None:
         return value
     depth += 1
+    if getattr(kind, "_sandboxd_hybrid", False):
+        # A value of a class of the candidate's derived from a value type (an IntEnum member, a str Enum's): its
+        # base type's data, as json would have written it, with the judge's own methods.
+        base: Callable[[Any], object] = next(
+            base for base in kind.__mro__[1:] if base in (int, float, str, bytes, tuple, frozenset))
+        return _as_plain(base(value), depth)
     if kind is list:
         return [_as_plain(item, depth) for item in cast("list[object]", value)]
     if isinstance(value, RemoteIterator):

@@ -1,8 +1,8 @@
 """pytest's way of running a module's tests, in the judge, for the tests of an assert plan: ``test*`` functions and
 ``Test*`` classes' methods, marks (skip, xfail, skipif, parametrize), fixtures (the tests' own and pytest's
-``capsys``, ``capfd``, ``caplog``, ``tmp_path``, ``tmpdir``, ``monkeypatch``, ``request``), xunit setups and
-teardowns, and ``unittest.TestCase`` classes. Never imports pytest: what it needs of pytest is duck-typed, or
-imported from ``_pytest`` where the image has it.
+``capsys``, ``capfd`` and their ``binary`` twins, ``caplog``, ``tmp_path``, ``tmpdir``, ``monkeypatch``,
+``request``), xunit setups and teardowns, and ``unittest.TestCase`` classes. Never imports pytest: what it needs
+of pytest is duck-typed, or imported from ``_pytest`` where the image has it.
 
 Stdlib only: this module runs inside the sandbox image.
 """
@@ -163,11 +163,13 @@ _CaptureResult = collections.namedtuple("_CaptureResult", "out err")
 
 
 class _Capture:
-    """pytest's ``capsys`` (and ``capfd``): what the test and the candidate print, while the test runs."""
+    """pytest's ``capsys`` (and ``capfd``, and their ``binary`` twins, whose readouterr gives bytes): what the
+    test and the candidate print, while the test runs."""
 
-    def __init__(self) -> None:
+    def __init__(self, binary: bool = False) -> None:
         self._out, self._err = io.StringIO(), io.StringIO()
         self._saved: tuple[Any, Any] | None = None
+        self._binary = binary
 
     def start(self) -> None:
         self._saved = (sys.stdout, sys.stderr)
@@ -179,10 +181,14 @@ class _Capture:
             self._saved = None
 
     def readouterr(self) -> Any:
+        out: str | bytes
+        err: str | bytes
         out, err = self._out.getvalue(), self._err.getvalue()
         for buffer in (self._out, self._err):
             buffer.seek(0)
             buffer.truncate()
+        if self._binary:
+            out, err = out.encode("utf-8", "surrogateescape"), err.encode("utf-8", "surrogateescape")
         try:
             from _pytest import capture
         except ImportError:
@@ -241,8 +247,8 @@ def _builtin_fixture(name: str, files: str, cleanup: contextlib.ExitStack,
         from .logcapture import CapLog  # imports logging: see logcapture's docstring
 
         return True, CapLog(remote, cleanup)
-    if name in ("capsys", "capfd"):
-        capture = _Capture()
+    if name in ("capsys", "capfd", "capsysbinary", "capfdbinary"):
+        capture = _Capture(binary=name.endswith("binary"))
         capture.start()
         cleanup.callback(capture.stop)
         return True, capture
@@ -302,7 +308,8 @@ def _arguments_of(function: Callable[..., object], skip: int = 0) -> tuple[set[s
     return required, {parameter.name for parameter in parameters}
 
 
-_PROVIDED = frozenset({"capsys", "capfd", "caplog", "tmp_path", "tmpdir", "monkeypatch", "request"})
+_PROVIDED = frozenset({"capsys", "capfd", "capsysbinary", "capfdbinary", "caplog", "tmp_path", "tmpdir",
+                       "monkeypatch", "request"})
 
 
 def _fixture_closure(names: Iterable[str], fixtures: Mapping[str, _Fixture], where: str) -> list[str]:

@@ -41,6 +41,7 @@ Stdlib only: this module runs inside the sandbox image.
 from __future__ import annotations
 
 import builtins
+import collections
 import contextlib
 import copy
 import inspect
@@ -260,7 +261,8 @@ def _numpy_in(frame: object) -> bool:
     return '"$ndarray"' in text or '"$npscalar"' in text
 
 
-_MUTABLE_KINDS = frozenset({list, dict, set, bytearray, deque})
+_MUTABLE_KINDS = frozenset({list, dict, set, bytearray, deque, collections.defaultdict, collections.Counter,
+                            collections.OrderedDict})
 
 
 def _mutable(value: object) -> bool:
@@ -275,7 +277,8 @@ def _json(value: object, codec: Codec) -> str:
 
 
 def write_back(original: Any, new: Any, depth: int = 0) -> None:
-    """Make ``original`` (a test's list, dict, set, bytearray, deque or array) hold what ``new`` holds, in place.
+    """Make ``original`` (a test's list, dict or one of collections' dicts, set, bytearray, deque or array) hold what
+    ``new`` holds, in place.
 
     Nested lists and dicts are updated in place too, so a test that kept a
     row of its matrix sees the row change, as it would in one process.
@@ -292,7 +295,7 @@ def write_back(original: Any, new: Any, depth: int = 0) -> None:
                 original[index] = fresh
         del original[len(new):]
         original.extend(new[len(original):])
-    elif kind is dict:
+    elif issubclass(kind, dict):  # a dict, defaultdict (which keeps its own factory), Counter or OrderedDict
         for key in [key for key in original if key not in new]:
             del original[key]
         for key, fresh in new.items():
@@ -572,6 +575,25 @@ class _Output(io.TextIOBase):
         self.parts.clear()
         return text
 
+    @property
+    def buffer(self) -> _OutputBuffer:
+        """``sys.stdout.buffer``: bytes written there go with the text (as UTF-8; other bytes escaped, as the
+        test's capsysbinary gives them back)."""
+        return _OutputBuffer(self)
+
+
+class _OutputBuffer(io.RawIOBase):
+    def __init__(self, text: _Output) -> None:
+        self.text = text
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        self.text.write(bytes(view).decode("utf-8", "surrogateescape"))
+        return len(view)
+
 
 class _Stdin(io.TextIOBase):
     """The candidate's sys.stdin: reads what the test's sys.stdin holds (a test that patched it with a StringIO)."""
@@ -716,6 +738,9 @@ class CandidateEndpoint(Endpoint):
         self.log_records: list[list[object]] = []
         self.log_records_sent = 0
         self.batches: dict[int, int] = {}
+
+    def subclass_value(self, obj: object, data: object) -> object:
+        return {"$sub": [data, self.export(obj)]}
 
     def proxy(self, body: object) -> object:
         if type(body) is not list or len(body) != 3 or type(body[0]) is not int or type(body[2]) is not str:
@@ -1231,6 +1256,8 @@ class JudgeEndpoint(Endpoint):
         self._call_past_stretch = False
         self.started = _monotonic()
         SEEDED.clear()  # an earlier job's tests' seeds are not this job's
+        # The values made with a candidate's object (value_with_object), by the id of its proxy.
+        self.hybrids: dict[int, Any] = {}
         # The program's warnings from the frames of the request in flight (warn).
         self.warnings_pending: list[object] = []
         self.credit_at_start = self._credit()
@@ -1693,6 +1720,30 @@ class JudgeEndpoint(Endpoint):
             raise RejectedValue(f"a {_type_name(obj)} is not handed to the candidate")
         return super().export(obj)
 
+    def value_with_object(self, value: object, remote: object) -> object:
+        # The candidate's value of a class of its own derived from an immutable type: the value, compared and used
+        # as its base type's (the judge's own methods), plus what that type lacks read from the candidate's object
+        # (an IntEnum member's .name, a NamedTuple's property). Back to the candidate, the object itself.
+        if not isinstance(remote, Proxy) or remote._sandboxd_endpoint is not self:
+            raise RejectedValue("$sub holds no object of the candidate's")
+        made = self.hybrids.get(id(remote))
+        if made is not None and made.__dict__["_sandboxd_remote"] is remote:
+            return made  # the same object, twice: `result is Level.HIGH`, as in one process
+        hybrid = _hybrid_class(type(value), type(remote).__name__)
+        made = tuple.__new__(hybrid, value) if isinstance(value, tuple) else hybrid(value)
+        made.__dict__["_sandboxd_remote"] = remote
+        self.hybrids[id(remote)] = made
+        return made
+
+    def namedtuple_class(self, name: str, fields: tuple[str, ...]) -> type:
+        # The tests' own namedtuple of that name and fields (a Point of the test's setup that the program returns):
+        # `isinstance(result, Point)` holds, as in one process. Its methods are the tests' own.
+        tests = sys.modules.get(TEST_MODULE)
+        found = tests.__dict__.get(name) if tests is not None else None
+        if isinstance(found, type) and issubclass(found, tuple) and getattr(found, "_fields", None) == fields:
+            return found
+        return super().namedtuple_class(name, fields)
+
     # ---- the candidate's callbacks ----
 
     def answer_callback(self, request: dict[str, Any]) -> None:
@@ -1857,6 +1908,19 @@ class CandidateClass(type):
         # An object the candidate sent without its class (one of a class its module did not define): it asks.
         if type(obj) in _UNTYPED_PROXIES and obj._sandboxd_endpoint is endpoint:  # type: ignore[attr-defined]
             return bool(endpoint.request("isinstance", [obj, cls]))
+        # A value that came with the candidate's object (value_with_object): the object's class says.
+        remote = getattr(obj, "__dict__", {}).get("_sandboxd_remote") if getattr(type(obj), "_sandboxd_hybrid",
+                                                                                   False) else None
+        if isinstance(remote, Proxy) and remote._sandboxd_endpoint is endpoint:
+            return isinstance(remote, cls)
+        # A namedtuple, which crossed as a value (its class is the judge's own): one of this class of the program's
+        # if the names and fields are the class's.
+        fields = getattr(type(obj), "_fields", None)
+        if isinstance(obj, tuple) and type(fields) is tuple and type(obj).__name__ == cls.__name__:
+            try:
+                return endpoint.request("getattr", [cls, "_fields"]) == fields
+            except Exception:  # no _fields there: not a namedtuple class
+                return False
         return False
 
     def __subclasscheck__(cls, sub: type) -> bool:
@@ -2053,6 +2117,29 @@ class Proxy:
 
     def __ge__(self, other: object) -> Any:
         return self._compare("ge", other)
+
+
+_HYBRIDS: dict[tuple[type, str], type] = {}
+HYBRID_CLASSES_CACHED = 1024
+
+
+def _hybrid_attribute(self: object, name: str) -> Any:
+    if name.startswith("__") or name.startswith("_sandboxd"):
+        raise AttributeError(name)
+    return getattr(self.__dict__["_sandboxd_remote"], name)
+
+
+def _hybrid_class(base: type, name: str) -> type:
+    """A subclass of `base` (the judge's own value type, or its namedtuple class) named as the candidate's class,
+    whose instances read from the candidate's object only the attributes `base` lacks (__getattr__)."""
+    key = (base, name)
+    found = _HYBRIDS.get(key)
+    if found is None:
+        if len(_HYBRIDS) >= HYBRID_CLASSES_CACHED:
+            _HYBRIDS.clear()
+        found = _HYBRIDS[key] = type(name if name.isidentifier() else "CandidateValue", (base,), {
+            "__getattr__": _hybrid_attribute, "_sandboxd_hybrid": True, "__module__": "solution"})
+    return found
 
 
 def _builtin(cls: type) -> bool:

@@ -10,7 +10,8 @@ encoded by a :class:`Codec`, which says what each side of the channel sees:
   the other builtin and standard-library value types (tuples, sets, dicts,
   bytes, complex, non-finite floats, ``range``, ``slice``, ``deque``,
   ``Counter``, ``OrderedDict``, ``defaultdict``, dict views, ``Fraction``,
-  ``Decimal``, ``datetime``'s four types, namedtuples) and numpy's arrays and
+  ``Decimal``, ``datetime``'s four types, namedtuples, ``SimpleNamespace``,
+  ``array.array``, ints past 4,300 digits as hex) and numpy's arrays and
   scalars. The receiver rebuilds each as a value of its own, from its own
   classes: a value's methods (``__eq__`` first) are never the sender's;
 - **everything else by reference**: ``{"$mine": [id, kind, ...]}`` names an
@@ -28,6 +29,7 @@ optional (a value that needs it is refused where it is missing).
 
 from __future__ import annotations
 
+import array
 import base64
 import binascii
 import builtins
@@ -194,6 +196,14 @@ _BASE_READERS: tuple[tuple[type, Callable[[Any], object]], ...] = (
     (frozenset, lambda obj: frozenset(frozenset.__iter__(obj))),
 )
 
+# Of those, the ones whose data cannot change: a subclass's value crosses with a reference to the object
+# (Codec.subclass_value), for the attributes the base type lacks (an IntEnum member's .name).
+_IMMUTABLE_BASES = frozenset({int, float, str, bytes, tuple, frozenset})
+# What collections.namedtuple (and typing.NamedTuple) put in a class's namespace besides its fields.
+_NAMEDTUPLE_KEYS = frozenset(collections.namedtuple("_Plain", "a").__dict__) | {
+    "__annotations__", "__orig_bases__", "__module__", "__qualname__", "__doc__", "__slots__", "_field_defaults",
+    "__dict__", "__weakref__", "__static_attributes__", "__firstlineno__"}
+
 # defaultdict factories that cross by name; any other factory (a lambda) crosses as none.
 _FACTORIES: dict[str, type] = {cls.__name__: cls for cls in (int, float, str, list, dict, set, tuple, bool, frozenset)}
 
@@ -325,6 +335,22 @@ class Codec:
     def held_object(self, hid: object) -> object:
         raise RejectedValue("no containers are held on this channel")
 
+    def subclass_value(self, obj: object, data: object) -> object:
+        """What crosses for `obj`, an instance of a class of its sender's own that derives from an immutable value
+        type (an IntEnum member, a NamedTuple with methods), whose `data` (its base type's) is encoded: the data
+        only, here; with a reference to the object too where references cross (harness's CandidateEndpoint)."""
+        return data
+
+    def value_with_object(self, value: object, remote: object) -> object:
+        """A ``$sub``'s value, which keeps `remote` (the sender's object) for the attributes its base type lacks;
+        refused where references do not cross."""
+        raise RejectedValue("no objects are shared on this channel")
+
+    def namedtuple_class(self, name: str, fields: tuple[str, ...]) -> type:
+        """The class a ``$namedtuple`` of `name` and `fields` is rebuilt as here (the judge's own tests' class of
+        that name and fields, where they have one: harness's JudgeEndpoint)."""
+        return _namedtuple_class(name, fields)
+
     # ---- encoding ----
 
     def encode(self, obj: object, depth: int = 0) -> object:
@@ -378,9 +404,13 @@ class Codec:
         if isinstance(obj, tuple) and hasattr(kind, "_fields") and type(kind._fields) is tuple:
             return self._namedtuple(obj, depth)
         # issubclass of type(obj), which the value cannot fake (isinstance would ask its __class__).
+        if getattr(kind, "_sandboxd_hybrid", False):
+            # The peer's object that came with its data (value_with_object): back to the peer as its own.
+            return self.encode(obj.__dict__["_sandboxd_remote"], depth - 1)
         for base, read in _BASE_READERS:
             if issubclass(kind, base) and not _is_known_subclass(kind):
-                return self.encode(read(obj), depth - 1)
+                data = self.encode(read(obj), depth - 1)
+                return self.subclass_value(obj, data) if base in _IMMUTABLE_BASES else data
         return self.export(obj)
 
     def _items(self, items: list[Any], depth: int) -> list[object]:
@@ -398,7 +428,10 @@ class Codec:
         name = cls.__name__
         if not all(type(field) is str for field in fields) or type(name) is not str:
             return self.encode(tuple(tuple.__iter__(obj)), depth - 1)
-        return {"$namedtuple": [name, fields, self._items(list(tuple.__iter__(obj)), depth)]}
+        data = {"$namedtuple": [name, fields, self._items(list(tuple.__iter__(obj)), depth)]}
+        # A NamedTuple with methods or properties of its own (`Interval.length`), or a subclass of one: those too.
+        own = set(cls.__dict__) - _NAMEDTUPLE_KEYS - set(fields)
+        return self.subclass_value(obj, data) if own or len(cls.__mro__) > 3 else data
 
     def _numpy(self, obj: Any, depth: int) -> object:
         numpy = _numpy()
@@ -503,7 +536,8 @@ def _all_plain_scalars(items: list[Any], decoded: bool = False) -> bool:
 
 
 _SCALARS = frozenset({int, float, str, bool, type(None)})
-_HELD_KINDS = frozenset({list, dict, set, bytearray, collections.deque})
+_HELD_KINDS = frozenset({list, dict, set, bytearray, collections.deque, collections.defaultdict,
+                         collections.Counter, collections.OrderedDict})
 
 # Subclasses of plain types that are value types of their own (they have encoders).
 _KNOWN_SUBCLASSES: tuple[type, ...] = (collections.Counter, collections.OrderedDict, collections.defaultdict, bool)
@@ -540,7 +574,15 @@ def _encode_slice(codec: Codec, obj: slice, depth: int) -> object:
 
 def _encode_defaultdict(codec: Codec, obj: collections.defaultdict[Any, Any], depth: int) -> object:
     factory = obj.default_factory
-    name = factory.__name__ if isinstance(factory, type) and _FACTORIES.get(factory.__name__) is factory else None
+    name: object = (factory.__name__ if isinstance(factory, type) and _FACTORIES.get(factory.__name__) is factory
+                    else None)
+    if name is None and factory is not None:
+        # Any other factory (a test's `defaultdict(lambda: 0)`) by reference, which the receiver calls back; none
+        # where references do not cross (encode_value).
+        try:
+            name = codec.encode(factory, depth)
+        except RejectedValue:
+            name = None
     return {"$defaultdict": [name, codec._pairs(dict.items(obj), depth)]}
 
 
@@ -562,6 +604,9 @@ _ENCODERS: dict[type, Callable[[Codec, Any, int], object]] = {
     collections.Counter: lambda codec, obj, depth: {"$counter": codec._pairs(dict.items(obj), depth)},
     collections.OrderedDict: lambda codec, obj, depth: {"$ordereddict": codec._pairs(dict.items(obj), depth)},
     collections.defaultdict: _encode_defaultdict,
+    types.SimpleNamespace: lambda codec, obj, depth: {"$namespace": codec._pairs(
+        ((key, value) for key, value in vars(obj).items() if type(key) is str), depth)},
+    array.array: lambda codec, obj, depth: {"$array": [obj.typecode, _b64(obj.tobytes())]},
     type({}.keys()): lambda codec, obj, depth: {"$keys": codec._items(list(obj), depth)},
     type({}.values()): lambda codec, obj, depth: {"$values": codec._items(list(obj), depth)},
     type({}.items()): lambda codec, obj, depth: {"$items": codec._pairs(obj, depth)},
@@ -645,10 +690,44 @@ def _decode_defaultdict(codec: Codec, body: object, depth: int) -> object:
     if type(body) is not list or len(body) != 2:
         raise RejectedValue("$defaultdict must hold [factory, pairs]")
     name = body[0]
-    if name is not None and (type(name) is not str or name not in _FACTORIES):
+    factory: Any = None
+    if type(name) is dict:
+        factory = codec.decode(name, depth)  # a reference, or an error
+        if not callable(factory):
+            raise RejectedValue("$defaultdict has a factory that is not callable")
+    elif name is not None and (type(name) is not str or name not in _FACTORIES):
         raise RejectedValue("$defaultdict has an unknown factory")
-    return codec.mapping(lambda: collections.defaultdict(None if name is None else _FACTORIES[name]),
-                         body[1], depth, "$defaultdict")
+    elif name is not None:
+        factory = _FACTORIES[name]
+    return codec.mapping(lambda: collections.defaultdict(factory), body[1], depth, "$defaultdict")
+
+
+def _decode_sub(codec: Codec, body: object, depth: int) -> object:
+    if type(body) is not list or len(body) != 2 or type(body[1]) is not dict:
+        raise RejectedValue("$sub must hold [value, reference]")
+    value = codec.decode(body[0], depth)
+    if type(value) not in _IMMUTABLE_BASES and not (isinstance(value, tuple) and hasattr(type(value), "_fields")):
+        raise RejectedValue("$sub holds a value of a type that can change")
+    return codec.value_with_object(value, codec.decode(body[1], depth))
+
+
+def _decode_namespace(codec: Codec, body: object, depth: int) -> object:
+    attributes = codec.mapping(dict, body, depth, "$namespace")
+    if not all(type(key) is str for key in attributes):
+        raise RejectedValue("$namespace has a name that is not a str")
+    return types.SimpleNamespace(**attributes)
+
+
+def _decode_array(codec: Codec, body: object, depth: int) -> object:
+    if type(body) is not list or len(body) != 2 or type(body[0]) is not str or len(body[0]) != 1 \
+            or body[0] not in array.typecodes:
+        raise RejectedValue("$array must hold [typecode, base64 bytes]")
+    data = _unb64(body[1], "$array")
+    made = array.array(body[0])
+    if len(data) % made.itemsize:
+        raise RejectedValue("$array holds a partial item")
+    made.frombytes(data)
+    return made
 
 
 def _decode_fraction(codec: Codec, body: object, depth: int) -> object:
@@ -699,10 +778,11 @@ def _decode_namedtuple(codec: Codec, body: object, depth: int) -> object:
     if len(items) != len(fields):
         raise RejectedValue("$namedtuple has as many items as fields")
     try:
-        cls = _namedtuple_class(name, tuple(fields))
+        cls = codec.namedtuple_class(name, tuple(fields))
     except ValueError:
         raise RejectedValue("$namedtuple has bad names") from None
-    return cls(*items)
+    make = getattr(cls, "_make", None)
+    return make(items) if callable(make) else cls(*items)
 
 
 def _shape(body: object) -> tuple[int, ...]:
@@ -790,6 +870,9 @@ _DECODERS: dict[str, Callable[[Codec, object, int], object]] = {
     "$counter": lambda codec, body, depth: codec.mapping(collections.Counter, body, depth, "$counter"),
     "$ordereddict": lambda codec, body, depth: codec.mapping(collections.OrderedDict, body, depth, "$ordereddict"),
     "$defaultdict": _decode_defaultdict,
+    "$namespace": _decode_namespace,
+    "$sub": _decode_sub,
+    "$array": _decode_array,
     "$keys": lambda codec, body, depth: _decode_keys(codec.items(body, depth, "$keys")),
     "$values": lambda codec, body, depth: dict(enumerate(codec.items(body, depth, "$values"))).values(),
     "$items": lambda codec, body, depth: codec.mapping(dict, body, depth, "$items").items(),
