@@ -257,3 +257,49 @@ def test_share_files_follows_no_link_put_in_place_of_a_file(tmp_path: Path, monk
     monkeypatch.setattr(pyremote.os, "scandir", Scan)
     pyremote.share_files(str(folder))
     assert outside.stat().st_mode & 0o777 == 0o600
+
+
+# ---- functions the tests patch, reached from the program ----
+
+ENDPOINT = FORGE + "import gc\nendpoint = next(o for o in gc.get_objects() if isinstance(o, remote.CandidateEndpoint))\n"
+
+
+def test_the_program_reaches_only_the_functions_the_tests_have_patched_now(tmp_path: Path) -> None:
+    """A program's calls of a function the tests patched go to the tests' patch (remote.PATCHABLE_FUNCTIONS); a
+    forged one of a function they did not patch, or of one outside the list, is refused: the program may not call
+    the tests' real ones."""
+    code = ENDPOINT + (
+        "def probe():\n    out = []\n"
+        "    for args in (['time.sleep', 0], ['os.system', 'true'], ['os.remove', '/tmp/x']):\n"
+        "        try:\n            endpoint.ask('patched', args)\n            out.append('called')\n"
+        "        except Exception as exc:\n            out.append(type(exc).__name__)\n"
+        "    return out\n")
+    tests = ("from unittest import mock\n"
+             "assert probe() == ['PermissionError', 'ValueError', 'PermissionError']\n"
+             "with mock.patch('time.sleep') as sleep:\n    assert probe()[0] == 'called'\n"
+             "sleep.assert_called_once_with(0)\n"
+             "assert probe()[0] == 'PermissionError'\n")
+    result = _assert(code, tests, tmp_path, entry_point="probe")
+    assert result["passed"], result["message"]
+
+
+def test_a_patch_ends_for_the_program_when_it_ends_for_the_tests(tmp_path: Path) -> None:
+    code = "import time\ndef now():\n    return time.time()\n"
+    tests = ("from unittest import mock\nwith mock.patch('time.time', return_value=5.0):\n    assert now() == 5.0\n"
+             "assert now() > 1e9\n")
+    result = _assert(code, tests, tmp_path, entry_point="now")
+    assert result["passed"], result["message"]
+
+
+def test_a_wrong_program_cannot_answer_arithmetic_with_the_tests_value(tmp_path: Path) -> None:
+    """HumanEval's `abs(candidate(x) - y) < 1e-6` against an object whose __sub__ returns 0.0: not a pass (the
+    harness does not take the answer: unsupported), while arithmetic that gives the program's own object stands."""
+    code = "class Zero:\n    def __sub__(self, other):\n        return 0.0\ndef mean(xs):\n    return Zero()\n"
+    result = _assert(code, "assert abs(mean([1.0, 2.0]) - 1.5) < 1e-6", tmp_path, entry_point="mean")
+    assert not result["passed"] and result["status"] == "unsupported", result
+    money = ("class Money:\n    def __init__(self, c):\n        self.c = c\n"
+             "    def __mul__(self, k):\n        return Money(self.c * k)\n"
+             "    def __eq__(self, other):\n        return isinstance(other, Money) and other.c == self.c\n")
+    result = _assert(money, "assert Money(5) * 2 == Money(10)\nassert (Money(5) * 2).c == 10", tmp_path,
+                     entry_point="Money")
+    assert result["passed"], result["message"]
