@@ -261,7 +261,8 @@ def test_share_files_follows_no_link_put_in_place_of_a_file(tmp_path: Path, monk
 
 # ---- functions the tests patch, reached from the program ----
 
-ENDPOINT = FORGE + "import gc\nendpoint = next(o for o in gc.get_objects() if isinstance(o, remote.CandidateEndpoint))\n"
+ENDPOINT = FORGE + ("import gc\n"
+                    "endpoint = next(o for o in gc.get_objects() if isinstance(o, remote.CandidateEndpoint))\n")
 
 
 def test_the_program_reaches_only_the_functions_the_tests_have_patched_now(tmp_path: Path) -> None:
