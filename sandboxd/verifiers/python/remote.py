@@ -2163,15 +2163,15 @@ def _arithmetic(proxy: Proxy, other: object, result: object) -> object:
     """`result` of arithmetic between the candidate's object and `other`, unless the candidate answered with plain
     data an operation with one of the test's own values: its answer is then what the test's check compares, whatever
     the test's value was. `abs(candidate(x) - expected) < 1e-6` (HumanEval's, unittest's assertAlmostEqual) passed
-    for an object whose __sub__ returns 0.0 (red team): the harness does not take it (Unsupported, which a trainer
-    masks). Between the candidate's own objects (`Vec(1, 2) + Vec(3, 4)`), or where it answers with an object of
-    its own (`Money(5) * 2`), Python's answer stands."""
+    for an object whose __sub__ returns 0.0 (red team). The harness takes it as an object that does not do
+    arithmetic with plain values (TypeError, the program's failure), as it takes comparisons with them
+    (Proxy._compare); a correct program returns the number itself. Between the candidate's own objects
+    (`Vec(1, 2) + Vec(3, 4)`), or where it answers with an object of its own (`Money(5) * 2`), Python's answer
+    stands."""
     if isinstance(result, Proxy) or (isinstance(other, Proxy) and other._sandboxd_endpoint is proxy._sandboxd_endpoint):
         return result
-    endpoint = proxy._sandboxd_endpoint
-    why = f"the program's {type(proxy).__name__} answered arithmetic with the test's own value with plain data"
-    endpoint.unsupported.append(why)
-    raise Unsupported(why)
+    raise TypeError(f"the program's {type(proxy).__name__} answered arithmetic with the test's own "
+                    f"{_type_name(other)} with plain data ({_type_name(result)}), which the harness does not take")
 
 
 def _unary(name: str) -> Callable[[Proxy], Any]:

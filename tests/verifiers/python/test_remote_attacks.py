@@ -293,11 +293,10 @@ def test_a_patch_ends_for_the_program_when_it_ends_for_the_tests(tmp_path: Path)
 
 
 def test_a_wrong_program_cannot_answer_arithmetic_with_the_tests_value(tmp_path: Path) -> None:
-    """HumanEval's `abs(candidate(x) - y) < 1e-6` against an object whose __sub__ returns 0.0: not a pass (the
-    harness does not take the answer: unsupported), while arithmetic that gives the program's own object stands."""
+    """HumanEval's `abs(candidate(x) - y) < 1e-6` against an object whose __sub__ returns 0.0: the program's
+    failure (the harness does not take the answer), while arithmetic that gives the program's own object stands."""
     code = "class Zero:\n    def __sub__(self, other):\n        return 0.0\ndef mean(xs):\n    return Zero()\n"
-    result = _assert(code, "assert abs(mean([1.0, 2.0]) - 1.5) < 1e-6", tmp_path, entry_point="mean")
-    assert not result["passed"] and result["status"] == "unsupported", result
+    _failed(_assert(code, "assert abs(mean([1.0, 2.0]) - 1.5) < 1e-6", tmp_path, entry_point="mean"))
     money = ("class Money:\n    def __init__(self, c):\n        self.c = c\n"
              "    def __mul__(self, k):\n        return Money(self.c * k)\n"
              "    def __eq__(self, other):\n        return isinstance(other, Money) and other.c == self.c\n")
