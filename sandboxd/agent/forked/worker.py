@@ -28,7 +28,7 @@ import signal
 import socket
 import sys
 import traceback
-from typing import Any, NamedTuple, NoReturn
+from typing import Any, NoReturn
 
 from sandboxd.agent.forked.serving import memory_bytes
 from sandboxd.agent.landlock import scope_abstract_sockets
@@ -61,59 +61,27 @@ _libc = ctypes.CDLL(None, use_errno=True)
 _prctl = _libc.prctl
 
 # A worker's own seccomp filter, on top of the sandbox's (sandboxd/seccomp.py),
-# for the modes that run candidate code (CANDIDATE_MODES); installed after its
-# job arrives, it outlives exec. Built here, in the zygote, like the Landlock
-# attribute below.
-#
-# memfd_create(2) is answered ENOSYS. A memfd's pages are charged to the
-# sandbox's memory but, until mapped, to no process: RLIMIT_AS does not see
-# them and neither does the OOM killer's choice: 40 memfds of 60 MiB under a
-# 256 MiB limit make the OOM killer take the innocent runs beside them first.
-# The agent keeps the call (a run's stdin is a memfd it writes), so the filter
-# is the worker's. ENOSYS, as for the sandbox's other refusals: software that
-# probes for memfd falls back (to /dev/shm, which is capped).
-#
-# setsockopt(2) of SO_SNDBUF or SO_RCVBUF (and their FORCE twins) at
-# SOL_SOCKET is answered 0 and does nothing: a socket keeps the default
-# buffers (net.core.wmem_default / rmem_default, about 208 KiB) instead of up
-# to twice wmem_max / rmem_max (8 MiB where those are 4 MiB). What a socket
-# queues is counted while a process of the run holds it (host/kernelmem.py),
-# but one sent over a Unix socket and closed is in flight, in no process's
-# table: up to RLIMIT_NOFILE of them per uid, 4 GiB of sock_diag replies at
-# 8 MiB each, 100 MiB at the default. 0, not an error: the kernel itself
-# takes these sizes as hints (it caps them at the maxima without a word),
-# and software that sets them goes on as if they had been capped.
-#
-# seccomp_data (include/uapi/linux/seccomp.h): nr at byte 0, arch at byte 4,
-# the arguments as 64-bit words from byte 16; an int argument is compared by
-# its low word (byte 16 + 8 * i on these little-endian machines), as the
-# kernel reads it.
+# for the modes that run candidate code (CANDIDATE_MODES): memfd_create(2) is
+# answered ENOSYS. A memfd's pages are charged to the sandbox's memory but,
+# until mapped, to no process: RLIMIT_AS does not see them and neither does
+# the OOM killer's choice: 40 memfds of 60 MiB under a 256 MiB limit make
+# the OOM killer take the innocent runs beside them first. The
+# agent keeps the call (a run's stdin is a memfd it writes), so the filter is
+# the worker's, installed after its job arrives; it outlives exec. ENOSYS, as
+# for the sandbox's other refusals: software that probes for memfd falls back
+# (to /dev/shm, which is capped). Built here, in the zygote, like the Landlock
+# attribute below. seccomp_data (include/uapi/linux/seccomp.h): nr at byte 0,
+# arch at byte 4.
 CANDIDATE_MODES = frozenset({"python", "exec", "py_callee", "py_session", "py_final"})
 PR_SET_SECCOMP = 22
 SECCOMP_MODE_FILTER = 2
 SECCOMP_RET_ALLOW = 0x7FFF0000
 SECCOMP_RET_ERRNO = 0x00050000
 X32_SYSCALL_BIT = 0x40000000
-SOL_SOCKET = 1
-# SO_SNDBUF, SO_RCVBUF, SO_SNDBUFFORCE, SO_RCVBUFFORCE (asm-generic/socket.h; x86 and arm alike).
-BUFFER_OPTIONS = (7, 8, 32, 33)
-
-
-class _Table(NamedTuple):
-    """One syscall table the filter looks at: its audit arch and the numbers of the calls it filters there."""
-
-    arch: int
-    memfd_create: tuple[int, ...]
-    setsockopt: tuple[int, ...]
-
-
-# machine: its tables, native first. x86_64's x32 calls carry X32_SYSCALL_BIT in the native arch (its
-# setsockopt is 541); the 32-bit compat tables (i386, arm) have their own arch. The sandbox's filter refuses
-# all of those already (seccomp.py): these are the worker's own second line.
-TABLES_BY_MACHINE = {
-    "x86_64": (_Table(0xC000003E, (319, 319 | X32_SYSCALL_BIT), (54, 541 | X32_SYSCALL_BIT)),
-               _Table(0x40000003, (356,), (366,))),
-    "aarch64": (_Table(0xC00000B7, (279,), (208,)), _Table(0x40000028, (385,), (294,))),
+# machine: (native audit arch, its memfd_create, 32-bit compat audit arch, its memfd_create)
+MEMFD_CREATE_BY_MACHINE = {
+    "x86_64": (0xC000003E, 319, 0x40000003, 356),
+    "aarch64": (0xC00000B7, 279, 0x40000028, 385),
 }
 
 
@@ -125,72 +93,39 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_uint16), ("filter", ctypes.POINTER(_SockFilter))]
 
 
-_LOAD, _JUMP_EQ, _JUMP, _RETURN = 0x20, 0x15, 0x05, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_JMP|JA, BPF_RET|K
-_ARCH, _NR = 4, 0
-
-
-def _argument(index: int) -> int:
-    return 16 + 8 * index
-
-
-def filter_program(tables: tuple[_Table, ...]) -> list[tuple[int, int, int, int]]:
-    """The filter's instructions (code, jt, jf, k) for `tables`: memfd_create refused with ENOSYS, setsockopt of
-    BUFFER_OPTIONS answered 0 without effect, everything else allowed."""
-    # Written with labels (str targets), then resolved: a jump counts from the next instruction.
-    code: list[tuple[int, int | str, int | str, int | str]] = []
-    labels: dict[str, int] = {}
-    for number, table in enumerate(tables):
-        code.append((_LOAD, 0, 0, _ARCH))
-        code.append((_JUMP_EQ, 0, f"arch{number + 1}" if number + 1 < len(tables) else "allow", table.arch))
-        code.append((_LOAD, 0, 0, _NR))
-        code.extend((_JUMP_EQ, "enosys", 0, nr) for nr in table.memfd_create)
-        code.extend((_JUMP_EQ, "sockopt", 0, nr) for nr in table.setsockopt)
-        code.append((_JUMP, 0, 0, "allow"))
-        labels[f"arch{number + 1}"] = len(code)
-    labels["sockopt"] = len(code)
-    code.append((_LOAD, 0, 0, _argument(1)))
-    code.append((_JUMP_EQ, 0, "allow", SOL_SOCKET))
-    code.append((_LOAD, 0, 0, _argument(2)))
-    code.extend((_JUMP_EQ, "ignore", 0, option) for option in BUFFER_OPTIONS)
-    labels["allow"] = len(code)
-    code.append((_RETURN, 0, 0, SECCOMP_RET_ALLOW))
-    labels["enosys"] = len(code)
-    code.append((_RETURN, 0, 0, SECCOMP_RET_ERRNO | errno.ENOSYS))
-    labels["ignore"] = len(code)
-    code.append((_RETURN, 0, 0, SECCOMP_RET_ERRNO | 0))
-
-    def offset(at: int, target: int | str) -> int:
-        return labels[target] - at - 1 if isinstance(target, str) else target
-
-    program = []
-    for at, (op, jt, jf, k) in enumerate(code):
-        if op == _JUMP:
-            program.append((op, 0, 0, offset(at, k)))
-        else:
-            assert not isinstance(k, str)
-            program.append((op, offset(at, jt), offset(at, jf), k))
-    return program
-
-
-def _candidate_filter(machine: str) -> _SockFprog | None:
-    """The candidate modes' BPF program for `machine`; None on a machine it does not know."""
-    if machine not in TABLES_BY_MACHINE:
+def _memfd_filter(machine: str) -> _SockFprog | None:
+    """The BPF program that answers memfd_create ENOSYS and allows the rest; None on another machine."""
+    if machine not in MEMFD_CREATE_BY_MACHINE:
         return None
-    program = filter_program(TABLES_BY_MACHINE[machine])
+    native, native_nr, compat, compat_nr = MEMFD_CREATE_BY_MACHINE[machine]
+    load, jump_eq, ret = 0x20, 0x15, 0x06  # BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, BPF_RET|BPF_K
+    # Jump offsets count from the next instruction; 8 allows, 9 refuses.
+    program = [
+        (load, 0, 0, 4),
+        (jump_eq, 0, 3, native),
+        (load, 0, 0, 0),
+        (jump_eq, 5, 0, native_nr),
+        (jump_eq, 4, 3, native_nr | X32_SYSCALL_BIT if machine == "x86_64" else native_nr),
+        (jump_eq, 0, 2, compat),
+        (load, 0, 0, 0),
+        (jump_eq, 1, 0, compat_nr),
+        (ret, 0, 0, SECCOMP_RET_ALLOW),
+        (ret, 0, 0, SECCOMP_RET_ERRNO | errno.ENOSYS),
+    ]
     instructions = (_SockFilter * len(program))(*(_SockFilter(*insn) for insn in program))
     fprog = _SockFprog(len(program), instructions)
     fprog._instructions = instructions  # kept alive with the program
     return fprog
 
 
-_CANDIDATE_FILTER = _candidate_filter(os.uname().machine)
+_MEMFD_FILTER = _memfd_filter(os.uname().machine)
 
 
-def install_candidate_filter() -> bool:
-    """Install the candidate modes' filter (needs no_new_privs or CAP_SYS_ADMIN); False if not installed."""
-    if _CANDIDATE_FILTER is None:
+def refuse_memfd() -> bool:
+    """Install the worker's memfd_create filter (needs no_new_privs or CAP_SYS_ADMIN); False if not installed."""
+    if _MEMFD_FILTER is None:
         return False
-    return _prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(_CANDIDATE_FILTER), 0, 0) == 0
+    return _prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(_MEMFD_FILTER), 0, 0) == 0
 
 
 def main(channel: socket.socket) -> NoReturn:
@@ -229,7 +164,7 @@ def main(channel: socket.socket) -> NoReturn:
             # and an innocent job blamed. Lowering to a value >= 0 needs no privilege.
             _set_oom_score_adj(RESIDENT_OOM_SCORE_ADJ)
         if job["mode"] in CANDIDATE_MODES:
-            install_candidate_filter()
+            refuse_memfd()
         uid = int(job["uid"])
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)

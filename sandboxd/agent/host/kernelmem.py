@@ -10,9 +10,8 @@ map, so it takes the neighbours instead, sessions and judges included,
 then the agent.
 
 A cap does not work: wmem_max and rmem_max are host-wide (read-only in a
-container: runc's write fails with EACCES), and even at the default
-buffers (the worker's seccomp filter keeps a run from growing them: see
-below) a run may hold 512 descriptors in each of 256 processes. So what the
+container: runc's write fails with EACCES), SO_SNDBUF binds one socket,
+and a run may hold 512 descriptors in each of 256 processes. So what the
 run pins is counted, by the run's uid, and added to what its processes map
 (usage.UsageWatch):
 
@@ -40,11 +39,7 @@ empty socket 2,409 bytes, an empty pipe 2,031 bytes and a full one 65,454,
 an epoll watch 222, an inotify watch 88, an eventfd 434.
 
 Not counted: descriptors in flight (sent with SCM_RIGHTS, closed by the
-sender), which the kernel caps at RLIMIT_NOFILE per uid (512 for a run),
-and whose buffers a run cannot grow past the defaults (about 208 KiB: the
-worker's seccomp filter answers SO_SNDBUF and SO_RCVBUF with 0 and does
-nothing, agent/forked/worker.py), so about 100 MiB at most, not 4 GiB
-(the counts above still take a full buffer at the maxima: an over-count);
+sender), which the kernel caps at RLIMIT_NOFILE per uid (512 for a run);
 pages spliced or vmspliced into a pipe beyond its capacity's worth; IP
 sockets (refused unless sandbox.loopback); what a receiver with several
 senders gone holds past one full send buffer.
