@@ -32,7 +32,6 @@ from ..code.plans import public_names, top_level_definitions
 from .candidate import CANDIDATE_FRAME_BYTES, CANDIDATE_MODULE
 from .pytest_emulation import _TEST_FILENAME, _hook, _run_test_functions, _run_unittest_cases
 from .remote import (
-    MESSAGE_LIMIT,
     TEST_MODULE,
     CandidateDied,
     CandidateError,
@@ -262,7 +261,7 @@ def _function_case(
     except Exception as exc:
         if remote.broken is not None:
             return _test(index, _broken_status(remote.broken), str(remote.broken))
-        text = str(exc)[:MESSAGE_LIMIT]
+        text = describe(exc)["message"]  # str() of it may raise (an int past 4,300 digits in its args)
         return _test(index, "runtime_error",
                      text if isinstance(exc, CandidateError) else f"{type(exc).__name__}: {text}")
     try:
@@ -360,17 +359,22 @@ class _CandidateModule(types.ModuleType):
         object.__getattribute__(self, "_sandboxd_remote").request("delglobal", [name])
 
     @property  # ModuleType's own __dict__ is the judge's; this one shows the candidate's
-    def __dict__(self) -> Mapping[str, Any]:  # type: ignore[override]
+    def __dict__(self) -> dict[str, Any]:  # type: ignore[override]
         # pytest's monkeypatch saves a module attribute for its undo from the module's __dict__: an empty one made
         # it delete the candidate's global afterwards (`monkeypatch.setattr(solution, "LIMIT", 1)`, then NameError
         # in the next test), where the value read through the module is what it must put back.
         return _CandidateGlobals(self)
 
 
-class _CandidateGlobals(Mapping[str, Any]):
-    """A `_CandidateModule`'s ``__dict__`` as the tests see it: each name read from the candidate when asked."""
+class _CandidateGlobals(dict[str, Any]):
+    """A `_CandidateModule`'s ``__dict__`` as the tests see it: each name read from the candidate when asked.
+
+    A dict (``dir(solution)`` takes nothing else) whose keys are the public names the module binds; its values are
+    read through the module, never kept here.
+    """
 
     def __init__(self, module: _CandidateModule) -> None:
+        super().__init__(dict.fromkeys(object.__getattribute__(module, "__all__")))
         self._module = module
 
     def __getitem__(self, name: str) -> Any:
@@ -379,11 +383,11 @@ class _CandidateGlobals(Mapping[str, Any]):
         except AttributeError:
             raise KeyError(name) from None
 
-    def __iter__(self) -> Iterator[str]:
-        return iter(object.__getattribute__(self._module, "__all__"))
-
-    def __len__(self) -> int:
-        return len(object.__getattribute__(self._module, "__all__"))
+    def get(self, name: str, default: Any = None) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            return default
 
 @contextlib.contextmanager
 def _importable(module: types.ModuleType) -> Iterator[None]:

@@ -181,8 +181,9 @@ def _random_states() -> dict[str, object]:
         states["random"] = [version, list(internal), gauss]
     numpy = sys.modules.get("numpy")
     if "numpy" in SEEDED and numpy is not None:
-        name, keys, position, has_gauss, cached = numpy.random.get_state()
-        states["numpy"] = [str(name), [int(key) for key in keys], int(position), int(has_gauss), float(cached)]
+        with contextlib.suppress(Exception):  # a generator other than the legacy MT19937 one: not handed over
+            name, keys, position, has_gauss, cached = numpy.random.get_state()
+            states["numpy"] = [str(name), [int(key) for key in keys], int(position), int(has_gauss), float(cached)]
     SEEDED.clear()
     return states
 
@@ -253,12 +254,6 @@ def describe(exc: BaseException) -> dict[str, str]:
     except Exception:
         message = "<unprintable exception>"
     return {"type": _type_name(exc)[:TYPE_NAME_LIMIT], "message": message[:MESSAGE_LIMIT]}
-
-
-def _numpy_in(frame: object) -> bool:
-    """Whether a request the judge sent held a numpy value (asked only when the program says it could not take one)."""
-    text = _ENCODER.encode(frame)
-    return '"$ndarray"' in text or '"$npscalar"' in text
 
 
 _MUTABLE_KINDS = frozenset({list, dict, set, bytearray, deque, collections.defaultdict, collections.Counter,
@@ -731,7 +726,7 @@ class CandidateEndpoint(Endpoint):
         self.held_base: dict[int, object] = {}
         self.held_ids: dict[int, int] = {}
         self.writing: object = None
-        # The warnings the program made since the last frame: [category, message, filename, lineno] each.
+        # The warnings the program made since the last frame: [category, message, lineno] each.
         self.warnings_made: list[list[object]] = []
         # The program's log records since the last frame, once a test's caplog asked for them.
         self.logging_forwarded = False
@@ -777,9 +772,8 @@ class CandidateEndpoint(Endpoint):
         # which ignore one made outside __main__ and show each place's only once.
         def showwarning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
                         file: object = None, line: object = None) -> None:
-            made = [_warning_name(category), str(message), str(filename), int(lineno)]
-            if len(self.warnings_made) < WARNINGS_PER_FRAME and made not in self.warnings_made:
-                self.warnings_made.append(made)
+            if len(self.warnings_made) < WARNINGS_PER_FRAME:
+                self.warnings_made.append([_warning_name(category), str(message)[:MESSAGE_LIMIT], int(lineno)])
 
         warnings.simplefilter("always")
         warnings.showwarning = showwarning
@@ -1126,9 +1120,11 @@ def _plain_args(exc: BaseException) -> object:
     if not (isinstance(text_of, type) and issubclass(text_of, BaseException) and _builtin(text_of)):
         return None
     try:
-        return encode_value(list(exc.args))
+        encoded = encode_value(list(exc.args))
     except Exception:
         return None
+    # Not an int past what str() takes: the judge writes the exception's text, for its verdict and the tests.
+    return None if '"$bigint"' in _ENCODER.encode(encoded) else encoded
 
 
 def _args_of(error: Mapping[str, Any]) -> tuple[Any, ...] | None:
@@ -1178,7 +1174,7 @@ def _environ_data() -> Mapping[bytes, bytes]:
 def _exposable(obj: object) -> bool:
     """Whether the candidate may read and set public attributes of a test's object: the test's own classes'
     instances, mocks, and the buffers and generators of random numbers tests hand over."""
-    if isinstance(obj, (io.StringIO, io.BytesIO, random.Random)):
+    if isinstance(obj, (io.StringIO, io.BytesIO, random.Random, types.SimpleNamespace)):
         return True
     mock = sys.modules.get("unittest.mock")
     if mock is not None and isinstance(obj, mock.NonCallableMock):
@@ -1258,8 +1254,11 @@ class JudgeEndpoint(Endpoint):
         SEEDED.clear()  # an earlier job's tests' seeds are not this job's
         # The values made with a candidate's object (value_with_object), by the id of its proxy.
         self.hybrids: dict[int, Any] = {}
+        # The ids of the candidate's objects (proxies, which the endpoint keeps) made by arithmetic with a test's
+        # value (_arithmetic).
+        self.tainted: set[int] = set()
         # The program's warnings from the frames of the request in flight (warn).
-        self.warnings_pending: list[object] = []
+        self.warnings_pending: list[tuple[str, str, int]] = []
         self.credit_at_start = self._credit()
         self.call_timeout = call_timeout
         # Set once the channel is unusable; every later call fails the same way.
@@ -1371,20 +1370,25 @@ class JudgeEndpoint(Endpoint):
                 self.log(record)
         made = message.get("warn")
         if type(made) is list:
-            self.warnings_pending.extend(made[:WARNINGS_PER_FRAME])
+            # At most WARNINGS_PER_FRAME for the whole request, however many frames (callbacks) it takes.
+            room = WARNINGS_PER_FRAME - len(self.warnings_pending)
+            self.warnings_pending.extend(
+                (entry[0], entry[1][:MESSAGE_LIMIT], entry[2]) for entry in made[:max(0, room)]
+                if type(entry) is list and len(entry) == 3 and type(entry[0]) is str and type(entry[1]) is str
+                and type(entry[2]) is int)
         return message
 
     def warn(self) -> None:
         """Make here, in the tests' process and under their filters, the warnings the program made during the
         request just answered (a test's ``pytest.warns`` records them; an "error" filter raises one)."""
         pending, self.warnings_pending = self.warnings_pending, []
-        for made in pending:
-            if type(made) is list and len(made) == 4 and type(made[0]) is str and type(made[1]) is str \
-                    and type(made[2]) is str and type(made[3]) is int:
-                category = getattr(builtins, made[0], None)
-                if not (isinstance(category, type) and issubclass(category, Warning)):
-                    category = UserWarning
-                warnings.warn_explicit(made[1][:MESSAGE_LIMIT], category, made[2][:MESSAGE_LIMIT], made[3])
+        for name, text, lineno in pending:
+            category = getattr(builtins, name, None)
+            if not (isinstance(category, type) and issubclass(category, Warning)):
+                category = UserWarning
+            # Named "<solution>", never the program's file name: showing a warning reads its line of the file
+            # (linecache), and a name the program chose could be /dev/zero or a FIFO of its folder.
+            warnings.warn_explicit(text, category, "<solution>", lineno)
 
     def log(self, record: object) -> None:
         """A log record of the program's, handled by the tests' logging as if it were made here (caplog sees it)."""
@@ -1554,7 +1558,7 @@ class JudgeEndpoint(Endpoint):
             else:
                 error = reply.get("e")
                 if type(error) is dict and type(error.get("type")) is str and type(error.get("message")) is str:
-                    answer = None, self.candidate_exception(error, error.get("unsupported") is True and _numpy_in(sent))
+                    answer = None, self.candidate_exception(error)
             for hid in reply.get("d") or ():
                 if type(hid) is int and hid in self.held:
                     self.held_ids.pop(id(self.held.pop(hid)), None)
@@ -1620,14 +1624,13 @@ class JudgeEndpoint(Endpoint):
             raise RejectedValue("$held names no container the test handed over")
         return self.held[hid]
 
-    def candidate_exception(self, error: Mapping[str, Any], sent_numpy: bool = False) -> BaseException:
+    def candidate_exception(self, error: Mapping[str, Any]) -> BaseException:
         """The exception to raise in test code for an error the candidate answered."""
         type_name, message = error["type"][:TYPE_NAME_LIMIT], error["message"][:MESSAGE_LIMIT]
         # An error that says the program's process could not take a value (numpy missing there: wire._numpy) is
         # the program's failure all the same: a judge that sent numpy has it, and so has the program's process, in
         # the same image. Only a program that hid numpy from itself (sys.modules["numpy"] = None), or forged the
         # frame, says so, to make its failure the harness's (red team).
-        del sent_numpy
         exc: BaseException
         cls = None
         if "cls" in error:
@@ -1719,6 +1722,14 @@ class JudgeEndpoint(Endpoint):
         if isinstance(obj, (types.FrameType, types.CodeType, types.TracebackType, types.ModuleType)):
             raise RejectedValue(f"a {_type_name(obj)} is not handed to the candidate")
         return super().export(obj)
+
+    def encode(self, obj: object, depth: int = 0) -> object:
+        # A test's SimpleNamespace by reference, as before they crossed as values: the program sets its attributes
+        # (`bump(state)`), which a copy would lose. The candidate's come back as values.
+        if type(obj) is types.SimpleNamespace:
+            peer = self.peer_id(obj)
+            return {"$yours": peer} if peer is not None else self.export(obj)
+        return super().encode(obj, depth)
 
     def value_with_object(self, value: object, remote: object) -> object:
         # The candidate's value of a class of its own derived from an immutable type: the value, compared and used
@@ -2079,19 +2090,19 @@ class Proxy:
         return suppressed
 
     def __int__(self) -> int:
-        return _checked(self._ask("int"), int, "int")
+        return _untainted(self, "int", _checked(self._ask("int"), int, "int"))
 
     def __index__(self) -> int:
-        return _checked(self._ask("index"), int, "index")
+        return _untainted(self, "index", _checked(self._ask("index"), int, "index"))
 
     def __float__(self) -> float:
-        return _checked(self._ask("float"), float, "float")
+        return _untainted(self, "float", _checked(self._ask("float"), float, "float"))
 
     def __complex__(self) -> complex:
-        return _checked(self._ask("complex"), complex, "complex")
+        return _untainted(self, "complex", _checked(self._ask("complex"), complex, "complex"))
 
     def __round__(self, digits: int | None = None) -> Any:
-        return self._ask("round") if digits is None else self._ask("round", digits)
+        return _untainted(self, "round", self._ask("round") if digits is None else self._ask("round", digits))
 
     def _compare(self, op: str, other: object) -> Any:
         # Only between the candidate's own objects: against the test's values, Python's default for objects that
@@ -2124,9 +2135,11 @@ HYBRID_CLASSES_CACHED = 1024
 
 
 def _hybrid_attribute(self: object, name: str) -> Any:
-    if name.startswith("__") or name.startswith("_sandboxd"):
+    remote = self.__dict__.get("_sandboxd_remote")
+    if remote is None or name.startswith("__") or name.startswith("_sandboxd"):
+        # One the tests made from it (`_replace`, `type(x)(v)`) has the value only.
         raise AttributeError(name)
-    return getattr(self.__dict__["_sandboxd_remote"], name)
+    return getattr(remote, name)
 
 
 def _hybrid_class(base: type, name: str) -> type:
@@ -2168,7 +2181,16 @@ def _arithmetic(proxy: Proxy, other: object, result: object) -> object:
     (Proxy._compare); a correct program returns the number itself. Between the candidate's own objects
     (`Vec(1, 2) + Vec(3, 4)`), or where it answers with an object of its own (`Money(5) * 2`), Python's answer
     stands."""
-    if isinstance(result, Proxy) or (isinstance(other, Proxy) and other._sandboxd_endpoint is proxy._sandboxd_endpoint):
+    endpoint = proxy._sandboxd_endpoint
+    if isinstance(other, Proxy) and other._sandboxd_endpoint is endpoint:
+        return result
+    if isinstance(result, Proxy) or (isinstance(result, (tuple, list)) and result  # divmod's pair of its own
+                                     and all(isinstance(item, Proxy) for item in result)):
+        # Made with the test's value: what the tests then make of it (abs(), round(), float()) is not the
+        # candidate's to answer with plain data either (`abs(candidate(x) - y)` where `-` gives an object whose
+        # __abs__ returns 0.0).
+        for item in (result if isinstance(result, (tuple, list)) else (result,)):
+            endpoint.tainted.add(id(item))
         return result
     raise TypeError(f"the program's {type(proxy).__name__} answered arithmetic with the test's own "
                     f"{_type_name(other)} with plain data ({_type_name(result)}), which the harness does not take")
@@ -2176,9 +2198,18 @@ def _arithmetic(proxy: Proxy, other: object, result: object) -> object:
 
 def _unary(name: str) -> Callable[[Proxy], Any]:
     def ask(self: Proxy) -> Any:
-        return self._sandboxd_endpoint.request(name, [self])
+        return _untainted(self, name, self._sandboxd_endpoint.request(name, [self]))
 
     return ask
+
+
+def _untainted(proxy: Proxy, op: str, result: Any) -> Any:
+    """`result` of `op` on the candidate's object, unless that object was made by arithmetic with a test's value
+    (_arithmetic) and the candidate answers with plain data: the program's TypeError, as for the arithmetic."""
+    if isinstance(result, Proxy) or id(proxy) not in proxy._sandboxd_endpoint.tainted:
+        return result
+    raise TypeError(f"the program's {type(proxy).__name__}, made by arithmetic with the test's own value, answered "
+                    f"{op}() with plain data, which the harness does not take")
 
 
 for _name in ("trunc", "floor", "ceil", "neg", "pos", "abs", "invert"):

@@ -404,7 +404,7 @@ class Codec:
         if isinstance(obj, tuple) and hasattr(kind, "_fields") and type(kind._fields) is tuple:
             return self._namedtuple(obj, depth)
         # issubclass of type(obj), which the value cannot fake (isinstance would ask its __class__).
-        if getattr(kind, "_sandboxd_hybrid", False):
+        if getattr(kind, "_sandboxd_hybrid", False) and "_sandboxd_remote" in getattr(obj, "__dict__", {}):
             # The peer's object that came with its data (value_with_object): back to the peer as its own.
             return self.encode(obj.__dict__["_sandboxd_remote"], depth - 1)
         for base, read in _BASE_READERS:

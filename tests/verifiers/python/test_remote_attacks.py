@@ -303,3 +303,32 @@ def test_a_wrong_program_cannot_answer_arithmetic_with_the_tests_value(tmp_path:
     result = _assert(money, "assert Money(5) * 2 == Money(10)\nassert (Money(5) * 2).c == 10", tmp_path,
                      entry_point="Money")
     assert result["passed"], result["message"]
+
+
+def test_what_the_tests_make_of_arithmetic_with_their_value_is_not_answered_with_plain_data(tmp_path: Path) -> None:
+    """The red team's second step: `-` gives an object of the program's, whose __abs__ (or __round__, __float__)
+    then answers 0.0; `abs(candidate(x) - y) < 1e-6` and unittest's assertAlmostEqual passed."""
+    code = ("class Z:\n    def __abs__(self):\n        return 0.0\n    def __round__(self, n=None):\n        return 0\n"
+            "    def __float__(self):\n        return 0.0\n"
+            "class A:\n    def __sub__(self, other):\n        return Z()\n    __rsub__ = __sub__\n"
+            "def truncate(x):\n    return A()\n")
+    for check in ("assert abs(truncate(3.5) - 0.5) < 1e-6", "assert round(truncate(3.5) - 0.5, 7) == 0",
+                  "import math\nassert math.fabs(truncate(3.5) - 0.5) < 1e-6"):
+        _failed(_assert(code, check, tmp_path, entry_point="truncate"))
+
+
+def test_an_exception_carrying_an_int_past_str_s_limit_is_the_programs_failure(tmp_path: Path) -> None:
+    """Its text cannot be written (int -> str stops at 4,300 digits): it was the judge's own error, INTERNAL."""
+    code = "def f(*args):\n    raise KeyError(1 << 14500)\n"
+    result = harness(code, tmp_path, "function", fn_name="f",
+                     cases=[FunctionCase((1,), 1)])
+    assert not result["passed"] and result["status"] == "runtime_error", result
+    _failed(_assert(code, "assert f(1) == 1", tmp_path, entry_point="f"))
+
+
+def test_a_programs_warning_names_no_file_of_the_judges(tmp_path: Path) -> None:
+    """Showing a warning reads its line of its file: the program's file name would have the judge open /dev/zero
+    (its memory without bound) or a FIFO (for good)."""
+    code = ("import warnings\ndef f():\n    warnings.warn_explicit('x', UserWarning, '/dev/zero', 1)\n    return 1\n")
+    result = _assert(code, "assert f() == 1", tmp_path, entry_point="f")
+    assert result["passed"], result
